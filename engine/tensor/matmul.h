@@ -1,0 +1,41 @@
+// The contract between the model code and the tensor kernels.
+//
+// The model only ever multiplies a (possibly quantized) weight matrix by f32 activations:
+//   y[t][r] = sum_k W[r][k] * x[t][k]
+// Kernels decide how activations are prepared (kept f32 for float weights, quantized once
+// per row to 8-bit blocks for quantized weights) and which ISA runs the inner loop.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "engine/tensor/types.h"
+
+namespace ember {
+
+class ThreadPool;
+
+// A 2-D weight matrix living in the mmap: `rows` rows of `cols` elements each.
+struct MatrixView {
+    TensorType type = TensorType::F32;
+    const void* data = nullptr;
+    int64_t rows = 0;
+    int64_t cols = 0;
+    size_t row_stride = 0;  // bytes between consecutive rows
+};
+
+// Reusable buffers, owned by the caller (per conversation state), so the decode loop does
+// not allocate. Grows on demand and never shrinks.
+struct MatmulScratch {
+    std::vector<uint8_t> act;  // prepared activations: n_tokens rows in the type's act format
+};
+
+// y: [n_tokens x w.rows] row-major with row stride ldy floats; x: [n_tokens x w.cols].
+void matmul(ThreadPool& pool, const MatrixView& w, const float* x, int64_t n_tokens, float* y,
+            int64_t ldy, MatmulScratch& scratch);
+
+// Dequantizes row `row` of w into dst[0..w.cols) (embedding lookup, tests).
+void dequantize_row(const MatrixView& w, int64_t row, float* dst);
+
+}  // namespace ember

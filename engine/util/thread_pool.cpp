@@ -1,0 +1,98 @@
+#include "engine/util/thread_pool.h"
+
+#include <algorithm>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+namespace ember {
+
+namespace {
+inline void cpu_relax() {
+#if defined(__x86_64__)
+    _mm_pause();
+#endif
+}
+// Spin iterations before a worker sleeps: long enough to bridge the gap between the
+// matmuls of one decode step, short enough not to burn a core while the user types.
+constexpr int kSpinIterations = 200000;
+}  // namespace
+
+ThreadPool::ThreadPool(int n_threads) : n_threads_(std::max(1, n_threads)) {
+    threads_.reserve(n_threads_ - 1);
+    for (int w = 1; w < n_threads_; ++w) threads_.emplace_back([this, w] { worker_loop(w); });
+}
+
+ThreadPool::~ThreadPool() {
+    {
+        std::lock_guard<std::mutex> lock(mutex_);
+        stopping_.store(true);
+        epoch_.fetch_add(1);
+    }
+    wake_.notify_all();
+    for (auto& t : threads_) t.join();
+}
+
+void ThreadPool::run_tasks(int worker) {
+    for (;;) {
+        int64_t task = next_task_.fetch_add(1, std::memory_order_relaxed);
+        if (task >= n_tasks_) break;
+        (*fn_)(task, worker);
+    }
+}
+
+void ThreadPool::worker_loop(int worker) {
+    uint64_t seen = 0;
+    for (;;) {
+        int spins = 0;
+        while (epoch_.load(std::memory_order_acquire) == seen && spins < kSpinIterations) {
+            cpu_relax();
+            ++spins;
+        }
+        if (epoch_.load(std::memory_order_acquire) == seen) {
+            std::unique_lock<std::mutex> lock(mutex_);
+            wake_.wait(lock, [&] { return epoch_.load() != seen; });
+        }
+        seen = epoch_.load(std::memory_order_acquire);
+        if (stopping_.load()) return;
+        run_tasks(worker);
+        busy_workers_.fetch_sub(1, std::memory_order_acq_rel);
+    }
+}
+
+void ThreadPool::parallel_for(int64_t n_tasks, const TaskFn& fn) {
+    if (n_tasks <= 0) return;
+    if (n_threads_ == 1 || n_tasks == 1) {
+        for (int64_t t = 0; t < n_tasks; ++t) fn(t, 0);
+        return;
+    }
+    fn_ = &fn;
+    n_tasks_ = n_tasks;
+    next_task_.store(0, std::memory_order_relaxed);
+    busy_workers_.store(n_threads_ - 1, std::memory_order_relaxed);
+    {
+        // Publishing under the mutex orders it against a worker about to sleep.
+        std::lock_guard<std::mutex> lock(mutex_);
+        epoch_.fetch_add(1, std::memory_order_acq_rel);
+    }
+    wake_.notify_all();
+    run_tasks(0);
+    while (busy_workers_.load(std::memory_order_acquire) != 0) cpu_relax();
+    fn_ = nullptr;
+}
+
+void ThreadPool::parallel_ranges(int64_t n, int64_t align,
+                                 const std::function<void(int64_t, int64_t, int)>& fn) {
+    if (n <= 0) return;
+    align = std::max<int64_t>(1, align);
+    const int64_t units = (n + align - 1) / align;
+    const int64_t parts = std::min<int64_t>(n_threads_, units);
+    parallel_for(parts, [&](int64_t part, int worker) {
+        int64_t begin = units * part / parts * align;
+        int64_t end = std::min(n, units * (part + 1) / parts * align);
+        if (begin < end) fn(begin, end, worker);
+    });
+}
+
+}  // namespace ember

@@ -1,0 +1,39 @@
+#include "tests/support/fixtures.h"
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+namespace ember::test {
+
+std::string fixtures_dir() {
+    if (const char* env = std::getenv("EMBER_FIXTURES_DIR")) return env;
+    return EMBER_FIXTURES_DIR;
+}
+
+std::string fixture_path(const std::string& relative) { return fixtures_dir() + "/" + relative; }
+
+bool fixture_exists(const std::string& relative) {
+    return std::filesystem::exists(fixture_path(relative));
+}
+
+bool running_in_ci() {
+    const char* ci = std::getenv("CI");
+    return ci != nullptr && std::string(ci) == "true";
+}
+
+std::string ember_binary() { return EMBER_BINARY; }
+
+std::string read_file(const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    if (!in) {
+        ADD_FAILURE() << "cannot read " << path;
+        return {};
+    }
+    std::ostringstream ss;
+    ss << in.rdbuf();
+    return ss.str();
+}
+
+}  // namespace ember::test
