@@ -1,6 +1,30 @@
+// ember: terminal chat for local LLMs. This is the only place that exits the process.
 #include <cstdio>
+#include <exception>
 
-int main() {
-    std::puts("ember: under construction");
-    return 0;
+#include "app/commands.h"
+
+int main(int argc, char** argv) {
+    CLI::App app{"ember: fast local LLM inference and chat in the terminal"};
+    app.require_subcommand(1);
+    app.set_version_flag("--version", "ember 0.1.0");
+    std::vector<ember::app::Command> commands;
+    ember::app::register_model_commands(app, commands);
+    try {
+        app.parse(argc, argv);
+    } catch (const CLI::ParseError& e) {
+        return app.exit(e);
+    }
+    for (const auto& cmd : commands) {
+        if (cmd.cli->parsed()) {
+            try {
+                return cmd.run();
+            } catch (const std::exception& e) {
+                std::fflush(stdout);
+                std::fprintf(stderr, "ember: error: %s\n", e.what());
+                return 1;
+            }
+        }
+    }
+    return 2;
 }

@@ -1,0 +1,317 @@
+// run, eval, tokenize, detokenize, info.
+#include <sched.h>
+
+#include <algorithm>
+#include <map>
+#include <cmath>
+#include <cstdio>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "app/commands.h"
+#include "engine/generate/generate.h"
+#include "engine/model/forward.h"
+#include "engine/model/model.h"
+#include "engine/model/state.h"
+#include "engine/tokenizer/tokenizer.h"
+#include "engine/util/thread_pool.h"
+
+namespace ember::app {
+
+namespace {
+
+using json = nlohmann::json;
+
+struct RunOptions {
+    std::string model;
+    std::string prompt;
+    std::string ids;
+    int64_t n_predict = 128;
+    SamplingParams sampling;
+    int threads = 0;
+    bool json_out = false;
+    bool ignore_eos = false;
+    bool no_bos = false;
+    int64_t ctx = 0;
+};
+
+// Context size for one-shot commands: what the prompt and generation need, within the
+// model's training context.
+int64_t context_for(const Model& model, int64_t prompt, int64_t n_predict, int64_t requested) {
+    if (requested > 0) return requested;
+    int64_t want = prompt + std::max<int64_t>(n_predict, 0) + 1;
+    return std::max<int64_t>(want, std::min<int64_t>(model.config().n_ctx_train, 4096));
+}
+
+void add_model_option(CLI::App* cmd, std::string& model) {
+    cmd->add_option("-m,--model", model, "GGUF model file")->required()->check(CLI::ExistingFile);
+}
+
+void add_sampling_options(CLI::App* cmd, RunOptions& o) {
+    cmd->add_option("--temp", o.sampling.temperature, "Temperature (0 = greedy)")
+        ->capture_default_str();
+    cmd->add_option("--top-k", o.sampling.top_k, "Top-k cut (0 = off)")->capture_default_str();
+    cmd->add_option("--top-p", o.sampling.top_p, "Top-p (nucleus) cut (1 = off)")
+        ->capture_default_str();
+    cmd->add_option("--min-p", o.sampling.min_p, "Min-p cut (0 = off)")->capture_default_str();
+    cmd->add_option("--repeat-penalty", o.sampling.repeat_penalty, "Repetition penalty (1 = off)")
+        ->capture_default_str();
+    cmd->add_option("--presence-penalty", o.sampling.presence_penalty, "Presence penalty")
+        ->capture_default_str();
+    cmd->add_option("--frequency-penalty", o.sampling.frequency_penalty, "Frequency penalty")
+        ->capture_default_str();
+    cmd->add_option("--repeat-last-n", o.sampling.penalty_last_n, "Tokens the penalties look at")
+        ->capture_default_str();
+    cmd->add_option("--seed", o.sampling.seed, "Random seed")->capture_default_str();
+}
+
+int run_completion(const RunOptions& o) {
+    auto model = Model::load(o.model);
+    const Tokenizer& tok = model->tokenizer();
+    std::vector<int32_t> prompt;
+    if (!o.ids.empty()) {
+        prompt = parse_id_list(o.ids);
+    } else {
+        EncodeOptions enc;
+        enc.add_bos = tok.add_bos() && !o.no_bos && tok.bos_id() != kNoToken;
+        prompt = tok.encode(o.prompt, enc);
+    }
+    if (prompt.empty()) throw std::runtime_error("the prompt is empty (no tokens)");
+    o.sampling.validate();
+    const int64_t ctx = context_for(*model, static_cast<int64_t>(prompt.size()), o.n_predict, o.ctx);
+    if (static_cast<int64_t>(prompt.size()) >= ctx) {
+        throw std::runtime_error("the prompt has " + std::to_string(prompt.size()) +
+                                 " tokens, more than the context of " + std::to_string(ctx));
+    }
+    auto state = make_state(model->config(), ctx);
+    ThreadPool pool(o.threads > 0 ? o.threads : default_threads());
+    Sampler sampler(o.sampling);
+    // The generated text continues the prompt: keep its leading space.
+    DecodeOptions dec;
+    dec.strip_leading_space = false;
+    StreamingDetokenizer detok(tok, dec);
+    if (o.ids.empty() && !o.json_out) {
+        // Echo the prompt as given, like a completion: the user sees what was continued.
+        std::fwrite(o.prompt.data(), 1, o.prompt.size(), stdout);
+        std::fflush(stdout);
+    }
+    GenerateOptions gen;
+    gen.max_tokens = o.n_predict;
+    gen.ignore_eos = o.ignore_eos;
+    std::string text;
+    auto result = generate(*model, *state, pool, sampler, prompt, gen, [&](int32_t id) {
+        std::string piece = detok.push(id);
+        text += piece;
+        if (!o.json_out && !piece.empty()) {
+            std::fwrite(piece.data(), 1, piece.size(), stdout);
+            std::fflush(stdout);
+        }
+        return true;
+    });
+    std::string rest = detok.flush();
+    text += rest;
+    if (o.json_out) {
+        json j;
+        j["prompt_ids"] = prompt;
+        j["ids"] = result.ids;
+        j["text"] = text;
+        j["finish"] = std::string(finish_reason_name(result.finish));
+        std::cout << j.dump() << "\n";
+    } else {
+        std::fwrite(rest.data(), 1, rest.size(), stdout);
+        std::fputc('\n', stdout);
+    }
+    const auto& s = result.stats;
+    std::fprintf(stderr, "\n[prompt %lld tokens, %.1f tok/s | generated %lld tokens, %.1f tok/s | %s]\n",
+                 static_cast<long long>(s.prompt_tokens),
+                 s.prefill_seconds > 0 ? s.prompt_tokens / s.prefill_seconds : 0.0,
+                 static_cast<long long>(s.generated_tokens),
+                 s.decode_seconds > 0 && s.generated_tokens > 1
+                     ? (s.generated_tokens - 1) / s.decode_seconds
+                     : 0.0,
+                 std::string(finish_reason_name(result.finish)).c_str());
+    return 0;
+}
+
+struct EvalOptions {
+    std::string model;
+    std::string ids;
+    int top_k = 5;
+    int threads = 0;
+};
+
+int run_eval(const EvalOptions& o) {
+    auto model = Model::load(o.model);
+    const std::vector<int32_t> ids = parse_id_list(o.ids);
+    if (ids.empty()) throw std::runtime_error("--ids is empty");
+    const int64_t n_vocab = model->config().n_vocab;
+    const int k = std::clamp<int>(o.top_k, 1, static_cast<int>(n_vocab));
+    auto state = make_state(model->config(), static_cast<int64_t>(ids.size()));
+    ThreadPool pool(o.threads > 0 ? o.threads : default_threads());
+    std::vector<int32_t> order(static_cast<size_t>(n_vocab));
+    for (size_t b = 0; b < ids.size(); b += kMaxBatch) {
+        const size_t len = std::min<size_t>(kMaxBatch, ids.size() - b);
+        auto logits = forward(*model, *state, pool, std::span(ids).subspan(b, len), LogitsWanted::All);
+        for (size_t t = 0; t < len; ++t) {
+            const float* row = logits.data() + t * n_vocab;
+            double max = row[0];
+            for (int64_t i = 1; i < n_vocab; ++i) max = std::max<double>(max, row[i]);
+            double sum = 0;
+            for (int64_t i = 0; i < n_vocab; ++i) sum += std::exp(row[i] - max);
+            for (int64_t i = 0; i < n_vocab; ++i) order[static_cast<size_t>(i)] = static_cast<int32_t>(i);
+            std::partial_sort(order.begin(), order.begin() + k, order.end(), [&](int32_t a, int32_t c) {
+                return row[a] > row[c] || (row[a] == row[c] && a < c);
+            });
+            json top = json::array();
+            for (int i = 0; i < k; ++i) top.push_back({order[static_cast<size_t>(i)], row[order[static_cast<size_t>(i)]]});
+            json line = {{"pos", b + t}, {"top", top}, {"logsumexp", max + std::log(sum)}};
+            std::cout << line.dump() << "\n";
+        }
+    }
+    return 0;
+}
+
+int run_info(const std::string& path) {
+    auto model = Model::load(path);
+    const ModelConfig& c = model->config();
+    const GgufFile& f = model->gguf();
+    std::map<std::string, std::pair<int, uint64_t>> by_type;
+    uint64_t total = 0;
+    for (const auto& t : f.tensors()) {
+        auto& e = by_type[std::string(type_info(t.type).name)];
+        e.first += 1;
+        e.second += t.n_bytes;
+        total += t.n_bytes;
+    }
+    std::printf("file:          %s (%.1f MiB, GGUF v%u)\n", path.c_str(), f.file_size() / 1048576.0,
+                f.version());
+    if (auto name = f.get_string("general.name")) std::printf("name:          %s\n", name->c_str());
+    std::printf("family:        %s\n", std::string(family_name(c.family)).c_str());
+    std::printf("vocab:         %lld (%s tokenizer, pre '%s')\n", static_cast<long long>(c.n_vocab),
+                model->tokenizer().model_name().c_str(), model->tokenizer().pre_name().c_str());
+    std::printf("embedding:     %lld\nlayers:        %lld\n", static_cast<long long>(c.n_embd),
+                static_cast<long long>(c.n_layer));
+    std::printf("heads:         %lld (kv %lld, head dim %lld)\n", static_cast<long long>(c.n_head),
+                static_cast<long long>(c.n_head_kv), static_cast<long long>(c.head_dim));
+    std::printf("ffn:           %lld\ncontext:       %lld\n", static_cast<long long>(c.n_ff),
+                static_cast<long long>(c.n_ctx_train));
+    std::printf("rope:          base %g, %lld dims, %s pairs\n", c.rope_base,
+                static_cast<long long>(c.rope_dims),
+                c.rope_layout == RopeLayout::Halves ? "half-split" : "adjacent");
+    std::printf("rms eps:       %g\noutput:        %s\n", c.rms_eps,
+                c.tied_output ? "tied to token embedding" : "separate");
+    std::printf("tensors:       %zu, %.1f MiB\n", f.tensors().size(), total / 1048576.0);
+    for (const auto& [name, e] : by_type) {
+        std::printf("  %-8s %4d tensors, %9.2f MiB\n", name.c_str(), e.first, e.second / 1048576.0);
+    }
+    std::printf("chat template: %s\n",
+                f.find("tokenizer.chat_template") ? "from the model" : "none (ChatML fallback)");
+    std::printf("fingerprint:   %s\n", model->fingerprint().c_str());
+    return 0;
+}
+
+}  // namespace
+
+int default_threads() {
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) == 0) return std::max(1, CPU_COUNT(&set));
+    return std::max(1u, std::thread::hardware_concurrency());
+}
+
+std::vector<int32_t> parse_id_list(const std::string& text) {
+    std::vector<int32_t> ids;
+    size_t i = 0;
+    while (i < text.size()) {
+        size_t end = text.find(',', i);
+        if (end == std::string::npos) end = text.size();
+        std::string item = text.substr(i, end - i);
+        item.erase(0, item.find_first_not_of(" \t\n"));
+        item.erase(item.find_last_not_of(" \t\n") + 1);
+        if (item.empty()) {
+            if (end == text.size() && !ids.empty()) break;
+            throw CLI::ValidationError("ids", "empty item at character " + std::to_string(i));
+        }
+        size_t used = 0;
+        long long v = 0;
+        try {
+            v = std::stoll(item, &used);
+        } catch (const std::exception&) {
+            used = 0;
+        }
+        if (used != item.size() || v < 0 || v > INT32_MAX) {
+            throw CLI::ValidationError("ids", "'" + item + "' is not a token id");
+        }
+        ids.push_back(static_cast<int32_t>(v));
+        i = end + 1;
+    }
+    return ids;
+}
+
+void register_model_commands(CLI::App& app, std::vector<Command>& out) {
+    auto run_opts = std::make_shared<RunOptions>();
+    auto* run = app.add_subcommand("run", "Raw completion of a prompt (no chat template)");
+    add_model_option(run, run_opts->model);
+    auto* prompt_opt = run->add_option("-p,--prompt", run_opts->prompt, "Prompt text");
+    auto* ids_opt = run->add_option("--ids", run_opts->ids, "Prompt as token ids: 1,2,3");
+    prompt_opt->excludes(ids_opt);
+    run->add_option("-n,--n-predict", run_opts->n_predict, "Tokens to generate (-1: until the context is full)")
+        ->capture_default_str();
+    add_sampling_options(run, *run_opts);
+    run->add_option("-t,--threads", run_opts->threads, "Threads (default: all cores)");
+    run->add_option("-c,--ctx", run_opts->ctx, "Context size (default: prompt + n, at least 4096)");
+    run->add_flag("--json", run_opts->json_out, "Print one JSON object at the end");
+    run->add_flag("--ignore-eos", run_opts->ignore_eos, "Keep generating past end-of-text");
+    run->add_flag("--no-bos", run_opts->no_bos, "Do not add the BOS token the model asks for");
+    out.push_back({run, [run_opts, prompt_opt, ids_opt] {
+                       if (prompt_opt->count() == 0 && ids_opt->count() == 0) {
+                           throw std::runtime_error("give a prompt with -p TEXT or --ids 1,2,3");
+                       }
+                       return run_completion(*run_opts);
+                   }});
+
+    auto eval_opts = std::make_shared<EvalOptions>();
+    auto* eval = app.add_subcommand("eval", "Top logits at every position of a token sequence (JSON lines)");
+    add_model_option(eval, eval_opts->model);
+    eval->add_option("--ids", eval_opts->ids, "Token ids: 1,2,3")->required();
+    eval->add_option("--top-k", eval_opts->top_k, "Logits per position")->capture_default_str();
+    eval->add_option("-t,--threads", eval_opts->threads, "Threads (default: all cores)");
+    out.push_back({eval, [eval_opts] { return run_eval(*eval_opts); }});
+
+    struct TokOpts {
+        std::string model, text;
+        bool bos = false, special = false;
+    };
+    auto tok_opts = std::make_shared<TokOpts>();
+    auto* tokc = app.add_subcommand("tokenize", "Print the token ids of TEXT as a JSON array");
+    add_model_option(tokc, tok_opts->model);
+    tokc->add_option("text", tok_opts->text, "Text to tokenize")->required();
+    tokc->add_flag("--bos", tok_opts->bos, "Add the BOS token as the model's metadata says");
+    tokc->add_flag("--special", tok_opts->special, "Parse special-token text such as <|im_start|>");
+    out.push_back({tokc, [tok_opts] {
+                       auto model = Model::load(tok_opts->model);
+                       const Tokenizer& tok = model->tokenizer();
+                       EncodeOptions enc;
+                       enc.add_bos = tok_opts->bos && tok.add_bos() && tok.bos_id() != kNoToken;
+                       enc.parse_special = tok_opts->special;
+                       std::cout << json(tok.encode(tok_opts->text, enc)).dump() << "\n";
+                       return 0;
+                   }});
+
+    auto detok_opts = std::make_shared<TokOpts>();
+    auto* detokc = app.add_subcommand("detokenize", "Print the text of token ids 1,2,3");
+    add_model_option(detokc, detok_opts->model);
+    detokc->add_option("ids", detok_opts->text, "Token ids: 1,2,3")->required();
+    out.push_back({detokc, [detok_opts] {
+                       auto model = Model::load(detok_opts->model);
+                       std::cout << model->tokenizer().decode(parse_id_list(detok_opts->text)) << "\n";
+                       return 0;
+                   }});
+
+    auto info_path = std::make_shared<std::string>();
+    auto* info = app.add_subcommand("info", "Family, hyper-parameters, tensor types, fingerprint");
+    add_model_option(info, *info_path);
+    out.push_back({info, [info_path] { return run_info(*info_path); }});
+}
+
+}  // namespace ember::app

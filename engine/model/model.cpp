@@ -1,0 +1,295 @@
+// Model loading: read hyper-parameters from metadata, find every tensor the family needs,
+// check its shape and type, and point MatrixViews into the mmap.
+#include "engine/model/model.h"
+
+#include <xxhash.h>
+
+#include <cstdio>
+#include <cstring>
+#include <sstream>
+
+#include "engine/tokenizer/tokenizer.h"
+
+namespace ember {
+
+namespace {
+
+class ModelError : public GgufError {
+public:
+    using GgufError::GgufError;
+};
+
+std::string shape_string(const std::vector<int64_t>& dims) {
+    std::string s = "[";
+    for (size_t i = 0; i < dims.size(); ++i) s += (i ? ", " : "") + std::to_string(dims[i]);
+    return s + "]";
+}
+
+// Looks up tensors by name and checks them against the shape the family expects.
+class TensorBinder {
+public:
+    explicit TensorBinder(const GgufFile& file) : file_(file) {}
+
+    const GgufTensorInfo* find(const std::string& name) const { return file_.find_tensor(name); }
+
+    const GgufTensorInfo& require(const std::string& name, const std::vector<int64_t>& dims) const {
+        const GgufTensorInfo* t = file_.find_tensor(name);
+        if (!t) throw ModelError(file_.path() + ": missing tensor '" + name + "'");
+        check_shape(*t, dims);
+        return *t;
+    }
+
+    void check_shape(const GgufTensorInfo& t, const std::vector<int64_t>& dims) const {
+        // Trailing dimensions of 1 are equivalent; compare the rest exactly.
+        std::vector<int64_t> have = t.dims;
+        while (have.size() > dims.size() && have.back() == 1) have.pop_back();
+        if (have != dims) {
+            throw ModelError(file_.path() + ": tensor '" + t.name + "' has shape " +
+                             shape_string(t.dims) + ", expected " + shape_string(dims));
+        }
+    }
+
+    MatrixView matrix(const std::string& name, int64_t rows, int64_t cols) const {
+        const GgufTensorInfo& t = require(name, {cols, rows});
+        MatrixView m;
+        m.type = t.type;
+        m.data = t.data;
+        m.rows = rows;
+        m.cols = cols;
+        m.row_stride = row_bytes(type_info(t.type), static_cast<uint64_t>(cols));
+        return m;
+    }
+
+    // Small vectors (norm weights, biases) are dequantized to f32 once: a few KB per layer.
+    std::vector<float> vector(const std::string& name, int64_t n) const {
+        const GgufTensorInfo& t = require(name, {n});
+        return to_f32(t, n);
+    }
+
+    std::vector<float> optional_vector(const std::string& name, int64_t n) const {
+        const GgufTensorInfo* t = find(name);
+        if (!t) return {};
+        check_shape(*t, {n});
+        return to_f32(*t, n);
+    }
+
+private:
+    std::vector<float> to_f32(const GgufTensorInfo& t, int64_t n) const {
+        MatrixView m;
+        m.type = t.type;
+        m.data = t.data;
+        m.rows = 1;
+        m.cols = n;
+        m.row_stride = t.n_bytes;
+        std::vector<float> out(static_cast<size_t>(n));
+        dequantize_row(m, 0, out.data());
+        return out;
+    }
+
+    const GgufFile& file_;
+};
+
+int64_t require_int(const GgufFile& f, const std::string& key) {
+    auto v = f.get_int(key);
+    if (!v) throw ModelError(f.path() + ": missing metadata '" + key + "'");
+    return *v;
+}
+
+int64_t positive(const GgufFile& f, const std::string& key, int64_t v, int64_t max) {
+    if (v <= 0 || v > max) {
+        throw ModelError(f.path() + ": metadata '" + key + "' = " + std::to_string(v) +
+                         " is out of range (1.." + std::to_string(max) + ")");
+    }
+    return v;
+}
+
+ModelConfig read_config(const GgufFile& f) {
+    ModelConfig c;
+    auto arch = f.get_string("general.architecture");
+    if (!arch) throw ModelError(f.path() + ": missing metadata 'general.architecture'");
+    c.arch = *arch;
+    if (c.arch == "llama") {
+        c.family = Family::Llama;
+        c.rope_layout = RopeLayout::Adjacent;
+    } else if (c.arch == "qwen2") {
+        c.family = Family::Qwen2;
+        c.rope_layout = RopeLayout::Halves;
+        c.qkv_bias = true;
+    } else if (c.arch == "qwen3") {
+        c.family = Family::Qwen3;
+        c.rope_layout = RopeLayout::Halves;
+        c.qk_norm = true;
+    } else {
+        throw ModelError(f.path() + ": architecture '" + c.arch +
+                         "' is not supported (supported: llama, qwen2, qwen3)");
+    }
+    const std::string p = c.arch + ".";
+    constexpr int64_t kMaxDim = 1 << 20;
+    c.n_embd = positive(f, p + "embedding_length", require_int(f, p + "embedding_length"), kMaxDim);
+    c.n_layer = positive(f, p + "block_count", require_int(f, p + "block_count"), 4096);
+    c.n_ff = positive(f, p + "feed_forward_length", require_int(f, p + "feed_forward_length"),
+                      kMaxDim);
+    c.n_head =
+        positive(f, p + "attention.head_count", require_int(f, p + "attention.head_count"), 4096);
+    c.n_head_kv = positive(f, p + "attention.head_count_kv",
+                           f.get_int(p + "attention.head_count_kv").value_or(c.n_head), c.n_head);
+    if (c.n_head % c.n_head_kv != 0) {
+        throw ModelError(f.path() + ": attention.head_count " + std::to_string(c.n_head) +
+                         " is not a multiple of head_count_kv " + std::to_string(c.n_head_kv));
+    }
+    c.head_dim = positive(f, p + "attention.key_length",
+                          f.get_int(p + "attention.key_length").value_or(c.n_embd / c.n_head),
+                          kMaxDim);
+    c.value_dim = positive(f, p + "attention.value_length",
+                           f.get_int(p + "attention.value_length").value_or(c.head_dim), kMaxDim);
+    c.n_ctx_train = f.get_int(p + "context_length").value_or(2048);
+    c.rms_eps = f.get_float(p + "attention.layer_norm_rms_epsilon").value_or(1e-5);
+    c.rope_base = f.get_float(p + "rope.freq_base").value_or(10000.0);
+    c.rope_dims = f.get_int(p + "rope.dimension_count").value_or(c.head_dim);
+    if (c.rope_dims <= 0 || c.rope_dims > c.head_dim || c.rope_dims % 2 != 0) {
+        throw ModelError(f.path() + ": rope.dimension_count " + std::to_string(c.rope_dims) +
+                         " must be even and at most the head size " + std::to_string(c.head_dim));
+    }
+    if (auto scale_type = f.get_string(p + "rope.scaling.type")) {
+        if (*scale_type == "linear") {
+            double factor = f.get_float(p + "rope.scaling.factor").value_or(1.0);
+            if (factor > 0) c.rope_freq_scale = 1.0 / factor;
+        }
+    }
+    if (!(c.rms_eps > 0) || !(c.rope_base > 0)) {
+        throw ModelError(f.path() + ": layer_norm_rms_epsilon and rope.freq_base must be > 0");
+    }
+    return c;
+}
+
+std::string compute_fingerprint(const GgufFile& f, const ModelConfig& c) {
+    XXH3_state_t* st = XXH3_createState();
+    XXH3_128bits_reset(st);
+    auto add = [&](const void* p, size_t n) { XXH3_128bits_update(st, p, n); };
+    auto add_str = [&](const std::string& s) {
+        uint64_t n = s.size();
+        add(&n, sizeof n);
+        add(s.data(), s.size());
+    };
+    add_str(c.arch);
+    const int64_t hp[] = {c.n_vocab, c.n_embd,    c.n_layer, c.n_head,    c.n_head_kv,
+                          c.head_dim, c.value_dim, c.n_ff,    c.rope_dims, c.tied_output};
+    add(hp, sizeof hp);
+    const double fp[] = {c.rms_eps, c.rope_base, c.rope_freq_scale};
+    add(fp, sizeof fp);
+    for (const auto& t : f.tensors()) {
+        add_str(t.name);
+        uint32_t type = static_cast<uint32_t>(t.type);
+        add(&type, sizeof type);
+        add(t.dims.data(), t.dims.size() * sizeof(int64_t));
+        // Sample the tensor bytes: its first and last 4 KiB and 16 evenly spaced 4 KiB
+        // windows. Cheap on multi-GB files, and a re-quantized or fine-tuned file differs.
+        const uint64_t win = 4096;
+        if (t.n_bytes <= 18 * win) {
+            add(t.data, t.n_bytes);
+        } else {
+            for (uint64_t i = 0; i < 18; ++i) {
+                uint64_t off = (t.n_bytes - win) * i / 17;
+                add(t.data + off, win);
+            }
+        }
+    }
+    // Tokenizer and template metadata change what prompts map to.
+    for (const char* key : {"tokenizer.ggml.model", "tokenizer.ggml.pre", "tokenizer.chat_template"}) {
+        if (auto s = f.get_string(key)) add_str(*s);
+    }
+    if (const GgufArray* toks = f.get_array("tokenizer.ggml.tokens")) {
+        for (const auto& s : toks->strings) add_str(s);
+    }
+    if (const GgufArray* merges = f.get_array("tokenizer.ggml.merges")) {
+        for (const auto& s : merges->strings) add_str(s);
+    }
+    XXH128_hash_t h = XXH3_128bits_digest(st);
+    XXH3_freeState(st);
+    char buf[33];
+    std::snprintf(buf, sizeof buf, "%016llx%016llx", static_cast<unsigned long long>(h.high64),
+                  static_cast<unsigned long long>(h.low64));
+    return buf;
+}
+
+}  // namespace
+
+std::string_view family_name(Family family) {
+    switch (family) {
+        case Family::Llama: return "llama";
+        case Family::Qwen2: return "qwen2";
+        case Family::Qwen3: return "qwen3";
+    }
+    return "unknown";
+}
+
+Model::~Model() = default;
+
+std::unique_ptr<Model> Model::load(const std::string& path) {
+    std::unique_ptr<Model> m(new Model());
+    m->file_ = GgufFile::open(path);
+    const GgufFile& f = *m->file_;
+    ModelConfig& c = m->config_;
+    c = read_config(f);
+    m->tokenizer_ = std::make_unique<Tokenizer>(f);
+
+    TensorBinder bind(f);
+    const GgufTensorInfo* embd = bind.find("token_embd.weight");
+    if (!embd) throw ModelError(path + ": missing tensor 'token_embd.weight'");
+    if (embd->dims.size() < 2) {
+        throw ModelError(path + ": tensor 'token_embd.weight' has shape " +
+                         shape_string(embd->dims) + ", expected 2 dimensions");
+    }
+    c.n_vocab = embd->dims[1];
+    if (c.n_vocab != static_cast<int64_t>(m->tokenizer_->vocab_size())) {
+        throw ModelError(path + ": token_embd.weight has " + std::to_string(c.n_vocab) +
+                         " rows but the tokenizer has " +
+                         std::to_string(m->tokenizer_->vocab_size()) + " tokens");
+    }
+    m->token_embd_ = bind.matrix("token_embd.weight", c.n_vocab, c.n_embd);
+    m->output_norm_ = bind.vector("output_norm.weight", c.n_embd);
+    c.tied_output = bind.find("output.weight") == nullptr;
+    m->output_ = c.tied_output ? m->token_embd_ : bind.matrix("output.weight", c.n_vocab, c.n_embd);
+    m->rope_freqs_ = bind.optional_vector("rope_freqs.weight", c.rope_dims / 2);
+
+    const int64_t q_dim = c.n_head * c.head_dim;
+    const int64_t k_dim = c.n_head_kv * c.head_dim;
+    const int64_t v_dim = c.n_head_kv * c.value_dim;
+    m->layers_.resize(static_cast<size_t>(c.n_layer));
+    for (int64_t i = 0; i < c.n_layer; ++i) {
+        const std::string b = "blk." + std::to_string(i) + ".";
+        LayerWeights& L = m->layers_[static_cast<size_t>(i)];
+        L.attn_norm = bind.vector(b + "attn_norm.weight", c.n_embd);
+        L.wq = bind.matrix(b + "attn_q.weight", q_dim, c.n_embd);
+        L.wk = bind.matrix(b + "attn_k.weight", k_dim, c.n_embd);
+        L.wv = bind.matrix(b + "attn_v.weight", v_dim, c.n_embd);
+        L.wo = bind.matrix(b + "attn_output.weight", c.n_embd, c.n_head * c.value_dim);
+        if (c.qkv_bias) {
+            L.bq = bind.vector(b + "attn_q.bias", q_dim);
+            L.bk = bind.vector(b + "attn_k.bias", k_dim);
+            L.bv = bind.vector(b + "attn_v.bias", v_dim);
+        }
+        if (c.qk_norm) {
+            L.q_norm = bind.vector(b + "attn_q_norm.weight", c.head_dim);
+            L.k_norm = bind.vector(b + "attn_k_norm.weight", c.head_dim);
+        }
+        L.ffn_norm = bind.vector(b + "ffn_norm.weight", c.n_embd);
+        L.w_gate = bind.matrix(b + "ffn_gate.weight", c.n_ff, c.n_embd);
+        L.w_up = bind.matrix(b + "ffn_up.weight", c.n_ff, c.n_embd);
+        L.w_down = bind.matrix(b + "ffn_down.weight", c.n_embd, c.n_ff);
+    }
+    m->fingerprint_ = compute_fingerprint(f, c);
+    return m;
+}
+
+uint64_t Model::weight_bytes_per_token() const {
+    auto bytes = [](const MatrixView& w) { return static_cast<uint64_t>(w.rows) * w.row_stride; };
+    uint64_t total = bytes(output_) + token_embd_.row_stride;
+    for (const auto& L : layers_) {
+        total += bytes(L.wq) + bytes(L.wk) + bytes(L.wv) + bytes(L.wo);
+        total += bytes(L.w_gate) + bytes(L.w_up) + bytes(L.w_down);
+    }
+    return total;
+}
+
+}  // namespace ember

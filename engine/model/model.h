@@ -1,0 +1,100 @@
+// A loaded model: hyper-parameters, weight views into the mmap, tokenizer. Immutable after
+// load; everything that changes while generating lives in InferenceState (state.h), so one
+// Model can serve several conversations.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/gguf/gguf.h"
+#include "engine/tensor/matmul.h"
+
+namespace ember {
+
+class Tokenizer;
+
+enum class Family { Llama, Qwen2, Qwen3 };
+std::string_view family_name(Family family);
+
+// How RoPE pairs the dimensions of a head: adjacent pairs (2i, 2i+1), as GGUF llama files
+// store Q/K after the converter's permutation, or the two halves (i, i + d/2), as qwen does.
+enum class RopeLayout { Adjacent, Halves };
+
+struct ModelConfig {
+    std::string arch;  // general.architecture as written in the file
+    Family family = Family::Llama;
+    int64_t n_vocab = 0;
+    int64_t n_embd = 0;
+    int64_t n_layer = 0;
+    int64_t n_head = 0;
+    int64_t n_head_kv = 0;
+    int64_t head_dim = 0;  // key/query length per head
+    int64_t value_dim = 0;  // value length per head
+    int64_t n_ff = 0;
+    int64_t n_ctx_train = 0;
+    double rms_eps = 1e-5;
+    double rope_base = 10000.0;
+    double rope_freq_scale = 1.0;  // positions are multiplied by this (linear scaling)
+    int64_t rope_dims = 0;          // rotated dimensions per head (<= head_dim)
+    RopeLayout rope_layout = RopeLayout::Adjacent;
+    bool tied_output = false;
+    bool qkv_bias = false;
+    bool qk_norm = false;
+};
+
+struct LayerWeights {
+    std::vector<float> attn_norm;  // [n_embd]
+    MatrixView wq;                 // [n_head*head_dim x n_embd]
+    MatrixView wk;                 // [n_head_kv*head_dim x n_embd]
+    MatrixView wv;                 // [n_head_kv*value_dim x n_embd]
+    MatrixView wo;                 // [n_embd x n_head*value_dim]
+    std::vector<float> bq, bk, bv;  // qwen2 biases, empty otherwise
+    std::vector<float> q_norm, k_norm;  // qwen3 per-head RMS norm weights [head_dim], or empty
+    std::vector<float> ffn_norm;   // [n_embd]
+    MatrixView w_gate;             // [n_ff x n_embd]
+    MatrixView w_up;               // [n_ff x n_embd]
+    MatrixView w_down;             // [n_embd x n_ff]
+};
+
+class Model {
+public:
+    // Maps, validates and wires up `path`. Throws GgufError / std::runtime_error naming the
+    // file and the offending field or tensor.
+    static std::unique_ptr<Model> load(const std::string& path);
+    ~Model();
+
+    const ModelConfig& config() const { return config_; }
+    const GgufFile& gguf() const { return *file_; }
+    const Tokenizer& tokenizer() const { return *tokenizer_; }
+    const std::string& path() const { return file_->path(); }
+
+    const MatrixView& token_embd() const { return token_embd_; }  // [n_vocab x n_embd]
+    const MatrixView& output() const { return output_; }          // [n_vocab x n_embd]
+    const std::vector<float>& output_norm() const { return output_norm_; }
+    const std::vector<LayerWeights>& layers() const { return layers_; }
+    // Per-dimension RoPE frequency divisors (llama 3 long-context scaling), or empty.
+    const std::vector<float>& rope_freq_factors() const { return rope_freqs_; }
+
+    // Hex digest covering architecture, hyper-parameters, tensor table and sampled tensor
+    // bytes, and tokenizer: state saved under another fingerprint is never reused.
+    const std::string& fingerprint() const { return fingerprint_; }
+    // Bytes of weights read per decoded token (every matrix once, plus one embedding row).
+    uint64_t weight_bytes_per_token() const;
+
+private:
+    Model() = default;
+
+    std::unique_ptr<GgufFile> file_;
+    ModelConfig config_;
+    std::unique_ptr<Tokenizer> tokenizer_;
+    MatrixView token_embd_;
+    MatrixView output_;
+    std::vector<float> output_norm_;
+    std::vector<float> rope_freqs_;
+    std::vector<LayerWeights> layers_;
+    std::string fingerprint_;
+};
+
+}  // namespace ember

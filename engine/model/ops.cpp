@@ -1,0 +1,69 @@
+#include "engine/model/ops.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace ember {
+
+void rms_norm(const float* x, const float* weight, float* out, int64_t n, float eps) {
+    // Accumulate in double: the sum of squares of thousands of activations loses digits in
+    // float, and the references are float64.
+    double sum = 0.0;
+    for (int64_t i = 0; i < n; ++i) sum += static_cast<double>(x[i]) * x[i];
+    const float inv = static_cast<float>(1.0 / std::sqrt(sum / static_cast<double>(n) + eps));
+    for (int64_t i = 0; i < n; ++i) out[i] = x[i] * inv * weight[i];
+}
+
+void rope(float* head, const float* cos, const float* sin, int64_t dims, bool halves) {
+    const int64_t half = dims / 2;
+    for (int64_t i = 0; i < half; ++i) {
+        const int64_t a = halves ? i : 2 * i;
+        const int64_t b = halves ? i + half : 2 * i + 1;
+        const float x0 = head[a];
+        const float x1 = head[b];
+        head[a] = x0 * cos[i] - x1 * sin[i];
+        head[b] = x0 * sin[i] + x1 * cos[i];
+    }
+}
+
+void softmax_inplace(float* x, int64_t n) {
+    float max = x[0];
+    for (int64_t i = 1; i < n; ++i) max = std::max(max, x[i]);
+    float sum = 0.0f;
+    for (int64_t i = 0; i < n; ++i) {
+        x[i] = std::exp(x[i] - max);
+        sum += x[i];
+    }
+    const float inv = 1.0f / sum;
+    for (int64_t i = 0; i < n; ++i) x[i] *= inv;
+}
+
+float dot_f32(const float* a, const float* b, int64_t n) {
+    // Eight independent partial sums so the compiler can vectorize without -ffast-math.
+    float acc[8] = {};
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        for (int j = 0; j < 8; ++j) acc[j] += a[i + j] * b[i + j];
+    }
+    float sum = 0.0f;
+    for (; i < n; ++i) sum += a[i] * b[i];
+    for (float v : acc) sum += v;
+    return sum;
+}
+
+void axpy_f32(float a, const float* x, float* y, int64_t n) {
+    for (int64_t i = 0; i < n; ++i) y[i] += a * x[i];
+}
+
+void add_inplace(float* y, const float* x, int64_t n) {
+    for (int64_t i = 0; i < n; ++i) y[i] += x[i];
+}
+
+void swiglu_inplace(float* gate, const float* up, int64_t n) {
+    for (int64_t i = 0; i < n; ++i) {
+        const float g = gate[i];
+        gate[i] = g / (1.0f + std::exp(-g)) * up[i];
+    }
+}
+
+}  // namespace ember

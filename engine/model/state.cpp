@@ -1,0 +1,83 @@
+#include "engine/model/state.h"
+
+#include <stdexcept>
+#include <string>
+
+#include "engine/model/model.h"
+
+namespace ember {
+
+void KvCache::init(int64_t n_layer, int64_t k_width, int64_t v_width, int64_t max_positions,
+                   KvType type) {
+    n_layer_ = n_layer;
+    k_width_ = k_width;
+    v_width_ = v_width;
+    max_positions_ = max_positions;
+    type_ = type;
+    length_ = 0;
+    n_chunks_max_ = (max_positions + kChunkPositions - 1) / kChunkPositions;
+    n_chunks_allocated_ = 0;
+    k_chunks_.clear();
+    v_chunks_.clear();
+    k_chunks_.resize(static_cast<size_t>(n_layer * n_chunks_max_));
+    v_chunks_.resize(static_cast<size_t>(n_layer * n_chunks_max_));
+}
+
+void KvCache::reserve(int64_t n) {
+    if (n > max_positions_) {
+        throw std::length_error("KV cache: " + std::to_string(n) + " positions exceed the context of " +
+                                std::to_string(max_positions_));
+    }
+    const int64_t need = (n + kChunkPositions - 1) / kChunkPositions;
+    for (; n_chunks_allocated_ < need; ++n_chunks_allocated_) {
+        for (int64_t l = 0; l < n_layer_; ++l) {
+            const size_t idx = static_cast<size_t>(l * n_chunks_max_ + n_chunks_allocated_);
+            k_chunks_[idx].reset(new uint8_t[kChunkPositions * k_width_ * elem_size()]);
+            v_chunks_[idx].reset(new uint8_t[kChunkPositions * v_width_ * elem_size()]);
+        }
+    }
+}
+
+void KvCache::set_length(int64_t n) {
+    if (n < 0 || n > n_chunks_allocated_ * kChunkPositions) {
+        throw std::out_of_range("KV cache: length " + std::to_string(n) + " is outside the cache");
+    }
+    length_ = n;
+}
+
+uint8_t* KvCache::row(std::vector<std::unique_ptr<uint8_t[]>>& chunks, int64_t width,
+                      int64_t layer, int64_t pos) {
+    const size_t idx = static_cast<size_t>(layer * n_chunks_max_ + pos / kChunkPositions);
+    return chunks[idx].get() + (pos % kChunkPositions) * width * static_cast<int64_t>(elem_size());
+}
+
+float* KvCache::k_row(int64_t layer, int64_t pos) {
+    return reinterpret_cast<float*>(row(k_chunks_, k_width_, layer, pos));
+}
+float* KvCache::v_row(int64_t layer, int64_t pos) {
+    return reinterpret_cast<float*>(row(v_chunks_, v_width_, layer, pos));
+}
+uint16_t* KvCache::k_row_f16(int64_t layer, int64_t pos) {
+    return reinterpret_cast<uint16_t*>(row(k_chunks_, k_width_, layer, pos));
+}
+uint16_t* KvCache::v_row_f16(int64_t layer, int64_t pos) {
+    return reinterpret_cast<uint16_t*>(row(v_chunks_, v_width_, layer, pos));
+}
+
+uint64_t KvCache::bytes_per_position() const {
+    return static_cast<uint64_t>(n_layer_ * (k_width_ + v_width_)) * elem_size();
+}
+
+uint64_t KvCache::allocated_bytes() const {
+    return static_cast<uint64_t>(n_chunks_allocated_ * kChunkPositions) * bytes_per_position();
+}
+
+std::unique_ptr<InferenceState> make_state(const ModelConfig& c, int64_t max_positions,
+                                           KvType kv_type) {
+    auto s = std::make_unique<InferenceState>();
+    s->kv.init(c.n_layer, c.n_head_kv * c.head_dim, c.n_head_kv * c.value_dim, max_positions,
+               kv_type);
+    return s;
+}
+
+}  // namespace ember
