@@ -1,0 +1,88 @@
+#include "tests/support/process.h"
+
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <stdexcept>
+
+namespace ember::test {
+
+CommandResult run_command(const std::vector<std::string>& argv, const std::string& input) {
+    int in_pipe[2], out_pipe[2], err_pipe[2];
+    if (pipe(in_pipe) || pipe(out_pipe) || pipe(err_pipe)) throw std::runtime_error("pipe failed");
+    const pid_t pid = fork();
+    if (pid < 0) throw std::runtime_error("fork failed");
+    if (pid == 0) {
+        dup2(in_pipe[0], 0);
+        dup2(out_pipe[1], 1);
+        dup2(err_pipe[1], 2);
+        for (int fd : {in_pipe[0], in_pipe[1], out_pipe[0], out_pipe[1], err_pipe[0], err_pipe[1]}) {
+            close(fd);
+        }
+        std::vector<char*> args;
+        for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+        args.push_back(nullptr);
+        execv(args[0], args.data());
+        _exit(127);
+    }
+    close(in_pipe[0]);
+    close(out_pipe[1]);
+    close(err_pipe[1]);
+    signal(SIGPIPE, SIG_IGN);
+    CommandResult r;
+    size_t written = 0;
+    if (input.empty()) {
+        close(in_pipe[1]);
+        in_pipe[1] = -1;
+    }
+    pollfd fds[3] = {{out_pipe[0], POLLIN, 0}, {err_pipe[0], POLLIN, 0}, {in_pipe[1], POLLOUT, 0}};
+    int open_reads = 2;
+    char buf[65536];
+    while (open_reads > 0) {
+        const nfds_t n = in_pipe[1] >= 0 ? 3 : 2;
+        if (poll(fds, n, -1) < 0) continue;
+        for (int i = 0; i < 2; ++i) {
+            if (fds[i].fd >= 0 && (fds[i].revents & (POLLIN | POLLHUP))) {
+                ssize_t got = read(fds[i].fd, buf, sizeof buf);
+                if (got <= 0) {
+                    close(fds[i].fd);
+                    fds[i].fd = -1;
+                    --open_reads;
+                } else {
+                    (i == 0 ? r.out : r.err).append(buf, static_cast<size_t>(got));
+                }
+            }
+        }
+        if (n == 3 && (fds[2].revents & (POLLOUT | POLLERR | POLLHUP))) {
+            ssize_t put = write(in_pipe[1], input.data() + written, input.size() - written);
+            if (put > 0) written += static_cast<size_t>(put);
+            if (put <= 0 || written == input.size()) {
+                close(in_pipe[1]);
+                in_pipe[1] = -1;
+                fds[2].fd = -1;
+            }
+        }
+    }
+    if (in_pipe[1] >= 0) close(in_pipe[1]);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    r.status = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    return r;
+}
+
+std::vector<std::string> split_lines(const std::string& text) {
+    std::vector<std::string> lines;
+    size_t start = 0;
+    while (start < text.size()) {
+        size_t end = text.find('\n', start);
+        if (end == std::string::npos) end = text.size();
+        if (end > start) lines.push_back(text.substr(start, end - start));
+        start = end + 1;
+    }
+    return lines;
+}
+
+}  // namespace ember::test
