@@ -34,7 +34,14 @@ struct RunOptions {
     bool ignore_eos = false;
     bool no_bos = false;
     int64_t ctx = 0;
+    std::string kv_type = "f32";
 };
+
+KvType parse_kv_type(const std::string& s) {
+    if (s == "f32") return KvType::F32;
+    if (s == "f16") return KvType::F16;
+    throw std::runtime_error("--kv-type must be f32 or f16, not '" + s + "'");
+}
 
 // Context size for one-shot commands: what the prompt and generation need, within the
 // model's training context.
@@ -84,7 +91,7 @@ int run_completion(const RunOptions& o) {
         throw std::runtime_error("the prompt has " + std::to_string(prompt.size()) +
                                  " tokens, more than the context of " + std::to_string(ctx));
     }
-    auto state = make_state(model->config(), ctx);
+    auto state = make_state(model->config(), ctx, parse_kv_type(o.kv_type));
     ThreadPool pool(o.threads > 0 ? o.threads : default_threads());
     Sampler sampler(o.sampling);
     // The generated text continues the prompt: keep its leading space.
@@ -139,6 +146,7 @@ struct EvalOptions {
     std::string ids;
     int top_k = 5;
     int threads = 0;
+    std::string kv_type = "f32";
 };
 
 int run_eval(const EvalOptions& o) {
@@ -147,7 +155,8 @@ int run_eval(const EvalOptions& o) {
     if (ids.empty()) throw std::runtime_error("--ids is empty");
     const int64_t n_vocab = model->config().n_vocab;
     const int k = std::clamp<int>(o.top_k, 1, static_cast<int>(n_vocab));
-    auto state = make_state(model->config(), static_cast<int64_t>(ids.size()));
+    auto state = make_state(model->config(), static_cast<int64_t>(ids.size()),
+                            parse_kv_type(o.kv_type));
     ThreadPool pool(o.threads > 0 ? o.threads : default_threads());
     std::vector<int32_t> order(static_cast<size_t>(n_vocab));
     for (size_t b = 0; b < ids.size(); b += kMaxBatch) {
@@ -260,6 +269,8 @@ void register_model_commands(CLI::App& app, std::vector<Command>& out) {
     add_sampling_options(run, *run_opts);
     run->add_option("-t,--threads", run_opts->threads, "Threads (default: all cores)");
     run->add_option("-c,--ctx", run_opts->ctx, "Context size (default: prompt + n, at least 4096)");
+    run->add_option("--kv-type", run_opts->kv_type, "KV cache precision: f32 or f16")
+        ->capture_default_str();
     run->add_flag("--json", run_opts->json_out, "Print one JSON object at the end");
     run->add_flag("--ignore-eos", run_opts->ignore_eos, "Keep generating past end-of-text");
     run->add_flag("--no-bos", run_opts->no_bos, "Do not add the BOS token the model asks for");
@@ -276,6 +287,8 @@ void register_model_commands(CLI::App& app, std::vector<Command>& out) {
     eval->add_option("--ids", eval_opts->ids, "Token ids: 1,2,3")->required();
     eval->add_option("--top-k", eval_opts->top_k, "Logits per position")->capture_default_str();
     eval->add_option("-t,--threads", eval_opts->threads, "Threads (default: all cores)");
+    eval->add_option("--kv-type", eval_opts->kv_type, "KV cache precision: f32 or f16")
+        ->capture_default_str();
     out.push_back({eval, [eval_opts] { return run_eval(*eval_opts); }});
 
     struct TokOpts {

@@ -40,14 +40,11 @@ void prepare_scratch(const ModelConfig& c, ForwardScratch& s, int64_t batch, int
 void rope_tables(const Model& model, int64_t pos0, int64_t n, ForwardScratch& s) {
     const ModelConfig& c = model.config();
     const int64_t half = c.rope_dims / 2;
-    const auto& factors = model.rope_freq_factors();
+    const auto& inv_freq = model.rope_inv_freq();
     for (int64_t t = 0; t < n; ++t) {
         const double pos = static_cast<double>(pos0 + t) * c.rope_freq_scale;
         for (int64_t i = 0; i < half; ++i) {
-            double freq = std::pow(c.rope_base, -2.0 * static_cast<double>(i) /
-                                                    static_cast<double>(c.rope_dims));
-            if (!factors.empty()) freq /= factors[static_cast<size_t>(i)];
-            const double angle = pos * freq;
+            const double angle = pos * inv_freq[static_cast<size_t>(i)];
             s.rope_cos[static_cast<size_t>(t * half + i)] = static_cast<float>(std::cos(angle));
             s.rope_sin[static_cast<size_t>(t * half + i)] = static_cast<float>(std::sin(angle));
         }
@@ -69,16 +66,23 @@ void attention(const ModelConfig& c, InferenceState& st, ThreadPool& pool, int64
         const int64_t visible = pos0 + t + 1;  // causal: itself and everything before
         const float* q = s.q.data() + t * c.n_head * c.head_dim + h * c.head_dim;
         float* scores = s.scores.data() + static_cast<int64_t>(worker) * positions;
+        const bool f16 = st.kv.type() == KvType::F16;
         for (int64_t p = 0; p < visible; ++p) {
-            const float* k = st.kv.k_row(layer, p) + kvh * c.head_dim;
-            scores[p] = dot_f32(q, k, c.head_dim) * scale;
+            scores[p] = scale * (f16 ? dot_f16_f32(st.kv.k_row_f16(layer, p) + kvh * c.head_dim,
+                                                   q, c.head_dim)
+                                     : dot_f32(q, st.kv.k_row(layer, p) + kvh * c.head_dim,
+                                               c.head_dim));
         }
         softmax_inplace(scores, visible);
         float* out = s.attn.data() + t * c.n_head * c.value_dim + h * c.value_dim;
         std::fill(out, out + c.value_dim, 0.0f);
         for (int64_t p = 0; p < visible; ++p) {
-            const float* v = st.kv.v_row(layer, p) + kvh * c.value_dim;
-            axpy_f32(scores[p], v, out, c.value_dim);
+            if (f16) {
+                axpy_f16(scores[p], st.kv.v_row_f16(layer, p) + kvh * c.value_dim, out,
+                         c.value_dim);
+            } else {
+                axpy_f32(scores[p], st.kv.v_row(layer, p) + kvh * c.value_dim, out, c.value_dim);
+            }
         }
     });
 }
@@ -120,8 +124,13 @@ void attention_block(const Model& model, const LayerWeights& L, InferenceState& 
             if (c.qk_norm) rms_norm(kh, L.k_norm.data(), kh, c.head_dim, eps);
             rope(kh, cs, sn, c.rope_dims, c.rope_layout == RopeLayout::Halves);
         }
-        std::copy(k, k + k_dim, st.kv.k_row(layer, pos0 + t));
-        std::copy(v, v + v_dim, st.kv.v_row(layer, pos0 + t));
+        if (st.kv.type() == KvType::F16) {
+            to_f16(k, st.kv.k_row_f16(layer, pos0 + t), k_dim);
+            to_f16(v, st.kv.v_row_f16(layer, pos0 + t), v_dim);
+        } else {
+            std::copy(k, k + k_dim, st.kv.k_row(layer, pos0 + t));
+            std::copy(v, v + v_dim, st.kv.v_row(layer, pos0 + t));
+        }
     }
     attention(c, st, pool, layer, pos0, n);
     // x += Wo · attn

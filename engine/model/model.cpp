@@ -4,6 +4,7 @@
 
 #include <xxhash.h>
 
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <sstream>
@@ -250,7 +251,13 @@ std::unique_ptr<Model> Model::load(const std::string& path) {
     m->output_norm_ = bind.vector("output_norm.weight", c.n_embd);
     c.tied_output = bind.find("output.weight") == nullptr;
     m->output_ = c.tied_output ? m->token_embd_ : bind.matrix("output.weight", c.n_vocab, c.n_embd);
-    m->rope_freqs_ = bind.optional_vector("rope_freqs.weight", c.rope_dims / 2);
+    const std::vector<float> factors = bind.optional_vector("rope_freqs.weight", c.rope_dims / 2);
+    for (int64_t i = 0; i < c.rope_dims / 2; ++i) {
+        double freq = std::pow(c.rope_base, -2.0 * static_cast<double>(i) /
+                                                static_cast<double>(c.rope_dims));
+        if (!factors.empty()) freq /= factors[static_cast<size_t>(i)];
+        m->rope_inv_freq_.push_back(freq);
+    }
 
     const int64_t q_dim = c.n_head * c.head_dim;
     const int64_t k_dim = c.n_head_kv * c.head_dim;

@@ -74,8 +74,9 @@ public:
     const MatrixView& output() const { return output_; }          // [n_vocab x n_embd]
     const std::vector<float>& output_norm() const { return output_norm_; }
     const std::vector<LayerWeights>& layers() const { return layers_; }
-    // Per-dimension RoPE frequency divisors (llama 3 long-context scaling), or empty.
-    const std::vector<float>& rope_freq_factors() const { return rope_freqs_; }
+    // RoPE angular frequency of each rotated pair [rope_dims/2]: base^(-2i/rope_dims), divided
+    // by the per-dimension factors of llama 3 long-context scaling when the file has them.
+    const std::vector<double>& rope_inv_freq() const { return rope_inv_freq_; }
 
     // Hex digest covering architecture, hyper-parameters, tensor table and sampled tensor
     // bytes, and tokenizer: state saved under another fingerprint is never reused.
@@ -92,7 +93,7 @@ private:
     MatrixView token_embd_;
     MatrixView output_;
     std::vector<float> output_norm_;
-    std::vector<float> rope_freqs_;
+    std::vector<double> rope_inv_freq_;
     std::vector<LayerWeights> layers_;
     std::string fingerprint_;
 };

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "engine/tensor/blocks.h"
+
 namespace ember {
 
 void rms_norm(const float* x, const float* weight, float* out, int64_t n, float eps) {
@@ -53,6 +55,20 @@ float dot_f32(const float* a, const float* b, int64_t n) {
 
 void axpy_f32(float a, const float* x, float* y, int64_t n) {
     for (int64_t i = 0; i < n; ++i) y[i] += a * x[i];
+}
+
+float dot_f16_f32(const uint16_t* a, const float* b, int64_t n) {
+    float sum = 0.0f;
+    for (int64_t i = 0; i < n; ++i) sum += fp16_to_fp32(a[i]) * b[i];
+    return sum;
+}
+
+void axpy_f16(float a, const uint16_t* x, float* y, int64_t n) {
+    for (int64_t i = 0; i < n; ++i) y[i] += a * fp16_to_fp32(x[i]);
+}
+
+void to_f16(const float* x, uint16_t* out, int64_t n) {
+    for (int64_t i = 0; i < n; ++i) out[i] = fp32_to_fp16(x[i]);
 }
 
 void add_inplace(float* y, const float* x, int64_t n) {

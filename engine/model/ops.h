@@ -16,6 +16,10 @@ void softmax_inplace(float* x, int64_t n);
 float dot_f32(const float* a, const float* b, int64_t n);
 // y += a * x
 void axpy_f32(float a, const float* x, float* y, int64_t n);
+// Half-precision KV cache rows: a is [n] fp16 bits.
+float dot_f16_f32(const uint16_t* a, const float* b, int64_t n);
+void axpy_f16(float a, const uint16_t* x, float* y, int64_t n);
+void to_f16(const float* x, uint16_t* out, int64_t n);
 // y += x
 void add_inplace(float* y, const float* x, int64_t n);
 // gate[i] = silu(gate[i]) * up[i]
