@@ -68,10 +68,10 @@ void attention(const ModelConfig& c, InferenceState& st, ThreadPool& pool, int64
         float* scores = s.scores.data() + static_cast<int64_t>(worker) * positions;
         const bool f16 = st.kv.type() == KvType::F16;
         for (int64_t p = 0; p < visible; ++p) {
-            scores[p] = scale * (f16 ? dot_f16_f32(st.kv.k_row_f16(layer, p) + kvh * c.head_dim,
-                                                   q, c.head_dim)
-                                     : dot_f32(q, st.kv.k_row(layer, p) + kvh * c.head_dim,
-                                               c.head_dim));
+            scores[p] =
+                scale *
+                (f16 ? dot_f16_f32(st.kv.k_row_f16(layer, p) + kvh * c.head_dim, q, c.head_dim)
+                     : dot_f32(q, st.kv.k_row(layer, p) + kvh * c.head_dim, c.head_dim));
         }
         softmax_inplace(scores, visible);
         float* out = s.attn.data() + t * c.n_head * c.value_dim + h * c.value_dim;
@@ -142,8 +142,8 @@ void ffn_block(const Model& model, const LayerWeights& L, ForwardScratch& s, Thr
                int64_t n) {
     const ModelConfig& c = model.config();
     for (int64_t t = 0; t < n; ++t) {
-        rms_norm(s.x.data() + t * c.n_embd, L.ffn_norm.data(), s.xn.data() + t * c.n_embd,
-                 c.n_embd, static_cast<float>(c.rms_eps));
+        rms_norm(s.x.data() + t * c.n_embd, L.ffn_norm.data(), s.xn.data() + t * c.n_embd, c.n_embd,
+                 static_cast<float>(c.rms_eps));
     }
     matmul(pool, L.w_gate, s.xn.data(), n, s.gate.data(), c.n_ff, s.mm);
     matmul(pool, L.w_up, s.xn.data(), n, s.up.data(), c.n_ff, s.mm);
@@ -175,8 +175,7 @@ void forward_batch(const Model& model, InferenceState& st, ThreadPool& pool,
     const int64_t n_out = n - first_out;
     for (int64_t t = first_out; t < n; ++t) {
         rms_norm(s.x.data() + t * c.n_embd, model.output_norm().data(),
-                 s.xn.data() + (t - first_out) * c.n_embd, c.n_embd,
-                 static_cast<float>(c.rms_eps));
+                 s.xn.data() + (t - first_out) * c.n_embd, c.n_embd, static_cast<float>(c.rms_eps));
     }
     if (n_out > 0) matmul(pool, model.output(), s.xn.data(), n_out, out, c.n_vocab, s.mm);
     st.kv.set_length(pos0 + n);
@@ -197,8 +196,9 @@ std::span<const float> forward(const Model& model, InferenceState& st, ThreadPoo
     }
     for (int32_t id : tokens) {
         if (id < 0 || id >= c.n_vocab) {
-            throw std::out_of_range("token id " + std::to_string(id) + " is outside the vocabulary (" +
-                                    std::to_string(c.n_vocab) + ")");
+            throw std::out_of_range("token id " + std::to_string(id) +
+                                    " is outside the vocabulary (" + std::to_string(c.n_vocab) +
+                                    ")");
         }
     }
     const int64_t rows = wanted == LogitsWanted::All ? n : 1;

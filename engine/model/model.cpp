@@ -16,7 +16,7 @@ namespace ember {
 namespace {
 
 class ModelError : public GgufError {
-public:
+  public:
     using GgufError::GgufError;
 };
 
@@ -28,7 +28,7 @@ std::string shape_string(const std::vector<int64_t>& dims) {
 
 // Looks up tensors by name and checks them against the shape the family expects.
 class TensorBinder {
-public:
+  public:
     explicit TensorBinder(const GgufFile& file) : file_(file) {}
 
     const GgufTensorInfo* find(const std::string& name) const { return file_.find_tensor(name); }
@@ -74,7 +74,7 @@ public:
         return to_f32(*t, n);
     }
 
-private:
+  private:
     std::vector<float> to_f32(const GgufTensorInfo& t, int64_t n) const {
         MatrixView m;
         m.type = t.type;
@@ -128,8 +128,8 @@ ModelConfig read_config(const GgufFile& f) {
     constexpr int64_t kMaxDim = 1 << 20;
     c.n_embd = positive(f, p + "embedding_length", require_int(f, p + "embedding_length"), kMaxDim);
     c.n_layer = positive(f, p + "block_count", require_int(f, p + "block_count"), 4096);
-    c.n_ff = positive(f, p + "feed_forward_length", require_int(f, p + "feed_forward_length"),
-                      kMaxDim);
+    c.n_ff =
+        positive(f, p + "feed_forward_length", require_int(f, p + "feed_forward_length"), kMaxDim);
     c.n_head =
         positive(f, p + "attention.head_count", require_int(f, p + "attention.head_count"), 4096);
     c.n_head_kv = positive(f, p + "attention.head_count_kv",
@@ -138,9 +138,9 @@ ModelConfig read_config(const GgufFile& f) {
         throw ModelError(f.path() + ": attention.head_count " + std::to_string(c.n_head) +
                          " is not a multiple of head_count_kv " + std::to_string(c.n_head_kv));
     }
-    c.head_dim = positive(f, p + "attention.key_length",
-                          f.get_int(p + "attention.key_length").value_or(c.n_embd / c.n_head),
-                          kMaxDim);
+    c.head_dim =
+        positive(f, p + "attention.key_length",
+                 f.get_int(p + "attention.key_length").value_or(c.n_embd / c.n_head), kMaxDim);
     c.value_dim = positive(f, p + "attention.value_length",
                            f.get_int(p + "attention.value_length").value_or(c.head_dim), kMaxDim);
     c.n_ctx_train = f.get_int(p + "context_length").value_or(2048);
@@ -173,7 +173,7 @@ std::string compute_fingerprint(const GgufFile& f, const ModelConfig& c) {
         add(s.data(), s.size());
     };
     add_str(c.arch);
-    const int64_t hp[] = {c.n_vocab, c.n_embd,    c.n_layer, c.n_head,    c.n_head_kv,
+    const int64_t hp[] = {c.n_vocab,  c.n_embd,    c.n_layer, c.n_head,    c.n_head_kv,
                           c.head_dim, c.value_dim, c.n_ff,    c.rope_dims, c.tied_output};
     add(hp, sizeof hp);
     const double fp[] = {c.rms_eps, c.rope_base, c.rope_freq_scale};
@@ -196,7 +196,8 @@ std::string compute_fingerprint(const GgufFile& f, const ModelConfig& c) {
         }
     }
     // Tokenizer and template metadata change what prompts map to.
-    for (const char* key : {"tokenizer.ggml.model", "tokenizer.ggml.pre", "tokenizer.chat_template"}) {
+    for (const char* key :
+         {"tokenizer.ggml.model", "tokenizer.ggml.pre", "tokenizer.chat_template"}) {
         if (auto s = f.get_string(key)) add_str(*s);
     }
     if (const GgufArray* toks = f.get_array("tokenizer.ggml.tokens")) {
@@ -217,9 +218,12 @@ std::string compute_fingerprint(const GgufFile& f, const ModelConfig& c) {
 
 std::string_view family_name(Family family) {
     switch (family) {
-        case Family::Llama: return "llama";
-        case Family::Qwen2: return "qwen2";
-        case Family::Qwen3: return "qwen3";
+        case Family::Llama:
+            return "llama";
+        case Family::Qwen2:
+            return "qwen2";
+        case Family::Qwen3:
+            return "qwen3";
     }
     return "unknown";
 }
@@ -253,8 +257,8 @@ std::unique_ptr<Model> Model::load(const std::string& path) {
     m->output_ = c.tied_output ? m->token_embd_ : bind.matrix("output.weight", c.n_vocab, c.n_embd);
     const std::vector<float> factors = bind.optional_vector("rope_freqs.weight", c.rope_dims / 2);
     for (int64_t i = 0; i < c.rope_dims / 2; ++i) {
-        double freq = std::pow(c.rope_base, -2.0 * static_cast<double>(i) /
-                                                static_cast<double>(c.rope_dims));
+        double freq =
+            std::pow(c.rope_base, -2.0 * static_cast<double>(i) / static_cast<double>(c.rope_dims));
         if (!factors.empty()) freq /= factors[static_cast<size_t>(i)];
         m->rope_inv_freq_.push_back(freq);
     }

@@ -30,14 +30,14 @@ struct ModelConfig {
     int64_t n_layer = 0;
     int64_t n_head = 0;
     int64_t n_head_kv = 0;
-    int64_t head_dim = 0;  // key/query length per head
+    int64_t head_dim = 0;   // key/query length per head
     int64_t value_dim = 0;  // value length per head
     int64_t n_ff = 0;
     int64_t n_ctx_train = 0;
     double rms_eps = 1e-5;
     double rope_base = 10000.0;
     double rope_freq_scale = 1.0;  // positions are multiplied by this (linear scaling)
-    int64_t rope_dims = 0;          // rotated dimensions per head (<= head_dim)
+    int64_t rope_dims = 0;         // rotated dimensions per head (<= head_dim)
     RopeLayout rope_layout = RopeLayout::Adjacent;
     bool tied_output = false;
     bool qkv_bias = false;
@@ -45,21 +45,21 @@ struct ModelConfig {
 };
 
 struct LayerWeights {
-    std::vector<float> attn_norm;  // [n_embd]
-    MatrixView wq;                 // [n_head*head_dim x n_embd]
-    MatrixView wk;                 // [n_head_kv*head_dim x n_embd]
-    MatrixView wv;                 // [n_head_kv*value_dim x n_embd]
-    MatrixView wo;                 // [n_embd x n_head*value_dim]
-    std::vector<float> bq, bk, bv;  // qwen2 biases, empty otherwise
+    std::vector<float> attn_norm;       // [n_embd]
+    MatrixView wq;                      // [n_head*head_dim x n_embd]
+    MatrixView wk;                      // [n_head_kv*head_dim x n_embd]
+    MatrixView wv;                      // [n_head_kv*value_dim x n_embd]
+    MatrixView wo;                      // [n_embd x n_head*value_dim]
+    std::vector<float> bq, bk, bv;      // qwen2 biases, empty otherwise
     std::vector<float> q_norm, k_norm;  // qwen3 per-head RMS norm weights [head_dim], or empty
-    std::vector<float> ffn_norm;   // [n_embd]
-    MatrixView w_gate;             // [n_ff x n_embd]
-    MatrixView w_up;               // [n_ff x n_embd]
-    MatrixView w_down;             // [n_embd x n_ff]
+    std::vector<float> ffn_norm;        // [n_embd]
+    MatrixView w_gate;                  // [n_ff x n_embd]
+    MatrixView w_up;                    // [n_ff x n_embd]
+    MatrixView w_down;                  // [n_embd x n_ff]
 };
 
 class Model {
-public:
+  public:
     // Maps, validates and wires up `path`. Throws GgufError / std::runtime_error naming the
     // file and the offending field or tensor.
     static std::unique_ptr<Model> load(const std::string& path);
@@ -84,7 +84,7 @@ public:
     // Bytes of weights read per decoded token (every matrix once, plus one embedding row).
     uint64_t weight_bytes_per_token() const;
 
-private:
+  private:
     Model() = default;
 
     std::unique_ptr<GgufFile> file_;

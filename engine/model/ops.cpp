@@ -3,9 +3,25 @@
 #include <algorithm>
 #include <cmath>
 
+#include "engine/model/ops_avx512.h"
 #include "engine/tensor/blocks.h"
 
 namespace ember {
+
+namespace {
+
+#if defined(__x86_64__)
+// The AVX-512 versions live in ops_avx512.cpp (compiled with -mavx512f); they run only where
+// the CPU and the OS enable AVX-512 (libgcc's check reads XCR0 too).
+bool use_avx512() {
+    static const bool enabled = __builtin_cpu_supports("avx512f") &&
+                                __builtin_cpu_supports("avx512vl") &&
+                                __builtin_cpu_supports("avx512dq");
+    return enabled;
+}
+#endif
+
+}  // namespace
 
 void rms_norm(const float* x, const float* weight, float* out, int64_t n, float eps) {
     // Accumulate in double: the sum of squares of thousands of activations loses digits in
@@ -29,6 +45,9 @@ void rope(float* head, const float* cos, const float* sin, int64_t dims, bool ha
 }
 
 void softmax_inplace(float* x, int64_t n) {
+#if defined(__x86_64__)
+    if (use_avx512()) return avx512::softmax(x, n);
+#endif
     float max = x[0];
     for (int64_t i = 1; i < n; ++i) max = std::max(max, x[i]);
     float sum = 0.0f;
@@ -41,6 +60,9 @@ void softmax_inplace(float* x, int64_t n) {
 }
 
 float dot_f32(const float* a, const float* b, int64_t n) {
+#if defined(__x86_64__)
+    if (use_avx512()) return avx512::dot(a, b, n);
+#endif
     // Eight independent partial sums so the compiler can vectorize without -ffast-math.
     float acc[8] = {};
     int64_t i = 0;
@@ -54,6 +76,9 @@ float dot_f32(const float* a, const float* b, int64_t n) {
 }
 
 void axpy_f32(float a, const float* x, float* y, int64_t n) {
+#if defined(__x86_64__)
+    if (use_avx512()) return avx512::axpy(a, x, y, n);
+#endif
     for (int64_t i = 0; i < n; ++i) y[i] += a * x[i];
 }
 
@@ -76,6 +101,9 @@ void add_inplace(float* y, const float* x, int64_t n) {
 }
 
 void swiglu_inplace(float* gate, const float* up, int64_t n) {
+#if defined(__x86_64__)
+    if (use_avx512()) return avx512::swiglu(gate, up, n);
+#endif
     for (int64_t i = 0; i < n; ++i) {
         const float g = gate[i];
         gate[i] = g / (1.0f + std::exp(-g)) * up[i];

@@ -25,7 +25,8 @@ void KvCache::init(int64_t n_layer, int64_t k_width, int64_t v_width, int64_t ma
 
 void KvCache::reserve(int64_t n) {
     if (n > max_positions_) {
-        throw std::length_error("KV cache: " + std::to_string(n) + " positions exceed the context of " +
+        throw std::length_error("KV cache: " + std::to_string(n) +
+                                " positions exceed the context of " +
                                 std::to_string(max_positions_));
     }
     const int64_t need = (n + kChunkPositions - 1) / kChunkPositions;
@@ -45,8 +46,8 @@ void KvCache::set_length(int64_t n) {
     length_ = n;
 }
 
-uint8_t* KvCache::row(std::vector<std::unique_ptr<uint8_t[]>>& chunks, int64_t width,
-                      int64_t layer, int64_t pos) {
+uint8_t* KvCache::row(std::vector<std::unique_ptr<uint8_t[]>>& chunks, int64_t width, int64_t layer,
+                      int64_t pos) {
     const size_t idx = static_cast<size_t>(layer * n_chunks_max_ + pos / kChunkPositions);
     return chunks[idx].get() + (pos % kChunkPositions) * width * static_cast<int64_t>(elem_size());
 }
