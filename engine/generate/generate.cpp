@@ -11,10 +11,14 @@ namespace ember {
 
 std::string_view finish_reason_name(FinishReason reason) {
     switch (reason) {
-        case FinishReason::Stop: return "stop";
-        case FinishReason::Length: return "length";
-        case FinishReason::Context: return "context";
-        case FinishReason::Cancelled: return "cancelled";
+        case FinishReason::Stop:
+            return "stop";
+        case FinishReason::Length:
+            return "length";
+        case FinishReason::Context:
+            return "context";
+        case FinishReason::Cancelled:
+            return "cancelled";
     }
     return "unknown";
 }
@@ -57,7 +61,8 @@ GenerateResult generate(const Model& model, InferenceState& state, ThreadPool& p
             break;
         }
         const int32_t token = next;
-        logits = forward(model, state, pool, std::span<const int32_t>(&token, 1), LogitsWanted::Last);
+        logits =
+            forward(model, state, pool, std::span<const int32_t>(&token, 1), LogitsWanted::Last);
         next = sampler.sample(logits);
     }
     result.stats.generated_tokens = static_cast<int64_t>(result.ids.size());

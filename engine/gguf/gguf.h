@@ -107,7 +107,7 @@ public:
 
     // Typed getters: nullopt when absent; GgufError when present with an unusable type.
     std::optional<std::string> get_string(std::string_view key) const;
-    std::optional<int64_t> get_int(std::string_view key) const;  // any integer type
+    std::optional<int64_t> get_int(std::string_view key) const;   // any integer type
     std::optional<double> get_float(std::string_view key) const;  // float or integer
     std::optional<bool> get_bool(std::string_view key) const;
     const GgufArray* get_array(std::string_view key) const;

@@ -74,7 +74,9 @@ private:
     const std::string& file_;
 };
 
-bool is_valid_value_type(uint32_t t) { return t <= static_cast<uint32_t>(GgufValueType::F64); }
+bool is_valid_value_type(uint32_t t) {
+    return t <= static_cast<uint32_t>(GgufValueType::F64);
+}
 
 size_t scalar_size(GgufValueType t) {
     switch (t) {
@@ -103,24 +105,48 @@ GgufValue read_scalar(Cursor& cur, GgufValueType t, const std::string& field) {
     GgufValue v;
     v.type = t;
     switch (t) {
-        case GgufValueType::U8: v.value = int64_t{cur.read<uint8_t>(field)}; break;
-        case GgufValueType::I8: v.value = int64_t{cur.read<int8_t>(field)}; break;
-        case GgufValueType::U16: v.value = int64_t{cur.read<uint16_t>(field)}; break;
-        case GgufValueType::I16: v.value = int64_t{cur.read<int16_t>(field)}; break;
-        case GgufValueType::U32: v.value = int64_t{cur.read<uint32_t>(field)}; break;
-        case GgufValueType::I32: v.value = int64_t{cur.read<int32_t>(field)}; break;
-        case GgufValueType::I64: v.value = cur.read<int64_t>(field); break;
-        case GgufValueType::U64: v.value = cur.read<uint64_t>(field); break;
-        case GgufValueType::F32: v.value = double{cur.read<float>(field)}; break;
-        case GgufValueType::F64: v.value = cur.read<double>(field); break;
+        case GgufValueType::U8:
+            v.value = int64_t{cur.read<uint8_t>(field)};
+            break;
+        case GgufValueType::I8:
+            v.value = int64_t{cur.read<int8_t>(field)};
+            break;
+        case GgufValueType::U16:
+            v.value = int64_t{cur.read<uint16_t>(field)};
+            break;
+        case GgufValueType::I16:
+            v.value = int64_t{cur.read<int16_t>(field)};
+            break;
+        case GgufValueType::U32:
+            v.value = int64_t{cur.read<uint32_t>(field)};
+            break;
+        case GgufValueType::I32:
+            v.value = int64_t{cur.read<int32_t>(field)};
+            break;
+        case GgufValueType::I64:
+            v.value = cur.read<int64_t>(field);
+            break;
+        case GgufValueType::U64:
+            v.value = cur.read<uint64_t>(field);
+            break;
+        case GgufValueType::F32:
+            v.value = double{cur.read<float>(field)};
+            break;
+        case GgufValueType::F64:
+            v.value = cur.read<double>(field);
+            break;
         case GgufValueType::BOOL: {
             uint8_t b = cur.read<uint8_t>(field);
-            if (b > 1) fail(cur.file(), field + ": bool value " + std::to_string(b) + " is not 0 or 1");
+            if (b > 1)
+                fail(cur.file(), field + ": bool value " + std::to_string(b) + " is not 0 or 1");
             v.value = b != 0;
             break;
         }
-        case GgufValueType::STRING: v.value = cur.read_string(field); break;
-        default: break;
+        case GgufValueType::STRING:
+            v.value = cur.read_string(field);
+            break;
+        default:
+            break;
     }
     return v;
 }
@@ -159,7 +185,8 @@ GgufArray read_array(Cursor& cur, const std::string& field, const std::string& f
         case GgufValueType::F64:
             arr.floats.reserve(count);
             for (uint64_t i = 0; i < count; ++i) {
-                arr.floats.push_back(std::get<double>(read_scalar(cur, arr.elem_type, field).value));
+                arr.floats.push_back(
+                    std::get<double>(read_scalar(cur, arr.elem_type, field).value));
             }
             break;
         case GgufValueType::U64:
@@ -190,19 +217,24 @@ bool mul_overflows(uint64_t a, uint64_t b, uint64_t* out) {
 
 size_t GgufArray::size() const {
     switch (elem_type) {
-        case GgufValueType::STRING: return strings.size();
-        case GgufValueType::ARRAY: return arrays.size();
+        case GgufValueType::STRING:
+            return strings.size();
+        case GgufValueType::ARRAY:
+            return arrays.size();
         case GgufValueType::F32:
-        case GgufValueType::F64: return floats.size();
-        case GgufValueType::U64: return uints.size();
-        default: return ints.size();
+        case GgufValueType::F64:
+            return floats.size();
+        case GgufValueType::U64:
+            return uints.size();
+        default:
+            return ints.size();
     }
 }
 
 std::string_view gguf_value_type_name(GgufValueType type) {
-    static constexpr std::string_view kNames[] = {"u8",  "i8",    "u16",  "i16", "u32",
-                                                  "i32", "f32",   "bool", "string",
-                                                  "array", "u64", "i64",  "f64"};
+    static constexpr std::string_view kNames[] = {"u8",  "i8",  "u16",  "i16",    "u32",
+                                                  "i32", "f32", "bool", "string", "array",
+                                                  "u64", "i64", "f64"};
     auto i = static_cast<uint32_t>(type);
     return i < std::size(kNames) ? kNames[i] : std::string_view("unknown");
 }
@@ -301,11 +333,12 @@ void GgufFile::parse_all() {
         metadata_.emplace(key, std::move(v));
     }
 
-    if (const GgufValue* a = find("general.alignment")) {
-        int64_t align = 0;
-        if (const auto* p = std::get_if<int64_t>(&a->value)) align = *p;
+    if (find("general.alignment")) {
+        // get_int names the key and type when the value is not an integer.
+        const int64_t align = *get_int("general.alignment");
         if (align <= 0 || align > (1 << 20) || (align & (align - 1)) != 0) {
-            fail(name_, "general.alignment must be a power of two, got " + std::to_string(align));
+            fail(name_, "general.alignment must be a power of two up to 1048576, got " +
+                            std::to_string(align));
         }
         alignment_ = static_cast<uint32_t>(align);
     }

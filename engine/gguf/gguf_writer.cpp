@@ -55,12 +55,24 @@ void put_scalar(ByteSink& sink, GgufValueType type, const GgufValue& v) {
         return static_cast<double>(as_int());
     };
     switch (type) {
-        case GgufValueType::U8: sink.put(static_cast<uint8_t>(as_int())); break;
-        case GgufValueType::I8: sink.put(static_cast<int8_t>(as_int())); break;
-        case GgufValueType::U16: sink.put(static_cast<uint16_t>(as_int())); break;
-        case GgufValueType::I16: sink.put(static_cast<int16_t>(as_int())); break;
-        case GgufValueType::U32: sink.put(static_cast<uint32_t>(as_int())); break;
-        case GgufValueType::I32: sink.put(static_cast<int32_t>(as_int())); break;
+        case GgufValueType::U8:
+            sink.put(static_cast<uint8_t>(as_int()));
+            break;
+        case GgufValueType::I8:
+            sink.put(static_cast<int8_t>(as_int()));
+            break;
+        case GgufValueType::U16:
+            sink.put(static_cast<uint16_t>(as_int()));
+            break;
+        case GgufValueType::I16:
+            sink.put(static_cast<int16_t>(as_int()));
+            break;
+        case GgufValueType::U32:
+            sink.put(static_cast<uint32_t>(as_int()));
+            break;
+        case GgufValueType::I32:
+            sink.put(static_cast<int32_t>(as_int()));
+            break;
         case GgufValueType::U64:
             if (const auto* u = std::get_if<uint64_t>(&v.value)) {
                 sink.put(*u);
@@ -68,12 +80,23 @@ void put_scalar(ByteSink& sink, GgufValueType type, const GgufValue& v) {
                 sink.put(static_cast<uint64_t>(as_int()));
             }
             break;
-        case GgufValueType::I64: sink.put(as_int()); break;
-        case GgufValueType::F32: sink.put(static_cast<float>(as_float())); break;
-        case GgufValueType::F64: sink.put(as_float()); break;
-        case GgufValueType::BOOL: sink.put(static_cast<uint8_t>(as_int() != 0)); break;
-        case GgufValueType::STRING: sink.put_string(std::get<std::string>(v.value)); break;
-        default: throw GgufError("GGUF writer: bad scalar type");
+        case GgufValueType::I64:
+            sink.put(as_int());
+            break;
+        case GgufValueType::F32:
+            sink.put(static_cast<float>(as_float()));
+            break;
+        case GgufValueType::F64:
+            sink.put(as_float());
+            break;
+        case GgufValueType::BOOL:
+            sink.put(static_cast<uint8_t>(as_int() != 0));
+            break;
+        case GgufValueType::STRING:
+            sink.put_string(std::get<std::string>(v.value));
+            break;
+        default:
+            throw GgufError("GGUF writer: bad scalar type");
     }
 }
 
@@ -157,6 +180,19 @@ void GgufWriter::add_tensor(const std::string& name, std::vector<int64_t> dims, 
 }
 
 void GgufWriter::write(const std::string& path, uint32_t alignment) const {
+    // A general.alignment in the metadata is what readers lay the file out by, so it wins.
+    for (const auto& [key, value] : metadata_) {
+        if (key != "general.alignment") continue;
+        int64_t a = 0;
+        if (const auto* i = std::get_if<int64_t>(&value.value)) a = *i;
+        if (const auto* u = std::get_if<uint64_t>(&value.value)) a = static_cast<int64_t>(*u);
+        if (a <= 0 || a > (1 << 20)) a = 0;  // rejected below
+        alignment = static_cast<uint32_t>(a);
+    }
+    if (alignment == 0 || (alignment & (alignment - 1)) != 0 || alignment > (1u << 20)) {
+        throw GgufError(path + ": alignment " + std::to_string(alignment) +
+                        " is not a power of two up to 1048576");
+    }
     const std::string tmp = path + ".tmp";
     {
         std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
@@ -165,8 +201,9 @@ void GgufWriter::write(const std::string& path, uint32_t alignment) const {
         sink.put<uint32_t>(0x46554747);
         sink.put<uint32_t>(3);
         sink.put<uint64_t>(tensors_.size());
-        const bool has_alignment = std::any_of(metadata_.begin(), metadata_.end(),
-                                               [](auto& kv) { return kv.first == "general.alignment"; });
+        const bool has_alignment = std::any_of(metadata_.begin(), metadata_.end(), [](auto& kv) {
+            return kv.first == "general.alignment";
+        });
         sink.put<uint64_t>(metadata_.size() + (has_alignment || alignment == 32 ? 0 : 1));
         for (const auto& [key, value] : metadata_) {
             sink.put_string(key);

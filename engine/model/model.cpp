@@ -16,7 +16,7 @@ namespace ember {
 namespace {
 
 class ModelError : public GgufError {
-  public:
+public:
     using GgufError::GgufError;
 };
 
@@ -28,7 +28,7 @@ std::string shape_string(const std::vector<int64_t>& dims) {
 
 // Looks up tensors by name and checks them against the shape the family expects.
 class TensorBinder {
-  public:
+public:
     explicit TensorBinder(const GgufFile& file) : file_(file) {}
 
     const GgufTensorInfo* find(const std::string& name) const { return file_.find_tensor(name); }
@@ -74,7 +74,7 @@ class TensorBinder {
         return to_f32(*t, n);
     }
 
-  private:
+private:
     std::vector<float> to_f32(const GgufTensorInfo& t, int64_t n) const {
         MatrixView m;
         m.type = t.type;

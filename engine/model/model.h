@@ -59,7 +59,7 @@ struct LayerWeights {
 };
 
 class Model {
-  public:
+public:
     // Maps, validates and wires up `path`. Throws GgufError / std::runtime_error naming the
     // file and the offending field or tensor.
     static std::unique_ptr<Model> load(const std::string& path);
@@ -84,7 +84,7 @@ class Model {
     // Bytes of weights read per decoded token (every matrix once, plus one embedding row).
     uint64_t weight_bytes_per_token() const;
 
-  private:
+private:
     Model() = default;
 
     std::unique_ptr<GgufFile> file_;

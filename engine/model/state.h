@@ -17,7 +17,7 @@ struct ModelConfig;
 enum class KvType { F32, F16 };
 
 class KvCache {
-  public:
+public:
     static constexpr int64_t kChunkPositions = 256;
 
     KvCache() = default;
@@ -48,7 +48,7 @@ class KvCache {
     uint64_t bytes_per_position() const;
     uint64_t allocated_bytes() const;
 
-  private:
+private:
     uint8_t* row(std::vector<std::unique_ptr<uint8_t[]>>& chunks, int64_t width, int64_t layer,
                  int64_t pos);
     size_t elem_size() const { return type_ == KvType::F32 ? 4 : 2; }
