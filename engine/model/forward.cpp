@@ -51,39 +51,58 @@ void rope_tables(const Model& model, int64_t pos0, int64_t n, ForwardScratch& s)
     }
 }
 
+// What one attention task needs; the task lambda captures a pointer to it so the
+// std::function stays in its small buffer (no allocation per layer).
+struct AttentionJob {
+    const ModelConfig* c;
+    InferenceState* st;
+    int64_t layer, pos0, positions, group;
+    float scale;
+};
+
+// One (token, head) pair: scores over the visible cache rows, softmax, weighted sum of V.
+void attend(const AttentionJob& job, int64_t t, int64_t h, int worker) {
+    const ModelConfig& c = *job.c;
+    InferenceState& st = *job.st;
+    ForwardScratch& s = st.scratch;
+    const int64_t kvh = h / job.group;
+    const int64_t visible = job.pos0 + t + 1;  // causal: itself and everything before
+    const float* q = s.q.data() + t * c.n_head * c.head_dim + h * c.head_dim;        // [head_dim]
+    float* scores = s.scores.data() + static_cast<int64_t>(worker) * job.positions;  // [visible]
+    const bool f16 = st.kv.type() == KvType::F16;
+    for (int64_t p = 0; p < visible; ++p) {
+        scores[p] =
+            job.scale *
+            (f16 ? dot_f16_f32(st.kv.k_row_f16(job.layer, p) + kvh * c.head_dim, q, c.head_dim)
+                 : dot_f32(q, st.kv.k_row(job.layer, p) + kvh * c.head_dim, c.head_dim));
+    }
+    softmax_inplace(scores, visible);
+    float* out = s.attn.data() + t * c.n_head * c.value_dim + h * c.value_dim;  // [value_dim]
+    std::fill(out, out + c.value_dim, 0.0f);
+    for (int64_t p = 0; p < visible; ++p) {
+        if (f16) {
+            axpy_f16(scores[p], st.kv.v_row_f16(job.layer, p) + kvh * c.value_dim, out,
+                     c.value_dim);
+        } else {
+            axpy_f32(scores[p], st.kv.v_row(job.layer, p) + kvh * c.value_dim, out, c.value_dim);
+        }
+    }
+}
+
 // Causal attention of `n` new tokens (positions pos0..pos0+n-1) over the cache of `layer`.
 // q: [n x n_head*head_dim], out: [n x n_head*value_dim].
 void attention(const ModelConfig& c, InferenceState& st, ThreadPool& pool, int64_t layer,
                int64_t pos0, int64_t n) {
-    ForwardScratch& s = st.scratch;
-    const int64_t group = c.n_head / c.n_head_kv;
-    const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
-    const int64_t positions = pos0 + n;
-    pool.parallel_for(n * c.n_head, [&](int64_t task, int worker) {
-        const int64_t t = task / c.n_head;
-        const int64_t h = task % c.n_head;
-        const int64_t kvh = h / group;
-        const int64_t visible = pos0 + t + 1;  // causal: itself and everything before
-        const float* q = s.q.data() + t * c.n_head * c.head_dim + h * c.head_dim;
-        float* scores = s.scores.data() + static_cast<int64_t>(worker) * positions;
-        const bool f16 = st.kv.type() == KvType::F16;
-        for (int64_t p = 0; p < visible; ++p) {
-            scores[p] =
-                scale *
-                (f16 ? dot_f16_f32(st.kv.k_row_f16(layer, p) + kvh * c.head_dim, q, c.head_dim)
-                     : dot_f32(q, st.kv.k_row(layer, p) + kvh * c.head_dim, c.head_dim));
-        }
-        softmax_inplace(scores, visible);
-        float* out = s.attn.data() + t * c.n_head * c.value_dim + h * c.value_dim;
-        std::fill(out, out + c.value_dim, 0.0f);
-        for (int64_t p = 0; p < visible; ++p) {
-            if (f16) {
-                axpy_f16(scores[p], st.kv.v_row_f16(layer, p) + kvh * c.value_dim, out,
-                         c.value_dim);
-            } else {
-                axpy_f32(scores[p], st.kv.v_row(layer, p) + kvh * c.value_dim, out, c.value_dim);
-            }
-        }
+    const AttentionJob job{&c,
+                           &st,
+                           layer,
+                           pos0,
+                           pos0 + n,
+                           c.n_head / c.n_head_kv,
+                           1.0f / std::sqrt(static_cast<float>(c.head_dim))};
+    const AttentionJob* jp = &job;
+    pool.parallel_for(n * c.n_head, [jp](int64_t task, int worker) {
+        attend(*jp, task / jp->c->n_head, task % jp->c->n_head, worker);
     });
 }
 

@@ -86,12 +86,18 @@ void ThreadPool::parallel_ranges(int64_t n, int64_t align,
                                  const std::function<void(int64_t, int64_t, int)>& fn) {
     if (n <= 0) return;
     align = std::max<int64_t>(1, align);
-    const int64_t units = (n + align - 1) / align;
-    const int64_t parts = std::min<int64_t>(n_threads_, units);
-    parallel_for(parts, [&](int64_t part, int worker) {
-        int64_t begin = units * part / parts * align;
-        int64_t end = std::min(n, units * (part + 1) / parts * align);
-        if (begin < end) fn(begin, end, worker);
+    struct Split {
+        int64_t n, align, units, parts;
+        const std::function<void(int64_t, int64_t, int)>* fn;
+    } split{n, align, (n + align - 1) / align, 0, &fn};
+    split.parts = std::min<int64_t>(n_threads_, split.units);
+    // Capturing one pointer keeps the std::function in its small buffer: no allocation on
+    // the decode path.
+    const Split* sp = &split;
+    parallel_for(split.parts, [sp](int64_t part, int worker) {
+        const int64_t begin = sp->units * part / sp->parts * sp->align;
+        const int64_t end = std::min(sp->n, sp->units * (part + 1) / sp->parts * sp->align);
+        if (begin < end) (*sp->fn)(begin, end, worker);
     });
 }
 
