@@ -1,0 +1,143 @@
+#include "engine/tensor/matmul.h"
+
+#include <algorithm>
+#include <stdexcept>
+#include <string>
+
+#include "engine/tensor/traits.h"
+#include "engine/util/thread_pool.h"
+
+namespace ember {
+
+namespace {
+
+// Weight bytes one worker keeps hot while it runs every token over them: the tile stays in L2
+// so a batch streams each weight row from memory once, and each activation row once per tile.
+constexpr size_t kTileBytes = 64 * 1024;
+// Rows handed to a worker are multiples of this, so no two workers write the same cache line
+// of y (16 floats = 64 bytes).
+constexpr int64_t kRowAlign = 16;
+// Below this many tokens quantizing the activations is cheaper than waking the pool.
+constexpr int64_t kParallelActTokens = 4;
+
+size_t checked_row_stride(const MatrixView& w, const TypeInfo& info) {
+    if (w.cols % info.block_elems != 0) {
+        throw std::invalid_argument("matrix of type " + std::string(info.name) + " has " +
+                                    std::to_string(w.cols) + " columns, not a multiple of " +
+                                    std::to_string(info.block_elems));
+    }
+    // A zero stride means densely packed rows.
+    return w.row_stride != 0 ? w.row_stride : static_cast<size_t>(row_bytes(info, w.cols));
+}
+
+const TypeKernels& checked_kernels(const TypeInfo& info) {
+    const TypeKernels& k = type_kernels(info.type);
+    if (k.dot == nullptr || k.dequantize_row == nullptr) {
+        throw std::invalid_argument("tensor type " + std::string(info.name) +
+                                    " is not supported for matrix multiplication");
+    }
+    return k;
+}
+
+// Everything a worker needs, so the task lambdas capture one pointer (keeps std::function
+// within its small-object buffer: no allocation per call).
+struct MatmulJob {
+    DotFn dot;
+    const uint8_t* w;  // [rows x row_stride bytes]
+    size_t w_stride;   // bytes between weight rows
+    int64_t cols;
+    int64_t rows_per_tile;
+    const uint8_t* act;  // [n_tokens x act_stride bytes] prepared activations
+    size_t act_stride;   // bytes between activation rows
+    int64_t n_tokens;
+    float* y;  // [n_tokens x ldy]
+    int64_t ldy;
+};
+
+void run_rows(const MatmulJob& job, int64_t begin, int64_t end) {
+    for (int64_t r0 = begin; r0 < end; r0 += job.rows_per_tile) {
+        const int64_t r1 = std::min(end, r0 + job.rows_per_tile);
+        for (int64_t t = 0; t < job.n_tokens; ++t) {
+            const void* a = job.act + static_cast<size_t>(t) * job.act_stride;
+            float* yt = job.y + t * job.ldy;  // [rows] outputs of token t
+            for (int64_t r = r0; r < r1; ++r) {
+                yt[r] = job.dot(job.cols, job.w + static_cast<size_t>(r) * job.w_stride, a);
+            }
+        }
+    }
+}
+
+}  // namespace
+
+void matmul(ThreadPool& pool, const MatrixView& w, const float* x, int64_t n_tokens, float* y,
+            int64_t ldy, MatmulScratch& scratch) {
+    if (n_tokens <= 0 || w.rows <= 0) return;
+    const TypeInfo& info = type_info(w.type);
+    const TypeKernels& kernels = checked_kernels(info);
+    const size_t w_stride = checked_row_stride(w, info);
+
+    MatmulJob job{};
+    job.dot = kernels.dot;
+    job.w = static_cast<const uint8_t*>(w.data);
+    job.w_stride = w_stride;
+    job.cols = w.cols;
+    job.rows_per_tile =
+        std::max<int64_t>(1, static_cast<int64_t>(kTileBytes / std::max<size_t>(1, w_stride)));
+    job.n_tokens = n_tokens;
+    job.y = y;
+    job.ldy = ldy;
+
+    if (kernels.act_format == ActFormat::F32) {
+        // Float weights take the activations exactly as given: nothing to prepare.
+        job.act = reinterpret_cast<const uint8_t*>(x);
+        job.act_stride = static_cast<size_t>(w.cols) * sizeof(float);
+    } else {
+        job.act_stride = act_row_bytes(kernels.act_format, w.cols);
+        const size_t need = job.act_stride * static_cast<size_t>(n_tokens);
+        if (scratch.act.size() < need) scratch.act.resize(need);
+        uint8_t* act = scratch.act.data();  // [n_tokens x act_stride bytes]
+        job.act = act;
+
+        struct ActJob {
+            QuantizeActFn quantize;
+            const float* x;  // [n_tokens x cols]
+            int64_t cols;
+            uint8_t* act;
+            size_t stride;
+        } aj{active_kernels().quantize_act[static_cast<size_t>(kernels.act_format)], x, w.cols, act,
+             job.act_stride};
+        if (n_tokens < kParallelActTokens || pool.size() == 1) {
+            for (int64_t t = 0; t < n_tokens; ++t) {
+                aj.quantize(x + t * w.cols, act + static_cast<size_t>(t) * aj.stride, w.cols);
+            }
+        } else {
+            const ActJob* ajp = &aj;
+            pool.parallel_for(n_tokens, [ajp](int64_t t, int) {
+                ajp->quantize(ajp->x + t * ajp->cols,
+                              ajp->act + static_cast<size_t>(t) * ajp->stride, ajp->cols);
+            });
+        }
+    }
+
+    const MatmulJob* jp = &job;
+    pool.parallel_ranges(w.rows, kRowAlign,
+                         [jp](int64_t begin, int64_t end, int) { run_rows(*jp, begin, end); });
+}
+
+void dequantize_row(const MatrixView& w, int64_t row, float* dst) {
+    const TypeInfo& info = type_info(w.type);
+    const TypeKernels& kernels = type_kernels(w.type);
+    if (kernels.dequantize_row == nullptr) {
+        throw std::invalid_argument("tensor type " + std::string(info.name) +
+                                    " cannot be dequantized");
+    }
+    if (row < 0 || row >= w.rows) {
+        throw std::out_of_range("row " + std::to_string(row) + " outside a matrix of " +
+                                std::to_string(w.rows) + " rows");
+    }
+    const size_t stride = checked_row_stride(w, info);
+    kernels.dequantize_row(static_cast<const uint8_t*>(w.data) + static_cast<size_t>(row) * stride,
+                           dst, w.cols);
+}
+
+}  // namespace ember
