@@ -1,0 +1,124 @@
+#include "engine/tokenizer/unicode.h"
+
+namespace ember::tok {
+
+Utf8Step utf8_step(std::string_view s) {
+    const auto b0 = static_cast<unsigned char>(s[0]);
+    if (b0 < 0x80) return {Utf8Status::Valid, 1};
+    size_t need = 0;
+    // Bounds of the second byte, which is where overlongs and surrogates are excluded.
+    unsigned char lo = 0x80, hi = 0xBF;
+    if (b0 >= 0xC2 && b0 <= 0xDF) {
+        need = 2;
+    } else if (b0 >= 0xE0 && b0 <= 0xEF) {
+        need = 3;
+        if (b0 == 0xE0) lo = 0xA0;
+        if (b0 == 0xED) hi = 0x9F;
+    } else if (b0 >= 0xF0 && b0 <= 0xF4) {
+        need = 4;
+        if (b0 == 0xF0) lo = 0x90;
+        if (b0 == 0xF4) hi = 0x8F;
+    } else {
+        return {Utf8Status::Invalid, 1};
+    }
+    for (size_t i = 1; i < need; ++i) {
+        if (i >= s.size()) return {Utf8Status::Incomplete, i};
+        const auto b = static_cast<unsigned char>(s[i]);
+        const unsigned char l = i == 1 ? lo : 0x80;
+        const unsigned char h = i == 1 ? hi : 0xBF;
+        if (b < l || b > h) return {Utf8Status::Invalid, i};
+    }
+    return {Utf8Status::Valid, need};
+}
+
+size_t append_lossy_utf8(std::string_view bytes, std::string& out, bool hold_incomplete) {
+    size_t i = 0;
+    while (i < bytes.size()) {
+        const Utf8Step st = utf8_step(bytes.substr(i));
+        if (st.status == Utf8Status::Valid) {
+            out.append(bytes.substr(i, st.len));
+        } else if (st.status == Utf8Status::Incomplete && hold_incomplete) {
+            return i;
+        } else {
+            out += "\xEF\xBF\xBD";  // U+FFFD
+        }
+        i += st.len;
+    }
+    return i;
+}
+
+void append_utf8(std::string& out, uint32_t cp) {
+    if (cp < 0x80) {
+        out += static_cast<char>(cp);
+    } else if (cp < 0x800) {
+        out += static_cast<char>(0xC0 | (cp >> 6));
+        out += static_cast<char>(0x80 | (cp & 0x3F));
+    } else if (cp < 0x10000) {
+        out += static_cast<char>(0xE0 | (cp >> 12));
+        out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+        out += static_cast<char>(0x80 | (cp & 0x3F));
+    } else {
+        out += static_cast<char>(0xF0 | (cp >> 18));
+        out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
+        out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+        out += static_cast<char>(0x80 | (cp & 0x3F));
+    }
+}
+
+namespace {
+
+ByteLevelTables make_byte_level_tables() {
+    ByteLevelTables t;
+    t.cp_to_byte.fill(-1);
+    uint32_t next = 256;
+    for (uint32_t b = 0; b < 256; ++b) {
+        const bool printable = (b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || b >= 0xAE;
+        const uint32_t cp = printable ? b : next++;
+        t.byte_to_cp[b] = static_cast<uint16_t>(cp);
+        t.cp_to_byte[cp] = static_cast<int16_t>(b);
+    }
+    return t;
+}
+
+}  // namespace
+
+const ByteLevelTables& byte_level_tables() {
+    static const ByteLevelTables tables = make_byte_level_tables();
+    return tables;
+}
+
+std::string byte_level_encode(std::string_view bytes) {
+    const ByteLevelTables& t = byte_level_tables();
+    std::string out;
+    out.reserve(bytes.size() * 2);
+    for (char c : bytes) append_utf8(out, t.byte_to_cp[static_cast<unsigned char>(c)]);
+    return out;
+}
+
+void byte_level_decode_append(std::string_view text, std::string& out) {
+    const ByteLevelTables& t = byte_level_tables();
+    size_t i = 0;
+    while (i < text.size()) {
+        const auto b0 = static_cast<unsigned char>(text[i]);
+        if (b0 < 0x80) {
+            // ASCII outside the alphabet (space, controls) only appears in odd vocabularies.
+            out += static_cast<char>(b0);
+            ++i;
+            continue;
+        }
+        const Utf8Step st = utf8_step(text.substr(i));
+        if (st.status == Utf8Status::Valid && st.len == 2) {
+            const uint32_t cp =
+                ((b0 & 0x1Fu) << 6) | (static_cast<unsigned char>(text[i + 1]) & 0x3Fu);
+            if (cp < t.cp_to_byte.size() && t.cp_to_byte[cp] >= 0) {
+                out += static_cast<char>(t.cp_to_byte[cp]);
+                i += 2;
+                continue;
+            }
+        }
+        out.append(text.substr(i, st.len));
+        i += st.len;
+    }
+}
+
+}  // namespace ember::tok
