@@ -2,10 +2,10 @@
 #include <sched.h>
 
 #include <algorithm>
-#include <map>
 #include <cmath>
 #include <cstdio>
 #include <iostream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <thread>
 
@@ -51,28 +51,6 @@ int64_t context_for(const Model& model, int64_t prompt, int64_t n_predict, int64
     return std::max<int64_t>(want, std::min<int64_t>(model.config().n_ctx_train, 4096));
 }
 
-void add_model_option(CLI::App* cmd, std::string& model) {
-    cmd->add_option("-m,--model", model, "GGUF model file")->required()->check(CLI::ExistingFile);
-}
-
-void add_sampling_options(CLI::App* cmd, RunOptions& o) {
-    cmd->add_option("--temp", o.sampling.temperature, "Temperature (0 = greedy)")
-        ->capture_default_str();
-    cmd->add_option("--top-k", o.sampling.top_k, "Top-k cut (0 = off)")->capture_default_str();
-    cmd->add_option("--top-p", o.sampling.top_p, "Top-p (nucleus) cut (1 = off)")
-        ->capture_default_str();
-    cmd->add_option("--min-p", o.sampling.min_p, "Min-p cut (0 = off)")->capture_default_str();
-    cmd->add_option("--repeat-penalty", o.sampling.repeat_penalty, "Repetition penalty (1 = off)")
-        ->capture_default_str();
-    cmd->add_option("--presence-penalty", o.sampling.presence_penalty, "Presence penalty")
-        ->capture_default_str();
-    cmd->add_option("--frequency-penalty", o.sampling.frequency_penalty, "Frequency penalty")
-        ->capture_default_str();
-    cmd->add_option("--repeat-last-n", o.sampling.penalty_last_n, "Tokens the penalties look at")
-        ->capture_default_str();
-    cmd->add_option("--seed", o.sampling.seed, "Random seed")->capture_default_str();
-}
-
 int run_completion(const RunOptions& o) {
     auto model = Model::load(o.model);
     const Tokenizer& tok = model->tokenizer();
@@ -86,7 +64,8 @@ int run_completion(const RunOptions& o) {
     }
     if (prompt.empty()) throw std::runtime_error("the prompt is empty (no tokens)");
     o.sampling.validate();
-    const int64_t ctx = context_for(*model, static_cast<int64_t>(prompt.size()), o.n_predict, o.ctx);
+    const int64_t ctx =
+        context_for(*model, static_cast<int64_t>(prompt.size()), o.n_predict, o.ctx);
     if (static_cast<int64_t>(prompt.size()) >= ctx) {
         throw std::runtime_error("the prompt has " + std::to_string(prompt.size()) +
                                  " tokens, more than the context of " + std::to_string(ctx));
@@ -130,14 +109,14 @@ int run_completion(const RunOptions& o) {
         std::fputc('\n', stdout);
     }
     const auto& s = result.stats;
-    std::fprintf(stderr, "\n[prompt %lld tokens, %.1f tok/s | generated %lld tokens, %.1f tok/s | %s]\n",
-                 static_cast<long long>(s.prompt_tokens),
-                 s.prefill_seconds > 0 ? s.prompt_tokens / s.prefill_seconds : 0.0,
-                 static_cast<long long>(s.generated_tokens),
-                 s.decode_seconds > 0 && s.generated_tokens > 1
-                     ? (s.generated_tokens - 1) / s.decode_seconds
-                     : 0.0,
-                 std::string(finish_reason_name(result.finish)).c_str());
+    std::fprintf(
+        stderr, "\n[prompt %lld tokens, %.1f tok/s | generated %lld tokens, %.1f tok/s | %s]\n",
+        static_cast<long long>(s.prompt_tokens),
+        s.prefill_seconds > 0 ? s.prompt_tokens / s.prefill_seconds : 0.0,
+        static_cast<long long>(s.generated_tokens),
+        s.decode_seconds > 0 && s.generated_tokens > 1 ? (s.generated_tokens - 1) / s.decode_seconds
+                                                       : 0.0,
+        std::string(finish_reason_name(result.finish)).c_str());
     return 0;
 }
 
@@ -155,25 +134,29 @@ int run_eval(const EvalOptions& o) {
     if (ids.empty()) throw std::runtime_error("--ids is empty");
     const int64_t n_vocab = model->config().n_vocab;
     const int k = std::clamp<int>(o.top_k, 1, static_cast<int>(n_vocab));
-    auto state = make_state(model->config(), static_cast<int64_t>(ids.size()),
-                            parse_kv_type(o.kv_type));
+    auto state =
+        make_state(model->config(), static_cast<int64_t>(ids.size()), parse_kv_type(o.kv_type));
     ThreadPool pool(o.threads > 0 ? o.threads : default_threads());
     std::vector<int32_t> order(static_cast<size_t>(n_vocab));
     for (size_t b = 0; b < ids.size(); b += kMaxBatch) {
         const size_t len = std::min<size_t>(kMaxBatch, ids.size() - b);
-        auto logits = forward(*model, *state, pool, std::span(ids).subspan(b, len), LogitsWanted::All);
+        auto logits =
+            forward(*model, *state, pool, std::span(ids).subspan(b, len), LogitsWanted::All);
         for (size_t t = 0; t < len; ++t) {
             const float* row = logits.data() + t * n_vocab;
             double max = row[0];
             for (int64_t i = 1; i < n_vocab; ++i) max = std::max<double>(max, row[i]);
             double sum = 0;
             for (int64_t i = 0; i < n_vocab; ++i) sum += std::exp(row[i] - max);
-            for (int64_t i = 0; i < n_vocab; ++i) order[static_cast<size_t>(i)] = static_cast<int32_t>(i);
-            std::partial_sort(order.begin(), order.begin() + k, order.end(), [&](int32_t a, int32_t c) {
-                return row[a] > row[c] || (row[a] == row[c] && a < c);
-            });
+            for (int64_t i = 0; i < n_vocab; ++i)
+                order[static_cast<size_t>(i)] = static_cast<int32_t>(i);
+            std::partial_sort(order.begin(), order.begin() + k, order.end(),
+                              [&](int32_t a, int32_t c) {
+                                  return row[a] > row[c] || (row[a] == row[c] && a < c);
+                              });
             json top = json::array();
-            for (int i = 0; i < k; ++i) top.push_back({order[static_cast<size_t>(i)], row[order[static_cast<size_t>(i)]]});
+            for (int i = 0; i < k; ++i)
+                top.push_back({order[static_cast<size_t>(i)], row[order[static_cast<size_t>(i)]]});
             json line = {{"pos", b + t}, {"top", top}, {"logsumexp", max + std::log(sum)}};
             std::cout << line.dump() << "\n";
         }
@@ -222,6 +205,28 @@ int run_info(const std::string& path) {
 
 }  // namespace
 
+void add_model_option(CLI::App* cmd, std::string& model) {
+    cmd->add_option("-m,--model", model, "GGUF model file")->required()->check(CLI::ExistingFile);
+}
+
+void add_sampling_options(CLI::App* cmd, SamplingParams& sampling) {
+    cmd->add_option("--temp", sampling.temperature, "Temperature (0 = greedy)")
+        ->capture_default_str();
+    cmd->add_option("--top-k", sampling.top_k, "Top-k cut (0 = off)")->capture_default_str();
+    cmd->add_option("--top-p", sampling.top_p, "Top-p (nucleus) cut (1 = off)")
+        ->capture_default_str();
+    cmd->add_option("--min-p", sampling.min_p, "Min-p cut (0 = off)")->capture_default_str();
+    cmd->add_option("--repeat-penalty", sampling.repeat_penalty, "Repetition penalty (1 = off)")
+        ->capture_default_str();
+    cmd->add_option("--presence-penalty", sampling.presence_penalty, "Presence penalty")
+        ->capture_default_str();
+    cmd->add_option("--frequency-penalty", sampling.frequency_penalty, "Frequency penalty")
+        ->capture_default_str();
+    cmd->add_option("--repeat-last-n", sampling.penalty_last_n, "Tokens the penalties look at")
+        ->capture_default_str();
+    cmd->add_option("--seed", sampling.seed, "Random seed")->capture_default_str();
+}
+
 int default_threads() {
     cpu_set_t set;
     if (sched_getaffinity(0, sizeof set, &set) == 0) return std::max(1, CPU_COUNT(&set));
@@ -264,9 +269,10 @@ void register_model_commands(CLI::App& app, std::vector<Command>& out) {
     auto* prompt_opt = run->add_option("-p,--prompt", run_opts->prompt, "Prompt text");
     auto* ids_opt = run->add_option("--ids", run_opts->ids, "Prompt as token ids: 1,2,3");
     prompt_opt->excludes(ids_opt);
-    run->add_option("-n,--n-predict", run_opts->n_predict, "Tokens to generate (-1: until the context is full)")
+    run->add_option("-n,--n-predict", run_opts->n_predict,
+                    "Tokens to generate (-1: until the context is full)")
         ->capture_default_str();
-    add_sampling_options(run, *run_opts);
+    add_sampling_options(run, run_opts->sampling);
     run->add_option("-t,--threads", run_opts->threads, "Threads (default: all cores)");
     run->add_option("-c,--ctx", run_opts->ctx, "Context size (default: prompt + n, at least 4096)");
     run->add_option("--kv-type", run_opts->kv_type, "KV cache precision: f32 or f16")
@@ -282,7 +288,8 @@ void register_model_commands(CLI::App& app, std::vector<Command>& out) {
                    }});
 
     auto eval_opts = std::make_shared<EvalOptions>();
-    auto* eval = app.add_subcommand("eval", "Top logits at every position of a token sequence (JSON lines)");
+    auto* eval =
+        app.add_subcommand("eval", "Top logits at every position of a token sequence (JSON lines)");
     add_model_option(eval, eval_opts->model);
     eval->add_option("--ids", eval_opts->ids, "Token ids: 1,2,3")->required();
     eval->add_option("--top-k", eval_opts->top_k, "Logits per position")->capture_default_str();
@@ -317,7 +324,8 @@ void register_model_commands(CLI::App& app, std::vector<Command>& out) {
     detokc->add_option("ids", detok_opts->text, "Token ids: 1,2,3")->required();
     out.push_back({detokc, [detok_opts] {
                        auto model = Model::load(detok_opts->model);
-                       std::cout << model->tokenizer().decode(parse_id_list(detok_opts->text)) << "\n";
+                       std::cout << model->tokenizer().decode(parse_id_list(detok_opts->text))
+                                 << "\n";
                        return 0;
                    }});
 

@@ -3,10 +3,11 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
-
 #include <functional>
 #include <string>
 #include <vector>
+
+#include "engine/sampling/sampler.h"
 
 namespace ember::app {
 
@@ -18,6 +19,19 @@ struct Command {
 
 // Model inspection and raw completion: run, eval, tokenize, detokenize, info.
 void register_model_commands(CLI::App& app, std::vector<Command>& out);
+
+// Random-weight GGUF of a real model's shape: synth.
+void register_synth_command(CLI::App& app, std::vector<Command>& out);
+
+// Prefill/decode speed, peak memory and the bandwidth roofline: bench.
+void register_bench_command(CLI::App& app, std::vector<Command>& out);
+
+// Chat: scripted mode (stdin/stdout, JSONL) and a plain interactive loop.
+void register_chat_command(CLI::App& app, std::vector<Command>& out);
+
+// Options shared by the generating commands.
+void add_model_option(CLI::App* cmd, std::string& model);
+void add_sampling_options(CLI::App* cmd, SamplingParams& sampling);
 
 // Parses "1,2,3" (spaces allowed) into token ids; throws CLI::ValidationError naming the
 // bad item.

@@ -10,6 +10,9 @@ int main(int argc, char** argv) {
     app.set_version_flag("--version", "ember 0.1.0");
     std::vector<ember::app::Command> commands;
     ember::app::register_model_commands(app, commands);
+    ember::app::register_synth_command(app, commands);
+    ember::app::register_bench_command(app, commands);
+    ember::app::register_chat_command(app, commands);
     try {
         app.parse(argc, argv);
     } catch (const CLI::ParseError& e) {

@@ -1,0 +1,245 @@
+// bench: prefill and decode speed of a model, with the memory roofline measured in the same
+// run (decode reads every weight once per token, so bandwidth / weight bytes bounds it).
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "app/commands.h"
+#include "engine/model/forward.h"
+#include "engine/model/model.h"
+#include "engine/model/state.h"
+#include "engine/synth/membw.h"
+#include "engine/tensor/traits.h"
+#include "engine/util/thread_pool.h"
+
+namespace ember::app {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr double kMiB = 1048576.0;
+// Allowance on top of file + KV cache for code, scratch buffers, tokenizer and allocator.
+constexpr double kRssSlackMiB = 64.0;
+
+struct BenchArgs {
+    std::string model;
+    int64_t prompt = 512;
+    int64_t gen = 128;
+    int threads = 2;
+    int reps = 5;
+    bool json_out = false;
+    uint64_t seed = 1234;
+    int64_t bw_mib = 1024;
+    int bw_passes = 10;
+    // f16 by default: the reference engine's default cache, so the comparison is like for like.
+    std::string kv_type = "f16";
+};
+
+struct RepResult {
+    double prefill_s = 0;
+    double ttft_s = 0;
+    double decode_s = 0;
+};
+
+double seconds_since(Clock::time_point t0) {
+    return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+double median(std::vector<double> v) {
+    if (v.empty()) return 0;
+    std::sort(v.begin(), v.end());
+    const size_t m = v.size() / 2;
+    return v.size() % 2 ? v[m] : 0.5 * (v[m - 1] + v[m]);
+}
+
+// Greedy choice without a sampler, so the timing is the model's; also notes whether every
+// logit is finite (random weights must not overflow a forward pass).
+int32_t argmax(std::span<const float> logits, bool& finite) {
+    int32_t best = 0;
+    for (size_t i = 0; i < logits.size(); ++i) {
+        if (!std::isfinite(logits[i])) finite = false;
+        if (logits[i] > logits[static_cast<size_t>(best)]) best = static_cast<int32_t>(i);
+    }
+    return best;
+}
+
+// Peak resident set (VmHWM) in bytes; includes the mapped model pages the run touched.
+uint64_t peak_rss_bytes() {
+    std::ifstream in("/proc/self/status");
+    std::string line;
+    while (std::getline(in, line)) {
+        if (line.rfind("VmHWM:", 0) == 0) return std::stoull(line.substr(6)) * 1024;
+    }
+    return 0;
+}
+
+// Valid token ids from a fixed seed (splitmix64), so every rep and run sees the same prompt.
+std::vector<int32_t> random_prompt(int64_t n, int64_t n_vocab, uint64_t seed) {
+    std::vector<int32_t> ids(static_cast<size_t>(n));
+    uint64_t s = seed;
+    for (auto& id : ids) {
+        s += 0x9e3779b97f4a7c15ull;
+        uint64_t z = s;
+        z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+        z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+        z ^= z >> 31;
+        id = static_cast<int32_t>(z % static_cast<uint64_t>(n_vocab));
+    }
+    return ids;
+}
+
+// One rep: prefill the prompt from an empty cache, then decode `gen` tokens one at a time.
+RepResult run_rep(const Model& model, InferenceState& state, ThreadPool& pool,
+                  const std::vector<int32_t>& prompt, int64_t gen, bool& finite) {
+    RepResult r;
+    // Rewinding keeps the cache's chunks and the scratch: a rep measures the model, not the
+    // allocator (the warm-up rep pays for the first allocation).
+    state.kv.set_length(0);
+    const auto t0 = Clock::now();
+    auto logits = forward(model, state, pool, prompt, LogitsWanted::Last);
+    r.prefill_s = seconds_since(t0);
+    int32_t next = argmax(logits, finite);
+    r.ttft_s = seconds_since(t0);
+    const auto t1 = Clock::now();
+    for (int64_t i = 0; i < gen; ++i) {
+        logits =
+            forward(model, state, pool, std::span<const int32_t>(&next, 1), LogitsWanted::Last);
+        next = argmax(logits, finite);
+    }
+    r.decode_s = seconds_since(t1);
+    return r;
+}
+
+int run_bench(const BenchArgs& a) {
+    if (a.prompt < 1 || a.gen < 1 || a.reps < 1 || a.threads < 1 || a.bw_passes < 1) {
+        throw std::runtime_error("-p, -n, --reps, -t and --bw-passes must be at least 1");
+    }
+    const auto t_load = Clock::now();
+    auto model = Model::load(a.model);
+    const double load_s = seconds_since(t_load);
+    const ModelConfig& c = model->config();
+    const uint64_t file_bytes = std::filesystem::file_size(a.model);
+    ThreadPool pool(a.threads);
+    auto state = make_state(c, a.prompt + a.gen, a.kv_type == "f32" ? KvType::F32 : KvType::F16);
+    const std::vector<int32_t> prompt = random_prompt(a.prompt, c.n_vocab, a.seed);
+
+    bool finite = true;
+    run_rep(*model, *state, pool, prompt, a.gen, finite);  // warm-up: page in weights, grow scratch
+    std::vector<double> prefill_tps, decode_tps, ttft_ms;
+    for (int i = 0; i < a.reps; ++i) {
+        const RepResult r = run_rep(*model, *state, pool, prompt, a.gen, finite);
+        prefill_tps.push_back(static_cast<double>(a.prompt) / r.prefill_s);
+        decode_tps.push_back(static_cast<double>(a.gen) / r.decode_s);
+        ttft_ms.push_back(r.ttft_s * 1e3);
+    }
+    // Read the peak before the bandwidth buffer exists: it would dwarf the model's own.
+    const double peak_rss_mb = static_cast<double>(peak_rss_bytes()) / kMiB;
+    const double kv_mb = static_cast<double>(state->kv.allocated_bytes()) / kMiB;
+    const double file_mb = static_cast<double>(file_bytes) / kMiB;
+    const double rss_bound_mb = file_mb + kv_mb + kRssSlackMiB;
+
+    const BandwidthResult bw =
+        measure_read_bandwidth(pool, static_cast<uint64_t>(a.bw_mib) << 20, a.bw_passes);
+    const uint64_t wbpt = model->weight_bytes_per_token();
+    const double decode_med = median(decode_tps);
+    const double roofline =
+        bw.median_gbs > 0 ? decode_med * static_cast<double>(wbpt) / (bw.median_gbs * 1e9) : 0;
+
+    nlohmann::ordered_json j;
+    j["model"] = a.model;
+    j["arch"] = c.arch;
+    j["prefill_tps"] = median(prefill_tps);
+    j["decode_tps"] = decode_med;
+    j["ttft_ms"] = median(ttft_ms);
+    j["peak_rss_mb"] = peak_rss_mb;
+    j["bandwidth_gbs"] = bw.median_gbs;
+    j["roofline_fraction"] = roofline;
+    j["weight_bytes_per_token"] = wbpt;
+    j["threads"] = a.threads;
+    j["reps"] = a.reps;
+    j["prompt_tokens"] = a.prompt;
+    j["gen_tokens"] = a.gen;
+    j["prefill_tps_reps"] = prefill_tps;
+    j["decode_tps_reps"] = decode_tps;
+    j["bandwidth_best_gbs"] = bw.best_gbs;
+    j["bandwidth_mib"] = static_cast<double>(bw.bytes) / kMiB;
+    j["bandwidth_passes"] = a.bw_passes;
+    j["bandwidth_isa"] = bw.isa;
+    j["isa"] = active_kernels().isa;
+    j["file_mb"] = file_mb;
+    j["kv_mb"] = kv_mb;
+    j["kv_type"] = a.kv_type;
+    j["rss_bound_mb"] = rss_bound_mb;
+    j["within_rss_bound"] = peak_rss_mb <= rss_bound_mb;
+    j["load_ms"] = load_s * 1e3;
+    j["logits_finite"] = finite;
+    if (a.json_out) {
+        std::cout << j.dump() << "\n";
+        return 0;
+    }
+
+    auto range = [](const std::vector<double>& v) {
+        const auto [lo, hi] = std::minmax_element(v.begin(), v.end());
+        char buf[64];
+        std::snprintf(buf, sizeof buf, "%10.2f %10.2f", *lo, *hi);
+        return std::string(buf);
+    };
+    std::printf("model            %s (%s, %.1f MiB, kernels %s)\n", a.model.c_str(), c.arch.c_str(),
+                file_mb, active_kernels().isa);
+    std::printf(
+        "run              %d threads, %d reps + 1 warm-up, prompt %lld, generate %lld, KV %s\n",
+        a.threads, a.reps, static_cast<long long>(a.prompt), static_cast<long long>(a.gen),
+        a.kv_type.c_str());
+    std::printf("                     median        min        max\n");
+    std::printf("prefill tok/s    %10.2f %s\n", median(prefill_tps), range(prefill_tps).c_str());
+    std::printf("decode tok/s     %10.2f %s\n", decode_med, range(decode_tps).c_str());
+    std::printf("ttft ms          %10.2f %s\n", median(ttft_ms), range(ttft_ms).c_str());
+    std::printf("read bandwidth   %10.2f GB/s (median of %d passes over %.0f MiB, best %.2f, %s)\n",
+                bw.median_gbs, a.bw_passes, static_cast<double>(bw.bytes) / kMiB, bw.best_gbs,
+                bw.isa);
+    std::printf("weights / token  %10.2f MiB\n", static_cast<double>(wbpt) / kMiB);
+    std::printf("roofline         %10.3f (decode tok/s x weight bytes / bandwidth)\n", roofline);
+    std::printf("peak RSS         %10.1f MiB (bound %.1f = file + KV %.1f + %.0f: %s)\n",
+                peak_rss_mb, rss_bound_mb, kv_mb, kRssSlackMiB,
+                peak_rss_mb <= rss_bound_mb ? "ok" : "EXCEEDED");
+    if (!finite) std::printf("warning          non-finite logits seen\n");
+    return 0;
+}
+
+}  // namespace
+
+void register_bench_command(CLI::App& app, std::vector<Command>& out) {
+    auto args = std::make_shared<BenchArgs>();
+    auto* cmd = app.add_subcommand(
+        "bench", "Prefill/decode speed, peak memory and the memory-bandwidth roofline");
+    cmd->add_option("-m,--model", args->model, "GGUF model file")
+        ->required()
+        ->check(CLI::ExistingFile);
+    cmd->add_option("-p,--prompt", args->prompt, "Prompt tokens (random ids)")
+        ->capture_default_str();
+    cmd->add_option("-n,--n-gen", args->gen, "Tokens decoded one at a time")->capture_default_str();
+    cmd->add_option("-t,--threads", args->threads, "Threads")->capture_default_str();
+    cmd->add_option("--reps", args->reps, "Timed repetitions (median reported)")
+        ->capture_default_str();
+    cmd->add_flag("--json", args->json_out, "Print one JSON object");
+    cmd->add_option("--kv-type", args->kv_type, "KV cache precision")
+        ->capture_default_str()
+        ->check(CLI::IsMember({"f32", "f16"}));
+    cmd->add_option("--seed", args->seed, "Seed of the random prompt")->capture_default_str();
+    cmd->add_option("--bw-mib", args->bw_mib, "Bandwidth probe buffer, MiB (at least 1024)")
+        ->capture_default_str()
+        ->check(CLI::Range(int64_t{1024}, int64_t{1} << 20));
+    cmd->add_option("--bw-passes", args->bw_passes, "Timed passes of the bandwidth probe")
+        ->capture_default_str();
+    out.push_back({cmd, [args] { return run_bench(*args); }});
+}
+
+}  // namespace ember::app

@@ -1,0 +1,103 @@
+// A conversation in process: messages plus one live inference state.
+//
+// Each turn renders the whole conversation with the model's chat template, tokenizes it,
+// keeps the longest common token prefix with what the state already holds (rollback is O(1):
+// the KV length moves), evaluates only the rest and generates the reply. When the
+// conversation outgrows the context, the oldest turns after the system prompt are dropped and
+// the caller is told how many tokens went.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "engine/generate/generate.h"
+#include "engine/model/state.h"
+
+namespace ember {
+
+class ChatTemplate;
+class Model;
+class ThreadPool;
+
+struct ChatMessage {
+    std::string role;  // "system", "user" or "assistant"
+    std::string content;
+};
+
+struct ConversationOptions {
+    int64_t context = 4096;  // tokens the state holds
+    KvType kv_type = KvType::F32;
+    bool prefix_cache = true;  // false: every turn is recomputed from scratch
+    // Template source overriding the model's own; empty: the model's, or ChatML without one.
+    std::string template_override;
+    // Extra template variables, e.g. {"enable_thinking": false}.
+    nlohmann::ordered_json template_vars = nlohmann::ordered_json::object();
+    std::vector<std::string> stop_strings;  // generation stops before any of these
+};
+
+struct TurnResult {
+    std::string reply;  // the answer text, stop strings excluded
+    std::vector<int32_t> ids;
+    FinishReason finish = FinishReason::Length;
+    int64_t prompt_tokens = 0;     // rendered conversation, in tokens
+    int64_t tokens_reused = 0;     // of those, already in the state
+    int64_t tokens_evaluated = 0;  // of those, computed this turn
+    int64_t tokens_dropped = 0;    // dropped from the start to fit the context
+    int64_t messages_dropped = 0;
+    GenerateStats stats;
+};
+
+// Receives reply text as it is generated (complete UTF-8, stop strings never included);
+// return false to stop generating (the partial reply is kept).
+using TextCallback = std::function<bool(const std::string& text)>;
+
+class Conversation {
+public:
+    Conversation(const Model& model, ThreadPool& pool, ConversationOptions options);
+    ~Conversation();
+
+    const std::vector<ChatMessage>& messages() const { return messages_; }
+    void set_system(std::string text);  // replaces or adds the leading system message
+    void add_message(ChatMessage message);
+    // Drops the last message if it is the assistant's (for regenerate).
+    bool pop_assistant();
+    // Forgets every message; the state's cache stays usable for a shared prefix.
+    void clear();
+
+    // Generates the assistant's reply to the conversation so far and appends it.
+    TurnResult respond(Sampler& sampler, const GenerateOptions& options,
+                       const TextCallback& on_text);
+
+    // The prompt the next turn would evaluate (for debugging and `ember render`).
+    std::string render_prompt() const;
+    // Whether the model's own template is in use (false: override or ChatML fallback).
+    bool uses_model_template() const { return uses_model_template_; }
+    const ConversationOptions& options() const { return options_; }
+    InferenceState& state() { return *state_; }
+    // Tokens whose K/V rows the state holds, in order.
+    const std::vector<int32_t>& cached_tokens() const { return cached_; }
+
+private:
+    std::vector<int32_t> tokenize_prompt(const std::string& text) const;
+    std::vector<int32_t> fit_to_context(int64_t reserve, TurnResult& result);
+
+    const Model& model_;
+    ThreadPool& pool_;
+    ConversationOptions options_;
+    std::unique_ptr<ChatTemplate> template_;
+    bool uses_model_template_ = false;
+    std::string bos_text_, eos_text_;
+    std::vector<ChatMessage> messages_;
+    std::unique_ptr<InferenceState> state_;
+    std::vector<int32_t> cached_;
+};
+
+// ChatML, used when a model carries no template of its own.
+extern const char* const kChatMlTemplate;
+
+}  // namespace ember
