@@ -62,7 +62,7 @@ void Conversation::set_system(std::string text) {
     if (!messages_.empty() && messages_.front().role == "system") {
         messages_.front().content = std::move(text);
     } else {
-        messages_.insert(messages_.begin(), ChatMessage{"system", std::move(text)});
+        messages_.insert(messages_.begin(), ChatMessage{"system", std::move(text), {}});
     }
 }
 
@@ -92,14 +92,38 @@ std::string Conversation::render_prompt() const {
     return template_->render(in);
 }
 
-std::vector<int32_t> Conversation::tokenize_prompt(const std::string& text) const {
+std::vector<int32_t> Conversation::tokenize_segment(std::string_view text, bool first) const {
     const Tokenizer& tok = model_.tokenizer();
     EncodeOptions enc;
     enc.parse_special = true;
     // Templates usually write the BOS text themselves; add it only when they do not.
-    enc.add_bos = tok.add_bos() && tok.bos_id() != kNoToken &&
-                  (bos_text_.empty() || text.compare(0, bos_text_.size(), bos_text_) != 0);
+    enc.add_bos = first && tok.add_bos() && tok.bos_id() != kNoToken &&
+                  (bos_text_.empty() || text.substr(0, bos_text_.size()) != bos_text_);
     return tok.encode(text, enc);
+}
+
+std::vector<int32_t> Conversation::tokenize_prompt(const std::string& text) const {
+    // Where a generated reply appears verbatim in the rendered text, use its own tokens and
+    // tokenize only the text around it. Every message is located in order (the search
+    // cursor moves past each one), so a short reply cannot match inside an earlier message.
+    std::vector<int32_t> out;
+    size_t pending = 0;  // start of the text not yet tokenized
+    size_t cursor = 0;   // where the next message's search starts
+    for (const auto& m : messages_) {
+        if (m.content.empty()) continue;
+        const size_t at = text.find(m.content, cursor);
+        if (at == std::string::npos) continue;  // the template rewrote it: tokenize as text
+        cursor = at + m.content.size();
+        if (m.ids.empty()) continue;
+        auto seg =
+            tokenize_segment(std::string_view(text).substr(pending, at - pending), pending == 0);
+        out.insert(out.end(), seg.begin(), seg.end());
+        out.insert(out.end(), m.ids.begin(), m.ids.end());
+        pending = cursor;
+    }
+    auto rest = tokenize_segment(std::string_view(text).substr(pending), pending == 0);
+    out.insert(out.end(), rest.begin(), rest.end());
+    return out;
 }
 
 std::vector<int32_t> Conversation::fit_to_context(int64_t reserve, TurnResult& result) {
@@ -189,7 +213,9 @@ TurnResult Conversation::respond(Sampler& sampler, const GenerateOptions& option
     cached_ = tokens;
     cached_.insert(cached_.end(), result.ids.begin(), result.ids.end());
     cached_.resize(static_cast<size_t>(state_->kv.length()));
-    messages_.push_back(ChatMessage{"assistant", result.reply});
+    // The ids stand for the reply only when no stop string cut its text short.
+    messages_.push_back(ChatMessage{"assistant", result.reply,
+                                    stopped_by_string ? std::vector<int32_t>{} : result.ids});
     return result;
 }
 

@@ -27,6 +27,10 @@ class ThreadPool;
 struct ChatMessage {
     std::string role;  // "system", "user" or "assistant"
     std::string content;
+    // For replies generated here: the exact tokens that produced `content`. Re-tokenizing a
+    // reply's text can give other tokens than the model generated, which would invalidate
+    // the cached state from that point on; the prompt splices these ids in instead.
+    std::vector<int32_t> ids;
 };
 
 struct ConversationOptions {
@@ -84,6 +88,7 @@ public:
 
 private:
     std::vector<int32_t> tokenize_prompt(const std::string& text) const;
+    std::vector<int32_t> tokenize_segment(std::string_view text, bool first) const;
     std::vector<int32_t> fit_to_context(int64_t reserve, TurnResult& result);
 
     const Model& model_;
