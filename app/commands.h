@@ -29,6 +29,9 @@ void register_bench_command(CLI::App& app, std::vector<Command>& out);
 // Chat: scripted mode (stdin/stdout, JSONL) and a plain interactive loop.
 void register_chat_command(CLI::App& app, std::vector<Command>& out);
 
+// ember render: a chat template's output for a messages file.
+void register_render_command(CLI::App& app, std::vector<Command>& out);
+
 // Options shared by the generating commands.
 void add_model_option(CLI::App* cmd, std::string& model);
 void add_sampling_options(CLI::App* cmd, SamplingParams& sampling);

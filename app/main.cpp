@@ -13,6 +13,7 @@ int main(int argc, char** argv) {
     ember::app::register_synth_command(app, commands);
     ember::app::register_bench_command(app, commands);
     ember::app::register_chat_command(app, commands);
+    ember::app::register_render_command(app, commands);
     try {
         app.parse(argc, argv);
     } catch (const CLI::ParseError& e) {

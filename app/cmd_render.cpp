@@ -1,0 +1,113 @@
+// ember render: prints a chat template's rendering of a conversation, for people debugging
+// templates.
+#include <fstream>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "app/commands.h"
+#include "engine/chat/template.h"
+#include "engine/generate/conversation.h"
+#include "engine/gguf/gguf.h"
+#include "engine/tokenizer/tokenizer.h"
+
+namespace ember::app {
+
+namespace {
+
+using ojson = nlohmann::ordered_json;
+
+struct RenderOptions {
+    std::string model;
+    std::string template_file;
+    std::string messages_file;
+    bool no_generation_prompt = false;
+    std::string bos, eos;
+    std::vector<std::string> vars;
+};
+
+std::string slurp(const std::string& path, const std::string& what) {
+    std::ifstream in(path, std::ios::binary);
+    if (!in) throw std::runtime_error("cannot read " + what + " '" + path + "'");
+    std::ostringstream ss;
+    ss << in.rdbuf();
+    return ss.str();
+}
+
+int run_render(const RenderOptions& o, bool bos_given, bool eos_given) {
+    std::string source;
+    std::string bos = o.bos, eos = o.eos;
+    if (!o.template_file.empty()) {
+        source = slurp(o.template_file, "chat template");
+    } else {
+        auto file = GgufFile::open(o.model);
+        auto own = file->get_string("tokenizer.chat_template");
+        source = own ? *own : kChatMlTemplate;
+        if (!own) std::cerr << "ember: " << o.model << " has no chat template; using ChatML\n";
+        const Tokenizer tok(*file);
+        if (!bos_given && tok.bos_id() != kNoToken) bos = tok.token_to_piece(tok.bos_id(), true);
+        if (!eos_given && tok.eos_id() != kNoToken) eos = tok.token_to_piece(tok.eos_id(), true);
+    }
+    const std::string text = slurp(o.messages_file, "messages file");
+    ojson messages = ojson::parse(text, nullptr, false);
+    if (messages.is_discarded()) {
+        throw std::runtime_error(o.messages_file + ": not valid JSON");
+    }
+    ChatTemplateInputs in;
+    if (messages.is_object() && messages.contains("messages")) {
+        if (messages.contains("tools")) in.tools = messages["tools"];
+        messages = messages["messages"];
+    }
+    if (!messages.is_array()) {
+        throw std::runtime_error(o.messages_file +
+                                 ": expected an array of {\"role\", \"content\"} objects");
+    }
+    in.messages = messages;
+    in.add_generation_prompt = !o.no_generation_prompt;
+    in.bos_token = bos;
+    in.eos_token = eos;
+    for (const auto& v : o.vars) {
+        const size_t eq = v.find('=');
+        if (eq == std::string::npos || eq == 0) {
+            throw std::runtime_error("--var '" + v + "': expected NAME=JSON");
+        }
+        ojson value = ojson::parse(v.substr(eq + 1), nullptr, false);
+        if (value.is_discarded()) {
+            throw std::runtime_error("--var '" + v + "': the value is not valid JSON");
+        }
+        in.extra[v.substr(0, eq)] = value;
+    }
+    const ChatTemplate tmpl(source);
+    std::cout << tmpl.render(in);
+    std::cout.flush();
+    return 0;
+}
+
+}  // namespace
+
+void register_render_command(CLI::App& app, std::vector<Command>& out) {
+    auto o = std::make_shared<RenderOptions>();
+    auto* cmd =
+        app.add_subcommand("render", "Print the chat template's rendering of a conversation");
+    auto* m = cmd->add_option("-m,--model", o->model, "GGUF model whose template to use")
+                  ->check(CLI::ExistingFile);
+    auto* t = cmd->add_option("--chat-template", o->template_file, "Jinja template file")
+                  ->check(CLI::ExistingFile);
+    m->excludes(t);
+    cmd->add_option("--messages", o->messages_file, "JSON file: [{\"role\",\"content\"}, ...]")
+        ->required()
+        ->check(CLI::ExistingFile);
+    cmd->add_flag("--no-generation-prompt", o->no_generation_prompt,
+                  "Do not open an assistant turn at the end");
+    auto* bos = cmd->add_option("--bos", o->bos, "bos_token text (default: the model's)");
+    auto* eos = cmd->add_option("--eos", o->eos, "eos_token text (default: the model's)");
+    cmd->add_option("--var", o->vars, "Template variable NAME=JSON (repeatable)");
+    out.push_back({cmd, [o, m, t, bos, eos] {
+                       if (m->count() == 0 && t->count() == 0) {
+                           throw std::runtime_error("give -m MODEL or --chat-template FILE");
+                       }
+                       return run_render(*o, bos->count() > 0, eos->count() > 0);
+                   }});
+}
+
+}  // namespace ember::app
