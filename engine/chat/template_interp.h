@@ -1,0 +1,77 @@
+// Tree-walking interpreter for chat templates. One Interpreter renders one template once; it
+// holds the render's state (scopes, output, clock), so concurrent renders use separate ones.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "engine/chat/template_ast.h"
+#include "engine/chat/template_strings.h"
+#include "engine/chat/template_value.h"
+
+namespace ember::jinja {
+
+// A frame of variables. jinja2 gives each loop iteration, macro call and {% with %} a frame of
+// its own; {% if %} does not. Lookups walk up the parents.
+struct Scope {
+    explicit Scope(std::shared_ptr<Scope> p) : parent(std::move(p)) {}
+    std::shared_ptr<Scope> parent;
+    std::vector<std::pair<std::string, Value>> vars;
+
+    const Value* find(std::string_view name) const;
+    void set(const std::string& name, Value value);
+};
+using ScopePtr = std::shared_ptr<Scope>;
+
+class Interpreter {
+public:
+    Interpreter(const Program& program, const CivilTime& now);
+
+    // Renders the program with the entries of `context` (a dict) as template variables.
+    std::string render(const Value& context);
+
+    const CivilTime& now() const { return now_; }
+    Value call_macro(const MacroStmt& macro, const ScopePtr& closure, CallArgs& args);
+    Value call_caller(const CallBlockStmt& block, const ScopePtr& closure, CallArgs& args);
+
+private:
+    enum class Flow { Normal, Break, Continue };
+
+    Flow exec_list(const StmtList& body, const ScopePtr& scope, std::string& out);
+    Flow exec(const Stmt& stmt, const ScopePtr& scope, std::string& out);
+    Flow exec_if(const IfStmt& node, const ScopePtr& scope, std::string& out);
+    Flow exec_for(const ForStmt& node, const ScopePtr& scope, std::string& out);
+    void exec_set(const SetStmt& node, const ScopePtr& scope);
+    void exec_set_block(const SetBlockStmt& node, const ScopePtr& scope);
+    void exec_call_block(const CallBlockStmt& node, const ScopePtr& scope, std::string& out);
+    void exec_filter_block(const FilterBlockStmt& node, const ScopePtr& scope, std::string& out);
+    Flow exec_with(const WithStmt& node, const ScopePtr& scope, std::string& out);
+    void assign(const AssignTarget& target, const Value& value, const ScopePtr& scope);
+    // Binds macro or caller parameters from call arguments into `frame`.
+    void bind_params(const std::string& name, const std::vector<MacroParam>& params, CallArgs& args,
+                     const ScopePtr& frame);
+
+    Value eval(const Expr& expr, const ScopePtr& scope);
+    Value eval_filter(const FilterExpr& node, const ScopePtr& scope);
+    Value eval_binary(const BinaryExpr& node, const ScopePtr& scope);
+    Value eval_compare(const CompareExpr& node, const ScopePtr& scope);
+    Value eval_unary(const UnaryExpr& node, const ScopePtr& scope);
+    CallArgs eval_args(const ArgExprs& args, const ScopePtr& scope);
+    Value lookup(const std::string& name, const ScopePtr& scope) const;
+    Value apply_filter_chain(const Expr* filter, Value input, const ScopePtr& scope);
+
+    const Program& program_;
+    CivilTime now_;
+    ScopePtr root_;  // the template's top-level frame
+    // The value a null operand of a filter chain stands for ({% filter %}, {% set x | f %}).
+    const Value* block_input_ = nullptr;
+    int call_depth_ = 0;
+    int exec_depth_ = 0;
+};
+
+// Python's binary arithmetic (+ - * / // % **) with its type rules and error messages.
+Value arithmetic(BinaryOp op, const Value& a, const Value& b);
+
+}  // namespace ember::jinja
