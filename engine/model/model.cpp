@@ -143,7 +143,8 @@ ModelConfig read_config(const GgufFile& f) {
                  f.get_int(p + "attention.key_length").value_or(c.n_embd / c.n_head), kMaxDim);
     c.value_dim = positive(f, p + "attention.value_length",
                            f.get_int(p + "attention.value_length").value_or(c.head_dim), kMaxDim);
-    c.n_ctx_train = f.get_int(p + "context_length").value_or(2048);
+    c.n_ctx_train = positive(f, p + "context_length",
+                             f.get_int(p + "context_length").value_or(2048), int64_t{1} << 30);
     c.rms_eps = f.get_float(p + "attention.layer_norm_rms_epsilon").value_or(1e-5);
     c.rope_base = f.get_float(p + "rope.freq_base").value_or(10000.0);
     c.rope_dims = f.get_int(p + "rope.dimension_count").value_or(c.head_dim);

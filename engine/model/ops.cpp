@@ -83,16 +83,25 @@ void axpy_f32(float a, const float* x, float* y, int64_t n) {
 }
 
 float dot_f16_f32(const uint16_t* a, const float* b, int64_t n) {
+#if defined(__x86_64__)
+    if (use_avx512()) return avx512::dot_f16(a, b, n);
+#endif
     float sum = 0.0f;
     for (int64_t i = 0; i < n; ++i) sum += fp16_to_fp32(a[i]) * b[i];
     return sum;
 }
 
 void axpy_f16(float a, const uint16_t* x, float* y, int64_t n) {
+#if defined(__x86_64__)
+    if (use_avx512()) return avx512::axpy_f16(a, x, y, n);
+#endif
     for (int64_t i = 0; i < n; ++i) y[i] += a * fp16_to_fp32(x[i]);
 }
 
 void to_f16(const float* x, uint16_t* out, int64_t n) {
+#if defined(__x86_64__)
+    if (use_avx512()) return avx512::to_f16(x, out, n);
+#endif
     for (int64_t i = 0; i < n; ++i) out[i] = fp32_to_fp16(x[i]);
 }
 

@@ -127,4 +127,37 @@ void swiglu(float* gate, const float* up, int64_t n) {
     }
     for (; i < n; ++i) gate[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
 }
+float dot_f16(const uint16_t* a, const float* b, int64_t n) {
+    __m512 acc = _mm512_setzero_ps();
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        const __m512 va =
+            _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(a + i)));
+        acc = _mm512_fmadd_ps(va, _mm512_loadu_ps(b + i), acc);
+    }
+    float sum = hsum512(acc);
+    for (; i < n; ++i) sum += _cvtsh_ss(a[i]) * b[i];
+    return sum;
+}
+
+void axpy_f16(float a, const uint16_t* x, float* y, int64_t n) {
+    const __m512 va = _mm512_set1_ps(a);
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        const __m512 vx =
+            _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + i)));
+        _mm512_storeu_ps(y + i, _mm512_fmadd_ps(va, vx, _mm512_loadu_ps(y + i)));
+    }
+    for (; i < n; ++i) y[i] += a * _cvtsh_ss(x[i]);
+}
+
+void to_f16(const float* x, uint16_t* out, int64_t n) {
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + i),
+                            _mm512_cvtps_ph(_mm512_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT));
+    }
+    for (; i < n; ++i) out[i] = _cvtss_sh(x[i], _MM_FROUND_TO_NEAREST_INT);
+}
+
 }  // namespace ember::avx512
