@@ -56,12 +56,16 @@ public:
         return value;
     }
 
-    std::string read_string(const std::string& field) {
-        const uint64_t len = read<uint64_t>(field + " (string length)");
+    // `index` >= 0 reads element `index` of the array `field`. Names for messages are only
+    // built on failure: vocabularies hold hundreds of thousands of strings.
+    std::string read_string(const std::string& field, int64_t index = -1) {
+        auto name = [&] { return index < 0 ? field : field + "[" + std::to_string(index) + "]"; };
+        if (remaining() < sizeof(uint64_t)) need(sizeof(uint64_t), name() + " (string length)");
+        const uint64_t len = read<uint64_t>(field);
         if (len > kMaxStringBytes) {
-            fail(file_, field + ": string length " + std::to_string(len) + " is implausible");
+            fail(file_, name() + ": string length " + std::to_string(len) + " is implausible");
         }
-        need(len, field);
+        if (len > remaining()) need(len, name());
         std::string s(reinterpret_cast<const char*>(data_ + pos_), len);
         pos_ += len;
         return s;
@@ -172,7 +176,7 @@ GgufArray read_array(Cursor& cur, const std::string& field, const std::string& f
         case GgufValueType::STRING:
             arr.strings.reserve(count);
             for (uint64_t i = 0; i < count; ++i) {
-                arr.strings.push_back(cur.read_string(field + "[" + std::to_string(i) + "]"));
+                arr.strings.push_back(cur.read_string(field, static_cast<int64_t>(i)));
             }
             break;
         case GgufValueType::ARRAY:
