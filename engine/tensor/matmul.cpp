@@ -17,8 +17,14 @@ constexpr size_t kTileBytes = 64 * 1024;
 // Rows handed to a worker are multiples of this, so no two workers write the same cache line
 // of y (16 floats = 64 bytes).
 constexpr int64_t kRowAlign = 16;
+// Rows of a gemm task are multiples of this: two 16-row panels, the AVX-512 micro-tile.
+constexpr int64_t kGemmRowAlign = 32;
+// Gemm tasks per worker: enough that a worker slowed by a neighbour on the shared cores hands
+// rows to the other, few enough that claiming a task stays negligible.
+constexpr int64_t kGemmTasksPerWorker = 4;
 // Below this many tokens quantizing the activations is cheaper than waking the pool.
 constexpr int64_t kParallelActTokens = 4;
+constexpr size_t kScratchAlign = 64;
 
 size_t checked_row_stride(const MatrixView& w, const TypeInfo& info) {
     if (w.cols % info.block_elems != 0) {
@@ -30,8 +36,8 @@ size_t checked_row_stride(const MatrixView& w, const TypeInfo& info) {
     return w.row_stride != 0 ? w.row_stride : static_cast<size_t>(row_bytes(info, w.cols));
 }
 
-const TypeKernels& checked_kernels(const TypeInfo& info) {
-    const TypeKernels& k = type_kernels(info.type);
+const TypeKernels& checked_kernels(const KernelTable& table, const TypeInfo& info) {
+    const TypeKernels& k = table[info.type];
     if (k.dot == nullptr || k.dequantize_row == nullptr) {
         throw std::invalid_argument("tensor type " + std::string(info.name) +
                                     " is not supported for matrix multiplication");
@@ -67,14 +73,110 @@ void run_rows(const MatmulJob& job, int64_t begin, int64_t end) {
     }
 }
 
+struct GemmJob {
+    GemmFn gemm;
+    GemmArgs all;           // every row; scratch unset
+    int64_t rows_per_task;  // a multiple of kGemmRowAlign
+    uint8_t* scratch;       // [workers x scratch_stride], 64-byte aligned
+    size_t scratch_stride;
+};
+
+void run_gemm_task(const GemmJob& job, int64_t task, int worker) {
+    GemmArgs a = job.all;
+    const int64_t r0 = task * job.rows_per_task;
+    a.rows = std::min(job.rows_per_task, job.all.rows - r0);
+    a.w += static_cast<size_t>(r0) * a.w_stride;
+    a.y += r0;
+    a.scratch = job.scratch + static_cast<size_t>(worker) * job.scratch_stride;
+    job.gemm(a);
+}
+
+// Prepares the activations in the type's format; returns them (x itself for F32).
+const uint8_t* prepare_activations(ThreadPool& pool, const KernelTable& table,
+                                   const TypeKernels& kernels, const float* x, int64_t n_tokens,
+                                   int64_t cols, size_t act_stride, MatmulScratch& scratch) {
+    if (kernels.act_format == ActFormat::F32) {
+        // Float weights take the activations exactly as given: nothing to prepare.
+        return reinterpret_cast<const uint8_t*>(x);
+    }
+    const size_t need = act_stride * static_cast<size_t>(n_tokens);
+    if (scratch.act.size() < need) scratch.act.resize(need);
+    uint8_t* act = scratch.act.data();  // [n_tokens x act_stride bytes]
+    struct ActJob {
+        QuantizeActFn quantize;
+        const float* x;  // [n_tokens x cols]
+        int64_t cols;
+        uint8_t* act;
+        size_t stride;
+    } aj{table.quantize_act[static_cast<size_t>(kernels.act_format)], x, cols, act, act_stride};
+    if (n_tokens < kParallelActTokens || pool.size() == 1) {
+        for (int64_t t = 0; t < n_tokens; ++t) {
+            aj.quantize(x + t * cols, act + static_cast<size_t>(t) * aj.stride, cols);
+        }
+    } else {
+        const ActJob* ajp = &aj;
+        pool.parallel_for(n_tokens, [ajp](int64_t t, int) {
+            ajp->quantize(ajp->x + t * ajp->cols, ajp->act + static_cast<size_t>(t) * ajp->stride,
+                          ajp->cols);
+        });
+    }
+    return act;
+}
+
+void matmul_gemm(ThreadPool& pool, const TypeKernels& kernels, const GemmArgs& all,
+                 MatmulScratch& scratch) {
+    GemmJob job{};
+    job.gemm = kernels.gemm;
+    job.all = all;
+    const int64_t workers = pool.size();
+    const int64_t per_task =
+        (all.rows + workers * kGemmTasksPerWorker - 1) / (workers * kGemmTasksPerWorker);
+    job.rows_per_task =
+        std::max(kGemmRowAlign, (per_task + kGemmRowAlign - 1) / kGemmRowAlign * kGemmRowAlign);
+    const size_t per_worker = kernels.gemm_scratch(all.cols);
+    job.scratch_stride = (per_worker + kScratchAlign - 1) / kScratchAlign * kScratchAlign;
+    const size_t need = job.scratch_stride * static_cast<size_t>(workers) + kScratchAlign;
+    if (scratch.gemm.size() < need) scratch.gemm.resize(need);
+    const auto base = reinterpret_cast<uintptr_t>(scratch.gemm.data());
+    job.scratch = scratch.gemm.data() + ((kScratchAlign - base % kScratchAlign) % kScratchAlign);
+
+    const int64_t n_tasks = (all.rows + job.rows_per_task - 1) / job.rows_per_task;
+    const GemmJob* jp = &job;
+    pool.parallel_for(n_tasks,
+                      [jp](int64_t task, int worker) { run_gemm_task(*jp, task, worker); });
+}
+
 }  // namespace
 
 void matmul(ThreadPool& pool, const MatrixView& w, const float* x, int64_t n_tokens, float* y,
             int64_t ldy, MatmulScratch& scratch) {
+    matmul(pool, w, x, n_tokens, y, ldy, scratch, active_kernels());
+}
+
+void matmul(ThreadPool& pool, const MatrixView& w, const float* x, int64_t n_tokens, float* y,
+            int64_t ldy, MatmulScratch& scratch, const KernelTable& table) {
     if (n_tokens <= 0 || w.rows <= 0) return;
     const TypeInfo& info = type_info(w.type);
-    const TypeKernels& kernels = checked_kernels(info);
+    const TypeKernels& kernels = checked_kernels(table, info);
     const size_t w_stride = checked_row_stride(w, info);
+    const size_t act_stride = act_row_bytes(kernels.act_format, w.cols);
+    const uint8_t* act =
+        prepare_activations(pool, table, kernels, x, n_tokens, w.cols, act_stride, scratch);
+
+    if (kernels.gemm != nullptr) {
+        GemmArgs all;
+        all.cols = w.cols;
+        all.w = static_cast<const uint8_t*>(w.data);
+        all.w_stride = w_stride;
+        all.rows = w.rows;
+        all.act = act;
+        all.act_stride = act_stride;
+        all.n_tokens = n_tokens;
+        all.y = y;
+        all.ldy = ldy;
+        matmul_gemm(pool, kernels, all, scratch);
+        return;
+    }
 
     MatmulJob job{};
     job.dot = kernels.dot;
@@ -83,42 +185,11 @@ void matmul(ThreadPool& pool, const MatrixView& w, const float* x, int64_t n_tok
     job.cols = w.cols;
     job.rows_per_tile =
         std::max<int64_t>(1, static_cast<int64_t>(kTileBytes / std::max<size_t>(1, w_stride)));
+    job.act = act;
+    job.act_stride = act_stride;
     job.n_tokens = n_tokens;
     job.y = y;
     job.ldy = ldy;
-
-    if (kernels.act_format == ActFormat::F32) {
-        // Float weights take the activations exactly as given: nothing to prepare.
-        job.act = reinterpret_cast<const uint8_t*>(x);
-        job.act_stride = static_cast<size_t>(w.cols) * sizeof(float);
-    } else {
-        job.act_stride = act_row_bytes(kernels.act_format, w.cols);
-        const size_t need = job.act_stride * static_cast<size_t>(n_tokens);
-        if (scratch.act.size() < need) scratch.act.resize(need);
-        uint8_t* act = scratch.act.data();  // [n_tokens x act_stride bytes]
-        job.act = act;
-
-        struct ActJob {
-            QuantizeActFn quantize;
-            const float* x;  // [n_tokens x cols]
-            int64_t cols;
-            uint8_t* act;
-            size_t stride;
-        } aj{active_kernels().quantize_act[static_cast<size_t>(kernels.act_format)], x, w.cols, act,
-             job.act_stride};
-        if (n_tokens < kParallelActTokens || pool.size() == 1) {
-            for (int64_t t = 0; t < n_tokens; ++t) {
-                aj.quantize(x + t * w.cols, act + static_cast<size_t>(t) * aj.stride, w.cols);
-            }
-        } else {
-            const ActJob* ajp = &aj;
-            pool.parallel_for(n_tokens, [ajp](int64_t t, int) {
-                ajp->quantize(ajp->x + t * ajp->cols,
-                              ajp->act + static_cast<size_t>(t) * ajp->stride, ajp->cols);
-            });
-        }
-    }
-
     const MatmulJob* jp = &job;
     pool.parallel_ranges(w.rows, kRowAlign,
                          [jp](int64_t begin, int64_t end, int) { run_rows(*jp, begin, end); });

@@ -15,6 +15,7 @@
 namespace ember {
 
 class ThreadPool;
+struct KernelTable;
 
 // A 2-D weight matrix living in the mmap: `rows` rows of `cols` elements each.
 struct MatrixView {
@@ -28,12 +29,17 @@ struct MatrixView {
 // Reusable buffers, owned by the caller (per conversation state), so the decode loop does
 // not allocate. Grows on demand and never shrinks.
 struct MatmulScratch {
-    std::vector<uint8_t> act;  // prepared activations: n_tokens rows in the type's act format
+    std::vector<uint8_t> act;   // prepared activations: n_tokens rows in the type's act format
+    std::vector<uint8_t> gemm;  // per-worker repacked weight panels (GemmArgs::scratch)
 };
 
 // y: [n_tokens x w.rows] row-major with row stride ldy floats; x: [n_tokens x w.cols].
 void matmul(ThreadPool& pool, const MatrixView& w, const float* x, int64_t n_tokens, float* y,
             int64_t ldy, MatmulScratch& scratch);
+
+// The same with an explicit kernel table (tests and benchmarks compare kernel levels).
+void matmul(ThreadPool& pool, const MatrixView& w, const float* x, int64_t n_tokens, float* y,
+            int64_t ldy, MatmulScratch& scratch, const KernelTable& kernels);
 
 // Dequantizes row `row` of w into dst[0..w.cols) (embedding lookup, tests).
 void dequantize_row(const MatrixView& w, int64_t row, float* dst);

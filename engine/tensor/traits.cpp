@@ -1,8 +1,7 @@
 #include "engine/tensor/traits.h"
 
-#include <cstdlib>
 #include <stdexcept>
-#include <string_view>
+#include <string>
 
 #include "engine/tensor/blocks.h"
 
@@ -26,20 +25,20 @@ KernelTable make_scalar_kernels() {
     return table;
 }
 
-KernelTable make_active_kernels() {
-    KernelTable table = scalar_kernels();
-    if (const char* want = std::getenv("EMBER_KERNELS");
-        want && std::string_view(want) == "scalar") {
-        return table;
+}  // namespace
+
+KernelTable make_kernel_table(KernelLevel level) {
+    if (level > max_kernel_level()) {
+        throw std::invalid_argument(std::string("this CPU cannot run the ") +
+                                    kernel_level_name(level) + " kernels");
     }
-    // SIMD installers go here, weakest ISA first so stronger ones override, e.g.
-    //   if (cpu.avx2) install_avx2_kernels(table);
-    //   if (cpu.avx512_vnni) install_avx512_kernels(table);
-    // Each must keep the act_format contract documented in traits.h.
+    KernelTable table;
+    install_scalar_kernels(table);
+    // Weakest first, so a stronger level overrides only the entries it improves.
+    if (level >= KernelLevel::Avx2) install_avx2_kernels(table);
+    if (level >= KernelLevel::Avx512) install_avx512_kernels(table);
     return table;
 }
-
-}  // namespace
 
 const KernelTable& scalar_kernels() {
     static const KernelTable table = make_scalar_kernels();
@@ -47,7 +46,7 @@ const KernelTable& scalar_kernels() {
 }
 
 const KernelTable& active_kernels() {
-    static const KernelTable table = make_active_kernels();
+    static const KernelTable table = make_kernel_table(kernel_level());
     return table;
 }
 

@@ -6,6 +6,11 @@
 // use, after checking the CPU (see make_active_kernels() in traits.cpp). Because the table is
 // per type, an ISA can speed up just the types that matter and inherit the rest.
 //
+// Besides the per-row dot, a type may offer a `gemm` entry: a block of rows times every token at
+// once, so prefill reuses each loaded weight across tokens and each activation across rows.
+// matmul() prefers it when present. Its result for a (row, token) pair must not depend on how
+// rows and tokens are grouped (batch and single-token results are bitwise equal).
+//
 // Accuracy contract (the model tests depend on it):
 //  * F32/F16/BF16 weights are dotted with f32 activations, exactly as given (no rounding).
 //  * Quantized weights are dotted with activations quantized once per token row to Q8_32
@@ -19,6 +24,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "engine/tensor/cpu_features.h"
 #include "engine/tensor/types.h"
 
 namespace ember {
@@ -43,11 +49,30 @@ using DotFn = float (*)(int64_t n, const void* w_row, const void* act_row);
 // x: [n] floats; dst: one activation row in the format (act_row_bytes(format, n) bytes).
 using QuantizeActFn = void (*)(const float* x, void* dst, int64_t n);
 
+// One worker's share of a matmul: rows [0, rows) of the weights times every token.
+struct GemmArgs {
+    int64_t cols = 0;            // elements per row (a multiple of the type's block)
+    const uint8_t* w = nullptr;  // [rows x w_stride bytes], the first row of the share
+    size_t w_stride = 0;         // bytes between weight rows
+    int64_t rows = 0;
+    const uint8_t* act = nullptr;  // [n_tokens x act_stride bytes] prepared activations
+    size_t act_stride = 0;
+    int64_t n_tokens = 0;
+    float* y = nullptr;  // [n_tokens x ldy], already offset to the share's first row
+    int64_t ldy = 0;
+    uint8_t* scratch = nullptr;  // gemm_scratch(cols) bytes, 64-byte aligned, this worker's own
+};
+using GemmFn = void (*)(const GemmArgs& args);
+// Scratch bytes one worker's gemm call needs for rows of `cols` elements.
+using GemmScratchFn = size_t (*)(int64_t cols);
+
 struct TypeKernels {
     ActFormat act_format = ActFormat::F32;
     DequantizeRowFn dequantize_row = nullptr;  // nullptr: type not supported
     QuantizeRowFn quantize_row = nullptr;      // reference quantizer; nullptr when none
     DotFn dot = nullptr;                       // nullptr: type not supported
+    GemmFn gemm = nullptr;                     // nullptr: matmul calls dot per row and token
+    GemmScratchFn gemm_scratch = nullptr;      // set together with gemm
 };
 
 // Raw GGUF type numbers go up to BF16 = 30.
@@ -65,10 +90,14 @@ struct KernelTable {
 // The scalar reference kernels only (what tests compare SIMD variants against).
 const KernelTable& scalar_kernels();
 
-// The kernels matmul uses: the scalar table with the best SIMD entries for this CPU patched in.
-// Built once on first use (thread-safe) and immutable afterwards. Setting the environment
-// variable EMBER_KERNELS=scalar before the first call keeps the scalar reference (debugging).
+// The kernels matmul uses: the scalar table with the SIMD entries of kernel_level() patched in
+// (see cpu_features.h; EMBER_KERNELS=scalar|avx2|avx512 lowers the level for debugging).
+// Built once on first use (thread-safe) and immutable afterwards.
 const KernelTable& active_kernels();
+
+// The table of one level, built fresh (tests and benchmarks compare levels side by side).
+// Throws std::invalid_argument when the CPU or OS cannot run that level.
+KernelTable make_kernel_table(KernelLevel level);
 
 // Shorthands over active_kernels().
 inline const TypeKernels& type_kernels(TensorType t) {
@@ -76,8 +105,11 @@ inline const TypeKernels& type_kernels(TensorType t) {
 }
 void quantize_act_row(ActFormat format, const float* x, void* dst, int64_t n);
 
-// Fills the scalar entries of every supported type (defined in quants_scalar.cpp). SIMD
-// installers follow the same pattern: void install_<isa>_kernels(KernelTable&).
+// Fills the scalar entries of every supported type (defined in quants_scalar.cpp).
 void install_scalar_kernels(KernelTable& table);
+// Overwrite entries with SIMD versions (quants_avx2.cpp, quants_avx512.cpp). Call only when
+// max_kernel_level() reaches that level; each keeps the act_format contract above.
+void install_avx2_kernels(KernelTable& table);
+void install_avx512_kernels(KernelTable& table);
 
 }  // namespace ember

@@ -8,6 +8,15 @@
 
 namespace ember {
 
+// A parallel section is open from the moment the caller publishes it (epoch_ bumped) until the
+// caller has run out of tasks and closes it. Workers *join* an open section (busy_workers_
+// counts them) and only joined workers are waited for. So a worker that is asleep or
+// descheduled when a section starts - common on shared, oversubscribed cores - never stalls
+// the caller: the caller simply claims every task itself. A worker that wakes late finds the
+// section closed (or the next one open, whose tasks it may then help with) and moves on.
+//
+// busy_workers_ = number of joined workers, plus kClosed once the caller closed the section.
+
 namespace {
 inline void cpu_relax() {
 #if defined(__x86_64__)
@@ -17,9 +26,15 @@ inline void cpu_relax() {
 // Spin iterations before a worker sleeps: long enough to bridge the gap between the
 // matmuls of one decode step, short enough not to burn a core while the user types.
 constexpr int kSpinIterations = 200000;
+// Spin iterations of the caller waiting for joined workers before it sleeps: joined workers are
+// running a task, so this is short unless one was preempted - then the core is better given
+// away (to that worker, possibly) than spun on.
+constexpr int kWaitSpinIterations = 2000;
+constexpr int kClosed = 1 << 30;
 }  // namespace
 
 ThreadPool::ThreadPool(int n_threads) : n_threads_(std::max(1, n_threads)) {
+    busy_workers_.store(kClosed);  // no section open yet
     threads_.reserve(n_threads_ - 1);
     for (int w = 1; w < n_threads_; ++w) threads_.emplace_back([this, w] { worker_loop(w); });
 }
@@ -56,8 +71,23 @@ void ThreadPool::worker_loop(int worker) {
         }
         seen = epoch_.load(std::memory_order_acquire);
         if (stopping_.load()) return;
+        // Join whichever section is open now (possibly a later one than `seen`: its tasks are
+        // just as valid, fn_ and n_tasks_ cannot change while we are counted).
+        int v = busy_workers_.load(std::memory_order_relaxed);
+        bool joined = false;
+        while ((v & kClosed) == 0) {
+            if (busy_workers_.compare_exchange_weak(v, v + 1, std::memory_order_acquire,
+                                                    std::memory_order_relaxed)) {
+                joined = true;
+                break;
+            }
+        }
+        if (!joined) continue;
         run_tasks(worker);
-        busy_workers_.fetch_sub(1, std::memory_order_acq_rel);
+        // The last joined worker of a closed section wakes the caller if it went to sleep.
+        if (busy_workers_.fetch_sub(1, std::memory_order_acq_rel) == kClosed + 1) {
+            busy_workers_.notify_one();
+        }
     }
 }
 
@@ -67,10 +97,12 @@ void ThreadPool::parallel_for(int64_t n_tasks, const TaskFn& fn) {
         for (int64_t t = 0; t < n_tasks; ++t) fn(t, 0);
         return;
     }
+    // No worker is joined here (the previous section ended with none), so these plain writes
+    // race with nobody; opening the section (release) publishes them to joiners (acquire).
     fn_ = &fn;
     n_tasks_ = n_tasks;
     next_task_.store(0, std::memory_order_relaxed);
-    busy_workers_.store(n_threads_ - 1, std::memory_order_relaxed);
+    busy_workers_.store(0, std::memory_order_release);
     {
         // Publishing under the mutex orders it against a worker about to sleep.
         std::lock_guard<std::mutex> lock(mutex_);
@@ -78,7 +110,16 @@ void ThreadPool::parallel_for(int64_t n_tasks, const TaskFn& fn) {
     }
     wake_.notify_all();
     run_tasks(0);
-    while (busy_workers_.load(std::memory_order_acquire) != 0) cpu_relax();
+    // Close: from now on nobody joins; wait for those who did.
+    int v = busy_workers_.fetch_add(kClosed, std::memory_order_acq_rel) + kClosed;
+    for (int spins = 0; v != kClosed; ++spins) {
+        if (spins < kWaitSpinIterations) {
+            cpu_relax();
+        } else {
+            busy_workers_.wait(v, std::memory_order_acquire);
+        }
+        v = busy_workers_.load(std::memory_order_acquire);
+    }
     fn_ = nullptr;
 }
 

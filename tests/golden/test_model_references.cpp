@@ -158,7 +158,7 @@ INSTANTIATE_TEST_SUITE_P(
                       QuantCase{"Q3_K_M", 0.10}, QuantCase{"IQ4_NL", 0.10},
                       QuantCase{"Q4_K_M", 0.16}, QuantCase{"Q5_K_M", 0.16},
                       QuantCase{"Q2_K", 0.16}),
-    [](const auto& info) { return info.param.type; });
+    [](const auto& test_info) { return test_info.param.type; });
 
 TEST(StoriesReference, GreedyTextMatchesExactly) {
     EMBER_REQUIRE_FIXTURE("models/stories260K.gguf");

@@ -1,0 +1,333 @@
+#include "engine/synth/synth.h"
+
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <memory>
+#include <stdexcept>
+
+#include "engine/gguf/gguf.h"
+#include "engine/tensor/traits.h"
+#include "engine/util/thread_pool.h"
+
+namespace ember {
+
+namespace {
+
+// Values per generation task: large enough that handing out a task costs nothing next to
+// the work, small enough that each worker's float scratch (512 KiB) stays in L2.
+constexpr int64_t kTaskElems = int64_t{1} << 17;
+
+constexpr std::array<SynthShape, 2> kShapes = {{
+    {.name = "smollm2-135m",
+     .arch = "llama",
+     .display_name = "SmolLM2 135M (synthetic random weights)",
+     .size_label = "135M",
+     .vocab_hint = "a GGUF with the SmolLM2 tokenizer, e.g. fixtures/arch/llama/llama.gguf",
+     .n_vocab = 49152,
+     .n_embd = 576,
+     .n_layer = 30,
+     .n_head = 9,
+     .n_head_kv = 3,
+     .head_dim = 64,
+     .n_ff = 1536,
+     .n_ctx_train = 8192,
+     .rope_base = 100000.0,
+     .rms_eps = 1e-5,
+     .qk_norm = false},
+    {.name = "qwen3-0.6b",
+     .arch = "qwen3",
+     .display_name = "Qwen3 0.6B (synthetic random weights)",
+     .size_label = "0.6B",
+     .vocab_hint = "a GGUF with the Qwen3 tokenizer, e.g. fixtures/arch/qwen3/qwen3.gguf",
+     .n_vocab = 151936,
+     .n_embd = 1024,
+     .n_layer = 28,
+     .n_head = 16,
+     .n_head_kv = 8,
+     .head_dim = 128,
+     .n_ff = 3072,
+     .n_ctx_train = 40960,
+     .rope_base = 1000000.0,
+     .rms_eps = 1e-6,
+     .qk_norm = true},
+}};
+
+// general.file_type values are the reference engine's llama_ftype numbers.
+constexpr std::array<SynthRecipeInfo, 5> kRecipes = {{
+    {SynthRecipe::F16, "f16", TensorType::F16, 1},
+    {SynthRecipe::BF16, "bf16", TensorType::BF16, 32},
+    {SynthRecipe::Q8_0, "q8_0", TensorType::Q8_0, 7},
+    {SynthRecipe::Q4_0, "q4_0", TensorType::Q4_0, 2},
+    {SynthRecipe::Q4_K_M, "q4_k_m", TensorType::Q4_K, 15},
+}};
+
+bool ends_with(std::string_view s, std::string_view suffix) {
+    return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
+}
+
+// The reference converter's "use more bits" layer pattern for Q4_K_M / Q5_K_M.
+bool use_more_bits(int64_t layer, int64_t n_layer) {
+    return layer < n_layer / 8 || layer >= 7 * n_layer / 8 || (layer - n_layer / 8) % 3 == 2;
+}
+
+// The type the reference uses when a row cannot hold whole blocks of `t`.
+TensorType fallback_type(TensorType t) {
+    switch (t) {
+        case TensorType::Q2_K:
+        case TensorType::Q3_K:
+            return TensorType::IQ4_NL;
+        case TensorType::Q4_K:
+            return TensorType::Q5_0;
+        case TensorType::Q5_K:
+            return TensorType::Q5_1;
+        case TensorType::Q6_K:
+            return TensorType::Q8_0;
+        default:
+            return TensorType::F16;
+    }
+}
+
+bool fits_row(TensorType t, int64_t row_len) {
+    return row_len % type_info(t).block_elems == 0;
+}
+
+// splitmix64's output function: a strong 64-bit mixer, used both to derive per-row seeds and
+// as the generator (splitmix64 over a counter passes BigCrush and costs a few cycles).
+constexpr uint64_t mix64(uint64_t z) {
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+constexpr uint64_t kGolden = 0x9e3779b97f4a7c15ull;
+
+uint64_t fnv1a(std::string_view s) {
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (char c : s) {
+        h ^= static_cast<uint8_t>(c);
+        h *= 0x100000001b3ull;
+    }
+    return h;
+}
+
+struct Task {
+    size_t tensor;
+    int64_t row0, row1;
+};
+
+}  // namespace
+
+std::span<const SynthShape> synth_shapes() {
+    return kShapes;
+}
+
+const SynthShape* find_synth_shape(std::string_view name) {
+    for (const auto& s : kShapes) {
+        if (s.name == name) return &s;
+    }
+    return nullptr;
+}
+
+std::span<const SynthRecipeInfo> synth_recipes() {
+    return kRecipes;
+}
+
+const SynthRecipeInfo* find_synth_recipe(std::string_view name) {
+    for (const auto& r : kRecipes) {
+        if (r.name == name) return &r;
+    }
+    return nullptr;
+}
+
+const SynthRecipeInfo& synth_recipe_info(SynthRecipe recipe) {
+    for (const auto& r : kRecipes) {
+        if (r.recipe == recipe) return r;
+    }
+    throw std::invalid_argument("unknown synth recipe");
+}
+
+TensorType synth_matrix_type(SynthRecipe recipe, std::string_view name, int64_t layer,
+                             int64_t n_layer, int64_t row_len, bool tied_output) {
+    const SynthRecipeInfo& info = synth_recipe_info(recipe);
+    TensorType t = info.base;
+    // Float conversions and Q8_0 keep one type throughout (Q8_0 is already above Q6_K).
+    const bool mixed = recipe == SynthRecipe::Q4_0 || recipe == SynthRecipe::Q4_K_M;
+    if (mixed) {
+        const bool is_output =
+            name == "output.weight" || (tied_output && name == "token_embd.weight");
+        if (is_output) {
+            // The reference checks divisibility by the recipe's own block first, then asks
+            // for Q6_K (which may still fall back to Q8_0 below).
+            t = fits_row(info.base, row_len) ? TensorType::Q6_K : TensorType::Q8_0;
+        } else if (recipe == SynthRecipe::Q4_K_M && layer >= 0 &&
+                   (ends_with(name, "attn_v.weight") || ends_with(name, "ffn_down.weight")) &&
+                   use_more_bits(layer, n_layer)) {
+            t = TensorType::Q6_K;
+        }
+    }
+    while (!fits_row(t, row_len) && t != TensorType::F16) t = fallback_type(t);
+    return t;
+}
+
+int64_t SynthTensor::rows() const {
+    int64_t n = 1;
+    for (size_t i = 1; i < dims.size(); ++i) n *= dims[i];
+    return n;
+}
+
+std::vector<SynthTensor> plan_synth_tensors(const SynthShape& s, SynthRecipe recipe) {
+    // Scale of trained transformer weights (initialised at 0.02 and staying near it); norm
+    // weights near 1 keep activations in range, so a forward pass never overflows.
+    constexpr float kWeightStd = 0.02f;
+    constexpr float kNormStd = 0.02f;
+    const bool tied = true;  // both shapes tie the output matrix to the token embedding
+    std::vector<SynthTensor> out;
+    auto matrix = [&](std::string name, int64_t layer, int64_t cols, int64_t rows) {
+        const TensorType t = synth_matrix_type(recipe, name, layer, s.n_layer, cols, tied);
+        out.push_back({std::move(name), {cols, rows}, t, 0.0f, kWeightStd});
+    };
+    auto norm = [&](std::string name, int64_t n) {
+        out.push_back({std::move(name), {n}, TensorType::F32, 1.0f, kNormStd});
+    };
+    const int64_t q_dim = s.n_head * s.head_dim;
+    const int64_t kv_dim = s.n_head_kv * s.head_dim;
+    matrix("token_embd.weight", -1, s.n_embd, s.n_vocab);
+    for (int64_t i = 0; i < s.n_layer; ++i) {
+        const std::string b = "blk." + std::to_string(i) + ".";
+        norm(b + "attn_norm.weight", s.n_embd);
+        matrix(b + "attn_q.weight", i, s.n_embd, q_dim);
+        matrix(b + "attn_k.weight", i, s.n_embd, kv_dim);
+        matrix(b + "attn_v.weight", i, s.n_embd, kv_dim);
+        matrix(b + "attn_output.weight", i, q_dim, s.n_embd);
+        if (s.qk_norm) {
+            norm(b + "attn_q_norm.weight", s.head_dim);
+            norm(b + "attn_k_norm.weight", s.head_dim);
+        }
+        norm(b + "ffn_norm.weight", s.n_embd);
+        matrix(b + "ffn_gate.weight", i, s.n_embd, s.n_ff);
+        matrix(b + "ffn_up.weight", i, s.n_embd, s.n_ff);
+        matrix(b + "ffn_down.weight", i, s.n_ff, s.n_embd);
+    }
+    norm("output_norm.weight", s.n_embd);
+    return out;
+}
+
+void synth_row(uint64_t seed, const SynthTensor& tensor, int64_t row, float* out) {
+    uint64_t state = mix64(mix64(seed ^ fnv1a(tensor.name)) + static_cast<uint64_t>(row) * kGolden);
+    // Approximately normal: the sum of four 16-bit uniforms (Irwin-Hall, n = 4) from one
+    // 64-bit draw. Its tails stop at 3.46 sigma, which noise for benchmarks does not miss, and
+    // it is several times cheaper than Box-Muller.
+    constexpr double kSumMean = 4 * 32767.5;
+    constexpr double kSumStd = 37837.22621;  // sqrt(4 * (65536^2 - 1) / 12)
+    const float a = static_cast<float>(tensor.stddev / kSumStd);
+    const float b = static_cast<float>(tensor.mean - kSumMean * tensor.stddev / kSumStd);
+    const int64_t n = tensor.row_len();
+    for (int64_t i = 0; i < n; ++i) {
+        state += kGolden;
+        const uint64_t r = mix64(state);
+        const uint32_t sum = static_cast<uint32_t>((r & 0xffff) + ((r >> 16) & 0xffff) +
+                                                   ((r >> 32) & 0xffff) + (r >> 48));
+        out[i] = b + a * static_cast<float>(sum);
+    }
+}
+
+SynthSummary write_synth_model(const SynthOptions& o, ThreadPool& pool) {
+    if (o.shape == nullptr) throw std::invalid_argument("write_synth_model: no shape");
+    const auto t_start = std::chrono::steady_clock::now();
+    const SynthShape& shape = *o.shape;
+    const SynthRecipeInfo& recipe = synth_recipe_info(o.recipe);
+
+    // The tokenizer comes first: a mismatch should fail before minutes of quantizing.
+    auto vocab = GgufFile::open(o.vocab_from);
+    const GgufArray* tokens = vocab->get_array("tokenizer.ggml.tokens");
+    if (tokens == nullptr) {
+        throw std::runtime_error(o.vocab_from +
+                                 ": no tokenizer.ggml.tokens to copy the vocabulary from");
+    }
+    if (static_cast<int64_t>(tokens->size()) != shape.n_vocab) {
+        throw std::runtime_error(
+            o.vocab_from + " has a vocabulary of " + std::to_string(tokens->size()) +
+            " tokens but " + std::string(shape.name) + " needs " + std::to_string(shape.n_vocab) +
+            ": use " + std::string(shape.vocab_hint));
+    }
+
+    std::vector<SynthTensor> plan = plan_synth_tensors(shape, o.recipe);
+    std::vector<std::vector<uint8_t>> data(plan.size());
+    std::vector<QuantizeRowFn> quantizers(plan.size());
+    std::vector<Task> tasks;
+    SynthSummary summary;
+    int64_t max_task_elems = 0;
+    for (size_t i = 0; i < plan.size(); ++i) {
+        const SynthTensor& t = plan[i];
+        quantizers[i] = type_kernels(t.type).quantize_row;
+        if (quantizers[i] == nullptr) {
+            throw std::runtime_error("tensor type " + std::string(type_info(t.type).name) +
+                                     " (for " + t.name + ") has no quantizer in this build");
+        }
+        const int64_t rows = t.rows();
+        const uint64_t bytes = static_cast<uint64_t>(rows) *
+                               row_bytes(type_info(t.type), static_cast<uint64_t>(t.row_len()));
+        data[i].resize(bytes);
+        summary.tensor_bytes += bytes;
+        summary.n_params += static_cast<uint64_t>(rows * t.row_len());
+        const int64_t rows_per_task = std::max<int64_t>(1, kTaskElems / t.row_len());
+        for (int64_t r = 0; r < rows; r += rows_per_task) {
+            tasks.push_back({i, r, std::min(rows, r + rows_per_task)});
+        }
+        max_task_elems = std::max(max_task_elems, rows_per_task * t.row_len());
+    }
+
+    // One float buffer per worker, allocated up front: tasks only write disjoint byte ranges
+    // of the pre-sized tensor buffers, so they need no locking.
+    std::vector<std::vector<float>> scratch(static_cast<size_t>(pool.size()));
+    for (auto& s : scratch) s.resize(static_cast<size_t>(max_task_elems));
+    pool.parallel_for(static_cast<int64_t>(tasks.size()), [&](int64_t task, int worker) {
+        const Task& tk = tasks[static_cast<size_t>(task)];
+        const SynthTensor& t = plan[tk.tensor];
+        float* x = scratch[static_cast<size_t>(worker)].data();
+        const int64_t n_rows = tk.row1 - tk.row0;
+        for (int64_t r = 0; r < n_rows; ++r) synth_row(o.seed, t, tk.row0 + r, x + r * t.row_len());
+        const uint64_t row_size = row_bytes(type_info(t.type), static_cast<uint64_t>(t.row_len()));
+        quantizers[tk.tensor](x, data[tk.tensor].data() + static_cast<uint64_t>(tk.row0) * row_size,
+                              n_rows * t.row_len());
+    });
+
+    GgufWriter w;
+    const std::string a = std::string(shape.arch) + ".";
+    w.set_string("general.architecture", std::string(shape.arch));
+    w.set_string("general.type", "model");
+    w.set_string("general.name", std::string(shape.display_name));
+    w.set_string("general.size_label", std::string(shape.size_label));
+    w.set_string("general.description",
+                 "random weights of a real shape, written by ember synth (seed " +
+                     std::to_string(o.seed) + ")");
+    w.set_u32("general.file_type", recipe.file_type);
+    if (recipe.base != TensorType::F16 && recipe.base != TensorType::BF16) {
+        w.set_u32("general.quantization_version", 2);
+    }
+    w.set_u32(a + "vocab_size", static_cast<uint32_t>(shape.n_vocab));
+    w.set_u32(a + "context_length", static_cast<uint32_t>(shape.n_ctx_train));
+    w.set_u32(a + "embedding_length", static_cast<uint32_t>(shape.n_embd));
+    w.set_u32(a + "block_count", static_cast<uint32_t>(shape.n_layer));
+    w.set_u32(a + "feed_forward_length", static_cast<uint32_t>(shape.n_ff));
+    w.set_u32(a + "attention.head_count", static_cast<uint32_t>(shape.n_head));
+    w.set_u32(a + "attention.head_count_kv", static_cast<uint32_t>(shape.n_head_kv));
+    w.set_u32(a + "attention.key_length", static_cast<uint32_t>(shape.head_dim));
+    w.set_u32(a + "attention.value_length", static_cast<uint32_t>(shape.head_dim));
+    w.set_f32(a + "attention.layer_norm_rms_epsilon", static_cast<float>(shape.rms_eps));
+    w.set_u32(a + "rope.dimension_count", static_cast<uint32_t>(shape.head_dim));
+    w.set_f32(a + "rope.freq_base", static_cast<float>(shape.rope_base));
+    for (const std::string& key : vocab->metadata_order()) {
+        if (key.starts_with("tokenizer.")) w.copy_from(*vocab, key);
+    }
+    for (size_t i = 0; i < plan.size(); ++i) {
+        w.add_tensor(plan[i].name, plan[i].dims, plan[i].type, std::move(data[i]));
+    }
+    w.write(o.output);
+    summary.n_tensors = plan.size();
+    summary.seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
+    return summary;
+}
+
+}  // namespace ember

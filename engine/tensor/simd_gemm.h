@@ -1,0 +1,705 @@
+// ISA-generic SIMD kernels: panel repacking and the rows x tokens micro-kernels of the quantized
+// types, the float-weight kernels, single-row dots and activation quantization.
+//
+// Include only from an engine/tensor/*_avx2.cpp or *_avx512.cpp file, after defining
+// EMBER_SIMD_NS and the instruction-set policy `Isa` (see quants_avx512.cpp for the members it
+// must provide). Everything is instantiated once per instruction set.
+//
+// Quantized weights (see the canonical dot in simd_unpack.h) are repacked, a panel of Isa::kW
+// rows at a time, so that one vector holds the same 4 elements of kW rows:
+//   panel group g (32 columns): q[8][kW][4] bytes  (byte 4k+i of row r at q[k][r][i])
+//                               then the family's numbers, kW of each:
+//                               A: d   B: d, m   C: d, sc0, sc1   D: d, m, sc0, sc1, mn
+// A 4-byte broadcast of one token's activations then multiplies kW rows in one vpdpbusd, and the
+// int32 lanes are the rows: no horizontal sums, and each row's accumulation is the canonical
+// per-group sequence whatever the number of tokens. Decode (one token) uses the same path:
+// repacking costs a fraction of the time the weights take to arrive from memory.
+//
+// Float weights keep their own layout: 16 float lanes per (row, token), lane i accumulating the
+// columns k = i (mod 16) by fma in column order, then the fixed tree of reduce16(). F16/BF16
+// rows are widened to f32 (exact) once per tile when several tokens share them.
+#pragma once
+
+#ifndef EMBER_SIMD_NS
+#error "simd_gemm.h belongs to the *_avx2.cpp / *_avx512.cpp kernels; define EMBER_SIMD_NS"
+#endif
+
+#include <immintrin.h>
+
+#include <cstdint>
+#include <cstring>
+#include <type_traits>
+#include <utility>
+
+#include "engine/tensor/blocks.h"
+#include "engine/tensor/simd_unpack.h"
+#include "engine/tensor/traits.h"
+
+namespace ember::EMBER_SIMD_NS {
+
+template <class X>
+constexpr X min_of(X a, X b) {
+    return a < b ? a : b;
+}
+
+// ---- panel layout ------------------------------------------------------------------------------
+
+constexpr int params_of(Family f) {
+    switch (f) {
+        case Family::A:
+            return 1;
+        case Family::B:
+            return 2;
+        case Family::C:
+            return 3;
+        case Family::D:
+            return 5;
+    }
+    return 0;
+}
+
+// Bytes of one 32-column group of a panel.
+template <class Isa, Family F>
+constexpr size_t kGroupBytes = static_cast<size_t>(32 * Isa::kW + 4 * Isa::kW * params_of(F));
+
+// Stores group numbers of row r into the group's parameter arrays (slot order as documented).
+template <class Isa, Family F>
+inline void store_params(uint8_t* base, int r, const GroupParams& p) {
+    constexpr size_t kSlot = 4 * Isa::kW;
+    auto put_f = [&](int slot, float v) { std::memcpy(base + slot * kSlot + 4 * r, &v, 4); };
+    auto put_i = [&](int slot, int32_t v) { std::memcpy(base + slot * kSlot + 4 * r, &v, 4); };
+    put_f(0, p.d);
+    if constexpr (F == Family::B) put_f(1, p.m);
+    if constexpr (F == Family::C) {
+        put_i(1, p.sc0);
+        put_i(2, p.sc1);
+    }
+    if constexpr (F == Family::D) {
+        put_f(1, p.m);
+        put_i(2, p.sc0);
+        put_i(3, p.sc1);
+        put_i(4, p.mn);
+    }
+}
+
+// Whether the panel holds q = u - 128 (signed) instead of u: without VNNI the u8 x s8 multiply
+// (vpmaddubsw) saturates its int16 pair sums once u exceeds 128, so those types go through
+// |q| and sign(a, q) instead. Same exact integers either way.
+template <class Isa, class T>
+constexpr bool kSignedPanel = T::kWide && !Isa::kVnni;
+
+// Repacks `rows` (<= kW; missing rows repeat the last one and are never stored) rows of
+// n_groups groups each into a panel: decode each row's group to 32 bytes, then transpose.
+template <class Isa, class T>
+void repack_generic(const uint8_t* w, size_t stride, int rows, int64_t n_groups, uint8_t* panel,
+                    const uint8_t* next) {
+    using Block = typename T::Block;
+    constexpr int W = Isa::kW;
+    constexpr size_t kG = kGroupBytes<Isa, T::kFamily>;
+    const Block* row[W];
+    for (int r = 0; r < W; ++r) {
+        row[r] =
+            reinterpret_cast<const Block*>(w + static_cast<size_t>(min_of(r, rows - 1)) * stride);
+    }
+    const int64_t n_blocks = n_groups / T::kGroups;
+    for (int64_t b = 0; b < n_blocks; ++b) {
+        if (next != nullptr) {
+            // The same block of the next panel's rows (see repack_avx512.h's PanelRows).
+            for (int r = 0; r < W; ++r) {
+                const char* p =
+                    reinterpret_cast<const char*>(next + r * stride + b * sizeof(Block));
+                for (size_t o = 0; o < sizeof(Block); o += 64) _mm_prefetch(p + o, _MM_HINT_T1);
+            }
+        }
+        uint8_t* pb = panel + static_cast<size_t>(b) * T::kGroups * kG;  // this block's groups
+        for (int r = 0; r < W; ++r) {
+            GroupParams p[T::kGroups];
+            T::params(row[r] + b, p);
+            for (int s = 0; s < T::kGroups; ++s) {
+                store_params<Isa, T::kFamily>(pb + s * kG + 32 * W, r, p[s]);
+            }
+        }
+        for (int s = 0; s < T::kGroups; ++s) {
+            __m256i u[W];
+            for (int r = 0; r < W; ++r) {
+                u[r] = T::unpack(row[r] + b, s);
+                if constexpr (kSignedPanel<Isa, T>) {
+                    u[r] = _mm256_xor_si256(u[r], _mm256_set1_epi8(static_cast<int8_t>(0x80)));
+                }
+            }
+            Isa::transpose_store(u, pb + s * kG);
+        }
+    }
+}
+
+// An ISA may provide a faster type-specific repack (same bytes); the generic one otherwise.
+// `next`: the first row of the panel repacked next (prefetched meanwhile), or nullptr.
+template <class Isa, class T>
+void repack_panel(const uint8_t* w, size_t stride, int rows, int64_t n_groups, uint8_t* panel,
+                  const uint8_t* next) {
+    if constexpr (requires { Isa::repack(T{}, w, stride, rows, n_groups, panel, next); }) {
+        Isa::repack(T{}, w, stride, rows, n_groups, panel, next);
+    } else {
+        repack_generic<Isa, T>(w, stride, rows, n_groups, panel, next);
+    }
+}
+
+// ---- quantized micro-kernel: P panels x C tokens ------------------------------------------------
+
+struct MicroArgs {
+    const uint8_t* panels;  // P panels, panel_bytes apart
+    size_t panel_bytes;
+    int64_t n_groups;    // 32-column groups per row
+    const uint8_t* act;  // C Q8_32 rows, act_stride bytes apart
+    size_t act_stride;
+    float* y;  // [C x ldy] at the panels' first row
+    int64_t ldy;
+    int rows;  // valid rows over the P panels
+    // Running totals when K is split into chunks ([P x C x kW], nullptr when it is not): the
+    // first chunk starts from zero, the last one stores y, the others pass the totals on.
+    float* carry = nullptr;
+    bool first = true;
+    bool last = true;
+};
+
+// Signed int16 pair (lo, hi) as the int32 vpmaddwd multiplies a broadcast s[0], s[1] with.
+constexpr int32_t pair16(int lo, int hi) {
+    return static_cast<int32_t>((static_cast<uint32_t>(hi) << 16) |
+                                (static_cast<uint32_t>(lo) & 0xffffu));
+}
+
+template <class Isa, class T, int P, int C>
+void micro(const MicroArgs& m) {
+    using VI = typename Isa::VI;
+    using VF = typename Isa::VF;
+    constexpr int W = Isa::kW;
+    constexpr Family F = T::kFamily;
+    constexpr size_t kG = kGroupBytes<Isa, F>;
+    constexpr bool kSigned = kSignedPanel<Isa, T>;
+    constexpr bool kHalves = F == Family::C || F == Family::D;  // two int sums per group
+    constexpr int kAcc = kHalves ? 2 : 1;
+    constexpr size_t kSlot = 4 * W;
+
+    const BlockQ8_32* act[C];
+    for (int t = 0; t < C; ++t) {
+        act[t] = reinterpret_cast<const BlockQ8_32*>(m.act + static_cast<size_t>(t) * m.act_stride);
+    }
+    VF tot[P][C];
+    for (int p = 0; p < P; ++p) {
+        for (int t = 0; t < C; ++t) {
+            tot[p][t] = m.carry != nullptr && !m.first ? Isa::load_f(m.carry + (p * C + t) * W)
+                                                       : Isa::zero_f();
+        }
+    }
+    // Offset corrections: vpmaddwd of the broadcast (s0, s1) with these pairs gives
+    // -kOff * (s0 + s1) (A), or -kOff * s0 / -kOff * s1 (C) in every lane.
+    const VI off_both = Isa::set1_i(pair16(-T::kOff, -T::kOff));
+    const VI off_lo = Isa::set1_i(pair16(-T::kOff, 0));
+    const VI off_hi = Isa::set1_i(pair16(0, -T::kOff));
+
+    for (int64_t g = 0; g < m.n_groups; ++g) {
+        const uint8_t* pg[P];  // this group of each panel
+        for (int p = 0; p < P; ++p)
+            pg[p] = m.panels + p * m.panel_bytes + static_cast<size_t>(g) * kG;
+        VI acc[P][C][kAcc];
+        for (int t = 0; t < C; ++t) {
+            const VI s = Isa::bcast_i32(act[t][g].s);
+            for (int p = 0; p < P; ++p) {
+                if constexpr (F == Family::A && !kSigned) {
+                    acc[p][t][0] = Isa::madd16(s, off_both);
+                } else if constexpr (F == Family::C) {
+                    acc[p][t][0] = Isa::madd16(s, off_lo);
+                    acc[p][t][1] = Isa::madd16(s, off_hi);
+                } else {
+                    for (int h = 0; h < kAcc; ++h) acc[p][t][h] = Isa::zero_i();
+                }
+            }
+        }
+#pragma GCC unroll 8
+        for (int k = 0; k < 8; ++k) {
+            const int h = kHalves ? k / 4 : 0;
+            VI wv[P];
+            VI wabs[P];
+            for (int p = 0; p < P; ++p) {
+                wv[p] = Isa::load_i(pg[p] + k * 4 * W);
+                if constexpr (kSigned) wabs[p] = Isa::abs8(wv[p]);
+            }
+            for (int t = 0; t < C; ++t) {
+                const VI a = Isa::bcast_i32(act[t][g].qs + 4 * k);
+                for (int p = 0; p < P; ++p) {
+                    if constexpr (kSigned) {
+                        acc[p][t][h] = Isa::dot4_signed(acc[p][t][h], wabs[p], wv[p], a);
+                    } else {
+                        acc[p][t][h] = Isa::dot4(acc[p][t][h], wv[p], a);
+                    }
+                }
+            }
+        }
+        for (int p = 0; p < P; ++p) {
+            const uint8_t* prm = pg[p] + 32 * W;  // the group's numbers
+            const VF d = Isa::load_f(prm);
+            for (int t = 0; t < C; ++t) {
+                const VF da = Isa::set1_f(act[t][g].d);
+                VI isum = acc[p][t][0];
+                if constexpr (kHalves) {
+                    const int sc_slot = F == Family::C ? 1 : 2;
+                    isum = Isa::add_i(
+                        Isa::mullo(acc[p][t][0], Isa::load_i(prm + sc_slot * kSlot)),
+                        Isa::mullo(acc[p][t][1], Isa::load_i(prm + (sc_slot + 1) * kSlot)));
+                }
+                tot[p][t] = Isa::fma(Isa::cvt(isum), Isa::mul(d, da), tot[p][t]);
+                if constexpr (F == Family::B) {
+                    const float sa =
+                        static_cast<float>(act[t][g].s[0] + act[t][g].s[1]) * act[t][g].d;
+                    tot[p][t] = Isa::fma(Isa::load_f(prm + kSlot), Isa::set1_f(sa), tot[p][t]);
+                }
+                if constexpr (F == Family::D) {
+                    const VI mins =
+                        Isa::madd16(Isa::load_i(prm + 4 * kSlot), Isa::bcast_i32(act[t][g].s));
+                    tot[p][t] =
+                        Isa::fma(Isa::cvt(mins), Isa::mul(Isa::load_f(prm + kSlot), da), tot[p][t]);
+                }
+            }
+        }
+    }
+    if (m.carry != nullptr && !m.last) {
+        for (int p = 0; p < P; ++p) {
+            for (int t = 0; t < C; ++t) Isa::store_f(m.carry + (p * C + t) * W, tot[p][t]);
+        }
+        return;
+    }
+    for (int p = 0; p < P; ++p) {
+        const int n = min_of(W, m.rows - p * W);
+        if (n <= 0) continue;
+        for (int t = 0; t < C; ++t) Isa::store_lanes(m.y + t * m.ldy + p * W, tot[p][t], n);
+    }
+}
+
+template <class Isa, class T, int P, int... Cs>
+void run_tokens(MicroArgs m, int64_t n_tokens, std::integer_sequence<int, Cs...>) {
+    using Fn = void (*)(const MicroArgs&);
+    static constexpr Fn kFns[] = {&micro<Isa, T, P, Cs + 1>...};
+    constexpr int64_t kMax = sizeof...(Cs);
+    for (int64_t t0 = 0; t0 < n_tokens; t0 += kMax) {
+        const int64_t c = min_of(kMax, n_tokens - t0);
+        MicroArgs mt = m;
+        mt.act += static_cast<size_t>(t0) * m.act_stride;
+        mt.y += t0 * m.ldy;
+        kFns[c - 1](mt);
+    }
+}
+
+// Decode-sized calls (all tokens in one micro-tile) split K into chunks of this many groups: two
+// panels of a chunk (~20 KB) stay in L1 between repacking and use. A multiple of 8 (K-quants).
+constexpr int64_t kChunkGroups = 16;
+
+template <class Isa, class T>
+size_t gemm_scratch_q(int64_t cols) {
+    const int64_t groups = cols / 32 > kChunkGroups ? cols / 32 : kChunkGroups;
+    return 2 * static_cast<size_t>(groups) * kGroupBytes<Isa, T::kFamily>;
+}
+
+template <class Isa, class T, int P, int... Cs>
+void run_micro(const MicroArgs& m, int64_t n_tokens, std::integer_sequence<int, Cs...>) {
+    using Fn = void (*)(const MicroArgs&);
+    static constexpr Fn kFns[] = {&micro<Isa, T, P, Cs + 1>...};
+    kFns[n_tokens - 1](m);
+}
+
+// Few tokens: each panel pair goes over K in chunks, the totals carried in a small buffer. While a
+// panel's chunk is repacked, the chunk repacked after it is prefetched into L2 (measured against
+// no software prefetch, prefetching the next pair in address order, and two chunks ahead).
+template <class Isa, class T>
+void gemm_q_chunked(const GemmArgs& g) {
+    constexpr int W = Isa::kW;
+    constexpr int kTok = Isa::template kTokens<T::kFamily>;
+    constexpr size_t kG = kGroupBytes<Isa, T::kFamily>;
+    const int64_t n_groups = g.cols / 32;
+    const size_t panel_bytes = static_cast<size_t>(kChunkGroups) * kG;
+    auto block_off = [](int64_t group) {
+        return static_cast<size_t>(group / T::kGroups) * sizeof(typename T::Block);
+    };
+    auto row_ptr = [&](int64_t r) { return g.w + static_cast<size_t>(r) * g.w_stride; };
+    alignas(64) float carry[2 * kTok * W];
+    for (int64_t r0 = 0; r0 < g.rows; r0 += 2 * W) {
+        const int rows = static_cast<int>(min_of<int64_t>(2 * W, g.rows - r0));
+        const int n_panels = rows > W ? 2 : 1;
+        for (int64_t g0 = 0; g0 < n_groups; g0 += kChunkGroups) {
+            const int64_t ng = min_of(kChunkGroups, n_groups - g0);
+            for (int p = 0; p < n_panels; ++p) {
+                // What is repacked after this: the other panel's chunk, the next chunk, or the
+                // next pair's first chunk.
+                const uint8_t* next = nullptr;
+                if (p + 1 < n_panels) {
+                    next = row_ptr(r0 + (p + 1) * W) + block_off(g0);
+                } else if (g0 + ng < n_groups) {
+                    next = row_ptr(r0) + block_off(g0 + ng);
+                } else if (r0 + 2 * W < g.rows) {
+                    next = row_ptr(r0 + 2 * W);
+                }
+                repack_panel<Isa, T>(row_ptr(r0 + p * W) + block_off(g0), g.w_stride,
+                                     min_of(W, rows - p * W), ng, g.scratch + p * panel_bytes,
+                                     next);
+            }
+            MicroArgs m{g.scratch,    panel_bytes, ng,    g.act + g0 * sizeof(BlockQ8_32),
+                        g.act_stride, g.y + r0,    g.ldy, rows};
+            m.carry = carry;
+            m.first = g0 == 0;
+            m.last = g0 + ng == n_groups;
+            if (n_panels == 2) {
+                run_micro<Isa, T, 2>(m, g.n_tokens, std::make_integer_sequence<int, kTok>{});
+            } else {
+                run_micro<Isa, T, 1>(m, g.n_tokens, std::make_integer_sequence<int, kTok>{});
+            }
+        }
+    }
+}
+
+// Two panels at a time: repack them, then every token passes over them while they are hot.
+template <class Isa, class T>
+void gemm_q(const GemmArgs& g) {
+    constexpr int W = Isa::kW;
+    constexpr int kTok = Isa::template kTokens<T::kFamily>;
+    if (g.n_tokens <= kTok) {
+        gemm_q_chunked<Isa, T>(g);
+        return;
+    }
+    const int64_t n_groups = g.cols / 32;
+    const size_t panel_bytes = static_cast<size_t>(n_groups) * kGroupBytes<Isa, T::kFamily>;
+    for (int64_t r0 = 0; r0 < g.rows; r0 += 2 * W) {
+        const int rows = static_cast<int>(min_of<int64_t>(2 * W, g.rows - r0));
+        const int n_panels = rows > W ? 2 : 1;
+        for (int p = 0; p < n_panels; ++p) {
+            const int64_t next_row = r0 + (p + 1) * W;
+            const uint8_t* next =
+                next_row < g.rows ? g.w + static_cast<size_t>(next_row) * g.w_stride : nullptr;
+            repack_panel<Isa, T>(g.w + static_cast<size_t>(r0 + p * W) * g.w_stride, g.w_stride,
+                                 min_of(W, rows - p * W), n_groups, g.scratch + p * panel_bytes,
+                                 next);
+        }
+        const MicroArgs m{g.scratch,    panel_bytes, n_groups, g.act,
+                          g.act_stride, g.y + r0,    g.ldy,    rows};
+        if (n_panels == 2) {
+            run_tokens<Isa, T, 2>(m, g.n_tokens, std::make_integer_sequence<int, kTok>{});
+        } else {
+            run_tokens<Isa, T, 1>(m, g.n_tokens, std::make_integer_sequence<int, kTok>{});
+        }
+    }
+}
+
+// ---- quantized single-row dot ------------------------------------------------------------------
+
+// The same sums as the canonical order, with the group's 8 int32 lanes kept apart until the end
+// (one row has no neighbours to fill the lanes with).
+template <class Isa, class T>
+float dot_q(int64_t n, const void* w, const void* act_row) {
+    using Block = typename T::Block;
+    constexpr Family F = T::kFamily;
+    const auto* blocks = static_cast<const Block*>(w);          // [n / (32 * kGroups)]
+    const auto* act = static_cast<const BlockQ8_32*>(act_row);  // [n / 32]
+    __m256 acc = _mm256_setzero_ps();
+    float acc_min = 0.0f;  // min/offset terms of families B and D
+    for (int64_t b = 0; b < n / (32 * T::kGroups); ++b) {
+        GroupParams prm[T::kGroups];
+        T::params(blocks + b, prm);
+        for (int s = 0; s < T::kGroups; ++s) {
+            const GroupParams& p = prm[s];
+            const BlockQ8_32& a = act[b * T::kGroups + s];
+            const __m256i qa = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.qs));
+            __m256i v = Isa::template dot32<kSignedPanel<Isa, T>>(T::unpack(blocks + b, s), qa);
+            if constexpr (F == Family::A && !kSignedPanel<Isa, T>) {
+                v = _mm256_add_epi32(
+                    v, _mm256_setr_epi32(-T::kOff * (a.s[0] + a.s[1]), 0, 0, 0, 0, 0, 0, 0));
+            } else if constexpr (F == Family::C || F == Family::D) {
+                // Lanes 0-3 hold the first 16 elements, lanes 4-7 the second.
+                v = _mm256_add_epi32(
+                    v, _mm256_setr_epi32(-T::kOff * a.s[0], 0, 0, 0, -T::kOff * a.s[1], 0, 0, 0));
+                v = _mm256_mullo_epi32(
+                    v, _mm256_setr_epi32(p.sc0, p.sc0, p.sc0, p.sc0, p.sc1, p.sc1, p.sc1, p.sc1));
+            }
+            acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(v), _mm256_set1_ps(p.d * a.d), acc);
+            if constexpr (F == Family::B) {
+                acc_min += p.m * (static_cast<float>(a.s[0] + a.s[1]) * a.d);
+            }
+            if constexpr (F == Family::D) {
+                const int mins = (p.mn & 0xffff) * a.s[0] + (p.mn >> 16) * a.s[1];
+                acc_min += static_cast<float>(mins) * (p.m * a.d);
+            }
+        }
+    }
+    const __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
+    const __m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
+    return _mm_cvtss_f32(_mm_add_ss(s2, _mm_shuffle_ps(s2, s2, 1))) + acc_min;
+}
+
+// ---- float weights -----------------------------------------------------------------------------
+
+// Weight loaders: 16 consecutive weights as the Isa's 16-lane float vector.
+struct WF32 {
+    using Elem = float;
+    template <class Isa>
+    static typename Isa::V16 load(const Elem* p) {
+        return Isa::load16_f32(p);
+    }
+};
+struct WF16 {
+    using Elem = uint16_t;
+    template <class Isa>
+    static typename Isa::V16 load(const Elem* p) {
+        return Isa::load16_f16(p);
+    }
+};
+struct WBF16 {
+    using Elem = uint16_t;
+    template <class Isa>
+    static typename Isa::V16 load(const Elem* p) {
+        return Isa::load16_bf16(p);
+    }
+};
+
+struct FloatArgs {
+    const uint8_t* w;  // R rows, w_stride bytes apart
+    size_t w_stride;
+    const float* x;  // C token rows, x_stride floats apart
+    int64_t x_stride;
+    int64_t cols;
+    float* y;  // [C x ldy] at the first row
+    int64_t ldy;
+};
+
+template <class Isa, class WT, int R, int C>
+void fmicro(const FloatArgs& m) {
+    using V = typename Isa::V16;
+    using E = typename WT::Elem;
+    const E* w[R];
+    for (int r = 0; r < R; ++r) w[r] = reinterpret_cast<const E*>(m.w + r * m.w_stride);
+    V acc[R][C];
+    for (int r = 0; r < R; ++r) {
+        for (int t = 0; t < C; ++t) acc[r][t] = Isa::zero16();
+    }
+    const int64_t main = m.cols & ~int64_t{15};
+    for (int64_t k = 0; k < main; k += 16) {
+        V wv[R];
+        for (int r = 0; r < R; ++r) wv[r] = WT::template load<Isa>(w[r] + k);
+        for (int t = 0; t < C; ++t) {
+            const V xv = Isa::load16_f32(m.x + t * m.x_stride + k);
+            for (int r = 0; r < R; ++r) acc[r][t] = Isa::fma16(wv[r], xv, acc[r][t]);
+        }
+    }
+    if (const int64_t rem = m.cols - main; rem > 0) {
+        // The tail through zero-padded copies: the padding lanes add 0 * 0.
+        alignas(64) E wt[16] = {};
+        alignas(64) float xt[16] = {};
+        for (int r = 0; r < R; ++r) {
+            std::memcpy(wt, w[r] + main, static_cast<size_t>(rem) * sizeof(E));
+            const V wv = WT::template load<Isa>(wt);
+            for (int t = 0; t < C; ++t) {
+                std::memcpy(xt, m.x + t * m.x_stride + main,
+                            static_cast<size_t>(rem) * sizeof(float));
+                acc[r][t] = Isa::fma16(wv, Isa::load16_f32(xt), acc[r][t]);
+            }
+        }
+    }
+    for (int t = 0; t < C; ++t) {
+        for (int r = 0; r < R; ++r) m.y[t * m.ldy + r] = Isa::reduce16(acc[r][t]);
+    }
+}
+
+template <class Isa, class WT, int R, int... Cs>
+void frun_tokens(FloatArgs m, int64_t n_tokens, std::integer_sequence<int, Cs...>) {
+    using Fn = void (*)(const FloatArgs&);
+    static constexpr Fn kFns[] = {&fmicro<Isa, WT, R, Cs + 1>...};
+    constexpr int64_t kMax = sizeof...(Cs);
+    for (int64_t t0 = 0; t0 < n_tokens; t0 += kMax) {
+        const int64_t c = min_of(kMax, n_tokens - t0);
+        FloatArgs mt = m;
+        mt.x += t0 * m.x_stride;
+        mt.y += t0 * m.ldy;
+        kFns[c - 1](mt);
+    }
+}
+
+// rows x all tokens from row-major weights of loader WT.
+template <class Isa, class WT>
+void frun_rows(FloatArgs m, int64_t rows, int64_t n_tokens) {
+    constexpr int R = Isa::kFloatRows;
+    constexpr int kTok = Isa::kFloatTokens;
+    int64_t r = 0;
+    for (; r + R <= rows; r += R) {
+        FloatArgs mr = m;
+        mr.w += r * m.w_stride;
+        mr.y += r;
+        frun_tokens<Isa, WT, R>(mr, n_tokens, std::make_integer_sequence<int, kTok>{});
+    }
+    for (; r < rows; ++r) {
+        FloatArgs mr = m;
+        mr.w += r * m.w_stride;
+        mr.y += r;
+        frun_tokens<Isa, WT, 1>(mr, n_tokens, std::make_integer_sequence<int, kTok>{});
+    }
+}
+
+// Half-precision rows widened through the same loaders (exact, like the reference).
+template <class Isa, class WT>
+void dequantize_f(const void* src, float* dst, int64_t n) {
+    const auto* h = static_cast<const typename WT::Elem*>(src);  // [n]
+    int64_t k = 0;
+    for (; k + 16 <= n; k += 16) Isa::store16_f32(dst + k, WT::template load<Isa>(h + k));
+    if (k < n) {
+        alignas(64) typename WT::Elem in[16] = {};
+        alignas(64) float out[16];
+        std::memcpy(in, h + k, static_cast<size_t>(n - k) * sizeof(in[0]));
+        Isa::store16_f32(out, WT::template load<Isa>(in));
+        std::memcpy(dst + k, out, static_cast<size_t>(n - k) * sizeof(float));
+    }
+}
+
+// Rows widened to f32 per tile when several tokens share them.
+constexpr int64_t kFloatTileRows = 16;
+
+inline size_t gemm_scratch_f(int64_t cols) {
+    return static_cast<size_t>(kFloatTileRows * cols) * sizeof(float);
+}
+
+template <class Isa, class WT>
+void gemm_f(const GemmArgs& g) {
+    FloatArgs m{g.w,
+                g.w_stride,
+                reinterpret_cast<const float*>(g.act),
+                static_cast<int64_t>(g.act_stride / sizeof(float)),
+                g.cols,
+                g.y,
+                g.ldy};
+    constexpr bool kWiden = !std::is_same_v<WT, WF32>;
+    if (!kWiden || g.n_tokens <= 2) {
+        // F32 tiles are used in place; so is a half-precision row read by few tokens.
+        for (int64_t r0 = 0; r0 < g.rows; r0 += kFloatTileRows) {
+            FloatArgs mt = m;
+            mt.w += r0 * g.w_stride;
+            mt.y += r0;
+            frun_rows<Isa, WT>(mt, min_of(kFloatTileRows, g.rows - r0), g.n_tokens);
+        }
+        return;
+    }
+    auto* tile = reinterpret_cast<float*>(g.scratch);  // [kFloatTileRows x cols]
+    for (int64_t r0 = 0; r0 < g.rows; r0 += kFloatTileRows) {
+        const int64_t rows = min_of(kFloatTileRows, g.rows - r0);
+        for (int64_t r = 0; r < rows; ++r) {
+            const auto* src =
+                reinterpret_cast<const typename WT::Elem*>(g.w + (r0 + r) * g.w_stride);
+            float* dst = tile + r * g.cols;
+            int64_t k = 0;
+            for (; k + 16 <= g.cols; k += 16)
+                Isa::store16_f32(dst + k, WT::template load<Isa>(src + k));
+            if (k < g.cols) dequantize_f<Isa, WT>(src + k, dst + k, g.cols - k);
+        }
+        FloatArgs mt = m;
+        mt.w = reinterpret_cast<const uint8_t*>(tile);
+        mt.w_stride = static_cast<size_t>(g.cols) * sizeof(float);
+        mt.y += r0;
+        frun_rows<Isa, WF32>(mt, rows, g.n_tokens);
+    }
+}
+
+template <class Isa, class WT>
+float dot_f(int64_t n, const void* w, const void* x) {
+    float y = 0.0f;
+    const FloatArgs m{static_cast<const uint8_t*>(w), 0, static_cast<const float*>(x), 0, n, &y, 0};
+    fmicro<Isa, WT, 1, 1>(m);
+    return y;
+}
+
+// ---- activation quantization (bit-exact with the scalar reference) ---------------------------
+
+inline float hmax8(__m256 v) {
+    __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+    m = _mm_max_ss(m, _mm_shuffle_ps(m, m, 1));
+    return _mm_cvtss_f32(m);
+}
+
+inline int hsum8_i32(__m256i v) {
+    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
+    return _mm_cvtsi128_si32(s);
+}
+
+inline void quantize_act_q8_32(const float* x, void* dst, int64_t n) {
+    auto* out = static_cast<BlockQ8_32*>(dst);  // [n / 32]
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    for (int64_t b = 0; b < n / 32; ++b) {
+        __m256 v[4];
+        // NaN lanes are skipped as std::max skips them in the reference (vmaxps returns its
+        // second operand when either is NaN).
+        __m256 amax = _mm256_setzero_ps();
+        for (int i = 0; i < 4; ++i) {
+            v[i] = _mm256_loadu_ps(x + 32 * b + 8 * i);
+            amax = _mm256_max_ps(_mm256_andnot_ps(sign, v[i]), amax);
+        }
+        const float m = hmax8(amax);
+        const float id = m > 0.0f ? 127.0f / m : 0.0f;
+        __m256i q[4];
+        for (int i = 0; i < 4; ++i) {
+            const __m256 s = _mm256_mul_ps(v[i], _mm256_set1_ps(id));
+            // Round to nearest even (the default MXCSR mode), clamp; NaN products give 0.
+            __m256i r = _mm256_cvtps_epi32(s);
+            r = _mm256_min_epi32(_mm256_max_epi32(r, _mm256_set1_epi32(-127)),
+                                 _mm256_set1_epi32(127));
+            q[i] = _mm256_andnot_si256(_mm256_castps_si256(_mm256_cmp_ps(s, s, _CMP_UNORD_Q)), r);
+        }
+        BlockQ8_32& o = out[b];
+        o.d = m / 127.0f;
+        o.s[0] = static_cast<int16_t>(hsum8_i32(_mm256_add_epi32(q[0], q[1])));
+        o.s[1] = static_cast<int16_t>(hsum8_i32(_mm256_add_epi32(q[2], q[3])));
+        // packs work per 128-bit lane: the result holds 4-element runs in the order
+        // q0 q1 q2 q3 (low lane) q0 q1 q2 q3 (high lane); the permute restores element order.
+        const __m256i p01 = _mm256_packs_epi32(q[0], q[1]);
+        const __m256i p23 = _mm256_packs_epi32(q[2], q[3]);
+        const __m256i bytes = _mm256_permutevar8x32_epi32(
+            _mm256_packs_epi16(p01, p23), _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(o.qs), bytes);
+    }
+}
+
+// ---- table installation ----------------------------------------------------------------------
+
+template <class Isa, class T>
+void install_quant(TypeKernels& k) {
+    k.act_format = ActFormat::Q8_32;
+    k.dequantize_row = dequantize_row<T>;
+    k.dot = dot_q<Isa, T>;
+    k.gemm = gemm_q<Isa, T>;
+    k.gemm_scratch = gemm_scratch_q<Isa, T>;
+}
+
+template <class Isa, class WT>
+void install_float(TypeKernels& k) {
+    k.act_format = ActFormat::F32;
+    if constexpr (!std::is_same_v<WT, WF32>) k.dequantize_row = dequantize_f<Isa, WT>;
+    k.dot = dot_f<Isa, WT>;
+    k.gemm = gemm_f<Isa, WT>;
+    k.gemm_scratch = gemm_scratch_f;
+}
+
+template <class Isa>
+void install_all(KernelTable& table, const char* name) {
+    table.isa = name;
+    table.quantize_act[static_cast<size_t>(ActFormat::Q8_32)] = quantize_act_q8_32;
+    install_float<Isa, WF32>(table[TensorType::F32]);
+    install_float<Isa, WF16>(table[TensorType::F16]);
+    install_float<Isa, WBF16>(table[TensorType::BF16]);
+    install_quant<Isa, TQ8_0>(table[TensorType::Q8_0]);
+    install_quant<Isa, TQ4_0>(table[TensorType::Q4_0]);
+    install_quant<Isa, TQ4_1>(table[TensorType::Q4_1]);
+    install_quant<Isa, TQ5_0>(table[TensorType::Q5_0]);
+    install_quant<Isa, TQ5_1>(table[TensorType::Q5_1]);
+    install_quant<Isa, TIQ4_NL>(table[TensorType::IQ4_NL]);
+    install_quant<Isa, TQ2_K>(table[TensorType::Q2_K]);
+    install_quant<Isa, TQ3_K>(table[TensorType::Q3_K]);
+    install_quant<Isa, TQ4_K>(table[TensorType::Q4_K]);
+    install_quant<Isa, TQ5_K>(table[TensorType::Q5_K]);
+    install_quant<Isa, TQ6_K>(table[TensorType::Q6_K]);
+}
+
+}  // namespace ember::EMBER_SIMD_NS

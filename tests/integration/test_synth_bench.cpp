@@ -1,0 +1,296 @@
+// `ember synth` and `ember bench` through the real binary: the synthetic files must have the
+// layout of a real SmolLM2-135M conversion (names, shapes, the reference converter's type mix,
+// metadata, the fixture's tokenizer), hold exactly the quantized noise they claim, load, and
+// benchmark with one JSON object carrying every required key.
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "engine/gguf/gguf.h"
+#include "engine/synth/synth.h"
+#include "engine/tensor/traits.h"
+#include "tests/support/fixtures.h"
+#include "tests/support/process.h"
+
+namespace ember::test {
+namespace {
+
+using json = nlohmann::json;
+
+constexpr const char* kLlamaFixture = "arch/llama/llama.gguf";
+constexpr const char* kQwen3Fixture = "arch/qwen3/qwen3.gguf";
+constexpr uint64_t kSeed = 7;
+
+// One temporary directory for the whole suite; each synthesized file is made once and shared
+// by the tests that read it (synth is the expensive part).
+class SynthBench : public ::testing::Test {
+protected:
+    static void SetUpTestSuite() {
+        std::string tmpl = (std::filesystem::temp_directory_path() / "ember_synth_XXXXXX").string();
+        ASSERT_NE(mkdtemp(tmpl.data()), nullptr);
+        dir_ = new std::string(tmpl);
+        files_ = new std::map<std::string, std::string>();
+    }
+    static void TearDownTestSuite() {
+        std::error_code ec;
+        std::filesystem::remove_all(*dir_, ec);
+        delete dir_;
+        delete files_;
+    }
+
+    // Path of a smollm2-135m file of `type`, synthesized on first use ("" on failure).
+    static std::string synth(const std::string& type) {
+        auto it = files_->find(type);
+        if (it != files_->end()) return it->second;
+        const std::string out = *dir_ + "/smollm2-" + type + ".gguf";
+        const auto r = run_command({ember_binary(), "synth", "--shape", "smollm2-135m", "--type",
+                                    type, "--vocab-from", fixture_path(kLlamaFixture), "-o", out,
+                                    "--seed", std::to_string(kSeed)});
+        EXPECT_EQ(r.status, 0) << r.err;
+        const std::string path = r.status == 0 ? out : "";
+        (*files_)[type] = path;
+        return path;
+    }
+
+    static std::string* dir_;
+    static std::map<std::string, std::string>* files_;
+};
+
+std::string* SynthBench::dir_ = nullptr;
+std::map<std::string, std::string>* SynthBench::files_ = nullptr;
+
+// The reference converter's "more bits" layers of a 30-layer model (first and last eighth,
+// every third between): written out, not computed, so the test does not share the rule's code.
+const std::set<int> kMoreBitsLayers = {0, 1, 2, 5, 8, 11, 14, 17, 20, 23, 26, 27, 28, 29};
+
+// Expected type of every matrix of smollm2-135m. Its 576-wide rows cannot hold 256-element
+// super-blocks, so the reference falls back: Q6_K to Q8_0 and Q4_K to Q5_0.
+TensorType expected_type(const std::string& type, const std::string& name) {
+    if (type == "q8_0") return TensorType::Q8_0;
+    if (name == "token_embd.weight") return TensorType::Q8_0;  // output (tied): Q6_K -> Q8_0
+    if (type == "q4_0") return TensorType::Q4_0;
+    const int layer = std::stoi(name.substr(4));  // "blk.N."
+    const bool more = kMoreBitsLayers.count(layer) != 0;
+    if (name.ends_with("ffn_down.weight")) return more ? TensorType::Q6_K : TensorType::Q4_K;
+    if (name.ends_with("attn_v.weight")) return more ? TensorType::Q8_0 : TensorType::Q5_0;
+    return TensorType::Q5_0;
+}
+
+struct Expected {
+    std::string name;
+    std::vector<int64_t> dims;
+};
+
+std::vector<Expected> expected_tensors() {
+    std::vector<Expected> e = {{"token_embd.weight", {576, 49152}}};
+    for (int i = 0; i < 30; ++i) {
+        const std::string b = "blk." + std::to_string(i) + ".";
+        e.push_back({b + "attn_norm.weight", {576}});
+        e.push_back({b + "attn_q.weight", {576, 576}});
+        e.push_back({b + "attn_k.weight", {576, 192}});
+        e.push_back({b + "attn_v.weight", {576, 192}});
+        e.push_back({b + "attn_output.weight", {576, 576}});
+        e.push_back({b + "ffn_norm.weight", {576}});
+        e.push_back({b + "ffn_gate.weight", {576, 1536}});
+        e.push_back({b + "ffn_up.weight", {576, 1536}});
+        e.push_back({b + "ffn_down.weight", {1536, 576}});
+    }
+    e.push_back({"output_norm.weight", {576}});
+    return e;
+}
+
+// Row `row` of a file tensor must be exactly the quantization of the regenerated noise, and
+// dequantize to values near it with the scale the noise was drawn at.
+void check_row(const GgufFile& f, const SynthTensor& plan, int64_t row, double max_rel_rms) {
+    const GgufTensorInfo* t = f.find_tensor(plan.name);
+    ASSERT_NE(t, nullptr) << plan.name;
+    const int64_t n = plan.row_len();
+    const uint64_t rb = row_bytes(type_info(t->type), static_cast<uint64_t>(n));
+    const uint8_t* stored = t->data + static_cast<uint64_t>(row) * rb;
+
+    std::vector<float> x(static_cast<size_t>(n));
+    synth_row(kSeed, plan, row, x.data());
+    std::vector<uint8_t> requant(rb);
+    const TypeKernels& k = type_kernels(t->type);
+    ASSERT_NE(k.quantize_row, nullptr);
+    k.quantize_row(x.data(), requant.data(), n);
+    EXPECT_EQ(std::memcmp(requant.data(), stored, rb), 0)
+        << plan.name << " row " << row << " is not the quantization of its regenerated values";
+
+    std::vector<float> y(static_cast<size_t>(n));
+    k.dequantize_row(stored, y.data(), n);
+    double err2 = 0, sum = 0, sum2 = 0;
+    for (int64_t i = 0; i < n; ++i) {
+        ASSERT_TRUE(std::isfinite(y[static_cast<size_t>(i)]));
+        const double d = y[static_cast<size_t>(i)] - x[static_cast<size_t>(i)];
+        err2 += d * d;
+        sum += y[static_cast<size_t>(i)];
+        sum2 += static_cast<double>(y[static_cast<size_t>(i)]) * y[static_cast<size_t>(i)];
+    }
+    const double mean = sum / static_cast<double>(n);
+    const double sd = std::sqrt(sum2 / static_cast<double>(n) - mean * mean);
+    EXPECT_NEAR(mean, plan.mean, 4 * plan.stddev / std::sqrt(static_cast<double>(n)))
+        << plan.name << " row " << row;
+    EXPECT_NEAR(sd, plan.stddev, 0.15 * plan.stddev) << plan.name << " row " << row;
+    EXPECT_LT(std::sqrt(err2 / static_cast<double>(n)), max_rel_rms * plan.stddev)
+        << plan.name << " row " << row;
+}
+
+// The recipes reproduce the reference converter's files: tensor data sizes of the models in
+// /work/shared/bench/REFERENCE.md (MiB, as the reference benchmark reports them), to 1%.
+TEST(SynthPlan, MatchesReferenceModelSizes) {
+    struct Case {
+        const char* shape;
+        const char* type;
+        double mib;
+        size_t tensors;
+    };
+    const Case cases[] = {{"smollm2-135m", "q8_0", 136, 272},
+                          {"smollm2-135m", "q4_0", 86, 272},
+                          {"smollm2-135m", "q4_k_m", 99, 272},
+                          {"qwen3-0.6b", "q8_0", 604, 310},
+                          {"qwen3-0.6b", "q4_k_m", 373, 310}};
+    for (const auto& c : cases) {
+        const auto plan =
+            plan_synth_tensors(*find_synth_shape(c.shape), find_synth_recipe(c.type)->recipe);
+        EXPECT_EQ(plan.size(), c.tensors) << c.shape << " " << c.type;
+        double bytes = 0;
+        for (const auto& t : plan) {
+            bytes += static_cast<double>(t.rows()) *
+                     static_cast<double>(row_bytes(type_info(t.type), t.row_len()));
+        }
+        EXPECT_NEAR(bytes / 1048576.0, c.mib, 0.01 * c.mib) << c.shape << " " << c.type;
+    }
+    // Qwen3's 1024-wide rows hold super-blocks: the tied output is Q6_K, as in the reference.
+    const auto qwen = plan_synth_tensors(*find_synth_shape("qwen3-0.6b"), SynthRecipe::Q4_K_M);
+    EXPECT_EQ(qwen.front().name, "token_embd.weight");
+    EXPECT_EQ(qwen.front().type, TensorType::Q6_K);
+}
+
+TEST_F(SynthBench, RejectsTokenizerOfAnotherVocabulary) {
+    EMBER_REQUIRE_FIXTURE(kLlamaFixture);
+    EMBER_REQUIRE_FIXTURE(kQwen3Fixture);
+    const std::string out = *dir_ + "/wrong.gguf";
+    const auto r = run_command({ember_binary(), "synth", "--shape", "smollm2-135m", "--type",
+                                "q8_0", "--vocab-from", fixture_path(kQwen3Fixture), "-o", out});
+    EXPECT_NE(r.status, 0);
+    EXPECT_NE(r.err.find("151936"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("49152"), std::string::npos) << r.err;
+    EXPECT_FALSE(std::filesystem::exists(out));
+}
+
+class SynthLayout : public SynthBench, public ::testing::WithParamInterface<std::string> {};
+
+TEST_P(SynthLayout, MatchesRealConversion) {
+    EMBER_REQUIRE_FIXTURE(kLlamaFixture);
+    const std::string type = GetParam();
+    const SynthRecipeInfo* recipe = find_synth_recipe(type);
+    ASSERT_NE(recipe, nullptr);
+    if (type_kernels(recipe->base).quantize_row == nullptr) {
+        GTEST_SKIP() << "no quantizer for " << type_info(recipe->base).name << " yet";
+    }
+    const std::string path = synth(type);
+    ASSERT_FALSE(path.empty());
+
+    const auto info = run_command({ember_binary(), "info", "-m", path});
+    ASSERT_EQ(info.status, 0) << info.err;
+    EXPECT_NE(info.out.find("layers:        30"), std::string::npos) << info.out;
+    EXPECT_NE(info.out.find("tied to token embedding"), std::string::npos) << info.out;
+
+    auto f = GgufFile::open(path);
+    const auto expected = expected_tensors();
+    ASSERT_EQ(f->tensors().size(), expected.size());
+    for (const auto& e : expected) {
+        const GgufTensorInfo* t = f->find_tensor(e.name);
+        ASSERT_NE(t, nullptr) << e.name;
+        EXPECT_EQ(t->dims, e.dims) << e.name;
+        const TensorType want = e.dims.size() == 1 ? TensorType::F32 : expected_type(type, e.name);
+        EXPECT_EQ(t->type, want) << e.name << " is " << type_info(t->type).name;
+    }
+
+    EXPECT_EQ(f->get_string("general.architecture"), "llama");
+    EXPECT_EQ(f->get_int("general.file_type"), static_cast<int64_t>(recipe->file_type));
+    const std::map<std::string, int64_t> ints = {
+        {"llama.context_length", 8192},     {"llama.embedding_length", 576},
+        {"llama.block_count", 30},          {"llama.feed_forward_length", 1536},
+        {"llama.attention.head_count", 9},  {"llama.attention.head_count_kv", 3},
+        {"llama.attention.key_length", 64}, {"llama.attention.value_length", 64},
+        {"llama.rope.dimension_count", 64}};
+    for (const auto& [key, value] : ints) EXPECT_EQ(f->get_int(key), value) << key;
+    EXPECT_NEAR(f->get_float("llama.rope.freq_base").value_or(0), 100000.0, 1e-3);
+    EXPECT_NEAR(f->get_float("llama.attention.layer_norm_rms_epsilon").value_or(0), 1e-5, 1e-9);
+
+    // Every tokenizer key of the source, with the same value shape.
+    auto src = GgufFile::open(fixture_path(kLlamaFixture));
+    for (const auto& key : src->metadata_order()) {
+        if (!key.starts_with("tokenizer.")) continue;
+        const GgufValue* ours = f->find(key);
+        ASSERT_NE(ours, nullptr) << key;
+        EXPECT_EQ(ours->type, src->find(key)->type) << key;
+    }
+    ASSERT_NE(f->get_array("tokenizer.ggml.tokens"), nullptr);
+    EXPECT_EQ(f->get_array("tokenizer.ggml.tokens")->strings,
+              src->get_array("tokenizer.ggml.tokens")->strings);
+
+    // Stored values: token_embd rows across the table, a layer matrix, a norm.
+    const auto plan = plan_synth_tensors(*find_synth_shape("smollm2-135m"), recipe->recipe);
+    auto find_plan = [&](const std::string& name) -> const SynthTensor& {
+        for (const auto& p : plan) {
+            if (p.name == name) return p;
+        }
+        throw std::runtime_error("not planned: " + name);
+    };
+    // RMS error bounds relative to the noise scale: generous for 4-bit types, tight for 8.
+    const double tol_embd = 0.05;  // token_embd is Q8_0 in every recipe here
+    for (int64_t row : {0, 1, 4242, 49151}) {
+        check_row(*f, find_plan("token_embd.weight"), row, tol_embd);
+    }
+    check_row(*f, find_plan("blk.29.ffn_down.weight"), 575, type == "q8_0" ? 0.05 : 0.35);
+    check_row(*f, find_plan("blk.3.attn_v.weight"), 100, type == "q8_0" ? 0.05 : 0.35);
+    check_row(*f, find_plan("output_norm.weight"), 0, 1e-6);
+}
+
+INSTANTIATE_TEST_SUITE_P(Types, SynthLayout, ::testing::Values("q8_0", "q4_0", "q4_k_m"),
+                         [](const auto& p) { return p.param; });
+
+TEST_F(SynthBench, BenchPrintsOneJsonObject) {
+    EMBER_REQUIRE_FIXTURE(kLlamaFixture);
+    const std::string path = synth("q4_0");
+    ASSERT_FALSE(path.empty());
+    const auto r = run_command(
+        {ember_binary(), "bench", "-m", path, "--json", "-p", "32", "-n", "8", "--reps", "1"});
+    ASSERT_EQ(r.status, 0) << r.err;
+    const auto lines = split_lines(r.out);
+    ASSERT_EQ(lines.size(), 1u) << r.out;
+    const json j = json::parse(lines[0]);
+    ASSERT_TRUE(j.is_object());
+    for (const char* key : {"prefill_tps", "decode_tps", "ttft_ms", "peak_rss_mb", "bandwidth_gbs",
+                            "roofline_fraction", "weight_bytes_per_token", "threads", "reps",
+                            "file_mb", "kv_mb", "rss_bound_mb"}) {
+        ASSERT_TRUE(j.contains(key)) << key;
+        ASSERT_TRUE(j[key].is_number()) << key;
+        EXPECT_GT(j[key].get<double>(), 0) << key;
+    }
+    EXPECT_EQ(j["threads"].get<int>(), 2);
+    EXPECT_EQ(j["reps"].get<int>(), 1);
+    EXPECT_TRUE(j["logits_finite"].get<bool>());
+    EXPECT_LE(j["peak_rss_mb"].get<double>(), j["rss_bound_mb"].get<double>());
+    EXPECT_TRUE(j["within_rss_bound"].get<bool>());
+    // Weights read per token: every matrix once (the tied output included) plus one
+    // embedding row; for this file that is nearly all of its tensor data.
+    const double file_bytes = static_cast<double>(std::filesystem::file_size(path));
+    EXPECT_GT(j["weight_bytes_per_token"].get<double>(), 0.9 * file_bytes);
+    EXPECT_LE(j["weight_bytes_per_token"].get<double>(), file_bytes);
+    EXPECT_GE(j["ttft_ms"].get<double>() * 1e-3, 32 / j["prefill_tps"].get<double>() * 0.999);
+}
+
+}  // namespace
+}  // namespace ember::test
