@@ -92,7 +92,8 @@ void run_gemm_task(const GemmJob& job, int64_t task, int worker) {
 }
 
 // Prepares the activations in the type's format; returns them (x itself for F32).
-const uint8_t* prepare_activations(ThreadPool& pool, const KernelTable& table,
+// pool == nullptr: on the calling thread.
+const uint8_t* prepare_activations(ThreadPool* pool, const KernelTable& table,
                                    const TypeKernels& kernels, const float* x, int64_t n_tokens,
                                    int64_t cols, size_t act_stride, MatmulScratch& scratch) {
     if (kernels.act_format == ActFormat::F32) {
@@ -109,18 +110,29 @@ const uint8_t* prepare_activations(ThreadPool& pool, const KernelTable& table,
         uint8_t* act;
         size_t stride;
     } aj{table.quantize_act[static_cast<size_t>(kernels.act_format)], x, cols, act, act_stride};
-    if (n_tokens < kParallelActTokens || pool.size() == 1) {
+    if (pool == nullptr || n_tokens < kParallelActTokens || pool->size() == 1) {
         for (int64_t t = 0; t < n_tokens; ++t) {
             aj.quantize(x + t * cols, act + static_cast<size_t>(t) * aj.stride, cols);
         }
     } else {
         const ActJob* ajp = &aj;
-        pool.parallel_for(n_tokens, [ajp](int64_t t, int) {
+        pool->parallel_for(n_tokens, [ajp](int64_t t, int) {
             ajp->quantize(ajp->x + t * ajp->cols, ajp->act + static_cast<size_t>(t) * ajp->stride,
                           ajp->cols);
         });
     }
     return act;
+}
+
+// 64-byte aligned per-worker gemm scratch; returns the stride between workers' regions.
+uint8_t* gemm_scratch(const TypeKernels& kernels, int64_t cols, int64_t workers,
+                      MatmulScratch& scratch, size_t* stride) {
+    const size_t per_worker = kernels.gemm_scratch(cols);
+    *stride = (per_worker + kScratchAlign - 1) / kScratchAlign * kScratchAlign;
+    const size_t need = *stride * static_cast<size_t>(workers) + kScratchAlign;
+    if (scratch.gemm.size() < need) scratch.gemm.resize(need);
+    const auto base = reinterpret_cast<uintptr_t>(scratch.gemm.data());
+    return scratch.gemm.data() + ((kScratchAlign - base % kScratchAlign) % kScratchAlign);
 }
 
 void matmul_gemm(ThreadPool& pool, const TypeKernels& kernels, const GemmArgs& all,
@@ -133,12 +145,7 @@ void matmul_gemm(ThreadPool& pool, const TypeKernels& kernels, const GemmArgs& a
         (all.rows + workers * kGemmTasksPerWorker - 1) / (workers * kGemmTasksPerWorker);
     job.rows_per_task =
         std::max(kGemmRowAlign, (per_task + kGemmRowAlign - 1) / kGemmRowAlign * kGemmRowAlign);
-    const size_t per_worker = kernels.gemm_scratch(all.cols);
-    job.scratch_stride = (per_worker + kScratchAlign - 1) / kScratchAlign * kScratchAlign;
-    const size_t need = job.scratch_stride * static_cast<size_t>(workers) + kScratchAlign;
-    if (scratch.gemm.size() < need) scratch.gemm.resize(need);
-    const auto base = reinterpret_cast<uintptr_t>(scratch.gemm.data());
-    job.scratch = scratch.gemm.data() + ((kScratchAlign - base % kScratchAlign) % kScratchAlign);
+    job.scratch = gemm_scratch(kernels, all.cols, workers, scratch, &job.scratch_stride);
 
     const int64_t n_tasks = (all.rows + job.rows_per_task - 1) / job.rows_per_task;
     const GemmJob* jp = &job;
@@ -146,15 +153,9 @@ void matmul_gemm(ThreadPool& pool, const TypeKernels& kernels, const GemmArgs& a
                       [jp](int64_t task, int worker) { run_gemm_task(*jp, task, worker); });
 }
 
-}  // namespace
-
-void matmul(ThreadPool& pool, const MatrixView& w, const float* x, int64_t n_tokens, float* y,
-            int64_t ldy, MatmulScratch& scratch) {
-    matmul(pool, w, x, n_tokens, y, ldy, scratch, active_kernels());
-}
-
-void matmul(ThreadPool& pool, const MatrixView& w, const float* x, int64_t n_tokens, float* y,
-            int64_t ldy, MatmulScratch& scratch, const KernelTable& table) {
+// pool == nullptr: everything on the calling thread.
+void matmul_impl(ThreadPool* pool, const MatrixView& w, const float* x, int64_t n_tokens, float* y,
+                 int64_t ldy, MatmulScratch& scratch, const KernelTable& table) {
     if (n_tokens <= 0 || w.rows <= 0) return;
     const TypeInfo& info = type_info(w.type);
     const TypeKernels& kernels = checked_kernels(table, info);
@@ -174,7 +175,13 @@ void matmul(ThreadPool& pool, const MatrixView& w, const float* x, int64_t n_tok
         all.n_tokens = n_tokens;
         all.y = y;
         all.ldy = ldy;
-        matmul_gemm(pool, kernels, all, scratch);
+        if (pool != nullptr) {
+            matmul_gemm(*pool, kernels, all, scratch);
+        } else {
+            size_t stride = 0;
+            all.scratch = gemm_scratch(kernels, w.cols, 1, scratch, &stride);
+            kernels.gemm(all);
+        }
         return;
     }
 
@@ -190,9 +197,35 @@ void matmul(ThreadPool& pool, const MatrixView& w, const float* x, int64_t n_tok
     job.n_tokens = n_tokens;
     job.y = y;
     job.ldy = ldy;
+    if (pool == nullptr) {
+        run_rows(job, 0, w.rows);
+        return;
+    }
     const MatmulJob* jp = &job;
-    pool.parallel_ranges(w.rows, kRowAlign,
-                         [jp](int64_t begin, int64_t end, int) { run_rows(*jp, begin, end); });
+    pool->parallel_ranges(w.rows, kRowAlign,
+                          [jp](int64_t begin, int64_t end, int) { run_rows(*jp, begin, end); });
+}
+
+}  // namespace
+
+void matmul(ThreadPool& pool, const MatrixView& w, const float* x, int64_t n_tokens, float* y,
+            int64_t ldy, MatmulScratch& scratch) {
+    matmul_impl(&pool, w, x, n_tokens, y, ldy, scratch, active_kernels());
+}
+
+void matmul(ThreadPool& pool, const MatrixView& w, const float* x, int64_t n_tokens, float* y,
+            int64_t ldy, MatmulScratch& scratch, const KernelTable& kernels) {
+    matmul_impl(&pool, w, x, n_tokens, y, ldy, scratch, kernels);
+}
+
+void matmul_serial(const MatrixView& w, const float* x, int64_t n_tokens, float* y, int64_t ldy,
+                   MatmulScratch& scratch, const KernelTable& kernels) {
+    matmul_impl(nullptr, w, x, n_tokens, y, ldy, scratch, kernels);
+}
+
+void matmul_serial(const MatrixView& w, const float* x, int64_t n_tokens, float* y, int64_t ldy,
+                   MatmulScratch& scratch) {
+    matmul_impl(nullptr, w, x, n_tokens, y, ldy, scratch, active_kernels());
 }
 
 void dequantize_row(const MatrixView& w, int64_t row, float* dst) {

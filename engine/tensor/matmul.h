@@ -41,6 +41,14 @@ void matmul(ThreadPool& pool, const MatrixView& w, const float* x, int64_t n_tok
 void matmul(ThreadPool& pool, const MatrixView& w, const float* x, int64_t n_tokens, float* y,
             int64_t ldy, MatmulScratch& scratch, const KernelTable& kernels);
 
+// matmul() on the calling thread alone, for callers already inside a parallel section (one
+// attention head per task, say: K-cache rows as an F16 MatrixView times a head's queries). Same
+// kernels and bitwise the same results as matmul(); `scratch` must be this thread's own.
+void matmul_serial(const MatrixView& w, const float* x, int64_t n_tokens, float* y, int64_t ldy,
+                   MatmulScratch& scratch, const KernelTable& kernels);
+void matmul_serial(const MatrixView& w, const float* x, int64_t n_tokens, float* y, int64_t ldy,
+                   MatmulScratch& scratch);
+
 // Dequantizes row `row` of w into dst[0..w.cols) (embedding lookup, tests).
 void dequantize_row(const MatrixView& w, int64_t row, float* dst);
 

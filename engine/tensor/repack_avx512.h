@@ -155,16 +155,18 @@ inline void split_nibbles(const __m512i c[4], __m512i u[8]) {
     }
 }
 
-// Q5_0/Q5_1: bit e of each row's 32-bit qh as 0x10 in the byte of element e; u vector k holds
-// elements 4k..4k+3, i.e. bits 4k..4k+3: byte k/2 of the word, nibble k%2.
-inline __m512i q5_high(__m512i qh, int k) {
-    const int b = k / 2;
-    // Replicate byte b of each dword into its 4 bytes, then test one bit per byte.
-    const __m512i rep = _mm512_shuffle_epi8(
-        qh, _mm512_set4_epi32(0x0c0c0c0c + b * 0x01010101, 0x08080808 + b * 0x01010101,
-                              0x04040404 + b * 0x01010101, b * 0x01010101));
-    const __m512i sel = _mm512_set1_epi32(k % 2 ? static_cast<int>(0x80402010) : 0x08040201);
-    return _mm512_maskz_mov_epi8(_mm512_test_epi8_mask(rep, sel), bytes(0x10));
+// Q5_0/Q5_1: bit e of each row's 32-bit qh as 0x10 in the byte of element e. u vectors 2b and
+// 2b+1 hold elements 8b..8b+7, i.e. the two nibbles of qh byte b: replicate that byte into its
+// dword, then test one bit per byte.
+inline void q5_high(__m512i qh, int b, __m512i* even, __m512i* odd) {
+    const int rep = b * 0x01010101;
+    const __m512i spread = _mm512_shuffle_epi8(
+        qh, _mm512_set4_epi32(0x0c0c0c0c + rep, 0x08080808 + rep, 0x04040404 + rep, rep));
+    *even = _mm512_maskz_mov_epi8(_mm512_test_epi8_mask(spread, _mm512_set1_epi32(0x08040201)),
+                                  bytes(0x10));
+    *odd = _mm512_maskz_mov_epi8(
+        _mm512_test_epi8_mask(spread, _mm512_set1_epi32(static_cast<int>(0x80402010))),
+        bytes(0x10));
 }
 
 inline void repack_q8_0(const PanelRows& pr, int64_t n_groups, uint8_t* panel, size_t kG) {
@@ -215,7 +217,12 @@ void repack_q5(const PanelRows& pr, int64_t n_groups, uint8_t* panel, size_t kG)
         transpose16(pr, g * B + kQh + 4, c);
         split_nibbles(c, u);
         const __m512i qh = pr.gather(g * B + kQh);
-        for (int k = 0; k < 8; ++k) out.q(k, _mm512_or_si512(u[k], q5_high(qh, k)));
+        for (int b = 0; b < 4; ++b) {
+            __m512i even, odd;
+            q5_high(qh, b, &even, &odd);
+            out.q(2 * b, _mm512_or_si512(u[2 * b], even));
+            out.q(2 * b + 1, _mm512_or_si512(u[2 * b + 1], odd));
+        }
         const __m512i dm = pr.gather(g * B);
         out.f(0, half_lo(dm));
         if constexpr (kMin) out.f(1, half_hi(dm));

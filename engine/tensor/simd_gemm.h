@@ -12,8 +12,9 @@
 //                               A: d   B: d, m   C: d, sc0, sc1   D: d, m, sc0, sc1, mn
 // A 4-byte broadcast of one token's activations then multiplies kW rows in one vpdpbusd, and the
 // int32 lanes are the rows: no horizontal sums, and each row's accumulation is the canonical
-// per-group sequence whatever the number of tokens. Decode (one token) uses the same path:
-// repacking costs a fraction of the time the weights take to arrive from memory.
+// per-group sequence whatever the number of tokens. Decode (one token) uses the same path in
+// L1-sized chunks of K, prefetching the rows it repacks next (gemm_q_chunked): the repack costs
+// less than the time the weights take to arrive from memory.
 //
 // Float weights keep their own layout: 16 float lanes per (row, token), lane i accumulating the
 // columns k = i (mod 16) by fma in column order, then the fixed tree of reduce16(). F16/BF16
@@ -199,8 +200,9 @@ void micro(const MicroArgs& m) {
 
     for (int64_t g = 0; g < m.n_groups; ++g) {
         const uint8_t* pg[P];  // this group of each panel
-        for (int p = 0; p < P; ++p)
+        for (int p = 0; p < P; ++p) {
             pg[p] = m.panels + p * m.panel_bytes + static_cast<size_t>(g) * kG;
+        }
         VI acc[P][C][kAcc];
         for (int t = 0; t < C; ++t) {
             const VI s = Isa::bcast_i32(act[t][g].s);

@@ -1,6 +1,7 @@
 #include "engine/util/thread_pool.h"
 
 #include <algorithm>
+#include <chrono>
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -23,9 +24,12 @@ inline void cpu_relax() {
     _mm_pause();
 #endif
 }
-// Spin iterations before a worker sleeps: long enough to bridge the gap between the
-// matmuls of one decode step, short enough not to burn a core while the user types.
-constexpr int kSpinIterations = 200000;
+// How long an idle worker spins before it sleeps: long enough to bridge the gap between the
+// sections of one decode step (tens of microseconds), short enough not to take a shared core
+// from other processes between tokens or while the user types. Bounded by time, not by
+// iterations, because a pause lasts ~10 cycles on some CPUs and ~140 on others.
+constexpr auto kSpinTime = std::chrono::microseconds(500);
+constexpr int kSpinsPerClockRead = 64;
 // Spin iterations of the caller waiting for joined workers before it sleeps: joined workers are
 // running a task, so this is short unless one was preempted - then the core is better given
 // away (to that worker, possibly) than spun on.
@@ -60,10 +64,13 @@ void ThreadPool::run_tasks(int worker) {
 void ThreadPool::worker_loop(int worker) {
     uint64_t seen = 0;
     for (;;) {
-        int spins = 0;
-        while (epoch_.load(std::memory_order_acquire) == seen && spins < kSpinIterations) {
+        const auto spin_start = std::chrono::steady_clock::now();
+        for (int spins = 1; epoch_.load(std::memory_order_acquire) == seen; ++spins) {
             cpu_relax();
-            ++spins;
+            if (spins % kSpinsPerClockRead == 0 &&
+                std::chrono::steady_clock::now() - spin_start > kSpinTime) {
+                break;
+            }
         }
         if (epoch_.load(std::memory_order_acquire) == seen) {
             std::unique_lock<std::mutex> lock(mutex_);

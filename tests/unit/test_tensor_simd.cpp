@@ -358,6 +358,31 @@ TEST(TensorSimd, MatmulEdgeCasesAndLargeBatches) {
     }
 }
 
+// Long rows: decode-sized calls split K into chunks with carried totals (a remainder chunk
+// included), larger batches do not; both must agree with the reference and with each other.
+TEST(TensorSimd, LongRowsAcrossKChunks) {
+    std::mt19937 rng(39);
+    ThreadPool pool(2);
+    for (KernelLevel l : simd_levels()) {
+        SCOPED_TRACE(kernel_level_name(l));
+        for (TensorType t : all_types()) {
+            SCOPED_TRACE(type_name(t));
+            const int64_t cols = type_info(t).block_elems == 256 ? 256 * 5 : 32 * 37;
+            const Matrix m = make_matrix(t, 35, cols, 0, rng);
+            const auto x = random_x(9 * cols, rng);
+            for (int64_t n_tokens : {1, 4, 9}) {
+                SCOPED_TRACE("tokens=" + std::to_string(n_tokens));
+                const std::vector<float> xt(x.begin(), x.begin() + n_tokens * cols);
+                const auto want = run_matmul(pool, m.view, xt, n_tokens, 35, scalar_kernels());
+                const auto got = run_matmul(pool, m.view, xt, n_tokens, 35, table_for(l));
+                expect_close_to_scalar(m, xt, n_tokens, want, got, 35);
+                const auto all = run_matmul(pool, m.view, x, 9, 35, table_for(l));
+                for (size_t i = 0; i < got.size(); ++i) ASSERT_EQ(got[i], all[i]) << i;
+            }
+        }
+    }
+}
+
 // A token's outputs must not depend on the batch it came in (nor on its place in it), so the
 // KV cache is the same however a prompt is split.
 TEST(TensorSimd, BatchResultsEqualSingleTokenResults) {
@@ -379,6 +404,33 @@ TEST(TensorSimd, BatchResultsEqualSingleTokenResults) {
                     ASSERT_EQ(one[r], all[tok * rows + r]) << tok << "," << r;
             }
         }
+    }
+}
+
+// matmul_serial runs inside a parallel section (one task per matrix here, each with its own
+// scratch) and gives bitwise matmul()'s results, e.g. for attention over a strided F16 K cache.
+TEST(TensorSimd, SerialMatmulInsideParallelTasks) {
+    std::mt19937 rng(40);
+    ThreadPool pool(2);
+    const std::vector<TensorType> types = all_types();
+    std::vector<Matrix> ms;
+    std::vector<std::vector<float>> xs, want;
+    for (TensorType t : types) {
+        const int64_t cols = type_info(t).block_elems == 256 ? 256 : 64;
+        // Rows 2 * cols bytes apart: every other row of a wider matrix, as K-cache heads are.
+        Matrix m = make_matrix(t, 42, cols, row_bytes(type_info(t), cols), rng);
+        xs.push_back(random_x(3 * cols, rng));
+        want.push_back(run_matmul(pool, m.view, xs.back(), 3, 42, active_kernels()));
+        ms.push_back(std::move(m));
+    }
+    std::vector<std::vector<float>> got(types.size(), std::vector<float>(3 * 42));
+    std::vector<MatmulScratch> scratch(types.size());
+    pool.parallel_for(static_cast<int64_t>(types.size()), [&](int64_t i, int) {
+        matmul_serial(ms[i].view, xs[i].data(), 3, got[i].data(), 42, scratch[i]);
+    });
+    for (size_t i = 0; i < types.size(); ++i) {
+        SCOPED_TRACE(type_name(types[i]));
+        for (size_t k = 0; k < got[i].size(); ++k) ASSERT_EQ(got[i][k], want[i][k]) << k;
     }
 }
 
