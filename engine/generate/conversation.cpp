@@ -159,6 +159,17 @@ TurnResult Conversation::respond(Sampler& sampler, const GenerateOptions& option
     if (options_.prefix_cache) {
         const size_t limit = std::min(cached_.size(), tokens.size());
         while (reuse < limit && cached_[reuse] == tokens[reuse]) ++reuse;
+        state_->kv.set_length(static_cast<int64_t>(reuse));
+        cached_.resize(reuse);
+        if (store_ != nullptr) {
+            const size_t restored =
+                static_cast<size_t>(store_->restore(tokens, static_cast<int64_t>(reuse), *state_));
+            if (restored > reuse && restored <= tokens.size()) {
+                result.tokens_restored = static_cast<int64_t>(restored - reuse);
+                cached_.assign(tokens.begin(), tokens.begin() + static_cast<ptrdiff_t>(restored));
+                reuse = restored;
+            }
+        }
         // At least one token must be evaluated to get logits for the first reply token.
         if (reuse == tokens.size()) --reuse;
     }
@@ -213,6 +224,7 @@ TurnResult Conversation::respond(Sampler& sampler, const GenerateOptions& option
     cached_ = tokens;
     cached_.insert(cached_.end(), result.ids.begin(), result.ids.end());
     cached_.resize(static_cast<size_t>(state_->kv.length()));
+    if (store_ != nullptr && options_.prefix_cache) store_->save(cached_, *state_);
     // The ids stand for the reply only when no stop string cut its text short.
     messages_.push_back(ChatMessage{"assistant", result.reply,
                                     stopped_by_string ? std::vector<int32_t>{} : result.ids});

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "engine/generate/generate.h"
+#include "engine/generate/prefix_store.h"
 #include "engine/model/state.h"
 
 namespace ember {
@@ -49,7 +50,8 @@ struct TurnResult {
     std::vector<int32_t> ids;
     FinishReason finish = FinishReason::Length;
     int64_t prompt_tokens = 0;     // rendered conversation, in tokens
-    int64_t tokens_reused = 0;     // of those, already in the state
+    int64_t tokens_reused = 0;     // of those, already in the state (or restored from a store)
+    int64_t tokens_restored = 0;   // of the reused, loaded from the prefix store this turn
     int64_t tokens_evaluated = 0;  // of those, computed this turn
     int64_t tokens_dropped = 0;    // dropped from the start to fit the context
     int64_t messages_dropped = 0;
@@ -85,6 +87,9 @@ public:
     InferenceState& state() { return *state_; }
     // Tokens whose K/V rows the state holds, in order.
     const std::vector<int32_t>& cached_tokens() const { return cached_; }
+    // An optional store of evaluated prefixes beyond the live state (not owned; may be null).
+    void set_prefix_store(PrefixStore* store) { store_ = store; }
+    PrefixStore* prefix_store() const { return store_; }
 
 private:
     std::vector<int32_t> tokenize_prompt(const std::string& text) const;
@@ -100,6 +105,7 @@ private:
     std::vector<ChatMessage> messages_;
     std::unique_ptr<InferenceState> state_;
     std::vector<int32_t> cached_;
+    PrefixStore* store_ = nullptr;
 };
 
 // ChatML, used when a model carries no template of its own.

@@ -34,7 +34,8 @@ constexpr std::array<SynthShape, 2> kShapes = {{
      .n_ctx_train = 8192,
      .rope_base = 100000.0,
      .rms_eps = 1e-5,
-     .qk_norm = false},
+     .qk_norm = false,
+     .tied_output = true},
     {.name = "qwen3-0.6b",
      .arch = "qwen3",
      .display_name = "Qwen3 0.6B (synthetic random weights)",
@@ -50,7 +51,8 @@ constexpr std::array<SynthShape, 2> kShapes = {{
      .n_ctx_train = 40960,
      .rope_base = 1000000.0,
      .rms_eps = 1e-6,
-     .qk_norm = true},
+     .qk_norm = true,
+     .tied_output = true},
 }};
 
 // general.file_type values are the reference engine's llama_ftype numbers.
@@ -180,10 +182,9 @@ std::vector<SynthTensor> plan_synth_tensors(const SynthShape& s, SynthRecipe rec
     // weights near 1 keep activations in range, so a forward pass never overflows.
     constexpr float kWeightStd = 0.02f;
     constexpr float kNormStd = 0.02f;
-    const bool tied = true;  // both shapes tie the output matrix to the token embedding
     std::vector<SynthTensor> out;
     auto matrix = [&](std::string name, int64_t layer, int64_t cols, int64_t rows) {
-        const TensorType t = synth_matrix_type(recipe, name, layer, s.n_layer, cols, tied);
+        const TensorType t = synth_matrix_type(recipe, name, layer, s.n_layer, cols, s.tied_output);
         out.push_back({std::move(name), {cols, rows}, t, 0.0f, kWeightStd});
     };
     auto norm = [&](std::string name, int64_t n) {
@@ -209,6 +210,7 @@ std::vector<SynthTensor> plan_synth_tensors(const SynthShape& s, SynthRecipe rec
         matrix(b + "ffn_down.weight", i, s.n_ff, s.n_embd);
     }
     norm("output_norm.weight", s.n_embd);
+    if (!s.tied_output) matrix("output.weight", -1, s.n_embd, s.n_vocab);
     return out;
 }
 

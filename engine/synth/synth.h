@@ -40,7 +40,8 @@ struct SynthShape {
     int64_t n_ctx_train = 0;
     double rope_base = 10000.0;
     double rms_eps = 1e-5;
-    bool qk_norm = false;  // per-head RMS norm of q and k (qwen3)
+    bool qk_norm = false;      // per-head RMS norm of q and k (qwen3)
+    bool tied_output = false;  // no output.weight: the token embedding doubles as the output
 };
 
 std::span<const SynthShape> synth_shapes();
