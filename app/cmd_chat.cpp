@@ -49,7 +49,7 @@ int run_interactive(Conversation& conv, Sampler& sampler, const GenerateOptions&
         if (line == "/quit" || line == "/exit") break;
         if (line.empty()) continue;
         conv.add_message({"user", line});
-        TurnResult r = conv.respond(sampler, gen, [](const std::string& text) {
+        TurnResult r = conv.respond(sampler, gen, [](const std::string& text, TextKind) {
             std::fwrite(text.data(), 1, text.size(), stdout);
             std::fflush(stdout);
             return true;

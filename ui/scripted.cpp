@@ -44,7 +44,8 @@ json turn_json(const TurnResult& r) {
 bool answer(Conversation& conv, Sampler& sampler, const std::string& prompt, std::FILE* out,
             std::FILE* err, const ScriptedOptions& o, bool& out_gone) {
     conv.add_message({"user", prompt});
-    TurnResult r = conv.respond(sampler, o.generation, [&](const std::string& text) {
+    TurnResult r = conv.respond(sampler, o.generation, [&](const std::string& text, TextKind kind) {
+        if (kind == TextKind::Thinking) return true;
         if (o.jsonl_out) return true;
         if (!write_all(out, text)) {
             out_gone = true;

@@ -190,7 +190,7 @@ TurnResult Conversation::respond(Sampler& sampler, const GenerateOptions& option
 
     auto emit_upto = [&](size_t end) {
         if (end > emitted) {
-            if (on_text && !on_text(text.substr(emitted, end - emitted))) cancelled_by_user = true;
+            if (on_text && !on_text(text.substr(emitted, end - emitted), TextKind::Answer)) cancelled_by_user = true;
             emitted = end;
         }
     };

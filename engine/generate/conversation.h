@@ -58,9 +58,13 @@ struct TurnResult {
     GenerateStats stats;
 };
 
-// Receives reply text as it is generated (complete UTF-8, stop strings never included);
-// return false to stop generating (the partial reply is kept).
-using TextCallback = std::function<bool(const std::string& text)>;
+// Which part of a reply a piece of text belongs to: a thinking model's reasoning (between
+// <think> and </think>) or the answer.
+enum class TextKind { Answer, Thinking };
+
+// Receives reply text as it is generated (complete UTF-8, stop strings and think tags never
+// included); return false to stop generating (the partial reply is kept).
+using TextCallback = std::function<bool(const std::string& text, TextKind kind)>;
 
 class Conversation {
 public:
