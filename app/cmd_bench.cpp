@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "app/commands.h"
+#include "app/model_locator.h"
 #include "engine/model/forward.h"
 #include "engine/model/model.h"
 #include "engine/model/state.h"
@@ -290,7 +291,10 @@ void register_bench_command(CLI::App& app, std::vector<Command>& out) {
     cmd->add_option("--bw-passes", args->bw_passes,
                     "Timed passes per bandwidth probe (one probe after every rep)")
         ->capture_default_str();
-    out.push_back({cmd, [args] { return run_bench(*args); }});
+    out.push_back({cmd, [args] {
+                       args->model = model_path_for(args->model);
+                       return run_bench(*args);
+                   }});
 }
 
 }  // namespace ember::app

@@ -6,10 +6,15 @@
 #include <sstream>
 
 #include "app/commands.h"
+#include "app/model_locator.h"
+#include "app/session_adapter.h"
 #include "engine/generate/conversation.h"
 #include "engine/model/model.h"
 #include "engine/util/thread_pool.h"
+#include "ui/chat_controller.h"
+#include "ui/line_mode.h"
 #include "ui/scripted.h"
+#include "ui/session_backend.h"
 
 namespace ember::app {
 
@@ -29,6 +34,15 @@ struct ChatOptions {
     bool jsonl = false;
     bool no_prefix_cache = false;
     bool ignore_eos = false;
+    bool plain = false;  // line mode even where the curses UI could run
+    bool show_thinking = false;
+    int64_t max_thinking_tokens = 4096;
+    std::string think = "auto";  // on | off | auto (the template's default)
+    std::string db;              // session database; empty: the default path
+    bool no_db = false;
+    std::string resume;
+    bool continue_last = false;
+    std::string state_cap = kDefaultStateCap;
 };
 
 std::string read_text_file(const std::string& path) {
@@ -39,56 +53,68 @@ std::string read_text_file(const std::string& path) {
     return ss.str();
 }
 
-// The plain interactive loop for terminals until the curses and readline front ends land.
-int run_interactive(Conversation& conv, Sampler& sampler, const GenerateOptions& gen) {
-    std::string line;
-    for (;;) {
-        std::fputs("\n> ", stdout);
-        std::fflush(stdout);
-        if (!std::getline(std::cin, line)) break;
-        if (line == "/quit" || line == "/exit") break;
-        if (line.empty()) continue;
-        conv.add_message({"user", line});
-        TurnResult r = conv.respond(sampler, gen, [](const std::string& text, TextKind) {
-            std::fwrite(text.data(), 1, text.size(), stdout);
-            std::fflush(stdout);
-            return true;
-        });
-        std::fprintf(stderr, "\n[reused %lld, evaluated %lld, %lld generated, %s]\n",
-                     static_cast<long long>(r.tokens_reused),
-                     static_cast<long long>(r.tokens_evaluated),
-                     static_cast<long long>(r.ids.size()),
-                     std::string(finish_reason_name(r.finish)).c_str());
-    }
-    std::fputc('\n', stdout);
-    return 0;
-}
-
 int run_chat(ChatOptions& o) {
     o.sampling.validate();
-    auto model = Model::load(o.model);
+    auto model = Model::load(model_path_for(o.model));
     ThreadPool pool(o.threads > 0 ? o.threads : default_threads());
     ConversationOptions copts;
     copts.context = std::min<int64_t>(o.ctx, model->config().n_ctx_train);
     copts.prefix_cache = !o.no_prefix_cache;
     copts.stop_strings = o.stops;
+    copts.max_thinking_tokens = o.max_thinking_tokens;
+    if (o.think != "auto") {
+        // The template's own switch (Qwen3's enable_thinking); with thinking off, a block the
+        // template still opens is closed before the model starts.
+        copts.template_vars["enable_thinking"] = o.think == "on";
+        if (o.think == "off") copts.max_thinking_tokens = 0;
+    }
     if (!o.template_file.empty()) copts.template_override = read_text_file(o.template_file);
     Conversation conv(*model, pool, copts);
     if (!o.system.empty()) conv.set_system(o.system);
     Sampler sampler(o.sampling);
+
+    const bool scripted = !o.prompt.empty() || o.script || !isatty(STDIN_FILENO);
+    ChatSessionOptions session_options;
+    session_options.db_path = o.db;
+    session_options.no_db = o.no_db;
+    session_options.scripted = scripted;
+    session_options.resume_id = o.resume;
+    session_options.continue_last = o.continue_last;
+    session_options.state_cap = o.state_cap;
+    session_options.kv_type = copts.kv_type;
+    session_options.sampling = o.sampling;
+    ChatSessions sessions(session_options, *model, conv, stderr);
 
     ui::ScriptedOptions so;
     so.jsonl_in = o.jsonl;
     so.jsonl_out = o.jsonl;
     so.generation.max_tokens = o.n_predict;
     so.generation.ignore_eos = o.ignore_eos;
-    if (!o.prompt.empty()) {
-        return ui::run_single_prompt(conv, sampler, o.prompt, stdout, stderr, so);
+    so.show_thinking = o.show_thinking;
+    if (scripted) {
+        // Turns are committed as they complete; a resumed conversation continues its branch.
+        ScriptedRecorder recorder(conv, sessions.backend(), std::cin, stderr);
+        if (!sessions.resume_id().empty()) {
+            recorder.adopt(sessions.load_into(conv));
+            if (!o.system.empty()) conv.set_system(o.system);
+        }
+        const int status =
+            o.prompt.empty() ? ui::run_scripted(conv, sampler, recorder.input(), stdout, stderr, so)
+                             : ui::run_single_prompt(conv, sampler, o.prompt, stdout, stderr, so);
+        recorder.finish();
+        return status;
     }
-    if (o.script || !isatty(STDIN_FILENO)) {
-        return ui::run_scripted(conv, sampler, std::cin, stdout, stderr, so);
+    // A terminal: line mode until the curses UI lands; then line mode stays for --plain and
+    // for terminals curses cannot drive (TERM=dumb).
+    ui::ChatController controller(conv, sampler, sessions.backend(), so.generation);
+    if (!sessions.resume_id().empty()) {
+        const ui::ChatOutcome loaded = controller.load_session(sessions.resume_id());
+        if (loaded.error) throw std::runtime_error(loaded.message);
     }
-    return run_interactive(conv, sampler, so.generation);
+    ui::LineModeOptions line_options;
+    line_options.history_path = ui::default_history_path();
+    line_options.color = ui::stdout_wants_color();
+    return ui::run_line_mode(controller, line_options);
 }
 
 }  // namespace
@@ -112,8 +138,32 @@ void register_chat_command(CLI::App& app, std::vector<Command>& out) {
     cmd->add_flag("--jsonl", o->jsonl, "Scripted mode with JSON lines in and out");
     cmd->add_flag("--no-prefix-cache", o->no_prefix_cache, "Recompute every turn from scratch");
     cmd->add_flag("--ignore-eos", o->ignore_eos, "Keep generating past end-of-turn tokens");
+    cmd->add_flag("--plain", o->plain, "Line mode (readline) instead of the full-screen UI");
+    cmd->add_flag("--show-thinking", o->show_thinking,
+                  "Scripted mode: print a thinking model's reasoning too");
+    cmd->add_option("--max-thinking-tokens", o->max_thinking_tokens,
+                    "Tokens a reply may spend thinking before it is asked to answer")
+        ->capture_default_str()
+        ->check(CLI::NonNegativeNumber);
+    cmd->add_option("--think", o->think, "Thinking: on, off, or the template's default")
+        ->capture_default_str()
+        ->check(CLI::IsMember({"on", "off", "auto"}));
+    cmd->add_option("--db", o->db,
+                    "Session database (default: $XDG_DATA_HOME/ember/ember.db; scripted runs "
+                    "use one only when --db, --resume or --continue is given)");
+    cmd->add_flag("--no-db", o->no_db, "Save nothing: no conversations, no prefix state");
+    auto* resume = cmd->add_option("--resume", o->resume, "Continue the saved conversation ID");
+    cmd->add_flag("--continue", o->continue_last, "Continue the most recent conversation")
+        ->excludes(resume);
+    cmd->add_option("--state-cap", o->state_cap,
+                    "Stored prefix state kept at most (least recently used goes first)")
+        ->capture_default_str();
     add_sampling_options(cmd, o->sampling);
-    out.push_back({cmd, [o] { return run_chat(*o); }});
+    out.push_back({cmd, [o, cmd] {
+                       // Default sampling settings from the config file, under the flags.
+                       apply_config_sampling(load_config(), *cmd, o->sampling);
+                       return run_chat(*o);
+                   }});
 }
 
 }  // namespace ember::app

@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "app/commands.h"
+#include "app/model_locator.h"
 #include "engine/generate/generate.h"
 #include "engine/model/forward.h"
 #include "engine/model/model.h"
@@ -52,7 +53,7 @@ int64_t context_for(const Model& model, int64_t prompt, int64_t n_predict, int64
 }
 
 int run_completion(const RunOptions& o) {
-    auto model = Model::load(o.model);
+    auto model = Model::load(model_path_for(o.model));
     const Tokenizer& tok = model->tokenizer();
     std::vector<int32_t> prompt;
     if (!o.ids.empty()) {
@@ -129,7 +130,7 @@ struct EvalOptions {
 };
 
 int run_eval(const EvalOptions& o) {
-    auto model = Model::load(o.model);
+    auto model = Model::load(model_path_for(o.model));
     const std::vector<int32_t> ids = parse_id_list(o.ids);
     if (ids.empty()) throw std::runtime_error("--ids is empty");
     const int64_t n_vocab = model->config().n_vocab;
@@ -164,7 +165,8 @@ int run_eval(const EvalOptions& o) {
     return 0;
 }
 
-int run_info(const std::string& path) {
+int run_info(const std::string& requested) {
+    const std::string path = model_path_for(requested);
     auto model = Model::load(path);
     const ModelConfig& c = model->config();
     const GgufFile& f = model->gguf();
@@ -206,7 +208,10 @@ int run_info(const std::string& path) {
 }  // namespace
 
 void add_model_option(CLI::App* cmd, std::string& model) {
-    cmd->add_option("-m,--model", model, "GGUF model file")->required()->check(CLI::ExistingFile);
+    // Not required: without it the model is found as app/model_locator.h describes.
+    cmd->add_option("-m,--model", model,
+                    "GGUF model file or a found model's name (default: EMBER_MODEL, the config "
+                    "file, then `ember models`)");
 }
 
 void add_sampling_options(CLI::App* cmd, SamplingParams& sampling) {
@@ -309,7 +314,7 @@ void register_model_commands(CLI::App& app, std::vector<Command>& out) {
     tokc->add_flag("--bos", tok_opts->bos, "Add the BOS token as the model's metadata says");
     tokc->add_flag("--special", tok_opts->special, "Parse special-token text such as <|im_start|>");
     out.push_back({tokc, [tok_opts] {
-                       auto model = Model::load(tok_opts->model);
+                       auto model = Model::load(model_path_for(tok_opts->model));
                        const Tokenizer& tok = model->tokenizer();
                        EncodeOptions enc;
                        enc.add_bos = tok_opts->bos && tok.add_bos() && tok.bos_id() != kNoToken;
@@ -323,7 +328,7 @@ void register_model_commands(CLI::App& app, std::vector<Command>& out) {
     add_model_option(detokc, detok_opts->model);
     detokc->add_option("ids", detok_opts->text, "Token ids: 1,2,3")->required();
     out.push_back({detokc, [detok_opts] {
-                       auto model = Model::load(detok_opts->model);
+                       auto model = Model::load(model_path_for(detok_opts->model));
                        std::cout << model->tokenizer().decode(parse_id_list(detok_opts->text))
                                  << "\n";
                        return 0;

@@ -3,6 +3,8 @@
 #include <exception>
 
 #include "app/commands.h"
+#include "app/model_locator.h"
+#include "app/session_adapter.h"
 
 int main(int argc, char** argv) {
     CLI::App app{"ember: fast local LLM inference and chat in the terminal"};
@@ -14,6 +16,8 @@ int main(int argc, char** argv) {
     ember::app::register_bench_command(app, commands);
     ember::app::register_chat_command(app, commands);
     ember::app::register_render_command(app, commands);
+    ember::app::register_sessions_command(app, commands);
+    ember::app::register_models_command(app, commands);
     try {
         app.parse(argc, argv);
     } catch (const CLI::ParseError& e) {

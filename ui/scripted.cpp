@@ -1,7 +1,9 @@
 #include "ui/scripted.h"
 
 #include <cerrno>
+#include <functional>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 namespace ember::ui {
 
@@ -20,10 +22,12 @@ double rate(int64_t tokens, double seconds) {
     return seconds > 0 ? tokens / seconds : 0.0;
 }
 
-json turn_json(const TurnResult& r) {
+json turn_json(const TurnResult& r, bool show_thinking) {
     json j;
     j["reply"] = r.reply;
-    j["thinking"] = nullptr;
+    j["thinking"] = show_thinking && r.thinking_tokens > 0 ? json(r.thinking) : json(nullptr);
+    j["thinking_tokens"] = r.thinking_tokens;
+    j["thinking_end"] = std::string(thinking_end_name(r.thinking_end));
     j["tokens_reused"] = r.tokens_reused;
     j["tokens_evaluated"] = r.tokens_evaluated;
     j["tokens_generated"] = static_cast<int64_t>(r.ids.size());
@@ -39,87 +43,125 @@ json turn_json(const TurnResult& r) {
     return j;
 }
 
-// One turn: add the user message, stream or collect the reply, print it.
-// Returns false when the output is gone (quiet end).
-bool answer(Conversation& conv, Sampler& sampler, const std::string& prompt, std::FILE* out,
-            std::FILE* err, const ScriptedOptions& o, bool& out_gone) {
-    conv.add_message({"user", prompt});
-    TurnResult r = conv.respond(sampler, o.generation, [&](const std::string& text, TextKind kind) {
-        if (kind == TextKind::Thinking) return true;
-        if (o.jsonl_out) return true;
-        if (!write_all(out, text)) {
-            out_gone = true;
-            return false;
+// Streams reply text to `out` (plain output only), wrapping shown thinking in tags.
+class PlainPrinter {
+public:
+    PlainPrinter(std::FILE* out, const ScriptedOptions& o) : out_(out), o_(o) {}
+    bool operator()(const std::string& text, TextKind kind) {
+        if (o_.jsonl_out) return true;
+        if (kind == TextKind::Thinking) {
+            if (!o_.show_thinking) return true;
+            if (!in_thinking_ && !write("<think>\n")) return false;
+            in_thinking_ = true;
+        } else if (in_thinking_) {
+            in_thinking_ = false;
+            if (!write("\n</think>\n\n")) return false;
         }
-        return true;
-    });
-    if (out_gone) return false;
-    if (r.tokens_dropped > 0 && !o.jsonl_out) {
+        return write(text);
+    }
+    bool gone() const { return gone_; }
+    bool write(const std::string& text) {
+        if (!gone_ && !write_all(out_, text)) gone_ = true;
+        return !gone_;
+    }
+
+private:
+    std::FILE* out_;
+    const ScriptedOptions& o_;
+    bool in_thinking_ = false;
+    bool gone_ = false;
+};
+
+enum class TurnOutcome { Answered, Failed, OutputGone };
+
+// One turn: add the user message, stream or collect the reply, print it. A prompt that
+// cannot fit the context is reported (and, in JSONL, answered with an error object), taken
+// back out of the conversation, and the run goes on.
+TurnOutcome answer(Conversation& conv, Sampler& sampler, const std::string& prompt, std::FILE* out,
+                   std::FILE* err, const ScriptedOptions& o) {
+    conv.add_message({"user", prompt, {}, {}});
+    PlainPrinter printer(out, o);
+    TurnResult r;
+    try {
+        r = conv.respond(sampler, o.generation, std::ref(printer));
+    } catch (const ContextOverflow& e) {
+        conv.pop_message();
+        std::fprintf(err, "ember: prompt skipped: %s\n", e.what());
+        if (o.jsonl_out) {
+            const json j = {{"reply", ""},       {"thinking", nullptr}, {"finish", "context"},
+                            {"error", e.what()}, {"tokens_reused", 0},  {"tokens_evaluated", 0}};
+            if (!printer.write(j.dump() + "\n")) return TurnOutcome::OutputGone;
+        }
+        return TurnOutcome::Failed;
+    }
+    if (printer.gone()) return TurnOutcome::OutputGone;
+    if (r.tokens_dropped > 0) {
         std::fprintf(
             err, "ember: context full: dropped %lld tokens (%lld messages) of the oldest turns\n",
             static_cast<long long>(r.tokens_dropped), static_cast<long long>(r.messages_dropped));
     }
-    const std::string tail = o.jsonl_out ? turn_json(r).dump() + "\n" : std::string("\n");
-    if (!write_all(out, tail)) {
-        out_gone = true;
-        return false;
+    const std::string tail =
+        o.jsonl_out ? turn_json(r, o.show_thinking).dump() + "\n" : std::string("\n");
+    return printer.write(tail) ? TurnOutcome::Answered : TurnOutcome::OutputGone;
+}
+
+// The prompt on one JSONL line, or an empty optional after reporting what is wrong with it.
+// A system message replaces the system prompt and yields no prompt either.
+std::optional<std::string> jsonl_prompt(const std::string& line, int64_t line_no,
+                                        Conversation& conv, std::FILE* err, bool& bad) {
+    const auto complain = [&](const std::string& what) {
+        std::fprintf(err, "ember: stdin line %lld: %s; line skipped\n",
+                     static_cast<long long>(line_no), what.c_str());
+        bad = true;
+        return std::nullopt;
+    };
+    json j = json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (j.is_discarded()) return complain("not valid JSON");
+    if (!j.is_object()) return complain("not a JSON object");
+    if (j.contains("prompt")) {
+        if (!j["prompt"].is_string()) return complain("\"prompt\" must be a string");
+        return j["prompt"].get<std::string>();
     }
-    return true;
+    if (!j.contains("content") || !j["content"].is_string()) {
+        return complain("expected {\"prompt\": TEXT} or {\"role\": \"user\", \"content\": TEXT}");
+    }
+    const json role = j.value("role", json("user"));
+    if (role == "system") {
+        conv.set_system(j["content"].get<std::string>());
+        return std::nullopt;
+    }
+    if (role != "user") return complain("role " + role.dump() + " is not \"user\" or \"system\"");
+    return j["content"].get<std::string>();
 }
 
 }  // namespace
 
 int run_single_prompt(Conversation& conversation, Sampler& sampler, const std::string& prompt,
                       std::FILE* out, std::FILE* err, const ScriptedOptions& options) {
-    bool gone = false;
-    answer(conversation, sampler, prompt, out, err, options, gone);
-    return 0;
+    return answer(conversation, sampler, prompt, out, err, options) == TurnOutcome::Failed ? 1 : 0;
 }
 
 int run_scripted(Conversation& conversation, Sampler& sampler, std::istream& in, std::FILE* out,
                  std::FILE* err, const ScriptedOptions& options) {
     std::string line;
     int64_t line_no = 0;
-    bool gone = false;
+    bool any_failed = false;
     while (std::getline(in, line)) {
         ++line_no;
         if (!line.empty() && line.back() == '\r') line.pop_back();
-        std::string prompt = line;
+        std::optional<std::string> prompt;
         if (options.jsonl_in) {
             if (line.find_first_not_of(" \t") == std::string::npos) continue;
-            json j = json::parse(line, nullptr, /*allow_exceptions=*/false);
-            if (j.is_discarded() || !j.is_object()) {
-                std::fprintf(err, "ember: stdin line %lld: not a JSON object\n",
-                             static_cast<long long>(line_no));
-                return 1;
-            }
-            if (j.contains("prompt") && j["prompt"].is_string()) {
-                prompt = j["prompt"].get<std::string>();
-            } else if (j.contains("content") && j["content"].is_string()) {
-                const std::string role = j.value("role", std::string("user"));
-                if (role == "system") {
-                    conversation.set_system(j["content"].get<std::string>());
-                    continue;
-                }
-                if (role != "user") {
-                    std::fprintf(err, "ember: stdin line %lld: role '%s' is not user or system\n",
-                                 static_cast<long long>(line_no), role.c_str());
-                    return 1;
-                }
-                prompt = j["content"].get<std::string>();
-            } else {
-                std::fprintf(err,
-                             "ember: stdin line %lld: expected {\"prompt\": TEXT} or "
-                             "{\"role\": \"user\", \"content\": TEXT}\n",
-                             static_cast<long long>(line_no));
-                return 1;
-            }
-        } else if (line.empty()) {
-            continue;
+            prompt = jsonl_prompt(line, line_no, conversation, err, any_failed);
+        } else if (!line.empty()) {
+            prompt = line;
         }
-        if (!answer(conversation, sampler, prompt, out, err, options, gone)) break;
+        if (!prompt) continue;
+        const TurnOutcome outcome = answer(conversation, sampler, *prompt, out, err, options);
+        if (outcome == TurnOutcome::OutputGone) break;
+        if (outcome == TurnOutcome::Failed) any_failed = true;
     }
-    return 0;
+    return any_failed ? 1 : 0;
 }
 
 }  // namespace ember::ui

@@ -14,10 +14,13 @@ struct ScriptedOptions {
     bool jsonl_in = false;   // {"role":"user","content":...} or {"prompt":...} per line
     bool jsonl_out = false;  // one JSON object per reply
     GenerateOptions generation;
+    bool show_thinking = false;  // print the reasoning (plain: before the answer, dimmed
+                                 // nowhere; JSONL: in "thinking") instead of omitting it
 };
 
-// Runs prompts from `in` until EOF. Returns 0, or 1 after reporting the first failure on
-// `err` (an invalid JSONL line names its line number). A closed output pipe ends quietly.
+// Runs prompts from `in` until EOF. A line that is not a valid request (named by its line
+// number) and a prompt too long for the context are reported on `err` and skipped, and the
+// run goes on; the status is then 1, else 0. A closed output pipe ends quietly.
 int run_scripted(Conversation& conversation, Sampler& sampler, std::istream& in, std::FILE* out,
                  std::FILE* err, const ScriptedOptions& options);
 

@@ -4,6 +4,7 @@
 #include <stdexcept>
 
 #include "engine/chat/template.h"
+#include "engine/generate/reply_router.h"
 #include "engine/model/model.h"
 #include "engine/tokenizer/tokenizer.h"
 
@@ -15,25 +16,34 @@ const char* const kChatMlTemplate =
     "{%- endfor -%}"
     "{%- if add_generation_prompt -%}{{ '<|im_start|>assistant\\n' }}{%- endif -%}";
 
+std::string_view thinking_end_name(ThinkingEnd end) {
+    switch (end) {
+        case ThinkingEnd::None:
+            return "none";
+        case ThinkingEnd::Model:
+            return "model";
+        case ThinkingEnd::Budget:
+            return "budget";
+        case ThinkingEnd::Loop:
+            return "loop";
+    }
+    return "unknown";
+}
+
 namespace {
 
 std::string token_text_or_empty(const Tokenizer& tok, TokenId id) {
     return id == kNoToken ? std::string() : tok.token_to_piece(id, /*render_special=*/true);
 }
 
-// Length of the longest suffix of `text` that is a proper prefix of some stop string: that
-// much must be held back, because the next token may complete the stop string.
-size_t stop_holdback(const std::string& text, const std::vector<std::string>& stops) {
-    size_t hold = 0;
-    for (const auto& stop : stops) {
-        for (size_t len = std::min(stop.size() - 1, text.size()); len > hold; --len) {
-            if (text.compare(text.size() - len, len, stop, 0, len) == 0) {
-                hold = len;
-                break;
-            }
-        }
-    }
-    return hold;
+// The words that close a thinking block cut short by its budget or a loop, before
+// "</think>": they tell the model to answer from what it has.
+constexpr const char* kThinkingTransition =
+    "\n\nI have thought enough; I will answer now based on the thinking above.\n";
+
+bool prompt_opens_thinking(const std::string& text) {
+    const size_t end = text.find_last_not_of(" \t\r\n");
+    return end != std::string::npos && end + 1 >= 7 && text.compare(end + 1 - 7, 7, "<think>") == 0;
 }
 
 }  // namespace
@@ -49,11 +59,13 @@ Conversation::Conversation(const Model& model, ThreadPool& pool, ConversationOpt
             source = kChatMlTemplate;
         }
     }
+    template_knows_thinking_ = source.find("<think>") != std::string::npos;
     template_ = std::make_unique<ChatTemplate>(source);
     const Tokenizer& tok = model_.tokenizer();
     bos_text_ = token_text_or_empty(tok, tok.bos_id());
     eos_text_ = token_text_or_empty(tok, tok.eos_id());
     state_ = make_state(model_.config(), options_.context, options_.kv_type);
+    if (options_.max_thinking_tokens > 0) thinking_budget_on_ = options_.max_thinking_tokens;
 }
 
 Conversation::~Conversation() = default;
@@ -68,6 +80,28 @@ void Conversation::set_system(std::string text) {
 
 void Conversation::add_message(ChatMessage message) {
     messages_.push_back(std::move(message));
+}
+
+void Conversation::set_thinking(bool on, int64_t budget) {
+    if (budget >= 0) thinking_budget_on_ = budget;
+    options_.template_vars["enable_thinking"] = on;
+    options_.max_thinking_tokens = on ? thinking_budget_on_ : 0;
+}
+
+void Conversation::set_context(int64_t tokens) {
+    if (tokens < 16) throw std::invalid_argument("the context must hold at least 16 tokens");
+    if (tokens > model_.config().n_ctx_train) {
+        throw std::invalid_argument("the model was trained for " +
+                                    std::to_string(model_.config().n_ctx_train) +
+                                    " tokens at most");
+    }
+    state_ = make_state(model_.config(), tokens, options_.kv_type);
+    options_.context = tokens;
+    cached_.clear();
+}
+
+void Conversation::pop_message() {
+    if (!messages_.empty()) messages_.pop_back();
 }
 
 bool Conversation::pop_assistant() {
@@ -92,13 +126,21 @@ std::string Conversation::render_prompt() const {
     return template_->render(in);
 }
 
-std::vector<int32_t> Conversation::tokenize_segment(std::string_view text, bool first) const {
-    const Tokenizer& tok = model_.tokenizer();
+std::vector<int32_t> tokenize_rendered(const Tokenizer& tok, std::string_view text,
+                                       std::string_view bos_text) {
     EncodeOptions enc;
     enc.parse_special = true;
     // Templates usually write the BOS text themselves; add it only when they do not.
-    enc.add_bos = first && tok.add_bos() && tok.bos_id() != kNoToken &&
-                  (bos_text_.empty() || text.substr(0, bos_text_.size()) != bos_text_);
+    enc.add_bos = tok.add_bos() && tok.bos_id() != kNoToken &&
+                  (bos_text.empty() || !text.starts_with(bos_text));
+    return tok.encode(text, enc);
+}
+
+std::vector<int32_t> Conversation::tokenize_segment(std::string_view text, bool first) const {
+    const Tokenizer& tok = model_.tokenizer();
+    if (first) return tokenize_rendered(tok, text, bos_text_);
+    EncodeOptions enc;
+    enc.parse_special = true;
     return tok.encode(text, enc);
 }
 
@@ -130,14 +172,17 @@ std::vector<int32_t> Conversation::fit_to_context(int64_t reserve, TurnResult& r
     std::vector<int32_t> tokens = tokenize_prompt(render_prompt());
     const int64_t full = static_cast<int64_t>(tokens.size());
     const size_t first_droppable = !messages_.empty() && messages_[0].role == "system" ? 1 : 0;
+    std::vector<ChatMessage> kept;  // the messages as they were, should nothing fit
     while (static_cast<int64_t>(tokens.size()) + reserve > options_.context) {
         // Keep the system prompt and the newest message; drop the oldest turn in between.
         if (messages_.size() <= first_droppable + 1) {
-            throw std::length_error("the prompt needs " + std::to_string(tokens.size()) +
+            if (!kept.empty()) messages_ = std::move(kept);
+            throw ContextOverflow("the prompt needs " + std::to_string(tokens.size()) +
                                     " tokens (plus " + std::to_string(reserve) +
                                     " for the reply), more than the context of " +
                                     std::to_string(options_.context));
         }
+        if (kept.empty()) kept = messages_;
         messages_.erase(messages_.begin() + static_cast<std::ptrdiff_t>(first_droppable));
         ++result.messages_dropped;
         tokens = tokenize_prompt(render_prompt());
@@ -146,15 +191,7 @@ std::vector<int32_t> Conversation::fit_to_context(int64_t reserve, TurnResult& r
     return tokens;
 }
 
-TurnResult Conversation::respond(Sampler& sampler, const GenerateOptions& options,
-                                 const TextCallback& on_text) {
-    TurnResult result;
-    // Room for the reply: what was asked for, but never more than half the context.
-    const int64_t reserve = std::min<int64_t>(
-        options.max_tokens < 0 ? options_.context / 2 : options.max_tokens, options_.context / 2);
-    const std::vector<int32_t> tokens = fit_to_context(reserve, result);
-    result.prompt_tokens = static_cast<int64_t>(tokens.size());
-
+size_t Conversation::reuse_prefix(const std::vector<int32_t>& tokens, TurnResult& result) {
     size_t reuse = 0;
     if (options_.prefix_cache) {
         const size_t limit = std::min(cached_.size(), tokens.size());
@@ -177,58 +214,128 @@ TurnResult Conversation::respond(Sampler& sampler, const GenerateOptions& option
     cached_.resize(reuse);
     result.tokens_reused = static_cast<int64_t>(reuse);
     result.tokens_evaluated = static_cast<int64_t>(tokens.size() - reuse);
+    return reuse;
+}
 
-    const Tokenizer& tok = model_.tokenizer();
-    DecodeOptions dec;
-    dec.strip_leading_space = false;
-    StreamingDetokenizer detok(tok, dec);
-    std::string text;    // everything generated so far
-    size_t emitted = 0;  // bytes of `text` handed to on_text
-    bool stopped_by_string = false;
-    bool cancelled_by_user = false;
-    const auto& stops = options_.stop_strings;
+TurnResult Conversation::respond(Sampler& sampler, const GenerateOptions& options,
+                                 const TextCallback& on_text) {
+    TurnResult result;
+    const std::string rendered = render_prompt();
+    const bool starts_in_thinking = template_knows_thinking_ && prompt_opens_thinking(rendered);
+    // Room for the reply: what was asked for (plus the thinking budget when the reply will
+    // think), but never more than half the context.
+    const int64_t thinking_room =
+        template_knows_thinking_ ? std::max<int64_t>(0, options_.max_thinking_tokens) : 0;
+    const int64_t asked =
+        options.max_tokens < 0 ? options_.context / 2 : options.max_tokens + thinking_room;
+    const int64_t reserve = std::min<int64_t>(asked, options_.context / 2);
+    std::vector<int32_t> tokens = fit_to_context(reserve, result);
+    result.prompt_tokens = static_cast<int64_t>(tokens.size());
+    const size_t reuse = reuse_prefix(tokens, result);
 
-    auto emit_upto = [&](size_t end) {
-        if (end > emitted) {
-            if (on_text && !on_text(text.substr(emitted, end - emitted), TextKind::Answer)) cancelled_by_user = true;
-            emitted = end;
-        }
-    };
-    auto on_token = [&](int32_t id) {
-        text += detok.push(id);
-        for (const auto& stop : stops) {
-            const size_t at = text.find(stop, emitted > stop.size() ? emitted - stop.size() : 0);
-            if (at != std::string::npos) {
-                text.resize(at);
-                emit_upto(at);
-                stopped_by_string = true;
-                return false;
-            }
-        }
-        emit_upto(text.size() - stop_holdback(text, stops));
-        return !cancelled_by_user;
-    };
-
-    const auto prompt = std::span<const int32_t>(tokens).subspan(reuse);
-    GenerateResult gen = generate(model_, *state_, pool_, sampler, prompt, options, on_token);
-    if (!stopped_by_string) {
-        text += detok.flush();
-        emit_upto(text.size());
-    }
-    result.finish = stopped_by_string ? FinishReason::Stop : gen.finish;
-    result.ids = std::move(gen.ids);
-    result.stats = gen.stats;
-    result.reply = text;
+    std::vector<int32_t> prompt(tokens.begin() + static_cast<ptrdiff_t>(reuse), tokens.end());
+    const bool stop_cut =
+        generate_reply(std::move(prompt), sampler, options, on_text, starts_in_thinking, result);
 
     // The state now holds the prompt and the generated tokens it evaluated.
     cached_ = tokens;
     cached_.insert(cached_.end(), result.ids.begin(), result.ids.end());
     cached_.resize(static_cast<size_t>(state_->kv.length()));
     if (store_ != nullptr && options_.prefix_cache) store_->save(cached_, *state_);
-    // The ids stand for the reply only when no stop string cut its text short.
+    // The ids stand for the reply text only when they are exactly its tokens: no stop string
+    // cut the text short and no thinking precedes it.
+    const bool ids_are_text =
+        !stop_cut && result.thinking_tokens == 0 && result.thinking_end == ThinkingEnd::None;
     messages_.push_back(ChatMessage{"assistant", result.reply,
-                                    stopped_by_string ? std::vector<int32_t>{} : result.ids});
+                                    ids_are_text ? result.ids : std::vector<int32_t>{},
+                                    result.thinking});
     return result;
+}
+
+bool Conversation::generate_reply(std::vector<int32_t> prompt, Sampler& sampler,
+                                  const GenerateOptions& options, const TextCallback& on_text,
+                                  bool starts_in_thinking, TurnResult& result) {
+    const Tokenizer& tok = model_.tokenizer();
+    const int64_t thinking_budget = std::max<int64_t>(0, options_.max_thinking_tokens);
+    EncodeOptions special;
+    special.parse_special = true;
+    if (starts_in_thinking && thinking_budget == 0) {
+        // No thinking wanted: close the block the template opened before the model starts.
+        const auto close = tok.encode("</think>\n\n", special);
+        prompt.insert(prompt.end(), close.begin(), close.end());
+        starts_in_thinking = false;
+        result.thinking_end = ThinkingEnd::Budget;
+    }
+
+    DecodeOptions dec;
+    dec.strip_leading_space = false;
+    StreamingDetokenizer detok(tok, dec);
+    ReplyRouter router(options_.stop_strings, template_knows_thinking_ && thinking_budget > 0,
+                       starts_in_thinking, on_text);
+    std::vector<int32_t> thinking_ids;  // for the loop check
+    ThinkingEnd forced = ThinkingEnd::None;
+    bool answer_full = false;
+
+    auto on_token = [&](int32_t id) {
+        const bool was_thinking = router.phase() == ReplyRouter::Phase::Thinking;
+        router.push(detok.push(id));
+        if (was_thinking || router.phase() == ReplyRouter::Phase::Thinking) {
+            ++result.thinking_tokens;
+            thinking_ids.push_back(id);
+            if (was_thinking && router.phase() == ReplyRouter::Phase::Answer) {
+                result.thinking_end = ThinkingEnd::Model;
+            }
+        } else {
+            ++result.answer_tokens;
+        }
+        if (router.stopped_by_string() || router.cancelled()) return false;
+        if (router.phase() == ReplyRouter::Phase::Thinking) {
+            if (result.thinking_tokens >= thinking_budget) {
+                forced = ThinkingEnd::Budget;
+            } else if (options_.thinking_loop_check && tokens_loop(thinking_ids)) {
+                forced = ThinkingEnd::Loop;
+            }
+            return forced == ThinkingEnd::None;
+        }
+        answer_full = options.max_tokens >= 0 && result.answer_tokens >= options.max_tokens;
+        return !answer_full;
+    };
+
+    // The answer's limit is enforced above (thinking does not count against it), so the
+    // generator itself runs until the context is full.
+    GenerateOptions unbounded = options;
+    unbounded.max_tokens = -1;
+    GenerateResult gen = generate(model_, *state_, pool_, sampler, prompt, unbounded, on_token);
+    result.stats = gen.stats;
+    result.ids = gen.ids;
+    if (forced != ThinkingEnd::None && gen.finish == FinishReason::Cancelled) {
+        // Close the block: the transition and "</think>" are fed to the model after the last
+        // sampled token (which has not been evaluated yet), and the answer follows.
+        result.thinking_end = forced;
+        router.push(detok.flush());
+        router.force_end_thinking(kThinkingTransition);
+        const auto forced_ids =
+            tok.encode(std::string(kThinkingTransition) + "</think>\n\n", special);
+        std::vector<int32_t> resume{gen.ids.back()};
+        resume.insert(resume.end(), forced_ids.begin(), forced_ids.end());
+        for (int32_t id : forced_ids) sampler.accept(id);
+        result.ids.insert(result.ids.end(), forced_ids.begin(), forced_ids.end());
+        GenerateResult rest =
+            generate(model_, *state_, pool_, sampler, resume, unbounded, on_token);
+        result.ids.insert(result.ids.end(), rest.ids.begin(), rest.ids.end());
+        result.stats.generated_tokens += rest.stats.generated_tokens;
+        result.stats.decode_seconds += rest.stats.prefill_seconds + rest.stats.decode_seconds;
+        gen.finish = rest.finish;
+    }
+    if (!router.stopped_by_string()) router.push(detok.flush());
+    router.finish();
+    result.finish = router.stopped_by_string() ? FinishReason::Stop
+                    : answer_full              ? FinishReason::Length
+                    : router.cancelled()       ? FinishReason::Cancelled
+                                               : gen.finish;
+    result.reply = router.answer();
+    result.thinking = router.thinking();
+    return router.stopped_by_string();
 }
 
 }  // namespace ember

@@ -12,6 +12,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -32,7 +33,12 @@ struct ChatMessage {
     // reply's text can give other tokens than the model generated, which would invalidate
     // the cached state from that point on; the prompt splices these ids in instead.
     std::vector<int32_t> ids;
+    std::string thinking;  // a thinking model's reasoning for this reply (not re-rendered)
 };
+
+// Why a reply's thinking block ended.
+enum class ThinkingEnd { None, Model, Budget, Loop };
+std::string_view thinking_end_name(ThinkingEnd end);
 
 struct ConversationOptions {
     int64_t context = 4096;  // tokens the state holds
@@ -43,11 +49,20 @@ struct ConversationOptions {
     // Extra template variables, e.g. {"enable_thinking": false}.
     nlohmann::ordered_json template_vars = nlohmann::ordered_json::object();
     std::vector<std::string> stop_strings;  // generation stops before any of these
+    // Tokens a reply may spend thinking (between <think> and </think>), apart from the
+    // answer's max_tokens; 0 closes the block at once. When the budget runs out, or the
+    // thinking loops, the block is closed with a short transition and the model answers.
+    int64_t max_thinking_tokens = 4096;
+    bool thinking_loop_check = true;
 };
 
 struct TurnResult {
-    std::string reply;  // the answer text, stop strings excluded
-    std::vector<int32_t> ids;
+    std::string reply;         // the answer text, stop strings and thinking excluded
+    std::string thinking;      // the reasoning, tags excluded
+    std::vector<int32_t> ids;  // every generated token, thinking and forced tokens included
+    int64_t thinking_tokens = 0;
+    int64_t answer_tokens = 0;
+    ThinkingEnd thinking_end = ThinkingEnd::None;
     FinishReason finish = FinishReason::Length;
     int64_t prompt_tokens = 0;     // rendered conversation, in tokens
     int64_t tokens_reused = 0;     // of those, already in the state (or restored from a store)
@@ -66,6 +81,13 @@ enum class TextKind { Answer, Thinking };
 // included); return false to stop generating (the partial reply is kept).
 using TextCallback = std::function<bool(const std::string& text, TextKind kind)>;
 
+// The newest message alone (with the system prompt and room for the reply) does not fit the
+// context. The conversation is left as it was, the newest message included.
+class ContextOverflow : public std::length_error {
+public:
+    using std::length_error::length_error;
+};
+
 class Conversation {
 public:
     Conversation(const Model& model, ThreadPool& pool, ConversationOptions options);
@@ -74,12 +96,22 @@ public:
     const std::vector<ChatMessage>& messages() const { return messages_; }
     void set_system(std::string text);  // replaces or adds the leading system message
     void add_message(ChatMessage message);
+    // Thinking on/off for later turns: sets the template's switch (enable_thinking) and, for
+    // off, closes any block the template still opens. `budget` < 0 keeps the current budget.
+    void set_thinking(bool on, int64_t budget = -1);
+    // A new context size for later turns. The state is reallocated, so the next turn is
+    // evaluated from scratch (or restored from the prefix store).
+    void set_context(int64_t tokens);
+
+    // Drops the last message, whoever wrote it (e.g. a prompt that did not fit).
+    void pop_message();
     // Drops the last message if it is the assistant's (for regenerate).
     bool pop_assistant();
     // Forgets every message; the state's cache stays usable for a shared prefix.
     void clear();
 
-    // Generates the assistant's reply to the conversation so far and appends it.
+    // Generates the assistant's reply to the conversation so far and appends it. Throws
+    // ContextOverflow when the newest message cannot fit.
     TurnResult respond(Sampler& sampler, const GenerateOptions& options,
                        const TextCallback& on_text);
 
@@ -99,18 +131,32 @@ private:
     std::vector<int32_t> tokenize_prompt(const std::string& text) const;
     std::vector<int32_t> tokenize_segment(std::string_view text, bool first) const;
     std::vector<int32_t> fit_to_context(int64_t reserve, TurnResult& result);
+    size_t reuse_prefix(const std::vector<int32_t>& tokens, TurnResult& result);
+    // Returns whether a stop string cut the reply's text short.
+    bool generate_reply(std::vector<int32_t> prompt, Sampler& sampler,
+                        const GenerateOptions& options, const TextCallback& on_text,
+                        bool starts_in_thinking, TurnResult& result);
 
     const Model& model_;
     ThreadPool& pool_;
     ConversationOptions options_;
     std::unique_ptr<ChatTemplate> template_;
     bool uses_model_template_ = false;
+    bool template_knows_thinking_ = false;  // the template mentions <think>
     std::string bos_text_, eos_text_;
     std::vector<ChatMessage> messages_;
     std::unique_ptr<InferenceState> state_;
     std::vector<int32_t> cached_;
     PrefixStore* store_ = nullptr;
+    int64_t thinking_budget_on_ = 4096;  // the budget to return to when thinking is switched on
 };
+
+// Tokenizes rendered chat-template text as a conversation does: special-token text is parsed
+// as special tokens, and the BOS token is added only when the tokenizer asks for it and the
+// template did not already write `bos_text` at the start.
+class Tokenizer;
+std::vector<int32_t> tokenize_rendered(const Tokenizer& tokenizer, std::string_view text,
+                                       std::string_view bos_text);
 
 // ChatML, used when a model carries no template of its own.
 extern const char* const kChatMlTemplate;

@@ -20,8 +20,7 @@ void grow(std::vector<float>& v, int64_t n) {
     if (static_cast<int64_t>(v.size()) < n) v.resize(static_cast<size_t>(n));
 }
 
-void prepare_scratch(const ModelConfig& c, ForwardScratch& s, int64_t batch, int64_t positions,
-                     int n_threads) {
+void prepare_scratch(const ModelConfig& c, ForwardScratch& s, int64_t batch) {
     grow(s.x, batch * c.n_embd);
     grow(s.xn, batch * c.n_embd);
     grow(s.q, batch * c.n_head * c.head_dim);
@@ -30,7 +29,6 @@ void prepare_scratch(const ModelConfig& c, ForwardScratch& s, int64_t batch, int
     grow(s.attn, batch * c.n_head * c.value_dim);
     grow(s.gate, batch * c.n_ff);
     grow(s.up, batch * c.n_ff);
-    grow(s.scores, static_cast<int64_t>(n_threads) * positions);
     grow(s.rope_cos, batch * c.rope_dims / 2);
     grow(s.rope_sin, batch * c.rope_dims / 2);
 }
@@ -51,59 +49,125 @@ void rope_tables(const Model& model, int64_t pos0, int64_t n, ForwardScratch& s)
     }
 }
 
+// Positions per attention run. Runs never straddle a cache chunk (whose rows are contiguous),
+// and are long enough that a run's per-call work dwarfs its setup.
+constexpr int64_t kAttnRun = 128;
+static_assert(KvCache::kChunkPositions % kAttnRun == 0, "a run must lie inside one cache chunk");
+// Batches of fewer tokens split each head group's context into one task per run: decode has
+// only n_head_kv (token, group) tasks, too few and too uneven for the threads. Bigger batches
+// have plenty and keep a group's runs in one task. The runs and their merge are the same
+// either way, so the split changes nothing in the results.
+constexpr int64_t kSplitBelowTokens = 4;
+
+int64_t runs_for(int64_t positions) {
+    return (positions + kAttnRun - 1) / kAttnRun;
+}
+
 // What one attention task needs; the task lambda captures a pointer to it so the
 // std::function stays in its small buffer (no allocation per layer).
 struct AttentionJob {
     const ModelConfig* c;
     InferenceState* st;
-    int64_t layer, pos0, positions, group;
-    float scale;
+    AttnShape shape;      // one GQA group
+    int64_t layer, pos0, n;
+    int64_t max_runs;     // runs of the longest visible context of the batch
+    int64_t rec_stride;   // floats of one partial record
+    int64_t worker_floats;  // per-worker scratch: run scores, then (unsplit) the records
+    bool split;
 };
 
-// One (token, head) pair: scores over the visible cache rows, softmax, weighted sum of V.
-void attend(const AttentionJob& job, int64_t t, int64_t h, int worker) {
+// Head group `kvh` of token t over run r of its visible context: partial records of the
+// group's heads at `records` (head g's at records + g * heads_stride).
+void attend_group_run(const AttentionJob& job, int64_t t, int64_t kvh, int64_t r, float* scratch,
+                      float* records, int64_t heads_stride) {
     const ModelConfig& c = *job.c;
-    InferenceState& st = *job.st;
-    ForwardScratch& s = st.scratch;
-    const int64_t kvh = h / job.group;
+    KvCache& kv = job.st->kv;
+    const int64_t p0 = r * kAttnRun;
     const int64_t visible = job.pos0 + t + 1;  // causal: itself and everything before
-    const float* q = s.q.data() + t * c.n_head * c.head_dim + h * c.head_dim;        // [head_dim]
-    float* scores = s.scores.data() + static_cast<int64_t>(worker) * job.positions;  // [visible]
-    const bool f16 = st.kv.type() == KvType::F16;
-    for (int64_t p = 0; p < visible; ++p) {
-        scores[p] =
-            job.scale *
-            (f16 ? dot_f16_f32(st.kv.k_row_f16(job.layer, p) + kvh * c.head_dim, q, c.head_dim)
-                 : dot_f32(q, st.kv.k_row(job.layer, p) + kvh * c.head_dim, c.head_dim));
+    KvRun run;
+    run.f16 = kv.type() == KvType::F16;
+    run.k = run.f16 ? static_cast<const void*>(kv.k_row_f16(job.layer, p0) + kvh * c.head_dim)
+                    : static_cast<const void*>(kv.k_row(job.layer, p0) + kvh * c.head_dim);
+    run.v = run.f16 ? static_cast<const void*>(kv.v_row_f16(job.layer, p0) + kvh * c.value_dim)
+                    : static_cast<const void*>(kv.v_row(job.layer, p0) + kvh * c.value_dim);
+    run.k_stride = kv.k_width();
+    run.v_stride = kv.v_width();
+    run.n = std::min(kAttnRun, visible - p0);
+    const float* q = job.st->scratch.q.data() + t * c.n_head * c.head_dim +
+                     kvh * job.shape.n_q * c.head_dim;  // [n_q x head_dim]
+    attend_run(job.shape, q, run, scratch, records, heads_stride);
+}
+
+// One (token, head group) over all its runs, merged into s.attn.
+void attend_group(const AttentionJob& job, int64_t t, int64_t kvh, int worker) {
+    float* scratch = job.st->scratch.scores.data() + worker * job.worker_floats;
+    // [n_q x max_runs x record] after the run scores
+    float* records = scratch + attn_run_scratch_floats(job.shape, kAttnRun);
+    const int64_t runs = runs_for(job.pos0 + t + 1);
+    const int64_t heads_stride = job.max_runs * job.rec_stride;
+    for (int64_t r = 0; r < runs; ++r) {
+        attend_group_run(job, t, kvh, r, scratch, records + r * job.rec_stride, heads_stride);
     }
-    softmax_inplace(scores, visible);
-    float* out = s.attn.data() + t * c.n_head * c.value_dim + h * c.value_dim;  // [value_dim]
-    std::fill(out, out + c.value_dim, 0.0f);
-    for (int64_t p = 0; p < visible; ++p) {
-        if (f16) {
-            axpy_f16(scores[p], st.kv.v_row_f16(job.layer, p) + kvh * c.value_dim, out,
-                     c.value_dim);
-        } else {
-            axpy_f32(scores[p], st.kv.v_row(job.layer, p) + kvh * c.value_dim, out, c.value_dim);
-        }
+    const ModelConfig& c = *job.c;
+    for (int64_t g = 0; g < job.shape.n_q; ++g) {
+        const int64_t h = kvh * job.shape.n_q + g;
+        attend_merge(records + g * heads_stride, runs, job.rec_stride, c.value_dim,
+                     job.st->scratch.attn.data() + t * c.n_head * c.value_dim + h * c.value_dim);
     }
 }
 
 // Causal attention of `n` new tokens (positions pos0..pos0+n-1) over the cache of `layer`.
-// q: [n x n_head*head_dim], out: [n x n_head*value_dim].
+// q: [n x n_head*head_dim], out: s.attn [n x n_head*value_dim].
 void attention(const ModelConfig& c, InferenceState& st, ThreadPool& pool, int64_t layer,
                int64_t pos0, int64_t n) {
-    const AttentionJob job{&c,
-                           &st,
-                           layer,
-                           pos0,
-                           pos0 + n,
-                           c.n_head / c.n_head_kv,
-                           1.0f / std::sqrt(static_cast<float>(c.head_dim))};
+    ForwardScratch& s = st.scratch;
+    AttentionJob job{};
+    job.c = &c;
+    job.st = &st;
+    job.shape.n_q = c.n_head / c.n_head_kv;
+    job.shape.head_dim = c.head_dim;
+    job.shape.value_dim = c.value_dim;
+    job.shape.q_stride = c.head_dim;
+    job.shape.scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+    job.layer = layer;
+    job.pos0 = pos0;
+    job.n = n;
+    job.max_runs = runs_for(pos0 + n);
+    job.rec_stride = attn_record_floats(c.value_dim);
+    job.split = n < kSplitBelowTokens;
+    // Per-worker floats rounded to a cache line so workers never share one.
+    job.worker_floats = (attn_run_scratch_floats(job.shape, kAttnRun) +
+                         job.shape.n_q * job.max_runs * job.rec_stride + 15) / 16 * 16;
+    grow(s.scores, pool.size() * job.worker_floats);
     const AttentionJob* jp = &job;
-    pool.parallel_for(n * c.n_head, [jp](int64_t task, int worker) {
-        attend(*jp, task / jp->c->n_head, task % jp->c->n_head, worker);
+    if (!job.split) {
+        pool.parallel_for(n * c.n_head_kv, [jp](int64_t task, int worker) {
+            attend_group(*jp, task / jp->c->n_head_kv, task % jp->c->n_head_kv, worker);
+        });
+        return;
+    }
+    // Split: one task per (token, group, run); records [n x n_head x max_runs x record].
+    const int64_t head_records = job.max_runs * job.rec_stride;
+    grow(s.attn_runs, n * c.n_head * head_records);
+    pool.parallel_for(n * c.n_head_kv * job.max_runs, [jp, head_records](int64_t task, int worker) {
+        const AttentionJob& j = *jp;
+        const int64_t r = task % j.max_runs;
+        const int64_t kvh = task / j.max_runs % j.c->n_head_kv;
+        const int64_t t = task / j.max_runs / j.c->n_head_kv;
+        if (r >= runs_for(j.pos0 + t + 1)) return;  // past this token's causal horizon
+        float* records = j.st->scratch.attn_runs.data() +
+                         (t * j.c->n_head + kvh * j.shape.n_q) * head_records +
+                         r * j.rec_stride;
+        attend_group_run(j, t, kvh, r, j.st->scratch.scores.data() + worker * j.worker_floats,
+                         records, head_records);
     });
+    for (int64_t t = 0; t < n; ++t) {
+        for (int64_t h = 0; h < c.n_head; ++h) {
+            attend_merge(s.attn_runs.data() + (t * c.n_head + h) * head_records,
+                         runs_for(pos0 + t + 1), job.rec_stride, c.value_dim,
+                         s.attn.data() + t * c.n_head * c.value_dim + h * c.value_dim);
+        }
+    }
 }
 
 void attention_block(const Model& model, const LayerWeights& L, InferenceState& st,
@@ -118,9 +182,9 @@ void attention_block(const Model& model, const LayerWeights& L, InferenceState& 
         rms_norm(s.x.data() + t * c.n_embd, L.attn_norm.data(), s.xn.data() + t * c.n_embd,
                  c.n_embd, static_cast<float>(c.rms_eps));
     }
-    matmul(pool, L.wq, s.xn.data(), n, s.q.data(), q_dim, s.mm);
-    matmul(pool, L.wk, s.xn.data(), n, s.k.data(), k_dim, s.mm);
-    matmul(pool, L.wv, s.xn.data(), n, s.v.data(), v_dim, s.mm);
+    const MatmulOut qkv[] = {
+        {&L.wq, s.q.data(), q_dim}, {&L.wk, s.k.data(), k_dim}, {&L.wv, s.v.data(), v_dim}};
+    matmul_many(pool, qkv, s.xn.data(), n, s.mm);
     for (int64_t t = 0; t < n; ++t) {
         float* q = s.q.data() + t * q_dim;
         float* k = s.k.data() + t * k_dim;
@@ -164,8 +228,8 @@ void ffn_block(const Model& model, const LayerWeights& L, ForwardScratch& s, Thr
         rms_norm(s.x.data() + t * c.n_embd, L.ffn_norm.data(), s.xn.data() + t * c.n_embd, c.n_embd,
                  static_cast<float>(c.rms_eps));
     }
-    matmul(pool, L.w_gate, s.xn.data(), n, s.gate.data(), c.n_ff, s.mm);
-    matmul(pool, L.w_up, s.xn.data(), n, s.up.data(), c.n_ff, s.mm);
+    const MatmulOut gate_up[] = {{&L.w_gate, s.gate.data(), c.n_ff}, {&L.w_up, s.up.data(), c.n_ff}};
+    matmul_many(pool, gate_up, s.xn.data(), n, s.mm);
     swiglu_inplace(s.gate.data(), s.up.data(), n * c.n_ff);
     matmul(pool, L.w_down, s.gate.data(), n, s.xn.data(), c.n_embd, s.mm);
     add_inplace(s.x.data(), s.xn.data(), n * c.n_embd);
@@ -179,7 +243,7 @@ void forward_batch(const Model& model, InferenceState& st, ThreadPool& pool,
     const int64_t n = static_cast<int64_t>(tokens.size());
     const int64_t pos0 = st.kv.length();
     st.kv.reserve(pos0 + n);
-    prepare_scratch(c, s, n, pos0 + n, pool.size());
+    prepare_scratch(c, s, n);
     rope_tables(model, pos0, n, s);
 
     for (int64_t t = 0; t < n; ++t) {

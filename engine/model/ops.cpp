@@ -119,4 +119,84 @@ void swiglu_inplace(float* gate, const float* up, int64_t n) {
     }
 }
 
+namespace {
+
+// Any head size and CPU: one dot / axpy call per (head, position).
+void attend_run_generic(const AttnShape& sh, const float* q, const KvRun& kv, float* scores,
+                        float* records, int64_t record_stride) {
+    for (int64_t g = 0; g < sh.n_q; ++g) {
+        const float* qg = q + g * sh.q_stride;  // [head_dim]
+        float* s = scores + g * kv.n;           // [n]
+        for (int64_t p = 0; p < kv.n; ++p) {
+            s[p] = sh.scale *
+                   (kv.f16 ? dot_f16_f32(static_cast<const uint16_t*>(kv.k) + p * kv.k_stride, qg,
+                                         sh.head_dim)
+                           : dot_f32(qg, static_cast<const float*>(kv.k) + p * kv.k_stride,
+                                     sh.head_dim));
+        }
+        const float m = *std::max_element(s, s + kv.n);
+        float l = 0.0f;
+        for (int64_t p = 0; p < kv.n; ++p) {
+            s[p] = std::exp(s[p] - m);
+            l += s[p];
+        }
+        float* rec = records + g * record_stride;
+        rec[0] = m;
+        rec[1] = l;
+        float* o = rec + 2;  // [value_dim]
+        std::fill(o, o + sh.value_dim, 0.0f);
+        for (int64_t p = 0; p < kv.n; ++p) {
+            if (kv.f16) {
+                axpy_f16(s[p], static_cast<const uint16_t*>(kv.v) + p * kv.v_stride, o,
+                         sh.value_dim);
+            } else {
+                axpy_f32(s[p], static_cast<const float*>(kv.v) + p * kv.v_stride, o,
+                         sh.value_dim);
+            }
+        }
+    }
+}
+
+#if defined(__x86_64__)
+// The AVX-512 run works on whole 16-float vectors of a head.
+bool avx512_attention(const AttnShape& sh) {
+    return use_avx512() && sh.head_dim % 16 == 0 && sh.value_dim % 16 == 0;
+}
+#endif
+
+}  // namespace
+
+int64_t attn_run_scratch_floats(const AttnShape& sh, int64_t n) {
+    // Scores of every head, then the AVX-512 path's 16 widened keys and 16 x 16 partial sums.
+    return sh.n_q * n + 16 * sh.head_dim + 16 * 16;
+}
+
+void attend_run(const AttnShape& sh, const float* q, const KvRun& kv, float* scores,
+                float* records, int64_t record_stride) {
+    if (kv.n <= 0) return;
+#if defined(__x86_64__)
+    if (avx512_attention(sh)) {
+        return avx512::attend_run(sh, q, kv, scores, records, record_stride);
+    }
+#endif
+    attend_run_generic(sh, q, kv, scores, records, record_stride);
+}
+
+void attend_merge(const float* records, int64_t n_runs, int64_t stride, int64_t value_dim,
+                  float* out) {
+    float m = records[0];
+    for (int64_t r = 1; r < n_runs; ++r) m = std::max(m, records[r * stride]);
+    float l = 0.0f;
+    std::fill(out, out + value_dim, 0.0f);
+    for (int64_t r = 0; r < n_runs; ++r) {
+        const float* rec = records + r * stride;
+        // Rescale the run's numerators from its own maximum to the common one.
+        const float w = n_runs == 1 ? 1.0f : std::exp(rec[0] - m);
+        l += w * rec[1];
+        for (int64_t i = 0; i < value_dim; ++i) out[i] += w * rec[2 + i];
+    }
+    const float inv = 1.0f / l;
+    for (int64_t i = 0; i < value_dim; ++i) out[i] *= inv;
+}
+
 }  // namespace ember

@@ -25,4 +25,42 @@ void add_inplace(float* y, const float* x, int64_t n);
 // gate[i] = silu(gate[i]) * up[i]
 void swiglu_inplace(float* gate, const float* up, int64_t n);
 
+// ---- attention over a run of cached positions (the flash-attention split) -------------------
+//
+// The query heads of one GQA group against one run of consecutive cache positions: every head
+// reads the same K/V rows, so they are read once for the group. A run gives, per head, a partial
+// record [m, l, o[value_dim]]: m the largest score, l = sum exp(s_p - m), o = sum exp(s_p - m)
+// v_p. attend_merge() combines the records of a head's runs into the softmax-weighted sum of V,
+// so a long context can be split over threads and the result does not depend on who ran what.
+
+struct KvRun {
+    const void* k = nullptr;  // [n x k_stride] f32 or f16-bit elements; the head's key first
+    const void* v = nullptr;  // [n x v_stride]
+    int64_t k_stride = 0;     // elements between the keys of consecutive positions
+    int64_t v_stride = 0;
+    int64_t n = 0;  // positions
+    bool f16 = false;
+};
+
+struct AttnShape {
+    int64_t n_q = 1;  // query heads of the group
+    int64_t head_dim = 0;
+    int64_t value_dim = 0;
+    int64_t q_stride = 0;  // floats between consecutive query heads
+    float scale = 1.0f;
+};
+
+// Floats of one partial record: m, l, then o.
+inline int64_t attn_record_floats(int64_t value_dim) {
+    return value_dim + 2;
+}
+// q: [n_q x q_stride]; records: [n_q x record_stride] (record_stride >= value_dim + 2);
+// scores: scratch of at least attn_run_scratch_floats(shape, kv.n) floats.
+void attend_run(const AttnShape& shape, const float* q, const KvRun& kv, float* scores,
+                float* records, int64_t record_stride);
+int64_t attn_run_scratch_floats(const AttnShape& shape, int64_t n);
+// out[value_dim] from the records of one head's runs: records [n_runs x stride].
+void attend_merge(const float* records, int64_t n_runs, int64_t stride, int64_t value_dim,
+                  float* out);
+
 }  // namespace ember

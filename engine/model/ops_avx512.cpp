@@ -160,4 +160,174 @@ void to_f16(const float* x, uint16_t* out, int64_t n) {
     for (; i < n; ++i) out[i] = _cvtss_sh(x[i], _MM_FROUND_TO_NEAREST_INT);
 }
 
+// ---- attention over a run of cached positions ------------------------------------------------
+
+namespace {
+
+// Cache element loaders: 16 consecutive elements as floats.
+struct KvF32 {
+    using E = float;
+    static __m512 load(const E* p) { return _mm512_loadu_ps(p); }
+};
+struct KvF16 {
+    using E = uint16_t;
+    static __m512 load(const E* p) {
+        return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+    }
+};
+
+// Lane i of the result = the sum of the 16 lanes of v[i]: a transpose-and-add tree (45 ops for
+// 16 sums instead of 16 separate horizontal sums).
+__m512 hsum16x16(const __m512 v[16]) {
+    __m512 t[8];
+    for (int i = 0; i < 8; ++i) {  // per 128-bit lane: [a, b, a, b] partials
+        t[i] = _mm512_add_ps(_mm512_unpacklo_ps(v[2 * i], v[2 * i + 1]),
+                             _mm512_unpackhi_ps(v[2 * i], v[2 * i + 1]));
+    }
+    __m512 u[4];
+    for (int i = 0; i < 4; ++i) {  // per 128-bit lane q: positions 4i..4i+3, lane q's part
+        const __m512d x = _mm512_castps_pd(t[2 * i]), y = _mm512_castps_pd(t[2 * i + 1]);
+        u[i] = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(x, y)),
+                             _mm512_castpd_ps(_mm512_unpackhi_pd(x, y)));
+    }
+    // Sum the four 128-bit lanes of each u[i] into 128-bit lane i of the result.
+    const __m512 s01 = _mm512_add_ps(_mm512_shuffle_f32x4(u[0], u[1], _MM_SHUFFLE(2, 0, 2, 0)),
+                                     _mm512_shuffle_f32x4(u[0], u[1], _MM_SHUFFLE(3, 1, 3, 1)));
+    const __m512 s23 = _mm512_add_ps(_mm512_shuffle_f32x4(u[2], u[3], _MM_SHUFFLE(2, 0, 2, 0)),
+                                     _mm512_shuffle_f32x4(u[2], u[3], _MM_SHUFFLE(3, 1, 3, 1)));
+    return _mm512_add_ps(_mm512_shuffle_f32x4(s01, s23, _MM_SHUFFLE(2, 0, 2, 0)),
+                         _mm512_shuffle_f32x4(s01, s23, _MM_SHUFFLE(3, 1, 3, 1)));
+}
+
+__mmask16 first_lanes(int64_t n) {
+    return static_cast<__mmask16>(n >= 16 ? 0xffffu : (1u << n) - 1u);
+}
+
+// scores[g][p] = scale * q_g . k_p for the run, 16 positions at a time: their keys are widened
+// once for all heads of the group (kbuf), each (head, position) dot is left as 16 lanes, and 16
+// positions are reduced together.
+template <class L>
+void run_scores(const AttnShape& sh, const float* q, const KvRun& kv, float* scores,
+                float* kbuf) {
+    const int64_t hd = sh.head_dim;
+    const auto* k = static_cast<const typename L::E*>(kv.k);  // [n x k_stride]
+    const __m512 scale = _mm512_set1_ps(sh.scale);
+    for (int64_t p0 = 0; p0 < kv.n; p0 += 16) {
+        const int64_t c = std::min<int64_t>(16, kv.n - p0);
+        for (int64_t i = 0; i < c; ++i) {
+            const typename L::E* src = k + (p0 + i) * kv.k_stride;
+            for (int64_t j = 0; j < hd; j += 16) _mm512_storeu_ps(kbuf + i * hd + j, L::load(src + j));
+        }
+        for (int64_t g = 0; g < sh.n_q; ++g) {
+            const float* qg = q + g * sh.q_stride;  // [head_dim]
+            __m512 part[16];
+            for (int64_t i = 0; i < 16; ++i) {
+                __m512 a = _mm512_setzero_ps();
+                if (i < c) {
+                    for (int64_t j = 0; j < hd; j += 16) {
+                        a = _mm512_fmadd_ps(_mm512_loadu_ps(kbuf + i * hd + j),
+                                            _mm512_loadu_ps(qg + j), a);
+                    }
+                }
+                part[i] = a;
+            }
+            _mm512_mask_storeu_ps(scores + g * kv.n + p0, first_lanes(c),
+                                  _mm512_mul_ps(hsum16x16(part), scale));
+        }
+    }
+}
+
+// x[i] = exp(x[i] - max) for the run's scores of one head; returns their sum.
+float exp_sum(float* x, int64_t n, float max) {
+    const __m512 bmax = _mm512_set1_ps(max);
+    __m512 vsum = _mm512_setzero_ps();
+    for (int64_t i = 0; i < n; i += 16) {
+        const __mmask16 m = first_lanes(n - i);
+        const __m512 e = exp512(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, x + i), bmax));
+        _mm512_mask_storeu_ps(x + i, m, e);
+        vsum = _mm512_add_ps(vsum, _mm512_maskz_mov_ps(m, e));
+    }
+    return hsum512(vsum);
+}
+
+float max_of(const float* x, int64_t n) {
+    __m512 vmax = _mm512_set1_ps(-INFINITY);
+    for (int64_t i = 0; i < n; i += 16) {
+        vmax = _mm512_mask_max_ps(vmax, first_lanes(n - i), vmax, _mm512_maskz_loadu_ps(
+                                                                      first_lanes(n - i), x + i));
+    }
+    return hmax512(vmax);
+}
+
+// o_g[j0 .. j0 + 16 NV) = sum_p e[g][p] v_p for NG heads: the V slab of a position is loaded
+// once for the heads, and the sums stay in registers over the whole run.
+template <class L, int NG, int NV>
+void run_values_slab(const float* e, int64_t n, const KvRun& kv, int64_t j0, float* rec,
+                     int64_t rec_stride) {
+    const auto* v = static_cast<const typename L::E*>(kv.v) + j0;  // [n x v_stride]
+    __m512 acc[NG][NV];
+    for (int g = 0; g < NG; ++g) {
+        for (int u = 0; u < NV; ++u) acc[g][u] = _mm512_setzero_ps();
+    }
+    for (int64_t p = 0; p < n; ++p) {
+        __m512 vv[NV];
+        for (int u = 0; u < NV; ++u) vv[u] = L::load(v + p * kv.v_stride + 16 * u);
+        for (int g = 0; g < NG; ++g) {
+            const __m512 w = _mm512_set1_ps(e[g * n + p]);
+            for (int u = 0; u < NV; ++u) acc[g][u] = _mm512_fmadd_ps(w, vv[u], acc[g][u]);
+        }
+    }
+    for (int g = 0; g < NG; ++g) {
+        for (int u = 0; u < NV; ++u) _mm512_storeu_ps(rec + g * rec_stride + 2 + j0 + 16 * u, acc[g][u]);
+    }
+}
+
+template <class L, int NG>
+void run_values(const float* e, int64_t n, const KvRun& kv, int64_t value_dim, float* rec,
+                int64_t rec_stride) {
+    for (int64_t j0 = 0; j0 < value_dim; j0 += 64) {
+        switch (std::min<int64_t>(4, (value_dim - j0) / 16)) {
+            case 1: run_values_slab<L, NG, 1>(e, n, kv, j0, rec, rec_stride); break;
+            case 2: run_values_slab<L, NG, 2>(e, n, kv, j0, rec, rec_stride); break;
+            case 3: run_values_slab<L, NG, 3>(e, n, kv, j0, rec, rec_stride); break;
+            default: run_values_slab<L, NG, 4>(e, n, kv, j0, rec, rec_stride); break;
+        }
+    }
+}
+
+template <class L>
+void attend_run_t(const AttnShape& sh, const float* q, const KvRun& kv, float* scores,
+                  float* records, int64_t record_stride) {
+    float* kbuf = scores + sh.n_q * kv.n;  // [16 x head_dim] widened keys
+    run_scores<L>(sh, q, kv, scores, kbuf);
+    for (int64_t g = 0; g < sh.n_q; ++g) {
+        float* s = scores + g * kv.n;
+        float* rec = records + g * record_stride;
+        rec[0] = max_of(s, kv.n);
+        rec[1] = exp_sum(s, kv.n, rec[0]);
+    }
+    // Heads in groups of up to four share each V load.
+    for (int64_t g0 = 0; g0 < sh.n_q; g0 += 4) {
+        const float* e = scores + g0 * kv.n;
+        float* rec = records + g0 * record_stride;
+        switch (std::min<int64_t>(4, sh.n_q - g0)) {
+            case 1: run_values<L, 1>(e, kv.n, kv, sh.value_dim, rec, record_stride); break;
+            case 2: run_values<L, 2>(e, kv.n, kv, sh.value_dim, rec, record_stride); break;
+            case 3: run_values<L, 3>(e, kv.n, kv, sh.value_dim, rec, record_stride); break;
+            default: run_values<L, 4>(e, kv.n, kv, sh.value_dim, rec, record_stride); break;
+        }
+    }
+}
+
+}  // namespace
+
+void attend_run(const AttnShape& shape, const float* q, const KvRun& kv, float* scores,
+                float* records, int64_t record_stride) {
+    if (kv.f16) {
+        attend_run_t<KvF16>(shape, q, kv, scores, records, record_stride);
+    } else {
+        attend_run_t<KvF32>(shape, q, kv, scores, records, record_stride);
+    }
+}
+
 }  // namespace ember::avx512

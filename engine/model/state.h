@@ -78,7 +78,11 @@ struct ForwardScratch {
     std::vector<float> attn;    // [batch x n_head*value_dim]
     std::vector<float> gate;    // [batch x n_ff]
     std::vector<float> up;      // [batch x n_ff]
-    std::vector<float> scores;  // [n_threads x max_positions] attention scores per worker
+    // Per worker: attention scores and partial records of its (token, head group) task
+    // ([n_threads x per-worker floats], see forward.cpp's attention()).
+    std::vector<float> scores;
+    // Partial attention records of split decode tasks: [tokens x n_head x runs x record].
+    std::vector<float> attn_runs;
     std::vector<float> rope_cos, rope_sin;  // [batch x rope_dims/2]
     std::vector<float> logits;              // [rows x n_vocab]
     MatmulScratch mm;

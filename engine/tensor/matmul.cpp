@@ -24,6 +24,10 @@ constexpr int64_t kGemmRowAlign = 32;
 constexpr int64_t kGemmTasksPerWorker = 4;
 // Below this many tokens quantizing the activations is cheaper than waking the pool.
 constexpr int64_t kParallelActTokens = 4;
+// Calls of at most this many tokens are decode-sized: they stream the weights from memory.
+constexpr int64_t kDecodeTokens = 2;
+// Weight bytes of one decode task (see gemm_rows_per_task).
+constexpr size_t kDecodeTaskBytes = 48 * 1024;
 constexpr size_t kScratchAlign = 64;
 
 size_t checked_row_stride(const MatrixView& w, const TypeInfo& info) {
@@ -73,22 +77,34 @@ void run_rows(const MatmulJob& job, int64_t begin, int64_t end) {
     }
 }
 
-struct GemmJob {
+// One matrix of a parallel section: its rows are cut into tasks first_task.. of rows_per_task.
+struct GemmPart {
     GemmFn gemm;
     GemmArgs all;           // every row; scratch unset
     int64_t rows_per_task;  // a multiple of kGemmRowAlign
-    uint8_t* scratch;       // [workers x scratch_stride], 64-byte aligned
+    int64_t first_task;
+};
+
+// Every matrix of a section shares one task counter, so the section ends with one barrier and
+// a worker done with one matrix's rows moves on to the next matrix's.
+struct GemmJob {
+    GemmPart parts[kMaxMatmulOuts];
+    int n_parts = 0;
+    uint8_t* scratch;  // [workers x scratch_stride], 64-byte aligned
     size_t scratch_stride;
 };
 
 void run_gemm_task(const GemmJob& job, int64_t task, int worker) {
-    GemmArgs a = job.all;
-    const int64_t r0 = task * job.rows_per_task;
-    a.rows = std::min(job.rows_per_task, job.all.rows - r0);
+    int p = 0;
+    while (p + 1 < job.n_parts && task >= job.parts[p + 1].first_task) ++p;
+    const GemmPart& part = job.parts[p];
+    GemmArgs a = part.all;
+    const int64_t r0 = (task - part.first_task) * part.rows_per_task;
+    a.rows = std::min(part.rows_per_task, part.all.rows - r0);
     a.w += static_cast<size_t>(r0) * a.w_stride;
     a.y += r0;
     a.scratch = job.scratch + static_cast<size_t>(worker) * job.scratch_stride;
-    job.gemm(a);
+    part.gemm(a);
 }
 
 // Prepares the activations in the type's format; returns them (x itself for F32).
@@ -124,10 +140,9 @@ const uint8_t* prepare_activations(ThreadPool* pool, const KernelTable& table,
     return act;
 }
 
-// 64-byte aligned per-worker gemm scratch; returns the stride between workers' regions.
-uint8_t* gemm_scratch(const TypeKernels& kernels, int64_t cols, int64_t workers,
-                      MatmulScratch& scratch, size_t* stride) {
-    const size_t per_worker = kernels.gemm_scratch(cols);
+// 64-byte aligned per-worker gemm scratch of per_worker bytes; returns the stride between
+// workers' regions.
+uint8_t* gemm_scratch(size_t per_worker, int64_t workers, MatmulScratch& scratch, size_t* stride) {
     *stride = (per_worker + kScratchAlign - 1) / kScratchAlign * kScratchAlign;
     const size_t need = *stride * static_cast<size_t>(workers) + kScratchAlign;
     if (scratch.gemm.size() < need) scratch.gemm.resize(need);
@@ -135,65 +150,76 @@ uint8_t* gemm_scratch(const TypeKernels& kernels, int64_t cols, int64_t workers,
     return scratch.gemm.data() + ((kScratchAlign - base % kScratchAlign) % kScratchAlign);
 }
 
-void matmul_gemm(ThreadPool& pool, const TypeKernels& kernels, const GemmArgs& all,
-                 MatmulScratch& scratch) {
-    GemmJob job{};
-    job.gemm = kernels.gemm;
-    job.all = all;
-    const int64_t workers = pool.size();
-    const int64_t per_task =
+// Rows per task: a few tasks per worker so a worker slowed by a neighbour hands rows to the
+// other; for decode (a token or two) also at most ~kDecodeTaskBytes of weights, so the section's
+// last task - the time one worker may wait for the other at the barrier - stays short.
+int64_t gemm_rows_per_task(const GemmArgs& all, int64_t workers) {
+    int64_t per_task =
         (all.rows + workers * kGemmTasksPerWorker - 1) / (workers * kGemmTasksPerWorker);
-    job.rows_per_task =
-        std::max(kGemmRowAlign, (per_task + kGemmRowAlign - 1) / kGemmRowAlign * kGemmRowAlign);
-    job.scratch = gemm_scratch(kernels, all.cols, workers, scratch, &job.scratch_stride);
+    if (all.n_tokens <= kDecodeTokens) {
+        per_task = std::min<int64_t>(
+            per_task, static_cast<int64_t>(kDecodeTaskBytes / std::max<size_t>(1, all.w_stride)));
+    }
+    return std::max(kGemmRowAlign, (per_task + kGemmRowAlign - 1) / kGemmRowAlign * kGemmRowAlign);
+}
 
-    const int64_t n_tasks = (all.rows + job.rows_per_task - 1) / job.rows_per_task;
-    const GemmJob* jp = &job;
-    pool.parallel_for(n_tasks,
-                      [jp](int64_t task, int worker) { run_gemm_task(*jp, task, worker); });
+// What one output of a section needs after validation.
+struct Prepared {
+    const TypeKernels* kernels;
+    size_t w_stride;
+    size_t act_stride;
+};
+
+Prepared prepare_out(const MatrixView& w, const KernelTable& table) {
+    const TypeInfo& info = type_info(w.type);
+    const TypeKernels& kernels = checked_kernels(table, info);
+    return {&kernels, checked_row_stride(w, info), act_row_bytes(kernels.act_format, w.cols)};
+}
+
+GemmArgs gemm_args(const MatmulOut& o, const Prepared& p, const uint8_t* act, int64_t n_tokens) {
+    GemmArgs all;
+    all.cols = o.w->cols;
+    all.w = static_cast<const uint8_t*>(o.w->data);
+    all.w_stride = p.w_stride;
+    all.rows = o.w->rows;
+    all.act = act;
+    all.act_stride = p.act_stride;
+    all.n_tokens = n_tokens;
+    all.y = o.y;
+    all.ldy = o.ldy;
+    return all;
 }
 
 // pool == nullptr: everything on the calling thread.
 void matmul_impl(ThreadPool* pool, const MatrixView& w, const float* x, int64_t n_tokens, float* y,
                  int64_t ldy, MatmulScratch& scratch, const KernelTable& table) {
     if (n_tokens <= 0 || w.rows <= 0) return;
-    const TypeInfo& info = type_info(w.type);
-    const TypeKernels& kernels = checked_kernels(table, info);
-    const size_t w_stride = checked_row_stride(w, info);
-    const size_t act_stride = act_row_bytes(kernels.act_format, w.cols);
+    const MatmulOut out{&w, y, ldy};
+    const Prepared p = prepare_out(w, table);
+    const TypeKernels& kernels = *p.kernels;
+    if (pool != nullptr && kernels.gemm != nullptr) {
+        matmul_many(*pool, std::span<const MatmulOut>(&out, 1), x, n_tokens, scratch, table);
+        return;
+    }
     const uint8_t* act =
-        prepare_activations(pool, table, kernels, x, n_tokens, w.cols, act_stride, scratch);
-
+        prepare_activations(pool, table, kernels, x, n_tokens, w.cols, p.act_stride, scratch);
     if (kernels.gemm != nullptr) {
-        GemmArgs all;
-        all.cols = w.cols;
-        all.w = static_cast<const uint8_t*>(w.data);
-        all.w_stride = w_stride;
-        all.rows = w.rows;
-        all.act = act;
-        all.act_stride = act_stride;
-        all.n_tokens = n_tokens;
-        all.y = y;
-        all.ldy = ldy;
-        if (pool != nullptr) {
-            matmul_gemm(*pool, kernels, all, scratch);
-        } else {
-            size_t stride = 0;
-            all.scratch = gemm_scratch(kernels, w.cols, 1, scratch, &stride);
-            kernels.gemm(all);
-        }
+        GemmArgs all = gemm_args(out, p, act, n_tokens);
+        size_t stride = 0;
+        all.scratch = gemm_scratch(kernels.gemm_scratch(w.cols), 1, scratch, &stride);
+        kernels.gemm(all);
         return;
     }
 
     MatmulJob job{};
     job.dot = kernels.dot;
     job.w = static_cast<const uint8_t*>(w.data);
-    job.w_stride = w_stride;
+    job.w_stride = p.w_stride;
     job.cols = w.cols;
     job.rows_per_tile =
-        std::max<int64_t>(1, static_cast<int64_t>(kTileBytes / std::max<size_t>(1, w_stride)));
+        std::max<int64_t>(1, static_cast<int64_t>(kTileBytes / std::max<size_t>(1, p.w_stride)));
     job.act = act;
-    job.act_stride = act_stride;
+    job.act_stride = p.act_stride;
     job.n_tokens = n_tokens;
     job.y = y;
     job.ldy = ldy;
@@ -226,6 +252,57 @@ void matmul_serial(const MatrixView& w, const float* x, int64_t n_tokens, float*
 void matmul_serial(const MatrixView& w, const float* x, int64_t n_tokens, float* y, int64_t ldy,
                    MatmulScratch& scratch) {
     matmul_impl(nullptr, w, x, n_tokens, y, ldy, scratch, active_kernels());
+}
+
+void matmul_many(ThreadPool& pool, std::span<const MatmulOut> outs, const float* x,
+                 int64_t n_tokens, MatmulScratch& scratch) {
+    matmul_many(pool, outs, x, n_tokens, scratch, active_kernels());
+}
+
+void matmul_many(ThreadPool& pool, std::span<const MatmulOut> outs, const float* x,
+                 int64_t n_tokens, MatmulScratch& scratch, const KernelTable& table) {
+    if (outs.size() > static_cast<size_t>(kMaxMatmulOuts)) {
+        throw std::invalid_argument("matmul_many: more than " + std::to_string(kMaxMatmulOuts) +
+                                    " outputs");
+    }
+    if (n_tokens <= 0 || outs.empty()) return;
+    Prepared prep[kMaxMatmulOuts];
+    bool fused = true;
+    for (size_t i = 0; i < outs.size(); ++i) {
+        prep[i] = prepare_out(*outs[i].w, table);
+        if (outs[i].w->cols != outs[0].w->cols) {
+            throw std::invalid_argument("matmul_many: the matrices differ in columns");
+        }
+        // One prepared activation buffer serves the section: every type must share its format.
+        fused = fused && prep[i].kernels->gemm != nullptr &&
+                prep[i].kernels->act_format == prep[0].kernels->act_format;
+    }
+    if (!fused) {
+        for (const MatmulOut& o : outs) {
+            matmul_impl(&pool, *o.w, x, n_tokens, o.y, o.ldy, scratch, table);
+        }
+        return;
+    }
+    const int64_t cols = outs[0].w->cols;
+    const uint8_t* act = prepare_activations(&pool, table, *prep[0].kernels, x, n_tokens, cols,
+                                             prep[0].act_stride, scratch);
+    GemmJob job{};
+    const int64_t workers = pool.size();
+    size_t per_worker = 0;
+    int64_t n_tasks = 0;
+    for (size_t i = 0; i < outs.size(); ++i) {
+        if (outs[i].w->rows <= 0) continue;
+        GemmPart& part = job.parts[job.n_parts++];
+        part.gemm = prep[i].kernels->gemm;
+        part.all = gemm_args(outs[i], prep[i], act, n_tokens);
+        part.rows_per_task = gemm_rows_per_task(part.all, workers);
+        part.first_task = n_tasks;
+        n_tasks += (part.all.rows + part.rows_per_task - 1) / part.rows_per_task;
+        per_worker = std::max(per_worker, prep[i].kernels->gemm_scratch(cols));
+    }
+    job.scratch = gemm_scratch(per_worker, workers, scratch, &job.scratch_stride);
+    const GemmJob* jp = &job;
+    pool.parallel_for(n_tasks, [jp](int64_t task, int worker) { run_gemm_task(*jp, task, worker); });
 }
 
 void dequantize_row(const MatrixView& w, int64_t row, float* dst) {

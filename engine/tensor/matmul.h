@@ -8,6 +8,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "engine/tensor/types.h"
@@ -48,6 +49,24 @@ void matmul_serial(const MatrixView& w, const float* x, int64_t n_tokens, float*
                    MatmulScratch& scratch, const KernelTable& kernels);
 void matmul_serial(const MatrixView& w, const float* x, int64_t n_tokens, float* y, int64_t ldy,
                    MatmulScratch& scratch);
+
+// One output of matmul_many(): y = w · x, y: [n_tokens x w.rows] with row stride ldy floats.
+struct MatmulOut {
+    const MatrixView* w = nullptr;
+    float* y = nullptr;
+    int64_t ldy = 0;
+};
+inline constexpr int kMaxMatmulOuts = 4;
+
+// Several matrices (at most kMaxMatmulOuts, the same number of columns) times the same
+// activations x [n_tokens x cols] in one parallel section: Q/K/V, or gate/up. Decode runs a few
+// hundred sections per token, and each ends in a barrier where one thread waits for the other;
+// one section for the group saves all but one of those waits. Same results as one matmul() per
+// matrix.
+void matmul_many(ThreadPool& pool, std::span<const MatmulOut> outs, const float* x,
+                 int64_t n_tokens, MatmulScratch& scratch);
+void matmul_many(ThreadPool& pool, std::span<const MatmulOut> outs, const float* x,
+                 int64_t n_tokens, MatmulScratch& scratch, const KernelTable& kernels);
 
 // Dequantizes row `row` of w into dst[0..w.cols) (embedding lookup, tests).
 void dequantize_row(const MatrixView& w, int64_t row, float* dst);

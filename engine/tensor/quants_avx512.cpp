@@ -4,6 +4,7 @@
 #define EMBER_SIMD_NS tensor_avx512
 #include "engine/tensor/repack_avx512.h"
 #include "engine/tensor/simd_gemm.h"
+#include "engine/tensor/gemv_avx512.h"
 
 namespace ember {
 namespace tensor_avx512 {
@@ -98,6 +99,14 @@ struct Avx512 {
     EMBER_REPACK(TQ3_K, Family::C, repack512::repack_q3k)
     EMBER_REPACK(TQ2_K, Family::D, repack512::repack_q2k)
 #undef EMBER_REPACK
+
+    // One token straight from the weights' layout (gemv_avx512.h), for the one-scale-per-block
+    // types; the others go through panels.
+    template <class T>
+        requires(T::kFamily == Family::A && T::kGroups == 1)
+    static void gemv(T, const GemmArgs& g) {
+        gemv512::gemv_a<T>(g);
+    }
 
     // Single-row dot: 8 int32 lanes of sum(u * a) over 4-byte groups.
     template <bool kSigned>

@@ -362,6 +362,13 @@ template <class Isa, class T>
 void gemm_q(const GemmArgs& g) {
     constexpr int W = Isa::kW;
     constexpr int kTok = Isa::template kTokens<T::kFamily>;
+    // An ISA may have a kernel for one token (decode) that needs no panels.
+    if constexpr (requires { Isa::gemv(T{}, g); }) {
+        if (g.n_tokens == 1) {
+            Isa::gemv(T{}, g);
+            return;
+        }
+    }
     if (g.n_tokens <= kTok) {
         gemm_q_chunked<Isa, T>(g);
         return;

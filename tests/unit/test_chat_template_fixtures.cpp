@@ -15,6 +15,8 @@
 #include <vector>
 
 #include "engine/chat/template.h"
+#include "engine/generate/conversation.h"
+#include "engine/tokenizer/tokenizer.h"
 #include "engine/gguf/gguf.h"
 #include "tests/support/fixtures.h"
 
@@ -550,7 +552,12 @@ TEST(ChatTemplateFixtures, GgufTemplatesMatchTokenizerReferences) {
             inputs.bos_token = vocab_token(*file, "tokenizer.ggml.bos_token_id");
             inputs.eos_token = vocab_token(*file, "tokenizer.ggml.eos_token_id");
             inputs.extra = chat["kwargs"];
-            EXPECT_EQ(tpl.render(inputs), chat["text"].get<std::string>()) << chat["kwargs"].dump();
+            const std::string text = tpl.render(inputs);
+            EXPECT_EQ(text, chat["text"].get<std::string>()) << chat["kwargs"].dump();
+            // And tokenized the way a conversation tokenizes its prompt: identical ids.
+            const Tokenizer tokenizer(*file);
+            const auto ids = tokenize_rendered(tokenizer, text, inputs.bos_token);
+            EXPECT_EQ(ids, chat["ids"].get<std::vector<int32_t>>()) << text;
         }
     }
 }

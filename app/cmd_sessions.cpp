@@ -1,0 +1,228 @@
+// ember sessions: list, show, search, export, remove and rename saved conversations, and the
+// state store's sizes, hit rates and evictions.
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+
+#include "app/commands.h"
+#include "app/session_adapter.h"
+#include "sessions/session_store.h"
+#include "sessions/state_store.h"
+
+namespace ember::app {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+struct SessionsOptions {
+    std::string db;
+    int64_t limit = 50;
+    std::string id;
+    std::string text;
+    std::string title;
+    std::string format = "md";
+    std::string output;
+    std::string state_cap = kDefaultStateCap;
+};
+
+std::string db_path(const SessionsOptions& o) {
+    return o.db.empty() ? default_db_path() : o.db;
+}
+
+// The database, or an empty private one when the file does not exist yet: looking at
+// sessions should not create a database.
+std::unique_ptr<sessions::Database> open_for_reading(const SessionsOptions& o) {
+    const std::string path = db_path(o);
+    std::error_code ec;
+    if (path != ":memory:" && !fs::exists(path, ec)) return open_session_db(":memory:");
+    return open_session_db(path);
+}
+
+sessions::ConversationInfo find_or_throw(sessions::SessionStore& store, const SessionsOptions& o) {
+    auto info = store.find(o.id);
+    if (!info) {
+        throw std::runtime_error("no saved conversation '" + o.id + "' in " + db_path(o) +
+                                 " (ember sessions list shows them)");
+    }
+    return *info;
+}
+
+std::string one_line(std::string text, size_t width) {
+    for (char& c : text) {
+        if (c == '\n' || c == '\t' || c == '\r') c = ' ';
+    }
+    if (text.size() > width) {
+        size_t cut = width - 3;
+        while (cut > 0 && (static_cast<unsigned char>(text[cut]) & 0xC0) == 0x80) --cut;
+        text = text.substr(0, cut) + "...";
+    }
+    return text;
+}
+
+int run_list(const SessionsOptions& o) {
+    auto db = open_for_reading(o);
+    sessions::SessionStore store(*db);
+    const auto all = store.list(o.limit);
+    if (all.empty()) {
+        std::printf("no saved conversations in %s\n", db_path(o).c_str());
+        return 0;
+    }
+    std::printf("%-10s %-40s %-24s %5s  %s\n", "ID", "TITLE", "MODEL", "TURNS", "UPDATED");
+    for (const auto& info : all) {
+        const ui::SessionSummary s = summarize(info);
+        std::printf("%-10s %-40s %-24s %5lld  %s\n", s.id.c_str(),
+                    one_line(s.title.empty() ? "(untitled)" : s.title, 40).c_str(),
+                    one_line(s.model, 24).c_str(), static_cast<long long>(s.turns),
+                    s.updated.c_str());
+    }
+    return 0;
+}
+
+int run_show(const SessionsOptions& o) {
+    auto db = open_for_reading(o);
+    sessions::SessionStore store(*db);
+    const auto info = find_or_throw(store, o);
+    std::printf("id:      %s\ntitle:   %s\nmodel:   %s\ncreated: %s\nupdated: %s\n",
+                info.public_id.c_str(), info.title.c_str(), info.model.c_str(),
+                sessions::local_time(info.created_at).c_str(),
+                sessions::local_time(info.updated_at).c_str());
+    std::printf("turns:   %lld (%lld messages in all branches)\n",
+                static_cast<long long>(info.turns), static_cast<long long>(info.message_count));
+    if (!info.system_prompt.empty()) std::printf("system:  %s\n", info.system_prompt.c_str());
+    for (const auto& m : store.branch(info)) {
+        std::printf("\n[%s #%lld]", m.role.c_str(), static_cast<long long>(m.id));
+        if (m.stats) {
+            const auto& s = *m.stats;
+            std::printf(
+                " %lld tokens; prompt %lld: %lld reused (%lld restored), %lld evaluated; %s",
+                static_cast<long long>(s.tokens_generated), static_cast<long long>(s.prompt_tokens),
+                static_cast<long long>(s.tokens_reused), static_cast<long long>(s.tokens_restored),
+                static_cast<long long>(s.tokens_evaluated), s.finish.c_str());
+        }
+        std::printf("\n%s\n", m.content.c_str());
+    }
+    return 0;
+}
+
+int run_search(const SessionsOptions& o) {
+    auto db = open_for_reading(o);
+    sessions::SessionStore store(*db);
+    const auto hits = store.search(o.text, o.limit);
+    if (hits.empty()) {
+        std::printf("no messages match '%s'\n", o.text.c_str());
+        return 0;
+    }
+    for (const auto& h : hits) {
+        std::printf("%-10s %-30s %-9s %s\n", h.conversation.c_str(), one_line(h.title, 30).c_str(),
+                    h.role.c_str(), one_line(h.snippet, 100).c_str());
+    }
+    return 0;
+}
+
+int run_export(const SessionsOptions& o) {
+    auto db = open_for_reading(o);
+    sessions::SessionStore store(*db);
+    const auto info = find_or_throw(store, o);
+    const std::string text =
+        o.format == "json" ? store.export_json(info) : store.export_markdown(info);
+    if (o.output.empty() || o.output == "-") {
+        std::fwrite(text.data(), 1, text.size(), stdout);
+        return 0;
+    }
+    std::ofstream out(o.output, std::ios::binary);
+    out << text;
+    out.close();
+    if (!out) throw std::runtime_error("cannot write '" + o.output + "'");
+    return 0;
+}
+
+int run_remove(const SessionsOptions& o) {
+    auto db = open_for_reading(o);
+    sessions::SessionStore store(*db);
+    const auto info = find_or_throw(store, o);
+    store.remove(info.id);
+    std::printf("removed %s (%s)\n", info.public_id.c_str(), info.title.c_str());
+    return 0;
+}
+
+int run_rename(const SessionsOptions& o) {
+    auto db = open_for_reading(o);
+    sessions::SessionStore store(*db);
+    const auto info = find_or_throw(store, o);
+    store.rename(info.id, o.title);
+    std::printf("renamed %s to '%s'\n", info.public_id.c_str(), o.title.c_str());
+    return 0;
+}
+
+int run_stats(const SessionsOptions& o) {
+    const uint64_t cap = parse_byte_size(o.state_cap);
+    auto db = open_for_reading(o);
+    const std::string path = db_path(o);
+    int64_t conversations = 0, messages = 0;
+    {
+        auto s = db->prepare(
+            "SELECT (SELECT COUNT(*) FROM conversations), (SELECT COUNT(*) FROM messages)");
+        s.step();
+        conversations = s.column_int(0);
+        messages = s.column_int(1);
+    }
+    std::error_code ec;
+    const auto file_bytes = fs::exists(path, ec) ? fs::file_size(path, ec) : 0;
+    const auto wal_bytes = fs::exists(path + "-wal", ec) ? fs::file_size(path + "-wal", ec) : 0;
+    std::printf("database: %s (%.1f MiB, write-ahead log %.1f MiB)\n", path.c_str(),
+                static_cast<double>(file_bytes) / (1 << 20),
+                static_cast<double>(wal_bytes) / (1 << 20));
+    std::printf("conversations: %lld, messages: %lld\n", static_cast<long long>(conversations),
+                static_cast<long long>(messages));
+    const std::string text = sessions::format_state_stats(sessions::read_state_stats(*db), cap);
+    std::fwrite(text.data(), 1, text.size(), stdout);
+    return 0;
+}
+
+}  // namespace
+
+void register_sessions_command(CLI::App& app, std::vector<Command>& out) {
+    auto o = std::make_shared<SessionsOptions>();
+    auto* cmd = app.add_subcommand("sessions", "Saved conversations and the state store");
+    cmd->require_subcommand(1);
+    cmd->fallthrough();
+    cmd->add_option("--db", o->db, "Session database (default: $XDG_DATA_HOME/ember/ember.db)");
+
+    auto* list = cmd->add_subcommand("list", "Saved conversations, most recent first");
+    list->add_option("-n,--limit", o->limit, "At most this many")->capture_default_str();
+    out.push_back({list, [o] { return run_list(*o); }});
+
+    auto* show = cmd->add_subcommand("show", "A conversation's current branch");
+    show->add_option("id", o->id, "Conversation id (a unique prefix will do)")->required();
+    out.push_back({show, [o] { return run_show(*o); }});
+
+    auto* search = cmd->add_subcommand("search", "Messages containing all the words");
+    search->add_option("text", o->text, "Words to find")->required();
+    search->add_option("-n,--limit", o->limit, "At most this many")->capture_default_str();
+    out.push_back({search, [o] { return run_search(*o); }});
+
+    auto* exp = cmd->add_subcommand("export", "Write a conversation as Markdown or JSON");
+    exp->add_option("id", o->id, "Conversation id")->required();
+    exp->add_option("--format", o->format, "md (current branch) or json (every branch)")
+        ->capture_default_str()
+        ->check(CLI::IsMember({"md", "json"}));
+    exp->add_option("-o,--output", o->output, "File to write (default: stdout)");
+    out.push_back({exp, [o] { return run_export(*o); }});
+
+    auto* rm = cmd->add_subcommand("rm", "Delete a conversation and its messages");
+    rm->add_option("id", o->id, "Conversation id")->required();
+    out.push_back({rm, [o] { return run_remove(*o); }});
+
+    auto* rename = cmd->add_subcommand("rename", "Give a conversation a title");
+    rename->add_option("id", o->id, "Conversation id")->required();
+    rename->add_option("title", o->title, "New title")->required();
+    out.push_back({rename, [o] { return run_rename(*o); }});
+
+    auto* stats = cmd->add_subcommand("stats", "Sizes, restore hit rates and evictions");
+    stats->add_option("--state-cap", o->state_cap, "Cap to report against")->capture_default_str();
+    out.push_back({stats, [o] { return run_stats(*o); }});
+}
+
+}  // namespace ember::app

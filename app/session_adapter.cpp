@@ -1,0 +1,352 @@
+#include "app/session_adapter.h"
+
+#include <cctype>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <stdexcept>
+
+#include "engine/model/model.h"
+#include "engine/util/xdg_paths.h"
+#include "sessions/schema.h"
+
+namespace ember::app {
+
+namespace fs = std::filesystem;
+
+std::string default_db_path() {
+    const std::string data = xdg_data_home();
+    if (data.empty()) {
+        throw std::runtime_error(
+            "no session database location: set XDG_DATA_HOME or HOME, or give --db PATH");
+    }
+    return data + "/ember/ember.db";
+}
+
+uint64_t parse_byte_size(const std::string& text) {
+    size_t used = 0;
+    double value = 0;
+    try {
+        value = std::stod(text, &used);
+    } catch (const std::exception&) {
+        used = 0;
+    }
+    std::string unit;
+    for (size_t i = used; i < text.size(); ++i) {
+        if (!std::isspace(static_cast<unsigned char>(text[i]))) {
+            unit += static_cast<char>(std::tolower(static_cast<unsigned char>(text[i])));
+        }
+    }
+    double scale = 0;
+    if (unit.empty() || unit == "b") scale = 1;
+    if (unit == "k" || unit == "kb" || unit == "kib") scale = 1024.0;
+    if (unit == "m" || unit == "mb" || unit == "mib") scale = 1024.0 * 1024;
+    if (unit == "g" || unit == "gb" || unit == "gib") scale = 1024.0 * 1024 * 1024;
+    if (unit == "t" || unit == "tb" || unit == "tib") scale = 1024.0 * 1024 * 1024 * 1024;
+    if (used == 0 || scale == 0 || !(value >= 0) || value * scale > 1.8e19) {
+        throw std::invalid_argument("'" + text +
+                                    "' is not a size (a number with an optional unit: K, M, G, "
+                                    "T in powers of 1024, e.g. 2GiB)");
+    }
+    return static_cast<uint64_t>(value * scale);
+}
+
+std::unique_ptr<sessions::Database> open_session_db(const std::string& path) {
+    if (path != ":memory:") {
+        const fs::path dir = fs::path(path).parent_path();
+        std::error_code ec;
+        if (!dir.empty() && !fs::exists(dir, ec)) {
+            fs::create_directories(dir, ec);
+            if (ec) {
+                throw std::runtime_error("session database '" + path +
+                                         "': cannot create its directory: " + ec.message());
+            }
+        }
+        if (fs::is_directory(path, ec)) {
+            throw std::runtime_error("session database '" + path + "' is a directory");
+        }
+    }
+    auto db = std::make_unique<sessions::Database>(path);
+    sessions::migrate(*db);
+    return db;
+}
+
+ui::SessionSummary summarize(const sessions::ConversationInfo& info) {
+    ui::SessionSummary s;
+    s.id = info.public_id;
+    s.title = info.title;
+    s.model = info.model;
+    s.turns = info.turns;
+    s.updated = sessions::local_time(info.updated_at);
+    return s;
+}
+
+SqliteSessionBackend::SqliteSessionBackend(sessions::Database& db, SessionDefaults defaults,
+                                           uint64_t state_cap)
+    : db_(db), store_(db), defaults_(std::move(defaults)), state_cap_(state_cap) {}
+
+void SqliteSessionBackend::new_session(const std::string& system_prompt) {
+    current_.reset();
+    pending_system_ = system_prompt;
+}
+
+std::string SqliteSessionBackend::current_id() const {
+    return current_ ? current_->public_id : std::string();
+}
+
+int64_t SqliteSessionBackend::commit(const ChatMessage& message, int64_t parent_id,
+                                     const TurnResult* turn) {
+    if (!current_) {
+        sessions::NewConversation n;
+        n.model = defaults_.model;
+        n.model_fingerprint = defaults_.model_fingerprint;
+        n.system_prompt = pending_system_;
+        n.sampling_json = defaults_.sampling_json;
+        current_ = store_.create(n);
+    }
+    sessions::ReplyStats stats;
+    if (turn != nullptr) {
+        stats.prompt_tokens = turn->prompt_tokens;
+        stats.tokens_reused = turn->tokens_reused;
+        stats.tokens_restored = turn->tokens_restored;
+        stats.tokens_evaluated = turn->tokens_evaluated;
+        stats.tokens_generated = static_cast<int64_t>(turn->ids.size());
+        stats.prefill_seconds = turn->stats.prefill_seconds;
+        stats.decode_seconds = turn->stats.decode_seconds;
+        stats.ttft_seconds = turn->stats.ttft_seconds;
+        stats.finish = std::string(finish_reason_name(turn->finish));
+    }
+    sessions::NewMessage m;
+    m.role = message.role;
+    m.content = message.content;
+    m.thinking = message.thinking;
+    m.token_ids = message.ids;
+    m.stats = turn != nullptr ? &stats : nullptr;
+    const int64_t id = store_.add_message(current_->id, parent_id, m);
+    current_->current_leaf = id;
+    return id;
+}
+
+void SqliteSessionBackend::set_system_prompt(const std::string& text) {
+    pending_system_ = text;
+    if (current_) store_.set_system_prompt(current_->id, text);
+}
+
+void SqliteSessionBackend::rename(const std::string& title) {
+    if (!current_) {
+        throw std::runtime_error(
+            "the conversation is not saved yet (it is saved with its first message)");
+    }
+    store_.rename(current_->id, title);
+    current_->title = title;
+}
+
+std::vector<ui::SessionSummary> SqliteSessionBackend::list(int64_t limit) {
+    std::vector<ui::SessionSummary> out;
+    for (const auto& info : store_.list(limit)) out.push_back(summarize(info));
+    return out;
+}
+
+std::optional<ui::LoadedSession> SqliteSessionBackend::load(const std::string& id) {
+    std::optional<sessions::ConversationInfo> info = store_.find(id);
+    if (!info) return std::nullopt;
+    ui::LoadedSession loaded;
+    loaded.summary = summarize(*info);
+    loaded.system_prompt = info->system_prompt;
+    // Reply token ids belong to the model that generated them; under another model only the
+    // text carries over.
+    const bool same_model = info->model_fingerprint == defaults_.model_fingerprint;
+    for (auto& m : store_.branch(*info)) {
+        ChatMessage message;
+        message.role = m.role;
+        message.content = std::move(m.content);
+        message.thinking = std::move(m.thinking);
+        if (same_model) message.ids = std::move(m.token_ids);
+        loaded.messages.push_back(std::move(message));
+        loaded.message_ids.push_back(m.id);
+    }
+    current_ = std::move(info);
+    pending_system_ = loaded.system_prompt;
+    return loaded;
+}
+
+void SqliteSessionBackend::export_markdown(const std::string& path) {
+    if (!current_) throw std::runtime_error("nothing to export: the conversation is empty");
+    std::ofstream out(path, std::ios::binary);
+    out << store_.export_markdown(*current_);
+    out.close();
+    if (!out) throw std::runtime_error("cannot write '" + path + "'");
+}
+
+std::string SqliteSessionBackend::stats_text() {
+    std::string text = "database " + db_.path() + "\n";
+    text += sessions::format_state_stats(sessions::read_state_stats(db_), state_cap_);
+    if (!text.empty() && text.back() == '\n') text.pop_back();
+    return text;
+}
+
+std::optional<std::string> SqliteSessionBackend::most_recent_id() {
+    auto info = store_.most_recent();
+    if (!info) return std::nullopt;
+    return info->public_id;
+}
+
+ScriptedRecorder::ScriptedRecorder(Conversation& conversation, ui::SessionBackend& backend,
+                                   std::istream& in, std::FILE* err)
+    : conversation_(conversation), backend_(backend), in_(in), err_(err), stream_(this) {
+    const auto& messages = conversation_.messages();
+    if (!messages.empty() && messages.front().role == "system") system_ = messages.front().content;
+    backend_.new_session(system_);
+}
+
+void ScriptedRecorder::adopt(int64_t last_id) {
+    const auto& messages = conversation_.messages();
+    system_ = !messages.empty() && messages.front().role == "system" ? messages.front().content
+                                                                     : std::string();
+    committed_ = 0;
+    for (const auto& m : messages) committed_ += m.role != "system";
+    if (committed_ > 0) last_ = messages.back();
+    last_id_ = last_id;
+}
+
+ScriptedRecorder::int_type ScriptedRecorder::underflow() {
+    // The previous line's turn (if any) is complete by the time the next line is wanted.
+    sync_messages();
+    if (!std::getline(in_, line_)) return traits_type::eof();
+    if (!in_.eof()) line_ += '\n';
+    setg(line_.data(), line_.data(), line_.data() + line_.size());
+    return traits_type::to_int_type(line_.front());
+}
+
+void ScriptedRecorder::sync_messages() {
+    if (failed_) return;
+    const auto& messages = conversation_.messages();
+    const bool has_system = !messages.empty() && messages.front().role == "system";
+    const size_t first = has_system ? 1 : 0;
+    try {
+        const std::string system = has_system ? messages.front().content : std::string();
+        if (system != system_) {
+            backend_.set_system_prompt(system);
+            system_ = system;
+        }
+        // Where the last committed message is now: at its old index, unless fitting the
+        // context dropped the oldest messages, which moves it towards the front.
+        auto same = [&](const ChatMessage& m) {
+            return m.role == last_.role && m.content == last_.content && m.ids == last_.ids;
+        };
+        size_t start = first;
+        if (committed_ > 0) {
+            const size_t expected = first + committed_ - 1;
+            if (expected < messages.size() && same(messages[expected])) {
+                start = expected + 1;
+            } else {
+                start = messages.size() >= first + 2 ? messages.size() - 2 : first;
+                for (size_t i = messages.size(); i-- > first;) {
+                    if (same(messages[i])) {
+                        start = i + 1;
+                        break;
+                    }
+                }
+            }
+        }
+        for (size_t i = start; i < messages.size(); ++i) {
+            last_id_ = backend_.commit(messages[i], last_id_, nullptr);
+            last_ = messages[i];
+        }
+        const size_t present = messages.size() - first;
+        committed_ = present;
+    } catch (const std::exception& e) {
+        failed_ = true;
+        std::fprintf(err_, "ember: warning: the conversation is no longer being saved: %s\n",
+                     e.what());
+    }
+}
+
+namespace {
+
+std::string sampling_json(const SamplingParams& p) {
+    nlohmann::ordered_json j = {{"temperature", p.temperature},
+                                {"top_k", p.top_k},
+                                {"top_p", p.top_p},
+                                {"min_p", p.min_p},
+                                {"repeat_penalty", p.repeat_penalty},
+                                {"presence_penalty", p.presence_penalty},
+                                {"frequency_penalty", p.frequency_penalty},
+                                {"penalty_last_n", p.penalty_last_n},
+                                {"seed", p.seed}};
+    return j.dump();
+}
+
+}  // namespace
+
+ChatSessions::ChatSessions(const ChatSessionOptions& o, const Model& model,
+                           Conversation& conversation, std::FILE* err)
+    : err_(err) {
+    const bool resuming = !o.resume_id.empty() || o.continue_last;
+    if (o.no_db) {
+        if (resuming) throw std::runtime_error("--resume/--continue need a session database");
+        return;
+    }
+    // A pipe of prompts is recorded only where a database is asked for, so batch runs do not
+    // fill the conversation list (and scripted tests do not depend on the user's history).
+    if (o.scripted && o.db_path.empty() && !resuming) return;
+    const std::string path = o.db_path.empty() ? default_db_path() : o.db_path;
+    const uint64_t cap = parse_byte_size(o.state_cap);
+    db_ = open_session_db(path);
+
+    sessions::StateStoreOptions state_options;
+    state_options.cap_bytes = cap;
+    state_options.on_warning = [err](const std::string& message) {
+        std::fprintf(err, "ember: warning: %s\n", message.c_str());
+    };
+    state_ =
+        std::make_unique<sessions::StateStore>(*db_, model.fingerprint(), o.kv_type, state_options);
+    conversation.set_prefix_store(state_.get());
+
+    SessionDefaults defaults;
+    defaults.model = fs::path(model.path()).filename().string();
+    defaults.model_fingerprint = model.fingerprint();
+    defaults.sampling_json = sampling_json(o.sampling);
+    sqlite_backend_ = std::make_unique<SqliteSessionBackend>(*db_, defaults, cap);
+
+    sessions::SessionStore store(*db_);
+    std::optional<sessions::ConversationInfo> info;
+    if (!o.resume_id.empty()) {
+        info = store.find(o.resume_id);
+        if (!info) {
+            throw std::runtime_error("no saved conversation '" + o.resume_id + "' in " + path +
+                                     " (ember sessions list shows them)");
+        }
+    } else if (o.continue_last) {
+        info = store.most_recent();
+        if (!info) throw std::runtime_error("no saved conversation to continue in " + path);
+    }
+    if (info) {
+        resume_id_ = info->public_id;
+        if (info->model_fingerprint != model.fingerprint()) {
+            std::fprintf(err,
+                         "ember: note: conversation %s was recorded with %s; its saved state "
+                         "does not apply to this model, so its prompt is recomputed\n",
+                         info->public_id.c_str(), info->model.c_str());
+        }
+    }
+}
+
+ChatSessions::~ChatSessions() = default;
+
+ui::SessionBackend& ChatSessions::backend() {
+    if (sqlite_backend_) return *sqlite_backend_;
+    return null_backend_;
+}
+
+int64_t ChatSessions::load_into(Conversation& conversation) {
+    if (resume_id_.empty() || !sqlite_backend_) return 0;
+    std::optional<ui::LoadedSession> loaded = sqlite_backend_->load(resume_id_);
+    if (!loaded) throw std::runtime_error("saved conversation '" + resume_id_ + "' vanished");
+    conversation.clear();
+    if (!loaded->system_prompt.empty()) conversation.set_system(loaded->system_prompt);
+    for (auto& m : loaded->messages) conversation.add_message(std::move(m));
+    return loaded->message_ids.empty() ? 0 : loaded->message_ids.back();
+}
+
+}  // namespace ember::app

@@ -1,0 +1,148 @@
+// The wiring between the chat front ends (ui/) and the session database (sessions/), which
+// may not know each other: a ui::SessionBackend over the SQLite store, the prefix-state store
+// attached to the conversation, and resuming a saved conversation.
+#pragma once
+
+#include <cstdint>
+#include <cstdio>
+#include <istream>
+#include <memory>
+#include <optional>
+#include <streambuf>
+#include <string>
+
+#include "app/commands.h"
+#include "engine/generate/conversation.h"
+#include "engine/sampling/sampler.h"
+#include "sessions/session_store.h"
+#include "sessions/sqlite.h"
+#include "sessions/state_store.h"
+#include "ui/session_backend.h"
+
+namespace ember {
+class Model;
+}
+
+namespace ember::app {
+
+inline constexpr const char* kDefaultStateCap = "2GiB";
+
+// $XDG_DATA_HOME/ember/ember.db, else ~/.local/share/ember/ember.db. Throws when neither
+// variable names an absolute directory (then --db must be given).
+std::string default_db_path();
+
+// "2GiB", "512M", "1.5g", "4096": bytes. Throws std::invalid_argument naming the text.
+uint64_t parse_byte_size(const std::string& text);
+
+// Opens and migrates the database at `path`, creating its directory when missing.
+std::unique_ptr<sessions::Database> open_session_db(const std::string& path);
+
+// What a new conversation records about how it was made.
+struct SessionDefaults {
+    std::string model;  // the model file's name
+    std::string model_fingerprint;
+    std::string sampling_json = "{}";
+};
+
+class SqliteSessionBackend final : public ui::SessionBackend {
+public:
+    SqliteSessionBackend(sessions::Database& db, SessionDefaults defaults, uint64_t state_cap);
+
+    void new_session(const std::string& system_prompt) override;
+    std::string current_id() const override;
+    int64_t commit(const ChatMessage& message, int64_t parent_id, const TurnResult* turn) override;
+    void set_system_prompt(const std::string& text) override;
+    void rename(const std::string& title) override;
+    std::vector<ui::SessionSummary> list(int64_t limit) override;
+    std::optional<ui::LoadedSession> load(const std::string& id) override;
+    void export_markdown(const std::string& path) override;
+    std::string stats_text() override;
+
+    // The conversation `--continue` resumes: the most recently updated one.
+    std::optional<std::string> most_recent_id();
+
+private:
+    sessions::Database& db_;
+    sessions::SessionStore store_;
+    SessionDefaults defaults_;
+    uint64_t state_cap_;
+    std::string pending_system_;  // for the conversation created by the first commit
+    std::optional<sessions::ConversationInfo> current_;
+};
+
+// A summary line for `ember sessions list` and /sessions.
+ui::SessionSummary summarize(const sessions::ConversationInfo& info);
+
+// Commits a scripted conversation's messages as its turns complete. The scripted front end
+// reads its input a line at a time, and a new line is only read once the previous turn is
+// done; this input buffer commits what the conversation gained just before handing over the
+// next line, and finish() commits the last turn.
+class ScriptedRecorder : private std::streambuf {
+public:
+    ScriptedRecorder(Conversation& conversation, ui::SessionBackend& backend, std::istream& in,
+                     std::FILE* err);
+    // Makes the conversation's current messages count as committed under `last_id` (after a
+    // resume loaded them).
+    void adopt(int64_t last_id);
+    std::istream& input() { return stream_; }
+    void finish() { sync_messages(); }
+
+private:
+    int_type underflow() override;
+    void sync_messages();
+
+    Conversation& conversation_;
+    ui::SessionBackend& backend_;
+    std::istream& in_;
+    std::FILE* err_;
+    std::istream stream_;
+    std::string line_;
+    size_t committed_ = 0;  // conversation messages (system excluded) already committed
+    ChatMessage last_;      // the last one committed, to find it again after context drops
+    int64_t last_id_ = 0;
+    std::string system_;   // the system prompt as last committed
+    bool failed_ = false;  // a commit failed: reported once, recording stops
+};
+
+// Everything `ember chat` needs from the session database, built from its options.
+struct ChatSessionOptions {
+    std::string db_path;  // empty: the default path
+    bool no_db = false;
+    bool scripted = false;  // scripted runs use a database only when one is named
+    std::string resume_id;
+    bool continue_last = false;
+    std::string state_cap = kDefaultStateCap;
+    KvType kv_type = KvType::F32;
+    SamplingParams sampling;
+};
+
+class ChatSessions {
+public:
+    // Opens the database unless none is wanted, attaches the prefix-state store to
+    // `conversation` (warnings go to `err`) and finds the conversation to resume. Throws with
+    // a clear message for a bad database or an unknown id.
+    ChatSessions(const ChatSessionOptions& options, const Model& model, Conversation& conversation,
+                 std::FILE* err);
+    ~ChatSessions();
+
+    ui::SessionBackend& backend();
+    bool enabled() const { return db_ != nullptr; }
+    // The conversation to resume (--resume/--continue), resolved to its full id; empty: none.
+    const std::string& resume_id() const { return resume_id_; }
+    // Loads the resumed conversation into `conversation` (scripted mode; the interactive
+    // front end loads it through its controller) and returns the id of its last message.
+    int64_t load_into(Conversation& conversation);
+
+private:
+    std::unique_ptr<sessions::Database> db_;
+    std::unique_ptr<sessions::StateStore> state_;
+    std::unique_ptr<SqliteSessionBackend> sqlite_backend_;
+    ui::NullSessionBackend null_backend_;
+    std::string resume_id_;
+    std::FILE* err_;
+};
+
+// ember sessions list|show|search|export|rm|rename|stats (cmd_sessions.cpp).
+void register_sessions_command(CLI::App& app, std::vector<Command>& out);
+
+}  // namespace ember::app

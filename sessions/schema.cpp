@@ -1,0 +1,115 @@
+#include "sessions/schema.h"
+
+#include <string>
+
+namespace ember::sessions {
+
+namespace {
+
+// Version 1: conversations and their messages as a tree.
+constexpr const char* kVersion1 = R"sql(
+CREATE TABLE conversations (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    public_id TEXT NOT NULL UNIQUE,
+    title TEXT NOT NULL DEFAULT '',
+    model TEXT NOT NULL DEFAULT '',
+    model_fingerprint TEXT NOT NULL DEFAULT '',
+    system_prompt TEXT NOT NULL DEFAULT '',
+    sampling TEXT NOT NULL DEFAULT '{}',
+    current_leaf INTEGER,
+    created_at TEXT NOT NULL,
+    updated_at TEXT NOT NULL,
+    -- Orders conversations by their last change; clock times can tie or go backwards.
+    activity INTEGER NOT NULL DEFAULT 0
+);
+CREATE TABLE messages (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    conversation_id INTEGER NOT NULL REFERENCES conversations(id) ON DELETE CASCADE,
+    parent_id INTEGER REFERENCES messages(id) ON DELETE CASCADE,
+    role TEXT NOT NULL CHECK (role IN ('system', 'user', 'assistant')),
+    content TEXT NOT NULL,
+    thinking TEXT NOT NULL DEFAULT '',
+    token_ids BLOB,
+    created_at TEXT NOT NULL
+);
+CREATE INDEX messages_by_conversation ON messages(conversation_id);
+CREATE INDEX messages_by_parent ON messages(parent_id);
+CREATE INDEX conversations_by_activity ON conversations(activity);
+)sql";
+
+// Version 2: per-reply statistics and full-text search over messages.
+constexpr const char* kVersion2 = R"sql(
+CREATE TABLE reply_stats (
+    message_id INTEGER PRIMARY KEY REFERENCES messages(id) ON DELETE CASCADE,
+    prompt_tokens INTEGER NOT NULL,
+    tokens_reused INTEGER NOT NULL,
+    tokens_restored INTEGER NOT NULL,
+    tokens_evaluated INTEGER NOT NULL,
+    tokens_generated INTEGER NOT NULL,
+    prefill_seconds REAL NOT NULL,
+    decode_seconds REAL NOT NULL,
+    ttft_seconds REAL NOT NULL,
+    finish TEXT NOT NULL
+);
+CREATE VIRTUAL TABLE messages_fts USING fts5(
+    content, content='messages', content_rowid='id', tokenize='unicode61');
+CREATE TRIGGER messages_fts_insert AFTER INSERT ON messages BEGIN
+    INSERT INTO messages_fts(rowid, content) VALUES (new.id, new.content);
+END;
+CREATE TRIGGER messages_fts_delete AFTER DELETE ON messages BEGIN
+    INSERT INTO messages_fts(messages_fts, rowid, content) VALUES ('delete', old.id, old.content);
+END;
+CREATE TRIGGER messages_fts_update AFTER UPDATE OF content ON messages BEGIN
+    INSERT INTO messages_fts(messages_fts, rowid, content) VALUES ('delete', old.id, old.content);
+    INSERT INTO messages_fts(rowid, content) VALUES (new.id, new.content);
+END;
+INSERT INTO messages_fts(messages_fts) VALUES ('rebuild');
+)sql";
+
+// Version 3: evaluated-prefix state, one row per block of tokens, chained to its parent
+// block; usage counters for `ember sessions stats`.
+constexpr const char* kVersion3 = R"sql(
+CREATE TABLE state_blocks (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    key BLOB NOT NULL UNIQUE,
+    parent_id INTEGER REFERENCES state_blocks(id) ON DELETE CASCADE,
+    seed BLOB NOT NULL,
+    begin_pos INTEGER NOT NULL,
+    n_tokens INTEGER NOT NULL,
+    tokens BLOB NOT NULL,
+    state BLOB NOT NULL,
+    stored_bytes INTEGER NOT NULL,
+    raw_bytes INTEGER NOT NULL,
+    last_used INTEGER NOT NULL,
+    created_at TEXT NOT NULL
+);
+CREATE INDEX state_blocks_by_parent ON state_blocks(parent_id);
+CREATE INDEX state_blocks_by_seed ON state_blocks(seed, begin_pos);
+CREATE INDEX state_blocks_by_use ON state_blocks(last_used, begin_pos);
+CREATE TABLE state_counters (
+    name TEXT PRIMARY KEY,
+    value INTEGER NOT NULL
+);
+)sql";
+
+constexpr const char* kMigrations[] = {kVersion1, kVersion2, kVersion3};
+static_assert(std::size(kMigrations) == kSchemaVersion);
+
+}  // namespace
+
+void migrate(Database& db, int target) {
+    const int have = db.user_version();
+    if (have > kSchemaVersion) {
+        throw SqliteError("session database '" + db.path() + "': schema version " +
+                          std::to_string(have) + " was written by a newer ember (this one knows " +
+                          std::to_string(kSchemaVersion) + ")");
+    }
+    for (int version = have + 1; version <= target; ++version) {
+        Transaction tx(db);
+        db.exec(kMigrations[version - 1]);
+        db.set_user_version(version);
+        tx.commit();
+    }
+}
+
+}  // namespace ember::sessions

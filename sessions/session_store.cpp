@@ -1,0 +1,421 @@
+#include "sessions/session_store.h"
+
+#include <algorithm>
+#include <cctype>
+#include <chrono>
+#include <cstdio>
+#include <ctime>
+#include <nlohmann/json.hpp>
+#include <random>
+
+namespace ember::sessions {
+
+namespace {
+
+constexpr const char* kInfoColumns =
+    "SELECT c.id, c.public_id, c.title, c.model, c.model_fingerprint, c.system_prompt, "
+    "c.sampling, COALESCE(c.current_leaf, 0), c.created_at, c.updated_at, "
+    "(SELECT COUNT(*) FROM messages m WHERE m.conversation_id = c.id) FROM conversations c ";
+
+std::string now_utc() {
+    using namespace std::chrono;
+    const auto now = system_clock::now();
+    const std::time_t t = system_clock::to_time_t(now);
+    const auto ms = duration_cast<milliseconds>(now.time_since_epoch()).count() % 1000;
+    std::tm tm{};
+    gmtime_r(&t, &tm);
+    char buf[40];
+    const size_t n = std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%S", &tm);
+    std::snprintf(buf + n, sizeof buf - n, ".%03dZ", static_cast<int>(ms));
+    return buf;
+}
+
+// Eight hex digits: short enough to type, and unique prefixes are accepted.
+std::string random_public_id() {
+    std::random_device rd;
+    char buf[16];
+    std::snprintf(buf, sizeof buf, "%08x", static_cast<unsigned>(rd()));
+    return buf;
+}
+
+// The first line of the first user message, shortened: a title nobody had to type.
+std::string title_from(const std::string& content) {
+    std::string line = content.substr(0, content.find('\n'));
+    const size_t start = line.find_first_not_of(" \t");
+    line = start == std::string::npos ? std::string() : line.substr(start);
+    constexpr size_t kMax = 60;
+    if (line.size() > kMax) {
+        size_t cut = kMax;
+        while (cut > 0 && (static_cast<unsigned char>(line[cut]) & 0xC0) == 0x80) --cut;
+        line = line.substr(0, cut) + "...";
+    }
+    return line;
+}
+
+// Words of `text` as an FTS5 query in which every word must occur; quoting each word keeps
+// FTS5 operators and punctuation in user input from being parsed as query syntax.
+std::string fts_query(const std::string& text) {
+    std::string query;
+    size_t i = 0;
+    while (i < text.size()) {
+        while (i < text.size() && std::isspace(static_cast<unsigned char>(text[i]))) ++i;
+        size_t j = i;
+        while (j < text.size() && !std::isspace(static_cast<unsigned char>(text[j]))) ++j;
+        if (j > i) {
+            std::string word = "\"";
+            for (size_t k = i; k < j; ++k) {
+                if (text[k] == '"') word += '"';
+                word += text[k];
+            }
+            word += '"';
+            if (!query.empty()) query += ' ';
+            query += word;
+        }
+        i = j;
+    }
+    return query;
+}
+
+std::optional<ReplyStats> read_stats(Database& db, int64_t message_id) {
+    Statement s = db.prepare(
+        "SELECT prompt_tokens, tokens_reused, tokens_restored, tokens_evaluated, "
+        "tokens_generated, prefill_seconds, decode_seconds, ttft_seconds, finish "
+        "FROM reply_stats WHERE message_id = ?");
+    s.bind(1, message_id);
+    if (!s.step()) return std::nullopt;
+    ReplyStats r;
+    r.prompt_tokens = s.column_int(0);
+    r.tokens_reused = s.column_int(1);
+    r.tokens_restored = s.column_int(2);
+    r.tokens_evaluated = s.column_int(3);
+    r.tokens_generated = s.column_int(4);
+    r.prefill_seconds = s.column_double(5);
+    r.decode_seconds = s.column_double(6);
+    r.ttft_seconds = s.column_double(7);
+    r.finish = s.column_text(8);
+    return r;
+}
+
+StoredMessage read_message(Database& db, Statement& s) {
+    StoredMessage m;
+    m.id = s.column_int(0);
+    m.parent_id = s.column_int(1);
+    m.role = s.column_text(2);
+    m.content = s.column_text(3);
+    m.thinking = s.column_text(4);
+    m.token_ids = blob_to_tokens(s.column_blob(5));
+    m.created_at = s.column_text(6);
+    if (m.role == "assistant") m.stats = read_stats(db, m.id);
+    return m;
+}
+
+nlohmann::ordered_json stats_json(const ReplyStats& r) {
+    return {{"prompt_tokens", r.prompt_tokens},
+            {"tokens_reused", r.tokens_reused},
+            {"tokens_restored", r.tokens_restored},
+            {"tokens_evaluated", r.tokens_evaluated},
+            {"tokens_generated", r.tokens_generated},
+            {"prefill_seconds", r.prefill_seconds},
+            {"decode_seconds", r.decode_seconds},
+            {"ttft_seconds", r.ttft_seconds},
+            {"finish", r.finish}};
+}
+
+}  // namespace
+
+std::string local_time(const std::string& utc) {
+    std::tm tm{};
+    if (strptime(utc.c_str(), "%Y-%m-%dT%H:%M:%S", &tm) == nullptr) return utc;
+    const std::time_t t = timegm(&tm);
+    std::tm local{};
+    localtime_r(&t, &local);
+    char buf[32];
+    std::strftime(buf, sizeof buf, "%Y-%m-%d %H:%M", &local);
+    return buf;
+}
+
+ConversationInfo SessionStore::read_info(Statement& s) {
+    ConversationInfo c;
+    c.id = s.column_int(0);
+    c.public_id = s.column_text(1);
+    c.title = s.column_text(2);
+    c.model = s.column_text(3);
+    c.model_fingerprint = s.column_text(4);
+    c.system_prompt = s.column_text(5);
+    c.sampling_json = s.column_text(6);
+    c.current_leaf = s.column_int(7);
+    c.created_at = s.column_text(8);
+    c.updated_at = s.column_text(9);
+    c.message_count = s.column_int(10);
+    c.turns = count_turns(c.current_leaf);
+    return c;
+}
+
+int64_t SessionStore::count_turns(int64_t leaf) {
+    if (leaf == 0) return 0;
+    Statement s = db_.prepare(
+        "WITH RECURSIVE path(id, parent_id, role) AS ("
+        " SELECT id, parent_id, role FROM messages WHERE id = ?"
+        " UNION ALL SELECT m.id, m.parent_id, m.role FROM messages m"
+        " JOIN path p ON m.id = p.parent_id)"
+        " SELECT COUNT(*) FROM path WHERE role = 'user'");
+    s.bind(1, leaf);
+    s.step();
+    return s.column_int(0);
+}
+
+void SessionStore::touch(int64_t conversation_id) {
+    Statement s = db_.prepare(
+        "UPDATE conversations SET updated_at = ?, "
+        "activity = (SELECT COALESCE(MAX(activity), 0) + 1 FROM conversations) WHERE id = ?");
+    s.bind(1, now_utc()).bind(2, conversation_id).run();
+}
+
+ConversationInfo SessionStore::create(const NewConversation& n) {
+    Transaction tx(db_);
+    std::string public_id;
+    for (int attempt = 0;; ++attempt) {
+        public_id = random_public_id();
+        Statement s = db_.prepare("SELECT 1 FROM conversations WHERE public_id = ?");
+        s.bind(1, public_id);
+        if (!s.step()) break;
+        if (attempt > 100) db_.fail("cannot find a free conversation id");
+    }
+    const std::string now = now_utc();
+    Statement s = db_.prepare(
+        "INSERT INTO conversations(public_id, title, model, model_fingerprint, system_prompt, "
+        "sampling, created_at, updated_at, activity) VALUES (?,?,?,?,?,?,?,?, "
+        "(SELECT COALESCE(MAX(activity), 0) + 1 FROM conversations))");
+    s.bind(1, public_id).bind(2, n.title).bind(3, n.model).bind(4, n.model_fingerprint);
+    s.bind(5, n.system_prompt).bind(6, n.sampling_json).bind(7, now).bind(8, now).run();
+    const int64_t id = db_.last_insert_id();
+    tx.commit();
+    ConversationInfo c;
+    c.id = id;
+    c.public_id = public_id;
+    c.title = n.title;
+    c.model = n.model;
+    c.model_fingerprint = n.model_fingerprint;
+    c.system_prompt = n.system_prompt;
+    c.sampling_json = n.sampling_json;
+    c.created_at = c.updated_at = now;
+    return c;
+}
+
+int64_t SessionStore::add_message(int64_t conversation_id, int64_t parent_id, const NewMessage& m) {
+    Transaction tx(db_);
+    if (parent_id != 0) {
+        Statement p = db_.prepare("SELECT conversation_id FROM messages WHERE id = ?");
+        p.bind(1, parent_id);
+        if (!p.step() || p.column_int(0) != conversation_id) {
+            throw SqliteError("session database '" + db_.path() + "': parent message " +
+                              std::to_string(parent_id) + " is not in conversation " +
+                              std::to_string(conversation_id));
+        }
+    }
+    Statement s = db_.prepare(
+        "INSERT INTO messages(conversation_id, parent_id, role, content, thinking, token_ids, "
+        "created_at) VALUES (?,?,?,?,?,?,?)");
+    s.bind(1, conversation_id);
+    if (parent_id == 0) {
+        s.bind_null(2);
+    } else {
+        s.bind(2, parent_id);
+    }
+    s.bind(3, m.role).bind(4, m.content).bind(5, m.thinking);
+    if (m.token_ids.empty()) {
+        s.bind_null(6);
+    } else {
+        s.bind_blob(6, tokens_to_blob(m.token_ids));
+    }
+    s.bind(7, now_utc()).run();
+    const int64_t id = db_.last_insert_id();
+    if (m.stats != nullptr) {
+        const ReplyStats& r = *m.stats;
+        Statement st = db_.prepare(
+            "INSERT INTO reply_stats(message_id, prompt_tokens, tokens_reused, tokens_restored, "
+            "tokens_evaluated, tokens_generated, prefill_seconds, decode_seconds, ttft_seconds, "
+            "finish) VALUES (?,?,?,?,?,?,?,?,?,?)");
+        st.bind(1, id).bind(2, r.prompt_tokens).bind(3, r.tokens_reused);
+        st.bind(4, r.tokens_restored).bind(5, r.tokens_evaluated).bind(6, r.tokens_generated);
+        st.bind(7, r.prefill_seconds).bind(8, r.decode_seconds).bind(9, r.ttft_seconds);
+        st.bind(10, r.finish).run();
+    }
+    Statement c = db_.prepare(
+        "UPDATE conversations SET current_leaf = ?, "
+        "title = CASE WHEN title = '' AND ? = 'user' THEN ? ELSE title END WHERE id = ?");
+    c.bind(1, id).bind(2, m.role).bind(3, title_from(m.content)).bind(4, conversation_id).run();
+    touch(conversation_id);
+    tx.commit();
+    return id;
+}
+
+void SessionStore::set_current_leaf(int64_t conversation_id, int64_t message_id) {
+    Transaction tx(db_);
+    Statement s = db_.prepare(
+        "UPDATE conversations SET current_leaf = ? WHERE id = ? AND EXISTS "
+        "(SELECT 1 FROM messages WHERE id = ? AND conversation_id = ?)");
+    s.bind(1, message_id).bind(2, conversation_id).bind(3, message_id).bind(4, conversation_id);
+    s.run();
+    if (db_.changes() == 0) {
+        throw SqliteError("session database '" + db_.path() + "': message " +
+                          std::to_string(message_id) + " is not in conversation " +
+                          std::to_string(conversation_id));
+    }
+    touch(conversation_id);
+    tx.commit();
+}
+
+void SessionStore::set_system_prompt(int64_t conversation_id, const std::string& text) {
+    Transaction tx(db_);
+    Statement s = db_.prepare("UPDATE conversations SET system_prompt = ? WHERE id = ?");
+    s.bind(1, text).bind(2, conversation_id).run();
+    touch(conversation_id);
+    tx.commit();
+}
+
+void SessionStore::rename(int64_t conversation_id, const std::string& title) {
+    Transaction tx(db_);
+    Statement s = db_.prepare("UPDATE conversations SET title = ? WHERE id = ?");
+    s.bind(1, title).bind(2, conversation_id).run();
+    touch(conversation_id);
+    tx.commit();
+}
+
+void SessionStore::remove(int64_t conversation_id) {
+    Transaction tx(db_);
+    // Messages, their stats and search entries go with it (ON DELETE CASCADE, triggers).
+    Statement s = db_.prepare("DELETE FROM conversations WHERE id = ?");
+    s.bind(1, conversation_id).run();
+    tx.commit();
+}
+
+std::vector<ConversationInfo> SessionStore::list(int64_t limit) {
+    Statement s =
+        db_.prepare(std::string(kInfoColumns) + "ORDER BY c.activity DESC, c.id DESC LIMIT ?");
+    s.bind(1, limit < 0 ? INT64_MAX : limit);
+    std::vector<ConversationInfo> out;
+    while (s.step()) out.push_back(read_info(s));
+    return out;
+}
+
+std::optional<ConversationInfo> SessionStore::find(const std::string& id) {
+    if (id.empty()) return std::nullopt;
+    Statement s = db_.prepare(std::string(kInfoColumns) +
+                              "WHERE c.public_id = ?1 OR substr(c.public_id, 1, length(?1)) = ?1 "
+                              "ORDER BY c.public_id = ?1 DESC LIMIT 2");
+    s.bind(1, id);
+    if (!s.step()) return std::nullopt;
+    ConversationInfo first = read_info(s);
+    if (first.public_id != id && s.step()) {
+        throw SqliteError("conversation id '" + id + "' is ambiguous (" + first.public_id + ", " +
+                          s.column_text(1) + ", ...): type more of it");
+    }
+    return first;
+}
+
+std::optional<ConversationInfo> SessionStore::most_recent() {
+    auto all = list(1);
+    if (all.empty()) return std::nullopt;
+    return all.front();
+}
+
+std::vector<StoredMessage> SessionStore::branch(const ConversationInfo& c, int64_t leaf) {
+    if (leaf < 0) leaf = c.current_leaf;
+    std::vector<StoredMessage> path;
+    Statement s = db_.prepare(
+        "SELECT id, COALESCE(parent_id, 0), role, content, thinking, token_ids, created_at "
+        "FROM messages "
+        "WHERE id = ? AND conversation_id = ?");
+    for (int64_t id = leaf; id != 0;) {
+        s.bind(1, id).bind(2, c.id);
+        if (!s.step()) break;
+        path.push_back(read_message(db_, s));
+        id = path.back().parent_id;
+        s.reset();
+    }
+    std::reverse(path.begin(), path.end());
+    return path;
+}
+
+std::vector<StoredMessage> SessionStore::all_messages(int64_t conversation_id) {
+    Statement s = db_.prepare(
+        "SELECT id, COALESCE(parent_id, 0), role, content, thinking, token_ids, created_at "
+        "FROM messages "
+        "WHERE conversation_id = ? ORDER BY id");
+    s.bind(1, conversation_id);
+    std::vector<StoredMessage> out;
+    while (s.step()) out.push_back(read_message(db_, s));
+    return out;
+}
+
+std::vector<SearchHit> SessionStore::search(const std::string& text, int64_t limit) {
+    const std::string query = fts_query(text);
+    if (query.empty()) return {};
+    Statement s = db_.prepare(
+        "SELECT c.public_id, c.title, m.id, m.role, "
+        "snippet(messages_fts, 0, '[', ']', '...', 12) "
+        "FROM messages_fts JOIN messages m ON m.id = messages_fts.rowid "
+        "JOIN conversations c ON c.id = m.conversation_id "
+        "WHERE messages_fts MATCH ? ORDER BY rank LIMIT ?");
+    s.bind(1, query).bind(2, limit < 0 ? INT64_MAX : limit);
+    std::vector<SearchHit> out;
+    while (s.step()) {
+        out.push_back({s.column_text(0), s.column_text(1), s.column_int(2), s.column_text(3),
+                       s.column_text(4)});
+    }
+    return out;
+}
+
+std::string SessionStore::export_markdown(const ConversationInfo& c) {
+    std::string md = "# " + (c.title.empty() ? std::string("(untitled)") : c.title) + "\n\n";
+    md += "- id: " + c.public_id + "\n- model: " + c.model +
+          "\n- created: " + local_time(c.created_at) + "\n- updated: " + local_time(c.updated_at) +
+          "\n";
+    if (!c.system_prompt.empty()) md += "\n## System\n\n" + c.system_prompt + "\n";
+    for (const StoredMessage& m : branch(c)) {
+        const std::string heading = m.role == "user"        ? "User"
+                                    : m.role == "assistant" ? "Assistant"
+                                                            : "System";
+        md += "\n## " + heading + "\n\n";
+        if (!m.thinking.empty()) {
+            md += "<details><summary>Thinking</summary>\n\n" + m.thinking + "\n\n</details>\n\n";
+        }
+        md += m.content + "\n";
+    }
+    return md;
+}
+
+std::string SessionStore::export_json(const ConversationInfo& c) {
+    using json = nlohmann::ordered_json;
+    json sampling = json::parse(c.sampling_json, nullptr, /*allow_exceptions=*/false);
+    if (sampling.is_discarded()) sampling = c.sampling_json;
+    json out = {{"id", c.public_id},
+                {"title", c.title},
+                {"model", c.model},
+                {"model_fingerprint", c.model_fingerprint},
+                {"system_prompt", c.system_prompt},
+                {"sampling", sampling},
+                {"created_at", c.created_at},
+                {"updated_at", c.updated_at},
+                {"current_leaf", c.current_leaf}};
+    json branch_ids = json::array();
+    for (const StoredMessage& m : branch(c)) branch_ids.push_back(m.id);
+    out["branch"] = branch_ids;
+    json messages = json::array();
+    for (const StoredMessage& m : all_messages(c.id)) {
+        json j = {{"id", m.id},
+                  {"parent_id", m.parent_id == 0 ? json(nullptr) : json(m.parent_id)},
+                  {"role", m.role},
+                  {"content", m.content},
+                  {"created_at", m.created_at}};
+        if (!m.thinking.empty()) j["thinking"] = m.thinking;
+        if (!m.token_ids.empty()) j["token_ids"] = m.token_ids;
+        if (m.stats) j["stats"] = stats_json(*m.stats);
+        messages.push_back(j);
+    }
+    out["messages"] = messages;
+    return out.dump(2) + "\n";
+}
+
+}  // namespace ember::sessions

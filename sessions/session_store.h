@@ -1,0 +1,120 @@
+// Conversations and their messages. Messages form a tree (each has a parent; the first has
+// none), so editing a message or regenerating a reply adds a branch instead of losing the
+// old one; a conversation remembers its current leaf, and its current branch is the path from
+// the root to that leaf. Every message is written in its own transaction the moment it is
+// complete. Messages are the source of truth and are never evicted.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "sessions/sqlite.h"
+
+namespace ember::sessions {
+
+struct ReplyStats {
+    int64_t prompt_tokens = 0;
+    int64_t tokens_reused = 0;
+    int64_t tokens_restored = 0;
+    int64_t tokens_evaluated = 0;
+    int64_t tokens_generated = 0;
+    double prefill_seconds = 0;
+    double decode_seconds = 0;
+    double ttft_seconds = 0;
+    std::string finish;
+};
+
+struct ConversationInfo {
+    int64_t id = 0;         // row id, internal
+    std::string public_id;  // what users type: short hex, unique prefixes accepted
+    std::string title;
+    std::string model;
+    std::string model_fingerprint;
+    std::string system_prompt;
+    std::string sampling_json;
+    int64_t current_leaf = 0;   // 0: no messages yet
+    int64_t turns = 0;          // user messages on the current branch
+    int64_t message_count = 0;  // all branches
+    std::string created_at;     // UTC, ISO 8601 with milliseconds
+    std::string updated_at;
+};
+
+struct StoredMessage {
+    int64_t id = 0;
+    int64_t parent_id = 0;  // 0: a root
+    std::string role;
+    std::string content;
+    std::string thinking;            // a thinking model's reasoning, not part of content
+    std::vector<int32_t> token_ids;  // the model's own tokens for a generated reply
+    std::string created_at;
+    std::optional<ReplyStats> stats;
+};
+
+struct NewConversation {
+    std::string title;  // empty: taken from the first user message
+    std::string model;
+    std::string model_fingerprint;
+    std::string system_prompt;
+    std::string sampling_json = "{}";
+};
+
+struct NewMessage {
+    std::string role;  // system, user or assistant
+    std::string content;
+    std::string thinking;
+    std::span<const int32_t> token_ids;
+    const ReplyStats* stats = nullptr;
+};
+
+struct SearchHit {
+    std::string conversation;  // public id
+    std::string title;
+    int64_t message_id = 0;
+    std::string role;
+    std::string snippet;  // matches in [brackets]
+};
+
+class SessionStore {
+public:
+    // `db` must outlive the store and be migrated (schema.h).
+    explicit SessionStore(Database& db) : db_(db) {}
+
+    ConversationInfo create(const NewConversation& conversation);
+    // Adds a message under `parent_id` (0: a root) and makes it the current leaf. Throws when
+    // the parent belongs to another conversation.
+    int64_t add_message(int64_t conversation_id, int64_t parent_id, const NewMessage& message);
+    void set_current_leaf(int64_t conversation_id, int64_t message_id);
+    void set_system_prompt(int64_t conversation_id, const std::string& text);
+    void rename(int64_t conversation_id, const std::string& title);
+    void remove(int64_t conversation_id);
+
+    // Most recently updated first.
+    std::vector<ConversationInfo> list(int64_t limit);
+    // By public id or a unique prefix of one; nullopt when none matches. Throws when the
+    // prefix is ambiguous.
+    std::optional<ConversationInfo> find(const std::string& id);
+    std::optional<ConversationInfo> most_recent();
+    // The path from the root to `leaf` (default: the current leaf), root first.
+    std::vector<StoredMessage> branch(const ConversationInfo& conversation, int64_t leaf = -1);
+    std::vector<StoredMessage> all_messages(int64_t conversation_id);
+    // Full-text search over message contents (words, all of which must occur).
+    std::vector<SearchHit> search(const std::string& text, int64_t limit);
+
+    std::string export_markdown(const ConversationInfo& conversation);
+    std::string export_json(const ConversationInfo& conversation);
+
+private:
+    ConversationInfo read_info(Statement& s);
+    int64_t count_turns(int64_t leaf);
+    void touch(int64_t conversation_id);
+
+    Database& db_;
+};
+
+// "2026-01-02T03:04:05.678Z" as local time, "2026-01-02 04:04"; the input when unparsable.
+std::string local_time(const std::string& utc_iso8601);
+
+}  // namespace ember::sessions

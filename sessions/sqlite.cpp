@@ -1,0 +1,186 @@
+#include "sessions/sqlite.h"
+
+#include <sqlite3.h>
+
+#include <cstring>
+
+namespace ember::sessions {
+
+Database::Database(const std::string& path) : path_(path) {
+    const int rc =
+        sqlite3_open_v2(path.c_str(), &db_, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, nullptr);
+    if (rc != SQLITE_OK) {
+        const std::string why = db_ != nullptr ? sqlite3_errmsg(db_) : sqlite3_errstr(rc);
+        sqlite3_close(db_);
+        db_ = nullptr;
+        throw SqliteError("session database '" + path + "': cannot open: " + why);
+    }
+    sqlite3_extended_result_codes(db_, 1);
+    try {
+        // Another ember process may hold the write lock for a moment (its reply commit).
+        sqlite3_busy_timeout(db_, 5000);
+        // The first statement reads the header: a file that is not a database fails here.
+        exec("PRAGMA journal_mode=WAL");
+        exec("PRAGMA foreign_keys=ON");
+        // FULL: a committed message survives a power cut, not only a process crash.
+        exec("PRAGMA synchronous=FULL");
+    } catch (...) {
+        sqlite3_close(db_);
+        db_ = nullptr;
+        throw;
+    }
+}
+
+Database::~Database() {
+    if (db_ != nullptr) sqlite3_close(db_);
+}
+
+void Database::fail(std::string_view doing) const {
+    throw SqliteError("session database '" + path_ + "': " + std::string(doing) + ": " +
+                      sqlite3_errmsg(db_));
+}
+
+void Database::exec(std::string_view sql) {
+    const std::string text(sql);
+    char* message = nullptr;
+    if (sqlite3_exec(db_, text.c_str(), nullptr, nullptr, &message) != SQLITE_OK) {
+        std::string why = message != nullptr ? message : sqlite3_errmsg(db_);
+        sqlite3_free(message);
+        const size_t cut = text.find('\n');
+        throw SqliteError("session database '" + path_ + "': " + why +
+                          " (in: " + text.substr(0, std::min<size_t>(cut, 60)) + ")");
+    }
+}
+
+Statement Database::prepare(std::string_view sql) {
+    sqlite3_stmt* stmt = nullptr;
+    if (sqlite3_prepare_v2(db_, sql.data(), static_cast<int>(sql.size()), &stmt, nullptr) !=
+        SQLITE_OK) {
+        fail("preparing '" + std::string(sql.substr(0, 60)) + "'");
+    }
+    return Statement(*this, stmt);
+}
+
+int64_t Database::last_insert_id() const {
+    return sqlite3_last_insert_rowid(db_);
+}
+
+int64_t Database::changes() const {
+    return sqlite3_changes64(db_);
+}
+
+int Database::user_version() {
+    Statement s = prepare("PRAGMA user_version");
+    s.step();
+    return static_cast<int>(s.column_int(0));
+}
+
+void Database::set_user_version(int version) {
+    exec("PRAGMA user_version=" + std::to_string(version));
+}
+
+Statement::~Statement() {
+    if (stmt_ != nullptr) sqlite3_finalize(stmt_);
+}
+
+Statement::Statement(Statement&& other) noexcept : db_(other.db_), stmt_(other.stmt_) {
+    other.stmt_ = nullptr;
+}
+
+Statement& Statement::bind(int index, int64_t value) {
+    if (sqlite3_bind_int64(stmt_, index, value) != SQLITE_OK) db_->fail("binding an integer");
+    return *this;
+}
+
+Statement& Statement::bind(int index, double value) {
+    if (sqlite3_bind_double(stmt_, index, value) != SQLITE_OK) db_->fail("binding a number");
+    return *this;
+}
+
+Statement& Statement::bind(int index, std::string_view text) {
+    if (sqlite3_bind_text64(stmt_, index, text.data(), text.size(), SQLITE_TRANSIENT,
+                            SQLITE_UTF8) != SQLITE_OK) {
+        db_->fail("binding text");
+    }
+    return *this;
+}
+
+Statement& Statement::bind_blob(int index, std::span<const uint8_t> blob) {
+    // A zero-length blob must still be a blob, not NULL: pass a valid pointer.
+    static const uint8_t kEmpty = 0;
+    const void* data = blob.empty() ? &kEmpty : blob.data();
+    if (sqlite3_bind_blob64(stmt_, index, data, blob.size(), SQLITE_TRANSIENT) != SQLITE_OK) {
+        db_->fail("binding a blob");
+    }
+    return *this;
+}
+
+Statement& Statement::bind_null(int index) {
+    if (sqlite3_bind_null(stmt_, index) != SQLITE_OK) db_->fail("binding null");
+    return *this;
+}
+
+bool Statement::step() {
+    const int rc = sqlite3_step(stmt_);
+    if (rc == SQLITE_ROW) return true;
+    if (rc == SQLITE_DONE) return false;
+    db_->fail(std::string("running '") + std::string(sqlite3_sql(stmt_)).substr(0, 60) + "'");
+}
+
+void Statement::reset() {
+    sqlite3_reset(stmt_);
+    sqlite3_clear_bindings(stmt_);
+}
+
+bool Statement::is_null(int column) const {
+    return sqlite3_column_type(stmt_, column) == SQLITE_NULL;
+}
+
+int64_t Statement::column_int(int column) const {
+    return sqlite3_column_int64(stmt_, column);
+}
+
+double Statement::column_double(int column) const {
+    return sqlite3_column_double(stmt_, column);
+}
+
+std::string Statement::column_text(int column) const {
+    const auto* text = sqlite3_column_text(stmt_, column);
+    if (text == nullptr) return {};
+    return std::string(reinterpret_cast<const char*>(text),
+                       static_cast<size_t>(sqlite3_column_bytes(stmt_, column)));
+}
+
+std::vector<uint8_t> Statement::column_blob(int column) const {
+    const auto* data = static_cast<const uint8_t*>(sqlite3_column_blob(stmt_, column));
+    const auto size = static_cast<size_t>(sqlite3_column_bytes(stmt_, column));
+    if (data == nullptr) return {};
+    return std::vector<uint8_t>(data, data + size);
+}
+
+Transaction::Transaction(Database& db) : db_(db) {
+    db_.exec("BEGIN IMMEDIATE");
+}
+
+Transaction::~Transaction() {
+    if (!done_) sqlite3_exec(db_.handle(), "ROLLBACK", nullptr, nullptr, nullptr);
+}
+
+void Transaction::commit() {
+    db_.exec("COMMIT");
+    done_ = true;
+}
+
+std::vector<uint8_t> tokens_to_blob(std::span<const int32_t> tokens) {
+    std::vector<uint8_t> out(tokens.size() * 4);
+    if (!tokens.empty()) std::memcpy(out.data(), tokens.data(), out.size());
+    return out;
+}
+
+std::vector<int32_t> blob_to_tokens(std::span<const uint8_t> blob) {
+    std::vector<int32_t> out(blob.size() / 4);
+    if (!out.empty()) std::memcpy(out.data(), blob.data(), out.size() * 4);
+    return out;
+}
+
+}  // namespace ember::sessions

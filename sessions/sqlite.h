@@ -1,0 +1,108 @@
+// A thin RAII layer over the SQLite C API: a connection, prepared statements and
+// transactions. Every failure throws SqliteError naming the database file and what was being
+// done, so a bad file or a full disk is a clear message, never a crash.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+struct sqlite3;
+struct sqlite3_stmt;
+
+namespace ember::sessions {
+
+class SqliteError : public std::runtime_error {
+public:
+    using std::runtime_error::runtime_error;
+};
+
+class Statement;
+
+class Database {
+public:
+    // Opens (creating when missing) the database at `path`; ":memory:" for a private one.
+    // Turns on WAL, foreign keys and a busy timeout, and checks that the file is a database.
+    explicit Database(const std::string& path);
+    ~Database();
+    Database(const Database&) = delete;
+    Database& operator=(const Database&) = delete;
+
+    const std::string& path() const { return path_; }
+    void exec(std::string_view sql);
+    Statement prepare(std::string_view sql);
+    int64_t last_insert_id() const;
+    int64_t changes() const;
+    int user_version();
+    void set_user_version(int version);
+    // Throws a SqliteError for the last error of this connection, prefixed with `doing`.
+    [[noreturn]] void fail(std::string_view doing) const;
+    sqlite3* handle() const { return db_; }
+
+private:
+    std::string path_;
+    sqlite3* db_ = nullptr;
+};
+
+class Statement {
+public:
+    Statement(Database& db, sqlite3_stmt* stmt) : db_(&db), stmt_(stmt) {}
+    ~Statement();
+    Statement(Statement&& other) noexcept;
+    Statement& operator=(Statement&&) = delete;
+    Statement(const Statement&) = delete;
+
+    // Parameters are numbered from 1, as in SQL.
+    Statement& bind(int index, int64_t value);
+    Statement& bind(int index, int value) { return bind(index, static_cast<int64_t>(value)); }
+    Statement& bind(int index, double value);
+    Statement& bind(int index, std::string_view text);
+    Statement& bind(int index, const char* text) { return bind(index, std::string_view(text)); }
+    Statement& bind(int index, const std::string& text) {
+        return bind(index, std::string_view(text));
+    }
+    Statement& bind_blob(int index, std::span<const uint8_t> blob);
+    Statement& bind_null(int index);
+
+    // Runs to the next row: true when a row is ready, false when done.
+    bool step();
+    // Runs a statement that returns no rows.
+    void run() {
+        while (step()) {
+        }
+    }
+    void reset();
+
+    bool is_null(int column) const;
+    int64_t column_int(int column) const;
+    double column_double(int column) const;
+    std::string column_text(int column) const;
+    std::vector<uint8_t> column_blob(int column) const;
+
+private:
+    Database* db_;
+    sqlite3_stmt* stmt_;
+};
+
+// BEGIN IMMEDIATE ... COMMIT; rolls back when destroyed uncommitted (an exception).
+class Transaction {
+public:
+    explicit Transaction(Database& db);
+    ~Transaction();
+    Transaction(const Transaction&) = delete;
+    Transaction& operator=(const Transaction&) = delete;
+    void commit();
+
+private:
+    Database& db_;
+    bool done_ = false;
+};
+
+// int32 token ids <-> little-endian bytes, for BLOB columns.
+std::vector<uint8_t> tokens_to_blob(std::span<const int32_t> tokens);
+std::vector<int32_t> blob_to_tokens(std::span<const uint8_t> blob);
+
+}  // namespace ember::sessions

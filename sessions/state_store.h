@@ -1,0 +1,108 @@
+// The SQLite-backed prefix store: evaluated KV rows in blocks of tokens, keyed by a hash
+// chain (state_keys.h), stored once and shared by every conversation and turn whose prompt
+// starts with them, so storage grows with new tokens rather than with turns.
+//
+// Rows of table state_blocks: a full block holds `block_tokens` tokens and chains to the
+// block before it (parent_id); a partial block (fewer tokens) holds the tail of a saved
+// prompt after its last full block, so a later turn resumes exactly where the last one ended.
+// A block's rows are usable for any prefix of its tokens, which is how a second conversation
+// with the same system prompt but another question starts warm up to the first differing
+// token.
+//
+// Eviction is least-recently-used under a byte cap. Every operation stamps the blocks it
+// walked with one tick, so a block is never newer than its parent, and ties go to the later
+// block: children go before the blocks they extend, and a chain never loses its middle.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "engine/generate/prefix_store.h"
+#include "engine/model/state.h"
+#include "sessions/sqlite.h"
+#include "sessions/state_keys.h"
+
+namespace ember::sessions {
+
+struct StateStoreOptions {
+    int64_t block_tokens = 64;
+    uint64_t cap_bytes = uint64_t{2} << 30;  // compressed state kept at most (--state-cap)
+    int zstd_level = 3;
+    // Told at once about a dropped blob or a failed write (the chat prints it); without one,
+    // warnings wait for take_warning().
+    std::function<void(const std::string&)> on_warning;
+};
+
+// Sizes and counters for `ember sessions stats`; counters accumulate over the database's life.
+struct StateStats {
+    int64_t blocks = 0;
+    int64_t partial_blocks = 0;
+    int64_t stored_bytes = 0;  // compressed, as on disk
+    int64_t raw_bytes = 0;     // before compression
+    int64_t tokens = 0;        // tokens covered by stored blocks
+    int64_t models = 0;        // distinct fingerprint/KV-type seeds
+    int64_t restores = 0;      // restore calls that wanted tokens beyond the live state
+    int64_t restore_hits = 0;  // of those, calls that loaded something
+    int64_t tokens_wanted = 0;
+    int64_t tokens_restored = 0;
+    int64_t blocks_written = 0;
+    int64_t bytes_written = 0;
+    int64_t blocks_reused = 0;  // saves that found the block already stored
+    int64_t blocks_evicted = 0;
+    int64_t bytes_evicted = 0;
+    int64_t blobs_dropped = 0;  // corrupted or unreadable blobs deleted on restore
+};
+
+// Reads the sizes and counters without a model (for the command line).
+StateStats read_state_stats(Database& db);
+std::string format_state_stats(const StateStats& stats, uint64_t cap_bytes);
+
+class StateStore final : public PrefixStore {
+public:
+    // `db` must outlive the store and be migrated (schema.h).
+    StateStore(Database& db, std::string_view model_fingerprint, KvType kv_type,
+               StateStoreOptions options = {});
+
+    int64_t restore(std::span<const int32_t> tokens, int64_t have, InferenceState& state) override;
+    void save(std::span<const int32_t> tokens, const InferenceState& state) override;
+    std::string take_warning() override;
+
+    // Deletes least-recently-used blocks until the stored bytes fit the cap.
+    void evict_to_cap();
+    const StateStoreOptions& options() const { return options_; }
+    const StateKey& seed() const { return seed_; }
+
+private:
+    struct BlockRow {
+        int64_t id = 0;
+        int64_t begin = 0;
+        int64_t n_tokens = 0;  // tokens of this block that the prefix uses
+    };
+    // The longest stored chain that verifies against `tokens`, ending in a full or partial
+    // block used for its first `n_tokens` tokens.
+    std::vector<BlockRow> find_chain(std::span<const int32_t> tokens);
+    // Among the children of `parent_id` (0: roots), the one sharing the longest token prefix
+    // with `tail`; n_tokens 0 when none shares any.
+    BlockRow best_child(int64_t parent_id, int64_t begin, std::span<const int32_t> tail);
+    // Loads the blocks' rows past `have` into the cache; returns the restored length. A bad
+    // blob is deleted (with the blocks after it) and the length stops before it.
+    int64_t load_chain(const std::vector<BlockRow>& chain, int64_t have, KvCache& kv);
+    int64_t insert_block(int64_t parent_id, const StateKey& key, int64_t begin,
+                         std::span<const int32_t> block, const KvCache& kv, int64_t tick);
+    void drop_superseded_partials(int64_t parent_id, int64_t keep_id,
+                                  std::span<const int32_t> tokens);
+    int64_t next_tick();
+    void touch(const std::vector<int64_t>& ids, int64_t tick);
+    void add_counter(const char* name, int64_t delta);
+    void warn(const std::string& message);
+
+    Database& db_;
+    StateKey seed_;
+    KvType kv_type_;
+    StateStoreOptions options_;
+    std::string warning_;
+};
+
+}  // namespace ember::sessions

@@ -1,0 +1,295 @@
+// Line mode (`ember chat --plain`) driven through a real terminal: tmux runs a shell, the test
+// types into it and reads the screen back. Covers a streamed reply, Ctrl-C mid-reply keeping
+// the partial reply, /set, /regen giving a new reply, an unknown command, Ctrl-C at the
+// prompt, Ctrl-D leaving with the terminal restored, and the saved input history.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <functional>
+#include <regex>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "tests/support/fixtures.h"
+#include "tests/support/process.h"
+
+namespace ember::test {
+namespace {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+const char* const kModel = "arch/llama/llama.gguf";
+const char* const kShellPrompt = "SHELL$";
+
+std::string find_in_path(const std::string& program) {
+    const char* path = std::getenv("PATH");
+    std::stringstream dirs(path != nullptr ? path : "/usr/bin:/bin");
+    std::string dir;
+    while (std::getline(dirs, dir, ':')) {
+        const std::string candidate = dir + "/" + program;
+        if (!dir.empty() && access(candidate.c_str(), X_OK) == 0) return candidate;
+    }
+    return {};
+}
+
+std::string shell_quote(const std::string& s) {
+    std::string out = "'";
+    for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+    return out + "'";
+}
+
+std::string rstrip(std::string s) {
+    while (!s.empty() && (s.back() == ' ' || s.back() == '\r')) s.pop_back();
+    return s;
+}
+
+// The screen's lines (scrollback included, wrapped lines joined), trailing blanks dropped.
+std::vector<std::string> screen_lines(const std::string& screen) {
+    std::vector<std::string> lines;
+    std::stringstream in(screen);
+    std::string line;
+    while (std::getline(in, line)) lines.push_back(rstrip(line));
+    while (!lines.empty() && lines.back().empty()) lines.pop_back();
+    return lines;
+}
+
+std::string last_line(const std::string& screen) {
+    const auto lines = screen_lines(screen);
+    return lines.empty() ? std::string() : lines.back();
+}
+
+// One reply's stats line, as line mode prints it after every reply.
+struct TurnStats {
+    size_t line = 0;  // index in screen_lines()
+    int64_t generated = 0;
+    int64_t reused = 0;
+    int64_t evaluated = 0;
+    std::string finish;
+};
+
+std::vector<TurnStats> stats_lines(const std::string& screen) {
+    static const std::regex pattern(
+        R"(^\[(\d+) tokens, .* prompt (\d+) reused \+ (\d+) evaluated, (\w+)\])");
+    std::vector<TurnStats> out;
+    const auto lines = screen_lines(screen);
+    for (size_t i = 0; i < lines.size(); ++i) {
+        std::smatch m;
+        if (!std::regex_search(lines[i], m, pattern)) continue;
+        out.push_back({i, std::stoll(m[1]), std::stoll(m[2]), std::stoll(m[3]), m[4]});
+    }
+    return out;
+}
+
+// The reply text between the last line typed as `input` and the stats line after it.
+std::string reply_after(const std::string& screen, const std::string& input) {
+    const auto lines = screen_lines(screen);
+    size_t at = lines.size();
+    for (size_t i = 0; i < lines.size(); ++i) {
+        if (lines[i] == "> " + input) at = i;
+    }
+    std::string reply;
+    for (size_t i = at + 1; i < lines.size(); ++i) {
+        if (lines[i].starts_with("[") && lines[i].find(" tokens, ") != std::string::npos) break;
+        reply += lines[i] + "\n";
+    }
+    return reply;
+}
+
+// A tmux server of its own (a unique socket), killed at the end.
+class Tmux {
+public:
+    explicit Tmux(std::string binary)
+        : binary_(std::move(binary)), socket_("ember-line-test-" + std::to_string(getpid())) {}
+    ~Tmux() {
+        // tmux leaves its socket file behind after kill-server.
+        std::string socket_path = run({"display-message", "-p", "#{socket_path}"}).out;
+        while (!socket_path.empty() && socket_path.back() == '\n') socket_path.pop_back();
+        run({"kill-server"});
+        if (!socket_path.empty()) {
+            std::error_code ignored;
+            fs::remove(socket_path, ignored);
+        }
+    }
+
+    CommandResult run(const std::vector<std::string>& args) const {
+        std::vector<std::string> argv = {binary_, "-L", socket_, "-f", "/dev/null"};
+        argv.insert(argv.end(), args.begin(), args.end());
+        return run_command(argv);
+    }
+    CommandResult start(const std::string& command) const {
+        return run({"new-session", "-d", "-x", "100", "-y", "30", "-s", "t", command});
+    }
+    // Keys by tmux name ("Enter", "C-c"), or literal text with `literal`.
+    void keys(const std::string& keys, bool literal = false) const {
+        if (literal) {
+            run({"send-keys", "-t", "t", "-l", keys});
+        } else {
+            run({"send-keys", "-t", "t", keys});
+        }
+    }
+    void type_line(const std::string& text) const {
+        keys(text, true);
+        keys("Enter");
+    }
+    std::string screen() const {
+        return run({"capture-pane", "-p", "-J", "-S", "-", "-t", "t"}).out;
+    }
+
+    // Polls the screen until `done` holds or the deadline passes; returns the last screen.
+    bool wait_for(const std::function<bool(const std::string&)>& done, std::string& screen,
+                  double seconds = 15.0) const {
+        const auto deadline = Clock::now() + std::chrono::duration<double>(seconds);
+        for (;;) {
+            screen = this->screen();
+            if (done(screen)) return true;
+            if (Clock::now() > deadline) return false;
+            std::this_thread::sleep_for(std::chrono::milliseconds(30));
+        }
+    }
+
+private:
+    std::string binary_;
+    std::string socket_;
+};
+
+bool at_prompt(const std::string& screen) {
+    return last_line(screen) == ">";
+}
+
+bool shows(const std::string& screen, const std::string& text) {
+    return screen.find(text) != std::string::npos;
+}
+
+// A finished turn: its stats line printed and the prompt back.
+auto turn_done(size_t count) {
+    return [count](const std::string& s) { return stats_lines(s).size() >= count && at_prompt(s); };
+}
+
+TEST(ChatLineMode, StreamsCancelsRegeneratesAndRestoresTheTerminal) {
+    EMBER_REQUIRE_FIXTURE(kModel);
+    const std::string tmux_binary = find_in_path("tmux");
+    if (tmux_binary.empty()) {
+        if (running_in_ci()) FAIL() << "tmux is required under CI=true";
+        GTEST_SKIP() << "tmux not found in PATH";
+    }
+    char dir_template[] = "/tmp/ember-line-mode-XXXXXX";
+    ASSERT_NE(mkdtemp(dir_template), nullptr);
+    const fs::path data_home = dir_template;
+
+    Tmux tmux(tmux_binary);
+    const std::string shell = "env PS1=" + shell_quote(std::string(kShellPrompt) + " ") +
+                              " XDG_DATA_HOME=" + shell_quote(data_home.string()) + " /bin/sh";
+    const CommandResult started = tmux.start(shell);
+    ASSERT_EQ(started.status, 0) << started.err;
+    std::string screen;
+    ASSERT_TRUE(
+        tmux.wait_for([](const std::string& s) { return last_line(s) == kShellPrompt; }, screen))
+        << screen;
+
+    // Long replies (until the context is full) so that Ctrl-C lands mid-reply.
+    tmux.type_line(shell_quote(ember_binary()) + " chat --plain -m " +
+                   shell_quote(fixture_path(kModel)) + " -n 100000 --ignore-eos -c 2048 -t 2");
+    ASSERT_TRUE(tmux.wait_for(at_prompt, screen)) << screen;
+    EXPECT_TRUE(shows(screen, "/help")) << screen;
+
+    // A prompt; the reply streams; Ctrl-C once some of it is on screen.
+    tmux.type_line("Tell me a story");
+    ASSERT_TRUE(tmux.wait_for(
+        [](const std::string& s) { return reply_after(s, "Tell me a story").size() > 40; }, screen))
+        << screen;
+    tmux.keys("C-c");
+    ASSERT_TRUE(tmux.wait_for(turn_done(1), screen)) << screen;
+    const TurnStats cancelled = stats_lines(screen).at(0);
+    EXPECT_EQ(cancelled.finish, "cancelled") << screen;
+    EXPECT_GE(cancelled.generated, 8);
+    EXPECT_LT(cancelled.generated, 2000) << "the reply ran to the end before Ctrl-C";
+    EXPECT_FALSE(reply_after(screen, "Tell me a story").empty());
+
+    // Short replies from here on.
+    tmux.type_line("/set n-predict 16");
+    ASSERT_TRUE(
+        tmux.wait_for([](const std::string& s) { return shows(s, "n-predict = 16"); }, screen))
+        << screen;
+
+    // The partial reply stayed in the conversation: the next turn reuses the state that
+    // holds the first prompt and every token generated before Ctrl-C.
+    tmux.type_line("and then?");
+    ASSERT_TRUE(tmux.wait_for(turn_done(2), screen)) << screen;
+    const TurnStats second = stats_lines(screen).at(1);
+    EXPECT_EQ(second.finish, "length");
+    EXPECT_EQ(second.generated, 16);
+    EXPECT_GE(second.reused, cancelled.evaluated + cancelled.generated - 4) << screen;
+    const std::string second_reply = reply_after(screen, "and then?");
+    EXPECT_FALSE(second_reply.empty()) << screen;
+
+    // /regen answers the same prompt again with a new reply.
+    tmux.type_line("/set seed 7");
+    ASSERT_TRUE(tmux.wait_for([](const std::string& s) { return shows(s, "seed = 7"); }, screen))
+        << screen;
+    tmux.type_line("/regen");
+    ASSERT_TRUE(tmux.wait_for(turn_done(3), screen)) << screen;
+    const std::string regenerated = reply_after(screen, "/regen");
+    EXPECT_FALSE(regenerated.empty()) << screen;
+    EXPECT_NE(regenerated, second_reply) << screen;
+    EXPECT_GT(stats_lines(screen).at(2).reused, second.evaluated) << screen;
+
+    // An unknown command is explained and the chat carries on.
+    tmux.type_line("/bogus");
+    ASSERT_TRUE(tmux.wait_for(
+        [](const std::string& s) {
+            return shows(s, "unknown command /bogus; /help lists the commands") && at_prompt(s);
+        },
+        screen))
+        << screen;
+    tmux.type_line("/stats");
+    ASSERT_TRUE(tmux.wait_for(
+        [](const std::string& s) { return shows(s, "last reply: 16 tokens") && at_prompt(s); },
+        screen))
+        << screen;
+
+    // Ctrl-C at the prompt drops the half-typed line and gives a fresh prompt.
+    tmux.keys("half typed", true);
+    ASSERT_TRUE(
+        tmux.wait_for([](const std::string& s) { return last_line(s) == "> half typed"; }, screen))
+        << screen;
+    tmux.keys("C-c");
+    ASSERT_TRUE(tmux.wait_for(
+        [](const std::string& s) { return shows(s, "> half typed^C") && at_prompt(s); }, screen))
+        << screen;
+
+    // Ctrl-D leaves; the shell is back and the terminal is in its normal (cooked) mode.
+    tmux.keys("C-d");
+    ASSERT_TRUE(
+        tmux.wait_for([](const std::string& s) { return last_line(s) == kShellPrompt; }, screen))
+        << screen;
+    tmux.type_line("stty -a");
+    ASSERT_TRUE(tmux.wait_for(
+        [](const std::string& s) { return shows(s, "icanon") && last_line(s) == kShellPrompt; },
+        screen))
+        << screen;
+    std::string settings;
+    for (const auto& line : screen_lines(screen)) {
+        if (line.find("icanon") != std::string::npos) settings = " " + line + " ";
+    }
+    EXPECT_NE(settings.find(" icanon "), std::string::npos) << settings;
+    EXPECT_NE(settings.find(" echo "), std::string::npos) << settings;
+    EXPECT_NE(settings.find(" isig "), std::string::npos) << settings;
+
+    // What was typed is saved under $XDG_DATA_HOME/ember.
+    const std::string history = read_file((data_home / "ember" / "history").string());
+    EXPECT_NE(history.find("and then?"), std::string::npos) << history;
+    EXPECT_NE(history.find("/regen"), std::string::npos) << history;
+    EXPECT_EQ(history.find("half typed"), std::string::npos) << history;
+
+    std::error_code ignored;
+    fs::remove_all(data_home, ignored);
+}
+
+}  // namespace
+}  // namespace ember::test

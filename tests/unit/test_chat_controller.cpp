@@ -1,0 +1,391 @@
+// The chat controller behind line mode and curses, on a real (tiny) model: slash command
+// parsing, /set validation, what is committed to the session store and under which parent,
+// cancellation keeping the partial reply; and line mode's multi-line input assembly.
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/generate/conversation.h"
+#include "engine/model/model.h"
+#include "engine/util/thread_pool.h"
+#include "tests/support/fixtures.h"
+#include "ui/chat_controller.h"
+#include "ui/line_mode.h"
+#include "ui/session_backend.h"
+
+namespace ember::test {
+namespace {
+
+using ui::ChatController;
+using ui::ChatOutcome;
+
+const char* const kModel = "arch/llama/llama.gguf";
+
+// Remembers every commit, to check parents and branches.
+class RecordingBackend final : public ui::SessionBackend {
+public:
+    struct Commit {
+        ChatMessage message;
+        int64_t parent = 0;
+        int64_t id = 0;
+        bool with_turn = false;
+    };
+    std::vector<Commit> commits;
+    int new_sessions = 0;
+    std::string system_prompt;
+    std::optional<ui::LoadedSession> stored;
+
+    void new_session(const std::string& system) override {
+        ++new_sessions;
+        system_prompt = system;
+    }
+    std::string current_id() const override { return "s1"; }
+    int64_t commit(const ChatMessage& message, int64_t parent_id, const TurnResult* turn) override {
+        const int64_t id = static_cast<int64_t>(commits.size()) + 100;
+        commits.push_back({message, parent_id, id, turn != nullptr});
+        return id;
+    }
+    void set_system_prompt(const std::string& text) override { system_prompt = text; }
+    void rename(const std::string&) override {}
+    std::vector<ui::SessionSummary> list(int64_t) override { return {}; }
+    std::optional<ui::LoadedSession> load(const std::string& id) override {
+        if (stored && stored->summary.id == id) return stored;
+        return std::nullopt;
+    }
+    void export_markdown(const std::string&) override {}
+    std::string stats_text() override { return "recording backend"; }
+};
+
+class ChatControllerTest : public ::testing::Test {
+protected:
+    void SetUp() override {
+        if (!fixture_exists(kModel)) {
+            if (running_in_ci()) FAIL() << "fixture missing under CI=true: " << kModel;
+            GTEST_SKIP() << "fixture not found: " << fixture_path(kModel);
+        }
+        model_ = Model::load(fixture_path(kModel));
+        pool_ = std::make_unique<ThreadPool>(2);
+        make_controller(512);
+    }
+
+    void make_controller(int64_t context) {
+        controller_.reset();
+        ConversationOptions options;
+        options.context = context;
+        conversation_ = std::make_unique<Conversation>(*model_, *pool_, options);
+        SamplingParams params;
+        params.temperature = 0;  // greedy: the same reply every time
+        sampler_ = std::make_unique<Sampler>(params);
+        GenerateOptions generation;
+        generation.max_tokens = 8;
+        generation.ignore_eos = true;
+        controller_ =
+            std::make_unique<ChatController>(*conversation_, *sampler_, backend_, generation);
+    }
+
+    ChatOutcome command(const std::string& line) {
+        return controller_->handle_command(line, nullptr);
+    }
+
+    std::vector<std::string> roles() const {
+        std::vector<std::string> out;
+        for (const auto& m : conversation_->messages()) out.push_back(m.role);
+        return out;
+    }
+
+    std::unique_ptr<Model> model_;
+    std::unique_ptr<ThreadPool> pool_;
+    std::unique_ptr<Conversation> conversation_;
+    std::unique_ptr<Sampler> sampler_;
+    RecordingBackend backend_;
+    std::unique_ptr<ChatController> controller_;
+};
+
+TEST(ChatControllerParsing, TellsCommandsFromPrompts) {
+    EXPECT_TRUE(ChatController::is_command("/help"));
+    EXPECT_TRUE(ChatController::is_command("/set temp 0.5"));
+    EXPECT_TRUE(ChatController::is_command("/"));
+    EXPECT_FALSE(ChatController::is_command("hello /help"));
+    EXPECT_FALSE(ChatController::is_command(""));
+    EXPECT_FALSE(ChatController::is_command(" /help"));
+    // "//" escapes a prompt that starts with a slash.
+    EXPECT_FALSE(ChatController::is_command("//usr/bin is a directory"));
+}
+
+TEST_F(ChatControllerTest, UnknownCommandIsExplainedAndChangesNothing) {
+    const ChatOutcome outcome = command("/frobnicate now");
+    EXPECT_TRUE(outcome.error);
+    EXPECT_FALSE(outcome.quit);
+    EXPECT_NE(outcome.message.find("/frobnicate"), std::string::npos) << outcome.message;
+    EXPECT_NE(outcome.message.find("/help"), std::string::npos) << outcome.message;
+    EXPECT_TRUE(conversation_->messages().empty());
+    EXPECT_TRUE(backend_.commits.empty());
+}
+
+TEST_F(ChatControllerTest, HelpQuitAndArgumentChecks) {
+    const ChatOutcome help = command("/help");
+    EXPECT_FALSE(help.error);
+    for (const char* name : {"/new", "/regen", "/edit", "/system", "/set", "/stats", "/sessions",
+                             "/load", "/rename", "/export", "/quit"}) {
+        EXPECT_NE(help.message.find(name), std::string::npos) << name;
+    }
+    EXPECT_TRUE(command("/quit").quit);
+    EXPECT_TRUE(command("  /quit  ").quit);
+    EXPECT_TRUE(command("/edit").error);
+    EXPECT_TRUE(command("/load").error);
+    EXPECT_TRUE(command("/rename").error);
+    EXPECT_TRUE(command("/export").error);
+    const ChatOutcome missing = command("/load nope");
+    EXPECT_TRUE(missing.error);
+    EXPECT_NE(missing.message.find("nope"), std::string::npos) << missing.message;
+    EXPECT_TRUE(command("/regen").error) << "nothing to regenerate yet";
+}
+
+TEST_F(ChatControllerTest, SetAcceptsValidValues) {
+    EXPECT_FALSE(command("/set temp 0.5").error);
+    EXPECT_FLOAT_EQ(sampler_->params().temperature, 0.5f);
+    EXPECT_FALSE(command("/set top_k 7").error);  // underscores work too
+    EXPECT_EQ(sampler_->params().top_k, 7);
+    EXPECT_FALSE(command("/set top-p 0.9").error);
+    EXPECT_FLOAT_EQ(sampler_->params().top_p, 0.9f);
+    EXPECT_FALSE(command("/set min-p 0").error);
+    EXPECT_FLOAT_EQ(sampler_->params().min_p, 0.0f);
+    EXPECT_FALSE(command("/set repeat-penalty 1.1").error);
+    EXPECT_FLOAT_EQ(sampler_->params().repeat_penalty, 1.1f);
+    EXPECT_FALSE(command("/set seed 42").error);
+    EXPECT_EQ(sampler_->params().seed, 42u);
+    EXPECT_FALSE(command("/set n-predict 5").error);
+    EXPECT_EQ(controller_->generation().max_tokens, 5);
+    EXPECT_FALSE(command("/set -n -1").error);
+    EXPECT_EQ(controller_->generation().max_tokens, -1);
+    EXPECT_FALSE(command("/set ignore-eos off").error);
+    EXPECT_FALSE(controller_->generation().ignore_eos);
+
+    EXPECT_FALSE(command("/set think off").error);
+    EXPECT_EQ(conversation_->options().max_thinking_tokens, 0);
+    EXPECT_EQ(conversation_->options().template_vars["enable_thinking"], false);
+    EXPECT_FALSE(command("/set thinking-budget 100").error);
+    EXPECT_EQ(conversation_->options().max_thinking_tokens, 100);
+    EXPECT_FALSE(command("/set think on").error);
+    EXPECT_EQ(conversation_->options().max_thinking_tokens, 100);
+    EXPECT_FALSE(command("/set ctx 256").error);
+    EXPECT_EQ(conversation_->options().context, 256);
+    EXPECT_FALSE(command("/set ctx 512").error);
+
+    const ChatOutcome listing = command("/set");
+    EXPECT_FALSE(listing.error);
+    EXPECT_NE(listing.message.find("temp 0.5"), std::string::npos) << listing.message;
+    EXPECT_NE(listing.message.find("ctx 512"), std::string::npos) << listing.message;
+}
+
+TEST_F(ChatControllerTest, SetRejectsBadValuesAndSaysWhy) {
+    const SamplingParams before = sampler_->params();
+    struct Case {
+        const char* line;
+        const char* says;
+    };
+    const Case cases[] = {
+        {"/set temp -1", ">= 0"},
+        {"/set temp abc", "not a number"},
+        {"/set temp 0.5x", "not a number"},
+        {"/set temp nan", "finite"},
+        {"/set top-k 3.5", "not a whole number"},
+        {"/set top-k -2", ">= 0"},
+        {"/set top-p 1.5", "(0, 1]"},
+        {"/set top-p 0", "(0, 1]"},
+        {"/set min-p 2", "[0, 1]"},
+        {"/set repeat-penalty 0", "> 0"},
+        {"/set seed -3", "not a whole number"},
+        {"/set n-predict 0", "> 0"},
+        {"/set n-predict many", "not a whole number"},
+        {"/set ignore-eos maybe", "on or off"},
+        {"/set think maybe", "on or off"},
+        {"/set ctx 8", "at least 16"},
+        {"/set ctx 99999999", "trained for"},
+        {"/set thinking-budget -1", ">= 0"},
+        {"/set warp 9", "unknown setting 'warp'"},
+        {"/set temp", "usage"},
+    };
+    for (const Case& c : cases) {
+        const ChatOutcome outcome = command(c.line);
+        EXPECT_TRUE(outcome.error) << c.line;
+        EXPECT_NE(outcome.message.find(c.says), std::string::npos)
+            << c.line << " -> " << outcome.message;
+    }
+    const SamplingParams after = sampler_->params();
+    EXPECT_EQ(after.temperature, before.temperature);
+    EXPECT_EQ(after.top_k, before.top_k);
+    EXPECT_EQ(after.top_p, before.top_p);
+    EXPECT_EQ(after.min_p, before.min_p);
+    EXPECT_EQ(after.repeat_penalty, before.repeat_penalty);
+    EXPECT_EQ(controller_->generation().max_tokens, 8);
+}
+
+TEST_F(ChatControllerTest, TurnCommitsPromptThenReplyUnderIt) {
+    std::string streamed;
+    const ChatOutcome outcome =
+        controller_->submit("Hello there", [&](const std::string& t, TextKind) {
+            streamed += t;
+            return true;
+        });
+    ASSERT_FALSE(outcome.error) << outcome.message;
+    ASSERT_TRUE(outcome.turn);
+    EXPECT_EQ(outcome.turn->stats.generated_tokens, 8);
+    EXPECT_EQ(roles(), (std::vector<std::string>{"user", "assistant"}));
+    EXPECT_EQ(conversation_->messages().back().content, streamed);
+    ASSERT_EQ(backend_.commits.size(), 2u);
+    EXPECT_EQ(backend_.commits[0].message.content, "Hello there");
+    EXPECT_EQ(backend_.commits[0].parent, 0);
+    EXPECT_FALSE(backend_.commits[0].with_turn);
+    EXPECT_EQ(backend_.commits[1].message.role, "assistant");
+    EXPECT_EQ(backend_.commits[1].parent, backend_.commits[0].id);
+    EXPECT_TRUE(backend_.commits[1].with_turn);
+    EXPECT_EQ(controller_->message_ids(),
+              (std::vector<int64_t>{backend_.commits[0].id, backend_.commits[1].id}));
+
+    const ChatOutcome stats = command("/stats");
+    EXPECT_NE(stats.message.find("8 tokens generated"), std::string::npos) << stats.message;
+    EXPECT_NE(stats.message.find("recording backend"), std::string::npos) << stats.message;
+    EXPECT_NE(ChatController::turn_summary(*outcome.turn).find("8 tokens"), std::string::npos);
+}
+
+TEST_F(ChatControllerTest, CancelKeepsAndCommitsThePartialReply) {
+    EXPECT_FALSE(command("/set n-predict 200").error);
+    std::string streamed;
+    int pieces = 0;
+    const ChatOutcome outcome =
+        controller_->submit("Tell me a story", [&](const std::string& t, TextKind) {
+            streamed += t;
+            if (++pieces == 3) controller_->request_cancel();
+            return true;
+        });
+    ASSERT_TRUE(outcome.turn);
+    EXPECT_EQ(outcome.turn->finish, FinishReason::Cancelled);
+    EXPECT_LT(outcome.turn->stats.generated_tokens, 200);
+    EXPECT_EQ(roles(), (std::vector<std::string>{"user", "assistant"}));
+    EXPECT_EQ(conversation_->messages().back().content, streamed);
+    ASSERT_EQ(backend_.commits.size(), 2u);
+    EXPECT_EQ(backend_.commits[1].message.content, streamed);
+
+    // The next turn starts clean: the cancel request does not carry over.
+    const ChatOutcome next = controller_->submit("Go on", nullptr);
+    ASSERT_TRUE(next.turn);
+    EXPECT_NE(next.turn->finish, FinishReason::Cancelled);
+}
+
+TEST_F(ChatControllerTest, RegenCommitsASiblingReply) {
+    ASSERT_FALSE(controller_->submit("Hello", nullptr).error);
+    const int64_t user_id = controller_->message_ids()[0];
+    const int64_t first_reply = controller_->message_ids()[1];
+    EXPECT_FALSE(command("/set temp 1").error);  // let the new reply differ
+    const ChatOutcome regen = command("/regen");
+    ASSERT_FALSE(regen.error) << regen.message;
+    ASSERT_TRUE(regen.turn);
+    EXPECT_EQ(roles(), (std::vector<std::string>{"user", "assistant"}));
+    ASSERT_EQ(backend_.commits.size(), 3u);
+    EXPECT_EQ(backend_.commits[2].parent, user_id);  // same parent as the first reply
+    EXPECT_NE(controller_->message_ids()[1], first_reply);
+    EXPECT_EQ(controller_->message_ids()[0], user_id);
+}
+
+TEST_F(ChatControllerTest, EditBranchesFromTheOldPromptsParent) {
+    ASSERT_FALSE(controller_->submit("First", nullptr).error);
+    ASSERT_FALSE(controller_->submit("Second", nullptr).error);
+    const int64_t first_reply = controller_->message_ids()[1];
+    const ChatOutcome edit = command("/edit Second, edited");
+    ASSERT_FALSE(edit.error) << edit.message;
+    EXPECT_EQ(roles(), (std::vector<std::string>{"user", "assistant", "user", "assistant"}));
+    EXPECT_EQ(conversation_->messages()[2].content, "Second, edited");
+    ASSERT_EQ(backend_.commits.size(), 6u);
+    EXPECT_EQ(backend_.commits[4].message.content, "Second, edited");
+    EXPECT_EQ(backend_.commits[4].parent, first_reply);
+    EXPECT_EQ(backend_.commits[5].parent, backend_.commits[4].id);
+}
+
+TEST_F(ChatControllerTest, SystemNewAndLoad) {
+    EXPECT_NE(command("/system").message.find("no system prompt"), std::string::npos);
+    EXPECT_FALSE(command("/system Be brief.").error);
+    EXPECT_EQ(backend_.system_prompt, "Be brief.");
+    EXPECT_NE(command("/system").message.find("Be brief."), std::string::npos);
+    ASSERT_FALSE(controller_->submit("Hi", nullptr).error);
+    EXPECT_EQ(roles(), (std::vector<std::string>{"system", "user", "assistant"}));
+    EXPECT_EQ(controller_->message_ids().size(), 2u);
+
+    const int sessions_before = backend_.new_sessions;
+    const ChatOutcome fresh = command("/new");
+    EXPECT_TRUE(fresh.conversation_replaced);
+    EXPECT_EQ(roles(), (std::vector<std::string>{"system"}));  // the system prompt stays
+    EXPECT_TRUE(controller_->message_ids().empty());
+    EXPECT_EQ(backend_.new_sessions, sessions_before + 1);
+    EXPECT_TRUE(command("/stats").message.find("no reply yet") != std::string::npos);
+
+    ui::LoadedSession saved;
+    saved.summary.id = "abc";
+    saved.summary.title = "Old chat";
+    saved.system_prompt = "Be kind.";
+    saved.messages = {{"user", "Hey", {}, {}}, {"assistant", "Hello!", {}, {}}};
+    saved.message_ids = {7, 8};
+    backend_.stored = saved;
+    const ChatOutcome loaded = command("/load abc");
+    ASSERT_FALSE(loaded.error) << loaded.message;
+    EXPECT_TRUE(loaded.conversation_replaced);
+    EXPECT_EQ(roles(), (std::vector<std::string>{"system", "user", "assistant"}));
+    EXPECT_EQ(conversation_->messages()[0].content, "Be kind.");
+    EXPECT_EQ(controller_->message_ids(), (std::vector<int64_t>{7, 8}));
+    ASSERT_FALSE(controller_->submit("More", nullptr).error);
+    EXPECT_EQ(backend_.commits[backend_.commits.size() - 2].parent, 8);
+}
+
+TEST_F(ChatControllerTest, FailedTurnLeavesTheConversationAsItWas) {
+    make_controller(64);
+    ASSERT_FALSE(controller_->submit("Hi", nullptr).error);
+    const auto before = conversation_->messages().size();
+    const auto ids_before = controller_->message_ids();
+    std::string huge;
+    for (int i = 0; i < 200; ++i) huge += "word ";
+    const ChatOutcome outcome = controller_->submit(huge, nullptr);
+    EXPECT_TRUE(outcome.error);
+    EXPECT_NE(outcome.message.find("could not answer"), std::string::npos) << outcome.message;
+    EXPECT_EQ(conversation_->messages().size(), before);
+    EXPECT_EQ(controller_->message_ids(), ids_before);
+    // And the chat carries on.
+    EXPECT_FALSE(controller_->submit("Again", nullptr).error);
+}
+
+TEST(MultilineInput, BackslashContinuesAndTripleQuotesMakeABlock) {
+    ui::MultilineInput input;
+    auto done = input.feed("plain line");
+    ASSERT_TRUE(done);
+    EXPECT_EQ(done->text, "plain line");
+    EXPECT_FALSE(done->from_block);
+
+    EXPECT_FALSE(input.feed("first \\"));
+    EXPECT_TRUE(input.pending());
+    EXPECT_FALSE(input.feed("second\\"));
+    done = input.feed("third");
+    ASSERT_TRUE(done);
+    EXPECT_EQ(done->text, "first \nsecond\nthird");
+    EXPECT_FALSE(input.pending());
+
+    EXPECT_FALSE(input.feed("\"\"\""));
+    EXPECT_TRUE(input.pending());
+    EXPECT_FALSE(input.feed("/not a command"));
+    EXPECT_FALSE(input.feed(""));
+    EXPECT_FALSE(input.feed("ends with \\"));  // no continuation inside a block
+    done = input.feed("\"\"\"");
+    ASSERT_TRUE(done);
+    EXPECT_EQ(done->text, "/not a command\n\nends with \\");
+    EXPECT_TRUE(done->from_block);
+
+    EXPECT_FALSE(input.feed("abandoned \\"));
+    input.reset();
+    EXPECT_FALSE(input.pending());
+    done = input.feed("fresh");
+    ASSERT_TRUE(done);
+    EXPECT_EQ(done->text, "fresh");
+}
+
+}  // namespace
+}  // namespace ember::test

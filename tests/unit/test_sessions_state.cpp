@@ -1,0 +1,381 @@
+// Stored prefix state on real SQLite files, with KV caches filled with recognisable values:
+// the state_io byte format, exact restore, sharing of common prefixes, partial blocks, the
+// fingerprint and KV type in the key, token verification, corrupted blobs (dropped, never
+// restored) and least-recently-used eviction under a cap.
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include <cstring>
+#include <filesystem>
+#include <random>
+
+#include "engine/model/model.h"
+#include "engine/model/state.h"
+#include "engine/model/state_io.h"
+#include "sessions/blob_codec.h"
+#include "sessions/schema.h"
+#include "sessions/state_store.h"
+
+namespace ember::sessions {
+namespace {
+
+namespace fs = std::filesystem;
+
+class TempDir {
+public:
+    TempDir() {
+        std::string pattern = (fs::temp_directory_path() / "ember-state-XXXXXX").string();
+        if (mkdtemp(pattern.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
+        path_ = pattern;
+    }
+    ~TempDir() {
+        std::error_code ec;
+        fs::remove_all(path_, ec);
+    }
+    std::string file(const std::string& name) const { return (path_ / name).string(); }
+
+private:
+    fs::path path_;
+};
+
+ModelConfig small_config() {
+    ModelConfig c;
+    c.n_layer = 3;
+    c.n_head_kv = 2;
+    c.head_dim = 8;
+    c.value_dim = 8;
+    return c;
+}
+
+// The value every K/V element gets for a given token prefix: a function of the position and
+// the tokens up to it, so states of different prefixes differ and equal prefixes agree.
+float element_value(std::span<const int32_t> tokens, int64_t pos, int64_t layer, int64_t i,
+                    bool is_v) {
+    uint32_t h = 2166136261u;
+    for (int64_t p = 0; p <= pos; ++p) h = (h ^ static_cast<uint32_t>(tokens[p])) * 16777619u;
+    h = (h ^ static_cast<uint32_t>(layer * 131 + i * 7 + (is_v ? 1 : 0))) * 16777619u;
+    return static_cast<float>(h % 100000) / 1000.0f - 50.0f;
+}
+
+// A state holding `tokens` as if they had been evaluated.
+std::unique_ptr<InferenceState> evaluated_state(std::span<const int32_t> tokens,
+                                                KvType type = KvType::F32) {
+    auto st = make_state(small_config(), 1024, type);
+    KvCache& kv = st->kv;
+    kv.reserve(static_cast<int64_t>(tokens.size()));
+    for (int64_t l = 0; l < kv.n_layer(); ++l) {
+        for (int64_t pos = 0; pos < static_cast<int64_t>(tokens.size()); ++pos) {
+            for (int64_t i = 0; i < kv.k_width(); ++i) {
+                const float kval = element_value(tokens, pos, l, i, false);
+                const float vval = element_value(tokens, pos, l, i, true);
+                if (type == KvType::F32) {
+                    kv.k_row(l, pos)[i] = kval;
+                    kv.v_row(l, pos)[i] = vval;
+                } else {
+                    // Any bit pattern will do for the round trip: store the float's top half.
+                    uint32_t kb, vb;
+                    std::memcpy(&kb, &kval, 4);
+                    std::memcpy(&vb, &vval, 4);
+                    kv.k_row_f16(l, pos)[i] = static_cast<uint16_t>(kb >> 16);
+                    kv.v_row_f16(l, pos)[i] = static_cast<uint16_t>(vb >> 16);
+                }
+            }
+        }
+    }
+    kv.set_length(static_cast<int64_t>(tokens.size()));
+    return st;
+}
+
+// Whether positions [0, n) of `a` and `b` hold the same bytes.
+bool same_rows(KvCache& a, KvCache& b, int64_t n) {
+    const size_t es = a.type() == KvType::F32 ? 4 : 2;
+    for (int64_t l = 0; l < a.n_layer(); ++l) {
+        for (int64_t pos = 0; pos < n; ++pos) {
+            if (std::memcmp(a.k_row(l, pos), b.k_row(l, pos), a.k_width() * es) != 0) return false;
+            if (std::memcmp(a.v_row(l, pos), b.v_row(l, pos), a.v_width() * es) != 0) return false;
+        }
+    }
+    return true;
+}
+
+std::vector<int32_t> token_run(size_t n, int32_t start) {
+    std::vector<int32_t> t(n);
+    for (size_t i = 0; i < n; ++i) t[i] = start + static_cast<int32_t>(i * 7 % 50);
+    return t;
+}
+
+std::vector<int32_t> concat(std::vector<int32_t> a, const std::vector<int32_t>& b) {
+    a.insert(a.end(), b.begin(), b.end());
+    return a;
+}
+
+struct Fixture {
+    explicit Fixture(const std::string& path) : db(path) { migrate(db); }
+    StateStore store(std::string_view fingerprint = "model-a", KvType type = KvType::F32,
+                     uint64_t cap = uint64_t{1} << 30) {
+        StateStoreOptions o;
+        o.block_tokens = 16;
+        o.cap_bytes = cap;
+        return StateStore(db, fingerprint, type, o);
+    }
+    int64_t count(const char* sql) {
+        auto s = db.prepare(sql);
+        s.step();
+        return s.column_int(0);
+    }
+    Database db;
+};
+
+TEST(StateIo, RoundTripAndErrors) {
+    const auto tokens = token_run(40, 3);
+    auto src = evaluated_state(tokens);
+    const auto blob = serialize_kv_rows(src->kv, 8, 30);
+    const KvBlobInfo info = inspect_kv_rows(blob);
+    EXPECT_EQ(info.begin, 8);
+    EXPECT_EQ(info.count, 22);
+    EXPECT_EQ(info.n_layer, 3);
+
+    auto dst = make_state(small_config(), 1024);
+    apply_kv_rows(blob, dst->kv, 8, 30);
+    for (int64_t l = 0; l < 3; ++l) {
+        for (int64_t pos = 8; pos < 30; ++pos) {
+            ASSERT_EQ(std::memcmp(src->kv.k_row(l, pos), dst->kv.k_row(l, pos), 16 * 4), 0);
+            ASSERT_EQ(std::memcmp(src->kv.v_row(l, pos), dst->kv.v_row(l, pos), 16 * 4), 0);
+        }
+    }
+    EXPECT_EQ(dst->kv.length(), 0);  // applying rows does not claim them
+
+    // Every truncation is an error, never a crash.
+    for (size_t n = 0; n < blob.size(); n += 7) {
+        EXPECT_THROW(inspect_kv_rows(std::span(blob).first(n)), StateFormatError) << n;
+    }
+    auto bad_version = blob;
+    bad_version[4] = 99;
+    EXPECT_THROW(inspect_kv_rows(bad_version), StateFormatError);
+    auto bad_kind = blob;
+    bad_kind[16] = 2;  // the reserved recurrent kind is not KV rows
+    EXPECT_THROW(inspect_kv_rows(bad_kind), StateFormatError);
+    // Another shape or type does not apply, and nothing is written.
+    ModelConfig wider = small_config();
+    wider.head_dim = 16;
+    auto other = make_state(wider, 1024);
+    EXPECT_THROW(apply_kv_rows(blob, other->kv, 8, 30), StateFormatError);
+    auto f16 = make_state(small_config(), 1024, KvType::F16);
+    EXPECT_THROW(apply_kv_rows(blob, f16->kv, 8, 30), StateFormatError);
+    EXPECT_THROW(apply_kv_rows(blob, dst->kv, 0, 30), StateFormatError);  // outside the blob
+}
+
+TEST(BlobCodec, RoundTripAndCorruption) {
+    std::vector<uint8_t> raw(10000);
+    for (size_t i = 0; i < raw.size(); ++i) raw[i] = static_cast<uint8_t>(i * i % 251);
+    const auto packed = pack_blob(raw);
+    EXPECT_EQ(unpack_blob(packed), raw);
+    std::mt19937 rng(7);
+    for (int trial = 0; trial < 200; ++trial) {
+        auto bad = packed;
+        bad[rng() % bad.size()] ^= static_cast<uint8_t>(1 + rng() % 255);
+        try {
+            EXPECT_EQ(unpack_blob(bad), raw);  // a flip zstd ignores must still give the data
+        } catch (const BlobError&) {
+        }
+    }
+    EXPECT_THROW(unpack_blob(std::span(packed).first(packed.size() / 2)), BlobError);
+    EXPECT_THROW(unpack_blob({}), BlobError);
+}
+
+TEST(StateStore, RestoresExactlyAfterReopen) {
+    TempDir dir;
+    const auto tokens = token_run(75, 10);  // 4 full blocks of 16 and a partial of 11
+    auto src = evaluated_state(tokens);
+    {
+        Fixture f(dir.file("s.db"));
+        StateStore store = f.store();
+        store.save(tokens, *src);
+        EXPECT_EQ(store.take_warning(), "");
+        EXPECT_EQ(f.count("SELECT COUNT(*) FROM state_blocks"), 5);
+        EXPECT_EQ(f.count("SELECT SUM(n_tokens) FROM state_blocks"), 75);
+    }
+    Fixture f(dir.file("s.db"));
+    StateStore store = f.store();
+    // A later turn: the saved prompt plus new tokens.
+    const auto longer = concat(tokens, token_run(20, 500));
+    auto dst = make_state(small_config(), 1024);
+    EXPECT_EQ(store.restore(longer, 0, *dst), 75);
+    EXPECT_EQ(dst->kv.length(), 75);
+    EXPECT_TRUE(same_rows(src->kv, dst->kv, 75));
+
+    // With part already live, only the rest is loaded, and the result is the same.
+    auto part = evaluated_state(std::span(tokens).first(30));
+    EXPECT_EQ(store.restore(longer, 30, *part), 75);
+    EXPECT_TRUE(same_rows(src->kv, part->kv, 75));
+
+    // Nothing to gain: `have` comes back.
+    EXPECT_EQ(store.restore(tokens, 75, *dst), 75);
+    const StateStats st = read_state_stats(f.db);
+    EXPECT_EQ(st.restore_hits, 2);
+    EXPECT_EQ(st.tokens_restored, 75 + 45);
+}
+
+TEST(StateStore, F16CachesRoundTrip) {
+    TempDir dir;
+    Fixture f(dir.file("f16.db"));
+    const auto tokens = token_run(40, 1);
+    auto src = evaluated_state(tokens, KvType::F16);
+    StateStore store = f.store("model-a", KvType::F16);
+    store.save(tokens, *src);
+    auto dst = make_state(small_config(), 1024, KvType::F16);
+    EXPECT_EQ(store.restore(tokens, 0, *dst), 40);
+    EXPECT_TRUE(same_rows(src->kv, dst->kv, 40));
+    // The same model with an f32 cache has other keys: nothing is restored.
+    StateStore f32 = f.store("model-a", KvType::F32);
+    auto other = make_state(small_config(), 1024, KvType::F32);
+    EXPECT_EQ(f32.restore(tokens, 0, *other), 0);
+}
+
+TEST(StateStore, OtherFingerprintNeverRestores) {
+    TempDir dir;
+    Fixture f(dir.file("fp.db"));
+    const auto tokens = token_run(50, 2);
+    StateStore a = f.store("model-a");
+    a.save(tokens, *evaluated_state(tokens));
+    StateStore b = f.store("model-b");
+    auto dst = make_state(small_config(), 1024);
+    EXPECT_EQ(b.restore(tokens, 0, *dst), 0);
+    EXPECT_EQ(dst->kv.length(), 0);
+}
+
+TEST(StateStore, SharedPrefixIsStoredOnceAndRestoredAcrossConversations) {
+    TempDir dir;
+    Fixture f(dir.file("share.db"));
+    StateStore store = f.store();
+    const auto system = token_run(40, 100);  // a long system prompt, shared
+    const auto first = concat(system, token_run(20, 1));
+    const auto second = concat(system, token_run(25, 2));
+    store.save(first, *evaluated_state(first));
+    const int64_t bytes_one = f.count("SELECT SUM(stored_bytes) FROM state_blocks");
+
+    // The second conversation starts warm up to the first differing token, even inside a
+    // block the first conversation wrote.
+    auto dst = make_state(small_config(), 1024);
+    const int64_t got = store.restore(second, 0, *dst);
+    EXPECT_EQ(got, 40);
+    auto ref = evaluated_state(second);
+    EXPECT_TRUE(same_rows(ref->kv, dst->kv, got));
+
+    store.save(second, *evaluated_state(second));
+    // Blocks wholly inside the shared prefix are stored once.
+    EXPECT_EQ(f.count("SELECT COUNT(*) FROM state_blocks WHERE begin_pos < 32"), 2);
+    EXPECT_LT(f.count("SELECT SUM(stored_bytes) FROM state_blocks"), 2 * bytes_one);
+    // Both still restore fully.
+    auto again = make_state(small_config(), 1024);
+    EXPECT_EQ(store.restore(first, 0, *again), 60);
+    EXPECT_TRUE(same_rows(evaluated_state(first)->kv, again->kv, 60));
+}
+
+TEST(StateStore, StorageGrowsLinearlyOverTurns) {
+    TempDir dir;
+    Fixture f(dir.file("grow.db"));
+    StateStore store = f.store();
+    std::vector<int32_t> conversation;
+    for (int turn = 0; turn < 12; ++turn) {
+        conversation = concat(conversation, token_run(23, 1000 + turn));
+        store.save(conversation, *evaluated_state(conversation));
+        // Superseded partial blocks are gone: exactly the conversation's tokens are stored.
+        EXPECT_EQ(f.count("SELECT SUM(n_tokens) FROM state_blocks"),
+                  static_cast<int64_t>(conversation.size()))
+            << "turn " << turn;
+    }
+}
+
+TEST(StateStore, TamperedTokensAreNotTrusted) {
+    // The key matches but the stored tokens do not (what a hash collision would look like):
+    // the chain stops before that block.
+    TempDir dir;
+    Fixture f(dir.file("collide.db"));
+    StateStore store = f.store();
+    const auto tokens = token_run(64, 7);
+    store.save(tokens, *evaluated_state(tokens));
+    auto tamper = f.db.prepare("UPDATE state_blocks SET tokens = ? WHERE begin_pos = 32");
+    const auto other = token_run(16, 900);
+    tamper.bind_blob(1, tokens_to_blob(other)).run();
+    auto dst = make_state(small_config(), 1024);
+    EXPECT_EQ(store.restore(tokens, 0, *dst), 32);
+}
+
+TEST(StateStore, CorruptedBlobIsDroppedAndReported) {
+    TempDir dir;
+    Fixture f(dir.file("corrupt.db"));
+    const auto tokens = token_run(64, 3);
+    {
+        StateStore store = f.store();
+        store.save(tokens, *evaluated_state(tokens));
+    }
+    // Flip a byte in the middle of the third block's blob.
+    f.db.exec(
+        "UPDATE state_blocks SET state = substr(state, 1, 60) || "
+        "CASE WHEN substr(state, 61, 1) = x'00' THEN x'01' ELSE x'00' END || "
+        "substr(state, 62) WHERE begin_pos = 32");
+    StateStore store = f.store();
+    auto dst = make_state(small_config(), 1024);
+    EXPECT_EQ(store.restore(tokens, 0, *dst), 32);  // the good blocks before it still load
+    EXPECT_TRUE(same_rows(evaluated_state(tokens)->kv, dst->kv, 32));
+    const std::string warning = store.take_warning();
+    EXPECT_NE(warning.find("dropped"), std::string::npos) << warning;
+    EXPECT_EQ(store.take_warning(), "");  // reading it cleared it
+    // The bad block and the one chained after it are gone; the next save restores them.
+    EXPECT_EQ(f.count("SELECT COUNT(*) FROM state_blocks"), 2);
+    EXPECT_EQ(read_state_stats(f.db).blobs_dropped, 1);
+    store.save(tokens, *evaluated_state(tokens));
+    auto again = make_state(small_config(), 1024);
+    EXPECT_EQ(store.restore(tokens, 0, *again), 64);
+
+    // A blob cut short, and one replaced by garbage.
+    f.db.exec("UPDATE state_blocks SET state = substr(state, 1, 10) WHERE begin_pos = 0");
+    auto cut = make_state(small_config(), 1024);
+    EXPECT_EQ(store.restore(tokens, 0, *cut), 0);
+    EXPECT_NE(store.take_warning(), "");
+    store.save(tokens, *evaluated_state(tokens));
+    f.db.exec("UPDATE state_blocks SET state = randomblob(length(state)) WHERE begin_pos = 16");
+    auto garbage = make_state(small_config(), 1024);
+    EXPECT_EQ(store.restore(tokens, 0, *garbage), 16);
+}
+
+TEST(StateStore, EvictsLeastRecentlyUsedUnderCap) {
+    TempDir dir;
+    Fixture f(dir.file("evict.db"));
+    const auto a = token_run(64, 1);
+    const auto b = token_run(64, 200);
+    const auto c = token_run(64, 400);
+    int64_t one_conversation = 0;
+    {
+        StateStore probe = f.store();
+        probe.save(a, *evaluated_state(a));
+        one_conversation = f.count("SELECT SUM(stored_bytes) FROM state_blocks");
+        f.db.exec("DELETE FROM state_blocks");
+    }
+    // Room for about two conversations' state.
+    StateStore store =
+        f.store("model-a", KvType::F32, static_cast<uint64_t>(one_conversation * 2.5));
+    store.save(a, *evaluated_state(a));
+    store.save(b, *evaluated_state(b));
+    auto tmp = make_state(small_config(), 1024);
+    EXPECT_EQ(store.restore(a, 0, *tmp), 64);  // a is now more recent than b
+    store.save(c, *evaluated_state(c));        // over the cap: b goes, from its end
+
+    auto probe = [&](const std::vector<int32_t>& t) {
+        auto st = make_state(small_config(), 1024);
+        return store.restore(t, 0, *st);
+    };
+    EXPECT_EQ(probe(a), 64);
+    EXPECT_EQ(probe(c), 64);
+    const int64_t b_left = probe(b);
+    EXPECT_LT(b_left, 64);
+    EXPECT_EQ(b_left % 16, 0) << "a chain loses its end first, never its middle";
+    const StateStats st = read_state_stats(f.db);
+    EXPECT_GT(st.blocks_evicted, 0);
+    EXPECT_LE(st.stored_bytes, static_cast<int64_t>(one_conversation * 2.5));
+    EXPECT_NE(format_state_stats(st, 1).find("evicted"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace ember::sessions

@@ -1,0 +1,510 @@
+#include "ui/chat_controller.h"
+
+#include <algorithm>
+#include <cctype>
+#include <charconv>
+#include <cstdarg>
+#include <cstdio>
+#include <exception>
+#include <sstream>
+#include <stdexcept>
+#include <system_error>
+
+namespace ember::ui {
+
+namespace {
+
+// Sessions listed by /sessions: enough to find recent work without flooding a status line.
+constexpr int64_t kSessionListLimit = 20;
+
+const char* const kSettingNames =
+    "temp, top-k, top-p, min-p, repeat-penalty, seed, n-predict, ignore-eos, think, "
+    "thinking-budget, ctx";
+
+std::string trim(const std::string& s) {
+    const size_t begin = s.find_first_not_of(" \t\r\n");
+    if (begin == std::string::npos) return {};
+    const size_t end = s.find_last_not_of(" \t\r\n");
+    return s.substr(begin, end - begin + 1);
+}
+
+// Splits "/name rest of line" into "/name" and the trimmed rest.
+std::pair<std::string, std::string> split_command(const std::string& line) {
+    const std::string text = trim(line);
+    const size_t space = text.find_first_of(" \t");
+    if (space == std::string::npos) return {text, {}};
+    return {text.substr(0, space), trim(text.substr(space))};
+}
+
+ChatOutcome info(std::string message) {
+    ChatOutcome outcome;
+    outcome.message = std::move(message);
+    return outcome;
+}
+
+ChatOutcome failure(std::string message) {
+    ChatOutcome outcome;
+    outcome.message = std::move(message);
+    outcome.error = true;
+    return outcome;
+}
+
+double per_second(int64_t count, double seconds) {
+    return seconds > 0 ? static_cast<double>(count) / seconds : 0.0;
+}
+
+// The first token's time is prefill; decode speed counts the tokens after it.
+int64_t decoded_after_first(const TurnResult& turn) {
+    return std::max<int64_t>(0, turn.stats.generated_tokens - 1);
+}
+
+__attribute__((format(printf, 1, 2))) std::string format(const char* fmt, ...) {
+    std::va_list args;
+    va_start(args, fmt);
+    std::va_list copy;
+    va_copy(copy, args);
+    const int size = std::vsnprintf(nullptr, 0, fmt, copy);
+    va_end(copy);
+    std::string text(size > 0 ? static_cast<size_t>(size) : 0, '\0');
+    if (size > 0) std::vsnprintf(text.data(), text.size() + 1, fmt, args);
+    va_end(args);
+    return text;
+}
+
+// Whole-string numeric parsing: "12x", "" and out-of-range values are rejected.
+template <class T>
+std::optional<T> parse_number(const std::string& text) {
+    T value{};
+    const char* first = text.data();
+    const char* last = first + text.size();
+    if (first != last && *first == '+') ++first;
+    const auto [end, error] = std::from_chars(first, last, value);
+    if (error != std::errc() || end != last || first == last) return std::nullopt;
+    return value;
+}
+
+std::optional<bool> parse_switch(const std::string& text) {
+    if (text == "on" || text == "true" || text == "1" || text == "yes") return true;
+    if (text == "off" || text == "false" || text == "0" || text == "no") return false;
+    return std::nullopt;
+}
+
+// "Top_K" and "top-k" name the same setting.
+std::string normalize_setting(std::string name) {
+    for (char& c : name) {
+        c = c == '_' ? '-' : static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    }
+    while (!name.empty() && name.front() == '-') name.erase(name.begin());
+    return name;
+}
+
+// SamplingParams::validate() says "SamplingParams.top_p = 2: must lie in (0, 1]"; the user
+// typed "top-p", so keep only the rule.
+std::string rule_of(const std::invalid_argument& e) {
+    const std::string what = e.what();
+    const size_t colon = what.find(": ");
+    return colon == std::string::npos ? what : what.substr(colon + 2);
+}
+
+}  // namespace
+
+ChatController::ChatController(Conversation& conversation, Sampler& sampler,
+                               SessionBackend& backend, GenerateOptions generation)
+    : conversation_(conversation), sampler_(sampler), backend_(backend), generation_(generation) {
+    // Messages already in the conversation (other than the system prompt) were never
+    // committed; they count as unsaved, with 0 standing for "no id".
+    for (const auto& m : conversation_.messages()) {
+        if (m.role != "system") message_ids_.push_back(0);
+    }
+    backend_.new_session(system_prompt());
+}
+
+bool ChatController::is_command(const std::string& line) {
+    // "//text" sends "/text" as a prompt.
+    return !line.empty() && line[0] == '/' && !(line.size() > 1 && line[1] == '/');
+}
+
+std::string ChatController::help_text() {
+    return "Commands:\n"
+           "  /help               this list\n"
+           "  /new                start a new conversation (the system prompt stays)\n"
+           "  /regen              answer the last prompt again (the old reply stays saved)\n"
+           "  /edit TEXT          replace the last prompt with TEXT and answer it\n"
+           "  /system [TEXT]      set the system prompt, or show it\n"
+           "  /set [PARAM VALUE]  change a setting, or list them all\n"
+           "  /stats              numbers for the last reply and the session store\n"
+           "  /sessions           list saved conversations\n"
+           "  /load ID            open a saved conversation\n"
+           "  /rename TITLE       rename this conversation\n"
+           "  /export PATH        write this conversation as Markdown\n"
+           "  /quit               leave (Ctrl-D does too)\n"
+           "Start a line with // to send a prompt that begins with /.";
+}
+
+std::string ChatController::turn_summary(const TurnResult& turn) {
+    std::string line =
+        format("[%lld tokens, %.1f tok/s, ttft %.0f ms, prompt %lld reused + %lld evaluated, %s]",
+               static_cast<long long>(turn.stats.generated_tokens),
+               per_second(decoded_after_first(turn), turn.stats.decode_seconds),
+               turn.stats.ttft_seconds * 1000.0, static_cast<long long>(turn.tokens_reused),
+               static_cast<long long>(turn.tokens_evaluated),
+               std::string(finish_reason_name(turn.finish)).c_str());
+    if (turn.tokens_dropped > 0) {
+        line += format(" [context full: dropped the oldest %lld messages, %lld tokens]",
+                       static_cast<long long>(turn.messages_dropped),
+                       static_cast<long long>(turn.tokens_dropped));
+    }
+    return line;
+}
+
+std::string ChatController::turn_details(const TurnResult& turn) {
+    std::string text = format("last reply: %lld tokens generated, finish: %s\n",
+                              static_cast<long long>(turn.stats.generated_tokens),
+                              std::string(finish_reason_name(turn.finish)).c_str());
+    if (turn.thinking_tokens > 0) {
+        text += format("  thinking: %lld tokens (ended by %s), answer: %lld tokens\n",
+                       static_cast<long long>(turn.thinking_tokens),
+                       std::string(thinking_end_name(turn.thinking_end)).c_str(),
+                       static_cast<long long>(turn.answer_tokens));
+    }
+    text += format(
+        "  prompt: %lld tokens, %lld reused (%lld restored from the store), %lld "
+        "evaluated\n",
+        static_cast<long long>(turn.prompt_tokens), static_cast<long long>(turn.tokens_reused),
+        static_cast<long long>(turn.tokens_restored),
+        static_cast<long long>(turn.tokens_evaluated));
+    text += format("  prefill: %.1f tok/s (%.3f s), time to first token %.0f ms\n",
+                   per_second(turn.tokens_evaluated, turn.stats.prefill_seconds),
+                   turn.stats.prefill_seconds, turn.stats.ttft_seconds * 1000.0);
+    text += format("  decode: %.1f tok/s (%lld tokens in %.3f s)",
+                   per_second(decoded_after_first(turn), turn.stats.decode_seconds),
+                   static_cast<long long>(decoded_after_first(turn)), turn.stats.decode_seconds);
+    if (turn.tokens_dropped > 0) {
+        text += format("\n  context full: dropped the oldest %lld messages (%lld tokens)",
+                       static_cast<long long>(turn.messages_dropped),
+                       static_cast<long long>(turn.tokens_dropped));
+    }
+    return text;
+}
+
+std::string ChatController::system_prompt() const {
+    const auto& messages = conversation_.messages();
+    if (!messages.empty() && messages.front().role == "system") return messages.front().content;
+    return {};
+}
+
+const ChatMessage* ChatController::last_non_system() const {
+    const auto& messages = conversation_.messages();
+    if (messages.empty() || messages.back().role == "system") return nullptr;
+    return &messages.back();
+}
+
+void ChatController::replace_messages(const std::vector<ChatMessage>& messages) {
+    conversation_.clear();
+    for (const auto& m : messages) conversation_.add_message(m);
+}
+
+void ChatController::add_user_message(const std::string& text) {
+    ChatMessage message{"user", text, {}, {}};
+    // Committed before the reply is generated, so a crash mid-reply loses only the reply.
+    const int64_t id = backend_.commit(message, current_parent(), nullptr);
+    conversation_.add_message(std::move(message));
+    message_ids_.push_back(id);
+}
+
+ChatOutcome ChatController::run_turn(const TextCallback& on_text,
+                                     const std::vector<ChatMessage>& restore_messages,
+                                     const std::vector<int64_t>& restore_ids) {
+    cancel_requested_.store(false, std::memory_order_relaxed);
+    const int64_t parent = current_parent();
+    ChatOutcome outcome;
+    try {
+        TurnResult turn = conversation_.respond(
+            sampler_, generation_, [&](const std::string& text, TextKind kind) {
+                const bool keep_going = !on_text || on_text(text, kind);
+                return keep_going && !cancel_requested_.load(std::memory_order_relaxed);
+            });
+        // Messages dropped to fit the context are the oldest after the system prompt.
+        const auto dropped =
+            std::min<size_t>(static_cast<size_t>(turn.messages_dropped), message_ids_.size());
+        message_ids_.erase(message_ids_.begin(),
+                           message_ids_.begin() + static_cast<std::ptrdiff_t>(dropped));
+        outcome.turn = turn;
+        last_turn_ = std::move(turn);
+    } catch (const std::exception& e) {
+        // Nothing of a failed turn stays in the conversation; what was committed (the
+        // user's message) stays in the store as a branch without a reply.
+        replace_messages(restore_messages);
+        message_ids_ = restore_ids;
+        outcome.error = true;
+        outcome.message = std::string("could not answer: ") + e.what();
+        outcome.conversation_replaced = true;
+        return outcome;
+    }
+    try {
+        // A cancelled reply is kept as far as it got, in the conversation and in the store.
+        message_ids_.push_back(
+            backend_.commit(conversation_.messages().back(), parent, &*outcome.turn));
+    } catch (const std::exception& e) {
+        // The reply stays on screen and in the conversation; 0 marks it as unsaved.
+        message_ids_.push_back(0);
+        outcome.error = true;
+        outcome.message = std::string("the reply was not saved: ") + e.what();
+    }
+    return outcome;
+}
+
+ChatOutcome ChatController::submit(const std::string& prompt, const TextCallback& on_text) {
+    const std::string text = prompt.starts_with("//") ? prompt.substr(1) : prompt;
+    if (trim(text).empty()) return failure("nothing to send: the prompt is empty");
+    const auto saved_messages = conversation_.messages();
+    const auto saved_ids = message_ids_;
+    try {
+        add_user_message(text);
+    } catch (const std::exception& e) {
+        return failure(std::string("could not save the prompt: ") + e.what());
+    }
+    return run_turn(on_text, saved_messages, saved_ids);
+}
+
+ChatOutcome ChatController::handle_command(const std::string& line, const TextCallback& on_text) {
+    const auto [name, args] = split_command(line);
+    try {
+        if (name == "/help" || name == "/?") return info(help_text());
+        if (name == "/quit" || name == "/exit" || name == "/q") {
+            ChatOutcome outcome;
+            outcome.quit = true;
+            return outcome;
+        }
+        if (name == "/new") return command_new();
+        if (name == "/regen") return command_regen(on_text);
+        if (name == "/edit") return command_edit(args, on_text);
+        if (name == "/system") return command_system(args);
+        if (name == "/set") return command_set(args);
+        if (name == "/stats") return command_stats();
+        if (name == "/sessions") return command_sessions();
+        if (name == "/load") return load_session(args);
+        if (name == "/rename") return command_rename(args);
+        if (name == "/export") return command_export(args);
+    } catch (const std::exception& e) {
+        return failure(name + ": " + e.what());
+    }
+    return failure("unknown command " + name + "; /help lists the commands");
+}
+
+ChatOutcome ChatController::command_new() {
+    const std::string system = system_prompt();
+    conversation_.clear();
+    if (!system.empty()) conversation_.set_system(system);
+    message_ids_.clear();
+    last_turn_.reset();
+    backend_.new_session(system);
+    ChatOutcome outcome = info("new conversation");
+    outcome.conversation_replaced = true;
+    return outcome;
+}
+
+ChatOutcome ChatController::command_regen(const TextCallback& on_text) {
+    const ChatMessage* last = last_non_system();
+    if (last == nullptr) return failure("/regen: nothing to answer again yet");
+    const auto saved_messages = conversation_.messages();
+    const auto saved_ids = message_ids_;
+    if (last->role == "assistant") {
+        // The old reply stays in the store; the new one becomes its sibling.
+        conversation_.pop_assistant();
+        message_ids_.pop_back();
+    }
+    last = last_non_system();
+    if (last == nullptr || last->role != "user") {
+        replace_messages(saved_messages);
+        message_ids_ = saved_ids;
+        return failure("/regen: the conversation does not end with a prompt to answer");
+    }
+    return run_turn(on_text, saved_messages, saved_ids);
+}
+
+ChatOutcome ChatController::command_edit(const std::string& text, const TextCallback& on_text) {
+    if (text.empty()) return failure("usage: /edit TEXT (replaces your last prompt)");
+    const auto saved_messages = conversation_.messages();
+    const auto saved_ids = message_ids_;
+    auto kept = saved_messages;
+    auto kept_ids = saved_ids;
+    if (!kept.empty() && kept.back().role == "assistant") {
+        kept.pop_back();
+        kept_ids.pop_back();
+    }
+    if (kept.empty() || kept.back().role != "user") {
+        return failure("/edit: there is no prompt to replace yet");
+    }
+    // The edited prompt is committed under the old one's parent: a new branch.
+    kept.pop_back();
+    kept_ids.pop_back();
+    replace_messages(kept);
+    message_ids_ = kept_ids;
+    try {
+        add_user_message(text);
+    } catch (...) {
+        replace_messages(saved_messages);
+        message_ids_ = saved_ids;
+        throw;
+    }
+    ChatOutcome outcome = run_turn(on_text, saved_messages, saved_ids);
+    outcome.conversation_replaced = true;
+    return outcome;
+}
+
+ChatOutcome ChatController::command_system(const std::string& text) {
+    if (text.empty()) {
+        const std::string current = system_prompt();
+        return info(current.empty() ? "no system prompt (set one with /system TEXT)"
+                                    : "system prompt: " + current);
+    }
+    backend_.set_system_prompt(text);
+    conversation_.set_system(text);
+    return info("system prompt set");
+}
+
+std::string ChatController::settings_text() const {
+    const SamplingParams& p = sampler_.params();
+    std::ostringstream text;
+    text << "temp " << p.temperature << ", top-k " << p.top_k << ", top-p " << p.top_p << ", min-p "
+         << p.min_p << ", repeat-penalty " << p.repeat_penalty << ", seed " << p.seed
+         << ", n-predict " << generation_.max_tokens << ", ignore-eos "
+         << (generation_.ignore_eos ? "on" : "off") << ", ctx " << conversation_.options().context;
+    const auto& vars = conversation_.options().template_vars;
+    if (vars.contains("enable_thinking") && vars["enable_thinking"].is_boolean()) {
+        text << ", think " << (vars["enable_thinking"].get<bool>() ? "on" : "off");
+    }
+    return text.str();
+}
+
+ChatOutcome ChatController::command_set(const std::string& args) {
+    if (args.empty()) return info(settings_text());
+    const auto [raw_name, value] = split_command(args);
+    const std::string name = normalize_setting(raw_name);
+    if (value.empty()) {
+        return failure("usage: /set PARAM VALUE, PARAM one of: " + std::string(kSettingNames));
+    }
+    const auto not_a = [&](const char* what) {
+        return failure("/set " + name + ": '" + value + "' is not " + what);
+    };
+    SamplingParams params = sampler_.params();
+    if (name == "temp" || name == "temperature") {
+        const auto v = parse_number<float>(value);
+        if (!v) return not_a("a number");
+        params.temperature = *v;
+    } else if (name == "top-k") {
+        const auto v = parse_number<int32_t>(value);
+        if (!v) return not_a("a whole number");
+        params.top_k = *v;
+    } else if (name == "top-p") {
+        const auto v = parse_number<float>(value);
+        if (!v) return not_a("a number");
+        params.top_p = *v;
+    } else if (name == "min-p") {
+        const auto v = parse_number<float>(value);
+        if (!v) return not_a("a number");
+        params.min_p = *v;
+    } else if (name == "repeat-penalty") {
+        const auto v = parse_number<float>(value);
+        if (!v) return not_a("a number");
+        params.repeat_penalty = *v;
+    } else if (name == "seed") {
+        const auto v = parse_number<uint64_t>(value);
+        if (!v) return not_a("a whole number >= 0");
+        sampler_.reset(*v);
+        return info("seed = " + std::to_string(*v) + " (sampler reseeded)");
+    } else if (name == "n-predict" || name == "n" || name == "max-tokens") {
+        const auto v = parse_number<int64_t>(value);
+        if (!v) return not_a("a whole number");
+        if (*v == 0 || *v < -1) {
+            return failure("/set n-predict: must be > 0, or -1 for as many as the context holds");
+        }
+        generation_.max_tokens = *v;
+        return info("n-predict = " + value);
+    } else if (name == "ignore-eos") {
+        const auto v = parse_switch(value);
+        if (!v) return not_a("on or off");
+        generation_.ignore_eos = *v;
+        return info(std::string("ignore-eos = ") + (*v ? "on" : "off"));
+    } else if (name == "think") {
+        const auto v = parse_switch(value);
+        if (!v) return not_a("on or off");
+        conversation_.set_thinking(*v);
+        return info(std::string("think = ") + (*v ? "on" : "off"));
+    } else if (name == "thinking-budget" || name == "max-thinking-tokens") {
+        const auto v = parse_number<int64_t>(value);
+        if (!v || *v < 0) return not_a("a whole number >= 0");
+        conversation_.set_thinking(*v > 0, *v);
+        return info("thinking-budget = " + value);
+    } else if (name == "ctx" || name == "context") {
+        const auto v = parse_number<int64_t>(value);
+        if (!v) return not_a("a whole number");
+        try {
+            conversation_.set_context(*v);
+        } catch (const std::invalid_argument& e) {
+            return failure("/set ctx " + value + ": " + e.what());
+        }
+        return info("ctx = " + value + " (the next turn is evaluated afresh)");
+    } else {
+        return failure("/set: unknown setting '" + raw_name + "'; settings: " + kSettingNames);
+    }
+    try {
+        sampler_.set_params(params);  // validates; on error nothing changes
+    } catch (const std::invalid_argument& e) {
+        return failure("/set " + name + " " + value + ": " + rule_of(e));
+    }
+    return info(name + " = " + value);
+}
+
+ChatOutcome ChatController::command_stats() {
+    std::string text = last_turn_ ? turn_details(*last_turn_) : "no reply yet";
+    text += "\nsession store: " + backend_.stats_text();
+    return info(text);
+}
+
+ChatOutcome ChatController::command_sessions() {
+    const auto sessions = backend_.list(kSessionListLimit);
+    if (sessions.empty()) return info("no saved conversations");
+    const std::string current = backend_.current_id();
+    std::string text;
+    for (const auto& s : sessions) {
+        if (!text.empty()) text += '\n';
+        text += format("%s %-10s %-40s %3lld turns  %s  %s", s.id == current ? "*" : " ",
+                       s.id.c_str(), s.title.c_str(), static_cast<long long>(s.turns),
+                       s.updated.c_str(), s.model.c_str());
+    }
+    return info(text);
+}
+
+ChatOutcome ChatController::load_session(const std::string& id) {
+    if (id.empty()) return failure("usage: /load ID (/sessions lists them)");
+    std::optional<LoadedSession> loaded = backend_.load(id);
+    if (!loaded) return failure("/load: no saved conversation '" + id + "' (/sessions lists them)");
+    if (loaded->messages.size() != loaded->message_ids.size()) {
+        return failure("/load: conversation '" + id + "' is inconsistent in the store");
+    }
+    conversation_.clear();
+    if (!loaded->system_prompt.empty()) conversation_.set_system(loaded->system_prompt);
+    for (auto& m : loaded->messages) conversation_.add_message(std::move(m));
+    message_ids_ = std::move(loaded->message_ids);
+    last_turn_.reset();
+    ChatOutcome outcome = info("loaded '" + loaded->summary.title + "' (" +
+                               std::to_string(message_ids_.size()) + " messages)");
+    outcome.conversation_replaced = true;
+    return outcome;
+}
+
+ChatOutcome ChatController::command_rename(const std::string& title) {
+    if (title.empty()) return failure("usage: /rename TITLE");
+    backend_.rename(title);
+    return info("renamed to '" + title + "'");
+}
+
+ChatOutcome ChatController::command_export(const std::string& path) {
+    if (path.empty()) return failure("usage: /export PATH");
+    backend_.export_markdown(path);
+    return info("written to " + path);
+}
+
+}  // namespace ember::ui

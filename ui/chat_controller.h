@@ -1,0 +1,104 @@
+// The logic the interactive front ends (line mode, curses) share: running a turn, keeping the
+// session store in step with the conversation, and the slash commands.
+//
+// Results come back as data (a message, whether to quit, the turn's numbers) rather than being
+// printed, so each front end shows them its own way: line mode on the terminal, curses in its
+// status line. Nothing here throws out of submit() or handle_command(): a failing turn or a
+// bad command becomes an error message and the conversation carries on.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "engine/generate/conversation.h"
+#include "ui/session_backend.h"
+
+namespace ember::ui {
+
+// What a prompt or a command produced.
+struct ChatOutcome {
+    std::string message;  // to show the user (may span lines); empty: nothing to say
+    bool error = false;   // `message` explains what went wrong
+    bool quit = false;    // the user asked to leave
+    // The conversation was replaced (/new, /load) or rewritten: redraw it from messages().
+    bool conversation_replaced = false;
+    std::optional<TurnResult> turn;  // set when a reply was generated (even if cancelled)
+};
+
+class ChatController {
+public:
+    // Every reference must outlive the controller. The conversation may already hold messages
+    // (e.g. a system prompt); the backend starts a new session with its system prompt.
+    ChatController(Conversation& conversation, Sampler& sampler, SessionBackend& backend,
+                   GenerateOptions generation);
+
+    // Adds `prompt` as the user's message, commits it, generates the reply (streamed through
+    // `on_text`; returning false stops it) and commits the reply, also a cancelled one.
+    ChatOutcome submit(const std::string& prompt, const TextCallback& on_text);
+
+    // Makes the stored session `id` current (what /load does); a front end may call it at
+    // start to resume one.
+    ChatOutcome load_session(const std::string& id);
+
+    // Whether `line` is a slash command rather than a prompt.
+    static bool is_command(const std::string& line);
+    // Runs one slash command; commands that generate (/regen, /edit) stream through `on_text`.
+    ChatOutcome handle_command(const std::string& line, const TextCallback& on_text);
+
+    // Stops the reply being generated after the current token; the partial reply is kept.
+    // Safe from any thread and from a signal handler (a lock-free atomic store).
+    void request_cancel() { cancel_requested_.store(true, std::memory_order_relaxed); }
+
+    Conversation& conversation() { return conversation_; }
+    const Sampler& sampler() const { return sampler_; }
+    const GenerateOptions& generation() const { return generation_; }
+    // Store ids of the conversation's non-system messages, in order (the current branch).
+    const std::vector<int64_t>& message_ids() const { return message_ids_; }
+    const std::optional<TurnResult>& last_turn() const { return last_turn_; }
+
+    // The command list shown by /help.
+    static std::string help_text();
+    // One short line after a reply: tokens, speed, time to first token, why it ended.
+    static std::string turn_summary(const TurnResult& turn);
+    // The fuller account /stats gives of a turn.
+    static std::string turn_details(const TurnResult& turn);
+
+private:
+    // Generates a reply to the conversation as it stands and commits it under the last
+    // message's id. If generation fails, the conversation and ids become `restore_*` (what
+    // they were before the caller changed them for this turn).
+    ChatOutcome run_turn(const TextCallback& on_text,
+                         const std::vector<ChatMessage>& restore_messages,
+                         const std::vector<int64_t>& restore_ids);
+    // Adds a user message to the conversation and commits it at once.
+    void add_user_message(const std::string& text);
+    void replace_messages(const std::vector<ChatMessage>& messages);
+    int64_t current_parent() const { return message_ids_.empty() ? 0 : message_ids_.back(); }
+    const ChatMessage* last_non_system() const;
+    std::string system_prompt() const;
+
+    ChatOutcome command_new();
+    ChatOutcome command_regen(const TextCallback& on_text);
+    ChatOutcome command_edit(const std::string& text, const TextCallback& on_text);
+    ChatOutcome command_system(const std::string& text);
+    ChatOutcome command_set(const std::string& args);
+    ChatOutcome command_stats();
+    ChatOutcome command_sessions();
+    ChatOutcome command_rename(const std::string& title);
+    ChatOutcome command_export(const std::string& path);
+    std::string settings_text() const;
+
+    Conversation& conversation_;
+    Sampler& sampler_;
+    SessionBackend& backend_;
+    GenerateOptions generation_;
+    std::vector<int64_t> message_ids_;
+    std::optional<TurnResult> last_turn_;
+    std::atomic<bool> cancel_requested_{false};
+    static_assert(std::atomic<bool>::is_always_lock_free, "request_cancel must be signal-safe");
+};
+
+}  // namespace ember::ui

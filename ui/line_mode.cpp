@@ -1,0 +1,404 @@
+#include "ui/line_mode.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <readline/history.h>
+#include <readline/readline.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <stdexcept>
+#include <system_error>
+
+namespace ember::ui {
+
+namespace {
+
+// Entries kept in memory and in the history file.
+constexpr int kHistoryEntries = 1000;
+
+// readline gets this key when SIGINT arrives at the prompt. With the terminal's ISIG on (which
+// readline keeps), pressing Ctrl-C sends the signal rather than the byte, so the byte itself
+// is free to carry the interrupt into readline's key dispatch.
+constexpr int kInterruptKey = 3;  // Ctrl-C
+
+const char* const kDim = "\033[2m";
+const char* const kReset = "\033[0m";
+
+// Shared by the SIGINT handler, readline's key reader and the prompt loop. Signal handlers
+// and readline's hooks are plain C function pointers with no user-data argument, so this has
+// to be static; it is the one piece of global mutable state in ui/. Setting a lock-free
+// atomic and write() on a pipe are async-signal-safe. The self-pipe wakes the key reader's
+// poll() whichever thread the kernel delivers SIGINT to (the engine's worker threads do not
+// block it, so the main thread's read() is not reliably interrupted).
+struct InterruptSignal {
+    std::atomic<bool> raised{false};
+    std::atomic<int> wake_read_fd{-1};
+    std::atomic<int> wake_write_fd{-1};
+};
+static_assert(std::atomic<bool>::is_always_lock_free && std::atomic<int>::is_always_lock_free);
+InterruptSignal g_interrupt;
+
+extern "C" void on_sigint(int) {
+    const int saved_errno = errno;
+    g_interrupt.raised.store(true);
+    const int fd = g_interrupt.wake_write_fd.load();
+    if (fd >= 0) {
+        const char byte = 1;
+        // A full pipe already holds a wake-up; nothing else can be done in a handler.
+        [[maybe_unused]] const ssize_t written = write(fd, &byte, 1);
+    }
+    errno = saved_errno;
+}
+
+void drain_wake_pipe() {
+    const int fd = g_interrupt.wake_read_fd.load();
+    char buffer[64];
+    while (fd >= 0 && read(fd, buffer, sizeof buffer) > 0) {
+    }
+}
+
+// readline's key reader: one byte from the terminal, or kInterruptKey once SIGINT has been
+// raised. Reads the descriptor directly (no stdio buffer) so that readline's own check for
+// pending input (select on the same descriptor) stays truthful.
+int read_key(FILE* stream) {
+    const int fd = fileno(stream);
+    for (;;) {
+        if (g_interrupt.raised.load()) return kInterruptKey;
+        pollfd fds[2] = {{fd, POLLIN, 0}, {g_interrupt.wake_read_fd.load(), POLLIN, 0}};
+        if (poll(fds, 2, -1) < 0) {
+            if (errno != EINTR) return EOF;
+            // A signal readline caught for itself (SIGWINCH: redraw at the new width).
+            rl_check_signals();
+            continue;
+        }
+        if (fds[1].revents & POLLIN) {
+            drain_wake_pipe();
+            continue;
+        }
+        if (fds[0].revents & (POLLIN | POLLHUP | POLLERR)) {
+            unsigned char key = 0;
+            const ssize_t n = read(fd, &key, 1);
+            if (n == 1) return key;
+            if (n == 0) return EOF;
+            if (errno == EINTR || errno == EAGAIN) continue;
+            return EOF;
+        }
+    }
+}
+
+// Bound to kInterruptKey: shows ^C after the line and accepts it; the prompt loop sees the
+// raised flag and throws the input away, so the user gets a fresh, empty prompt.
+int on_interrupt_key(int /*count*/, int key) {
+    rl_point = rl_end;
+    rl_redisplay();
+    std::fputs("^C", rl_outstream);
+    return rl_newline(1, key);
+}
+
+bool env_set(const char* name) {
+    const char* value = std::getenv(name);
+    return value != nullptr && *value != '\0';
+}
+
+// Owns readline's set-up, the SIGINT handler and the history file for one run of line mode.
+class LineEditor {
+public:
+    enum class Status { Line, Interrupted, EndOfInput };
+    struct Read {
+        Status status = Status::EndOfInput;
+        std::string line;
+    };
+
+    explicit LineEditor(std::string history_path);
+    ~LineEditor();
+    LineEditor(const LineEditor&) = delete;
+    LineEditor& operator=(const LineEditor&) = delete;
+
+    Read read_line(const char* prompt);
+    void remember(const std::string& line);
+    bool interrupted() const { return g_interrupt.raised.load(); }
+    void clear_interrupt() {
+        g_interrupt.raised.store(false);
+        drain_wake_pipe();
+    }
+
+private:
+    void open_history();
+
+    std::string history_path_;
+    struct sigaction previous_sigint_ {};
+    rl_getc_func_t* previous_getc_ = nullptr;
+};
+
+LineEditor::LineEditor(std::string history_path) : history_path_(std::move(history_path)) {
+    if (g_interrupt.wake_write_fd.load() >= 0) {
+        throw std::logic_error("line mode is already running");
+    }
+    int fds[2];
+    if (pipe2(fds, O_CLOEXEC | O_NONBLOCK) != 0) {
+        throw std::system_error(errno, std::generic_category(), "line mode: pipe");
+    }
+    g_interrupt.wake_read_fd.store(fds[0]);
+    g_interrupt.wake_write_fd.store(fds[1]);
+    g_interrupt.raised.store(false);
+
+    rl_readline_name = "ember";
+    // readline's own handlers would re-raise SIGINT into ours and then carry on reading the
+    // same line; the key reader above turns the signal into a key instead.
+    rl_catch_signals = 0;
+    previous_getc_ = rl_getc_function;
+    rl_getc_function = read_key;
+    rl_instream = stdin;
+    rl_outstream = stdout;
+    rl_initialize();
+    for (const char* keymap : {"emacs", "vi-insert", "vi-command"}) {
+        if (Keymap map = rl_get_keymap_by_name(keymap)) {
+            rl_bind_key_in_map(kInterruptKey, on_interrupt_key, map);
+        }
+    }
+    using_history();
+    stifle_history(kHistoryEntries);
+    open_history();
+
+    struct sigaction action {};
+    action.sa_handler = on_sigint;
+    sigemptyset(&action.sa_mask);
+    action.sa_flags = 0;  // no SA_RESTART: a blocking poll() returns EINTR
+    sigaction(SIGINT, &action, &previous_sigint_);
+}
+
+LineEditor::~LineEditor() {
+    sigaction(SIGINT, &previous_sigint_, nullptr);
+    if (!history_path_.empty()) history_truncate_file(history_path_.c_str(), kHistoryEntries);
+    clear_history();
+    rl_getc_function = previous_getc_;
+    close(g_interrupt.wake_read_fd.exchange(-1));
+    close(g_interrupt.wake_write_fd.exchange(-1));
+    g_interrupt.raised.store(false);
+}
+
+void LineEditor::open_history() {
+    if (history_path_.empty()) return;
+    std::error_code error;
+    std::filesystem::create_directories(std::filesystem::path(history_path_).parent_path(), error);
+    // append_history() needs the file to exist already.
+    const int fd = open(history_path_.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+    if (fd < 0) {
+        std::fprintf(stderr, "ember: history is not saved: cannot open %s\n",
+                     history_path_.c_str());
+        history_path_.clear();
+        return;
+    }
+    close(fd);
+    read_history(history_path_.c_str());
+}
+
+LineEditor::Read LineEditor::read_line(const char* prompt) {
+    std::fflush(stdout);
+    clear_interrupt();
+    char* raw = readline(prompt);
+    Read result;
+    if (interrupted()) {
+        result.status = Status::Interrupted;
+        clear_interrupt();
+    } else if (raw != nullptr) {
+        result.status = Status::Line;
+        result.line = raw;
+    }
+    std::free(raw);
+    return result;
+}
+
+void LineEditor::remember(const std::string& line) {
+    if (line.empty()) return;
+    const HIST_ENTRY* previous = history_get(history_base + history_length - 1);
+    if (previous != nullptr && line == previous->line) return;
+    add_history(line.c_str());
+    // Appended at once, so a crash keeps what was typed; trimmed to size at exit.
+    if (!history_path_.empty() && append_history(1, history_path_.c_str()) != 0) {
+        std::fprintf(stderr, "ember: history is not saved: cannot write %s\n",
+                     history_path_.c_str());
+        history_path_.clear();
+    }
+}
+
+// Streams reply text to stdout, thinking dimmed, and keeps track of the line ending so the
+// stats line always starts on a line of its own.
+class ReplyPrinter {
+public:
+    ReplyPrinter(bool color, LineEditor& editor, ChatController& controller)
+        : color_(color), editor_(editor), controller_(controller) {}
+
+    bool operator()(const std::string& text, TextKind kind) {
+        if (kind != kind_) {
+            if (kind_ == TextKind::Thinking && color_) std::fputs(kReset, stdout);
+            // The answer starts on its own line after the reasoning.
+            if (kind == TextKind::Answer && !at_line_start_) std::fputc('\n', stdout);
+            if (kind == TextKind::Thinking && color_) std::fputs(kDim, stdout);
+            kind_ = kind;
+        }
+        std::fwrite(text.data(), 1, text.size(), stdout);
+        std::fflush(stdout);
+        if (!text.empty()) at_line_start_ = text.back() == '\n';
+        if (editor_.interrupted()) {
+            controller_.request_cancel();
+            return false;
+        }
+        return true;
+    }
+
+    void finish() {
+        if (kind_ == TextKind::Thinking && color_) std::fputs(kReset, stdout);
+        if (!at_line_start_) std::fputc('\n', stdout);
+        std::fflush(stdout);
+        kind_ = TextKind::Answer;
+        at_line_start_ = true;
+    }
+
+private:
+    bool color_;
+    LineEditor& editor_;
+    ChatController& controller_;
+    TextKind kind_ = TextKind::Answer;
+    bool at_line_start_ = true;
+};
+
+void print_note(const std::string& text, bool dim) {
+    if (text.empty()) return;
+    if (dim) {
+        std::fprintf(stderr, "%s%s%s\n", kDim, text.c_str(), kReset);
+    } else {
+        std::fprintf(stderr, "%s\n", text.c_str());
+    }
+    std::fflush(stderr);
+}
+
+// After /load: the conversation so far, so the user sees where it stands.
+void print_transcript(const Conversation& conversation) {
+    for (const auto& m : conversation.messages()) {
+        if (m.role == "user") {
+            std::printf("> %s\n", m.content.c_str());
+        } else if (m.role == "assistant") {
+            std::printf("%s\n", m.content.c_str());
+        } else {
+            std::printf("[system] %s\n", m.content.c_str());
+        }
+    }
+    std::fflush(stdout);
+}
+
+void show_outcome(const ChatOutcome& outcome, const std::string& input, bool color,
+                  ChatController& controller) {
+    const bool dim_stderr = color && isatty(STDERR_FILENO);
+    if (outcome.turn) print_note(ChatController::turn_summary(*outcome.turn), dim_stderr);
+    if (outcome.error) {
+        print_note(outcome.message, false);
+        return;
+    }
+    if (!outcome.message.empty()) {
+        std::fputs(outcome.message.c_str(), stdout);
+        std::fputc('\n', stdout);
+        std::fflush(stdout);
+    }
+    if (input.starts_with("/load")) print_transcript(controller.conversation());
+}
+
+}  // namespace
+
+std::string default_history_path() {
+    // The XDG base directory spec ignores relative paths.
+    const char* data_home = std::getenv("XDG_DATA_HOME");
+    if (data_home != nullptr && data_home[0] == '/') {
+        return std::string(data_home) + "/ember/history";
+    }
+    const char* home = std::getenv("HOME");
+    if (home != nullptr && home[0] == '/') return std::string(home) + "/.local/share/ember/history";
+    return {};
+}
+
+bool stdout_wants_color() {
+    const char* term = std::getenv("TERM");
+    return isatty(STDOUT_FILENO) && !env_set("NO_COLOR") &&
+           !(term != nullptr && std::string(term) == "dumb");
+}
+
+std::optional<MultilineInput::Complete> MultilineInput::feed(const std::string& line) {
+    const auto append = [&](std::string_view part) {
+        if (has_text_) text_ += '\n';
+        text_ += part;
+        has_text_ = true;
+    };
+    const auto take = [&](bool from_block) {
+        Complete complete{std::move(text_), from_block};
+        reset();
+        return complete;
+    };
+    if (in_block_) {
+        if (line == "\"\"\"") return take(true);
+        append(line);
+        return std::nullopt;
+    }
+    if (!continuing_ && line == "\"\"\"") {
+        in_block_ = true;
+        return std::nullopt;
+    }
+    if (!line.empty() && line.back() == '\\') {
+        append(std::string_view(line).substr(0, line.size() - 1));
+        continuing_ = true;
+        return std::nullopt;
+    }
+    append(line);
+    return take(false);
+}
+
+void MultilineInput::reset() {
+    text_.clear();
+    has_text_ = false;
+    continuing_ = false;
+    in_block_ = false;
+}
+
+int run_line_mode(ChatController& controller, const LineModeOptions& options) {
+    LineEditor editor(options.history_path);
+    MultilineInput input;
+    std::printf("ember line mode: /help for commands, Ctrl-D to leave\n");
+    for (;;) {
+        const LineEditor::Read read = editor.read_line(input.pending() ? "... " : "> ");
+        if (read.status == LineEditor::Status::EndOfInput) {
+            // readline leaves the cursor after the prompt; the shell's prompt wants a new line.
+            std::fputc('\n', stdout);
+            break;
+        }
+        if (read.status == LineEditor::Status::Interrupted) {
+            input.reset();
+            continue;
+        }
+        editor.remember(read.line);
+        const auto complete = input.feed(read.line);
+        if (!complete || complete->text.find_first_not_of(" \t") == std::string::npos) continue;
+
+        ReplyPrinter printer(options.color, editor, controller);
+        const TextCallback on_text = [&](const std::string& text, TextKind kind) {
+            return printer(text, kind);
+        };
+        editor.clear_interrupt();
+        const bool command = !complete->from_block && ChatController::is_command(complete->text);
+        const ChatOutcome outcome = command ? controller.handle_command(complete->text, on_text)
+                                            : controller.submit(complete->text, on_text);
+        printer.finish();
+        // A Ctrl-C that stopped the reply is spent; it must not also clear the next prompt.
+        editor.clear_interrupt();
+        show_outcome(outcome, command ? complete->text : std::string(), options.color, controller);
+        if (outcome.quit) break;
+    }
+    std::fflush(stdout);
+    return 0;
+}
+
+}  // namespace ember::ui
