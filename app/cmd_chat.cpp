@@ -93,15 +93,16 @@ int run_chat(ChatOptions& o) {
     so.show_thinking = o.show_thinking;
     if (scripted) {
         // Turns are committed as they complete; a resumed conversation continues its branch.
-        ScriptedRecorder recorder(conv, sessions.backend(), std::cin, stderr);
+        so.sessions = &sessions.backend();
         if (!sessions.resume_id().empty()) {
-            recorder.adopt(sessions.load_into(conv));
+            so.parent_id = sessions.load_into(conv);
             if (!o.system.empty()) conv.set_system(o.system);
+        } else {
+            sessions.backend().new_session(o.system);
         }
-        const int status =
-            o.prompt.empty() ? ui::run_scripted(conv, sampler, recorder.input(), stdout, stderr, so)
-                             : ui::run_single_prompt(conv, sampler, o.prompt, stdout, stderr, so);
-        recorder.finish();
+        const int status = o.prompt.empty()
+                               ? ui::run_scripted(conv, sampler, std::cin, stdout, stderr, so)
+                               : ui::run_single_prompt(conv, sampler, o.prompt, stdout, stderr, so);
         return status;
     }
     // A terminal: line mode until the curses UI lands; then line mode stays for --plain and

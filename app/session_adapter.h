@@ -73,37 +73,6 @@ private:
 // A summary line for `ember sessions list` and /sessions.
 ui::SessionSummary summarize(const sessions::ConversationInfo& info);
 
-// Commits a scripted conversation's messages as its turns complete. The scripted front end
-// reads its input a line at a time, and a new line is only read once the previous turn is
-// done; this input buffer commits what the conversation gained just before handing over the
-// next line, and finish() commits the last turn.
-class ScriptedRecorder : private std::streambuf {
-public:
-    ScriptedRecorder(Conversation& conversation, ui::SessionBackend& backend, std::istream& in,
-                     std::FILE* err);
-    // Makes the conversation's current messages count as committed under `last_id` (after a
-    // resume loaded them).
-    void adopt(int64_t last_id);
-    std::istream& input() { return stream_; }
-    void finish() { sync_messages(); }
-
-private:
-    int_type underflow() override;
-    void sync_messages();
-
-    Conversation& conversation_;
-    ui::SessionBackend& backend_;
-    std::istream& in_;
-    std::FILE* err_;
-    std::istream stream_;
-    std::string line_;
-    size_t committed_ = 0;  // conversation messages (system excluded) already committed
-    ChatMessage last_;      // the last one committed, to find it again after context drops
-    int64_t last_id_ = 0;
-    std::string system_;   // the system prompt as last committed
-    bool failed_ = false;  // a commit failed: reported once, recording stops
-};
-
 // Everything `ember chat` needs from the session database, built from its options.
 struct ChatSessionOptions {
     std::string db_path;  // empty: the default path

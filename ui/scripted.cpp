@@ -74,12 +74,64 @@ private:
 
 enum class TurnOutcome { Answered, Failed, OutputGone };
 
+// Commits a scripted run's messages to the session backend. A failing database is reported
+// once and recording stops; the chat itself goes on (the replies matter more than the log).
+class Recorder {
+public:
+    Recorder(const ScriptedOptions& o, std::FILE* err)
+        : backend_(o.sessions), parent_(o.parent_id), err_(err) {}
+
+    // Returns the new message's id (0 when not recording).
+    int64_t commit(const ChatMessage& m, const TurnResult* turn, int64_t parent) {
+        if (backend_ == nullptr || failed_) return 0;
+        try {
+            return backend_->commit(m, parent, turn);
+        } catch (const std::exception& e) {
+            std::fprintf(err_, "ember: the session database failed, recording stops: %s\n",
+                         e.what());
+            failed_ = true;
+            return 0;
+        }
+    }
+    void sync_system(const Conversation& conv) {
+        if (backend_ == nullptr || failed_) return;
+        const auto& m = conv.messages();
+        const std::string system =
+            !m.empty() && m.front().role == "system" ? m.front().content : std::string();
+        if (system == system_ && known_system_) return;
+        known_system_ = true;
+        system_ = system;
+        try {
+            backend_->set_system_prompt(system);
+        } catch (const std::exception& e) {
+            std::fprintf(err_, "ember: the session database failed, recording stops: %s\n",
+                         e.what());
+            failed_ = true;
+        }
+    }
+    int64_t parent() const { return parent_; }
+    void set_parent(int64_t id) { parent_ = id; }
+    bool failed() const { return failed_; }
+
+private:
+    SessionBackend* backend_;
+    int64_t parent_;
+    std::FILE* err_;
+    std::string system_;
+    bool known_system_ = false;
+    bool failed_ = false;
+};
+
 // One turn: add the user message, stream or collect the reply, print it. A prompt that
 // cannot fit the context is reported (and, in JSONL, answered with an error object), taken
 // back out of the conversation, and the run goes on.
 TurnOutcome answer(Conversation& conv, Sampler& sampler, const std::string& prompt, std::FILE* out,
-                   std::FILE* err, const ScriptedOptions& o) {
-    conv.add_message({"user", prompt, {}, {}});
+                   std::FILE* err, const ScriptedOptions& o, Recorder& rec) {
+    const ChatMessage user{"user", prompt, {}, {}};
+    conv.add_message(user);
+    rec.sync_system(conv);
+    // A prompt that then does not fit stays in the store as a branch nothing answers.
+    const int64_t user_id = rec.commit(user, nullptr, rec.parent());
     PlainPrinter printer(out, o);
     TurnResult r;
     try {
@@ -94,6 +146,9 @@ TurnOutcome answer(Conversation& conv, Sampler& sampler, const std::string& prom
         }
         return TurnOutcome::Failed;
     }
+    // The reply is complete (or cut short by a closed pipe): commit it either way.
+    const int64_t reply_id = rec.commit(conv.messages().back(), &r, user_id);
+    if (reply_id != 0) rec.set_parent(reply_id);
     if (printer.gone()) return TurnOutcome::OutputGone;
     if (r.tokens_dropped > 0) {
         std::fprintf(
@@ -138,7 +193,9 @@ std::optional<std::string> jsonl_prompt(const std::string& line, int64_t line_no
 
 int run_single_prompt(Conversation& conversation, Sampler& sampler, const std::string& prompt,
                       std::FILE* out, std::FILE* err, const ScriptedOptions& options) {
-    return answer(conversation, sampler, prompt, out, err, options) == TurnOutcome::Failed ? 1 : 0;
+    Recorder rec(options, err);
+    const TurnOutcome outcome = answer(conversation, sampler, prompt, out, err, options, rec);
+    return outcome == TurnOutcome::Failed || rec.failed() ? 1 : 0;
 }
 
 int run_scripted(Conversation& conversation, Sampler& sampler, std::istream& in, std::FILE* out,
@@ -146,6 +203,7 @@ int run_scripted(Conversation& conversation, Sampler& sampler, std::istream& in,
     std::string line;
     int64_t line_no = 0;
     bool any_failed = false;
+    Recorder rec(options, err);
     while (std::getline(in, line)) {
         ++line_no;
         if (!line.empty() && line.back() == '\r') line.pop_back();
@@ -157,11 +215,11 @@ int run_scripted(Conversation& conversation, Sampler& sampler, std::istream& in,
             prompt = line;
         }
         if (!prompt) continue;
-        const TurnOutcome outcome = answer(conversation, sampler, *prompt, out, err, options);
+        const TurnOutcome outcome = answer(conversation, sampler, *prompt, out, err, options, rec);
         if (outcome == TurnOutcome::OutputGone) break;
         if (outcome == TurnOutcome::Failed) any_failed = true;
     }
-    return any_failed ? 1 : 0;
+    return any_failed || rec.failed() ? 1 : 0;
 }
 
 }  // namespace ember::ui

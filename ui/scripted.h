@@ -7,6 +7,7 @@
 #include <string>
 
 #include "engine/generate/conversation.h"
+#include "ui/session_backend.h"
 
 namespace ember::ui {
 
@@ -14,6 +15,11 @@ struct ScriptedOptions {
     bool jsonl_in = false;   // {"role":"user","content":...} or {"prompt":...} per line
     bool jsonl_out = false;  // one JSON object per reply
     GenerateOptions generation;
+    // Where turns are recorded (null: nowhere). The prompt is committed as soon as it is read,
+    // the reply with its stats once it is complete; `parent_id` is the message the first
+    // prompt answers to (the leaf of a resumed conversation, 0 for a new one).
+    SessionBackend* sessions = nullptr;
+    int64_t parent_id = 0;
     bool show_thinking = false;  // print the reasoning (plain: before the answer, dimmed
                                  // nowhere; JSONL: in "thinking") instead of omitting it
 };

@@ -1,0 +1,200 @@
+// The decode fast paths against their references: the one-token AVX-512 matrix-vector kernel
+// (gemv_avx512.h) must give bitwise the panel path's numbers (a batch of two identical tokens
+// goes through panels), matmul_many() bitwise one matmul() per matrix, and the split attention
+// (ops.h's attend_run / attend_merge) the plain softmax-weighted sum of V.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "engine/model/ops.h"
+#include "engine/tensor/blocks.h"
+#include "engine/tensor/cpu_features.h"
+#include "engine/tensor/matmul.h"
+#include "engine/tensor/traits.h"
+#include "engine/tensor/types.h"
+#include "engine/util/thread_pool.h"
+
+namespace ember {
+namespace {
+
+// Random valid weights through the reference quantizer; rows `stride` bytes apart.
+std::vector<uint8_t> random_weights(TensorType t, int64_t rows, int64_t cols, size_t stride,
+                                    std::mt19937& rng) {
+    std::normal_distribution<float> nd(0.0f, 1.0f);
+    std::vector<uint8_t> w(stride * static_cast<size_t>(rows) + 64, 0xcd);
+    std::vector<float> row(static_cast<size_t>(cols));
+    for (int64_t r = 0; r < rows; ++r) {
+        for (auto& v : row) v = nd(rng);
+        scalar_kernels()[t].quantize_row(row.data(), w.data() + r * stride, cols);
+    }
+    return w;
+}
+
+std::vector<float> random_floats(int64_t n, std::mt19937& rng) {
+    std::normal_distribution<float> nd(0.0f, 1.0f);
+    std::vector<float> x(static_cast<size_t>(n));
+    for (auto& v : x) v = nd(rng);
+    return x;
+}
+
+bool bitwise_equal(const float* a, const float* b, int64_t n) {
+    return std::memcmp(a, b, static_cast<size_t>(n) * sizeof(float)) == 0;
+}
+
+TEST(SpeedKernels, OneTokenMatchesThePanelPathBitwise) {
+    if (max_kernel_level() < KernelLevel::Avx512) GTEST_SKIP() << "no AVX-512 here";
+    const KernelTable table = make_kernel_table(KernelLevel::Avx512);
+    ThreadPool pool(2);
+    std::mt19937 rng(7);
+    for (TensorType t : {TensorType::Q8_0, TensorType::Q4_0, TensorType::Q5_0, TensorType::Q4_1,
+                         TensorType::IQ4_NL, TensorType::Q4_K, TensorType::Q6_K}) {
+        const int64_t cols = type_info(t).block_elems == 256 ? 512 : 96;
+        for (int64_t rows : {1, 5, 16, 17, 40, 100}) {
+            SCOPED_TRACE(std::string(type_info(t).name) + " rows=" + std::to_string(rows));
+            const size_t stride = row_bytes(type_info(t), cols) + (rows == 17 ? 6 : 0);
+            const auto w = random_weights(t, rows, cols, stride, rng);
+            const MatrixView view{t, w.data(), rows, cols, stride};
+            const auto x1 = random_floats(cols, rng);
+            std::vector<float> x2(x1);
+            x2.insert(x2.end(), x1.begin(), x1.end());  // the same token twice
+            std::vector<float> one(static_cast<size_t>(rows) + 1, NAN);
+            std::vector<float> two(static_cast<size_t>(2 * rows), NAN);
+            MatmulScratch scratch;
+            matmul(pool, view, x1.data(), 1, one.data(), rows, scratch, table);
+            matmul(pool, view, x2.data(), 2, two.data(), rows, scratch, table);
+            EXPECT_TRUE(bitwise_equal(one.data(), two.data(), rows));
+            EXPECT_TRUE(bitwise_equal(one.data(), two.data() + rows, rows));
+            EXPECT_TRUE(std::isnan(one[static_cast<size_t>(rows)])) << "wrote past the end";
+        }
+    }
+}
+
+TEST(SpeedKernels, MatmulManyEqualsOneMatmulPerMatrix) {
+    ThreadPool pool(2);
+    std::mt19937 rng(11);
+    const int64_t cols = 256;
+    // Mixed types sharing the Q8_32 activations (fused), and a float one (not fused).
+    for (TensorType second : {TensorType::Q6_K, TensorType::F32}) {
+        const TensorType types[3] = {TensorType::Q4_K, second, TensorType::Q8_0};
+        const int64_t rows[3] = {70, 33, 128};
+        std::vector<std::vector<uint8_t>> w;
+        MatrixView views[3];
+        for (int i = 0; i < 3; ++i) {
+            const size_t stride = row_bytes(type_info(types[i]), cols);
+            if (types[i] == TensorType::F32) {
+                const auto f = random_floats(rows[i] * cols, rng);
+                w.emplace_back(reinterpret_cast<const uint8_t*>(f.data()),
+                               reinterpret_cast<const uint8_t*>(f.data() + f.size()));
+            } else {
+                w.push_back(random_weights(types[i], rows[i], cols, stride, rng));
+            }
+            views[i] = MatrixView{types[i], w.back().data(), rows[i], cols, stride};
+        }
+        for (int64_t n_tokens : {1, 3, 40}) {
+            SCOPED_TRACE("tokens=" + std::to_string(n_tokens));
+            const auto x = random_floats(n_tokens * cols, rng);
+            std::vector<float> want[3], got[3];
+            MatmulScratch scratch;
+            MatmulOut outs[3];
+            for (int i = 0; i < 3; ++i) {
+                want[i].assign(static_cast<size_t>(n_tokens * rows[i]), NAN);
+                got[i].assign(static_cast<size_t>(n_tokens * rows[i]), NAN);
+                matmul(pool, views[i], x.data(), n_tokens, want[i].data(), rows[i], scratch);
+                outs[i] = MatmulOut{&views[i], got[i].data(), rows[i]};
+            }
+            matmul_many(pool, outs, x.data(), n_tokens, scratch);
+            for (int i = 0; i < 3; ++i) {
+                EXPECT_TRUE(bitwise_equal(want[i].data(), got[i].data(), n_tokens * rows[i]))
+                    << "matrix " << i;
+            }
+        }
+    }
+}
+
+// The softmax-weighted sum of V in double, one head over n positions.
+std::vector<double> reference_attention(const float* q, const std::vector<float>& k,
+                                        const std::vector<float>& v, int64_t n, int64_t hd,
+                                        int64_t vd, int64_t stride, float scale) {
+    std::vector<double> s(static_cast<size_t>(n));
+    double m = -INFINITY;
+    for (int64_t p = 0; p < n; ++p) {
+        double d = 0;
+        for (int64_t i = 0; i < hd; ++i) d += double(q[i]) * k[p * stride + i];
+        s[p] = d * scale;
+        m = std::max(m, s[p]);
+    }
+    double l = 0;
+    for (auto& e : s) l += (e = std::exp(e - m));
+    std::vector<double> out(static_cast<size_t>(vd), 0.0);
+    for (int64_t p = 0; p < n; ++p) {
+        for (int64_t i = 0; i < vd; ++i) out[i] += s[p] / l * v[p * stride + i];
+    }
+    return out;
+}
+
+TEST(SpeedKernels, SplitAttentionMatchesTheSoftmaxReference) {
+    std::mt19937 rng(5);
+    struct Case {
+        int64_t n_q, hd, vd, n;
+    };
+    // Vector-friendly heads (AVX-512 path), odd ones (generic path), runs of 1..300 positions.
+    for (const Case cs : {Case{3, 64, 64, 1}, Case{3, 64, 64, 300}, Case{2, 128, 128, 77},
+                          Case{5, 80, 48, 33}, Case{1, 40, 24, 19}, Case{4, 16, 16, 16}}) {
+        for (bool f16 : {false, true}) {
+            SCOPED_TRACE("n_q=" + std::to_string(cs.n_q) + " hd=" + std::to_string(cs.hd) +
+                         " n=" + std::to_string(cs.n) + (f16 ? " f16" : " f32"));
+            const int64_t stride = std::max(cs.hd, cs.vd) + 8;  // elements between positions
+            auto kf = random_floats(cs.n * stride, rng);
+            auto vf = random_floats(cs.n * stride, rng);
+            std::vector<uint16_t> kh(kf.size()), vh(vf.size());
+            if (f16) {
+                // Round the cache to f16 first so the reference sees the same values.
+                for (size_t i = 0; i < kf.size(); ++i) {
+                    kh[i] = fp32_to_fp16(kf[i]);
+                    kf[i] = fp16_to_fp32(kh[i]);
+                    vh[i] = fp32_to_fp16(vf[i]);
+                    vf[i] = fp16_to_fp32(vh[i]);
+                }
+            }
+            const auto q = random_floats(cs.n_q * cs.hd, rng);
+            const AttnShape shape{cs.n_q, cs.hd, cs.vd, cs.hd, 0.125f};
+            const int64_t rec = attn_record_floats(cs.vd);
+            // Runs of 32 positions (several records) and one run of all (one record).
+            for (int64_t run_len : {int64_t{32}, cs.n}) {
+                const int64_t runs = (cs.n + run_len - 1) / run_len;
+                std::vector<float> records(static_cast<size_t>(cs.n_q * runs * rec));
+                std::vector<float> scratch(
+                    static_cast<size_t>(attn_run_scratch_floats(shape, run_len)));
+                for (int64_t r = 0; r < runs; ++r) {
+                    KvRun kv;
+                    kv.f16 = f16;
+                    kv.k = f16 ? static_cast<const void*>(kh.data() + r * run_len * stride)
+                               : static_cast<const void*>(kf.data() + r * run_len * stride);
+                    kv.v = f16 ? static_cast<const void*>(vh.data() + r * run_len * stride)
+                               : static_cast<const void*>(vf.data() + r * run_len * stride);
+                    kv.k_stride = kv.v_stride = stride;
+                    kv.n = std::min(run_len, cs.n - r * run_len);
+                    attend_run(shape, q.data(), kv, scratch.data(), records.data() + r * rec,
+                               runs * rec);
+                }
+                for (int64_t g = 0; g < cs.n_q; ++g) {
+                    std::vector<float> out(static_cast<size_t>(cs.vd));
+                    attend_merge(records.data() + g * runs * rec, runs, rec, cs.vd, out.data());
+                    const auto want = reference_attention(q.data() + g * cs.hd, kf, vf, cs.n,
+                                                          cs.hd, cs.vd, stride, 0.125f);
+                    for (int64_t i = 0; i < cs.vd; ++i) {
+                        ASSERT_NEAR(out[i], want[i], 1e-5 * (1 + std::fabs(want[i])))
+                            << "head " << g << " dim " << i << " run " << run_len;
+                    }
+                }
+            }
+        }
+    }
+}
+
+}  // namespace
+}  // namespace ember
