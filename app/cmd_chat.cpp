@@ -28,7 +28,8 @@ struct ChatOptions {
     std::vector<std::string> stops;
     SamplingParams sampling;
     int64_t n_predict = 512;
-    int64_t ctx = 4096;
+    int64_t ctx = 0;              // 0: default_context_size() of the model
+    std::string kv_type = "f32";  // f32 | f16
     int threads = 0;
     bool script = false;
     bool jsonl = false;
@@ -58,7 +59,13 @@ int run_chat(ChatOptions& o) {
     auto model = Model::load(model_path_for(o.model));
     ThreadPool pool(o.threads > 0 ? o.threads : default_threads());
     ConversationOptions copts;
-    copts.context = std::min<int64_t>(o.ctx, model->config().n_ctx_train);
+    copts.kv_type = o.kv_type == "f16" ? KvType::F16 : KvType::F32;
+    copts.context = o.ctx > 0 ? o.ctx : default_context_size(model->config(), copts.kv_type);
+    if (copts.context > model->config().n_ctx_train) {
+        throw std::runtime_error("--ctx " + std::to_string(o.ctx) + " is more than the " +
+                                 std::to_string(model->config().n_ctx_train) +
+                                 " tokens the model was trained for");
+    }
     copts.prefix_cache = !o.no_prefix_cache;
     copts.stop_strings = o.stops;
     copts.max_thinking_tokens = o.max_thinking_tokens;
@@ -133,7 +140,13 @@ void register_chat_command(CLI::App& app, std::vector<Command>& out) {
     cmd->add_option("--stop", o->stops, "Stop generating at this text (repeatable)");
     cmd->add_option("-n,--n-predict", o->n_predict, "Tokens per reply at most")
         ->capture_default_str();
-    cmd->add_option("-c,--ctx", o->ctx, "Context size in tokens")->capture_default_str();
+    cmd->add_option("-c,--ctx", o->ctx,
+                    "Context size in tokens (default: the model's, capped at 32768 tokens and "
+                    "2 GiB of KV cache)")
+        ->check(CLI::PositiveNumber);
+    cmd->add_option("--kv-type", o->kv_type, "KV cache precision")
+        ->capture_default_str()
+        ->check(CLI::IsMember({"f32", "f16"}));
     cmd->add_option("-t,--threads", o->threads, "Threads (default: all cores)");
     cmd->add_flag("--script", o->script, "Scripted mode: prompts from stdin, replies to stdout");
     cmd->add_flag("--jsonl", o->jsonl, "Scripted mode with JSON lines in and out");

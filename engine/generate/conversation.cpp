@@ -126,6 +126,16 @@ std::string Conversation::render_prompt() const {
     return template_->render(in);
 }
 
+int64_t default_context_size(const ModelConfig& c, KvType kv_type) {
+    const uint64_t elem = kv_type == KvType::F32 ? 4 : 2;
+    const uint64_t per_token =
+        static_cast<uint64_t>(c.n_layer * c.n_head_kv * (c.head_dim + c.value_dim)) * elem;
+    const int64_t by_memory =
+        per_token > 0 ? static_cast<int64_t>(kDefaultContextBytes / per_token) : kDefaultContextCap;
+    return std::max<int64_t>(16, std::min({c.n_ctx_train > 0 ? c.n_ctx_train : kDefaultContextCap,
+                                           kDefaultContextCap, by_memory}));
+}
+
 std::vector<int32_t> tokenize_rendered(const Tokenizer& tok, std::string_view text,
                                        std::string_view bos_text) {
     EncodeOptions enc;
@@ -178,9 +188,9 @@ std::vector<int32_t> Conversation::fit_to_context(int64_t reserve, TurnResult& r
         if (messages_.size() <= first_droppable + 1) {
             if (!kept.empty()) messages_ = std::move(kept);
             throw ContextOverflow("the prompt needs " + std::to_string(tokens.size()) +
-                                    " tokens (plus " + std::to_string(reserve) +
-                                    " for the reply), more than the context of " +
-                                    std::to_string(options_.context));
+                                  " tokens (plus " + std::to_string(reserve) +
+                                  " for the reply), more than the context of " +
+                                  std::to_string(options_.context));
         }
         if (kept.empty()) kept = messages_;
         messages_.erase(messages_.begin() + static_cast<std::ptrdiff_t>(first_droppable));

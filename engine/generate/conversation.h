@@ -151,6 +151,14 @@ private:
     int64_t thinking_budget_on_ = 4096;  // the budget to return to when thinking is switched on
 };
 
+// The context a chat gets when the user names none: the model's trained length, capped so
+// that a full KV cache stays within kDefaultContextBytes (the cache grows in chunks as the
+// conversation does, so an unused context costs nothing) and at kDefaultContextCap tokens.
+constexpr uint64_t kDefaultContextBytes = uint64_t{2} << 30;
+constexpr int64_t kDefaultContextCap = 32768;
+struct ModelConfig;
+int64_t default_context_size(const ModelConfig& config, KvType kv_type);
+
 // Tokenizes rendered chat-template text as a conversation does: special-token text is parsed
 // as special tokens, and the BOS token is added only when the tokenizer asks for it and the
 // template did not already write `bos_text` at the start.

@@ -1,0 +1,150 @@
+#include "ui/tui/text.h"
+
+#include <utf8proc.h>
+
+namespace ember::ui::tui {
+
+namespace {
+
+constexpr char32_t kReplacement = 0xFFFD;
+constexpr int kTabStop = 4;
+
+bool is_control(char32_t cp) {
+    return cp < 0x20 || (cp >= 0x7F && cp < 0xA0);
+}
+
+// Zero-width characters that attach to the cluster before them.
+bool attaches_to_previous(char32_t cp) {
+    if (is_control(cp)) return false;
+    return utf8proc_charwidth(static_cast<utf8proc_int32_t>(cp)) == 0;
+}
+
+}  // namespace
+
+size_t decode_at(std::string_view text, size_t offset, char32_t& codepoint) {
+    utf8proc_int32_t cp = 0;
+    const auto* bytes = reinterpret_cast<const utf8proc_uint8_t*>(text.data() + offset);
+    const utf8proc_ssize_t n =
+        utf8proc_iterate(bytes, static_cast<utf8proc_ssize_t>(text.size() - offset), &cp);
+    if (n <= 0 || cp < 0) {
+        codepoint = kReplacement;
+        return 1;
+    }
+    codepoint = static_cast<char32_t>(cp);
+    return static_cast<size_t>(n);
+}
+
+void append_utf8(std::string& out, char32_t codepoint) {
+    utf8proc_uint8_t buffer[4];
+    const utf8proc_ssize_t n =
+        utf8proc_encode_char(static_cast<utf8proc_int32_t>(codepoint), buffer);
+    out.append(reinterpret_cast<const char*>(buffer), static_cast<size_t>(n));
+}
+
+int codepoint_width(char32_t codepoint) {
+    return utf8proc_charwidth(static_cast<utf8proc_int32_t>(codepoint));
+}
+
+namespace detail {
+
+Cluster cluster_at(std::string_view text, size_t offset) {
+    Cluster c;
+    c.begin = offset;
+    char32_t cp = 0;
+    size_t at = offset + decode_at(text, offset, cp);
+    if (cp == '\n') {
+        c.end = at;
+        return c;  // a line break never carries marks: they belong to the next line
+    }
+    // A stray mark is drawn on a space (see split_clusters); width 1 either way.
+    c.width = attaches_to_previous(cp) ? 1 : codepoint_width(cp);
+    if (c.width < 0) c.width = 1;
+    while (at < text.size()) {
+        char32_t next = 0;
+        const size_t n = decode_at(text, at, next);
+        if (!attaches_to_previous(next)) break;
+        at += n;
+    }
+    c.end = at;
+    return c;
+}
+
+}  // namespace detail
+
+std::vector<Cluster> split_clusters(std::string_view text) {
+    std::vector<Cluster> out;
+    for_each_cluster(text, [&](const Cluster& c) { out.push_back(c); });
+    return out;
+}
+
+int display_width(std::string_view text) {
+    int width = 0;
+    for_each_cluster(text, [&](const Cluster& c) { width += c.width; });
+    return width;
+}
+
+std::string sanitize(std::string_view text) {
+    std::string out;
+    out.reserve(text.size());
+    int column = 0;  // for tab stops; reset at each newline
+    size_t offset = 0;
+    while (offset < text.size()) {
+        char32_t cp = 0;
+        const size_t n = decode_at(text, offset, cp);
+        const bool invalid = cp == kReplacement && n == 1 &&
+                             static_cast<unsigned char>(text[offset]) >= 0x80;
+        if (cp == '\n') {
+            out += '\n';
+            column = 0;
+        } else if (cp == '\t') {
+            const int spaces = kTabStop - column % kTabStop;
+            out.append(static_cast<size_t>(spaces), ' ');
+            column += spaces;
+        } else if (cp == '\r') {
+            // CRLF line ends and stray carriage returns: the newline (if any) does the work.
+        } else if (invalid || is_control(cp)) {
+            append_utf8(out, kReplacement);
+            column += 1;
+        } else {
+            out.append(text.substr(offset, n));
+            column += std::max(0, codepoint_width(cp));
+        }
+        offset += n;
+    }
+    return out;
+}
+
+size_t previous_boundary(std::string_view text, size_t offset) {
+    if (offset > text.size()) offset = text.size();
+    size_t last = 0;
+    size_t at = 0;
+    // Clusters are only defined walking forwards; lines are short, so scan from the start of
+    // the line holding `offset`.
+    const size_t line_start = offset == 0 ? 0 : text.rfind('\n', offset - 1);
+    at = line_start == std::string_view::npos ? 0 : line_start;
+    last = at;
+    while (at < offset) {
+        last = at;
+        at = detail::cluster_at(text, at).end;
+    }
+    return last;
+}
+
+size_t next_boundary(std::string_view text, size_t offset) {
+    if (offset >= text.size()) return text.size();
+    return detail::cluster_at(text, offset).end;
+}
+
+std::string_view fit_prefix(std::string_view text, int columns) {
+    int used = 0;
+    size_t end = 0;
+    while (end < text.size()) {
+        const Cluster c = detail::cluster_at(text, end);
+        if (used + c.width > columns) break;
+        used += c.width;
+        end = c.end;
+    }
+    return text.substr(0, end);
+}
+
+}  // namespace ember::ui::tui
