@@ -45,12 +45,19 @@ struct BenchArgs {
     // Decode from an empty cache instead of after the prompt, as the reference engine's tg
     // test does: attention over the prompt is then left out of the decode speed.
     bool decode_empty = false;
+    // Speculative-decoding check: forwards of this many tokens at once after the prompt (0: off),
+    // timed against the one-token decode.
+    int64_t verify = 0;
 };
+
+// Forwards of `verify` tokens per rep (each rolled back before the next).
+constexpr int kVerifyIters = 16;
 
 struct RepResult {
     double prefill_s = 0;
     double ttft_s = 0;
     double decode_s = 0;
+    double verify_s = 0;  // one forward of BenchArgs::verify tokens
 };
 
 double seconds_since(Clock::time_point t0) {
@@ -110,7 +117,7 @@ std::vector<int32_t> random_prompt(int64_t n, int64_t n_vocab, uint64_t seed) {
 // One rep: prefill the prompt from an empty cache, then decode `gen` tokens one at a time.
 RepResult run_rep(const Model& model, InferenceState& state, ThreadPool& pool,
                   const std::vector<int32_t>& prompt, int64_t gen, bool decode_empty,
-                  bool& finite) {
+                  int64_t verify, bool& finite) {
     RepResult r;
     // Rewinding keeps the cache's chunks and the scratch: a rep measures the model, not the
     // allocator (the warm-up rep pays for the first allocation).
@@ -128,6 +135,18 @@ RepResult run_rep(const Model& model, InferenceState& state, ThreadPool& pool,
         next = argmax(logits, finite);
     }
     r.decode_s = seconds_since(t1);
+    if (verify > 0) {
+        const int64_t base = static_cast<int64_t>(prompt.size());
+        std::vector<int32_t> draft(static_cast<size_t>(verify));
+        for (int64_t i = 0; i < verify; ++i) draft[static_cast<size_t>(i)] = prompt[static_cast<size_t>(i % base)];
+        const auto t2 = Clock::now();
+        for (int it = 0; it < kVerifyIters; ++it) {
+            state.kv.set_length(base);
+            logits = forward(model, state, pool, draft, LogitsWanted::All);
+            argmax(logits.subspan(0, static_cast<size_t>(model.config().n_vocab)), finite);
+        }
+        r.verify_s = seconds_since(t2) / kVerifyIters;
+    }
     return r;
 }
 
@@ -141,7 +160,7 @@ int run_bench(const BenchArgs& a) {
     const ModelConfig& c = model->config();
     const uint64_t file_bytes = std::filesystem::file_size(a.model);
     ThreadPool pool(a.threads);
-    auto state = make_state(c, a.prompt + a.gen, a.kv_type == "f32" ? KvType::F32 : KvType::F16);
+    auto state = make_state(c, a.prompt + std::max(a.gen, a.verify), a.kv_type == "f32" ? KvType::F32 : KvType::F16);
     const std::vector<int32_t> prompt = random_prompt(a.prompt, c.n_vocab, a.seed);
 
     // The bandwidth probe runs after the warm-up and after every rep, so the roofline compares
@@ -167,14 +186,15 @@ int run_bench(const BenchArgs& a) {
 
     bool finite = true;
     // Warm-up: pages the weights in, grows the scratch and the cache.
-    run_rep(*model, *state, pool, prompt, a.gen, a.decode_empty, finite);
+    run_rep(*model, *state, pool, prompt, a.gen, a.decode_empty, a.verify, finite);
     if (interleave) probe();
-    std::vector<double> prefill_tps, decode_tps, ttft_ms;
+    std::vector<double> prefill_tps, decode_tps, ttft_ms, verify_ms;
     for (int i = 0; i < a.reps; ++i) {
-        const RepResult r = run_rep(*model, *state, pool, prompt, a.gen, a.decode_empty, finite);
+        const RepResult r = run_rep(*model, *state, pool, prompt, a.gen, a.decode_empty, a.verify, finite);
         prefill_tps.push_back(static_cast<double>(a.prompt) / r.prefill_s);
         decode_tps.push_back(static_cast<double>(a.gen) / r.decode_s);
         ttft_ms.push_back(r.ttft_s * 1e3);
+        if (a.verify > 0) verify_ms.push_back(r.verify_s * 1e3);
         if (interleave) bw_after_rep.push_back(probe());
     }
     if (!interleave) probe();
@@ -228,6 +248,12 @@ int run_bench(const BenchArgs& a) {
     j["within_rss_bound"] = peak_rss_mb <= rss_bound_mb;
     j["load_ms"] = load_s * 1e3;
     j["logits_finite"] = finite;
+    if (a.verify > 0) {
+        // ms of one forward of `verify` tokens, and that over the ms of one decoded token.
+        j["verify_tokens"] = a.verify;
+        j["verify_ms"] = median(verify_ms);
+        j["verify_over_decode"] = median(verify_ms) * decode_med / 1e3;
+    }
     if (a.json_out) {
         std::cout << j.dump() << "\n";
         return 0;
@@ -258,6 +284,11 @@ int run_bench(const BenchArgs& a) {
     std::printf("peak RSS         %10.1f MiB (bound %.1f = file + KV %.1f + %.0f: %s)\n",
                 peak_rss_mb, rss_bound_mb, kv_mb, kRssSlackMiB,
                 peak_rss_mb <= rss_bound_mb ? "ok" : "EXCEEDED");
+    if (a.verify > 0) {
+        std::printf("verify %3lld tok   %10.2f ms per forward (%.2f x one decoded token)\n",
+                    static_cast<long long>(a.verify), median(verify_ms),
+                    median(verify_ms) * decode_med / 1e3);
+    }
     if (!finite) std::printf("warning          non-finite logits seen\n");
     return 0;
 }
@@ -284,6 +315,11 @@ void register_bench_command(CLI::App& app, std::vector<Command>& out) {
     cmd->add_option("--kv-type", args->kv_type, "KV cache precision")
         ->capture_default_str()
         ->check(CLI::IsMember({"f32", "f16"}));
+    cmd->add_option("--verify", args->verify,
+                    "Also time forwards of this many tokens at once after the prompt "
+                    "(speculative-decoding check; 0: off)")
+        ->capture_default_str()
+        ->check(CLI::Range(int64_t{0}, int64_t{256}));
     cmd->add_option("--seed", args->seed, "Seed of the random prompt")->capture_default_str();
     cmd->add_option("--bw-mib", args->bw_mib, "Bandwidth probe buffer, MiB (at least 1024)")
         ->capture_default_str()

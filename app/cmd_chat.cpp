@@ -15,6 +15,7 @@
 #include "ui/line_mode.h"
 #include "ui/scripted.h"
 #include "ui/session_backend.h"
+#include "ui/tui/full_screen.h"
 
 namespace ember::app {
 
@@ -37,6 +38,8 @@ struct ChatOptions {
     bool ignore_eos = false;
     bool plain = false;  // line mode even where the curses UI could run
     bool show_thinking = false;
+    bool no_spec = false;
+    int draft_max = 6;
     int64_t max_thinking_tokens = 4096;
     std::string think = "auto";  // on | off | auto (the template's default)
     std::string db;              // session database; empty: the default path
@@ -56,7 +59,18 @@ std::string read_text_file(const std::string& path) {
 
 int run_chat(ChatOptions& o) {
     o.sampling.validate();
-    auto model = Model::load(model_path_for(o.model));
+    const std::string model_path = model_path_for(o.model);
+    const bool scripted = !o.prompt.empty() || o.script || !isatty(STDIN_FILENO);
+    // The full-screen UI takes the terminal before the model loads, so the load shows at once;
+    // line mode is for --plain and for terminals curses cannot drive (no screen then).
+    std::unique_ptr<ui::FullScreen> screen;
+    if (!scripted && !o.plain) {
+        ui::FullScreenOptions screen_options;
+        screen_options.model_path = model_path;
+        screen_options.history_path = ui::default_history_path();
+        screen = ui::FullScreen::open(screen_options);
+    }
+    auto model = Model::load(model_path);
     ThreadPool pool(o.threads > 0 ? o.threads : default_threads());
     ConversationOptions copts;
     copts.kv_type = o.kv_type == "f16" ? KvType::F16 : KvType::F32;
@@ -80,7 +94,6 @@ int run_chat(ChatOptions& o) {
     if (!o.system.empty()) conv.set_system(o.system);
     Sampler sampler(o.sampling);
 
-    const bool scripted = !o.prompt.empty() || o.script || !isatty(STDIN_FILENO);
     ChatSessionOptions session_options;
     session_options.db_path = o.db;
     session_options.no_db = o.no_db;
@@ -98,6 +111,8 @@ int run_chat(ChatOptions& o) {
     so.generation.max_tokens = o.n_predict;
     so.generation.ignore_eos = o.ignore_eos;
     so.show_thinking = o.show_thinking;
+    so.generation.speculation.enabled = !o.no_spec;
+    so.generation.speculation.draft_max = o.draft_max;
     if (scripted) {
         // Turns are committed as they complete; a resumed conversation continues its branch.
         so.sessions = &sessions.backend();
@@ -112,13 +127,13 @@ int run_chat(ChatOptions& o) {
                                : ui::run_single_prompt(conv, sampler, o.prompt, stdout, stderr, so);
         return status;
     }
-    // A terminal: line mode until the curses UI lands; then line mode stays for --plain and
-    // for terminals curses cannot drive (TERM=dumb).
+    // A terminal: the full-screen UI, or line mode.
     ui::ChatController controller(conv, sampler, sessions.backend(), so.generation);
     if (!sessions.resume_id().empty()) {
         const ui::ChatOutcome loaded = controller.load_session(sessions.resume_id());
         if (loaded.error) throw std::runtime_error(loaded.message);
     }
+    if (screen) return screen->run(controller);
     ui::LineModeOptions line_options;
     line_options.history_path = ui::default_history_path();
     line_options.color = ui::stdout_wants_color();
@@ -153,6 +168,12 @@ void register_chat_command(CLI::App& app, std::vector<Command>& out) {
     cmd->add_flag("--no-prefix-cache", o->no_prefix_cache, "Recompute every turn from scratch");
     cmd->add_flag("--ignore-eos", o->ignore_eos, "Keep generating past end-of-turn tokens");
     cmd->add_flag("--plain", o->plain, "Line mode (readline) instead of the full-screen UI");
+    cmd->add_flag("--no-spec", o->no_spec,
+                  "No n-gram speculative decoding (on by default; a gate turns it off where it "
+                  "does not pay)");
+    cmd->add_option("--draft-max", o->draft_max, "Drafted tokens per verification at most")
+        ->capture_default_str()
+        ->check(CLI::Range(1, 16));
     cmd->add_flag("--show-thinking", o->show_thinking,
                   "Scripted mode: print a thinking model's reasoning too");
     cmd->add_option("--max-thinking-tokens", o->max_thinking_tokens,

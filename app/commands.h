@@ -32,6 +32,12 @@ void register_chat_command(CLI::App& app, std::vector<Command>& out);
 // ember render: a chat template's output for a messages file.
 void register_render_command(CLI::App& app, std::vector<Command>& out);
 
+// ember replay: a saved conversation's transcript, or its turns regenerated and compared.
+void register_replay_command(CLI::App& app, std::vector<Command>& out);
+
+// ember bench-resume: warm resume in a new process against recomputing (real processes).
+void register_bench_resume_command(CLI::App& app, std::vector<Command>& out);
+
 // Options shared by the generating commands.
 void add_model_option(CLI::App* cmd, std::string& model);
 void add_sampling_options(CLI::App* cmd, SamplingParams& sampling);

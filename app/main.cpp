@@ -1,5 +1,8 @@
 // ember: terminal chat for local LLMs. This is the only place that exits the process.
+#include <algorithm>
 #include <cstdio>
+#include <string>
+#include <vector>
 #include <exception>
 
 #include "app/commands.h"
@@ -17,9 +20,19 @@ int main(int argc, char** argv) {
     ember::app::register_chat_command(app, commands);
     ember::app::register_render_command(app, commands);
     ember::app::register_sessions_command(app, commands);
+    ember::app::register_replay_command(app, commands);
+    ember::app::register_bench_resume_command(app, commands);
     ember::app::register_models_command(app, commands);
+    // Bare `ember` and `ember -m MODEL ...` (options first, no subcommand) mean `ember chat`.
+    std::vector<std::string> args(argv + 1, argv + argc);
+    const bool asks_for_help_or_version =
+        !args.empty() && (args[0] == "-h" || args[0] == "--help" || args[0] == "--version");
+    if (args.empty() || (args[0].starts_with("-") && !asks_for_help_or_version)) {
+        args.insert(args.begin(), "chat");
+    }
+    std::reverse(args.begin(), args.end());  // CLI11 takes a vector in reverse order
     try {
-        app.parse(argc, argv);
+        app.parse(std::move(args));
     } catch (const CLI::ParseError& e) {
         return app.exit(e);
     }

@@ -193,7 +193,10 @@ std::optional<std::string> SqliteSessionBackend::most_recent_id() {
 
 namespace {
 
-std::string sampling_json(const SamplingParams& p) {
+// The sampling settings and what else decides a reply (the template switches, the thinking
+// budget, stop strings, context and KV type), so `ember replay --regenerate` can run a
+// conversation's turns again the way they were generated.
+std::string settings_json(const SamplingParams& p, const ConversationOptions& c) {
     nlohmann::ordered_json j = {{"temperature", p.temperature},
                                 {"top_k", p.top_k},
                                 {"top_p", p.top_p},
@@ -203,6 +206,12 @@ std::string sampling_json(const SamplingParams& p) {
                                 {"frequency_penalty", p.frequency_penalty},
                                 {"penalty_last_n", p.penalty_last_n},
                                 {"seed", p.seed}};
+    j["chat"] = {{"template_vars", c.template_vars},
+                 {"max_thinking_tokens", c.max_thinking_tokens},
+                 {"stop_strings", c.stop_strings},
+                 {"context", c.context},
+                 {"kv_type", c.kv_type == KvType::F16 ? "f16" : "f32"},
+                 {"template_override", !c.template_override.empty()}};
     return j.dump();
 }
 
@@ -228,14 +237,14 @@ ChatSessions::ChatSessions(const ChatSessionOptions& o, const Model& model,
     state_options.on_warning = [err](const std::string& message) {
         std::fprintf(err, "ember: warning: %s\n", message.c_str());
     };
-    state_ =
-        std::make_unique<sessions::StateStore>(*db_, model.fingerprint(), o.kv_type, state_options);
+    // Keys cover the model's full content hash, computed (or found cached) on first use.
+    state_ = std::make_unique<sessions::StateStore>(*db_, model, o.kv_type, state_options);
     conversation.set_prefix_store(state_.get());
 
     SessionDefaults defaults;
     defaults.model = fs::path(model.path()).filename().string();
     defaults.model_fingerprint = model.fingerprint();
-    defaults.sampling_json = sampling_json(o.sampling);
+    defaults.sampling_json = settings_json(o.sampling, conversation.options());
     sqlite_backend_ = std::make_unique<SqliteSessionBackend>(*db_, defaults, cap);
 
     sessions::SessionStore store(*db_);

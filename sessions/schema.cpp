@@ -92,7 +92,57 @@ CREATE TABLE state_counters (
 );
 )sql";
 
-constexpr const char* kMigrations[] = {kVersion1, kVersion2, kVersion3};
+// Version 4:
+// - State blobs move out of state_blocks into state_blobs. Inline, a block's multi-megabyte
+//   blob sat in the same row as its LRU stamp, so stamping a restored chain rewrote every
+//   blob and summing sizes walked every overflow page. State is a cache, so version 3's
+//   blocks are dropped rather than copied.
+// - The full hash of each model file's bytes, cached by file identity (device, inode, size,
+//   modification time) so a file is read in full once, not at every start. No path: a copy
+//   has another inode, is hashed once, and then matches the original.
+// - Recurrent-state snapshots of hybrid models: one per block, taken at the block's end
+//   (recurrent state cannot be cut to a prefix, so it is stored where turns ended).
+constexpr const char* kVersion4 = R"sql(
+DROP TABLE state_blocks;
+CREATE TABLE state_blocks (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    key BLOB NOT NULL UNIQUE,
+    parent_id INTEGER REFERENCES state_blocks(id) ON DELETE CASCADE,
+    seed BLOB NOT NULL,
+    begin_pos INTEGER NOT NULL,
+    n_tokens INTEGER NOT NULL,
+    tokens BLOB NOT NULL,
+    stored_bytes INTEGER NOT NULL,
+    raw_bytes INTEGER NOT NULL,
+    last_used INTEGER NOT NULL,
+    created_at TEXT NOT NULL
+);
+CREATE INDEX state_blocks_by_parent ON state_blocks(parent_id);
+CREATE INDEX state_blocks_by_seed ON state_blocks(seed, begin_pos);
+CREATE INDEX state_blocks_by_use ON state_blocks(last_used, begin_pos);
+CREATE TABLE state_blobs (
+    block_id INTEGER PRIMARY KEY REFERENCES state_blocks(id) ON DELETE CASCADE,
+    state BLOB NOT NULL
+);
+CREATE TABLE model_file_hashes (
+    device INTEGER NOT NULL,
+    inode INTEGER NOT NULL,
+    size INTEGER NOT NULL,
+    mtime_ns INTEGER NOT NULL,
+    content_hash TEXT NOT NULL,
+    hashed_at TEXT NOT NULL,
+    PRIMARY KEY (device, inode, size, mtime_ns)
+);
+CREATE TABLE state_snapshots (
+    block_id INTEGER PRIMARY KEY REFERENCES state_blocks(id) ON DELETE CASCADE,
+    position INTEGER NOT NULL,
+    stored_bytes INTEGER NOT NULL,
+    raw_bytes INTEGER NOT NULL,
+    state BLOB NOT NULL
+);
+)sql";
+
+constexpr const char* kMigrations[] = {kVersion1, kVersion2, kVersion3, kVersion4};
 static_assert(std::size(kMigrations) == kSchemaVersion);
 
 }  // namespace
@@ -106,6 +156,9 @@ void migrate(Database& db, int target) {
     }
     for (int version = have + 1; version <= target; ++version) {
         Transaction tx(db);
+        // Another process may have applied this version while we waited for the write lock
+        // (two embers opening a new database at once): read the version again under it.
+        if (db.user_version() >= version) continue;
         db.exec(kMigrations[version - 1]);
         db.set_user_version(version);
         tx.commit();

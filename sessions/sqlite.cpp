@@ -20,7 +20,13 @@ Database::Database(const std::string& path) : path_(path) {
         // Another ember process may hold the write lock for a moment (its reply commit).
         sqlite3_busy_timeout(db_, 5000);
         // The first statement reads the header: a file that is not a database fails here.
+        // Large pages for a new database (ignored for an existing one): state blobs run to
+        // megabytes, and each page of a blob is one read; 64 KiB pages make those 16 times
+        // fewer than the default 4 KiB.
+        exec("PRAGMA page_size=65536");
         exec("PRAGMA journal_mode=WAL");
+        // Reads of the database file through a memory map rather than a read() per page.
+        exec("PRAGMA mmap_size=1073741824");
         exec("PRAGMA foreign_keys=ON");
         // FULL: a committed message survives a power cut, not only a process crash.
         exec("PRAGMA synchronous=FULL");
@@ -67,6 +73,10 @@ int64_t Database::last_insert_id() const {
 
 int64_t Database::changes() const {
     return sqlite3_changes64(db_);
+}
+
+bool Database::in_transaction() const {
+    return sqlite3_get_autocommit(db_) == 0;
 }
 
 int Database::user_version() {

@@ -36,6 +36,8 @@ public:
     Statement prepare(std::string_view sql);
     int64_t last_insert_id() const;
     int64_t changes() const;
+    // Whether a transaction is open on this connection (statements then join it).
+    bool in_transaction() const;
     int user_version();
     void set_user_version(int version);
     // Throws a SqliteError for the last error of this connection, prefixed with `doing`.

@@ -1,14 +1,17 @@
 #include "sessions/state_store.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cinttypes>
 #include <cstdio>
 #include <ctime>
 #include <optional>
 #include <utility>
 
+#include "engine/model/model.h"
 #include "engine/model/state_io.h"
 #include "sessions/blob_codec.h"
+#include "sessions/model_identity.h"
 
 namespace ember::sessions {
 
@@ -113,6 +116,18 @@ StateStats read_state_stats(Database& db) {
     st.blocks_evicted = counter(db, "blocks_evicted");
     st.bytes_evicted = counter(db, "bytes_evicted");
     st.blobs_dropped = counter(db, "blobs_dropped");
+    {
+        Statement s = db.prepare(
+            "SELECT COUNT(*), COALESCE(SUM(stored_bytes), 0), COALESCE(SUM(raw_bytes), 0) "
+            "FROM state_snapshots");
+        s.step();
+        st.snapshots = s.column_int(0);
+        st.stored_bytes += s.column_int(1);
+        st.raw_bytes += s.column_int(2);
+    }
+    st.restore_seconds = static_cast<double>(counter(db, "restore_micros")) / 1e6;
+    st.restore_raw_bytes = counter(db, "restore_raw_bytes");
+    st.restore_stored_bytes = counter(db, "restore_stored_bytes");
     return st;
 }
 
@@ -129,6 +144,18 @@ std::string format_state_stats(const StateStats& s, uint64_t cap_bytes) {
          " lookups hit (" + percent(s.restore_hits, s.restores) + "), " +
          std::to_string(s.tokens_restored) + " of " + std::to_string(s.tokens_wanted) +
          " wanted tokens restored (" + percent(s.tokens_restored, s.tokens_wanted) + ")");
+    if (s.restore_seconds > 0) {
+        char rate[96];
+        std::snprintf(rate, sizeof rate, "%.0f MB/s (%.0f MB/s of stored bytes)",
+                      static_cast<double>(s.restore_raw_bytes) / 1e6 / s.restore_seconds,
+                      static_cast<double>(s.restore_stored_bytes) / 1e6 / s.restore_seconds);
+        line("restore speed: " + std::string(rate) + ", " +
+             human_bytes(static_cast<double>(s.restore_raw_bytes)) + " in " +
+             std::to_string(s.restore_seconds).substr(0, 6) + " s");
+    }
+    if (s.snapshots > 0) {
+        line("snapshots: " + std::to_string(s.snapshots) + " recurrent-state snapshots");
+    }
     line("save:  " + std::to_string(s.blocks_written) + " blocks written (" +
          human_bytes(static_cast<double>(s.bytes_written)) + "), " +
          std::to_string(s.blocks_reused) + " already stored");
@@ -138,13 +165,26 @@ std::string format_state_stats(const StateStats& s, uint64_t cap_bytes) {
     return out;
 }
 
-StateStore::StateStore(Database& db, std::string_view model_fingerprint, KvType kv_type,
-                       StateStoreOptions options)
-    : db_(db),
-      seed_(state_seed(model_fingerprint, kv_type, options.block_tokens)),
-      kv_type_(kv_type),
-      options_(options) {
+StateStore::StateStore(Database& db, const Model& model, KvType kv_type, StateStoreOptions options)
+    : db_(db), model_(&model), kv_type_(kv_type), options_(std::move(options)) {
     if (options_.block_tokens <= 0) options_.block_tokens = 64;
+}
+
+StateStore::StateStore(Database& db, std::string_view model_identity, KvType kv_type,
+                       StateStoreOptions options)
+    : db_(db), identity_(model_identity), kv_type_(kv_type), options_(std::move(options)) {
+    if (options_.block_tokens <= 0) options_.block_tokens = 64;
+}
+
+const StateKey& StateStore::seed() {
+    if (!seed_) {
+        // Lazily: hashing a model file in full is one read of it, paid (once per file, then
+        // cached in the database) only by a process that saves or restores state.
+        const std::string identity =
+            model_ != nullptr ? model_state_identity(db_, *model_) : identity_;
+        seed_ = state_seed(identity, kv_type_, options_.block_tokens);
+    }
+    return *seed_;
 }
 
 std::string StateStore::take_warning() {
@@ -189,16 +229,21 @@ StateStore::BlockRow StateStore::best_child(int64_t parent_id, int64_t begin,
               "AND begin_pos = ?"
             : "SELECT id, tokens FROM state_blocks WHERE parent_id = ? AND begin_pos = ?");
     if (parent_id == 0) {
-        s.bind_blob(1, seed_);
+        s.bind_blob(1, seed());
     } else {
         s.bind(1, parent_id);
     }
     s.bind(2, begin);
-    BlockRow best{0, begin, 0};
+    BlockRow best{0, begin, 0, 0};
     while (s.step()) {
         const auto tokens = blob_to_tokens(s.column_blob(1));
         const auto n = static_cast<int64_t>(common_prefix(tokens, tail));
-        if (n > best.n_tokens) best = BlockRow{s.column_int(0), begin, n};
+        const auto size = static_cast<int64_t>(tokens.size());
+        // Longest shared prefix first; among equals, the block ending exactly there (a
+        // hybrid's snapshot can only sit at a block's end).
+        if (n > best.n_tokens || (n == best.n_tokens && n > 0 && size == n)) {
+            best = BlockRow{s.column_int(0), begin, n, size};
+        }
     }
     return best;
 }
@@ -206,7 +251,7 @@ StateStore::BlockRow StateStore::best_child(int64_t parent_id, int64_t begin,
 std::vector<StateStore::BlockRow> StateStore::find_chain(std::span<const int32_t> tokens) {
     const auto block = static_cast<size_t>(options_.block_tokens);
     std::vector<BlockRow> chain;
-    StateKey previous = seed_;
+    StateKey previous = seed();
     int64_t parent_id = 0;
     size_t pos = 0;
     while (pos + block <= tokens.size()) {
@@ -214,12 +259,13 @@ std::vector<StateStore::BlockRow> StateStore::find_chain(std::span<const int32_t
         const StateKey key = chain_key(previous, piece);
         const auto found = lookup_block(db_, key);
         // The key says "probably this prefix"; the stored tokens and links make it certain.
-        if (!found || found->seed != seed_ || found->parent_id != parent_id ||
+        if (!found || found->seed != seed() || found->parent_id != parent_id ||
             found->begin != static_cast<int64_t>(pos) ||
             !std::equal(piece.begin(), piece.end(), found->tokens.begin(), found->tokens.end())) {
             break;
         }
-        chain.push_back({found->id, static_cast<int64_t>(pos), static_cast<int64_t>(block)});
+        chain.push_back({found->id, static_cast<int64_t>(pos), static_cast<int64_t>(block),
+                         static_cast<int64_t>(block)});
         parent_id = found->id;
         previous = key;
         pos += block;
@@ -231,32 +277,44 @@ std::vector<StateStore::BlockRow> StateStore::find_chain(std::span<const int32_t
     return chain;
 }
 
-int64_t StateStore::load_chain(const std::vector<BlockRow>& chain, int64_t have, KvCache& kv) {
+void StateStore::drop_blob(const char* table, const char* id_column, int64_t id,
+                           const std::string& what, const std::exception& why) {
+    // A BlobError or StateFormatError: never restore it; drop it (a block takes the blocks
+    // chained after it along) so the next save stores good state in its place.
+    Transaction tx(db_);
+    Statement del =
+        db_.prepare(std::string("DELETE FROM ") + table + " WHERE " + id_column + " = ?");
+    del.bind(1, id).run();
+    add_counter("blobs_dropped", 1);
+    tx.commit();
+    warn("stored " + what + " in '" + db_.path() + "' was unreadable (" + why.what() +
+         "); dropped it, recomputing");
+}
+
+int64_t StateStore::load_chain(const std::vector<BlockRow>& chain, int64_t have, KvCache& kv,
+                               LoadTotals& totals) {
     int64_t restored = have;
     for (const BlockRow& b : chain) {
         const int64_t end = b.begin + b.n_tokens;
         if (end <= have) continue;
-        Statement s = db_.prepare("SELECT state FROM state_blocks WHERE id = ?");
+        Statement s = db_.prepare("SELECT state FROM state_blobs WHERE block_id = ?");
         s.bind(1, b.id);
         if (!s.step()) break;  // evicted meanwhile by another process
         try {
-            const std::vector<uint8_t> raw = unpack_blob(s.column_blob(0));
+            const std::vector<uint8_t> packed = s.column_blob(0);
+            const std::vector<uint8_t> raw = unpack_blob(packed);
             const KvBlobInfo info = inspect_kv_rows(raw);
             if (info.begin != b.begin || info.begin + info.count < end) {
                 throw BlobError("state blob: rows [" + std::to_string(info.begin) + ", +" +
                                 std::to_string(info.count) + ") do not match the block");
             }
             apply_kv_rows(raw, kv, std::max(have, b.begin), end);
+            totals.raw_bytes += static_cast<int64_t>(raw.size());
+            totals.stored_bytes += static_cast<int64_t>(packed.size());
         } catch (const std::exception& e) {
-            // BlobError or StateFormatError: never restore it, drop it and what chains to it.
-            Transaction tx(db_);
-            Statement del = db_.prepare("DELETE FROM state_blocks WHERE id = ?");
-            del.bind(1, b.id).run();
-            add_counter("blobs_dropped", 1);
-            tx.commit();
-            warn("stored state for tokens " + std::to_string(b.begin) + ".." + std::to_string(end) +
-                 " in '" + db_.path() + "' was unreadable (" + e.what() +
-                 "); dropped it, recomputing");
+            drop_blob("state_blocks", "id", b.id,
+                      "state for tokens " + std::to_string(b.begin) + ".." + std::to_string(end),
+                      e);
             break;
         }
         restored = end;
@@ -264,16 +322,71 @@ int64_t StateStore::load_chain(const std::vector<BlockRow>& chain, int64_t have,
     return restored;
 }
 
+std::vector<StateStore::BlockRow> StateStore::cut_at_snapshot(std::vector<BlockRow> chain,
+                                                              int64_t have, int64_t limit) {
+    Statement s = db_.prepare("SELECT position FROM state_snapshots WHERE block_id = ?");
+    while (!chain.empty()) {
+        const BlockRow& b = chain.back();
+        const int64_t end = b.begin + b.n_tokens;
+        if (end <= have) break;
+        // The snapshot folds in every token of the block, so the prefix must use them all;
+        // and at least one prompt token must remain to be evaluated for the first logits
+        // (the state cannot step back from a snapshot at the prompt's end).
+        if (b.n_tokens == b.stored_tokens && end < limit) {
+            s.bind(1, b.id);
+            const bool found = s.step() && s.column_int(0) == end;
+            s.reset();
+            if (found) return chain;
+        }
+        chain.pop_back();
+    }
+    return {};
+}
+
+bool StateStore::load_snapshot(int64_t block_id, int64_t position, RecurrentState& state,
+                               LoadTotals& totals) {
+    Statement s = db_.prepare("SELECT state FROM state_snapshots WHERE block_id = ?");
+    s.bind(1, block_id);
+    if (!s.step()) return false;  // evicted meanwhile by another process
+    try {
+        const std::vector<uint8_t> packed = s.column_blob(0);
+        const std::vector<uint8_t> raw = unpack_blob(packed);
+        if (inspect_recurrent(raw).position != position) {
+            throw BlobError("snapshot position differs from its block's end");
+        }
+        apply_recurrent(raw, state);  // checks the shape before writing anything
+        totals.raw_bytes += static_cast<int64_t>(raw.size());
+        totals.stored_bytes += static_cast<int64_t>(packed.size());
+        return true;
+    } catch (const std::exception& e) {
+        drop_blob("state_snapshots", "block_id", block_id,
+                  "recurrent state at token " + std::to_string(position), e);
+        return false;
+    }
+}
+
 int64_t StateStore::restore(std::span<const int32_t> tokens, int64_t have, InferenceState& state) {
     if (static_cast<int64_t>(tokens.size()) <= have) return have;
+    const auto started = std::chrono::steady_clock::now();
+    const bool hybrid = !state.recurrent.empty();
     int64_t restored = have;
+    LoadTotals totals;
     try {
-        const std::vector<BlockRow> chain = find_chain(tokens);
+        std::vector<BlockRow> chain = find_chain(tokens);
+        if (hybrid) chain = cut_at_snapshot(chain, have, static_cast<int64_t>(tokens.size()));
         const int64_t reach = chain.empty() ? 0 : chain.back().begin + chain.back().n_tokens;
         if (reach > have) {
-            restored = load_chain(chain, have, state.kv);
+            restored = load_chain(chain, have, state.kv, totals);
+            // A hybrid resumes only where its snapshot was taken: all the rows or nothing.
+            if (hybrid && (restored != reach ||
+                           !load_snapshot(chain.back().id, reach, state.recurrent, totals))) {
+                restored = have;
+            }
             if (restored > have) state.kv.set_length(restored);
         }
+        const auto micros = std::chrono::duration_cast<std::chrono::microseconds>(
+                                std::chrono::steady_clock::now() - started)
+                                .count();
         Transaction tx(db_);
         const int64_t tick = next_tick();
         std::vector<int64_t> used;
@@ -286,6 +399,9 @@ int64_t StateStore::restore(std::span<const int32_t> tokens, int64_t have, Infer
         if (restored > have) {
             add_counter("restore_hits", 1);
             add_counter("tokens_restored", restored - have);
+            add_counter("restore_micros", static_cast<int64_t>(micros));
+            add_counter("restore_raw_bytes", totals.raw_bytes);
+            add_counter("restore_stored_bytes", totals.stored_bytes);
         }
         tx.commit();
     } catch (const SqliteError& e) {
@@ -300,25 +416,26 @@ int64_t StateStore::insert_block(int64_t parent_id, const StateKey& key, int64_t
     const std::vector<uint8_t> raw = serialize_kv_rows(kv, begin, end);
     const std::vector<uint8_t> packed = pack_blob(raw, options_.zstd_level);
     Statement s = db_.prepare(
-        "INSERT INTO state_blocks(key, parent_id, seed, begin_pos, n_tokens, tokens, state, "
-        "stored_bytes, raw_bytes, last_used, created_at) VALUES (?,?,?,?,?,?,?,?,?,?,?)");
+        "INSERT INTO state_blocks(key, parent_id, seed, begin_pos, n_tokens, tokens, "
+        "stored_bytes, raw_bytes, last_used, created_at) VALUES (?,?,?,?,?,?,?,?,?,?)");
     s.bind_blob(1, key);
     if (parent_id == 0) {
         s.bind_null(2);
     } else {
         s.bind(2, parent_id);
     }
-    s.bind_blob(3, seed_);
+    s.bind_blob(3, seed());
     s.bind(4, begin);
     s.bind(5, static_cast<int64_t>(block.size()));
     s.bind_blob(6, tokens_to_blob(block));
-    s.bind_blob(7, packed);
-    s.bind(8, static_cast<int64_t>(packed.size()));
-    s.bind(9, static_cast<int64_t>(raw.size()));
-    s.bind(10, tick);
-    s.bind(11, now_iso8601());
+    s.bind(7, static_cast<int64_t>(packed.size()));
+    s.bind(8, static_cast<int64_t>(raw.size()));
+    s.bind(9, tick);
+    s.bind(10, now_iso8601());
     s.run();
     const int64_t id = db_.last_insert_id();  // before the counters insert rows of their own
+    Statement blob = db_.prepare("INSERT INTO state_blobs(block_id, state) VALUES (?, ?)");
+    blob.bind(1, id).bind_blob(2, packed).run();
     add_counter("blocks_written", 1);
     add_counter("bytes_written", static_cast<int64_t>(packed.size()));
     return id;
@@ -334,7 +451,7 @@ void StateStore::drop_superseded_partials(int64_t parent_id, int64_t keep_id,
                        : "SELECT id, tokens FROM state_blocks WHERE parent_id = ? AND id != ? "
                          "AND n_tokens < ?");
     if (parent_id == 0) {
-        s.bind_blob(1, seed_);
+        s.bind_blob(1, seed());
     } else {
         s.bind(1, parent_id);
     }
@@ -351,6 +468,67 @@ void StateStore::drop_superseded_partials(int64_t parent_id, int64_t keep_id,
     }
 }
 
+void StateStore::save_snapshot(int64_t block_id, const RecurrentState& state) {
+    const std::vector<uint8_t> raw = serialize_recurrent(state);
+    const std::vector<uint8_t> packed = pack_blob(raw, options_.zstd_level);
+    Statement s = db_.prepare(
+        "INSERT OR REPLACE INTO state_snapshots(block_id, position, state, stored_bytes, "
+        "raw_bytes) VALUES (?,?,?,?,?)");
+    s.bind(1, block_id).bind(2, state.position()).bind_blob(3, packed);
+    s.bind(4, static_cast<int64_t>(packed.size())).bind(5, static_cast<int64_t>(raw.size()));
+    s.run();
+    add_counter("bytes_written", static_cast<int64_t>(packed.size()));
+}
+
+int64_t StateStore::save_blocks(std::span<const int32_t> tokens, size_t n, const KvCache& kv,
+                                bool exact_end) {
+    const auto block = static_cast<size_t>(options_.block_tokens);
+    const int64_t tick = next_tick();
+    std::vector<int64_t> used;
+    StateKey previous = seed();
+    int64_t parent_id = 0;
+    size_t pos = 0;
+    for (; pos + block <= n; pos += block) {
+        const auto piece = tokens.subspan(pos, block);
+        const StateKey key = chain_key(previous, piece);
+        if (const auto found = lookup_block(db_, key)) {
+            if (found->parent_id != parent_id || found->seed != seed() ||
+                !std::equal(piece.begin(), piece.end(), found->tokens.begin(),
+                            found->tokens.end())) {
+                touch(used, tick);
+                return 0;  // a hash collision: keep what is stored, store no more
+            }
+            used.push_back(found->id);
+            add_counter("blocks_reused", 1);
+            parent_id = found->id;
+        } else {
+            const int64_t id =
+                insert_block(parent_id, key, static_cast<int64_t>(pos), piece, kv, tick);
+            drop_superseded_partials(parent_id, id, piece);
+            parent_id = id;
+        }
+        previous = key;
+    }
+    int64_t end_block = parent_id;  // the prefix ends with the last full block ...
+    if (pos < n) {                  // ... or in a partial one after it
+        const auto tail = tokens.subspan(pos, n - pos);
+        const BlockRow covering = best_child(parent_id, static_cast<int64_t>(pos), tail);
+        const auto tail_size = static_cast<int64_t>(tail.size());
+        // A longer block starting with the tail serves its rows; a snapshot (exact_end) needs
+        // a block that ends where the state does.
+        if (covering.n_tokens == tail_size && (!exact_end || covering.stored_tokens == tail_size)) {
+            used.push_back(covering.id);
+            end_block = covering.id;
+        } else {
+            end_block = insert_block(parent_id, chain_key(previous, tail),
+                                     static_cast<int64_t>(pos), tail, kv, tick);
+            drop_superseded_partials(parent_id, end_block, tail);
+        }
+    }
+    touch(used, tick);
+    return end_block;
+}
+
 void StateStore::save(std::span<const int32_t> tokens, const InferenceState& state) {
     const KvCache& kv = state.kv;
     if (kv.type() != kv_type_) {
@@ -358,48 +536,14 @@ void StateStore::save(std::span<const int32_t> tokens, const InferenceState& sta
         return;
     }
     const size_t n = std::min(tokens.size(), static_cast<size_t>(kv.length()));
-    const auto block = static_cast<size_t>(options_.block_tokens);
+    // A hybrid's rows are useful only with a snapshot of its recurrent state at their end.
+    const bool hybrid = !state.recurrent.empty();
+    if (n == 0 || (hybrid && state.recurrent.position() != static_cast<int64_t>(n))) return;
     try {
+        seed();  // before the transaction: the first call may hash the model file
         Transaction tx(db_);
-        const int64_t tick = next_tick();
-        std::vector<int64_t> used;
-        StateKey previous = seed_;
-        int64_t parent_id = 0;
-        size_t pos = 0;
-        bool chain_ok = true;
-        for (; pos + block <= n; pos += block) {
-            const auto piece = tokens.subspan(pos, block);
-            const StateKey key = chain_key(previous, piece);
-            if (const auto found = lookup_block(db_, key)) {
-                if (found->parent_id != parent_id || found->seed != seed_ ||
-                    !std::equal(piece.begin(), piece.end(), found->tokens.begin(),
-                                found->tokens.end())) {
-                    chain_ok = false;  // a hash collision: keep what is stored, store no more
-                    break;
-                }
-                used.push_back(found->id);
-                add_counter("blocks_reused", 1);
-                parent_id = found->id;
-            } else {
-                const int64_t id =
-                    insert_block(parent_id, key, static_cast<int64_t>(pos), piece, kv, tick);
-                drop_superseded_partials(parent_id, id, piece);
-                parent_id = id;
-            }
-            previous = key;
-        }
-        if (chain_ok && pos < n) {
-            const auto tail = tokens.subspan(pos, n - pos);
-            const BlockRow covering = best_child(parent_id, static_cast<int64_t>(pos), tail);
-            if (covering.n_tokens == static_cast<int64_t>(tail.size())) {
-                used.push_back(covering.id);
-            } else {
-                const int64_t id = insert_block(parent_id, chain_key(previous, tail),
-                                                static_cast<int64_t>(pos), tail, kv, tick);
-                drop_superseded_partials(parent_id, id, tail);
-            }
-        }
-        touch(used, tick);
+        const int64_t end_block = save_blocks(tokens, n, kv, hybrid);
+        if (hybrid && end_block != 0) save_snapshot(end_block, state.recurrent);
         tx.commit();
     } catch (const std::exception& e) {
         warn(std::string("prefix state not saved: ") + e.what());
@@ -413,9 +557,12 @@ void StateStore::save(std::span<const int32_t> tokens, const InferenceState& sta
 }
 
 void StateStore::evict_to_cap() {
+    // A block's snapshot (hybrids) goes with it, so its bytes count with the block's.
     auto totals = [&] {
-        Statement s =
-            db_.prepare("SELECT COUNT(*), COALESCE(SUM(stored_bytes), 0) FROM state_blocks");
+        Statement s = db_.prepare(
+            "SELECT (SELECT COUNT(*) FROM state_blocks), "
+            "(SELECT COALESCE(SUM(stored_bytes), 0) FROM state_blocks) + "
+            "(SELECT COALESCE(SUM(stored_bytes), 0) FROM state_snapshots)");
         s.step();
         return std::pair<int64_t, int64_t>(s.column_int(0), s.column_int(1));
     };
@@ -427,7 +574,9 @@ void StateStore::evict_to_cap() {
     {
         // Oldest use first; on a tie the later block, so a chain is cut from its end.
         Statement s = db_.prepare(
-            "SELECT id, stored_bytes FROM state_blocks ORDER BY last_used ASC, begin_pos DESC");
+            "SELECT b.id, b.stored_bytes + COALESCE(n.stored_bytes, 0) FROM state_blocks b "
+            "LEFT JOIN state_snapshots n ON n.block_id = b.id "
+            "ORDER BY b.last_used ASC, b.begin_pos DESC");
         int64_t remaining = bytes_before;
         while (remaining > cap && s.step()) {
             victims.push_back(s.column_int(0));

@@ -9,6 +9,14 @@
 // with the same system prompt but another question starts warm up to the first differing
 // token.
 //
+// Hybrid models (a recurrent state beside the KV cache) also store a snapshot of the recurrent
+// state at the end of each saved prefix (table state_snapshots); their state is restored only
+// up to a block end that has one, since recurrent state cannot be cut to a shorter prefix.
+//
+// The seed of the key chain covers the model's fingerprint and a full hash of its file
+// (model_identity.h), computed on the first save or restore, so a store that is never used
+// never reads the whole model.
+//
 // Eviction is least-recently-used under a byte cap. Every operation stamps the blocks it
 // walked with one tick, so a block is never newer than its parent, and ties go to the later
 // block: children go before the blocks they extend, and a chain never loses its middle.
@@ -16,6 +24,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -23,6 +32,11 @@
 #include "engine/model/state.h"
 #include "sessions/sqlite.h"
 #include "sessions/state_keys.h"
+
+namespace ember {
+class Model;
+class RecurrentState;
+}  // namespace ember
 
 namespace ember::sessions {
 
@@ -53,6 +67,12 @@ struct StateStats {
     int64_t blocks_evicted = 0;
     int64_t bytes_evicted = 0;
     int64_t blobs_dropped = 0;  // corrupted or unreadable blobs deleted on restore
+    int64_t snapshots = 0;      // recurrent-state snapshots (hybrid models)
+    // Time spent restoring (reading, checking, decompressing, copying into the cache) and
+    // the bytes restored, for the restore throughput.
+    double restore_seconds = 0;
+    int64_t restore_raw_bytes = 0;
+    int64_t restore_stored_bytes = 0;
 };
 
 // Reads the sizes and counters without a model (for the command line).
@@ -61,8 +81,11 @@ std::string format_state_stats(const StateStats& stats, uint64_t cap_bytes);
 
 class StateStore final : public PrefixStore {
 public:
-    // `db` must outlive the store and be migrated (schema.h).
-    StateStore(Database& db, std::string_view model_fingerprint, KvType kv_type,
+    // `db` (and `model`) must outlive the store, and `db` must be migrated (schema.h). Keys
+    // are seeded with the model's identity (model_identity.h), computed on first use.
+    StateStore(Database& db, const Model& model, KvType kv_type, StateStoreOptions options = {});
+    // Keys seeded with an identity string given by the caller (tests, tools).
+    StateStore(Database& db, std::string_view model_identity, KvType kv_type,
                StateStoreOptions options = {});
 
     int64_t restore(std::span<const int32_t> tokens, int64_t have, InferenceState& state) override;
@@ -72,13 +95,20 @@ public:
     // Deletes least-recently-used blocks until the stored bytes fit the cap.
     void evict_to_cap();
     const StateStoreOptions& options() const { return options_; }
-    const StateKey& seed() const { return seed_; }
+    // The key chain's seed; the first call may hash the model file (throws SqliteError).
+    const StateKey& seed();
 
 private:
     struct BlockRow {
         int64_t id = 0;
         int64_t begin = 0;
-        int64_t n_tokens = 0;  // tokens of this block that the prefix uses
+        int64_t n_tokens = 0;       // tokens of this block that the prefix uses
+        int64_t stored_tokens = 0;  // tokens the block holds
+    };
+    // What a restore read, for the throughput counters.
+    struct LoadTotals {
+        int64_t raw_bytes = 0;
+        int64_t stored_bytes = 0;
     };
     // The longest stored chain that verifies against `tokens`, ending in a full or partial
     // block used for its first `n_tokens` tokens.
@@ -88,9 +118,24 @@ private:
     BlockRow best_child(int64_t parent_id, int64_t begin, std::span<const int32_t> tail);
     // Loads the blocks' rows past `have` into the cache; returns the restored length. A bad
     // blob is deleted (with the blocks after it) and the length stops before it.
-    int64_t load_chain(const std::vector<BlockRow>& chain, int64_t have, KvCache& kv);
+    int64_t load_chain(const std::vector<BlockRow>& chain, int64_t have, KvCache& kv,
+                       LoadTotals& totals);
+    // Hybrids: the chain cut after its last block that ends in a snapshot inside (have,
+    // limit); empty when there is none.
+    std::vector<BlockRow> cut_at_snapshot(std::vector<BlockRow> chain, int64_t have, int64_t limit);
+    // Hybrids: loads the snapshot stored with `block_id` (taken at `position`); a bad one is
+    // deleted and reported, and false returned with the state untouched.
+    bool load_snapshot(int64_t block_id, int64_t position, RecurrentState& state,
+                       LoadTotals& totals);
+    void save_snapshot(int64_t block_id, const RecurrentState& state);
+    void drop_blob(const char* table, const char* id_column, int64_t id, const std::string& what,
+                   const std::exception& why);
     int64_t insert_block(int64_t parent_id, const StateKey& key, int64_t begin,
                          std::span<const int32_t> block, const KvCache& kv, int64_t tick);
+    // Stores what the state holds of `tokens[0, n)` (one transaction); returns the id of
+    // the block the prefix ends in, 0 when none was stored.
+    int64_t save_blocks(std::span<const int32_t> tokens, size_t n, const KvCache& kv,
+                        bool exact_end);
     void drop_superseded_partials(int64_t parent_id, int64_t keep_id,
                                   std::span<const int32_t> tokens);
     int64_t next_tick();
@@ -99,7 +144,9 @@ private:
     void warn(const std::string& message);
 
     Database& db_;
-    StateKey seed_;
+    const Model* model_ = nullptr;  // null when the identity was given
+    std::string identity_;          // the given identity (when model_ is null)
+    std::optional<StateKey> seed_;
     KvType kv_type_;
     StateStoreOptions options_;
     std::string warning_;

@@ -130,6 +130,7 @@ std::string ChatController::help_text() {
            "  /new                start a new conversation (the system prompt stays)\n"
            "  /regen              answer the last prompt again (the old reply stays saved)\n"
            "  /edit TEXT          replace the last prompt with TEXT and answer it\n"
+           "  /branch [TITLE]     go on in a copy of this conversation (the original stays)\n"
            "  /system [TEXT]      set the system prompt, or show it\n"
            "  /set [PARAM VALUE]  change a setting, or list them all\n"
            "  /stats              numbers for the last reply and the session store\n"
@@ -139,6 +140,20 @@ std::string ChatController::help_text() {
            "  /export PATH        write this conversation as Markdown\n"
            "  /quit               leave (Ctrl-D does too)\n"
            "Start a line with // to send a prompt that begins with /.";
+}
+
+const std::vector<std::string>& ChatController::command_names() {
+    static const std::vector<std::string> names = {
+        "/branch", "/edit",   "/export", "/help",     "/load", "/new",  "/quit",
+        "/regen",  "/rename", "/set",    "/sessions", "/stats", "/system"};
+    return names;
+}
+
+const std::vector<std::string>& ChatController::setting_names() {
+    static const std::vector<std::string> names = {
+        "temp", "top-k",      "top-p", "min-p", "repeat-penalty", "seed", "n-predict",
+        "ignore-eos", "think", "thinking-budget", "ctx"};
+    return names;
 }
 
 std::string ChatController::turn_summary(const TurnResult& turn) {
@@ -286,6 +301,7 @@ ChatOutcome ChatController::handle_command(const std::string& line, const TextCa
         if (name == "/load") return load_session(args);
         if (name == "/rename") return command_rename(args);
         if (name == "/export") return command_export(args);
+        if (name == "/branch") return command_branch(args);
     } catch (const std::exception& e) {
         return failure(name + ": " + e.what());
     }
@@ -499,6 +515,35 @@ ChatOutcome ChatController::command_rename(const std::string& title) {
     if (title.empty()) return failure("usage: /rename TITLE");
     backend_.rename(title);
     return info("renamed to '" + title + "'");
+}
+
+ChatOutcome ChatController::command_branch(const std::string& title) {
+    if (message_ids_.empty()) return failure("/branch: nothing to branch from yet");
+    // The copy is a new conversation in the store holding the current branch's messages, so
+    // the original and the copy can go their own ways. The copy's replies carry no stats:
+    // they were not generated for it.
+    const std::string original = backend_.current_id();
+    const auto saved_ids = message_ids_;
+    backend_.new_session(system_prompt());
+    std::vector<int64_t> ids;
+    try {
+        int64_t parent = 0;
+        for (const auto& m : conversation_.messages()) {
+            if (m.role == "system") continue;
+            parent = backend_.commit(m, parent, nullptr);
+            ids.push_back(parent);
+        }
+        if (!title.empty()) backend_.rename(title);
+    } catch (...) {
+        // Back to the original, so later turns do not land in a half-made copy.
+        if (!original.empty()) backend_.load(original);
+        message_ids_ = saved_ids;
+        throw;
+    }
+    message_ids_ = std::move(ids);
+    const std::string copy = backend_.current_id();
+    return info("branched: now in " + (copy.empty() ? std::string("a copy") : copy) +
+                (original.empty() ? std::string() : "; " + original + " stays as it was"));
 }
 
 ChatOutcome ChatController::command_export(const std::string& path) {

@@ -58,6 +58,15 @@ public:
     // Store ids of the conversation's non-system messages, in order (the current branch).
     const std::vector<int64_t>& message_ids() const { return message_ids_; }
     const std::optional<TurnResult>& last_turn() const { return last_turn_; }
+    // Saved conversations, most recent first (the sessions picker, Tab completion of ids).
+    std::vector<SessionSummary> list_sessions(int64_t limit) { return backend_.list(limit); }
+    // Id of the current conversation in the store; empty until its first message is saved.
+    std::string session_id() const { return backend_.current_id(); }
+
+    // The slash commands, for Tab completion ("/help", "/load", ...).
+    static const std::vector<std::string>& command_names();
+    // What /set accepts ("temp", "top-k", ...), for Tab completion.
+    static const std::vector<std::string>& setting_names();
 
     // The command list shown by /help.
     static std::string help_text();
@@ -89,6 +98,7 @@ private:
     ChatOutcome command_sessions();
     ChatOutcome command_rename(const std::string& title);
     ChatOutcome command_export(const std::string& path);
+    ChatOutcome command_branch(const std::string& title);
     std::string settings_text() const;
 
     Conversation& conversation_;

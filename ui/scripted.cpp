@@ -35,6 +35,10 @@ json turn_json(const TurnResult& r, bool show_thinking) {
     j["decode_tps"] =
         rate(std::max<int64_t>(0, r.stats.generated_tokens - 1), r.stats.decode_seconds);
     j["ttft_ms"] = r.stats.ttft_seconds * 1000.0;
+    const SpeculationStats& spec = r.stats.speculation;
+    j["spec_drafted"] = spec.drafted;
+    j["spec_accepted"] = spec.accepted;
+    j["acceptance_rate"] = spec.acceptance_rate();
     j["finish"] = std::string(finish_reason_name(r.finish));
     if (r.tokens_dropped > 0) {
         j["context_dropped_tokens"] = r.tokens_dropped;

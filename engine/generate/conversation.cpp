@@ -4,6 +4,7 @@
 #include <stdexcept>
 
 #include "engine/chat/template.h"
+#include "engine/generate/ngram.h"
 #include "engine/generate/reply_router.h"
 #include "engine/model/model.h"
 #include "engine/tokenizer/tokenizer.h"
@@ -243,6 +244,12 @@ TurnResult Conversation::respond(Sampler& sampler, const GenerateOptions& option
     result.prompt_tokens = static_cast<int64_t>(tokens.size());
     const size_t reuse = reuse_prefix(tokens, result);
 
+    if (options.speculation.enabled) {
+        // The table sees the whole conversation, so replies can draft from any earlier text.
+        if (!ngram_) ngram_ = std::make_unique<NgramTable>();
+        ngram_->clear();
+        ngram_->add(tokens);
+    }
     std::vector<int32_t> prompt(tokens.begin() + static_cast<ptrdiff_t>(reuse), tokens.end());
     const bool stop_cut =
         generate_reply(std::move(prompt), sampler, options, on_text, starts_in_thinking, result);
@@ -315,6 +322,7 @@ bool Conversation::generate_reply(std::vector<int32_t> prompt, Sampler& sampler,
     // generator itself runs until the context is full.
     GenerateOptions unbounded = options;
     unbounded.max_tokens = -1;
+    unbounded.ngram = options.speculation.enabled ? ngram_.get() : nullptr;
     GenerateResult gen = generate(model_, *state_, pool_, sampler, prompt, unbounded, on_token);
     result.stats = gen.stats;
     result.ids = gen.ids;
@@ -329,11 +337,15 @@ bool Conversation::generate_reply(std::vector<int32_t> prompt, Sampler& sampler,
         std::vector<int32_t> resume{gen.ids.back()};
         resume.insert(resume.end(), forced_ids.begin(), forced_ids.end());
         for (int32_t id : forced_ids) sampler.accept(id);
+        if (unbounded.ngram != nullptr) unbounded.ngram->add(forced_ids);
         result.ids.insert(result.ids.end(), forced_ids.begin(), forced_ids.end());
         GenerateResult rest =
             generate(model_, *state_, pool_, sampler, resume, unbounded, on_token);
         result.ids.insert(result.ids.end(), rest.ids.begin(), rest.ids.end());
         result.stats.generated_tokens += rest.stats.generated_tokens;
+        result.stats.speculation.verify_steps += rest.stats.speculation.verify_steps;
+        result.stats.speculation.drafted += rest.stats.speculation.drafted;
+        result.stats.speculation.accepted += rest.stats.speculation.accepted;
         result.stats.decode_seconds += rest.stats.prefill_seconds + rest.stats.decode_seconds;
         gen.finish = rest.finish;
     }

@@ -23,6 +23,7 @@
 namespace ember {
 
 class ChatTemplate;
+class NgramTable;
 class Model;
 class ThreadPool;
 
@@ -148,6 +149,7 @@ private:
     std::unique_ptr<InferenceState> state_;
     std::vector<int32_t> cached_;
     PrefixStore* store_ = nullptr;
+    std::unique_ptr<NgramTable> ngram_;  // drafts for speculation, rebuilt from each turn's prompt
     int64_t thinking_budget_on_ = 4096;  // the budget to return to when thinking is switched on
 };
 

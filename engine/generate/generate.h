@@ -18,9 +18,38 @@ struct InferenceState;
 enum class FinishReason { Stop, Length, Context, Cancelled };
 std::string_view finish_reason_name(FinishReason reason);
 
+// N-gram self-speculation: draft tokens from an n-gram table of the context, verify them in
+// one batched forward pass, keep what the model agrees with.
+struct SpeculationOptions {
+    bool enabled = false;
+    int draft_max = 6;  // drafts per verification step at most
+    // Cost model of the gate: verifying k drafts costs (1 + draft_cost * k) single-token
+    // decodes (the weights are read once for the whole batch; each extra token adds compute
+    // and attention). Deterministic on purpose: a timing-based gate would make seeded sampled
+    // runs depend on machine load.
+    double draft_cost = 0.15;
+    double decay = 0.85;      // weight of the old acceptance estimate per verification step
+    int probe_interval = 16;  // plain steps before drafting is tried again after the gate shut
+};
+
+struct SpeculationStats {
+    int64_t verify_steps = 0;  // batched verifications
+    int64_t drafted = 0;       // draft tokens proposed
+    int64_t accepted = 0;      // of those, kept
+    double acceptance_rate() const {
+        return drafted > 0 ? static_cast<double>(accepted) / static_cast<double>(drafted) : 0.0;
+    }
+};
+
+class NgramTable;
+
 struct GenerateOptions {
     int64_t max_tokens = 128;  // generated tokens at most; < 0 means until the context is full
     bool ignore_eos = false;   // keep going past end-of-generation tokens
+    SpeculationOptions speculation;
+    // The table drafts come from, holding the context so far (the caller feeds it the prompt;
+    // generate() adds the tokens it emits). Required when speculation is enabled.
+    NgramTable* ngram = nullptr;
 };
 
 struct GenerateStats {
@@ -29,6 +58,7 @@ struct GenerateStats {
     double prefill_seconds = 0;  // evaluating the prompt, up to the first sampled token
     double decode_seconds = 0;   // everything after the first token
     double ttft_seconds = 0;     // start to first token
+    SpeculationStats speculation;
 };
 
 struct GenerateResult {

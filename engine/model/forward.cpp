@@ -7,6 +7,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "engine/model/forward_hybrid.h"
 #include "engine/model/model.h"
 #include "engine/model/ops.h"
 #include "engine/model/state.h"
@@ -269,6 +270,8 @@ void forward_batch(const Model& model, InferenceState& st, ThreadPool& pool,
 std::span<const float> forward(const Model& model, InferenceState& st, ThreadPool& pool,
                                std::span<const int32_t> tokens, LogitsWanted wanted) {
     const ModelConfig& c = model.config();
+    // Conv / linear-attention hybrids have their own passes (forward_hybrid.h).
+    if (is_hybrid(c.family)) return forward_hybrid(model, st, pool, tokens, wanted);
     const int64_t n = static_cast<int64_t>(tokens.size());
     if (n == 0) throw std::invalid_argument("forward: no tokens to evaluate");
     const int64_t start = st.kv.length();

@@ -67,6 +67,12 @@ public:
         return to_f32(t, n);
     }
 
+    // A small 2-D tensor [rows x row_len] (ne0 = row_len) as f32, rows concatenated.
+    std::vector<float> vector_2d(const std::string& name, int64_t row_len, int64_t rows) const {
+        const GgufTensorInfo& t = require(name, {row_len, rows});
+        return to_f32(t, row_len * rows);
+    }
+
     std::vector<float> optional_vector(const std::string& name, int64_t n) const {
         const GgufTensorInfo* t = find(name);
         if (!t) return {};
@@ -104,6 +110,34 @@ int64_t positive(const GgufFile& f, const std::string& key, int64_t v, int64_t m
     return v;
 }
 
+// attention.head_count_kv is a number, or (lfm2) one number per layer with 0 for the layers
+// without attention; every attention layer must then have the same count.
+const GgufArray* optional_array(const GgufFile& f, const std::string& key) {
+    const GgufValue* v = f.find(key);
+    return v && v->type == GgufValueType::ARRAY ? f.get_array(key) : nullptr;
+}
+
+int64_t head_count_kv(const GgufFile& f, const std::string& p, const ModelConfig& c) {
+    const std::string key = p + "attention.head_count_kv";
+    if (const GgufArray* per_layer = optional_array(f, key)) {
+        int64_t n = 0;
+        for (int64_t v : per_layer->ints) {
+            if (v != 0 && n != 0 && v != n) {
+                throw ModelError(f.path() + ": '" + key +
+                                 "' differs between attention layers, which is not supported");
+            }
+            if (v != 0) n = v;
+        }
+        if (per_layer->ints.size() != static_cast<size_t>(c.n_layer)) {
+            throw ModelError(f.path() + ": '" + key + "' has " +
+                             std::to_string(per_layer->ints.size()) + " entries for " +
+                             std::to_string(c.n_layer) + " layers");
+        }
+        return n == 0 ? c.n_head : n;
+    }
+    return f.get_int(key).value_or(c.n_head);
+}
+
 ModelConfig read_config(const GgufFile& f) {
     ModelConfig c;
     auto arch = f.get_string("general.architecture");
@@ -120,9 +154,18 @@ ModelConfig read_config(const GgufFile& f) {
         c.family = Family::Qwen3;
         c.rope_layout = RopeLayout::Halves;
         c.qk_norm = true;
+    } else if (c.arch == "lfm2") {
+        c.family = Family::Lfm2;
+        c.rope_layout = RopeLayout::Halves;
+        c.qk_norm = true;
+    } else if (c.arch == "qwen35") {
+        c.family = Family::Qwen35;
+        c.rope_layout = RopeLayout::Halves;
+        c.qk_norm = true;
+        c.attn_output_gate = true;
     } else {
         throw ModelError(f.path() + ": architecture '" + c.arch +
-                         "' is not supported (supported: llama, qwen2, qwen3)");
+                         "' is not supported (supported: llama, qwen2, qwen3, lfm2, qwen35)");
     }
     const std::string p = c.arch + ".";
     constexpr int64_t kMaxDim = 1 << 20;
@@ -132,8 +175,7 @@ ModelConfig read_config(const GgufFile& f) {
         positive(f, p + "feed_forward_length", require_int(f, p + "feed_forward_length"), kMaxDim);
     c.n_head =
         positive(f, p + "attention.head_count", require_int(f, p + "attention.head_count"), 4096);
-    c.n_head_kv = positive(f, p + "attention.head_count_kv",
-                           f.get_int(p + "attention.head_count_kv").value_or(c.n_head), c.n_head);
+    c.n_head_kv = positive(f, p + "attention.head_count_kv", head_count_kv(f, p, c), c.n_head);
     if (c.n_head % c.n_head_kv != 0) {
         throw ModelError(f.path() + ": attention.head_count " + std::to_string(c.n_head) +
                          " is not a multiple of head_count_kv " + std::to_string(c.n_head_kv));
@@ -161,7 +203,90 @@ ModelConfig read_config(const GgufFile& f) {
     if (!(c.rms_eps > 0) || !(c.rope_base > 0)) {
         throw ModelError(f.path() + ": layer_norm_rms_epsilon and rope.freq_base must be > 0");
     }
+    if (c.family == Family::Lfm2) {
+        c.conv_kernel =
+            positive(f, p + "shortconv.l_cache", require_int(f, p + "shortconv.l_cache"), 64);
+    } else if (c.family == Family::Qwen35) {
+        c.conv_kernel =
+            positive(f, p + "ssm.conv_kernel", require_int(f, p + "ssm.conv_kernel"), 64);
+        c.ssm_k_dim = positive(f, p + "ssm.state_size", require_int(f, p + "ssm.state_size"), 4096);
+        c.ssm_n_k_heads =
+            positive(f, p + "ssm.group_count", require_int(f, p + "ssm.group_count"), 4096);
+        c.ssm_n_v_heads =
+            positive(f, p + "ssm.time_step_rank", require_int(f, p + "ssm.time_step_rank"), 4096);
+        const int64_t inner =
+            positive(f, p + "ssm.inner_size", require_int(f, p + "ssm.inner_size"), kMaxDim);
+        if (inner % c.ssm_n_v_heads != 0 || c.ssm_n_v_heads % c.ssm_n_k_heads != 0) {
+            throw ModelError(f.path() + ": ssm.inner_size " + std::to_string(inner) +
+                             " / time_step_rank " + std::to_string(c.ssm_n_v_heads) +
+                             " / group_count " + std::to_string(c.ssm_n_k_heads) +
+                             " do not divide evenly");
+        }
+        c.ssm_v_dim = inner / c.ssm_n_v_heads;
+    }
     return c;
+}
+
+// Decides each layer's kind from the tensors present, and checks it against what the
+// metadata says (lfm2: per-layer KV head counts, 0 for conv layers; qwen35: every
+// full_attention_interval-th layer is attention). Fills layer_kinds and kv_slot.
+void assign_layer_kinds(const GgufFile& f, ModelConfig& c) {
+    const std::string p = c.arch + ".";
+    const GgufArray* kv_heads = optional_array(f, p + "attention.head_count_kv");
+    const int64_t interval = f.get_int(p + "full_attention_interval").value_or(0);
+    c.layer_kinds.assign(static_cast<size_t>(c.n_layer), LayerKind::Attention);
+    c.kv_slot.assign(static_cast<size_t>(c.n_layer), -1);
+    c.n_kv_layers = 0;
+    for (int64_t i = 0; i < c.n_layer; ++i) {
+        const std::string b = "blk." + std::to_string(i) + ".";
+        const bool has_attn = f.find_tensor(b + "attn_q.weight") != nullptr;
+        LayerKind kind = LayerKind::Attention;
+        bool meta_attn = true;
+        if (c.family == Family::Lfm2) {
+            if (!has_attn) kind = LayerKind::ShortConv;
+            if (kv_heads && kv_heads->ints.size() == static_cast<size_t>(c.n_layer)) {
+                meta_attn = kv_heads->ints[static_cast<size_t>(i)] > 0;
+            }
+        } else if (c.family == Family::Qwen35) {
+            if (!has_attn) kind = LayerKind::DeltaNet;
+            if (interval > 0) meta_attn = (i + 1) % interval == 0;
+        }
+        if (is_hybrid(c.family) && meta_attn != (kind == LayerKind::Attention)) {
+            throw ModelError(f.path() + ": layer " + std::to_string(i) + " has " +
+                             (has_attn ? "attention" : "recurrent") +
+                             " tensors but the metadata says it is " +
+                             (meta_attn ? "an attention layer" : "a recurrent layer"));
+        }
+        c.layer_kinds[static_cast<size_t>(i)] = kind;
+        if (kind == LayerKind::Attention) c.kv_slot[static_cast<size_t>(i)] = c.n_kv_layers++;
+    }
+}
+
+// Conv taps are stored [channels][K] (ne0 = K): kept as f32, a few KB per layer.
+std::vector<float> conv_taps(const TensorBinder& bind, const std::string& name, int64_t channels,
+                             int64_t kernel) {
+    return bind.vector_2d(name, kernel, channels);
+}
+
+void bind_short_conv(const TensorBinder& bind, const std::string& b, const ModelConfig& c,
+                     LayerWeights& L) {
+    L.conv_in = bind.matrix(b + "shortconv.in_proj.weight", 3 * c.n_embd, c.n_embd);
+    L.conv_taps = conv_taps(bind, b + "shortconv.conv.weight", c.n_embd, c.conv_kernel);
+    L.conv_out = bind.matrix(b + "shortconv.out_proj.weight", c.n_embd, c.n_embd);
+}
+
+void bind_delta_net(const TensorBinder& bind, const std::string& b, const ModelConfig& c,
+                    LayerWeights& L) {
+    const int64_t inner = c.ssm_n_v_heads * c.ssm_v_dim;
+    L.ssm_qkv = bind.matrix(b + "attn_qkv.weight", c.conv_channels(), c.n_embd);
+    L.ssm_z = bind.matrix(b + "attn_gate.weight", inner, c.n_embd);
+    L.ssm_alpha = bind.matrix(b + "ssm_alpha.weight", c.ssm_n_v_heads, c.n_embd);
+    L.ssm_beta = bind.matrix(b + "ssm_beta.weight", c.ssm_n_v_heads, c.n_embd);
+    L.ssm_a = bind.vector(b + "ssm_a", c.ssm_n_v_heads);
+    L.ssm_dt_bias = bind.vector(b + "ssm_dt.bias", c.ssm_n_v_heads);
+    L.conv_taps = conv_taps(bind, b + "ssm_conv1d.weight", c.conv_channels(), c.conv_kernel);
+    L.ssm_norm = bind.vector(b + "ssm_norm.weight", c.ssm_v_dim);
+    L.ssm_out = bind.matrix(b + "ssm_out.weight", c.n_embd, inner);
 }
 
 std::string compute_fingerprint(const GgufFile& f, const ModelConfig& c) {
@@ -179,6 +304,15 @@ std::string compute_fingerprint(const GgufFile& f, const ModelConfig& c) {
     add(hp, sizeof hp);
     const double fp[] = {c.rms_eps, c.rope_base, c.rope_freq_scale};
     add(fp, sizeof fp);
+    if (is_hybrid(c.family)) {  // only for hybrids, so other families keep their fingerprints
+        const int64_t hy[] = {c.conv_kernel, c.ssm_n_k_heads, c.ssm_n_v_heads,
+                              c.ssm_k_dim,   c.ssm_v_dim,     c.attn_output_gate};
+        add(hy, sizeof hy);
+        for (LayerKind k : c.layer_kinds) {
+            const uint32_t v = static_cast<uint32_t>(k);
+            add(&v, sizeof v);
+        }
+    }
     for (const auto& t : f.tensors()) {
         add_str(t.name);
         uint32_t type = static_cast<uint32_t>(t.type);
@@ -225,8 +359,22 @@ std::string_view family_name(Family family) {
             return "qwen2";
         case Family::Qwen3:
             return "qwen3";
+        case Family::Lfm2:
+            return "lfm2";
+        case Family::Qwen35:
+            return "qwen35";
     }
     return "unknown";
+}
+
+bool is_hybrid(Family family) {
+    return family == Family::Lfm2 || family == Family::Qwen35;
+}
+
+int64_t ModelConfig::conv_channels() const {
+    if (family == Family::Qwen35) return 2 * ssm_n_k_heads * ssm_k_dim + ssm_n_v_heads * ssm_v_dim;
+    if (family == Family::Lfm2) return n_embd;
+    return 0;
 }
 
 Model::~Model() = default;
@@ -253,7 +401,10 @@ std::unique_ptr<Model> Model::load(const std::string& path) {
                          std::to_string(m->tokenizer_->vocab_size()) + " tokens");
     }
     m->token_embd_ = bind.matrix("token_embd.weight", c.n_vocab, c.n_embd);
-    m->output_norm_ = bind.vector("output_norm.weight", c.n_embd);
+    // lfm2's final norm is named after the embedding (the converter's name for it).
+    m->output_norm_ = c.family == Family::Lfm2 ? bind.vector("token_embd_norm.weight", c.n_embd)
+                                               : bind.vector("output_norm.weight", c.n_embd);
+    assign_layer_kinds(f, c);
     c.tied_output = bind.find("output.weight") == nullptr;
     m->output_ = c.tied_output ? m->token_embd_ : bind.matrix("output.weight", c.n_vocab, c.n_embd);
     const std::vector<float> factors = bind.optional_vector("rope_freqs.weight", c.rope_dims / 2);
@@ -264,14 +415,32 @@ std::unique_ptr<Model> Model::load(const std::string& path) {
         m->rope_inv_freq_.push_back(freq);
     }
 
-    const int64_t q_dim = c.n_head * c.head_dim;
+    // The gated attention of qwen35 projects a query and a gate per head.
+    const int64_t q_dim = c.n_head * c.head_dim * (c.attn_output_gate ? 2 : 1);
     const int64_t k_dim = c.n_head_kv * c.head_dim;
     const int64_t v_dim = c.n_head_kv * c.value_dim;
     m->layers_.resize(static_cast<size_t>(c.n_layer));
     for (int64_t i = 0; i < c.n_layer; ++i) {
         const std::string b = "blk." + std::to_string(i) + ".";
         LayerWeights& L = m->layers_[static_cast<size_t>(i)];
+        L.kind =
+            c.layer_kinds.empty() ? LayerKind::Attention : c.layer_kinds[static_cast<size_t>(i)];
         L.attn_norm = bind.vector(b + "attn_norm.weight", c.n_embd);
+        // qwen35 names the norm before the FFN after its place, behind the mixer.
+        const std::string ffn_norm_name =
+            c.family == Family::Qwen35 ? "post_attention_norm.weight" : "ffn_norm.weight";
+        L.ffn_norm = bind.vector(b + ffn_norm_name, c.n_embd);
+        L.w_gate = bind.matrix(b + "ffn_gate.weight", c.n_ff, c.n_embd);
+        L.w_up = bind.matrix(b + "ffn_up.weight", c.n_ff, c.n_embd);
+        L.w_down = bind.matrix(b + "ffn_down.weight", c.n_embd, c.n_ff);
+        if (L.kind == LayerKind::ShortConv) {
+            bind_short_conv(bind, b, c, L);
+            continue;
+        }
+        if (L.kind == LayerKind::DeltaNet) {
+            bind_delta_net(bind, b, c, L);
+            continue;
+        }
         L.wq = bind.matrix(b + "attn_q.weight", q_dim, c.n_embd);
         L.wk = bind.matrix(b + "attn_k.weight", k_dim, c.n_embd);
         L.wv = bind.matrix(b + "attn_v.weight", v_dim, c.n_embd);
@@ -285,10 +454,6 @@ std::unique_ptr<Model> Model::load(const std::string& path) {
             L.q_norm = bind.vector(b + "attn_q_norm.weight", c.head_dim);
             L.k_norm = bind.vector(b + "attn_k_norm.weight", c.head_dim);
         }
-        L.ffn_norm = bind.vector(b + "ffn_norm.weight", c.n_embd);
-        L.w_gate = bind.matrix(b + "ffn_gate.weight", c.n_ff, c.n_embd);
-        L.w_up = bind.matrix(b + "ffn_up.weight", c.n_ff, c.n_embd);
-        L.w_down = bind.matrix(b + "ffn_down.weight", c.n_embd, c.n_ff);
     }
     m->fingerprint_ = compute_fingerprint(f, c);
     return m;
@@ -300,6 +465,9 @@ uint64_t Model::weight_bytes_per_token() const {
     for (const auto& L : layers_) {
         total += bytes(L.wq) + bytes(L.wk) + bytes(L.wv) + bytes(L.wo);
         total += bytes(L.w_gate) + bytes(L.w_up) + bytes(L.w_down);
+        total += bytes(L.conv_in) + bytes(L.conv_out);  // zero-sized for other kinds
+        total += bytes(L.ssm_qkv) + bytes(L.ssm_z) + bytes(L.ssm_alpha) + bytes(L.ssm_beta) +
+                 bytes(L.ssm_out);
     }
     return total;
 }

@@ -15,8 +15,18 @@ namespace ember {
 
 class Tokenizer;
 
-enum class Family { Llama, Qwen2, Qwen3 };
+enum class Family { Llama, Qwen2, Qwen3, Lfm2, Qwen35 };
 std::string_view family_name(Family family);
+// Families whose layers are not all attention: part of their state is recurrent (conv and
+// delta-rule state), which cannot be rolled back by truncating the KV cache.
+bool is_hybrid(Family family);
+
+// What mixes tokens in one layer of a hybrid (every layer of the other families is Attention).
+enum class LayerKind {
+    Attention,  // softmax attention over the KV cache
+    ShortConv,  // lfm2: gated short causal convolution
+    DeltaNet,   // qwen35: GatedDeltaNet linear attention
+};
 
 // How RoPE pairs the dimensions of a head: adjacent pairs (2i, 2i+1), as GGUF llama files
 // store Q/K after the converter's permutation, or the two halves (i, i + d/2), as qwen does.
@@ -42,6 +52,21 @@ struct ModelConfig {
     bool tied_output = false;
     bool qkv_bias = false;
     bool qk_norm = false;
+
+    // ---- hybrid families (lfm2, qwen35); empty / zero for the others ----
+    std::vector<LayerKind> layer_kinds;  // [n_layer]
+    std::vector<int64_t> kv_slot;        // [n_layer] index into the KV cache, -1 if none
+    int64_t n_kv_layers = 0;             // layers with a KV cache (attention layers)
+    int64_t conv_kernel = 0;             // causal conv taps (lfm2 l_cache, qwen35 conv_kernel)
+    bool attn_output_gate = false;       // qwen35: q projection also yields a sigmoid gate
+    // qwen35 GatedDeltaNet: q/k heads of ssm_k_dim, v heads of ssm_v_dim; v head h reads
+    // q/k head h % ssm_n_k_heads (the converter stores v heads tiled over the k heads).
+    int64_t ssm_n_k_heads = 0;
+    int64_t ssm_n_v_heads = 0;
+    int64_t ssm_k_dim = 0;
+    int64_t ssm_v_dim = 0;
+    // Channels of the qwen35 conv (q, k and v concatenated) or the lfm2 conv (n_embd).
+    int64_t conv_channels() const;
 };
 
 struct LayerWeights {
@@ -56,6 +81,21 @@ struct LayerWeights {
     MatrixView w_gate;                  // [n_ff x n_embd]
     MatrixView w_up;                    // [n_ff x n_embd]
     MatrixView w_down;                  // [n_embd x n_ff]
+
+    LayerKind kind = LayerKind::Attention;
+    // lfm2 short conv: in_proj gives B, C and x gates [3*n_embd], conv taps per channel.
+    MatrixView conv_in;            // [3*n_embd x n_embd]
+    std::vector<float> conv_taps;  // [channels x conv_kernel], tap k of channel c at c*K + k
+    MatrixView conv_out;           // [n_embd x n_embd]
+    // qwen35 GatedDeltaNet (conv_taps above: [ssm conv channels x conv_kernel]).
+    MatrixView ssm_qkv;              // [2*n_k*k_dim + n_v*v_dim x n_embd] conv input
+    MatrixView ssm_z;                // [n_v*v_dim x n_embd] output gate
+    MatrixView ssm_alpha;            // [n_v x n_embd] decay input
+    MatrixView ssm_beta;             // [n_v x n_embd] write strength input
+    std::vector<float> ssm_a;        // [n_v] -exp(A_log): decay rate per head
+    std::vector<float> ssm_dt_bias;  // [n_v]
+    std::vector<float> ssm_norm;     // [v_dim] gated RMS norm weight, shared by heads
+    MatrixView ssm_out;              // [n_embd x n_v*v_dim]
 };
 
 class Model {

@@ -125,7 +125,16 @@ void swiglu(float* gate, const float* up, int64_t n) {
             _mm512_div_ps(one, _mm512_add_ps(one, exp512(_mm512_sub_ps(_mm512_setzero_ps(), g))));
         _mm512_storeu_ps(gate + i, _mm512_mul_ps(_mm512_mul_ps(g, sig), _mm512_loadu_ps(up + i)));
     }
-    for (; i < n; ++i) gate[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
+    if (i < n) {
+        // The tail through the same vector formula, so an element's value never depends on
+        // where it falls (a batch's tokens share one call; bitwise the single-token result).
+        const __mmask16 m = static_cast<__mmask16>((1u << (n - i)) - 1);
+        const __m512 g = _mm512_maskz_loadu_ps(m, gate + i);
+        const __m512 sig =
+            _mm512_div_ps(one, _mm512_add_ps(one, exp512(_mm512_sub_ps(_mm512_setzero_ps(), g))));
+        _mm512_mask_storeu_ps(gate + i, m,
+                              _mm512_mul_ps(_mm512_mul_ps(g, sig), _mm512_maskz_loadu_ps(m, up + i)));
+    }
 }
 float dot_f16(const uint16_t* a, const float* b, int64_t n) {
     __m512 acc = _mm512_setzero_ps();

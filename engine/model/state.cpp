@@ -46,8 +46,8 @@ void KvCache::set_length(int64_t n) {
     length_ = n;
 }
 
-uint8_t* KvCache::row(std::vector<std::unique_ptr<uint8_t[]>>& chunks, int64_t width, int64_t layer,
-                      int64_t pos) {
+uint8_t* KvCache::row(const std::vector<std::unique_ptr<uint8_t[]>>& chunks, int64_t width,
+                      int64_t layer, int64_t pos) const {
     const size_t idx = static_cast<size_t>(layer * n_chunks_max_ + pos / kChunkPositions);
     return chunks[idx].get() + (pos % kChunkPositions) * width * static_cast<int64_t>(elem_size());
 }
@@ -64,6 +64,18 @@ uint16_t* KvCache::k_row_f16(int64_t layer, int64_t pos) {
 uint16_t* KvCache::v_row_f16(int64_t layer, int64_t pos) {
     return reinterpret_cast<uint16_t*>(row(v_chunks_, v_width_, layer, pos));
 }
+const float* KvCache::k_row(int64_t layer, int64_t pos) const {
+    return reinterpret_cast<const float*>(row(k_chunks_, k_width_, layer, pos));
+}
+const float* KvCache::v_row(int64_t layer, int64_t pos) const {
+    return reinterpret_cast<const float*>(row(v_chunks_, v_width_, layer, pos));
+}
+const uint16_t* KvCache::k_row_f16(int64_t layer, int64_t pos) const {
+    return reinterpret_cast<const uint16_t*>(row(k_chunks_, k_width_, layer, pos));
+}
+const uint16_t* KvCache::v_row_f16(int64_t layer, int64_t pos) const {
+    return reinterpret_cast<const uint16_t*>(row(v_chunks_, v_width_, layer, pos));
+}
 
 uint64_t KvCache::bytes_per_position() const {
     return static_cast<uint64_t>(n_layer_ * (k_width_ + v_width_)) * elem_size();
@@ -76,8 +88,11 @@ uint64_t KvCache::allocated_bytes() const {
 std::unique_ptr<InferenceState> make_state(const ModelConfig& c, int64_t max_positions,
                                            KvType kv_type) {
     auto s = std::make_unique<InferenceState>();
-    s->kv.init(c.n_layer, c.n_head_kv * c.head_dim, c.n_head_kv * c.value_dim, max_positions,
+    // Hybrids keep K/V only for their attention layers.
+    const int64_t kv_layers = is_hybrid(c.family) ? c.n_kv_layers : c.n_layer;
+    s->kv.init(kv_layers, c.n_head_kv * c.head_dim, c.n_head_kv * c.value_dim, max_positions,
                kv_type);
+    s->recurrent.init(c);
     return s;
 }
 

@@ -8,6 +8,7 @@
 #include <memory>
 #include <vector>
 
+#include "engine/model/recurrent_state.h"
 #include "engine/tensor/matmul.h"
 
 namespace ember {
@@ -43,14 +44,19 @@ public:
     // ... or as f16 bits (F16 caches).
     uint16_t* k_row_f16(int64_t layer, int64_t pos);
     uint16_t* v_row_f16(int64_t layer, int64_t pos);
+    // Read-only views of the same rows (serializing a state must not need a mutable one).
+    const float* k_row(int64_t layer, int64_t pos) const;
+    const float* v_row(int64_t layer, int64_t pos) const;
+    const uint16_t* k_row_f16(int64_t layer, int64_t pos) const;
+    const uint16_t* v_row_f16(int64_t layer, int64_t pos) const;
 
     // Bytes one position occupies across all layers (K and V).
     uint64_t bytes_per_position() const;
     uint64_t allocated_bytes() const;
 
 private:
-    uint8_t* row(std::vector<std::unique_ptr<uint8_t[]>>& chunks, int64_t width, int64_t layer,
-                 int64_t pos);
+    uint8_t* row(const std::vector<std::unique_ptr<uint8_t[]>>& chunks, int64_t width,
+                 int64_t layer, int64_t pos) const;
     size_t elem_size() const { return type_ == KvType::F32 ? 4 : 2; }
 
     int64_t n_layer_ = 0;
@@ -89,8 +95,11 @@ struct ForwardScratch {
 };
 
 struct InferenceState {
-    KvCache kv;
+    KvCache kv;  // hybrids: attention layers only (ModelConfig::kv_slot maps layer -> slot)
+    // Hybrids: conv / delta-rule state beside the KV cache; empty for other families.
+    RecurrentState recurrent;
     ForwardScratch scratch;
+    HybridScratch hybrid_scratch;  // buffers of the hybrid forward passes
     int64_t n_past() const { return kv.length(); }
 };
 

@@ -123,7 +123,102 @@ ParsedKv parse_kv(std::span<const uint8_t> blob) {
     return p;
 }
 
+constexpr size_t kRecurrentInfoBytes = 4 * 4 + 2 * 8;
+
+// The Recurrent blob's header, checked against its size; returns where the floats start.
+size_t parse_recurrent(std::span<const uint8_t> blob, RecurrentBlobInfo& info) {
+    Reader r(blob);
+    if (std::memcmp(r.take(4, "magic"), kMagic, 4) != 0) {
+        throw StateFormatError("state blob: bad magic (not an ember state blob)");
+    }
+    const uint32_t version = r.u32("version");
+    if (version != kStateFormatVersion) {
+        throw StateFormatError("state blob: format version " + std::to_string(version) +
+                               ", this build reads " + std::to_string(kStateFormatVersion));
+    }
+    const uint32_t sections = r.u32("section count");
+    r.u32("reserved");
+    if (sections != 1) {
+        throw StateFormatError("state blob: " + std::to_string(sections) +
+                               " sections, expected one recurrent section");
+    }
+    const uint32_t kind = r.u32("section kind");
+    r.u32("section reserved");
+    const uint64_t payload = r.u64("section size");
+    if (kind != static_cast<uint32_t>(StateSectionKind::Recurrent)) {
+        throw StateFormatError("state blob: section kind " + std::to_string(kind) +
+                               " is not recurrent state");
+    }
+    if (payload != r.remaining()) {
+        throw StateFormatError("state blob: section size " + std::to_string(payload) +
+                               " does not match the " + std::to_string(r.remaining()) +
+                               " bytes present");
+    }
+    info.n_layer = r.u32("n_layer");
+    info.conv_floats = r.u32("conv floats");
+    info.delta_floats = r.u32("delta floats");
+    r.u32("recurrent reserved");
+    info.position = r.i64("position");
+    const uint64_t n_floats = r.u64("float count");
+    if (info.position < 0 || info.position > (int64_t{1} << 40) || n_floats > (uint64_t{1} << 40)) {
+        throw StateFormatError("state blob: recurrent position or size out of bounds");
+    }
+    info.n_floats = static_cast<int64_t>(n_floats);
+    if (n_floats * sizeof(float) != r.remaining()) {
+        throw StateFormatError("state blob: recurrent state holds " +
+                               std::to_string(r.remaining()) + " bytes, the header describes " +
+                               std::to_string(n_floats * sizeof(float)));
+    }
+    return r.offset();
+}
+
 }  // namespace
+
+std::vector<uint8_t> serialize_recurrent(const RecurrentState& state) {
+    const uint64_t data_bytes = state.bytes();
+    std::vector<uint8_t> out(kHeaderBytes + kSectionHeaderBytes + kRecurrentInfoBytes + data_bytes);
+    Writer w(out);
+    w.bytes(kMagic, 4);
+    w.u32(kStateFormatVersion);
+    w.u32(1);
+    w.u32(0);
+    w.u32(static_cast<uint32_t>(StateSectionKind::Recurrent));
+    w.u32(0);
+    w.u64(kRecurrentInfoBytes + data_bytes);
+    w.u32(static_cast<uint32_t>(state.n_layer()));
+    w.u32(static_cast<uint32_t>(state.conv_floats()));
+    w.u32(static_cast<uint32_t>(state.delta_floats()));
+    w.u32(0);
+    w.i64(state.position());
+    w.u64(state.data().size());
+    if (data_bytes > 0) w.bytes(state.data().data(), data_bytes);
+    return out;
+}
+
+RecurrentBlobInfo inspect_recurrent(std::span<const uint8_t> blob) {
+    RecurrentBlobInfo info;
+    parse_recurrent(blob, info);
+    return info;
+}
+
+void apply_recurrent(std::span<const uint8_t> blob, RecurrentState& state) {
+    RecurrentBlobInfo b;
+    const size_t offset = parse_recurrent(blob, b);
+    if (b.n_layer != state.n_layer() || b.conv_floats != state.conv_floats() ||
+        b.delta_floats != state.delta_floats() ||
+        b.n_floats != static_cast<int64_t>(state.data().size())) {
+        throw StateFormatError("state blob: recurrent state shape (" + std::to_string(b.n_layer) +
+                               " layers, " + std::to_string(b.n_floats) +
+                               " floats) differs from the model's (" +
+                               std::to_string(state.n_layer()) + " layers, " +
+                               std::to_string(state.data().size()) + " floats)");
+    }
+    if (b.n_floats > 0) {
+        std::memcpy(state.data().data(), blob.data() + offset,
+                    static_cast<size_t>(b.n_floats) * sizeof(float));
+    }
+    state.set_position(b.position);
+}
 
 std::vector<uint8_t> serialize_kv_rows(const KvCache& kv, int64_t begin, int64_t end) {
     if (begin < 0 || end < begin || end > kv.length()) {
@@ -150,13 +245,11 @@ std::vector<uint8_t> serialize_kv_rows(const KvCache& kv, int64_t begin, int64_t
     w.u32(static_cast<uint32_t>(kv.v_width()));
     w.i64(begin);
     w.i64(count);
-    // KvCache has no const row accessors; the rows are only read here.
-    auto& cache = const_cast<KvCache&>(kv);
     const size_t k_bytes = static_cast<size_t>(kv.k_width()) * es;
     const size_t v_bytes = static_cast<size_t>(kv.v_width()) * es;
     for (int64_t l = 0; l < kv.n_layer(); ++l) {
-        for (int64_t pos = begin; pos < end; ++pos) w.bytes(cache.k_row(l, pos), k_bytes);
-        for (int64_t pos = begin; pos < end; ++pos) w.bytes(cache.v_row(l, pos), v_bytes);
+        for (int64_t pos = begin; pos < end; ++pos) w.bytes(kv.k_row(l, pos), k_bytes);
+        for (int64_t pos = begin; pos < end; ++pos) w.bytes(kv.v_row(l, pos), v_bytes);
     }
     return out;
 }

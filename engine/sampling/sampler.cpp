@@ -495,6 +495,60 @@ int32_t Sampler::draw_whole_vocab(double target) const {
     return static_cast<int32_t>(i);
 }
 
+int32_t Sampler::sample_draft(std::span<const float> logits, int32_t draft, bool& accepted) {
+    load_logits(logits);
+    apply_penalties();
+    if (params_.temperature == 0.0f) {
+        const int32_t best = argmax();
+        accepted = best == draft;
+        return best;
+    }
+    const Kept kept = run_chain();
+    // The draft's weight in what the chain kept (0 when it was cut).
+    double draft_weight = 0.0;
+    size_t draft_index = 0;
+    if (kept.whole_vocab) {
+        if (draft >= 0 && static_cast<size_t>(draft) < weights_.size()) {
+            draft_weight = weights_[static_cast<size_t>(draft)];
+        }
+    } else {
+        for (size_t i = 0; i < kept.n_kept; ++i) {
+            if (candidates_[i].id == draft) {
+                draft_weight = candidates_[i].weight;
+                draft_index = i;
+                break;
+            }
+        }
+    }
+    accepted = rng_.next_double() * kept.mass < draft_weight;
+    if (accepted) return draft;
+    // Rejected: draw from the rest. The draft's weight is taken out of the pool (and its
+    // block sum), so it cannot be drawn, and the target spans only the remaining mass.
+    const double rest = kept.mass - draft_weight;
+    const double target = rng_.next_double() * rest;
+    if (kept.whole_vocab) {
+        if (draft_weight > 0.0) {
+            weights_[static_cast<size_t>(draft)] = 0.0f;
+            block_sums_[static_cast<size_t>(draft) / kDrawBlock] -= draft_weight;
+        }
+        return draw_whole_vocab(target);
+    }
+    if (draft_weight > 0.0) candidates_[draft_index].weight = 0.0f;
+    double cumulative = 0.0;
+    int32_t last_positive = -1;
+    for (size_t i = 0; i < kept.n_kept; ++i) {
+        const Candidate& c = candidates_[i];
+        if (c.weight > 0.0f) {
+            cumulative += c.weight;
+            last_positive = c.id;
+            if (target < cumulative) return last_positive;
+        }
+    }
+    // Rounding at the end, or the draft held all the mass (then p(draft) = 1 and it was
+    // accepted above, unless the draw hit exactly 1.0, which next_double never returns).
+    return last_positive >= 0 ? last_positive : draft;
+}
+
 std::span<const TokenProb> Sampler::distribution(std::span<const float> logits) {
     load_logits(logits);
     apply_penalties();

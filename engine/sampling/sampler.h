@@ -87,6 +87,16 @@ public:
     // when `logits` is empty or no logit is above -inf.
     int32_t sample(std::span<const float> logits);
 
+    // Speculative sampling of a drafted token (n-gram speculation). Returns the token to emit
+    // at this position and sets `accepted` when it is the draft. Greedy: the argmax, accepted
+    // when it equals the draft; no draw. Otherwise the draft is accepted with the probability
+    // p(draft) the chain gives it (one draw), and on rejection a token is drawn from the
+    // chain's distribution with the draft removed and renormalized (a second draw). The
+    // emitted token is then distributed exactly as sample() would draw it; only the number of
+    // draws differs, so a seeded run with speculation is reproducible but not draw-for-draw
+    // the same as one without.
+    int32_t sample_draft(std::span<const float> logits, int32_t draft, bool& accepted);
+
     // The distribution sample() would draw from, most likely first (ties: lower id first),
     // probabilities summing to 1. Does not touch the generator or the history. Meant for
     // tests and for showing alternatives; it sorts the whole kept set, so it is slower than

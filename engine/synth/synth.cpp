@@ -18,7 +18,7 @@ namespace {
 // the work, small enough that each worker's float scratch (512 KiB) stays in L2.
 constexpr int64_t kTaskElems = int64_t{1} << 17;
 
-constexpr std::array<SynthShape, 2> kShapes = {{
+constexpr std::array<SynthShape, 3> kShapes = {{
     {.name = "smollm2-135m",
      .arch = "llama",
      .display_name = "SmolLM2 135M (synthetic random weights)",
@@ -53,6 +53,33 @@ constexpr std::array<SynthShape, 2> kShapes = {{
      .rms_eps = 1e-6,
      .qk_norm = true,
      .tied_output = true},
+    // The published Qwen3.5-0.8B text config: 24 layers, three GatedDeltaNet layers to one
+    // gated attention layer; 248320-token vocabulary (padded when the source is smaller).
+    {.name = "qwen3.5-0.8b",
+     .arch = "qwen35",
+     .display_name = "Qwen3.5 0.8B (synthetic random weights)",
+     .size_label = "0.8B",
+     .vocab_hint = "a GGUF with the Qwen3.5 tokenizer, or any Qwen vocabulary (padded)",
+     .n_vocab = 248320,
+     .n_embd = 1024,
+     .n_layer = 24,
+     .n_head = 8,
+     .n_head_kv = 2,
+     .head_dim = 256,
+     .n_ff = 3584,
+     .n_ctx_train = 262144,
+     .rope_base = 10000000.0,
+     .rms_eps = 1e-6,
+     .qk_norm = true,
+     .tied_output = true,
+     .pad_vocab = true,
+     .full_attention_interval = 4,
+     .rope_dims = 64,
+     .ssm_conv_kernel = 4,
+     .ssm_n_k_heads = 16,
+     .ssm_n_v_heads = 16,
+     .ssm_k_dim = 128,
+     .ssm_v_dim = 128},
 }};
 
 // general.file_type values are the reference engine's llama_ftype numbers.
@@ -116,6 +143,37 @@ struct Task {
     size_t tensor;
     int64_t row0, row1;
 };
+
+// tokenizer.ggml.tokens / token_type grown to n entries: placeholder names, type UNUSED (5).
+GgufValue padded_vocab_array(const GgufValue& source, int64_t n) {
+    GgufValue v = source;
+    auto& array = std::get<GgufArray>(v.value);
+    const bool names = array.elem_type == GgufValueType::STRING;
+    for (int64_t i = static_cast<int64_t>(array.size()); i < n; ++i) {
+        if (names) {
+            array.strings.push_back("<|synth_pad_" + std::to_string(i) + "|>");
+        } else {
+            array.ints.push_back(5);
+        }
+    }
+    return v;
+}
+
+// The qwen35 keys the reference engine's loader reads.
+void write_hybrid_metadata(GgufWriter& w, const SynthShape& s) {
+    const std::string a = std::string(s.arch) + ".";
+    w.set_u32(a + "full_attention_interval", static_cast<uint32_t>(s.full_attention_interval));
+    w.set_u32(a + "ssm.conv_kernel", static_cast<uint32_t>(s.ssm_conv_kernel));
+    w.set_u32(a + "ssm.state_size", static_cast<uint32_t>(s.ssm_k_dim));
+    w.set_u32(a + "ssm.group_count", static_cast<uint32_t>(s.ssm_n_k_heads));
+    w.set_u32(a + "ssm.time_step_rank", static_cast<uint32_t>(s.ssm_n_v_heads));
+    w.set_u32(a + "ssm.inner_size", static_cast<uint32_t>(s.ssm_n_v_heads * s.ssm_v_dim));
+    // Multimodal rope sections; text positions are equal in all sections (plain RoPE).
+    GgufArray sections;
+    sections.elem_type = GgufValueType::I32;
+    sections.ints = {11, 11, 10, 0};
+    w.set(a + "rope.dimension_sections", GgufValue{GgufValueType::ARRAY, sections});
+}
 
 }  // namespace
 
@@ -190,12 +248,47 @@ std::vector<SynthTensor> plan_synth_tensors(const SynthShape& s, SynthRecipe rec
     auto norm = [&](std::string name, int64_t n) {
         out.push_back({std::move(name), {n}, TensorType::F32, 1.0f, kNormStd});
     };
+    // Small float tensors of the delta net: conv taps ~ normal(0, 0.02); the log decay rate
+    // a = -exp(A_log) near -1 so the state neither explodes nor vanishes.
+    auto small = [&](std::string name, std::vector<int64_t> dims, float mean) {
+        out.push_back({std::move(name), std::move(dims), TensorType::F32, mean, kWeightStd});
+    };
+    const bool hybrid = s.full_attention_interval > 0;
     const int64_t q_dim = s.n_head * s.head_dim;
     const int64_t kv_dim = s.n_head_kv * s.head_dim;
+    const int64_t ssm_inner = s.ssm_n_v_heads * s.ssm_v_dim;
+    const int64_t ssm_channels = 2 * s.ssm_n_k_heads * s.ssm_k_dim + ssm_inner;
     matrix("token_embd.weight", -1, s.n_embd, s.n_vocab);
     for (int64_t i = 0; i < s.n_layer; ++i) {
         const std::string b = "blk." + std::to_string(i) + ".";
         norm(b + "attn_norm.weight", s.n_embd);
+        if (hybrid) {
+            norm(b + "post_attention_norm.weight", s.n_embd);
+            matrix(b + "ffn_gate.weight", i, s.n_embd, s.n_ff);
+            matrix(b + "ffn_up.weight", i, s.n_embd, s.n_ff);
+            matrix(b + "ffn_down.weight", i, s.n_ff, s.n_embd);
+        }
+        if (hybrid && !s.is_attention_layer(i)) {
+            matrix(b + "attn_qkv.weight", i, s.n_embd, ssm_channels);
+            matrix(b + "attn_gate.weight", i, s.n_embd, ssm_inner);
+            matrix(b + "ssm_alpha.weight", i, s.n_embd, s.ssm_n_v_heads);
+            matrix(b + "ssm_beta.weight", i, s.n_embd, s.ssm_n_v_heads);
+            small(b + "ssm_a", {s.ssm_n_v_heads}, -1.0f);
+            small(b + "ssm_dt.bias", {s.ssm_n_v_heads}, 0.0f);
+            small(b + "ssm_conv1d.weight", {s.ssm_conv_kernel, ssm_channels}, 0.0f);
+            norm(b + "ssm_norm.weight", s.ssm_v_dim);
+            matrix(b + "ssm_out.weight", i, ssm_inner, s.n_embd);
+            continue;
+        }
+        if (hybrid) {  // gated attention: a query and a gate per head
+            matrix(b + "attn_q.weight", i, s.n_embd, 2 * q_dim);
+            matrix(b + "attn_k.weight", i, s.n_embd, kv_dim);
+            matrix(b + "attn_v.weight", i, s.n_embd, kv_dim);
+            matrix(b + "attn_output.weight", i, q_dim, s.n_embd);
+            norm(b + "attn_q_norm.weight", s.head_dim);
+            norm(b + "attn_k_norm.weight", s.head_dim);
+            continue;
+        }
         matrix(b + "attn_q.weight", i, s.n_embd, q_dim);
         matrix(b + "attn_k.weight", i, s.n_embd, kv_dim);
         matrix(b + "attn_v.weight", i, s.n_embd, kv_dim);
@@ -246,7 +339,8 @@ SynthSummary write_synth_model(const SynthOptions& o, ThreadPool& pool) {
         throw std::runtime_error(o.vocab_from +
                                  ": no tokenizer.ggml.tokens to copy the vocabulary from");
     }
-    if (static_cast<int64_t>(tokens->size()) != shape.n_vocab) {
+    const bool pad = shape.pad_vocab && static_cast<int64_t>(tokens->size()) < shape.n_vocab;
+    if (static_cast<int64_t>(tokens->size()) != shape.n_vocab && !pad) {
         throw std::runtime_error(
             o.vocab_from + " has a vocabulary of " + std::to_string(tokens->size()) +
             " tokens but " + std::string(shape.name) + " needs " + std::to_string(shape.n_vocab) +
@@ -317,10 +411,17 @@ SynthSummary write_synth_model(const SynthOptions& o, ThreadPool& pool) {
     w.set_u32(a + "attention.key_length", static_cast<uint32_t>(shape.head_dim));
     w.set_u32(a + "attention.value_length", static_cast<uint32_t>(shape.head_dim));
     w.set_f32(a + "attention.layer_norm_rms_epsilon", static_cast<float>(shape.rms_eps));
-    w.set_u32(a + "rope.dimension_count", static_cast<uint32_t>(shape.head_dim));
+    w.set_u32(a + "rope.dimension_count",
+              static_cast<uint32_t>(shape.rope_dims > 0 ? shape.rope_dims : shape.head_dim));
     w.set_f32(a + "rope.freq_base", static_cast<float>(shape.rope_base));
+    if (shape.full_attention_interval > 0) write_hybrid_metadata(w, shape);
     for (const std::string& key : vocab->metadata_order()) {
-        if (key.starts_with("tokenizer.")) w.copy_from(*vocab, key);
+        if (!key.starts_with("tokenizer.")) continue;
+        if (pad && (key == "tokenizer.ggml.tokens" || key == "tokenizer.ggml.token_type")) {
+            w.set(key, padded_vocab_array(*vocab->find(key), shape.n_vocab));
+        } else {
+            w.copy_from(*vocab, key);
+        }
     }
     for (size_t i = 0; i < plan.size(); ++i) {
         w.add_tensor(plan[i].name, plan[i].dims, plan[i].type, std::move(data[i]));

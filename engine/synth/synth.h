@@ -42,6 +42,20 @@ struct SynthShape {
     double rms_eps = 1e-5;
     bool qk_norm = false;      // per-head RMS norm of q and k (qwen3)
     bool tied_output = false;  // no output.weight: the token embedding doubles as the output
+    // A vocabulary source smaller than n_vocab is padded with unused placeholder tokens (for
+    // shapes whose tokenizer is not at hand; the matrices keep the real size).
+    bool pad_vocab = false;
+    // ---- qwen35 hybrids (GatedDeltaNet + gated attention); zero elsewhere ----
+    int64_t full_attention_interval = 0;  // every n-th layer is attention, the rest DeltaNet
+    int64_t rope_dims = 0;                // rotated dimensions per head (0: head_dim)
+    int64_t ssm_conv_kernel = 0;
+    int64_t ssm_n_k_heads = 0;
+    int64_t ssm_n_v_heads = 0;
+    int64_t ssm_k_dim = 0;
+    int64_t ssm_v_dim = 0;
+    bool is_attention_layer(int64_t layer) const {
+        return full_attention_interval == 0 || (layer + 1) % full_attention_interval == 0;
+    }
 };
 
 std::span<const SynthShape> synth_shapes();

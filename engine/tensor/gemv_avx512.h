@@ -1,13 +1,22 @@
-// AVX-512 decode matrix-vector product (one token) for the family-A types (Q8_0, Q4_0, Q5_0,
-// IQ4_NL), straight from the weights' own layout.
+// AVX-512 decode matrix-vector products straight from the weights' own layout: one token, or a
+// few (up to kGemvTokens, the tokens a speculative-decoding check verifies at once), every
+// weight block read once for all of them. matmul takes them for one token by default (see
+// Avx512::gemv_max_tokens in quants_avx512.cpp: from two tokens on the panels are faster).
 //
 // The panel path (simd_gemm.h) transposes 16 rows into panels so that int32 lanes are rows; for
 // one token that transpose, its stores and reloads cost more than the weights take to arrive.
-// Here the rows stay as they are: a zmm holds one group of two rows (256-bit halves), vpdpbusd
-// leaves each row's group sum spread over 8 lanes, and a transpose-and-add tree over 8 such
-// vectors brings the 16 rows' sums into the 16 lanes. From there on it is the canonical order of
-// simd_unpack.h per row (exact integer sum, then fma(float(i), d * da, acc) group by group), so
-// the results are bitwise those of the panel path and of the scalar reference.
+// Here the rows stay as they are: a zmm holds a piece of two rows (256-bit halves) or of four
+// (128-bit lanes), vpdpbusd leaves each row's sum spread over a few lanes, and a
+// transpose-and-add tree brings the 16 rows' sums into the 16 lanes. From there on it is the
+// canonical order of simd_unpack.h per (row, token) (exact integer sum of the group, then the
+// group's float multiply-adds), so the results are bitwise those of the panel path and of the
+// scalar reference, whatever the number of tokens.
+//
+//   panel_a:   Q8_0, Q5_0                 two rows per zmm, one group per step
+//   panel_nib: Q4_0, IQ4_NL, Q4_1         four rows per zmm: 16 nibble bytes of each row give
+//                                         elements 0-15 (low nibbles) and 16-31 (high ones)
+//   panel_k:   Q4_K, Q5_K, Q6_K           two rows per zmm; the super-block's scales of the 16
+//                                         rows are unpacked once (gathers) into 16-lane vectors
 //
 // A 16-row panel is 16 consecutive rows, usually one contiguous stretch of memory: while one
 // panel is computed the next one is prefetched front to back, one group's share per group.
@@ -21,7 +30,9 @@
 
 #include <immintrin.h>
 
+#include <cstddef>
 #include <cstdint>
+#include <utility>
 
 #include "engine/tensor/blocks.h"
 #include "engine/tensor/simd_unpack.h"
@@ -29,6 +40,9 @@
 
 namespace ember::EMBER_SIMD_NS {
 namespace gemv512 {
+
+// Most tokens of one gemv call (the speculative check's batch).
+constexpr int kGemvTokens = 8;
 
 // p[i] holds row lo(i) in its low 256 bits and row hi(i) in its high ones, each as 8 int32
 // partial sums of one group. Rows are placed (i, i+4) for i < 4 and (i+4, i+8) after, so that
@@ -40,80 +54,485 @@ inline int hi_row(int i) {
     return lo_row(i) + 4;
 }
 
-// Lane r = sum of row r's 8 partial lanes.
-inline __m512i reduce_rows(const __m512i p[8]) {
+// The first two levels of the tree: u[j]'s 128-bit lanes hold (lo rows, elements 0-15),
+// (lo rows, 16-31), (hi rows, 0-15), (hi rows, 16-31) of the rows 4j..4j+3 of the result order.
+inline void reduce_rows_2(const __m512i p[8], __m512i u[2]) {
     __m512i t[4];
     for (int j = 0; j < 4; ++j) {  // per 128-bit lane: [2j, 2j+1, 2j, 2j+1] of each half
         t[j] = _mm512_add_epi32(_mm512_unpacklo_epi32(p[2 * j], p[2 * j + 1]),
                                 _mm512_unpackhi_epi32(p[2 * j], p[2 * j + 1]));
     }
-    __m512i u[2];
     for (int j = 0; j < 2; ++j) {  // per 128-bit lane: slots 4j..4j+3, half of the lanes each
         u[j] = _mm512_add_epi32(_mm512_unpacklo_epi64(t[2 * j], t[2 * j + 1]),
                                 _mm512_unpackhi_epi64(t[2 * j], t[2 * j + 1]));
     }
-    // u[j]'s 128-bit lanes: (lo rows, part 1) (lo rows, part 2) (hi rows, 1) (hi rows, 2).
+}
+
+// Lane r = sum of row r's 8 partial lanes.
+inline __m512i reduce_rows(const __m512i p[8]) {
+    __m512i u[2];
+    reduce_rows_2(p, u);
     return _mm512_add_epi32(_mm512_shuffle_i32x4(u[0], u[1], _MM_SHUFFLE(2, 0, 2, 0)),
                             _mm512_shuffle_i32x4(u[0], u[1], _MM_SHUFFLE(3, 1, 3, 1)));
 }
 
-// rows (<= 16) rows starting at w: y[0..rows) = W . act. `next`: the rows after these (nullptr:
-// none), prefetched meanwhile.
-template <class T>
-void panel_a(const uint8_t* w, size_t stride, int rows, int64_t n_groups,
-             const BlockQ8_32* act, float* y, const uint8_t* next) {
+// Lane r of h0 / h1 = row r's sum over elements 0-15 / 16-31 of the group.
+inline void reduce_halves(const __m512i p[8], __m512i* h0, __m512i* h1) {
+    __m512i u[2];
+    reduce_rows_2(p, u);
+    *h0 = _mm512_shuffle_i32x4(u[0], u[1], _MM_SHUFFLE(2, 0, 2, 0));
+    *h1 = _mm512_shuffle_i32x4(u[0], u[1], _MM_SHUFFLE(3, 1, 3, 1));
+}
+
+// q[k]'s 128-bit lane L holds 4 partial sums of row 4L + k: lane r of the result = row r.
+inline __m512i reduce_quads(const __m512i q[4]) {
+    const __m512i t0 = _mm512_add_epi32(_mm512_unpacklo_epi32(q[0], q[1]),
+                                        _mm512_unpackhi_epi32(q[0], q[1]));
+    const __m512i t1 = _mm512_add_epi32(_mm512_unpacklo_epi32(q[2], q[3]),
+                                        _mm512_unpackhi_epi32(q[2], q[3]));
+    return _mm512_add_epi32(_mm512_unpacklo_epi64(t0, t1), _mm512_unpackhi_epi64(t0, t1));
+}
+
+inline __m512i pair256(const uint8_t* lo, const uint8_t* hi) {
+    return _mm512_inserti64x4(
+        _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(lo))),
+        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(hi)), 1);
+}
+
+inline __m512i quad128(const uint8_t* r0, const uint8_t* r1, const uint8_t* r2,
+                       const uint8_t* r3) {
+    __m512i v = _mm512_castsi128_si512(_mm_loadu_si128(reinterpret_cast<const __m128i*>(r0)));
+    v = _mm512_inserti32x4(v, _mm_loadu_si128(reinterpret_cast<const __m128i*>(r1)), 1);
+    v = _mm512_inserti32x4(v, _mm_loadu_si128(reinterpret_cast<const __m128i*>(r2)), 2);
+    return _mm512_inserti32x4(v, _mm_loadu_si128(reinterpret_cast<const __m128i*>(r3)), 3);
+}
+
+// fp16 in the low (kHigh: high) 16 bits of each lane -> f32.
+template <bool kHigh>
+inline __m512 half_lanes(__m512i v) {
+    if constexpr (kHigh) v = _mm512_srli_epi32(v, 16);
+    return _mm512_cvtph_ps(_mm512_cvtepi32_epi16(v));
+}
+
+inline __mmask16 first_rows(int rows) {
+    return static_cast<__mmask16>(rows >= 16 ? 0xffffu : (1u << rows) - 1u);
+}
+
+// Row pointers and gather offsets of a panel: rows past `rows` repeat the last one (their lanes
+// are never stored).
+struct PanelRows {
+    const uint8_t* row[16];
+    __m512i voffs;
+    PanelRows(const uint8_t* w, size_t stride, int rows) {
+        alignas(64) int32_t offs[16];
+        for (int r = 0; r < 16; ++r) {
+            offs[r] = static_cast<int32_t>(static_cast<size_t>(r < rows ? r : rows - 1) * stride);
+            row[r] = w + offs[r];
+        }
+        voffs = _mm512_load_si512(offs);
+    }
+    // 16 lanes: the dword at byte `off` of each row.
+    __m512i gather(const uint8_t* w, size_t off) const {
+        return _mm512_i32gather_epi32(voffs, w + off, 1);
+    }
+};
+
+// Prefetches the next panel front to back, `step` bytes per call.
+struct Prefetcher {
+    const char* p;
+    size_t step;
+    void operator()() {
+        if (p == nullptr) return;
+        for (size_t o = 0; o < step; o += 64) _mm_prefetch(p + o, _MM_HINT_T0);
+        p += step;
+    }
+};
+
+inline size_t round64(size_t n) {
+    return (n + 63) / 64 * 64;
+}
+
+template <int C>
+struct Tokens {
+    const BlockQ8_32* act[C];
+    Tokens(const uint8_t* a, size_t stride) {
+        for (int t = 0; t < C; ++t) act[t] = reinterpret_cast<const BlockQ8_32*>(a + t * stride);
+    }
+};
+
+template <int C>
+inline void store_tokens(const __m512 tot[C], float* y, int64_t ldy, int rows) {
+    for (int t = 0; t < C; ++t) _mm512_mask_storeu_ps(y + t * ldy, first_rows(rows), tot[t]);
+}
+
+// ---- family A, 32 bytes per row and group (Q8_0, Q5_0) ------------------------------------------
+
+template <class T, int C>
+void panel_a(const uint8_t* w, size_t stride, int rows, int64_t n_groups, const Tokens<C>& tk,
+             float* y, int64_t ldy, const uint8_t* next) {
     using Block = typename T::Block;
     static_assert(T::kFamily == Family::A && T::kGroups == 1, "one scale per 32-element block");
     constexpr size_t B = sizeof(Block);
-    const uint8_t* row[16];  // [16] rows past `rows` repeat the last one (never stored)
-    alignas(64) int32_t offs[16];
-    for (int r = 0; r < 16; ++r) {
-        offs[r] = static_cast<int32_t>(static_cast<size_t>(r < rows ? r : rows - 1) * stride);
-        row[r] = w + offs[r];
-    }
-    const __m512i voffs = _mm512_load_si512(offs);
-    // The next panel, front to back: its bytes spread evenly over this panel's groups.
-    const size_t pf_step = (16 * B + 63) / 64 * 64;
-    const char* pf = reinterpret_cast<const char*>(next);
-    __m512 tot = _mm512_setzero_ps();
+    const PanelRows pr(w, stride, rows);
+    Prefetcher pf{reinterpret_cast<const char*>(next), round64(16 * B)};
+    __m512 tot[C];
+    for (int t = 0; t < C; ++t) tot[t] = _mm512_setzero_ps();
     for (int64_t g = 0; g < n_groups; ++g) {
-        if (pf != nullptr) {
-            for (size_t o = 0; o < pf_step; o += 64) _mm_prefetch(pf + o, _MM_HINT_T0);
-            pf += pf_step;
-        }
+        pf();
         const size_t off = static_cast<size_t>(g) * B;
-        const __m512i a = _mm512_broadcast_i64x4(
-            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(act[g].qs)));
-        __m512i p[8];
+        __m512i u[8];
         for (int i = 0; i < 8; ++i) {
-            const __m256i lo = T::unpack(reinterpret_cast<const Block*>(row[lo_row(i)] + off), 0);
-            const __m256i hi = T::unpack(reinterpret_cast<const Block*>(row[hi_row(i)] + off), 0);
-            p[i] = _mm512_dpbusd_epi32(_mm512_setzero_si512(),
-                                       _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1), a);
+            const __m256i lo =
+                T::unpack(reinterpret_cast<const Block*>(pr.row[lo_row(i)] + off), 0);
+            const __m256i hi =
+                T::unpack(reinterpret_cast<const Block*>(pr.row[hi_row(i)] + off), 0);
+            u[i] = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
         }
-        // i = sum u * qa - kOff * (s0 + s1), exact.
-        const __m512i isum = _mm512_add_epi32(
-            reduce_rows(p), _mm512_set1_epi32(-T::kOff * (act[g].s[0] + act[g].s[1])));
         // Every family-A block starts with its fp16 scale.
-        const __m512 d = _mm512_cvtph_ps(
-            _mm512_cvtepi32_epi16(_mm512_i32gather_epi32(voffs, w + off, 1)));
-        tot = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum),
-                              _mm512_mul_ps(d, _mm512_set1_ps(act[g].d)), tot);
+        const __m512 d = half_lanes<false>(pr.gather(w, off));
+        for (int t = 0; t < C; ++t) {
+            const BlockQ8_32& a = tk.act[t][g];
+            const __m512i av =
+                _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.qs)));
+            __m512i p[8];
+            for (int i = 0; i < 8; ++i) p[i] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u[i], av);
+            // i = sum u * qa - kOff * (s0 + s1), exact.
+            const __m512i isum =
+                _mm512_add_epi32(reduce_rows(p), _mm512_set1_epi32(-T::kOff * (a.s[0] + a.s[1])));
+            tot[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(d, _mm512_set1_ps(a.d)),
+                                     tot[t]);
+        }
     }
-    _mm512_mask_storeu_ps(y, static_cast<__mmask16>(rows >= 16 ? 0xffffu : (1u << rows) - 1u),
-                          tot);
+    store_tokens<C>(tot, y, ldy, rows);
 }
 
+// ---- 16 nibble bytes per row and group (Q4_0, IQ4_NL: family A; Q4_1: family B) ---------------
+
 template <class T>
-void gemv_a(const GemmArgs& g) {
-    const int64_t n_groups = g.cols / 32;
-    const auto* act = reinterpret_cast<const BlockQ8_32*>(g.act);  // [n_groups]
+struct NibbleLayout;
+template <>
+struct NibbleLayout<TQ4_0> {
+    static constexpr size_t kQs = offsetof(BlockQ4_0, qs);
+    static constexpr bool kTable = false;
+};
+template <>
+struct NibbleLayout<TIQ4_NL> {
+    static constexpr size_t kQs = offsetof(BlockIQ4_NL, qs);
+    static constexpr bool kTable = true;
+};
+template <>
+struct NibbleLayout<TQ4_1> {
+    static constexpr size_t kQs = offsetof(BlockQ4_1, qs);
+    static constexpr bool kTable = false;
+};
+
+template <class T, int C>
+void panel_nib(const uint8_t* w, size_t stride, int rows, int64_t n_groups, const Tokens<C>& tk,
+               float* y, int64_t ldy, const uint8_t* next) {
+    using L = NibbleLayout<T>;
+    constexpr size_t B = sizeof(typename T::Block);
+    const PanelRows pr(w, stride, rows);
+    Prefetcher pf{reinterpret_cast<const char*>(next), round64(16 * B)};
+    const __m512i nib = _mm512_set1_epi8(0x0f);
+    // The IQ4_NL codebook shifted by +128 (as TIQ4_NL::unpack), in every 128-bit lane.
+    const __m512i table = _mm512_broadcast_i32x4(_mm_setr_epi8(
+        1, 24, 45, 63, 79, 93, 106, 118, static_cast<int8_t>(129), static_cast<int8_t>(141),
+        static_cast<int8_t>(153), static_cast<int8_t>(166), static_cast<int8_t>(181),
+        static_cast<int8_t>(197), static_cast<int8_t>(217), static_cast<int8_t>(241)));
+    __m512 tot[C];
+    for (int t = 0; t < C; ++t) tot[t] = _mm512_setzero_ps();
+    for (int64_t g = 0; g < n_groups; ++g) {
+        pf();
+        const size_t off = static_cast<size_t>(g) * B;
+        // q[k]: rows k, 4 + k, 8 + k, 12 + k; lo = elements 0-15, hi = 16-31.
+        __m512i lo[4], hi[4];
+        for (int k = 0; k < 4; ++k) {
+            const size_t o = off + L::kQs;
+            const __m512i v =
+                quad128(pr.row[k] + o, pr.row[4 + k] + o, pr.row[8 + k] + o, pr.row[12 + k] + o);
+            lo[k] = _mm512_and_si512(v, nib);
+            hi[k] = _mm512_and_si512(_mm512_srli_epi16(v, 4), nib);
+            if constexpr (L::kTable) {
+                lo[k] = _mm512_shuffle_epi8(table, lo[k]);
+                hi[k] = _mm512_shuffle_epi8(table, hi[k]);
+            }
+        }
+        const __m512i dm = pr.gather(w, off);  // d (and Q4_1's m above it)
+        const __m512 d = half_lanes<false>(dm);
+        __m512 m;
+        if constexpr (T::kFamily == Family::B) m = half_lanes<true>(dm);
+        for (int t = 0; t < C; ++t) {
+            const BlockQ8_32& a = tk.act[t][g];
+            const __m512i alo =
+                _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a.qs)));
+            const __m512i ahi = _mm512_broadcast_i32x4(
+                _mm_loadu_si128(reinterpret_cast<const __m128i*>(a.qs + 16)));
+            __m512i q[4];
+            for (int k = 0; k < 4; ++k) {
+                q[k] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), lo[k], alo),
+                                           hi[k], ahi);
+            }
+            __m512i isum = reduce_quads(q);
+            if constexpr (T::kFamily == Family::A) {
+                isum = _mm512_add_epi32(isum, _mm512_set1_epi32(-T::kOff * (a.s[0] + a.s[1])));
+            }
+            tot[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(d, _mm512_set1_ps(a.d)),
+                                     tot[t]);
+            if constexpr (T::kFamily == Family::B) {
+                const float sa = static_cast<float>(a.s[0] + a.s[1]) * a.d;
+                tot[t] = _mm512_fmadd_ps(m, _mm512_set1_ps(sa), tot[t]);
+            }
+        }
+    }
+    store_tokens<C>(tot, y, ldy, rows);
+}
+
+// ---- K-quants: 8 groups of 32 per 256-element super-block ----------------------------------------
+
+// Per super-block numbers of the 16 rows, 16 lanes each.
+struct KScalesB {  // Q4_K, Q5_K: x = d_s * q + m_s per group s
+    __m512 d[8];
+    __m512 m[8];
+};
+struct KScalesC {  // Q6_K: x = d * sc_h * (q - 32) per 16-element half h
+    __m512 d;
+    __m512i sc0[8];
+    __m512i sc1[8];
+};
+
+// Q4_K / Q5_K: as q4k_params for 16 rows at once.
+inline void q45k_scales(const PanelRows& pr, const uint8_t* blk, KScalesB* s) {
+    const __m512i dd = pr.gather(blk, 0);
+    const __m512i w0 = pr.gather(blk, 4), w1 = pr.gather(blk, 8), w2 = pr.gather(blk, 12);
+    const __m512 d = half_lanes<false>(dd), dmin = half_lanes<true>(dd);
+    const __m512i m6 = _mm512_set1_epi32(63), m4 = _mm512_set1_epi32(15),
+                  m2 = _mm512_set1_epi32(3);
+    const __m512 neg = _mm512_set1_ps(-0.0f);
+    for (int i = 0; i < 8; ++i) {
+        __m512i sc, mn;
+        if (i < 4) {
+            sc = _mm512_and_si512(_mm512_srli_epi32(w0, 8 * i), m6);
+            mn = _mm512_and_si512(_mm512_srli_epi32(w1, 8 * i), m6);
+        } else {
+            const int j = i - 4;
+            sc = _mm512_or_si512(
+                _mm512_and_si512(_mm512_srli_epi32(w2, 8 * j), m4),
+                _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(w0, 8 * j + 6), m2), 4));
+            mn = _mm512_or_si512(
+                _mm512_and_si512(_mm512_srli_epi32(w2, 8 * j + 4), m4),
+                _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(w1, 8 * j + 6), m2), 4));
+        }
+        s->d[i] = _mm512_mul_ps(d, _mm512_cvtepi32_ps(sc));
+        s->m[i] = _mm512_xor_ps(_mm512_mul_ps(dmin, _mm512_cvtepi32_ps(mn)), neg);
+    }
+}
+
+struct KQ4 {
+    using Block = BlockQ4_K;
+    static constexpr Family kFamily = Family::B;
+    using Scales = KScalesB;
+    static void scales(const PanelRows& pr, const uint8_t* blk, Scales* s) {
+        q45k_scales(pr, blk, s);
+    }
+    // Group s = 2j + h: nibble h of qs[32j ..].
+    static __m512i unpack(const uint8_t* lo, const uint8_t* hi, int s) {
+        const size_t o = offsetof(BlockQ4_K, qs) + 32 * (s / 2);
+        const __m512i x = pair256(lo + o, hi + o);
+        return _mm512_and_si512((s & 1) ? _mm512_srli_epi16(x, 4) : x, _mm512_set1_epi8(0x0f));
+    }
+};
+
+struct KQ5 {
+    using Block = BlockQ5_K;
+    static constexpr Family kFamily = Family::B;
+    using Scales = KScalesB;
+    static void scales(const PanelRows& pr, const uint8_t* blk, Scales* s) {
+        q45k_scales(pr, blk, s);
+    }
+    // As Q4_K plus bit s of qh[l] as bit 4.
+    static __m512i unpack(const uint8_t* lo, const uint8_t* hi, int s) {
+        const size_t o = offsetof(BlockQ5_K, qs) + 32 * (s / 2);
+        const size_t oh = offsetof(BlockQ5_K, qh);
+        const __m512i x = pair256(lo + o, hi + o);
+        const __m512i h = pair256(lo + oh, hi + oh);
+        // Bit s of each byte to bit 4 (16-bit shifts: what crosses a byte is masked off).
+        const __m512i hb = s <= 4 ? _mm512_slli_epi16(h, 4 - s) : _mm512_srli_epi16(h, s - 4);
+        const __m512i n = _mm512_and_si512((s & 1) ? _mm512_srli_epi16(x, 4) : x,
+                                           _mm512_set1_epi8(0x0f));
+        return _mm512_or_si512(n, _mm512_and_si512(hb, _mm512_set1_epi8(0x10)));
+    }
+};
+
+struct KQ6 {
+    using Block = BlockQ6_K;
+    static constexpr Family kFamily = Family::C;
+    static constexpr int kOff = 32;
+    using Scales = KScalesC;
+    static void scales(const PanelRows& pr, const uint8_t* blk, Scales* s) {
+        constexpr size_t so = offsetof(BlockQ6_K, scales);
+        static_assert(offsetof(BlockQ6_K, d) == so + 16 && sizeof(BlockQ6_K) == so + 18);
+        // d through the dword ending at the block's end (scales[14..15], d): never past it.
+        s->d = half_lanes<true>(pr.gather(blk, so + 14));
+        for (int q = 0; q < 4; ++q) {
+            const __m512i w = pr.gather(blk, so + 4 * q);  // scales 4q .. 4q+3
+            for (int e = 0; e < 2; ++e) {                  // group 2q + e: bytes 2e, 2e + 1
+                s->sc0[2 * q + e] =
+                    _mm512_srai_epi32(_mm512_slli_epi32(w, 24 - 16 * e), 24);
+                s->sc1[2 * q + e] =
+                    _mm512_srai_epi32(_mm512_slli_epi32(w, 16 - 16 * e), 24);
+            }
+        }
+    }
+    // Group s = 4n + k: low nibble (k / 2) of ql[64n + 32(k % 2) + l], high 2 bits = bits 2k
+    // of qh[32n + l].
+    static __m512i unpack(const uint8_t* lo, const uint8_t* hi, int s) {
+        const int n = s / 4, k = s % 4;
+        const size_t ol = offsetof(BlockQ6_K, ql) + 64 * n + 32 * (k % 2);
+        const size_t oh = offsetof(BlockQ6_K, qh) + 32 * n;
+        const __m512i x = pair256(lo + ol, hi + ol);
+        const __m512i h = pair256(lo + oh, hi + oh);
+        const __m512i l4 = _mm512_and_si512(k >= 2 ? _mm512_srli_epi16(x, 4) : x,
+                                            _mm512_set1_epi8(0x0f));
+        // Bits 2k, 2k+1 of each byte to bits 4, 5.
+        __m512i h2;
+        switch (k) {
+            case 0: h2 = _mm512_slli_epi16(h, 4); break;
+            case 1: h2 = _mm512_slli_epi16(h, 2); break;
+            case 2: h2 = h; break;
+            default: h2 = _mm512_srli_epi16(h, 2); break;
+        }
+        return _mm512_or_si512(l4, _mm512_and_si512(h2, _mm512_set1_epi8(0x30)));
+    }
+};
+
+template <class K, int C>
+void panel_k(const uint8_t* w, size_t stride, int rows, int64_t n_blocks, const Tokens<C>& tk,
+             float* y, int64_t ldy, const uint8_t* next) {
+    constexpr size_t B = sizeof(typename K::Block);
+    const PanelRows pr(w, stride, rows);
+    Prefetcher pf{reinterpret_cast<const char*>(next), round64(16 * B / 8)};
+    __m512 tot[C];
+    for (int t = 0; t < C; ++t) tot[t] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < n_blocks; ++b) {
+        const size_t off = static_cast<size_t>(b) * B;
+        typename K::Scales sc;
+        K::scales(pr, w + off, &sc);
+        for (int s = 0; s < 8; ++s) {
+            pf();
+            __m512i u[8];
+            for (int i = 0; i < 8; ++i) u[i] = K::unpack(pr.row[lo_row(i)] + off, pr.row[hi_row(i)] + off, s);
+            for (int t = 0; t < C; ++t) {
+                const BlockQ8_32& a = tk.act[t][8 * b + s];
+                const __m512i av = _mm512_broadcast_i64x4(
+                    _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.qs)));
+                __m512i p[8];
+                for (int i = 0; i < 8; ++i) {
+                    p[i] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u[i], av);
+                }
+                const __m512 da = _mm512_set1_ps(a.d);
+                if constexpr (K::kFamily == Family::B) {
+                    // i = sum u * qa; acc = fma(i, d * da, acc); acc = fma(m, (s0 + s1) * da, acc).
+                    tot[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(reduce_rows(p)),
+                                             _mm512_mul_ps(sc.d[s], da), tot[t]);
+                    const float sa = static_cast<float>(a.s[0] + a.s[1]) * a.d;
+                    tot[t] = _mm512_fmadd_ps(sc.m[s], _mm512_set1_ps(sa), tot[t]);
+                } else {
+                    // i_h = sum_h u * qa - kOff * s_h; I = sc0 i_0 + sc1 i_1 (exact).
+                    __m512i h0, h1;
+                    reduce_halves(p, &h0, &h1);
+                    h0 = _mm512_add_epi32(h0, _mm512_set1_epi32(-K::kOff * a.s[0]));
+                    h1 = _mm512_add_epi32(h1, _mm512_set1_epi32(-K::kOff * a.s[1]));
+                    const __m512i isum = _mm512_add_epi32(_mm512_mullo_epi32(h0, sc.sc0[s]),
+                                                          _mm512_mullo_epi32(h1, sc.sc1[s]));
+                    tot[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(sc.d, da),
+                                             tot[t]);
+                }
+            }
+        }
+    }
+    store_tokens<C>(tot, y, ldy, rows);
+}
+
+// ---- dispatch ------------------------------------------------------------------------------------
+
+template <class T>
+struct GemvKernel;  // which panel function serves type T
+template <>
+struct GemvKernel<TQ8_0> {
+    template <int C>
+    static constexpr auto fn = &panel_a<TQ8_0, C>;
+    static constexpr int kGroupsPerUnit = 1;
+};
+template <>
+struct GemvKernel<TQ5_0> {
+    template <int C>
+    static constexpr auto fn = &panel_a<TQ5_0, C>;
+    static constexpr int kGroupsPerUnit = 1;
+};
+template <>
+struct GemvKernel<TQ4_0> {
+    template <int C>
+    static constexpr auto fn = &panel_nib<TQ4_0, C>;
+    static constexpr int kGroupsPerUnit = 1;
+};
+template <>
+struct GemvKernel<TIQ4_NL> {
+    template <int C>
+    static constexpr auto fn = &panel_nib<TIQ4_NL, C>;
+    static constexpr int kGroupsPerUnit = 1;
+};
+template <>
+struct GemvKernel<TQ4_1> {
+    template <int C>
+    static constexpr auto fn = &panel_nib<TQ4_1, C>;
+    static constexpr int kGroupsPerUnit = 1;
+};
+template <>
+struct GemvKernel<TQ4_K> {
+    template <int C>
+    static constexpr auto fn = &panel_k<KQ4, C>;
+    static constexpr int kGroupsPerUnit = 8;
+};
+template <>
+struct GemvKernel<TQ5_K> {
+    template <int C>
+    static constexpr auto fn = &panel_k<KQ5, C>;
+    static constexpr int kGroupsPerUnit = 8;
+};
+template <>
+struct GemvKernel<TQ6_K> {
+    template <int C>
+    static constexpr auto fn = &panel_k<KQ6, C>;
+    static constexpr int kGroupsPerUnit = 8;
+};
+
+template <class T>
+concept HasGemv = requires { GemvKernel<T>::kGroupsPerUnit; };
+
+template <class T, int C>
+void gemv_c(const GemmArgs& g) {
+    using K = GemvKernel<T>;
+    const int64_t units = g.cols / (32 * K::kGroupsPerUnit);  // blocks
+    const Tokens<C> tk(g.act, g.act_stride);
     for (int64_t r0 = 0; r0 < g.rows; r0 += 16) {
         const int rows = static_cast<int>(g.rows - r0 < 16 ? g.rows - r0 : 16);
         const uint8_t* w = g.w + static_cast<size_t>(r0) * g.w_stride;
         const uint8_t* next = r0 + 16 < g.rows ? w + 16 * g.w_stride : nullptr;
-        panel_a<T>(w, g.w_stride, rows, n_groups, act, g.y + r0, next);
+        K::template fn<C>(w, g.w_stride, rows, units, tk, g.y + r0, g.ldy, next);
     }
+}
+
+template <class T, int... Cs>
+void gemv_dispatch(const GemmArgs& g, std::integer_sequence<int, Cs...>) {
+    using Fn = void (*)(const GemmArgs&);
+    static constexpr Fn kFns[] = {&gemv_c<T, Cs + 1>...};
+    kFns[g.n_tokens - 1](g);
+}
+
+// 1 <= g.n_tokens <= kGemvTokens.
+template <class T>
+void gemv(const GemmArgs& g) {
+    gemv_dispatch<T>(g, std::make_integer_sequence<int, kGemvTokens>{});
 }
 
 }  // namespace gemv512

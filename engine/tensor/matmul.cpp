@@ -25,7 +25,7 @@ constexpr int64_t kGemmTasksPerWorker = 4;
 // Below this many tokens quantizing the activations is cheaper than waking the pool.
 constexpr int64_t kParallelActTokens = 4;
 // Calls of at most this many tokens are decode-sized: they stream the weights from memory.
-constexpr int64_t kDecodeTokens = 2;
+constexpr int64_t kDecodeTokens = 8;
 // Weight bytes of one decode task (see gemm_rows_per_task).
 constexpr size_t kDecodeTaskBytes = 48 * 1024;
 constexpr size_t kScratchAlign = 64;

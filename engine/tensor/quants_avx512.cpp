@@ -2,6 +2,8 @@
 // Compiled with AVX-512 flags (engine/CMakeLists.txt); installed only when cpu_features.h
 // reports that the CPU and OS run them.
 #define EMBER_SIMD_NS tensor_avx512
+#include <cstdlib>
+
 #include "engine/tensor/repack_avx512.h"
 #include "engine/tensor/simd_gemm.h"
 #include "engine/tensor/gemv_avx512.h"
@@ -100,12 +102,27 @@ struct Avx512 {
     EMBER_REPACK(TQ2_K, Family::D, repack512::repack_q2k)
 #undef EMBER_REPACK
 
-    // One token straight from the weights' layout (gemv_avx512.h), for the one-scale-per-block
-    // types; the others go through panels.
+    // Up to kGemvTokens tokens straight from the weights' layout (gemv_avx512.h), for the types
+    // gemv512 covers; the others go through panels.
+    static constexpr int kGemvTokens = gemv512::kGemvTokens;
     template <class T>
-        requires(T::kFamily == Family::A && T::kGroups == 1)
+        requires gemv512::HasGemv<T>
     static void gemv(T, const GemmArgs& g) {
-        gemv512::gemv_a<T>(g);
+        gemv512::gemv<T>(g);
+    }
+    // Calls of at most this many tokens take gemv; EMBER_GEMV_TOKENS (0..kGemvTokens) overrides,
+    // for measuring and for the tests. One by default: from two tokens on the panels' vpdpbusd
+    // with one lane per row beats gemv's per-token reduction trees (device machine, Qwen3-0.6B
+    // Q4_K_M: a forward of 2 / 4 / 8 tokens took 1.08 / 1.21 / 1.97 decode times through
+    // panels, 1.10 / 1.61 / 2.36 through gemv). Both read each weight once per call and give
+    // bitwise the same numbers.
+    static int64_t gemv_max_tokens() {
+        static const int64_t n = [] {
+            const char* e = std::getenv("EMBER_GEMV_TOKENS");
+            const int64_t v = e != nullptr ? std::atoll(e) : 1;
+            return v < 0 ? 0 : (v > kGemvTokens ? kGemvTokens : v);
+        }();
+        return n;
     }
 
     // Single-row dot: 8 int32 lanes of sum(u * a) over 4-byte groups.

@@ -362,9 +362,10 @@ template <class Isa, class T>
 void gemm_q(const GemmArgs& g) {
     constexpr int W = Isa::kW;
     constexpr int kTok = Isa::template kTokens<T::kFamily>;
-    // An ISA may have a kernel for one token (decode) that needs no panels.
+    // An ISA may have a kernel for one token (decode) or a few that needs no panels; its
+    // results are bitwise the panels' (the canonical order), so the choice is speed alone.
     if constexpr (requires { Isa::gemv(T{}, g); }) {
-        if (g.n_tokens == 1) {
+        if (g.n_tokens <= Isa::gemv_max_tokens()) {
             Isa::gemv(T{}, g);
             return;
         }

@@ -167,7 +167,7 @@ TEST_P(SessionsResume, CorruptedStateIsDroppedRecomputedAndReported) {
     ASSERT_GT(query_int(db, "SELECT COUNT(*) FROM state_blocks"), 0);
     {
         sessions::Database d(db);
-        d.exec("UPDATE state_blocks SET state = randomblob(length(state))");
+        d.exec("UPDATE state_blobs SET state = randomblob(length(state))");
     }
     const auto second = run_chat(model, slice(2, 4), {"--db", db, "--continue"});
     ASSERT_EQ(second.status, 0) << second.err;
@@ -185,7 +185,8 @@ TEST_P(SessionsResume, CorruptedStateIsDroppedRecomputedAndReported) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, SessionsResume,
-                         ::testing::Values("arch/llama/llama.gguf", "arch/qwen3/qwen3.gguf"),
+                         ::testing::Values("arch/llama/llama.gguf", "arch/qwen2/qwen2.gguf",
+                                           "arch/qwen3/qwen3.gguf"),
                          [](const auto& param_info) {
                              return fs::path(param_info.param).stem().string();
                          });

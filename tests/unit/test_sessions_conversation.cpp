@@ -1,7 +1,14 @@
+// A real Conversation over a real model with the SQLite prefix store: long replies that fill
+// the context (so older turns are dropped), replies cancelled part-way and regenerated, and
+// every save still succeeds without a warning (the line-mode report of "prefix state not
+// saved: ... FOREIGN KEY constraint failed"). Then a second model load with a fresh store on
+// the same database, as a new process would have, restores the conversation and answers
+// exactly what a cold conversation answers.
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
 #include <filesystem>
+#include <random>
 
 #include "engine/generate/conversation.h"
 #include "engine/model/model.h"
@@ -13,35 +20,108 @@
 namespace ember::sessions {
 namespace {
 
-TEST(Repro, CancelledReply) {
-    EMBER_REQUIRE_FIXTURE("arch/llama/llama.gguf");
-    auto model = Model::load(test::fixture_path("arch/llama/llama.gguf"));
-    ThreadPool pool(2);
-    std::filesystem::remove("/tmp/fkrepro/x.db");
-    Database db("/tmp/fkrepro/x.db");
-    migrate(db);
-    StateStoreOptions so;
-    StateStore store(db, model->fingerprint(), KvType::F32, so);
-    ConversationOptions co;
-    co.context = 2048;
-    Conversation conv(*model, pool, co);
-    conv.set_prefix_store(&store);
-    SamplingParams sp;
-    sp.temperature = 0;
-    Sampler sampler(sp);
-    GenerateOptions go;
-    go.max_tokens = 200;
-    for (int turn = 0; turn < 6; ++turn) {
-        conv.add_message({"user", "Tell me a long story number " + std::to_string(turn), {}, {}});
-        int n = 0;
-        auto r = conv.respond(sampler, go, [&](const std::string&, TextKind) {
-            return turn % 2 == 1 ? ++n < 37 : true;
-        });
-        std::string w = store.take_warning();
-        EXPECT_EQ(w, "") << "turn " << turn;
-        printf("turn %d finish %d ids %zu cached %zu\n", turn, (int)r.finish, r.ids.size(), conv.cached_tokens().size());
+namespace fs = std::filesystem;
+
+class TempDir {
+public:
+    TempDir() {
+        std::string pattern = (fs::temp_directory_path() / "ember-conv-XXXXXX").string();
+        if (mkdtemp(pattern.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
+        path_ = pattern;
     }
+    ~TempDir() {
+        std::error_code ec;
+        fs::remove_all(path_, ec);
+    }
+    std::string file(const std::string& name) const { return (path_ / name).string(); }
+
+private:
+    fs::path path_;
+};
+
+Sampler greedy() {
+    SamplingParams p;
+    p.temperature = 0;
+    return Sampler(p);
 }
+
+ConversationOptions small_context() {
+    ConversationOptions o;
+    o.context = 640;  // long replies overflow it, so older turns get dropped
+    return o;
+}
+
+class SessionsConversation : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(SessionsConversation, LongAndCancelledRepliesSaveCleanlyAndResumeExactly) {
+    EMBER_REQUIRE_FIXTURE(GetParam());
+    TempDir dir;
+    const std::string path = test::fixture_path(GetParam());
+    ThreadPool pool(2);
+    Database db(dir.file("conv.db"));
+    migrate(db);
+    std::vector<ChatMessage> history;
+    {
+        auto model = Model::load(path);
+        StateStore store(db, *model, KvType::F32);
+        Conversation conv(*model, pool, small_context());
+        conv.set_prefix_store(&store);
+        Sampler sampler = greedy();
+        GenerateOptions generation;
+        generation.max_tokens = 250;
+        std::mt19937 rng(11);
+        for (int turn = 0; turn < 10; ++turn) {
+            if (turn % 4 == 3) {
+                // Regenerate: drop the last reply and its prompt, ask again differently.
+                conv.pop_assistant();
+                conv.pop_message();
+            }
+            conv.add_message(
+                {"user", "Tell me a long story, part " + std::to_string(turn), {}, {}});
+            const int cancel_after = turn % 2 == 1 ? static_cast<int>(1 + rng() % 120) : -1;
+            int pieces = 0;
+            const TurnResult r =
+                conv.respond(sampler, generation, [&](const std::string&, TextKind) {
+                    return cancel_after < 0 || ++pieces < cancel_after;
+                });
+            EXPECT_EQ(store.take_warning(), "") << "turn " << turn;
+            if (cancel_after > 0) EXPECT_EQ(r.finish, FinishReason::Cancelled) << turn;
+        }
+        EXPECT_GT(read_state_stats(db).blocks_written, 0);
+        history = conv.messages();
+    }
+    history.push_back({"user", "One more question.", {}, {}});
+
+    // A new "process": another model load, a fresh store on the same database file.
+    auto model = Model::load(path);
+    StateStore store(db, *model, KvType::F32);
+    Conversation warm(*model, pool, small_context());
+    warm.set_prefix_store(&store);
+    for (const auto& m : history) warm.add_message(m);
+    Sampler warm_sampler = greedy();
+    GenerateOptions generation;
+    generation.max_tokens = 24;
+    const TurnResult resumed = warm.respond(warm_sampler, generation, nullptr);
+    EXPECT_EQ(store.take_warning(), "");
+    EXPECT_GT(resumed.tokens_restored, 0);
+    EXPECT_LT(resumed.tokens_evaluated, resumed.prompt_tokens / 2);
+
+    ConversationOptions cold_options = small_context();
+    cold_options.prefix_cache = false;
+    Conversation cold(*model, pool, cold_options);
+    for (const auto& m : history) cold.add_message(m);
+    Sampler cold_sampler = greedy();
+    const TurnResult recomputed = cold.respond(cold_sampler, generation, nullptr);
+    EXPECT_EQ(recomputed.tokens_reused, 0);
+    EXPECT_EQ(resumed.ids, recomputed.ids);
+    EXPECT_EQ(resumed.reply, recomputed.reply);
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, SessionsConversation,
+                         ::testing::Values("arch/llama/llama.gguf", "arch/qwen2/qwen2.gguf"),
+                         [](const auto& param_info) {
+                             return fs::path(param_info.param).stem().string();
+                         });
 
 }  // namespace
 }  // namespace ember::sessions

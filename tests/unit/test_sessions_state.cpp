@@ -273,11 +273,13 @@ TEST(StateStore, SharedPrefixIsStoredOnceAndRestoredAcrossConversations) {
 }
 
 TEST(StateStore, StorageGrowsLinearlyOverTurns) {
+    // 20 turns of a growing conversation: every turn saves the whole prefix, and what is
+    // stored stays within 1.3x of the final prefix's KV size (no growth with turns^2).
     TempDir dir;
     Fixture f(dir.file("grow.db"));
     StateStore store = f.store();
     std::vector<int32_t> conversation;
-    for (int turn = 0; turn < 12; ++turn) {
+    for (int turn = 0; turn < 20; ++turn) {
         conversation = concat(conversation, token_run(23, 1000 + turn));
         store.save(conversation, *evaluated_state(conversation));
         // Superseded partial blocks are gone: exactly the conversation's tokens are stored.
@@ -285,6 +287,14 @@ TEST(StateStore, StorageGrowsLinearlyOverTurns) {
                   static_cast<int64_t>(conversation.size()))
             << "turn " << turn;
     }
+    const auto final_kv = static_cast<double>(
+        evaluated_state(conversation)->kv.bytes_per_position() * conversation.size());
+    const StateStats st = read_state_stats(f.db);
+    EXPECT_LE(static_cast<double>(st.stored_bytes), 1.3 * final_kv)
+        << "stored " << st.stored_bytes << " bytes for " << final_kv << " bytes of KV";
+    EXPECT_LE(static_cast<double>(st.raw_bytes), 1.3 * final_kv);
+    // The blobs on disk are what the rows say.
+    EXPECT_EQ(f.count("SELECT SUM(length(state)) FROM state_blobs"), st.stored_bytes);
 }
 
 TEST(StateStore, TamperedTokensAreNotTrusted) {
@@ -312,9 +322,9 @@ TEST(StateStore, CorruptedBlobIsDroppedAndReported) {
     }
     // Flip a byte in the middle of the third block's blob.
     f.db.exec(
-        "UPDATE state_blocks SET state = substr(state, 1, 60) || "
+        "UPDATE state_blobs SET state = substr(state, 1, 60) || "
         "CASE WHEN substr(state, 61, 1) = x'00' THEN x'01' ELSE x'00' END || "
-        "substr(state, 62) WHERE begin_pos = 32");
+        "substr(state, 62) WHERE block_id IN (SELECT id FROM state_blocks WHERE begin_pos = 32)");
     StateStore store = f.store();
     auto dst = make_state(small_config(), 1024);
     EXPECT_EQ(store.restore(tokens, 0, *dst), 32);  // the good blocks before it still load
@@ -330,12 +340,16 @@ TEST(StateStore, CorruptedBlobIsDroppedAndReported) {
     EXPECT_EQ(store.restore(tokens, 0, *again), 64);
 
     // A blob cut short, and one replaced by garbage.
-    f.db.exec("UPDATE state_blocks SET state = substr(state, 1, 10) WHERE begin_pos = 0");
+    f.db.exec(
+        "UPDATE state_blobs SET state = substr(state, 1, 10) "
+        "WHERE block_id IN (SELECT id FROM state_blocks WHERE begin_pos = 0)");
     auto cut = make_state(small_config(), 1024);
     EXPECT_EQ(store.restore(tokens, 0, *cut), 0);
     EXPECT_NE(store.take_warning(), "");
     store.save(tokens, *evaluated_state(tokens));
-    f.db.exec("UPDATE state_blocks SET state = randomblob(length(state)) WHERE begin_pos = 16");
+    f.db.exec(
+        "UPDATE state_blobs SET state = randomblob(length(state)) "
+        "WHERE block_id IN (SELECT id FROM state_blocks WHERE begin_pos = 16)");
     auto garbage = make_state(small_config(), 1024);
     EXPECT_EQ(store.restore(tokens, 0, *garbage), 16);
 }
@@ -375,6 +389,90 @@ TEST(StateStore, EvictsLeastRecentlyUsedUnderCap) {
     EXPECT_GT(st.blocks_evicted, 0);
     EXPECT_LE(st.stored_bytes, static_cast<int64_t>(one_conversation * 2.5));
     EXPECT_NE(format_state_stats(st, 1).find("evicted"), std::string::npos);
+}
+
+// A hybrid's shape (lfm2-like: conv layers around one attention layer): the KV cache holds
+// the attention layer only, the recurrent state the conv histories.
+ModelConfig hybrid_config() {
+    ModelConfig c = small_config();
+    c.family = Family::Lfm2;
+    c.n_embd = 8;
+    c.layer_kinds = {LayerKind::ShortConv, LayerKind::Attention, LayerKind::ShortConv};
+    c.kv_slot = {-1, 0, -1};
+    c.n_kv_layers = 1;
+    c.conv_kernel = 3;
+    return c;
+}
+
+// A hybrid state holding `tokens`: KV rows as above, recurrent floats from the whole prefix.
+std::unique_ptr<InferenceState> evaluated_hybrid(std::span<const int32_t> tokens) {
+    auto st = make_state(hybrid_config(), 1024);
+    KvCache& kv = st->kv;
+    const auto n = static_cast<int64_t>(tokens.size());
+    kv.reserve(n);
+    for (int64_t l = 0; l < kv.n_layer(); ++l) {
+        for (int64_t pos = 0; pos < n; ++pos) {
+            for (int64_t i = 0; i < kv.k_width(); ++i) {
+                kv.k_row(l, pos)[i] = element_value(tokens, pos, l, i, false);
+                kv.v_row(l, pos)[i] = element_value(tokens, pos, l, i, true);
+            }
+        }
+    }
+    kv.set_length(n);
+    auto& data = st->recurrent.data();
+    for (size_t i = 0; i < data.size(); ++i) {
+        data[i] = element_value(tokens, n - 1, 7, static_cast<int64_t>(i), false);
+    }
+    st->recurrent.set_position(n);
+    return st;
+}
+
+TEST(StateStore, HybridRestoresOnlyWhereASnapshotWasTaken) {
+    TempDir dir;
+    Fixture f(dir.file("hybrid.db"));
+    StateStore store = f.store();
+    const auto turn1 = token_run(75, 10);
+    auto src = evaluated_hybrid(turn1);
+    ASSERT_FALSE(src->recurrent.empty());
+    store.save(turn1, *src);
+    EXPECT_EQ(store.take_warning(), "");
+    EXPECT_EQ(read_state_stats(f.db).snapshots, 1);
+
+    // The next turn's prompt extends the saved one: restored to exactly its end, recurrent
+    // state included, bit for bit.
+    const auto turn2 = concat(turn1, token_run(20, 500));
+    auto dst = make_state(hybrid_config(), 1024);
+    EXPECT_EQ(store.restore(turn2, 0, *dst), 75);
+    EXPECT_TRUE(same_rows(src->kv, dst->kv, 75));
+    EXPECT_EQ(dst->recurrent.data(), src->recurrent.data());
+    EXPECT_EQ(dst->recurrent.position(), 75);
+
+    // A prompt sharing only part of it (another question after the same start) gets nothing:
+    // recurrent state cannot be cut back to the shared prefix.
+    const auto other =
+        concat(std::vector<int32_t>(turn1.begin(), turn1.begin() + 40), token_run(30, 900));
+    auto none = make_state(hybrid_config(), 1024);
+    EXPECT_EQ(store.restore(other, 0, *none), 0);
+    EXPECT_EQ(none->kv.length(), 0);
+    EXPECT_EQ(none->recurrent.position(), 0);
+    // Nor does the saved prompt itself: one token must remain to evaluate.
+    EXPECT_EQ(store.restore(turn1, 0, *none), 0);
+
+    // A longer save keeps working; the newest snapshot serves the next turn.
+    auto src2 = evaluated_hybrid(turn2);
+    store.save(turn2, *src2);
+    auto dst2 = make_state(hybrid_config(), 1024);
+    const auto turn3 = concat(turn2, token_run(5, 42));
+    EXPECT_EQ(store.restore(turn3, 0, *dst2), 95);
+    EXPECT_EQ(dst2->recurrent.data(), src2->recurrent.data());
+
+    // A damaged snapshot is dropped and reported; the state is left as it was.
+    f.db.exec("UPDATE state_snapshots SET state = substr(state, 1, length(state) - 3)");
+    auto bad = make_state(hybrid_config(), 1024);
+    EXPECT_EQ(store.restore(turn3, 0, *bad), 0);
+    EXPECT_EQ(bad->kv.length(), 0);
+    EXPECT_EQ(bad->recurrent.position(), 0);
+    EXPECT_NE(store.take_warning().find("dropped it"), std::string::npos);
 }
 
 }  // namespace

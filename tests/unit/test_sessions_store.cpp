@@ -4,9 +4,11 @@
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
+#include <atomic>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <thread>
 
 #include "sessions/schema.h"
 #include "sessions/session_store.h"
@@ -315,6 +317,32 @@ TEST(SessionsStore, CommittedMessagesSurviveAnUncommittedWriter) {
     const auto all = store.all_messages(conversation);
     ASSERT_EQ(all.size(), 1u);
     EXPECT_EQ(all[0].content, "kept");
+}
+
+TEST(SessionsSchema, ConnectionsMigratingANewFileAtOnceAllSucceed) {
+    // Two embers started on a new database both find it at version 0; the one that waited
+    // for the write lock must see the other's migration instead of re-running it.
+    for (int attempt = 0; attempt < 4; ++attempt) {
+        TempDir dir;
+        const std::string path = dir.file("race.db");
+        std::vector<std::thread> threads;
+        std::atomic<int> failures{0};
+        for (int i = 0; i < 6; ++i) {
+            threads.emplace_back([&] {
+                try {
+                    Database db(path);
+                    migrate(db);
+                } catch (const std::exception& e) {
+                    ADD_FAILURE() << e.what();
+                    ++failures;
+                }
+            });
+        }
+        for (auto& t : threads) t.join();
+        ASSERT_EQ(failures.load(), 0);
+        Database db(path);
+        EXPECT_EQ(db.user_version(), kSchemaVersion);
+    }
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <string>
@@ -41,6 +42,14 @@ std::vector<float> random_floats(int64_t n, std::mt19937& rng) {
     return x;
 }
 
+// This binary routes batches of up to 8 tokens through the gemv kernels (the default takes them
+// for one token only; see quants_avx512.cpp), so that their multi-token variants are checked
+// against the panels too. Set before main(), ahead of the kernels' first use.
+const bool kGemvForSmallBatches = [] {
+    setenv("EMBER_GEMV_TOKENS", "8", 0);
+    return true;
+}();
+
 bool bitwise_equal(const float* a, const float* b, int64_t n) {
     return std::memcmp(a, b, static_cast<size_t>(n) * sizeof(float)) == 0;
 }
@@ -51,7 +60,8 @@ TEST(SpeedKernels, OneTokenMatchesThePanelPathBitwise) {
     ThreadPool pool(2);
     std::mt19937 rng(7);
     for (TensorType t : {TensorType::Q8_0, TensorType::Q4_0, TensorType::Q5_0, TensorType::Q4_1,
-                         TensorType::IQ4_NL, TensorType::Q4_K, TensorType::Q6_K}) {
+                         TensorType::IQ4_NL, TensorType::Q4_K, TensorType::Q5_K,
+                         TensorType::Q6_K}) {
         const int64_t cols = type_info(t).block_elems == 256 ? 512 : 96;
         for (int64_t rows : {1, 5, 16, 17, 40, 100}) {
             SCOPED_TRACE(std::string(type_info(t).name) + " rows=" + std::to_string(rows));
@@ -69,6 +79,48 @@ TEST(SpeedKernels, OneTokenMatchesThePanelPathBitwise) {
             EXPECT_TRUE(bitwise_equal(one.data(), two.data(), rows));
             EXPECT_TRUE(bitwise_equal(one.data(), two.data() + rows, rows));
             EXPECT_TRUE(std::isnan(one[static_cast<size_t>(rows)])) << "wrote past the end";
+        }
+    }
+}
+
+// Batches of 1..8 tokens (here the gemv kernels) give per token bitwise the numbers of a batch of 20
+// (the panel micro-kernels), and match the scalar reference closely.
+TEST(SpeedKernels, SmallBatchesMatchThePanelPathBitwise) {
+    if (max_kernel_level() < KernelLevel::Avx512) GTEST_SKIP() << "no AVX-512 here";
+    const KernelTable table = make_kernel_table(KernelLevel::Avx512);
+    ThreadPool pool(2);
+    std::mt19937 rng(17);
+    constexpr int64_t kBig = 20;
+    for (TensorType t : {TensorType::Q8_0, TensorType::Q4_0, TensorType::Q5_0, TensorType::Q4_1,
+                         TensorType::Q5_1, TensorType::IQ4_NL, TensorType::Q2_K, TensorType::Q3_K,
+                         TensorType::Q4_K, TensorType::Q5_K, TensorType::Q6_K}) {
+        const int64_t cols = type_info(t).block_elems == 256 ? 768 : 160;
+        for (int64_t rows : {7, 48, 77}) {
+            SCOPED_TRACE(std::string(type_info(t).name) + " rows=" + std::to_string(rows));
+            const size_t stride = row_bytes(type_info(t), cols) + (rows == 77 ? 10 : 0);
+            const auto w = random_weights(t, rows, cols, stride, rng);
+            const MatrixView view{t, w.data(), rows, cols, stride};
+            const auto x = random_floats(kBig * cols, rng);
+            std::vector<float> big(static_cast<size_t>(kBig * rows), NAN);
+            MatmulScratch scratch;
+            matmul(pool, view, x.data(), kBig, big.data(), rows, scratch, table);
+            for (int64_t n = 1; n <= 8; ++n) {
+                const int64_t t0 = n + 3;  // tokens t0 .. t0 + n - 1 of the big batch
+                std::vector<float> got(static_cast<size_t>(n * rows + 1), NAN);
+                matmul(pool, view, x.data() + t0 * cols, n, got.data(), rows, scratch, table);
+                EXPECT_TRUE(bitwise_equal(got.data(), big.data() + t0 * rows, n * rows))
+                    << "n=" << n;
+                EXPECT_TRUE(std::isnan(got[static_cast<size_t>(n * rows)])) << "past the end";
+            }
+            // The scalar reference (float sums in another order: close, not bitwise).
+            const KernelTable& ref = scalar_kernels();
+            std::vector<float> want(static_cast<size_t>(rows));
+            matmul(pool, view, x.data(), 1, want.data(), rows, scratch, ref);
+            for (int64_t r = 0; r < rows; ++r) {
+                ASSERT_NEAR(big[static_cast<size_t>(r)], want[static_cast<size_t>(r)],
+                            1e-4f * (1.0f + std::fabs(want[static_cast<size_t>(r)])))
+                    << "row " << r;
+            }
         }
     }
 }

@@ -1,0 +1,366 @@
+// Entry point and shared layers of the hybrid forward passes (see forward_hybrid.h).
+#include "engine/model/forward_hybrid.h"
+
+#include <algorithm>
+#include <cmath>
+#include <stdexcept>
+#include <string>
+
+#include "engine/model/model.h"
+#include "engine/model/ops.h"
+#include "engine/model/state.h"
+#include "engine/util/thread_pool.h"
+
+namespace ember::hybrid {
+
+void grow(std::vector<float>& v, int64_t n) {
+    if (static_cast<int64_t>(v.size()) < n) v.resize(static_cast<size_t>(n));
+}
+
+HybridScratch& scratch(const Batch& b) {
+    return b.st->hybrid_scratch;
+}
+
+void norm_rows(const Batch& b, const float* x, const std::vector<float>& weight, float* out) {
+    const ModelConfig& c = b.model->config();
+    for (int64_t t = 0; t < b.n; ++t) {
+        rms_norm(x + t * c.n_embd, weight.data(), out + t * c.n_embd, c.n_embd,
+                 static_cast<float>(c.rms_eps));
+    }
+}
+
+void causal_conv(const float* in, float* history, const float* taps, int64_t kernel,
+                 int64_t channels, int64_t n, float* ext, float* out) {
+    const int64_t keep = kernel - 1;
+    std::copy(history, history + keep * channels, ext);
+    std::copy(in, in + n * channels, ext + keep * channels);
+    for (int64_t t = 0; t < n; ++t) {
+        const float* window = ext + t * channels;  // rows t..t+K-1 of ext
+        float* o = out + t * channels;
+        for (int64_t ch = 0; ch < channels; ++ch) {
+            const float* w = taps + ch * kernel;
+            float sum = 0.0f;
+            for (int64_t k = 0; k < kernel; ++k) sum += w[k] * window[k * channels + ch];
+            o[ch] = sum;
+        }
+    }
+    // The newest K-1 inputs become the history of the next call.
+    std::copy(ext + n * channels, ext + (n + keep) * channels, history);
+}
+
+namespace {
+
+// Positions per attention run; a run never straddles a KV cache chunk.
+constexpr int64_t kAttnRun = 128;
+static_assert(KvCache::kChunkPositions % kAttnRun == 0, "a run must lie inside one cache chunk");
+// Fewer tokens than this split each head group's context into one task per run (decode has
+// too few (token, group) tasks for the threads otherwise).
+constexpr int64_t kSplitBelowTokens = 4;
+
+int64_t runs_for(int64_t positions) {
+    return (positions + kAttnRun - 1) / kAttnRun;
+}
+
+// cos/sin of the batch's positions: [n x rope_dims/2], in double for long contexts.
+void rope_tables(const Batch& b) {
+    const ModelConfig& c = b.model->config();
+    HybridScratch& s = scratch(b);
+    const int64_t half = c.rope_dims / 2;
+    grow(s.rope_cos, b.n * half);
+    grow(s.rope_sin, b.n * half);
+    const auto& inv_freq = b.model->rope_inv_freq();
+    for (int64_t t = 0; t < b.n; ++t) {
+        const double pos = static_cast<double>(b.pos0 + t) * c.rope_freq_scale;
+        for (int64_t i = 0; i < half; ++i) {
+            const double angle = pos * inv_freq[static_cast<size_t>(i)];
+            s.rope_cos[static_cast<size_t>(t * half + i)] = static_cast<float>(std::cos(angle));
+            s.rope_sin[static_cast<size_t>(t * half + i)] = static_cast<float>(std::sin(angle));
+        }
+    }
+}
+
+struct AttendJob {
+    const Batch* b;
+    int64_t slot;  // KV cache layer
+    AttnShape shape;
+    int64_t max_runs;
+    int64_t rec_stride;
+    int64_t worker_floats;
+    int64_t run_floats;    // per-worker floats of one run's scores
+    int64_t head_records;  // floats of one head's records over all runs
+};
+
+// Token t, KV head kvh, run r: partial records of the group's heads at records (head g at
+// records + g * heads_stride).
+void attend_run_of(const AttendJob& j, int64_t t, int64_t kvh, int64_t r, float* work,
+                   float* records, int64_t heads_stride) {
+    const ModelConfig& c = j.b->model->config();
+    KvCache& kv = j.b->st->kv;
+    const int64_t p0 = r * kAttnRun;
+    KvRun run;
+    run.f16 = kv.type() == KvType::F16;
+    run.k = run.f16 ? static_cast<const void*>(kv.k_row_f16(j.slot, p0) + kvh * c.head_dim)
+                    : static_cast<const void*>(kv.k_row(j.slot, p0) + kvh * c.head_dim);
+    run.v = run.f16 ? static_cast<const void*>(kv.v_row_f16(j.slot, p0) + kvh * c.value_dim)
+                    : static_cast<const void*>(kv.v_row(j.slot, p0) + kvh * c.value_dim);
+    run.k_stride = kv.k_width();
+    run.v_stride = kv.v_width();
+    run.n = std::min(kAttnRun, j.b->pos0 + t + 1 - p0);  // causal horizon
+    const float* q = scratch(*j.b).q.data() + t * c.n_head * c.head_dim +
+                     kvh * j.shape.n_q * c.head_dim;  // [n_q x head_dim]
+    attend_run(j.shape, q, run, work, records, heads_stride);
+}
+
+// Causal attention of the batch's queries (s.q) over cache slot `slot`; out: s.attn.
+void attend_cached(const Batch& b, int64_t slot) {
+    const ModelConfig& c = b.model->config();
+    HybridScratch& s = scratch(b);
+    AttendJob job{};
+    job.b = &b;
+    job.slot = slot;
+    job.shape.n_q = c.n_head / c.n_head_kv;
+    job.shape.head_dim = c.head_dim;
+    job.shape.value_dim = c.value_dim;
+    job.shape.q_stride = c.head_dim;
+    job.shape.scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+    job.max_runs = runs_for(b.pos0 + b.n);
+    job.rec_stride = attn_record_floats(c.value_dim);
+    const int64_t run_floats = attn_run_scratch_floats(job.shape, kAttnRun);
+    const bool split = b.n < kSplitBelowTokens;
+    // Per worker: run scores, then (unsplit) the records of all runs; cache-line rounded.
+    job.worker_floats =
+        (run_floats + (split ? 0 : job.shape.n_q * job.max_runs * job.rec_stride) + 15) / 16 * 16;
+    grow(s.scores, b.pool->size() * job.worker_floats);
+    const int64_t head_records = job.max_runs * job.rec_stride;
+    job.run_floats = run_floats;
+    job.head_records = head_records;
+    // The task lambdas capture one pointer, so std::function does not allocate per layer.
+    const AttendJob* jp = &job;
+    if (!split) {
+        b.pool->parallel_for(b.n * c.n_head_kv, [jp](int64_t task, int worker) {
+            const AttendJob& j = *jp;
+            const int64_t run_floats = j.run_floats, head_records = j.head_records;
+            const ModelConfig& cfg = j.b->model->config();
+            const int64_t t = task / cfg.n_head_kv;
+            const int64_t kvh = task % cfg.n_head_kv;
+            float* work = scratch(*j.b).scores.data() + worker * j.worker_floats;
+            float* records = work + run_floats;  // [n_q x max_runs x record]
+            const int64_t runs = runs_for(j.b->pos0 + t + 1);
+            for (int64_t r = 0; r < runs; ++r) {
+                attend_run_of(j, t, kvh, r, work, records + r * j.rec_stride, head_records);
+            }
+            for (int64_t g = 0; g < j.shape.n_q; ++g) {
+                const int64_t h = kvh * j.shape.n_q + g;
+                attend_merge(records + g * head_records, runs, j.rec_stride, cfg.value_dim,
+                             scratch(*j.b).attn.data() + (t * cfg.n_head + h) * cfg.value_dim);
+            }
+        });
+        return;
+    }
+    // Split: one task per (token, group, run); records [n x n_head x max_runs x record].
+    grow(s.attn_runs, b.n * c.n_head * head_records);
+    b.pool->parallel_for(b.n * c.n_head_kv * job.max_runs, [jp](int64_t task, int worker) {
+        const AttendJob& j = *jp;
+        const int64_t head_records = j.head_records;
+        const ModelConfig& cfg = j.b->model->config();
+        const int64_t r = task % j.max_runs;
+        const int64_t kvh = task / j.max_runs % cfg.n_head_kv;
+        const int64_t t = task / j.max_runs / cfg.n_head_kv;
+        if (r >= runs_for(j.b->pos0 + t + 1)) return;  // past this token's causal horizon
+        float* records = scratch(*j.b).attn_runs.data() +
+                         (t * cfg.n_head + kvh * j.shape.n_q) * head_records + r * j.rec_stride;
+        attend_run_of(j, t, kvh, r, scratch(*j.b).scores.data() + worker * j.worker_floats, records,
+                      head_records);
+    });
+    for (int64_t t = 0; t < b.n; ++t) {
+        for (int64_t h = 0; h < c.n_head; ++h) {
+            attend_merge(s.attn_runs.data() + (t * c.n_head + h) * head_records,
+                         runs_for(b.pos0 + t + 1), job.rec_stride, c.value_dim,
+                         s.attn.data() + (t * c.n_head + h) * c.value_dim);
+        }
+    }
+}
+
+float sigmoid(float x) {
+    return 1.0f / (1.0f + std::exp(-x));
+}
+
+}  // namespace
+
+void attention_layer(const Batch& b, const LayerWeights& L, int64_t layer) {
+    const ModelConfig& c = b.model->config();
+    HybridScratch& s = scratch(b);
+    KvCache& kv = b.st->kv;
+    const int64_t slot = c.kv_slot[static_cast<size_t>(layer)];
+    const int64_t q_dim = c.n_head * c.head_dim;
+    const int64_t k_dim = c.n_head_kv * c.head_dim;
+    const int64_t v_dim = c.n_head_kv * c.value_dim;
+    // qwen35 projects [query | gate] per head: [n x n_head*2*head_dim] into s.proj.
+    const int64_t proj_dim = c.attn_output_gate ? 2 * q_dim : q_dim;
+    float* q_out = c.attn_output_gate ? s.proj.data() : s.q.data();
+    const MatmulOut qkv[] = {
+        {&L.wq, q_out, proj_dim}, {&L.wk, s.k.data(), k_dim}, {&L.wv, s.v.data(), v_dim}};
+    matmul_many(*b.pool, qkv, s.xn.data(), b.n, s.mm);
+    const float eps = static_cast<float>(c.rms_eps);
+    for (int64_t t = 0; t < b.n; ++t) {
+        float* q = s.q.data() + t * q_dim;
+        float* k = s.k.data() + t * k_dim;
+        float* v = s.v.data() + t * v_dim;
+        if (c.attn_output_gate) {
+            const float* row = s.proj.data() + t * proj_dim;
+            float* gate = s.gate.data() + t * q_dim;
+            for (int64_t h = 0; h < c.n_head; ++h) {
+                const float* src = row + h * 2 * c.head_dim;
+                std::copy(src, src + c.head_dim, q + h * c.head_dim);
+                std::copy(src + c.head_dim, src + 2 * c.head_dim, gate + h * c.head_dim);
+            }
+        }
+        const float* cs = s.rope_cos.data() + t * c.rope_dims / 2;
+        const float* sn = s.rope_sin.data() + t * c.rope_dims / 2;
+        const bool halves = c.rope_layout == RopeLayout::Halves;
+        for (int64_t h = 0; h < c.n_head; ++h) {
+            float* qh = q + h * c.head_dim;
+            if (c.qk_norm) rms_norm(qh, L.q_norm.data(), qh, c.head_dim, eps);
+            rope(qh, cs, sn, c.rope_dims, halves);
+        }
+        for (int64_t h = 0; h < c.n_head_kv; ++h) {
+            float* kh = k + h * c.head_dim;
+            if (c.qk_norm) rms_norm(kh, L.k_norm.data(), kh, c.head_dim, eps);
+            rope(kh, cs, sn, c.rope_dims, halves);
+        }
+        if (kv.type() == KvType::F16) {
+            to_f16(k, kv.k_row_f16(slot, b.pos0 + t), k_dim);
+            to_f16(v, kv.v_row_f16(slot, b.pos0 + t), v_dim);
+        } else {
+            std::copy(k, k + k_dim, kv.k_row(slot, b.pos0 + t));
+            std::copy(v, v + v_dim, kv.v_row(slot, b.pos0 + t));
+        }
+    }
+    attend_cached(b, slot);
+    const int64_t attn_dim = c.n_head * c.value_dim;
+    if (c.attn_output_gate) {
+        for (int64_t i = 0; i < b.n * attn_dim; ++i) s.attn[i] *= sigmoid(s.gate[i]);
+    }
+    matmul(*b.pool, L.wo, s.attn.data(), b.n, s.xn.data(), c.n_embd, s.mm);
+    add_inplace(s.x.data(), s.xn.data(), b.n * c.n_embd);
+}
+
+void ffn_layer(const Batch& b, const LayerWeights& L) {
+    const ModelConfig& c = b.model->config();
+    HybridScratch& s = scratch(b);
+    norm_rows(b, s.x.data(), L.ffn_norm, s.xn.data());
+    const MatmulOut gate_up[] = {{&L.w_gate, s.ffn_gate.data(), c.n_ff},
+                                 {&L.w_up, s.ffn_up.data(), c.n_ff}};
+    matmul_many(*b.pool, gate_up, s.xn.data(), b.n, s.mm);
+    swiglu_inplace(s.ffn_gate.data(), s.ffn_up.data(), b.n * c.n_ff);
+    matmul(*b.pool, L.w_down, s.ffn_gate.data(), b.n, s.xn.data(), c.n_embd, s.mm);
+    add_inplace(s.x.data(), s.xn.data(), b.n * c.n_embd);
+}
+
+namespace {
+
+void prepare_scratch(const Batch& b) {
+    const ModelConfig& c = b.model->config();
+    HybridScratch& s = scratch(b);
+    const int64_t n = b.n;
+    const int64_t q_dim = c.n_head * c.head_dim;
+    grow(s.x, n * c.n_embd);
+    grow(s.xn, n * c.n_embd);
+    grow(s.proj, n * std::max({3 * c.n_embd, c.conv_channels(), 2 * q_dim}));
+    grow(s.q, n * q_dim);
+    grow(s.gate, n * q_dim);
+    grow(s.k, n * c.n_head_kv * c.head_dim);
+    grow(s.v, n * c.n_head_kv * c.value_dim);
+    grow(s.attn, n * c.n_head * c.value_dim);
+    grow(s.ffn_gate, n * c.n_ff);
+    grow(s.ffn_up, n * c.n_ff);
+    if (c.family == Family::Lfm2) grow(s.conv_in, n * c.conv_channels());  // qwen35 convs s.proj
+    grow(s.conv_out, n * c.conv_channels());
+    grow(s.conv_ext, (c.conv_kernel - 1 + n) * c.conv_channels());
+    if (c.family == Family::Qwen35) qwen35_prepare(b);
+}
+
+// One batch: embeddings, the family's layers, logits of rows [first_out, n) into out.
+void forward_batch(const Batch& b, std::span<const int32_t> tokens, int64_t first_out, float* out) {
+    const Model& model = *b.model;
+    const ModelConfig& c = model.config();
+    HybridScratch& s = scratch(b);
+    b.st->kv.reserve(b.pos0 + b.n);
+    prepare_scratch(b);
+    rope_tables(b);
+    for (int64_t t = 0; t < b.n; ++t) {
+        dequantize_row(model.token_embd(), tokens[static_cast<size_t>(t)],
+                       s.x.data() + t * c.n_embd);
+    }
+    if (c.family == Family::Lfm2) {
+        lfm2_layers(b);
+    } else {
+        qwen35_layers(b);
+    }
+    const int64_t n_out = b.n - first_out;
+    for (int64_t t = first_out; t < b.n; ++t) {
+        rms_norm(s.x.data() + t * c.n_embd, model.output_norm().data(),
+                 s.xn.data() + (t - first_out) * c.n_embd, c.n_embd, static_cast<float>(c.rms_eps));
+    }
+    if (n_out > 0) matmul(*b.pool, model.output(), s.xn.data(), n_out, out, c.n_vocab, s.mm);
+    b.st->kv.set_length(b.pos0 + b.n);
+    b.st->recurrent.set_position(b.pos0 + b.n);
+}
+
+}  // namespace
+}  // namespace ember::hybrid
+
+namespace ember {
+
+std::span<const float> forward_hybrid(const Model& model, InferenceState& st, ThreadPool& pool,
+                                      std::span<const int32_t> tokens, LogitsWanted wanted) {
+    const ModelConfig& c = model.config();
+    const int64_t n = static_cast<int64_t>(tokens.size());
+    if (n == 0) throw std::invalid_argument("forward: no tokens to evaluate");
+    const int64_t start = st.kv.length();
+    if (start + n > st.kv.capacity()) {
+        throw std::length_error("context full: " + std::to_string(start) + " + " +
+                                std::to_string(n) + " tokens exceed the context of " +
+                                std::to_string(st.kv.capacity()));
+    }
+    for (int32_t id : tokens) {
+        if (id < 0 || id >= c.n_vocab) {
+            throw std::out_of_range("token id " + std::to_string(id) +
+                                    " is outside the vocabulary (" + std::to_string(c.n_vocab) +
+                                    ")");
+        }
+    }
+    if (st.recurrent.n_layer() != c.n_layer) st.recurrent.init(c);  // a state not from make_state
+    // A cache emptied by rollback starts over: the state before any token is all zeros.
+    if (start == 0) st.recurrent.reset();
+    if (st.recurrent.position() != start) {
+        throw std::logic_error("hybrid forward: recurrent state is at position " +
+                               std::to_string(st.recurrent.position()) + " but the KV cache at " +
+                               std::to_string(start) +
+                               "; recurrent state cannot be truncated, restore a snapshot");
+    }
+    HybridScratch& s = st.hybrid_scratch;
+    const int64_t rows = wanted == LogitsWanted::All ? n : 1;
+    hybrid::grow(s.logits, rows * c.n_vocab);
+    try {
+        for (int64_t b0 = 0; b0 < n; b0 += kMaxBatch) {
+            const int64_t len = std::min(kMaxBatch, n - b0);
+            auto chunk = tokens.subspan(static_cast<size_t>(b0), static_cast<size_t>(len));
+            const hybrid::Batch batch{&model, &st, &pool, start + b0, len};
+            if (wanted == LogitsWanted::All) {
+                hybrid::forward_batch(batch, chunk, 0, s.logits.data() + b0 * c.n_vocab);
+            } else {
+                const bool last = b0 + len == n;  // only the final batch yields a row
+                hybrid::forward_batch(batch, chunk, last ? len - 1 : len, s.logits.data());
+            }
+        }
+    } catch (...) {
+        // The KV rows are rolled back; the recurrent state has folded in part of the batch,
+        // so its position stays behind and the next call refuses it unless restored.
+        st.kv.set_length(start);
+        throw;
+    }
+    return {s.logits.data(), static_cast<size_t>(rows * c.n_vocab)};
+}
+
+}  // namespace ember

@@ -1,0 +1,83 @@
+#include "engine/model/recurrent_state.h"
+
+#include <algorithm>
+#include <stdexcept>
+#include <string>
+
+#include "engine/model/model.h"
+
+namespace ember {
+
+void RecurrentState::init(const ModelConfig& c) {
+    const size_t n_layer = static_cast<size_t>(c.n_layer);
+    conv_offset_.assign(n_layer, -1);
+    delta_offset_.assign(n_layer, -1);
+    conv_floats_ = 0;
+    delta_floats_ = 0;
+    position_ = 0;
+    if (!is_hybrid(c.family) || c.layer_kinds.size() != n_layer) {
+        data_.clear();
+        return;
+    }
+    conv_floats_ = (c.conv_kernel - 1) * c.conv_channels();
+    if (c.family == Family::Qwen35) delta_floats_ = c.ssm_n_v_heads * c.ssm_k_dim * c.ssm_v_dim;
+    int64_t total = 0;
+    for (size_t l = 0; l < n_layer; ++l) {
+        const LayerKind kind = c.layer_kinds[l];
+        if (kind == LayerKind::ShortConv || kind == LayerKind::DeltaNet) {
+            conv_offset_[l] = total;
+            total += conv_floats_;
+        }
+        if (kind == LayerKind::DeltaNet) {
+            delta_offset_[l] = total;
+            total += delta_floats_;
+        }
+    }
+    data_.assign(static_cast<size_t>(total), 0.0f);
+}
+
+void RecurrentState::reset() {
+    std::fill(data_.begin(), data_.end(), 0.0f);
+    position_ = 0;
+}
+
+float* RecurrentState::conv(int64_t layer) {
+    const int64_t off = conv_offset_[static_cast<size_t>(layer)];
+    return off < 0 ? nullptr : data_.data() + off;
+}
+
+float* RecurrentState::delta(int64_t layer) {
+    const int64_t off = delta_offset_[static_cast<size_t>(layer)];
+    return off < 0 ? nullptr : data_.data() + off;
+}
+
+void RecurrentSnapshotPool::init(const RecurrentState& like, int slots) {
+    slots_.assign(static_cast<size_t>(std::max(slots, 0)), Slot{});
+    for (Slot& s : slots_) s.data.assign(like.data().size(), 0.0f);
+}
+
+void RecurrentSnapshotPool::save(int slot, const RecurrentState& state) {
+    Slot& s = slots_.at(static_cast<size_t>(slot));
+    if (s.data.size() != state.data().size()) {
+        throw std::logic_error("recurrent snapshot: slot holds " + std::to_string(s.data.size()) +
+                               " floats, the state " + std::to_string(state.data().size()));
+    }
+    std::copy(state.data().begin(), state.data().end(), s.data.begin());
+    s.position = state.position();
+}
+
+void RecurrentSnapshotPool::restore(int slot, RecurrentState& state) const {
+    const Slot& s = slots_.at(static_cast<size_t>(slot));
+    if (s.position < 0) throw std::logic_error("recurrent snapshot: slot was never saved");
+    if (s.data.size() != state.data().size()) {
+        throw std::logic_error("recurrent snapshot: slot shape differs from the state's");
+    }
+    std::copy(s.data.begin(), s.data.end(), state.data().begin());
+    state.set_position(s.position);
+}
+
+int64_t RecurrentSnapshotPool::position(int slot) const {
+    return slots_.at(static_cast<size_t>(slot)).position;
+}
+
+}  // namespace ember

@@ -1,0 +1,111 @@
+// The recurrent part of a hybrid model's per-conversation state: the causal-conv history of
+// the conv / GatedDeltaNet layers and the delta-rule state matrices of the GatedDeltaNet
+// layers. Unlike the KV cache it is a fold over every token so far, so it cannot be rolled
+// back by moving a length: going back means restoring a snapshot taken at or before the
+// target position and recomputing the gap.
+//
+// All layers' state lives in one flat float buffer, so a snapshot is one memcpy.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "engine/tensor/matmul.h"
+
+namespace ember {
+
+struct ModelConfig;
+
+class RecurrentState {
+public:
+    RecurrentState() = default;
+    // Sizes the buffer for `config` (empty for non-hybrid families) and zeroes it.
+    void init(const ModelConfig& config);
+    // Back to the state before any token: zeros, position 0.
+    void reset();
+
+    bool empty() const { return data_.empty(); }
+    // Tokens folded into the state so far; the forward pass keeps it equal to the KV length.
+    int64_t position() const { return position_; }
+    void set_position(int64_t position) { position_ = position; }
+
+    // Conv history of `layer`: the inputs of the last conv_kernel-1 tokens, oldest first,
+    // [conv_kernel-1 x conv_channels]. nullptr for layers without a conv.
+    float* conv(int64_t layer);
+    // Delta-rule state of `layer`: per v head a [k_dim x v_dim] matrix, heads consecutive,
+    // [n_v_heads x k_dim x v_dim]. nullptr for layers without one.
+    float* delta(int64_t layer);
+
+    // Floats per layer of each kind (0 where a layer has none), for serialization checks.
+    int64_t conv_floats() const { return conv_floats_; }
+    int64_t delta_floats() const { return delta_floats_; }
+    int64_t n_layer() const { return static_cast<int64_t>(conv_offset_.size()); }
+
+    // The whole state as one buffer (serialization, snapshots).
+    const std::vector<float>& data() const { return data_; }
+    std::vector<float>& data() { return data_; }
+    uint64_t bytes() const { return data_.size() * sizeof(float); }
+
+private:
+    std::vector<float> data_;
+    std::vector<int64_t> conv_offset_;   // [n_layer], -1 where none
+    std::vector<int64_t> delta_offset_;  // [n_layer], -1 where none
+    int64_t conv_floats_ = 0;
+    int64_t delta_floats_ = 0;
+    int64_t position_ = 0;
+};
+
+// Preallocated snapshots of a RecurrentState (speculative decoding saves before a draft and
+// restores on rejection; the session layer snapshots at turn boundaries). Saving and
+// restoring copy into buffers sized once, so they never allocate.
+class RecurrentSnapshotPool {
+public:
+    RecurrentSnapshotPool() = default;
+    // `slots` snapshots of a state shaped like `like`.
+    void init(const RecurrentState& like, int slots);
+    int slots() const { return static_cast<int>(slots_.size()); }
+
+    void save(int slot, const RecurrentState& state);
+    // Throws std::logic_error when the slot was never saved or the shapes differ.
+    void restore(int slot, RecurrentState& state) const;
+    // Position saved in `slot`, or -1 when empty.
+    int64_t position(int slot) const;
+
+private:
+    struct Slot {
+        std::vector<float> data;
+        int64_t position = -1;
+    };
+    std::vector<Slot> slots_;
+};
+
+// Scratch of the hybrid forward passes (forward_hybrid.h), for up to `batch` tokens; grown on
+// demand and never shrunk, so decode does not allocate. Kept apart from ForwardScratch so
+// the two forward passes can change their buffers independently.
+struct HybridScratch {
+    std::vector<float> x;          // [batch x n_embd] residual stream
+    std::vector<float> xn;         // [batch x n_embd] normed input / block output
+    std::vector<float> proj;       // [batch x max(3*n_embd, conv_channels, 2*n_head*head_dim)]
+    std::vector<float> conv_in;    // [batch x n_embd] lfm2 conv input B*x
+    std::vector<float> conv_out;   // [batch x conv_channels]
+    std::vector<float> conv_ext;   // [(conv_kernel-1 + batch) x conv_channels] history + input
+    std::vector<float> z;          // [batch x n_v*v_dim] delta-net output gate
+    std::vector<float> decay;      // [batch x n_v] alpha projection, then the log decay g
+    std::vector<float> beta;       // [batch x n_v] beta projection, then sigmoid(beta)
+    std::vector<float> core;       // [batch x n_v*v_dim] delta-rule output
+    std::vector<float> chunk;      // [threads x per-worker floats] chunked delta-rule work
+    std::vector<float> q;          // [batch x n_head*head_dim]
+    std::vector<float> gate;       // [batch x n_head*head_dim] attention output gate (qwen35)
+    std::vector<float> k;          // [batch x n_head_kv*head_dim]
+    std::vector<float> v;          // [batch x n_head_kv*value_dim]
+    std::vector<float> attn;       // [batch x n_head*value_dim]
+    std::vector<float> ffn_gate;   // [batch x n_ff]
+    std::vector<float> ffn_up;     // [batch x n_ff]
+    std::vector<float> scores;     // [threads x per-worker floats] attention runs
+    std::vector<float> attn_runs;  // [batch x n_head x runs x record] split decode attention
+    std::vector<float> rope_cos, rope_sin;  // [batch x rope_dims/2]
+    std::vector<float> logits;              // [rows x n_vocab]
+    MatmulScratch mm;
+};
+
+}  // namespace ember

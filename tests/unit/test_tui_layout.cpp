@@ -1,0 +1,212 @@
+// The full-screen UI's pure parts: display widths of wide and combining characters, word
+// wrapping, Markdown to styled lines, and transcript layout.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "ui/tui/markdown.h"
+#include "ui/tui/text.h"
+#include "ui/tui/transcript.h"
+#include "ui/tui/view.h"
+
+namespace ember::ui::tui {
+namespace {
+
+std::vector<std::string> wrapped(const std::string& text, int width, bool pre = false) {
+    LogicalLine line;
+    line.spans.push_back({text, style::kPlain});
+    line.preformatted = pre;
+    std::vector<Row> rows;
+    wrap_line(line, width, rows);
+    std::vector<std::string> out;
+    for (const auto& r : rows) out.push_back(row_text(r));
+    return out;
+}
+
+std::vector<std::string> texts(const std::vector<LogicalLine>& lines) {
+    std::vector<std::string> out;
+    for (const auto& l : lines) {
+        std::string s;
+        for (const auto& p : l.first_prefix) s += p.text;
+        for (const auto& p : l.spans) s += p.text;
+        out.push_back(s);
+    }
+    return out;
+}
+
+Style style_of(const std::vector<LogicalLine>& lines, const std::string& text) {
+    for (const auto& l : lines) {
+        for (const auto& s : l.spans) {
+            if (s.text.find(text) != std::string::npos) return s.style;
+        }
+    }
+    ADD_FAILURE() << "no span holds " << text;
+    return 0;
+}
+
+TEST(TuiText, WidthsOfWideAndCombiningCharacters) {
+    EXPECT_EQ(display_width("abc"), 3);
+    EXPECT_EQ(display_width("日本語"), 6);
+    EXPECT_EQ(display_width("😀"), 2);
+    EXPECT_EQ(display_width("e\u0301"), 1);  // e + combining acute
+    EXPECT_EQ(display_width("café"), 4);
+    const auto clusters = split_clusters("ae\u0301日");
+    ASSERT_EQ(clusters.size(), 3u);
+    EXPECT_EQ(clusters[1].end - clusters[1].begin, 3u);  // e and its accent stay together
+    EXPECT_EQ(clusters[2].width, 2);
+}
+
+TEST(TuiText, SanitizeKeepsEscapesAwayFromTheTerminal) {
+    EXPECT_EQ(sanitize("a\x1b[2Jb"), "a\uFFFD[2Jb");
+    EXPECT_EQ(sanitize("a\tb"), "a   b");
+    EXPECT_EQ(sanitize("x\r\ny"), "x\ny");
+    EXPECT_EQ(sanitize("bad \xff byte"), "bad \uFFFD byte");
+}
+
+TEST(TuiText, BoundariesStepOverWholeClusters) {
+    const std::string s = "xe\u0301日";
+    EXPECT_EQ(next_boundary(s, 1), 4u);
+    EXPECT_EQ(previous_boundary(s, 4), 1u);
+    EXPECT_EQ(previous_boundary(s, s.size()), 4u);
+    EXPECT_EQ(fit_prefix("日本語", 5), "日本");
+}
+
+TEST(TuiWrap, WordsMoveWholeAndSpacesAtBreaksGo) {
+    EXPECT_EQ(wrapped("hello big world", 10), (std::vector<std::string>{"hello big", "world"}));
+    EXPECT_EQ(wrapped("abcdefghijkl", 5), (std::vector<std::string>{"abcde", "fghij", "kl"}));
+    EXPECT_EQ(wrapped("", 5), (std::vector<std::string>{""}));
+}
+
+TEST(TuiWrap, WideCharactersNeverSplitAndMayBreakAnywhere) {
+    const auto rows = wrapped("日本語のテキスト", 5);
+    ASSERT_EQ(rows.size(), 4u);
+    for (const auto& r : rows) EXPECT_LE(display_width(r), 5) << r;
+    EXPECT_EQ(rows[0], "日本");
+    // Mixed: the Latin word stays whole, CJK fills the row.
+    const auto mixed = wrapped("ab 日本語 cd", 6);
+    for (const auto& r : mixed) EXPECT_LE(display_width(r), 6) << r;
+    EXPECT_EQ(mixed[0], "ab 日");
+}
+
+TEST(TuiWrap, CombiningMarksStayWithTheirLetter) {
+    const auto rows = wrapped("e\u0301e\u0301e\u0301e\u0301", 2);
+    ASSERT_EQ(rows.size(), 2u);
+    EXPECT_EQ(rows[0], "e\u0301e\u0301");
+}
+
+TEST(TuiWrap, PreformattedKeepsSpaces) {
+    EXPECT_EQ(wrapped("a   b   c", 4, true), (std::vector<std::string>{"a   ", "b   ", "c"}));
+}
+
+TEST(TuiMarkdown, NoMarkupNoiseAndStylesInstead) {
+    const auto lines = render_markdown("# Title\n\nSome *emph*, **strong** and `code`.");
+    EXPECT_EQ(texts(lines), (std::vector<std::string>{"Title", "", "Some emph, strong and code."}));
+    EXPECT_TRUE(style_of(lines, "Title") & style::kHeading);
+    EXPECT_TRUE(style_of(lines, "emph") & style::kItalic);
+    EXPECT_TRUE(style_of(lines, "strong") & style::kBold);
+    EXPECT_TRUE(style_of(lines, "code") & style::kInlineCode);
+}
+
+TEST(TuiMarkdown, FencedCodeKeepsItsLinesAndSpaces) {
+    const auto lines = render_markdown("Look:\n\n```cpp\nint x;\n  return 1;\n```\nafter");
+    const auto t = texts(lines);
+    ASSERT_GE(t.size(), 5u);
+    EXPECT_EQ(t[2], "┃ int x;");
+    EXPECT_EQ(t[3], "┃   return 1;");
+    EXPECT_TRUE(lines[2].preformatted);
+    EXPECT_TRUE(style_of(lines, "int x;") & style::kCodeBlock);
+    EXPECT_EQ(t.back(), "after");
+}
+
+TEST(TuiMarkdown, AnOpenFenceWhileStreamingIsCode) {
+    const auto lines = render_markdown("```\nfor (;;)");
+    ASSERT_EQ(lines.size(), 1u);
+    EXPECT_TRUE(lines[0].preformatted);
+}
+
+TEST(TuiMarkdown, ListsGetBulletsAndNumbers) {
+    EXPECT_EQ(texts(render_markdown("- one\n- two\n  - nested")),
+              (std::vector<std::string>{"• one", "• two", "  • nested"}));
+    EXPECT_EQ(texts(render_markdown("3. c\n4. d")), (std::vector<std::string>{"3. c", "4. d"}));
+}
+
+TEST(TuiMarkdown, SoftBreaksStayLineBreaksAndEntitiesDecode) {
+    EXPECT_EQ(texts(render_markdown("roses are red\nviolets &amp; blue")),
+              (std::vector<std::string>{"roses are red", "violets & blue"}));
+    // Raw HTML is text, not markup to hide.
+    EXPECT_EQ(texts(render_markdown("a <b>tag</b>")), (std::vector<std::string>{"a <b>tag</b>"}));
+}
+
+TEST(TuiTranscript, UserRepliesThinkingAndFootersLayOut) {
+    Transcript t;
+    t.add({EntryKind::User, "hi **there**"});
+    Entry reply{EntryKind::Assistant, "answer"};
+    reply.thinking = "let me think\nabout it";
+    reply.footer = "[3 tokens]";
+    t.add(reply);
+    const int width = 40;
+    std::vector<Row> rows;
+    t.rows(width, 0, t.total_rows(width), rows);
+    std::vector<std::string> text;
+    for (const auto& r : rows) text.push_back(row_text(r));
+    ASSERT_EQ(text.size(), 5u);
+    EXPECT_EQ(text[0], "> hi there");
+    EXPECT_EQ(text[1], "");
+    EXPECT_EQ(text[2], "▸ thought for 5 words (Ctrl-T shows it)");  // collapsed: one line
+    EXPECT_EQ(text[3], "answer");
+    EXPECT_EQ(text[4], "[3 tokens]");
+    t.set_thinking_expanded(true);
+    EXPECT_EQ(t.total_rows(width), 7);
+}
+
+TEST(TuiTranscript, RowsWindowAndUpdatesRelayout) {
+    Transcript t;
+    for (int i = 0; i < 5; ++i) t.add({EntryKind::Notice, "line " + std::to_string(i)});
+    EXPECT_EQ(t.total_rows(20), 9);
+    std::vector<Row> rows;
+    t.rows(20, 2, 3, rows);
+    ASSERT_EQ(rows.size(), 3u);
+    EXPECT_EQ(row_text(rows[0]), "line 1");
+    EXPECT_EQ(row_text(rows[1]), "");
+    EXPECT_EQ(row_text(rows[2]), "line 2");
+    t.update(4, [](Entry& e) { e.text += "\nmore"; });
+    EXPECT_EQ(t.total_rows(20), 10);
+    // Every row fits the width, however narrow.
+    t.add({EntryKind::User, "日本語 😀 café " + std::string(50, 'x')});
+    for (int width : {1, 2, 3, 7, 13}) {
+        rows.clear();
+        t.rows(width, 0, t.total_rows(width), rows);
+        if (width < 2) continue;  // a wide character alone is wider than that
+        for (const auto& r : rows) EXPECT_LE(display_width(row_text(r)), width) << row_text(r);
+    }
+}
+
+TEST(TuiStatus, ShowsContextSpeedsAndReuse) {
+    StatusInfo info;
+    info.model = "m.gguf";
+    info.context_used = 100;
+    info.context_total = 4096;
+    TurnResult turn;
+    turn.stats.generated_tokens = 11;
+    turn.stats.decode_seconds = 0.5;
+    turn.stats.prefill_seconds = 0.1;
+    turn.tokens_evaluated = 50;
+    turn.tokens_reused = 30;
+    info.last_turn = turn;
+    info.title = "chat";
+    const auto text = status_text(info);
+    EXPECT_NE(text.left.find("ctx 100/4096"), std::string::npos) << text.left;
+    EXPECT_NE(text.left.find("11 tok"), std::string::npos) << text.left;
+    EXPECT_NE(text.left.find("prefill 500 tok/s"), std::string::npos) << text.left;
+    EXPECT_NE(text.left.find("decode 20.0 tok/s"), std::string::npos) << text.left;
+    EXPECT_NE(text.left.find("warm, 30 reused"), std::string::npos) << text.left;
+    EXPECT_NE(text.left.find("chat"), std::string::npos) << text.left;
+    EXPECT_TRUE(text.right.empty());
+    info.busy = true;
+    info.streamed = 7;
+    EXPECT_NE(status_text(info).right.find("replying 7 tok"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace ember::ui::tui

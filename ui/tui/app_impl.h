@@ -1,0 +1,117 @@
+// FullScreen's state and the functions that work on it, shared by app.cpp (the loop, keys,
+// jobs) and view.cpp (drawing). Internal to ui/tui.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "ui/chat_controller.h"
+#include "ui/tui/full_screen.h"
+#include "ui/tui/input.h"
+#include "ui/tui/keys.h"
+#include "ui/tui/screen.h"
+#include "ui/tui/transcript.h"
+#include "ui/tui/view.h"
+#include "ui/tui/worker.h"
+
+namespace ember::ui {
+
+using Clock = std::chrono::steady_clock;
+
+// What the job running on the worker is, for what the UI does when it ends.
+enum class JobKind { None, Reply, Regenerate, Edit, Command, Refresh };
+
+struct FullScreen::Impl {
+    FullScreenOptions options;
+    std::unique_ptr<tui::Screen> screen;
+    tui::EventQueue events;
+    tui::KeyDecoder keys;
+    Clock::time_point started = Clock::now();
+
+    // While the model loads: a thread of its own keeps the screen alive.
+    std::thread loader;
+    std::atomic<bool> loaded{false};
+    std::vector<tui::KeyEvent> typed_while_loading;
+    std::string loading_note;  // the last line written to stderr during the load
+
+    // The chat.
+    ChatController* controller = nullptr;
+    std::unique_ptr<tui::Worker> worker;
+    std::atomic<bool> cancel{false};
+    JobKind job = JobKind::None;
+    Clock::time_point job_started;
+    int64_t streamed = 0;
+    bool reply_thinking = false;
+
+    tui::Transcript transcript;
+    tui::InputEditor input;
+    bool editing_last = false;  // the input holds the last prompt for /edit
+
+    // Scrolling: the view follows the end unless the user scrolled back.
+    bool follow = true;
+    int view_top = 0;     // first transcript row shown (when not following)
+    int view_height = 1;  // transcript rows in the last frame
+    int view_width = 0;
+    int view_total = 0;
+
+    // The status line.
+    std::string model_name;
+    int64_t context_used = 0;
+    int64_t context_total = 0;
+    std::optional<TurnResult> last_turn;
+    std::string session_id;
+    std::vector<SessionSummary> sessions;
+
+    // A one-line message above the status line, shown for a while.
+    std::string message;
+    bool message_error = false;
+    Clock::time_point message_until;
+
+    bool picker_open = false;
+    int picker_index = 0;
+
+    bool quit = false;
+    int exit_status = 0;
+    bool dirty = true;
+    Clock::time_point last_frame;
+
+    // app.cpp
+    void loading_loop();
+    void abort_loading(int signal_number);
+    int run(ChatController& c);
+    void loop();
+    void poll_once();
+    void handle_key(const tui::KeyEvent& key);
+    bool handle_picker_key(const tui::KeyEvent& key);
+    void scroll_by(int rows);
+    void scroll_to_top();
+    void scroll_to_end();
+    void send_input();
+    void run_command(const std::string& line);
+    void start_job(JobKind kind, const std::string& line);
+    void apply(tui::StreamEvent& event);
+    void apply(tui::DoneEvent& event);
+    void rebuild_transcript(const std::vector<ChatMessage>& messages);
+    void complete_input();
+    void show_message(std::string text, bool error);
+    void open_picker();
+    void load_history();
+    void save_history_entry(const std::string& entry);
+    std::string session_title() const;
+
+    // view.cpp
+    void draw();
+    void draw_loading();
+    void draw_transcript(int top_row, int height);
+    void draw_status(int row);
+    void draw_input(int first_row, int height, const tui::InputEditor::Layout& layout);
+    void draw_picker(int top_row, int height);
+};
+
+}  // namespace ember::ui

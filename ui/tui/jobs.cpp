@@ -1,0 +1,165 @@
+// The full-screen UI's work on the worker thread: starting a reply or a command, and taking
+// in what it streams and what it leaves behind.
+#include <exception>
+
+#include "ui/tui/app_impl.h"
+
+namespace ember::ui {
+
+namespace {
+
+constexpr int64_t kSessionLimit = 50;
+
+bool is_streaming_reply(const tui::Entry& e) {
+    return e.kind == tui::EntryKind::Assistant && e.streaming;
+}
+
+}  // namespace
+
+void FullScreen::Impl::start_job(JobKind kind, const std::string& line) {
+    job = kind;
+    job_started = Clock::now();
+    streamed = 0;
+    reply_thinking = false;
+    cancel.store(false);
+    // The transcript shows the turn at once; if the job fails it is rebuilt from the
+    // conversation the job leaves behind.
+    const auto pop_last = [&](tui::EntryKind kind_to_pop) {
+        if (!transcript.empty() && transcript.entries().back().kind == kind_to_pop) {
+            transcript.pop_back();
+            return true;
+        }
+        return false;
+    };
+    if (kind == JobKind::Reply) {
+        transcript.add({tui::EntryKind::User, line.starts_with("//") ? line.substr(1) : line});
+    } else if (kind == JobKind::Regenerate) {
+        pop_last(tui::EntryKind::Assistant);
+    } else if (kind == JobKind::Edit) {
+        pop_last(tui::EntryKind::Assistant);
+        pop_last(tui::EntryKind::User);
+        const size_t space = line.find_first_of(" \n");
+        const size_t text = space == std::string::npos ? line.size()
+                                                       : line.find_first_not_of(" \n", space);
+        transcript.add(
+            {tui::EntryKind::User, text == std::string::npos ? std::string() : line.substr(text)});
+    }
+    if (kind == JobKind::Reply || kind == JobKind::Regenerate || kind == JobKind::Edit) {
+        tui::Entry reply{tui::EntryKind::Assistant};
+        reply.streaming = true;
+        transcript.add(std::move(reply));
+    }
+    worker->post([this, kind, line] {
+        tui::DoneEvent done;
+        const TextCallback on_text = [this](const std::string& text, TextKind text_kind) {
+            events.push(tui::StreamEvent{text_kind, text, 1});
+            return !cancel.load();
+        };
+        try {
+            if (kind == JobKind::Reply) {
+                done.outcome = controller->submit(line, on_text);
+            } else if (kind != JobKind::Refresh) {
+                done.outcome = controller->handle_command(line, on_text);
+            }
+        } catch (const std::exception& e) {
+            done.outcome.error = true;
+            done.outcome.message = e.what();
+            done.outcome.conversation_replaced = true;
+        }
+        // A snapshot for the UI thread, which does not touch the controller.
+        done.messages = controller->conversation().messages();
+        done.context_used = static_cast<int64_t>(controller->conversation().cached_tokens().size());
+        done.context_total = controller->conversation().options().context;
+        try {
+            done.sessions = controller->list_sessions(kSessionLimit);
+            done.session_id = controller->session_id();
+        } catch (const std::exception& e) {
+            if (done.outcome.message.empty()) {
+                done.outcome.error = true;
+                done.outcome.message = std::string("sessions: ") + e.what();
+            }
+        }
+        events.push(std::move(done));
+    });
+}
+
+void FullScreen::Impl::apply(tui::StreamEvent& event) {
+    streamed += event.pieces;
+    reply_thinking = event.kind == TextKind::Thinking;
+    if (transcript.empty() || !is_streaming_reply(transcript.entries().back())) {
+        tui::Entry reply{tui::EntryKind::Assistant};
+        reply.streaming = true;
+        transcript.add(std::move(reply));
+    }
+    transcript.update(transcript.size() - 1, [&](tui::Entry& e) {
+        (event.kind == TextKind::Thinking ? e.thinking : e.text) += event.text;
+    });
+}
+
+void FullScreen::Impl::rebuild_transcript(const std::vector<ChatMessage>& messages) {
+    transcript.clear();
+    for (const auto& m : messages) {
+        if (m.role == "user") {
+            transcript.add({tui::EntryKind::User, m.content});
+        } else if (m.role == "assistant") {
+            tui::Entry reply{tui::EntryKind::Assistant, m.content};
+            reply.thinking = m.thinking;
+            transcript.add(std::move(reply));
+        }
+    }
+}
+
+void FullScreen::Impl::apply(tui::DoneEvent& event) {
+    const JobKind kind = job;
+    job = JobKind::None;
+    reply_thinking = false;
+    const ChatOutcome& outcome = event.outcome;
+    const bool generating =
+        kind == JobKind::Reply || kind == JobKind::Regenerate || kind == JobKind::Edit;
+    // /edit always reports the conversation replaced; the transcript already shows the edit.
+    const bool rebuild = (outcome.conversation_replaced && !(kind == JobKind::Edit && !outcome.error)) ||
+                         (outcome.error && generating);
+    if (rebuild) {
+        rebuild_transcript(event.messages);
+        follow = true;
+    } else if (!transcript.empty() && is_streaming_reply(transcript.entries().back())) {
+        const tui::Entry& last = transcript.entries().back();
+        if (last.text.empty() && last.thinking.empty() && !outcome.turn) {
+            transcript.pop_back();
+        } else {
+            transcript.update(transcript.size() - 1, [](tui::Entry& e) { e.streaming = false; });
+        }
+    }
+    if (outcome.turn) {
+        last_turn = outcome.turn;
+        for (size_t i = transcript.size(); i-- > 0;) {
+            if (transcript.entries()[i].kind != tui::EntryKind::Assistant) continue;
+            transcript.update(i, [&](tui::Entry& e) {
+                e.footer = ChatController::turn_summary(*outcome.turn);
+            });
+            break;
+        }
+    } else if (outcome.conversation_replaced && !outcome.error) {
+        last_turn.reset();
+    }
+    context_used = event.context_used;
+    context_total = event.context_total;
+    if (!event.session_id.empty() || outcome.conversation_replaced) session_id = event.session_id;
+    if (!event.sessions.empty() || kind == JobKind::Refresh) sessions = std::move(event.sessions);
+    if (picker_open && kind != JobKind::Refresh) picker_open = false;
+    if (!outcome.message.empty()) {
+        if (outcome.message.find('\n') != std::string::npos) {
+            transcript.add({outcome.error ? tui::EntryKind::Error : tui::EntryKind::Notice,
+                            outcome.message});
+            follow = true;
+        }
+        show_message(outcome.message, outcome.error);
+    }
+    if (outcome.turn && outcome.turn->finish == FinishReason::Cancelled &&
+        outcome.message.empty()) {
+        show_message("reply stopped; what was written is kept", false);
+    }
+    if (outcome.quit) quit = true;
+}
+
+}  // namespace ember::ui
