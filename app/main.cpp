@@ -1,16 +1,16 @@
 // ember: terminal chat for local LLMs. This is the only place that exits the process.
 #include <algorithm>
 #include <cstdio>
+#include <exception>
 #include <string>
 #include <vector>
-#include <exception>
 
 #include "app/commands.h"
 #include "app/model_locator.h"
 #include "app/session_adapter.h"
 
 int main(int argc, char** argv) {
-    CLI::App app{"ember: fast local LLM inference and chat in the terminal"};
+    CLI::App app{"ember: fast local LLM inference and chat in the terminal", "ember"};
     app.require_subcommand(1);
     app.set_version_flag("--version", "ember 0.1.0");
     std::vector<ember::app::Command> commands;

@@ -144,14 +144,14 @@ std::string ChatController::help_text() {
 
 const std::vector<std::string>& ChatController::command_names() {
     static const std::vector<std::string> names = {
-        "/branch", "/edit",   "/export", "/help",     "/load", "/new",  "/quit",
+        "/branch", "/edit",   "/export", "/help",     "/load",  "/new",   "/quit",
         "/regen",  "/rename", "/set",    "/sessions", "/stats", "/system"};
     return names;
 }
 
 const std::vector<std::string>& ChatController::setting_names() {
     static const std::vector<std::string> names = {
-        "temp", "top-k",      "top-p", "min-p", "repeat-penalty", "seed", "n-predict",
+        "temp",       "top-k", "top-p",           "min-p", "repeat-penalty", "seed", "n-predict",
         "ignore-eos", "think", "thinking-budget", "ctx"};
     return names;
 }

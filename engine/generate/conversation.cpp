@@ -6,7 +6,9 @@
 #include "engine/chat/template.h"
 #include "engine/generate/ngram.h"
 #include "engine/generate/reply_router.h"
+#include "engine/model/forward.h"
 #include "engine/model/model.h"
+#include "engine/model/recurrent_state.h"
 #include "engine/tokenizer/tokenizer.h"
 
 namespace ember {
@@ -202,14 +204,38 @@ std::vector<int32_t> Conversation::fit_to_context(int64_t reserve, TurnResult& r
     return tokens;
 }
 
+size_t Conversation::rollback_recurrent(size_t target) {
+    if (state_->recurrent.position() == static_cast<int64_t>(target)) return target;
+    // The nearest snapshot at or before the target; none: start over.
+    int best = -1;
+    for (int slot = 0; snapshots_ && slot < snapshots_->slots(); ++slot) {
+        const int64_t at = snapshots_->position(slot);
+        if (at >= 0 && at <= static_cast<int64_t>(target) &&
+            (best < 0 || at > snapshots_->position(best))) {
+            best = slot;
+        }
+    }
+    if (best < 0) {
+        state_->recurrent.reset();
+        return 0;
+    }
+    snapshots_->restore(best, state_->recurrent);
+    return static_cast<size_t>(snapshots_->position(best));
+}
+
 size_t Conversation::reuse_prefix(const std::vector<int32_t>& tokens, TurnResult& result) {
     size_t reuse = 0;
     if (options_.prefix_cache) {
         const size_t limit = std::min(cached_.size(), tokens.size());
         while (reuse < limit && cached_[reuse] == tokens[reuse]) ++reuse;
+        // At least one token must be evaluated to get logits for the first reply token.
+        if (reuse == tokens.size()) --reuse;
+        if (!state_->recurrent.empty()) reuse = rollback_recurrent(reuse);
         state_->kv.set_length(static_cast<int64_t>(reuse));
         cached_.resize(reuse);
-        if (store_ != nullptr) {
+        // The session store holds KV rows only; recurrent state is not persisted yet, so
+        // hybrids do not restore from it.
+        if (store_ != nullptr && state_->recurrent.empty()) {
             const size_t restored =
                 static_cast<size_t>(store_->restore(tokens, static_cast<int64_t>(reuse), *state_));
             if (restored > reuse && restored <= tokens.size()) {
@@ -221,6 +247,7 @@ size_t Conversation::reuse_prefix(const std::vector<int32_t>& tokens, TurnResult
         // At least one token must be evaluated to get logits for the first reply token.
         if (reuse == tokens.size()) --reuse;
     }
+    if (!state_->recurrent.empty() && reuse == 0) state_->recurrent.reset();
     state_->kv.set_length(static_cast<int64_t>(reuse));
     cached_.resize(reuse);
     result.tokens_reused = static_cast<int64_t>(reuse);
@@ -251,6 +278,20 @@ TurnResult Conversation::respond(Sampler& sampler, const GenerateOptions& option
         ngram_->add(tokens);
     }
     std::vector<int32_t> prompt(tokens.begin() + static_cast<ptrdiff_t>(reuse), tokens.end());
+    if (!state_->recurrent.empty()) {
+        if (!snapshots_) {
+            snapshots_ = std::make_unique<RecurrentSnapshotPool>();
+            snapshots_->init(state_->recurrent, 2);
+        }
+        // Evaluate all but the last prompt token, snapshot there (the end of this prompt is
+        // where the next turn's prompt most likely departs from this one), then generate.
+        if (prompt.size() > 1) {
+            forward(model_, *state_, pool_,
+                    std::span<const int32_t>(prompt.data(), prompt.size() - 1), LogitsWanted::Last);
+            prompt.erase(prompt.begin(), prompt.end() - 1);
+        }
+        snapshots_->save(0, state_->recurrent);
+    }
     const bool stop_cut =
         generate_reply(std::move(prompt), sampler, options, on_text, starts_in_thinking, result);
 
@@ -258,7 +299,10 @@ TurnResult Conversation::respond(Sampler& sampler, const GenerateOptions& option
     cached_ = tokens;
     cached_.insert(cached_.end(), result.ids.begin(), result.ids.end());
     cached_.resize(static_cast<size_t>(state_->kv.length()));
-    if (store_ != nullptr && options_.prefix_cache) store_->save(cached_, *state_);
+    if (snapshots_) snapshots_->save(1, state_->recurrent);
+    if (store_ != nullptr && options_.prefix_cache && state_->recurrent.empty()) {
+        store_->save(cached_, *state_);
+    }
     // The ids stand for the reply text only when they are exactly its tokens: no stop string
     // cut the text short and no thinking precedes it.
     const bool ids_are_text =

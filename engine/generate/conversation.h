@@ -24,6 +24,7 @@ namespace ember {
 
 class ChatTemplate;
 class NgramTable;
+class RecurrentSnapshotPool;
 class Model;
 class ThreadPool;
 
@@ -149,7 +150,13 @@ private:
     std::unique_ptr<InferenceState> state_;
     std::vector<int32_t> cached_;
     PrefixStore* store_ = nullptr;
-    std::unique_ptr<NgramTable> ngram_;  // drafts for speculation, rebuilt from each turn's prompt
+    std::unique_ptr<NgramTable> ngram_;
+    // Hybrid families: recurrent state cannot be truncated, so it is snapshotted at turn
+    // boundaries (slot 0: end of the last prompt, slot 1: end of the last reply) and a rollback
+    // restores the nearest snapshot at or before the target, then recomputes the gap.
+    std::unique_ptr<RecurrentSnapshotPool> snapshots_;
+    size_t rollback_recurrent(
+        size_t target);                  // drafts for speculation, rebuilt from each turn's prompt
     int64_t thinking_budget_on_ = 4096;  // the budget to return to when thinking is switched on
 };
 

@@ -83,7 +83,10 @@ GenerateResult generate(const Model& model, InferenceState& state, ThreadPool& p
     result.stats.prefill_seconds = result.stats.ttft_seconds;
 
     const int64_t capacity = state.kv.capacity();
-    const bool speculate = options.speculation.enabled && options.ngram != nullptr;
+    // Recurrent state cannot be rolled back by moving a length: speculation on hybrid families
+    // needs snapshot/restore around verification, which is not wired here yet.
+    const bool speculate =
+        options.speculation.enabled && options.ngram != nullptr && state.recurrent.empty();
     SpeculationGate gate(options.speculation);
     std::vector<int32_t> drafts, batch;
     // Emits `token` (already sampled): returns false when generation ends with it or before.

@@ -42,11 +42,10 @@ void NgramTable::record(uint64_t key, int32_t next) {
     }
     if (slot == nullptr) {
         // Replace the weakest candidate (lowest count, then oldest).
-        slot = &*std::min_element(e.candidates.begin(), e.candidates.end(),
-                                  [](const Candidate& a, const Candidate& b) {
-                                      return a.count != b.count ? a.count < b.count
-                                                                : a.last_seen < b.last_seen;
-                                  });
+        slot = &*std::min_element(
+            e.candidates.begin(), e.candidates.end(), [](const Candidate& a, const Candidate& b) {
+                return a.count != b.count ? a.count < b.count : a.last_seen < b.last_seen;
+            });
         *slot = Candidate{next, 0, 0};
     }
     ++slot->count;

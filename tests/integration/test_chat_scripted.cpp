@@ -59,6 +59,39 @@ TEST(ChatScripted, LaterTurnsReuseStateAndMatchRecompute) {
     }
 }
 
+// Hybrid families keep recurrent state that cannot be truncated: later turns restore a
+// snapshot taken at a turn boundary and recompute the gap. Same replies as from scratch.
+TEST(ChatScripted, HybridConversationsReuseSnapshotsAndMatchRecompute) {
+    for (const char* model : {"arch/qwen35/qwen35.gguf", "arch/lfm2/lfm2.gguf"}) {
+        SCOPED_TRACE(model);
+        EMBER_REQUIRE_FIXTURE(model);
+        std::string input;
+        for (const char* p : kPrompts) input += json{{"prompt", p}}.dump() + "\n";
+        auto run = [&](const char* extra) {
+            std::vector<std::string> argv = {ember_binary(), "chat", "-m", fixture_path(model),
+                                             "--jsonl", "--temp", "0", "-n", "10", "--no-db"};
+            if (extra != nullptr) argv.push_back(extra);
+            const auto r = run_command(argv, input);
+            EXPECT_EQ(r.status, 0) << r.err;
+            std::vector<json> turns;
+            for (const auto& line : split_lines(r.out)) turns.push_back(json::parse(line));
+            return turns;
+        };
+        const auto warm = run(nullptr);
+        const auto cold = run("--no-prefix-cache");
+        ASSERT_EQ(warm.size(), std::size(kPrompts));
+        ASSERT_EQ(cold.size(), std::size(kPrompts));
+        for (size_t i = 0; i < warm.size(); ++i) {
+            EXPECT_EQ(warm[i]["reply"], cold[i]["reply"]) << "turn " << i;
+            if (i == 0) continue;
+            // At least the previous turn's prompt comes from a snapshot.
+            EXPECT_GE(warm[i]["tokens_reused"].get<int64_t>(),
+                      cold[i - 1]["tokens_evaluated"].get<int64_t>() - 1)
+                << "turn " << i;
+        }
+    }
+}
+
 TEST(ChatScripted, InvalidJsonlLineIsNamedSkippedAndFailsTheRun) {
     EMBER_REQUIRE_FIXTURE("arch/qwen3/qwen3.gguf");
     const auto r =

@@ -3,6 +3,7 @@
 // cancellation keeping the partial reply; and line mode's multi-line input assembly.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <memory>
 #include <string>
 #include <vector>
@@ -288,6 +289,36 @@ TEST_F(ChatControllerTest, RegenCommitsASiblingReply) {
     EXPECT_EQ(backend_.commits[2].parent, user_id);  // same parent as the first reply
     EXPECT_NE(controller_->message_ids()[1], first_reply);
     EXPECT_EQ(controller_->message_ids()[0], user_id);
+}
+
+TEST_F(ChatControllerTest, BranchCopiesTheConversationIntoANewSession) {
+    EXPECT_TRUE(command("/branch").error);  // nothing to copy yet
+    ASSERT_FALSE(controller_->submit("Hello", nullptr).error);
+    const int sessions_before = backend_.new_sessions;
+    const ChatOutcome branch = command("/branch");
+    ASSERT_FALSE(branch.error) << branch.message;
+    EXPECT_EQ(backend_.new_sessions, sessions_before + 1);
+    ASSERT_EQ(backend_.commits.size(), 4u);
+    EXPECT_EQ(backend_.commits[2].message.content, "Hello");
+    EXPECT_EQ(backend_.commits[2].parent, 0);
+    EXPECT_EQ(backend_.commits[3].parent, backend_.commits[2].id);
+    EXPECT_EQ(controller_->message_ids(),
+              (std::vector<int64_t>{backend_.commits[2].id, backend_.commits[3].id}));
+    EXPECT_EQ(roles(), (std::vector<std::string>{"user", "assistant"}));
+    // The next turn goes on in the copy.
+    ASSERT_FALSE(controller_->submit("More", nullptr).error);
+    EXPECT_EQ(backend_.commits[4].parent, backend_.commits[3].id);
+}
+
+TEST(ChatControllerParsing, CompletionListsNameEveryCommandAndSetting) {
+    const auto& commands = ChatController::command_names();
+    for (const char* name : {"/branch", "/edit", "/load", "/regen", "/sessions", "/set"}) {
+        EXPECT_NE(std::find(commands.begin(), commands.end(), name), commands.end()) << name;
+        EXPECT_NE(ChatController::help_text().find(name), std::string::npos) << name;
+    }
+    const auto& settings = ChatController::setting_names();
+    EXPECT_NE(std::find(settings.begin(), settings.end(), "temp"), settings.end());
+    EXPECT_NE(std::find(settings.begin(), settings.end(), "think"), settings.end());
 }
 
 TEST_F(ChatControllerTest, EditBranchesFromTheOldPromptsParent) {

@@ -64,7 +64,8 @@ TEST(TuiInputEditor, MultiLineAndPastedText) {
     EXPECT_EQ(e.text(), "first\nsecond\nthird    x");
     const auto layout = e.layout(4);
     // "first" wraps at 4 columns; each newline starts a row.
-    EXPECT_EQ(layout.rows, (std::vector<std::string>{"firs", "t", "seco", "nd", "thir", "d   ", " x"}));
+    EXPECT_EQ(layout.rows,
+              (std::vector<std::string>{"firs", "t", "seco", "nd", "thir", "d   ", " x"}));
     EXPECT_EQ(layout.cursor_row, 6);
     EXPECT_EQ(layout.cursor_column, 2);
     e.up();  // to the line above, same column
@@ -127,7 +128,9 @@ TEST(TuiKeys, EscapeSequences) {
     EXPECT_EQ(keys[4].key, Key::Home);
     EXPECT_EQ(keys[5].key, Key::End);
     // Alt-Enter, Shift-Enter (kitty and modifyOtherKeys), Alt-b, Escape alone.
-    keys = decode("\x1b\r\x1b[13;2u\x1b[27;2;13~\x1b" "b");
+    keys = decode(
+        "\x1b\r\x1b[13;2u\x1b[27;2;13~\x1b"
+        "b");
     ASSERT_EQ(keys.size(), 4u);
     EXPECT_EQ(keys[0].key, Key::Newline);
     EXPECT_EQ(keys[1].key, Key::Newline);

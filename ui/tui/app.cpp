@@ -68,8 +68,7 @@ std::pair<std::string, std::string> split_command(const std::string& line) {
 
 int poll_timeout(Clock::time_point now, Clock::time_point until) {
     if (until <= now) return 0;
-    return static_cast<int>(
-        std::chrono::ceil<std::chrono::milliseconds>(until - now).count());
+    return static_cast<int>(std::chrono::ceil<std::chrono::milliseconds>(until - now).count());
 }
 
 void lower_timeout(int& timeout, int candidate) {
@@ -122,7 +121,9 @@ FullScreen::~FullScreen() {
     tui::signal_flags().wake_fd.store(-1);
 }
 
-int FullScreen::run(ChatController& controller) { return impl_->run(controller); }
+int FullScreen::run(ChatController& controller) {
+    return impl_->run(controller);
+}
 
 void FullScreen::Impl::abort_loading(int signal_number) {
     // The model is still loading on the main thread and cannot be interrupted: give the
@@ -151,8 +152,8 @@ void FullScreen::Impl::loading_loop() {
             std::vector<tui::KeyEvent> typed;
             keys.feed(std::string_view(buffer, static_cast<size_t>(n)), typed);
             for (auto& key : typed) {
-                const bool quits = key.key == tui::Key::Control &&
-                                   (key.letter == 'c' || key.letter == 'd');
+                const bool quits =
+                    key.key == tui::Key::Control && (key.letter == 'c' || key.letter == 'd');
                 if (quits) abort_loading(SIGINT);
                 typed_while_loading.push_back(std::move(key));
             }
@@ -228,10 +229,12 @@ void FullScreen::Impl::loop() {
             dirty = true;
         }
         if (quit) break;
-        if (dirty && now - last_frame >= kFrameInterval) {
+        // Keys are answered at once; streamed text waits for the next frame.
+        if (dirty && (key_pressed || now - last_frame >= kFrameInterval)) {
             draw();
             last_frame = now;
             dirty = false;
+            key_pressed = false;
         }
         poll_once();
     }
@@ -266,7 +269,10 @@ void FullScreen::Impl::poll_once() {
         exit_status = 129;
     }
     for (const auto& key : typed) handle_key(key);
-    if (!typed.empty()) dirty = true;
+    if (!typed.empty()) {
+        dirty = true;
+        key_pressed = true;
+    }
 }
 
 void FullScreen::Impl::show_message(std::string text, bool error) {
@@ -296,7 +302,9 @@ void FullScreen::Impl::scroll_to_top() {
     view_top = 0;
 }
 
-void FullScreen::Impl::scroll_to_end() { follow = true; }
+void FullScreen::Impl::scroll_to_end() {
+    follow = true;
+}
 
 bool FullScreen::Impl::handle_picker_key(const tui::KeyEvent& key) {
     const int count = static_cast<int>(sessions.size());
@@ -454,21 +462,44 @@ void FullScreen::Impl::handle_key(const tui::KeyEvent& key) {
                         input.delete_forward();
                     }
                     break;
-                case 'a': input.line_start(); break;
-                case 'e': input.line_end(); break;
-                case 'b': input.left(); break;
-                case 'f': input.right(); break;
-                case 'k': input.kill_to_line_end(); break;
-                case 'u': input.kill_to_line_start(); break;
-                case 'w': input.kill_word_back(); break;
-                case 'p': input.up(); break;
-                case 'n': input.down(); break;
+                case 'a':
+                    input.line_start();
+                    break;
+                case 'e':
+                    input.line_end();
+                    break;
+                case 'b':
+                    input.left();
+                    break;
+                case 'f':
+                    input.right();
+                    break;
+                case 'k':
+                    input.kill_to_line_end();
+                    break;
+                case 'u':
+                    input.kill_to_line_start();
+                    break;
+                case 'w':
+                    input.kill_word_back();
+                    break;
+                case 'p':
+                    input.up();
+                    break;
+                case 'n':
+                    input.down();
+                    break;
                 case 't':
                     transcript.set_thinking_expanded(!transcript.thinking_expanded());
                     break;
-                case 'o': open_picker(); break;
-                case 'l': screen->invalidate(); break;
-                default: break;
+                case 'o':
+                    open_picker();
+                    break;
+                case 'l':
+                    screen->invalidate();
+                    break;
+                default:
+                    break;
             }
             break;
         default:
@@ -506,8 +537,7 @@ void FullScreen::Impl::run_command(const std::string& line) {
     } else if (name == "/sessions") {
         open_picker();
     } else if (name == "/help" || name == "/?") {
-        transcript.add({tui::EntryKind::Notice,
-                        ChatController::help_text() + "\n" + kKeysHelp});
+        transcript.add({tui::EntryKind::Notice, ChatController::help_text() + "\n" + kKeysHelp});
     } else if (name == "/edit" && args.empty()) {
         const auto& entries = transcript.entries();
         auto last_user = std::find_if(entries.rbegin(), entries.rend(), [](const tui::Entry& e) {
@@ -571,7 +601,8 @@ void FullScreen::Impl::load_history() {
     std::string line;
     while (std::getline(in, line)) {
         // readline's history files may hold "#<time>" lines between entries.
-        if (line.size() > 1 && line[0] == '#' && std::isdigit(static_cast<unsigned char>(line[1]))) {
+        if (line.size() > 1 && line[0] == '#' &&
+            std::isdigit(static_cast<unsigned char>(line[1]))) {
             continue;
         }
         if (!line.empty()) lines.push_back(line);

@@ -79,6 +79,7 @@ struct FullScreen::Impl {
     bool quit = false;
     int exit_status = 0;
     bool dirty = true;
+    bool key_pressed = false;  // draw without waiting for the frame interval
     Clock::time_point last_frame;
 
     // app.cpp

@@ -8,7 +8,9 @@ namespace ember::ui::tui {
 
 namespace {
 
-bool is_space(char c) { return c == ' ' || c == '\n'; }
+bool is_space(char c) {
+    return c == ' ' || c == '\n';
+}
 
 std::string common_prefix(const std::vector<std::string>& words) {
     if (words.empty()) return {};
@@ -115,9 +117,13 @@ size_t InputEditor::line_end_of(size_t offset) const {
     return nl == std::string::npos ? text_.size() : nl;
 }
 
-void InputEditor::line_start() { cursor_ = line_start_of(cursor_); }
+void InputEditor::line_start() {
+    cursor_ = line_start_of(cursor_);
+}
 
-void InputEditor::line_end() { cursor_ = line_end_of(cursor_); }
+void InputEditor::line_end() {
+    cursor_ = line_end_of(cursor_);
+}
 
 void InputEditor::kill_to_line_end() {
     const size_t end = line_end_of(cursor_);

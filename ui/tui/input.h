@@ -28,8 +28,8 @@ public:
     void right();
     void word_left();
     void word_right();
-    void line_start();  // Home, Ctrl-A: start of the cursor's line
-    void line_end();    // End, Ctrl-E
+    void line_start();          // Home, Ctrl-A: start of the cursor's line
+    void line_end();            // End, Ctrl-E
     void kill_to_line_end();    // Ctrl-K (at a line's end: joins the next line)
     void kill_to_line_start();  // Ctrl-U
     void kill_word_back();      // Ctrl-W, Alt-Backspace

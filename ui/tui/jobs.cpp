@@ -39,8 +39,8 @@ void FullScreen::Impl::start_job(JobKind kind, const std::string& line) {
         pop_last(tui::EntryKind::Assistant);
         pop_last(tui::EntryKind::User);
         const size_t space = line.find_first_of(" \n");
-        const size_t text = space == std::string::npos ? line.size()
-                                                       : line.find_first_not_of(" \n", space);
+        const size_t text =
+            space == std::string::npos ? line.size() : line.find_first_not_of(" \n", space);
         transcript.add(
             {tui::EntryKind::User, text == std::string::npos ? std::string() : line.substr(text)});
     }
@@ -117,8 +117,9 @@ void FullScreen::Impl::apply(tui::DoneEvent& event) {
     const bool generating =
         kind == JobKind::Reply || kind == JobKind::Regenerate || kind == JobKind::Edit;
     // /edit always reports the conversation replaced; the transcript already shows the edit.
-    const bool rebuild = (outcome.conversation_replaced && !(kind == JobKind::Edit && !outcome.error)) ||
-                         (outcome.error && generating);
+    const bool rebuild =
+        (outcome.conversation_replaced && !(kind == JobKind::Edit && !outcome.error)) ||
+        (outcome.error && generating);
     if (rebuild) {
         rebuild_transcript(event.messages);
         follow = true;
@@ -134,9 +135,8 @@ void FullScreen::Impl::apply(tui::DoneEvent& event) {
         last_turn = outcome.turn;
         for (size_t i = transcript.size(); i-- > 0;) {
             if (transcript.entries()[i].kind != tui::EntryKind::Assistant) continue;
-            transcript.update(i, [&](tui::Entry& e) {
-                e.footer = ChatController::turn_summary(*outcome.turn);
-            });
+            transcript.update(
+                i, [&](tui::Entry& e) { e.footer = ChatController::turn_summary(*outcome.turn); });
             break;
         }
     } else if (outcome.conversation_replaced && !outcome.error) {
@@ -149,8 +149,8 @@ void FullScreen::Impl::apply(tui::DoneEvent& event) {
     if (picker_open && kind != JobKind::Refresh) picker_open = false;
     if (!outcome.message.empty()) {
         if (outcome.message.find('\n') != std::string::npos) {
-            transcript.add({outcome.error ? tui::EntryKind::Error : tui::EntryKind::Notice,
-                            outcome.message});
+            transcript.add(
+                {outcome.error ? tui::EntryKind::Error : tui::EntryKind::Notice, outcome.message});
             follow = true;
         }
         show_message(outcome.message, outcome.error);

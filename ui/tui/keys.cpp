@@ -59,19 +59,32 @@ Key tilde_key(int number) {
 
 int function_number(int tilde_code) {
     switch (tilde_code) {
-        case 11: return 1;
-        case 12: return 2;
-        case 13: return 3;
-        case 14: return 4;
-        case 15: return 5;
-        case 17: return 6;
-        case 18: return 7;
-        case 19: return 8;
-        case 20: return 9;
-        case 21: return 10;
-        case 23: return 11;
-        case 24: return 12;
-        default: return 0;
+        case 11:
+            return 1;
+        case 12:
+            return 2;
+        case 13:
+            return 3;
+        case 14:
+            return 4;
+        case 15:
+            return 5;
+        case 17:
+            return 6;
+        case 18:
+            return 7;
+        case 19:
+            return 8;
+        case 20:
+            return 9;
+        case 21:
+            return 10;
+        case 23:
+            return 11;
+        case 24:
+            return 12;
+        default:
+            return 0;
     }
 }
 
@@ -196,20 +209,39 @@ size_t KeyDecoder::decode_escape(std::vector<KeyEvent>& out, bool final) {
             return 2;
         }
         switch (buffer_[2]) {
-            case 'A': out.push_back(key(Key::Up)); break;
-            case 'B': out.push_back(key(Key::Down)); break;
-            case 'C': out.push_back(key(Key::Right)); break;
-            case 'D': out.push_back(key(Key::Left)); break;
-            case 'H': out.push_back(key(Key::Home)); break;
-            case 'F': out.push_back(key(Key::End)); break;
-            case 'M': out.push_back(key(Key::Enter)); break;  // keypad Enter
-            case 'P': case 'Q': case 'R': case 'S': {
+            case 'A':
+                out.push_back(key(Key::Up));
+                break;
+            case 'B':
+                out.push_back(key(Key::Down));
+                break;
+            case 'C':
+                out.push_back(key(Key::Right));
+                break;
+            case 'D':
+                out.push_back(key(Key::Left));
+                break;
+            case 'H':
+                out.push_back(key(Key::Home));
+                break;
+            case 'F':
+                out.push_back(key(Key::End));
+                break;
+            case 'M':
+                out.push_back(key(Key::Enter));
+                break;  // keypad Enter
+            case 'P':
+            case 'Q':
+            case 'R':
+            case 'S': {
                 KeyEvent e = key(Key::Function);
                 e.number = buffer_[2] - 'P' + 1;
                 out.push_back(e);
                 break;
             }
-            default: out.push_back(key(Key::Unknown)); break;
+            default:
+                out.push_back(key(Key::Unknown));
+                break;
         }
         return 3;
     }
@@ -277,13 +309,27 @@ size_t KeyDecoder::decode_csi(std::vector<KeyEvent>& out) {
     const int modifier = values.size() > 1 ? values[1] : 0;
     KeyEvent e;
     switch (final_byte) {
-        case 'A': e.key = Key::Up; break;
-        case 'B': e.key = Key::Down; break;
-        case 'C': e.key = Key::Right; break;
-        case 'D': e.key = Key::Left; break;
-        case 'H': e.key = Key::Home; break;
-        case 'F': e.key = Key::End; break;
-        case 'Z': e.key = Key::BackTab; break;
+        case 'A':
+            e.key = Key::Up;
+            break;
+        case 'B':
+            e.key = Key::Down;
+            break;
+        case 'C':
+            e.key = Key::Right;
+            break;
+        case 'D':
+            e.key = Key::Left;
+            break;
+        case 'H':
+            e.key = Key::Home;
+            break;
+        case 'F':
+            e.key = Key::End;
+            break;
+        case 'Z':
+            e.key = Key::BackTab;
+            break;
         case 'u':
             out.push_back(code_point_key(first, modifier));
             return used;
@@ -298,7 +344,9 @@ size_t KeyDecoder::decode_csi(std::vector<KeyEvent>& out) {
                 e.number = function_number(first);
             }
             break;
-        default: e.key = Key::Unknown; break;
+        default:
+            e.key = Key::Unknown;
+            break;
     }
     apply_modifier(e, modifier);
     out.push_back(e);

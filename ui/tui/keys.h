@@ -12,9 +12,9 @@
 namespace ember::ui::tui {
 
 enum class Key {
-    Text,       // printable text (one code point) in `text`
-    Enter,      // sends
-    Newline,    // inserts a line break: Alt-Enter, Shift-Enter, Ctrl-J
+    Text,     // printable text (one code point) in `text`
+    Enter,    // sends
+    Newline,  // inserts a line break: Alt-Enter, Shift-Enter, Ctrl-J
     Tab,
     BackTab,
     Backspace,
@@ -28,14 +28,14 @@ enum class Key {
     PageUp,
     PageDown,
     Escape,
-    Control,    // Ctrl + the letter in `letter` ('a'..'z', also '\\', ']', '^', '_')
-    Alt,        // Alt + the character in `text` (Alt-b, Alt-f, Alt-d)
+    Control,  // Ctrl + the letter in `letter` ('a'..'z', also '\\', ']', '^', '_')
+    Alt,      // Alt + the character in `text` (Alt-b, Alt-f, Alt-d)
     AltBackspace,
-    Paste,      // bracketed paste, the pasted bytes in `text`
+    Paste,  // bracketed paste, the pasted bytes in `text`
     WheelUp,
     WheelDown,
-    Function,   // F1..F12 in `number`
-    Unknown,    // a sequence this decoder does not handle (ignored)
+    Function,  // F1..F12 in `number`
+    Unknown,   // a sequence this decoder does not handle (ignored)
 };
 
 struct KeyEvent {

@@ -19,9 +19,9 @@ const char* const kCodeBar = "┃ ";
 struct Container {
     enum class Kind { Quote, List, Item, Code };
     Kind kind = Kind::Quote;
-    std::string marker;      // printed on the first line inside it (items: "• ", "3. ")
+    std::string marker;  // printed on the first line inside it (items: "• ", "3. ")
     bool marker_shown = false;
-    bool ordered = false;    // lists
+    bool ordered = false;  // lists
     unsigned next_number = 1;
     bool tight = true;
 };

@@ -67,7 +67,9 @@ void write_all(int fd, const char* text) {
 
 }  // namespace
 
-SignalFlags& signal_flags() { return g_signals; }
+SignalFlags& signal_flags() {
+    return g_signals;
+}
 
 std::unique_ptr<Screen> Screen::start(bool color, std::string& why) {
     std::unique_ptr<Screen> screen(new Screen());
@@ -107,7 +109,9 @@ std::unique_ptr<Screen> Screen::start(bool color, std::string& why) {
     return screen;
 }
 
-Screen::~Screen() { restore(); }
+Screen::~Screen() {
+    restore();
+}
 
 void Screen::install_signal_handlers() {
     struct sigaction action {};
@@ -188,12 +192,17 @@ void Screen::update_size() {
     winsize size{};
     if (ioctl(STDOUT_FILENO, TIOCGWINSZ, &size) == 0 && size.ws_row > 0 && size.ws_col > 0) {
         resize_term(size.ws_row, size.ws_col);
+        // What the terminal shows after a resize is its own business (it may cut, shift or
+        // reflow the old rows), so the next frame is drawn whole rather than as a difference.
+        clearok(curscr, TRUE);
     }
     rows_ = LINES;
     columns_ = COLS;
 }
 
-void Screen::invalidate() { clearok(curscr, TRUE); }
+void Screen::invalidate() {
+    clearok(curscr, TRUE);
+}
 
 void Screen::begin_frame() {
     erase();
@@ -277,7 +286,9 @@ void Screen::place_cursor(int row, int column) {
     cursor_column_ = column;
 }
 
-void Screen::hide_cursor() { cursor_row_ = -1; }
+void Screen::hide_cursor() {
+    cursor_row_ = -1;
+}
 
 void Screen::end_frame() {
     const bool visible = cursor_row_ >= 0;
@@ -290,6 +301,8 @@ void Screen::end_frame() {
     doupdate();
 }
 
-int Screen::input_fd() const { return STDIN_FILENO; }
+int Screen::input_fd() const {
+    return STDIN_FILENO;
+}
 
 }  // namespace ember::ui::tui

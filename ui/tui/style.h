@@ -26,7 +26,7 @@ inline constexpr Style kUser = 1u << 10;
 inline constexpr Style kThinking = 1u << 11;
 inline constexpr Style kNotice = 1u << 12;  // command output, turn footers
 inline constexpr Style kError = 1u << 13;
-inline constexpr Style kStatus = 1u << 14;  // the status line
+inline constexpr Style kStatus = 1u << 14;    // the status line
 inline constexpr Style kSelected = 1u << 15;  // the chosen row of a picker
 inline constexpr Style kPanel = 1u << 16;     // picker borders and text
 }  // namespace style

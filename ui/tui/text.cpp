@@ -91,8 +91,8 @@ std::string sanitize(std::string_view text) {
     while (offset < text.size()) {
         char32_t cp = 0;
         const size_t n = decode_at(text, offset, cp);
-        const bool invalid = cp == kReplacement && n == 1 &&
-                             static_cast<unsigned char>(text[offset]) >= 0x80;
+        const bool invalid =
+            cp == kReplacement && n == 1 && static_cast<unsigned char>(text[offset]) >= 0x80;
         if (cp == '\n') {
             out += '\n';
             column = 0;

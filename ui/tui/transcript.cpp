@@ -166,9 +166,9 @@ void layout_thinking(const Entry& entry, int width, bool expanded, std::vector<R
         LogicalLine line;
         line.first_prefix.push_back({kCollapsedMarker, dim | style::kMarker});
         line.rest_prefix = line.first_prefix;
-        std::string summary = live ? "thinking… " : "thought for " +
-                                                        std::to_string(count_words(entry.thinking)) +
-                                                        " words (Ctrl-T shows it)";
+        std::string summary = live ? "thinking… "
+                                   : "thought for " + std::to_string(count_words(entry.thinking)) +
+                                         " words (Ctrl-T shows it)";
         const int room = width - display_width(kCollapsedMarker) - display_width(summary);
         if (live && room > 0) {
             const std::string tail = sanitize(last_line(entry.thinking));
@@ -179,8 +179,8 @@ void layout_thinking(const Entry& entry, int width, bool expanded, std::vector<R
             }
             summary += shown;
         }
-        line.spans.push_back({std::string(fit_prefix(sanitize(summary), std::max(1, width - 2))),
-                              dim});
+        line.spans.push_back(
+            {std::string(fit_prefix(sanitize(summary), std::max(1, width - 2))), dim});
         wrap_line(line, width, out);
         return;
     }
@@ -238,7 +238,8 @@ std::vector<Row> layout_entry(const Entry& entry, int width, bool thinking_expan
             } else if (entry.streaming && entry.thinking.empty()) {
                 wrap_line(LogicalLine{{}, {}, {{"…", style::kNotice}}}, width, rows);
             }
-            if (!entry.footer.empty()) add_rows(render_plain(entry.footer, style::kNotice), width, rows);
+            if (!entry.footer.empty())
+                add_rows(render_plain(entry.footer, style::kNotice), width, rows);
             break;
         }
         case EntryKind::Notice:

@@ -31,8 +31,8 @@ StatusText status_text(const StatusInfo& info) {
     StatusText out;
     out.left = " " + info.model;
     out.left += kSeparator;
-    out.left += "ctx " + std::to_string(info.context_used) + "/" +
-                std::to_string(info.context_total);
+    out.left +=
+        "ctx " + std::to_string(info.context_used) + "/" + std::to_string(info.context_total);
     if (info.last_turn) {
         const TurnResult& t = *info.last_turn;
         const int64_t decoded = std::max<int64_t>(0, t.stats.generated_tokens - 1);
@@ -56,13 +56,14 @@ StatusText status_text(const StatusInfo& info) {
             if (c == '\n') c = ' ';
         }
     }
+    if (info.scrolled_rows > 0) {
+        out.right = "↓ " + std::to_string(info.scrolled_rows) + " more · End ";
+    }
     if (info.busy) {
         char seconds[32];
         std::snprintf(seconds, sizeof seconds, "%.0fs", std::floor(info.busy_seconds));
-        out.right = std::string(info.thinking ? "thinking " : "replying ") +
-                    std::to_string(info.streamed) + " tok " + seconds + " · Esc stops ";
-    } else if (info.scrolled_rows > 0) {
-        out.right = "↓ " + std::to_string(info.scrolled_rows) + " more · End ";
+        out.right += std::string(info.thinking ? "thinking " : "replying ") +
+                     std::to_string(info.streamed) + " tok " + seconds + " · Esc stops ";
     }
     return out;
 }
@@ -84,7 +85,9 @@ std::string size_text(const std::string& path) {
     return buffer;
 }
 
-tui::Spans one(std::string text, tui::Style s) { return {{std::move(text), s}}; }
+tui::Spans one(std::string text, tui::Style s) {
+    return {{std::move(text), s}};
+}
 
 }  // namespace
 
@@ -100,7 +103,10 @@ void FullScreen::Impl::draw_loading() {
     if (!size.empty()) line += " (" + size + ")";
     // A spinner, so a slow load still visibly moves.
     static const char* const kSpinner[] = {"⠋", "⠙", "⠹", "⠸", "⠼", "⠴", "⠦", "⠧", "⠇", "⠏"};
-    line.append(" ").append(kSpinner[static_cast<int>(seconds * 10) % 10]).append(" ").append(elapsed);
+    line.append(" ")
+        .append(kSpinner[static_cast<int>(seconds * 10) % 10])
+        .append(" ")
+        .append(elapsed);
     const int width = tui::display_width(line);
     screen->draw(rows / 2, std::max(0, (cols - width) / 2), one(line, tui::style::kPlain), cols);
     if (!loading_note.empty()) {
@@ -110,7 +116,9 @@ void FullScreen::Impl::draw_loading() {
     }
     if (rows > 1) {
         screen->fill(rows - 1, 0, cols, tui::style::kStatus);
-        screen->draw(rows - 1, 0, one(std::string(" ember · ").append(model_name).append(" · loading"), tui::style::kStatus),
+        screen->draw(rows - 1, 0,
+                     one(std::string(" ember · ").append(model_name).append(" · loading"),
+                         tui::style::kStatus),
                      cols);
     }
     screen->hide_cursor();
@@ -127,15 +135,15 @@ void FullScreen::Impl::draw() {
     }
     const auto layout = input.layout(std::max(1, cols - 2));
     const int most_input_rows = rows < 4 ? 1 : std::max(1, (rows - 1) / 3);
-    const int input_height =
-        std::clamp(static_cast<int>(layout.rows.size()), 1, most_input_rows);
+    const int input_height = std::clamp(static_cast<int>(layout.rows.size()), 1, most_input_rows);
     const int status_row = rows - input_height - 1;  // -1: no room for it
     const bool with_message = !message.empty() && status_row >= 2;
     const int transcript_height = std::max(0, status_row - (with_message ? 1 : 0));
     draw_transcript(0, transcript_height);
     if (with_message) {
         const tui::Style s = message_error ? tui::style::kError : tui::style::kNotice;
-        screen->draw(status_row - 1, 0, one(std::string(" ").append(tui::sanitize(message)), s), cols);
+        screen->draw(status_row - 1, 0, one(std::string(" ").append(tui::sanitize(message)), s),
+                     cols);
     }
     if (status_row >= 0) draw_status(status_row);
     draw_input(rows - input_height, input_height, layout);
@@ -206,10 +214,10 @@ void FullScreen::Impl::draw_input(int first_row, int height,
     }
     if (input.empty()) {
         const bool busy = job != JobKind::None;
-        screen->draw(first_row, 2,
-                     one(busy ? "Esc stops the reply" : "Type a message · /help",
-                         tui::style::kNotice),
-                     cols);
+        screen->draw(
+            first_row, 2,
+            one(busy ? "Esc stops the reply" : "Type a message · /help", tui::style::kNotice),
+            cols);
     }
     screen->place_cursor(first_row + layout.cursor_row - first, 2 + layout.cursor_column);
 }
@@ -231,8 +239,7 @@ void FullScreen::Impl::draw_picker(int top_row, int height) {
         return line + r;
     };
     screen->fill(top, left, left + width, panel);
-    screen->draw(top, left,
-                 one(border("┌─", " Sessions · Enter opens · Esc closes ", "┐"), panel),
+    screen->draw(top, left, one(border("┌─", " Sessions · Enter opens · Esc closes ", "┐"), panel),
                  left + width);
     const int first = std::clamp(picker_index - visible + 1, 0,
                                  std::max(0, static_cast<int>(sessions.size()) - visible));

@@ -10,16 +10,16 @@
 namespace ember::ui::tui {
 
 struct StatusInfo {
-    std::string model;           // file name
+    std::string model;  // file name
     int64_t context_used = 0;
     int64_t context_total = 0;
     std::optional<TurnResult> last_turn;
-    std::string title;           // the conversation's, empty before it is saved
+    std::string title;  // the conversation's, empty before it is saved
     bool busy = false;
-    bool thinking = false;       // the reply is in its thinking block
-    int64_t streamed = 0;        // tokens of the reply being written (about)
+    bool thinking = false;  // the reply is in its thinking block
+    int64_t streamed = 0;   // tokens of the reply being written (about)
     double busy_seconds = 0;
-    int scrolled_rows = 0;       // rows below the view when the user scrolled back; 0: follows
+    int scrolled_rows = 0;  // rows below the view when the user scrolled back; 0: follows
 };
 
 // " llama.gguf │ ctx 530/4096 │ 16 tok │ prefill 812 tok/s │ decode 85.3 tok/s │ warm 120
