@@ -451,11 +451,15 @@ int32_t Sampler::sample(std::span<const float> logits) {
     const double target = rng_.next_double() * kept.mass;
     if (kept.whole_vocab) return draw_whole_vocab(target);
 
+    return draw_candidates(kept.n_kept, target);
+}
+
+int32_t Sampler::draw_candidates(size_t n_kept, double target) const {
     // Inverse-CDF draw over the kept candidates in their fixed order, summed in the order that
-    // made kept.mass. Zero weights are skipped so rounding at the end can never pick one.
+    // made the mass. Zero weights are skipped so rounding at the end can never pick one.
     double cumulative = 0.0;
     int32_t last_positive = -1;
-    for (size_t i = 0; i < kept.n_kept; ++i) {
+    for (size_t i = 0; i < n_kept; ++i) {
         const Candidate& c = candidates_[i];
         if (c.weight > 0.0f) {
             cumulative += c.weight;
@@ -463,8 +467,8 @@ int32_t Sampler::sample(std::span<const float> logits) {
             if (target < cumulative) return last_positive;
         }
     }
-    // Only reachable when the target rounds up to the full mass; the best token always has
-    // weight 1, so last_positive is set.
+    // Only reachable when the target rounds up to the full mass; -1 only when every weight
+    // was zero.
     return last_positive;
 }
 
@@ -534,19 +538,9 @@ int32_t Sampler::sample_draft(std::span<const float> logits, int32_t draft, bool
         return draw_whole_vocab(target);
     }
     if (draft_weight > 0.0) candidates_[draft_index].weight = 0.0f;
-    double cumulative = 0.0;
-    int32_t last_positive = -1;
-    for (size_t i = 0; i < kept.n_kept; ++i) {
-        const Candidate& c = candidates_[i];
-        if (c.weight > 0.0f) {
-            cumulative += c.weight;
-            last_positive = c.id;
-            if (target < cumulative) return last_positive;
-        }
-    }
-    // Rounding at the end, or the draft held all the mass (then p(draft) = 1 and it was
-    // accepted above, unless the draw hit exactly 1.0, which next_double never returns).
-    return last_positive >= 0 ? last_positive : draft;
+    // -1 only if the draft held all the mass, and then p(draft) = 1 accepted it above.
+    const int32_t drawn = draw_candidates(kept.n_kept, target);
+    return drawn >= 0 ? drawn : draft;
 }
 
 std::span<const TokenProb> Sampler::distribution(std::span<const float> logits) {

@@ -143,6 +143,7 @@ private:
     float inverse_temperature() const;
     double whole_vocab_mass();
     int32_t draw_whole_vocab(double target) const;
+    int32_t draw_candidates(size_t n_kept, double target) const;
     Kept run_chain();
     void select_top_k(size_t k);
     size_t cut_sorted_candidates(double total_mass, size_t n_sorted) const;

@@ -10,6 +10,7 @@
 #include "sessions/sqlite.h"
 #include "tests/support/fixtures.h"
 #include "tests/support/process.h"
+#include "tests/support/temp_dir.h"
 
 namespace ember::test {
 namespace {
@@ -17,22 +18,7 @@ namespace {
 namespace fs = std::filesystem;
 using json = nlohmann::json;
 
-class TempDir {
-public:
-    TempDir() {
-        std::string pattern = (fs::temp_directory_path() / "ember-replay-XXXXXX").string();
-        if (mkdtemp(pattern.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
-        path_ = pattern;
-    }
-    ~TempDir() {
-        std::error_code ec;
-        fs::remove_all(path_, ec);
-    }
-    std::string file(const std::string& name) const { return (path_ / name).string(); }
-
-private:
-    fs::path path_;
-};
+using TempDir = ::ember::test::TempDir;
 
 CommandResult chat(const std::string& model, const std::vector<std::string>& prompts,
                    const std::vector<std::string>& extra) {

@@ -20,6 +20,7 @@
 #include "sessions/sqlite.h"
 #include "tests/support/fixtures.h"
 #include "tests/support/process.h"
+#include "tests/support/temp_dir.h"
 
 namespace ember::test {
 namespace {
@@ -32,22 +33,7 @@ const char* const kModel = "arch/llama/llama.gguf";
 const std::vector<std::string> kPrompts = {"Hello there", "What is two plus two?",
                                            "And three plus three?", "Name a colour."};
 
-class TempDir {
-public:
-    TempDir() {
-        std::string pattern = (fs::temp_directory_path() / "ember-faults-XXXXXX").string();
-        if (mkdtemp(pattern.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
-        path_ = pattern;
-    }
-    ~TempDir() {
-        std::error_code ec;
-        fs::remove_all(path_, ec);
-    }
-    std::string file(const std::string& name) const { return (path_ / name).string(); }
-
-private:
-    fs::path path_;
-};
+using TempDir = ::ember::test::TempDir;
 
 std::string jsonl_input(const std::vector<std::string>& prompts) {
     std::string input;

@@ -13,6 +13,7 @@
 #include "sessions/sqlite.h"
 #include "tests/support/fixtures.h"
 #include "tests/support/process.h"
+#include "tests/support/temp_dir.h"
 
 namespace ember::test {
 namespace {
@@ -24,22 +25,7 @@ const std::vector<std::string> kPrompts = {"Hello there", "What is two plus two?
                                            "And three plus three?", "Name a colour."};
 const char* const kSystem = "You are a helpful assistant.";
 
-class TempDir {
-public:
-    TempDir() {
-        std::string pattern = (fs::temp_directory_path() / "ember-resume-XXXXXX").string();
-        if (mkdtemp(pattern.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
-        path_ = pattern;
-    }
-    ~TempDir() {
-        std::error_code ec;
-        fs::remove_all(path_, ec);
-    }
-    std::string file(const std::string& name) const { return (path_ / name).string(); }
-
-private:
-    fs::path path_;
-};
+using TempDir = ::ember::test::TempDir;
 
 struct ChatRun {
     int status = -1;

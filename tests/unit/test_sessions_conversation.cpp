@@ -16,28 +16,14 @@
 #include "sessions/schema.h"
 #include "sessions/state_store.h"
 #include "tests/support/fixtures.h"
+#include "tests/support/temp_dir.h"
 
 namespace ember::sessions {
 namespace {
 
 namespace fs = std::filesystem;
 
-class TempDir {
-public:
-    TempDir() {
-        std::string pattern = (fs::temp_directory_path() / "ember-conv-XXXXXX").string();
-        if (mkdtemp(pattern.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
-        path_ = pattern;
-    }
-    ~TempDir() {
-        std::error_code ec;
-        fs::remove_all(path_, ec);
-    }
-    std::string file(const std::string& name) const { return (path_ / name).string(); }
-
-private:
-    fs::path path_;
-};
+using TempDir = ::ember::test::TempDir;
 
 Sampler greedy() {
     SamplingParams p;
