@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "app/bench_spec.h"
 #include "app/commands.h"
 #include "app/model_locator.h"
 #include "engine/model/forward.h"
@@ -48,6 +49,8 @@ struct BenchArgs {
     // Speculative-decoding check: forwards of this many tokens at once after the prompt (0: off),
     // timed against the one-token decode.
     int64_t verify = 0;
+    // "ngram": compare n-gram speculation with plain decoding instead (app/bench_spec.cpp).
+    std::string spec;
 };
 
 // Forwards of `verify` tokens per rep (each rolled back before the next).
@@ -138,7 +141,8 @@ RepResult run_rep(const Model& model, InferenceState& state, ThreadPool& pool,
     if (verify > 0) {
         const int64_t base = static_cast<int64_t>(prompt.size());
         std::vector<int32_t> draft(static_cast<size_t>(verify));
-        for (int64_t i = 0; i < verify; ++i) draft[static_cast<size_t>(i)] = prompt[static_cast<size_t>(i % base)];
+        for (int64_t i = 0; i < verify; ++i)
+            draft[static_cast<size_t>(i)] = prompt[static_cast<size_t>(i % base)];
         const auto t2 = Clock::now();
         for (int it = 0; it < kVerifyIters; ++it) {
             state.kv.set_length(base);
@@ -160,7 +164,8 @@ int run_bench(const BenchArgs& a) {
     const ModelConfig& c = model->config();
     const uint64_t file_bytes = std::filesystem::file_size(a.model);
     ThreadPool pool(a.threads);
-    auto state = make_state(c, a.prompt + std::max(a.gen, a.verify), a.kv_type == "f32" ? KvType::F32 : KvType::F16);
+    auto state = make_state(c, a.prompt + std::max(a.gen, a.verify),
+                            a.kv_type == "f32" ? KvType::F32 : KvType::F16);
     const std::vector<int32_t> prompt = random_prompt(a.prompt, c.n_vocab, a.seed);
 
     // The bandwidth probe runs after the warm-up and after every rep, so the roofline compares
@@ -190,7 +195,8 @@ int run_bench(const BenchArgs& a) {
     if (interleave) probe();
     std::vector<double> prefill_tps, decode_tps, ttft_ms, verify_ms;
     for (int i = 0; i < a.reps; ++i) {
-        const RepResult r = run_rep(*model, *state, pool, prompt, a.gen, a.decode_empty, a.verify, finite);
+        const RepResult r =
+            run_rep(*model, *state, pool, prompt, a.gen, a.decode_empty, a.verify, finite);
         prefill_tps.push_back(static_cast<double>(a.prompt) / r.prefill_s);
         decode_tps.push_back(static_cast<double>(a.gen) / r.decode_s);
         ttft_ms.push_back(r.ttft_s * 1e3);
@@ -320,6 +326,10 @@ void register_bench_command(CLI::App& app, std::vector<Command>& out) {
                     "(speculative-decoding check; 0: off)")
         ->capture_default_str()
         ->check(CLI::Range(int64_t{0}, int64_t{256}));
+    cmd->add_option("--spec", args->spec,
+                    "ngram: decode with n-gram speculation against plain decoding on "
+                    "high-overlap and no-overlap prompts (greedy; -n tokens each)")
+        ->check(CLI::IsMember({"ngram"}));
     cmd->add_option("--seed", args->seed, "Seed of the random prompt")->capture_default_str();
     cmd->add_option("--bw-mib", args->bw_mib, "Bandwidth probe buffer, MiB (at least 1024)")
         ->capture_default_str()
@@ -329,6 +339,15 @@ void register_bench_command(CLI::App& app, std::vector<Command>& out) {
         ->capture_default_str();
     out.push_back({cmd, [args] {
                        args->model = model_path_for(args->model);
+                       if (args->spec == "ngram") {
+                           BenchSpecArgs spec_args;
+                           spec_args.model = args->model;
+                           spec_args.gen = args->gen;
+                           spec_args.threads = args->threads;
+                           spec_args.json_out = args->json_out;
+                           spec_args.kv_type = args->kv_type == "f32" ? KvType::F32 : KvType::F16;
+                           return run_bench_spec(spec_args);
+                       }
                        return run_bench(*args);
                    }});
 }

@@ -1,0 +1,22 @@
+// ember bench --spec ngram (bench_spec.cpp).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "engine/model/state.h"
+
+namespace ember::app {
+
+struct BenchSpecArgs {
+    std::string model;
+    int64_t gen = 128;
+    int threads = 2;
+    bool json_out = false;
+    KvType kv_type = KvType::F16;
+};
+
+// Prints the rows; returns 1 when speculation changed any greedy output.
+int run_bench_spec(const BenchSpecArgs& args);
+
+}  // namespace ember::app
