@@ -27,23 +27,6 @@ using Clock = std::chrono::steady_clock;
 const char* const kModel = "arch/llama/llama.gguf";
 const char* const kShellPrompt = "SHELL$";
 
-std::string find_in_path(const std::string& program) {
-    const char* path = std::getenv("PATH");
-    std::stringstream dirs(path != nullptr ? path : "/usr/bin:/bin");
-    std::string dir;
-    while (std::getline(dirs, dir, ':')) {
-        const std::string candidate = dir + "/" + program;
-        if (!dir.empty() && access(candidate.c_str(), X_OK) == 0) return candidate;
-    }
-    return {};
-}
-
-std::string shell_quote(const std::string& s) {
-    std::string out = "'";
-    for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
-    return out + "'";
-}
-
 std::string rstrip(std::string s) {
     while (!s.empty() && (s.back() == ' ' || s.back() == '\r')) s.pop_back();
     return s;

@@ -17,4 +17,9 @@ CommandResult run_command(const std::vector<std::string>& argv, const std::strin
 
 std::vector<std::string> split_lines(const std::string& text);
 
+// The full path of an executable found on $PATH, or empty.
+std::string find_in_path(const std::string& program);
+// `s` quoted for a POSIX shell command line.
+std::string shell_quote(const std::string& s);
+
 }  // namespace ember::test
