@@ -164,6 +164,11 @@ std::string ChatController::turn_summary(const TurnResult& turn) {
                turn.stats.ttft_seconds * 1000.0, static_cast<long long>(turn.tokens_reused),
                static_cast<long long>(turn.tokens_evaluated),
                std::string(finish_reason_name(turn.finish)).c_str());
+    if (turn.stats.speculation.drafted > 0) {
+        line += format(" [speculation: %lld of %lld drafts accepted]",
+                       static_cast<long long>(turn.stats.speculation.accepted),
+                       static_cast<long long>(turn.stats.speculation.drafted));
+    }
     if (turn.tokens_dropped > 0) {
         line += format(" [context full: dropped the oldest %lld messages, %lld tokens]",
                        static_cast<long long>(turn.messages_dropped),

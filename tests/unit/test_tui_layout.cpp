@@ -203,6 +203,11 @@ TEST(TuiStatus, ShowsContextSpeedsAndReuse) {
     EXPECT_NE(text.left.find("warm, 30 reused"), std::string::npos) << text.left;
     EXPECT_NE(text.left.find("chat"), std::string::npos) << text.left;
     EXPECT_TRUE(text.right.empty());
+    EXPECT_EQ(text.left.find("spec"), std::string::npos) << text.left;  // nothing drafted
+    turn.stats.speculation.drafted = 20;
+    turn.stats.speculation.accepted = 14;
+    info.last_turn = turn;
+    EXPECT_NE(status_text(info).left.find("spec 70%"), std::string::npos);
     info.busy = true;
     info.streamed = 7;
     EXPECT_NE(status_text(info).right.find("replying 7 tok"), std::string::npos);

@@ -45,6 +45,14 @@ StatusText status_text(const StatusInfo& info) {
         out.left += kSeparator;
         out.left += "decode " + format_rate(static_cast<double>(decoded), t.stats.decode_seconds) +
                     " tok/s";
+        const SpeculationStats& spec = t.stats.speculation;
+        if (spec.drafted > 0) {
+            // Share of drafted tokens the model kept (n-gram speculation).
+            out.left += kSeparator;
+            out.left += "spec " +
+                        std::to_string(static_cast<int>(spec.acceptance_rate() * 100.0 + 0.5)) +
+                        "%";
+        }
         out.left += kSeparator;
         out.left += t.tokens_reused > 0 ? "warm, " + std::to_string(t.tokens_reused) + " reused"
                                         : std::string("cold");
