@@ -319,7 +319,9 @@ TEST_F(TuiTest, StreamsScrollsResizesCancelsAndManagesSessions) {
     ASSERT_TRUE(tmux->wait_for(
         [](const std::string& s) {
             return std::regex_search(
-                s, std::regex(R"(│ \d+ tok │ prefill [\d.]+ tok/s │ decode [\d.]+ tok/s │ cold)"));
+                s,
+                std::regex(
+                    R"(│ \d+ tok │ prefill [\d.]+ tok/s │ decode [\d.]+ tok/s( │ spec \d+%)? │ cold)"));
         },
         screen))
         << screen;
