@@ -69,10 +69,10 @@ int64_t runs_for(int64_t positions) {
 struct AttentionJob {
     const ModelConfig* c;
     InferenceState* st;
-    AttnShape shape;      // one GQA group
+    AttnShape shape;  // one GQA group
     int64_t layer, pos0, n;
-    int64_t max_runs;     // runs of the longest visible context of the batch
-    int64_t rec_stride;   // floats of one partial record
+    int64_t max_runs;       // runs of the longest visible context of the batch
+    int64_t rec_stride;     // floats of one partial record
     int64_t worker_floats;  // per-worker scratch: run scores, then (unsplit) the records
     bool split;
 };
@@ -138,7 +138,8 @@ void attention(const ModelConfig& c, InferenceState& st, ThreadPool& pool, int64
     job.split = n < kSplitBelowTokens;
     // Per-worker floats rounded to a cache line so workers never share one.
     job.worker_floats = (attn_run_scratch_floats(job.shape, kAttnRun) +
-                         job.shape.n_q * job.max_runs * job.rec_stride + 15) / 16 * 16;
+                         job.shape.n_q * job.max_runs * job.rec_stride + 15) /
+                        16 * 16;
     grow(s.scores, pool.size() * job.worker_floats);
     const AttentionJob* jp = &job;
     if (!job.split) {
@@ -157,8 +158,7 @@ void attention(const ModelConfig& c, InferenceState& st, ThreadPool& pool, int64
         const int64_t t = task / j.max_runs / j.c->n_head_kv;
         if (r >= runs_for(j.pos0 + t + 1)) return;  // past this token's causal horizon
         float* records = j.st->scratch.attn_runs.data() +
-                         (t * j.c->n_head + kvh * j.shape.n_q) * head_records +
-                         r * j.rec_stride;
+                         (t * j.c->n_head + kvh * j.shape.n_q) * head_records + r * j.rec_stride;
         attend_group_run(j, t, kvh, r, j.st->scratch.scores.data() + worker * j.worker_floats,
                          records, head_records);
     });
@@ -229,7 +229,8 @@ void ffn_block(const Model& model, const LayerWeights& L, ForwardScratch& s, Thr
         rms_norm(s.x.data() + t * c.n_embd, L.ffn_norm.data(), s.xn.data() + t * c.n_embd, c.n_embd,
                  static_cast<float>(c.rms_eps));
     }
-    const MatmulOut gate_up[] = {{&L.w_gate, s.gate.data(), c.n_ff}, {&L.w_up, s.up.data(), c.n_ff}};
+    const MatmulOut gate_up[] = {{&L.w_gate, s.gate.data(), c.n_ff},
+                                 {&L.w_up, s.up.data(), c.n_ff}};
     matmul_many(pool, gate_up, s.xn.data(), n, s.mm);
     swiglu_inplace(s.gate.data(), s.up.data(), n * c.n_ff);
     matmul(pool, L.w_down, s.gate.data(), n, s.xn.data(), c.n_embd, s.mm);
@@ -270,8 +271,6 @@ void forward_batch(const Model& model, InferenceState& st, ThreadPool& pool,
 std::span<const float> forward(const Model& model, InferenceState& st, ThreadPool& pool,
                                std::span<const int32_t> tokens, LogitsWanted wanted) {
     const ModelConfig& c = model.config();
-    // Conv / linear-attention hybrids have their own passes (forward_hybrid.h).
-    if (is_hybrid(c.family)) return forward_hybrid(model, st, pool, tokens, wanted);
     const int64_t n = static_cast<int64_t>(tokens.size());
     if (n == 0) throw std::invalid_argument("forward: no tokens to evaluate");
     const int64_t start = st.kv.length();
@@ -287,6 +286,9 @@ std::span<const float> forward(const Model& model, InferenceState& st, ThreadPoo
                                     ")");
         }
     }
+    // Conv / linear-attention hybrids have their own passes (forward_hybrid.h); the checks
+    // above serve both.
+    if (is_hybrid(c.family)) return forward_hybrid(model, st, pool, tokens, wanted);
     const int64_t rows = wanted == LogitsWanted::All ? n : 1;
     grow(st.scratch.logits, rows * c.n_vocab);
     try {

@@ -139,19 +139,18 @@ void attend_cached(const Batch& b, int64_t slot) {
     if (!split) {
         b.pool->parallel_for(b.n * c.n_head_kv, [jp](int64_t task, int worker) {
             const AttendJob& j = *jp;
-            const int64_t run_floats = j.run_floats, head_records = j.head_records;
             const ModelConfig& cfg = j.b->model->config();
             const int64_t t = task / cfg.n_head_kv;
             const int64_t kvh = task % cfg.n_head_kv;
             float* work = scratch(*j.b).scores.data() + worker * j.worker_floats;
-            float* records = work + run_floats;  // [n_q x max_runs x record]
+            float* records = work + j.run_floats;  // [n_q x max_runs x record]
             const int64_t runs = runs_for(j.b->pos0 + t + 1);
             for (int64_t r = 0; r < runs; ++r) {
-                attend_run_of(j, t, kvh, r, work, records + r * j.rec_stride, head_records);
+                attend_run_of(j, t, kvh, r, work, records + r * j.rec_stride, j.head_records);
             }
             for (int64_t g = 0; g < j.shape.n_q; ++g) {
                 const int64_t h = kvh * j.shape.n_q + g;
-                attend_merge(records + g * head_records, runs, j.rec_stride, cfg.value_dim,
+                attend_merge(records + g * j.head_records, runs, j.rec_stride, cfg.value_dim,
                              scratch(*j.b).attn.data() + (t * cfg.n_head + h) * cfg.value_dim);
             }
         });
@@ -161,16 +160,16 @@ void attend_cached(const Batch& b, int64_t slot) {
     grow(s.attn_runs, b.n * c.n_head * head_records);
     b.pool->parallel_for(b.n * c.n_head_kv * job.max_runs, [jp](int64_t task, int worker) {
         const AttendJob& j = *jp;
-        const int64_t head_records = j.head_records;
+        const int64_t records_per_head = j.head_records;
         const ModelConfig& cfg = j.b->model->config();
         const int64_t r = task % j.max_runs;
         const int64_t kvh = task / j.max_runs % cfg.n_head_kv;
         const int64_t t = task / j.max_runs / cfg.n_head_kv;
         if (r >= runs_for(j.b->pos0 + t + 1)) return;  // past this token's causal horizon
         float* records = scratch(*j.b).attn_runs.data() +
-                         (t * cfg.n_head + kvh * j.shape.n_q) * head_records + r * j.rec_stride;
+                         (t * cfg.n_head + kvh * j.shape.n_q) * records_per_head + r * j.rec_stride;
         attend_run_of(j, t, kvh, r, scratch(*j.b).scores.data() + worker * j.worker_floats, records,
-                      head_records);
+                      records_per_head);
     });
     for (int64_t t = 0; t < b.n; ++t) {
         for (int64_t h = 0; h < c.n_head; ++h) {
@@ -315,21 +314,9 @@ namespace ember {
 std::span<const float> forward_hybrid(const Model& model, InferenceState& st, ThreadPool& pool,
                                       std::span<const int32_t> tokens, LogitsWanted wanted) {
     const ModelConfig& c = model.config();
+    // forward() has checked the tokens: not empty, in the vocabulary, within the context.
     const int64_t n = static_cast<int64_t>(tokens.size());
-    if (n == 0) throw std::invalid_argument("forward: no tokens to evaluate");
     const int64_t start = st.kv.length();
-    if (start + n > st.kv.capacity()) {
-        throw std::length_error("context full: " + std::to_string(start) + " + " +
-                                std::to_string(n) + " tokens exceed the context of " +
-                                std::to_string(st.kv.capacity()));
-    }
-    for (int32_t id : tokens) {
-        if (id < 0 || id >= c.n_vocab) {
-            throw std::out_of_range("token id " + std::to_string(id) +
-                                    " is outside the vocabulary (" + std::to_string(c.n_vocab) +
-                                    ")");
-        }
-    }
     if (st.recurrent.n_layer() != c.n_layer) st.recurrent.init(c);  // a state not from make_state
     // A cache emptied by rollback starts over: the state before any token is all zeros.
     if (start == 0) st.recurrent.reset();

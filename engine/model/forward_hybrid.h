@@ -20,7 +20,7 @@ struct InferenceState;
 struct LayerWeights;
 struct HybridScratch;
 
-// Same contract as forward(). Additionally the recurrent state must be at the KV cache's
+// Called by forward(), which checks the tokens first. Additionally the recurrent state must be at the KV cache's
 // length: a cache rolled back to 0 resets it, any other mismatch throws std::logic_error
 // (restore a snapshot instead; see recurrent_state.h).
 std::span<const float> forward_hybrid(const Model& model, InferenceState& state, ThreadPool& pool,

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "engine/gguf/gguf.h"
+#include "tests/support/temp_dir.h"
 
 namespace ember::test {
 namespace {
@@ -29,24 +30,7 @@ using Bytes = std::vector<uint8_t>;
 // Helpers
 
 // A fresh directory per test, removed afterwards.
-class TempDir {
-public:
-    TempDir() {
-        const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-        dir_ = fs::temp_directory_path() /
-               ("ember_gguf_format_" + std::to_string(::getpid()) + "_" + info->name());
-        fs::remove_all(dir_);
-        fs::create_directories(dir_);
-    }
-    ~TempDir() {
-        std::error_code ec;
-        fs::remove_all(dir_, ec);
-    }
-    std::string path(const std::string& name) const { return (dir_ / name).string(); }
-
-private:
-    fs::path dir_;
-};
+using TempDir = ::ember::test::TempDir;
 
 Bytes read_bytes(const std::string& path) {
     std::ifstream in(path, std::ios::binary);
@@ -219,7 +203,7 @@ TEST(GgufRoundTrip, EveryScalarType) {
     w.set_string("s.utf8", "h\xc3\xa9llo \xe2\x9c\x93");
     w.set_string("s.nul", std::string("a\0b", 3));
     w.set_string("s.long", std::string(100000, 'x'));
-    const std::string path = tmp.path("scalars.gguf");
+    const std::string path = tmp.file("scalars.gguf");
     w.write(path);
 
     const auto f = GgufFile::open(path);
@@ -278,7 +262,7 @@ TEST(GgufRoundTrip, GettersRejectTheWrongTypeNamingKeyAndType) {
     w.set_u32("k.u32", 5);
     w.set_string("k.str", "x");
     w.set("k.u64big", GgufValue{GgufValueType::U64, uint64_t{1} << 63});
-    const std::string path = tmp.path("types.gguf");
+    const std::string path = tmp.file("types.gguf");
     w.write(path);
     const auto f = GgufFile::open(path);
     auto expect_throw = [](auto fn, const std::string& key, const std::string& type) {
@@ -329,7 +313,7 @@ TEST(GgufRoundTrip, ScalarEncodingIsByteExact) {
         SCOPED_TRACE(c.type);
         GgufWriter w;
         w.set("key", c.value);
-        const std::string path = tmp.path("one.gguf");
+        const std::string path = tmp.file("one.gguf");
         w.write(path);
         Builder b;
         b.header(0, 1).str("key").u32(c.type);
@@ -387,7 +371,7 @@ TEST(GgufRoundTrip, ArraysOfEveryType) {
     nested.arrays.push_back(inner_nested);
     nested.arrays.push_back(int_array(GgufValueType::U16, {}));
     w.set("a.nested", GgufValue{GgufValueType::ARRAY, nested});
-    const std::string path = tmp.path("arrays.gguf");
+    const std::string path = tmp.file("arrays.gguf");
     w.write(path);
 
     const auto f = GgufFile::open(path);
@@ -455,7 +439,7 @@ TEST(GgufRoundTrip, ArrayEncodingIsByteExact) {
     s.strings = {"ab"};
     a.arrays.push_back(s);
     w.set("n", GgufValue{GgufValueType::ARRAY, a});
-    const std::string path = tmp.path("arr.gguf");
+    const std::string path = tmp.file("arr.gguf");
     w.write(path);
     Builder b;
     b.header(0, 1).str("n").u32(9);  // ARRAY
@@ -505,7 +489,7 @@ void check_tensors_round_trip(uint32_t alignment) {
         data.push_back(random_bytes(c.n_bytes, static_cast<uint32_t>(i + 1)));
         w.add_tensor(c.name, c.dims, c.type, data.back());
     }
-    const std::string path = tmp.path("tensors.gguf");
+    const std::string path = tmp.file("tensors.gguf");
     w.write(path, alignment);
 
     const auto f = GgufFile::open(path);
@@ -567,7 +551,7 @@ TEST(GgufRoundTrip, AlignmentFromMetadataIsHonouredByTheWriter) {
     w.set_u32("general.alignment", 128);
     w.add_tensor("a", {3}, TensorType::F32, random_bytes(12, 1));
     w.add_tensor("b", {5}, TensorType::F32, random_bytes(20, 2));
-    const std::string path = tmp.path("a128.gguf");
+    const std::string path = tmp.file("a128.gguf");
     w.write(path);
     const auto f = GgufFile::open(path);
     EXPECT_EQ(f->alignment(), 128u);
@@ -581,7 +565,7 @@ TEST(GgufRoundTrip, WeightsPointIntoTheFileMapping) {
     TempDir tmp;
     GgufWriter w;
     w.add_tensor("w", {1024, 16}, TensorType::F32, random_bytes(1024 * 16 * 4, 9));
-    const std::string path = tmp.path("mapped.gguf");
+    const std::string path = tmp.file("mapped.gguf");
     w.write(path);
     const auto f = GgufFile::open(path);
     const GgufTensorInfo* t = f->find_tensor("w");
@@ -611,14 +595,14 @@ TEST(GgufRoundTrip, CopyFromKeepsTypeAndValue) {
     GgufWriter a;
     a.set("k.u16", int_value(GgufValueType::U16, 513));
     a.set("k.arr", GgufValue{GgufValueType::ARRAY, int_array(GgufValueType::I8, {-1, 1})});
-    const std::string pa = tmp.path("a.gguf");
+    const std::string pa = tmp.file("a.gguf");
     a.write(pa);
     const auto fa = GgufFile::open(pa);
     GgufWriter b;
     b.copy_from(*fa, "k.arr");
     b.copy_from(*fa, "k.u16");
     EXPECT_THROW(b.copy_from(*fa, "absent"), GgufError);
-    const std::string pb = tmp.path("b.gguf");
+    const std::string pb = tmp.file("b.gguf");
     b.write(pb);
     const auto fb = GgufFile::open(pb);
     EXPECT_EQ(fb->metadata_order(), (std::vector<std::string>{"k.arr", "k.u16"}));
@@ -980,20 +964,20 @@ TEST(GgufMalformed, BoolValueTwo) {
 TEST(GgufMalformed, OpenReportsMissingAndEmptyFiles) {
     TempDir tmp;
     try {
-        GgufFile::open(tmp.path("nope.gguf"));
+        GgufFile::open(tmp.file("nope.gguf"));
         ADD_FAILURE() << "no error";
     } catch (const GgufError& e) {
         EXPECT_NE(std::string(e.what()).find("nope.gguf"), std::string::npos) << e.what();
     }
-    write_bytes(tmp.path("empty.gguf"), {});
+    write_bytes(tmp.file("empty.gguf"), {});
     try {
-        GgufFile::open(tmp.path("empty.gguf"));
+        GgufFile::open(tmp.file("empty.gguf"));
         ADD_FAILURE() << "no error";
     } catch (const GgufError& e) {
         EXPECT_NE(std::string(e.what()).find("empty"), std::string::npos) << e.what();
     }
     try {
-        GgufFile::open(tmp.path(""));  // the directory itself
+        GgufFile::open(tmp.file(""));  // the directory itself
         ADD_FAILURE() << "no error";
     } catch (const GgufError& e) {
         EXPECT_NE(std::string(e.what()).find("not a regular file"), std::string::npos) << e.what();
@@ -1001,13 +985,13 @@ TEST(GgufMalformed, OpenReportsMissingAndEmptyFiles) {
     // A malformed file on disk names its path.
     Builder b;
     b.header(0, 0, 7);
-    write_bytes(tmp.path("v7.gguf"), b.bytes());
+    write_bytes(tmp.file("v7.gguf"), b.bytes());
     try {
-        GgufFile::open(tmp.path("v7.gguf"));
+        GgufFile::open(tmp.file("v7.gguf"));
         ADD_FAILURE() << "no error";
     } catch (const GgufError& e) {
         const std::string msg = e.what();
-        EXPECT_EQ(msg.rfind(tmp.path("v7.gguf"), 0), 0u) << msg;
+        EXPECT_EQ(msg.rfind(tmp.file("v7.gguf"), 0), 0u) << msg;
         EXPECT_NE(msg.find("version 7"), std::string::npos) << msg;
     }
 }

@@ -18,6 +18,7 @@
 #include "engine/model/model.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "tests/support/fixtures.h"
+#include "tests/support/temp_dir.h"
 
 namespace ember::test {
 namespace {
@@ -25,24 +26,7 @@ namespace {
 namespace fs = std::filesystem;
 using json = nlohmann::json;
 
-class TempDir {
-public:
-    TempDir() {
-        const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-        dir_ = fs::temp_directory_path() /
-               ("ember_model_load_" + std::to_string(::getpid()) + "_" + info->name());
-        fs::remove_all(dir_);
-        fs::create_directories(dir_);
-    }
-    ~TempDir() {
-        std::error_code ec;
-        fs::remove_all(dir_, ec);
-    }
-    std::string path(const std::string& name) const { return (dir_ / name).string(); }
-
-private:
-    fs::path dir_;
-};
+using TempDir = ::ember::test::TempDir;
 
 // Bytes per block and elements per block of the GGUF tensor types, from the format itself
 // (ggml's block structs), kept here independently of the engine's table.
@@ -384,7 +368,7 @@ protected:
         }
     }
     std::string make(const Edit& e) {
-        return rewrite(fixture_path(kStories), tmp_.path("m.gguf"), e);
+        return rewrite(fixture_path(kStories), tmp_.file("m.gguf"), e);
     }
     static constexpr const char* kStories = "models/stories260K.gguf";
     TempDir tmp_;
@@ -511,13 +495,13 @@ TEST(ModelLoadFamily, Qwen3QkNormShapeIsChecked) {
     const int64_t head_dim = hf.at("head_dim");
     Edit e;
     e.reshape["blk.1.attn_k_norm.weight"] = {head_dim / 2, 2};
-    const std::string msg = load_error(rewrite(fixture_path(rel), tmp.path("q3.gguf"), e));
+    const std::string msg = load_error(rewrite(fixture_path(rel), tmp.file("q3.gguf"), e));
     EXPECT_NE(msg.find("blk.1.attn_k_norm.weight"), std::string::npos) << msg;
     EXPECT_NE(msg.find("[" + std::to_string(head_dim) + "]"), std::string::npos) << msg;
     // And a missing qwen3-only tensor.
     Edit d;
     d.drop_tensors.insert("blk.2.attn_q_norm.weight");
-    const std::string msg2 = load_error(rewrite(fixture_path(rel), tmp.path("q3b.gguf"), d));
+    const std::string msg2 = load_error(rewrite(fixture_path(rel), tmp.file("q3b.gguf"), d));
     EXPECT_NE(msg2.find("missing tensor 'blk.2.attn_q_norm.weight'"), std::string::npos) << msg2;
 }
 
@@ -531,11 +515,11 @@ TEST(ModelLoadFamily, Qwen2BiasShapeIsChecked) {
         (hf.at("hidden_size").get<int64_t>() / hf.at("num_attention_heads").get<int64_t>());
     Edit e;
     e.drop_tensors.insert("blk.0.attn_v.bias");
-    const std::string msg = load_error(rewrite(fixture_path(rel), tmp.path("q2.gguf"), e));
+    const std::string msg = load_error(rewrite(fixture_path(rel), tmp.file("q2.gguf"), e));
     EXPECT_NE(msg.find("missing tensor 'blk.0.attn_v.bias'"), std::string::npos) << msg;
     Edit r;
     r.reshape["blk.1.attn_k.bias"] = {kv_dim / 2, 2};
-    const std::string msg2 = load_error(rewrite(fixture_path(rel), tmp.path("q2b.gguf"), r));
+    const std::string msg2 = load_error(rewrite(fixture_path(rel), tmp.file("q2b.gguf"), r));
     EXPECT_NE(msg2.find("blk.1.attn_k.bias"), std::string::npos) << msg2;
     EXPECT_NE(msg2.find("[" + std::to_string(kv_dim) + "]"), std::string::npos) << msg2;
 }
