@@ -248,13 +248,12 @@ StateStore::BlockRow StateStore::best_child(int64_t parent_id, int64_t begin,
     return best;
 }
 
-std::vector<StateStore::BlockRow> StateStore::find_chain(std::span<const int32_t> tokens) {
+std::vector<StateStore::BlockRow> StateStore::full_blocks(std::span<const int32_t> tokens) {
     const auto block = static_cast<size_t>(options_.block_tokens);
     std::vector<BlockRow> chain;
     StateKey previous = seed();
     int64_t parent_id = 0;
-    size_t pos = 0;
-    while (pos + block <= tokens.size()) {
+    for (size_t pos = 0; pos + block <= tokens.size(); pos += block) {
         const auto piece = tokens.subspan(pos, block);
         const StateKey key = chain_key(previous, piece);
         const auto found = lookup_block(db_, key);
@@ -268,13 +267,64 @@ std::vector<StateStore::BlockRow> StateStore::find_chain(std::span<const int32_t
                          static_cast<int64_t>(block)});
         parent_id = found->id;
         previous = key;
-        pos += block;
     }
-    if (pos < tokens.size()) {
-        const BlockRow tail = best_child(parent_id, static_cast<int64_t>(pos), tokens.subspan(pos));
+    return chain;
+}
+
+std::vector<StateStore::BlockRow> StateStore::find_chain(std::span<const int32_t> tokens) {
+    std::vector<BlockRow> chain = full_blocks(tokens);
+    const int64_t pos = chain.empty() ? 0 : chain.back().begin + chain.back().n_tokens;
+    if (pos < static_cast<int64_t>(tokens.size())) {
+        const BlockRow tail = best_child(chain.empty() ? 0 : chain.back().id, pos,
+                                         tokens.subspan(static_cast<size_t>(pos)));
         if (tail.n_tokens > 0) chain.push_back(tail);
     }
     return chain;
+}
+
+std::vector<StateStore::BlockRow> StateStore::find_snapshot_chain(std::span<const int32_t> tokens,
+                                                                  int64_t have, int64_t limit) {
+    const std::vector<BlockRow> full = full_blocks(tokens);
+    // Deeper levels end further along, so the first level with a usable snapshot wins; within
+    // a level, the longest block. A snapshot folds in every token of its block, so the block
+    // must match the prompt in full; and at least one prompt token must remain to be
+    // evaluated for the first logits (the state cannot step back from a snapshot).
+    for (size_t level = full.size() + 1; level-- > 0;) {
+        const int64_t parent_id = level == 0 ? 0 : full[level - 1].id;
+        const int64_t begin = static_cast<int64_t>(level) * options_.block_tokens;
+        if (begin >= limit) continue;
+        Statement s = db_.prepare(
+            parent_id == 0
+                ? "SELECT b.id, b.tokens, n.position FROM state_blocks b JOIN state_snapshots n "
+                  "ON n.block_id = b.id WHERE b.parent_id IS NULL AND b.seed = ? AND "
+                  "b.begin_pos = ?"
+                : "SELECT b.id, b.tokens, n.position FROM state_blocks b JOIN state_snapshots n "
+                  "ON n.block_id = b.id WHERE b.parent_id = ? AND b.begin_pos = ?");
+        if (parent_id == 0) {
+            s.bind_blob(1, seed());
+        } else {
+            s.bind(1, parent_id);
+        }
+        s.bind(2, begin);
+        const auto tail = tokens.subspan(static_cast<size_t>(begin));
+        BlockRow best{0, begin, 0, 0};
+        while (s.step()) {
+            const auto stored = blob_to_tokens(s.column_blob(1));
+            const auto size = static_cast<int64_t>(stored.size());
+            const int64_t end = begin + size;
+            if (size > best.n_tokens && end > have && end < limit && s.column_int(2) == end &&
+                common_prefix(stored, tail) == stored.size()) {
+                best = BlockRow{s.column_int(0), begin, size, size};
+            }
+        }
+        if (best.n_tokens > 0) {
+            std::vector<BlockRow> chain(full.begin(),
+                                        full.begin() + static_cast<std::ptrdiff_t>(level));
+            chain.push_back(best);
+            return chain;
+        }
+    }
+    return {};
 }
 
 void StateStore::drop_blob(const char* table, const char* id_column, int64_t id,
@@ -322,27 +372,6 @@ int64_t StateStore::load_chain(const std::vector<BlockRow>& chain, int64_t have,
     return restored;
 }
 
-std::vector<StateStore::BlockRow> StateStore::cut_at_snapshot(std::vector<BlockRow> chain,
-                                                              int64_t have, int64_t limit) {
-    Statement s = db_.prepare("SELECT position FROM state_snapshots WHERE block_id = ?");
-    while (!chain.empty()) {
-        const BlockRow& b = chain.back();
-        const int64_t end = b.begin + b.n_tokens;
-        if (end <= have) break;
-        // The snapshot folds in every token of the block, so the prefix must use them all;
-        // and at least one prompt token must remain to be evaluated for the first logits
-        // (the state cannot step back from a snapshot at the prompt's end).
-        if (b.n_tokens == b.stored_tokens && end < limit) {
-            s.bind(1, b.id);
-            const bool found = s.step() && s.column_int(0) == end;
-            s.reset();
-            if (found) return chain;
-        }
-        chain.pop_back();
-    }
-    return {};
-}
-
 bool StateStore::load_snapshot(int64_t block_id, int64_t position, RecurrentState& state,
                                LoadTotals& totals) {
     Statement s = db_.prepare("SELECT state FROM state_snapshots WHERE block_id = ?");
@@ -372,8 +401,9 @@ int64_t StateStore::restore(std::span<const int32_t> tokens, int64_t have, Infer
     int64_t restored = have;
     LoadTotals totals;
     try {
-        std::vector<BlockRow> chain = find_chain(tokens);
-        if (hybrid) chain = cut_at_snapshot(chain, have, static_cast<int64_t>(tokens.size()));
+        const std::vector<BlockRow> chain =
+            hybrid ? find_snapshot_chain(tokens, have, static_cast<int64_t>(tokens.size()))
+                   : find_chain(tokens);
         const int64_t reach = chain.empty() ? 0 : chain.back().begin + chain.back().n_tokens;
         if (reach > have) {
             restored = load_chain(chain, have, state.kv, totals);
@@ -444,12 +474,14 @@ int64_t StateStore::insert_block(int64_t parent_id, const StateKey& key, int64_t
 void StateStore::drop_superseded_partials(int64_t parent_id, int64_t keep_id,
                                           std::span<const int32_t> tokens) {
     // A shorter sibling whose tokens all appear at the start of `tokens` adds nothing: the
-    // new block's rows serve every prefix it served.
+    // new block's rows serve every prefix it served. Unless it carries a hybrid's snapshot:
+    // that is the only place the recurrent state can resume from (a turn's prompt end, say).
     Statement s = db_.prepare(
         parent_id == 0 ? "SELECT id, tokens FROM state_blocks WHERE parent_id IS NULL AND "
-                         "seed = ? AND id != ? AND n_tokens < ?"
+                         "seed = ? AND id != ? AND n_tokens < ? AND id NOT IN "
+                         "(SELECT block_id FROM state_snapshots)"
                        : "SELECT id, tokens FROM state_blocks WHERE parent_id = ? AND id != ? "
-                         "AND n_tokens < ?");
+                         "AND n_tokens < ? AND id NOT IN (SELECT block_id FROM state_snapshots)");
     if (parent_id == 0) {
         s.bind_blob(1, seed());
     } else {

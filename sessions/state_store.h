@@ -110,9 +110,15 @@ private:
         int64_t raw_bytes = 0;
         int64_t stored_bytes = 0;
     };
+    // The chain of full blocks that verifies against the start of `tokens`.
+    std::vector<BlockRow> full_blocks(std::span<const int32_t> tokens);
     // The longest stored chain that verifies against `tokens`, ending in a full or partial
     // block used for its first `n_tokens` tokens.
     std::vector<BlockRow> find_chain(std::span<const int32_t> tokens);
+    // Hybrids: the chain to the furthest block that ends in a snapshot, matches `tokens` in
+    // full and ends inside (have, limit); empty when there is none.
+    std::vector<BlockRow> find_snapshot_chain(std::span<const int32_t> tokens, int64_t have,
+                                              int64_t limit);
     // Among the children of `parent_id` (0: roots), the one sharing the longest token prefix
     // with `tail`; n_tokens 0 when none shares any.
     BlockRow best_child(int64_t parent_id, int64_t begin, std::span<const int32_t> tail);
@@ -120,9 +126,6 @@ private:
     // blob is deleted (with the blocks after it) and the length stops before it.
     int64_t load_chain(const std::vector<BlockRow>& chain, int64_t have, KvCache& kv,
                        LoadTotals& totals);
-    // Hybrids: the chain cut after its last block that ends in a snapshot inside (have,
-    // limit); empty when there is none.
-    std::vector<BlockRow> cut_at_snapshot(std::vector<BlockRow> chain, int64_t have, int64_t limit);
     // Hybrids: loads the snapshot stored with `block_id` (taken at `position`); a bad one is
     // deleted and reported, and false returned with the state untouched.
     bool load_snapshot(int64_t block_id, int64_t position, RecurrentState& state,

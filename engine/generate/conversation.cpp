@@ -117,12 +117,12 @@ void Conversation::clear() {
     messages_.clear();
 }
 
-std::string Conversation::render_prompt() const {
+std::string Conversation::render_prompt(size_t n_messages, bool generation_prompt) const {
     ChatTemplateInputs in;
-    for (const auto& m : messages_) {
-        in.messages.push_back({{"role", m.role}, {"content", m.content}});
+    for (size_t i = 0; i < std::min(n_messages, messages_.size()); ++i) {
+        in.messages.push_back({{"role", messages_[i].role}, {"content", messages_[i].content}});
     }
-    in.add_generation_prompt = true;
+    in.add_generation_prompt = generation_prompt;
     in.bos_token = bos_text_;
     in.eos_token = eos_text_;
     in.extra = options_.template_vars;
@@ -223,6 +223,64 @@ size_t Conversation::rollback_recurrent(size_t target) {
     return static_cast<size_t>(snapshots_->position(best));
 }
 
+void Conversation::save_snapshot_to_store(int slot, const std::vector<int32_t>& tokens) {
+    // The KV rows up to the snapshot are still in the cache; the snapshot's recurrent state is
+    // swapped in for the call. Done after the reply, so it costs the user no latency.
+    const int64_t at = snapshots_->position(slot);
+    if (at <= 0 || at > static_cast<int64_t>(tokens.size()) || at > state_->kv.length()) return;
+    if (spare_recurrent_.empty()) spare_recurrent_ = state_->recurrent;
+    snapshots_->restore(slot, spare_recurrent_);
+    std::swap(state_->recurrent, spare_recurrent_);
+    store_->save(std::span<const int32_t>(tokens.data(), static_cast<size_t>(at)), *state_);
+    std::swap(state_->recurrent, spare_recurrent_);
+}
+
+size_t Conversation::last_message_start(const std::vector<int32_t>& tokens) const {
+    if (messages_.size() < 2) return 0;
+    try {
+        const std::string head = render_prompt(messages_.size() - 1, false);
+        const std::vector<int32_t> before = tokenize_prompt(head);
+        size_t n = 0;
+        while (n < before.size() && n < tokens.size() && before[n] == tokens[n]) ++n;
+        return n;
+    } catch (const std::exception&) {
+        return 0;  // a template that cannot render the earlier messages alone: no split
+    }
+}
+
+void Conversation::evaluate_hybrid_prompt(const std::vector<int32_t>& tokens, size_t reuse,
+                                          std::vector<int32_t>& prompt) {
+    if (!snapshots_) {
+        snapshots_ = std::make_unique<RecurrentSnapshotPool>();
+        snapshots_->init(state_->recurrent, kSnapshotSlots);
+    }
+    // A snapshot past the reused prefix may lie on another path (an edited message, a
+    // retry): only those at or before it still describe these tokens.
+    for (int slot = 0; slot < kSnapshotSlots; ++slot) {
+        if (snapshots_->position(slot) > static_cast<int64_t>(reuse)) snapshots_->forget(slot);
+    }
+    snapshot_is_new_.fill(false);
+    // Evaluates the prompt up to `end` and snapshots there. A snapshot of state that was
+    // restored rather than evaluated is kept in memory but not stored again.
+    auto snapshot_at = [&](size_t end, int slot) {
+        const size_t at = tokens.size() - prompt.size();
+        if (end > at) {
+            forward(model_, *state_, pool_, std::span<const int32_t>(prompt.data(), end - at),
+                    LogitsWanted::Last);
+            prompt.erase(prompt.begin(), prompt.begin() + static_cast<ptrdiff_t>(end - at));
+            snapshot_is_new_[static_cast<size_t>(slot)] = true;
+        }
+        snapshots_->save(slot, state_->recurrent);
+    };
+    // Where the last message starts: another conversation with the same system prompt, or
+    // this one with its last message edited or retried, resumes from there.
+    const size_t split = last_message_start(tokens);
+    if (split > reuse && split + 1 < tokens.size()) snapshot_at(split, kSnapshotLastMessage);
+    // All but the last prompt token (generation evaluates that one): the end of this prompt
+    // is where the next turn's prompt most likely departs from this one.
+    snapshot_at(tokens.size() - 1, kSnapshotPromptEnd);
+}
+
 size_t Conversation::reuse_prefix(const std::vector<int32_t>& tokens, TurnResult& result) {
     size_t reuse = 0;
     if (options_.prefix_cache) {
@@ -233,9 +291,9 @@ size_t Conversation::reuse_prefix(const std::vector<int32_t>& tokens, TurnResult
         if (!state_->recurrent.empty()) reuse = rollback_recurrent(reuse);
         state_->kv.set_length(static_cast<int64_t>(reuse));
         cached_.resize(reuse);
-        // The session store holds KV rows only; recurrent state is not persisted yet, so
-        // hybrids do not restore from it.
-        if (store_ != nullptr && state_->recurrent.empty()) {
+        // Hybrids restore only to a stored snapshot of their recurrent state (the store
+        // checks), so `restored` is then always a turn's prompt or reply end.
+        if (store_ != nullptr) {
             const size_t restored =
                 static_cast<size_t>(store_->restore(tokens, static_cast<int64_t>(reuse), *state_));
             if (restored > reuse && restored <= tokens.size()) {
@@ -278,20 +336,7 @@ TurnResult Conversation::respond(Sampler& sampler, const GenerateOptions& option
         ngram_->add(tokens);
     }
     std::vector<int32_t> prompt(tokens.begin() + static_cast<ptrdiff_t>(reuse), tokens.end());
-    if (!state_->recurrent.empty()) {
-        if (!snapshots_) {
-            snapshots_ = std::make_unique<RecurrentSnapshotPool>();
-            snapshots_->init(state_->recurrent, 2);
-        }
-        // Evaluate all but the last prompt token, snapshot there (the end of this prompt is
-        // where the next turn's prompt most likely departs from this one), then generate.
-        if (prompt.size() > 1) {
-            forward(model_, *state_, pool_,
-                    std::span<const int32_t>(prompt.data(), prompt.size() - 1), LogitsWanted::Last);
-            prompt.erase(prompt.begin(), prompt.end() - 1);
-        }
-        snapshots_->save(0, state_->recurrent);
-    }
+    if (!state_->recurrent.empty()) evaluate_hybrid_prompt(tokens, reuse, prompt);
     const bool stop_cut =
         generate_reply(std::move(prompt), sampler, options, on_text, starts_in_thinking, result);
 
@@ -299,9 +344,14 @@ TurnResult Conversation::respond(Sampler& sampler, const GenerateOptions& option
     cached_ = tokens;
     cached_.insert(cached_.end(), result.ids.begin(), result.ids.end());
     cached_.resize(static_cast<size_t>(state_->kv.length()));
-    if (snapshots_) snapshots_->save(1, state_->recurrent);
-    if (store_ != nullptr && options_.prefix_cache && state_->recurrent.empty()) {
+    if (snapshots_) snapshots_->save(kSnapshotReplyEnd, state_->recurrent);
+    if (store_ != nullptr && options_.prefix_cache) {
         store_->save(cached_, *state_);
+        // The snapshots taken inside this prompt go to the store too (slot 0 may be one
+        // the reply would make useless to a later prompt: its thinking is dropped, say).
+        for (int slot : {kSnapshotPromptEnd, kSnapshotLastMessage}) {
+            if (snapshot_is_new_[static_cast<size_t>(slot)]) save_snapshot_to_store(slot, tokens);
+        }
     }
     // The ids stand for the reply text only when they are exactly its tokens: no stop string
     // cut the text short and no thinking precedes it.
@@ -387,9 +437,7 @@ bool Conversation::generate_reply(std::vector<int32_t> prompt, Sampler& sampler,
             generate(model_, *state_, pool_, sampler, resume, unbounded, on_token);
         result.ids.insert(result.ids.end(), rest.ids.begin(), rest.ids.end());
         result.stats.generated_tokens += rest.stats.generated_tokens;
-        result.stats.speculation.verify_steps += rest.stats.speculation.verify_steps;
-        result.stats.speculation.drafted += rest.stats.speculation.drafted;
-        result.stats.speculation.accepted += rest.stats.speculation.accepted;
+        result.stats.speculation += rest.stats.speculation;
         result.stats.decode_seconds += rest.stats.prefill_seconds + rest.stats.decode_seconds;
         gen.finish = rest.finish;
     }

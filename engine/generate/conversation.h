@@ -7,6 +7,7 @@
 // the caller is told how many tokens went.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -118,7 +119,8 @@ public:
                        const TextCallback& on_text);
 
     // The prompt the next turn would evaluate (for debugging and `ember render`).
-    std::string render_prompt() const;
+    // The prompt for the first `n_messages` messages (all by default).
+    std::string render_prompt(size_t n_messages = SIZE_MAX, bool generation_prompt = true) const;
     // Whether the model's own template is in use (false: override or ChatML fallback).
     bool uses_model_template() const { return uses_model_template_; }
     const ConversationOptions& options() const { return options_; }
@@ -150,13 +152,24 @@ private:
     std::unique_ptr<InferenceState> state_;
     std::vector<int32_t> cached_;
     PrefixStore* store_ = nullptr;
-    std::unique_ptr<NgramTable> ngram_;
+    std::unique_ptr<NgramTable> ngram_;  // drafts for speculation, rebuilt from each turn's prompt
     // Hybrid families: recurrent state cannot be truncated, so it is snapshotted at turn
-    // boundaries (slot 0: end of the last prompt, slot 1: end of the last reply) and a rollback
-    // restores the nearest snapshot at or before the target, then recomputes the gap.
+    // boundaries (the slots below) and a rollback restores the nearest snapshot at or before
+    // the target, then recomputes the gap. The session store keeps the same snapshots.
+    static constexpr int kSnapshotPromptEnd = 0;    // all of the last prompt but its last token
+    static constexpr int kSnapshotReplyEnd = 1;     // the end of the last reply
+    static constexpr int kSnapshotLastMessage = 2;  // where the last prompt's last message starts
+    static constexpr int kSnapshotSlots = 3;
     std::unique_ptr<RecurrentSnapshotPool> snapshots_;
-    size_t rollback_recurrent(
-        size_t target);                  // drafts for speculation, rebuilt from each turn's prompt
+    std::array<bool, kSnapshotSlots> snapshot_is_new_{};  // taken this turn, not yet stored
+    RecurrentState spare_recurrent_;                      // a snapshot unpacked for the store
+    size_t rollback_recurrent(size_t target);
+    // Evaluates a hybrid's prompt up to its last token, snapshotting on the way; `prompt`
+    // (tokens past `reuse`) keeps what is left to evaluate.
+    void evaluate_hybrid_prompt(const std::vector<int32_t>& tokens, size_t reuse,
+                                std::vector<int32_t>& prompt);
+    size_t last_message_start(const std::vector<int32_t>& tokens) const;
+    void save_snapshot_to_store(int slot, const std::vector<int32_t>& tokens);
     int64_t thinking_budget_on_ = 4096;  // the budget to return to when thinking is switched on
 };
 

@@ -80,4 +80,8 @@ int64_t RecurrentSnapshotPool::position(int slot) const {
     return slots_.at(static_cast<size_t>(slot)).position;
 }
 
+void RecurrentSnapshotPool::forget(int slot) {
+    slots_.at(static_cast<size_t>(slot)).position = -1;
+}
+
 }  // namespace ember

@@ -70,6 +70,8 @@ public:
     void restore(int slot, RecurrentState& state) const;
     // Position saved in `slot`, or -1 when empty.
     int64_t position(int slot) const;
+    // Empties `slot` (its state no longer lies on the conversation's path).
+    void forget(int slot);
 
 private:
     struct Slot {

@@ -91,7 +91,17 @@ TEST_P(SessionsConversation, LongAndCancelledRepliesSaveCleanlyAndResumeExactly)
     generation.max_tokens = 24;
     const TurnResult resumed = warm.respond(warm_sampler, generation, nullptr);
     EXPECT_EQ(store.take_warning(), "");
-    EXPECT_GT(resumed.tokens_restored, 0);
+    // A hybrid restores only from a snapshot of its recurrent state at a point where the
+    // prompts agree; here older turns were dropped to fit the context (and a thinking
+    // template re-renders earlier replies without their thinking), so the prompt departs
+    // from every stored one inside its first message and nothing may be restorable.
+    const bool hybrid = GetParam().find("qwen35") != std::string::npos ||
+                        GetParam().find("lfm2") != std::string::npos;
+    if (hybrid) {
+        EXPECT_GT(read_state_stats(db).snapshots, 0);
+    } else {
+        EXPECT_GT(resumed.tokens_restored, 0);
+    }
     EXPECT_EQ(resumed.tokens_reused + resumed.tokens_evaluated, resumed.prompt_tokens);
 
     ConversationOptions cold_options = small_context();
@@ -106,7 +116,8 @@ TEST_P(SessionsConversation, LongAndCancelledRepliesSaveCleanlyAndResumeExactly)
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, SessionsConversation,
-                         ::testing::Values("arch/llama/llama.gguf", "arch/qwen2/qwen2.gguf"),
+                         ::testing::Values("arch/llama/llama.gguf", "arch/qwen2/qwen2.gguf",
+                                           "arch/qwen35/qwen35.gguf", "arch/lfm2/lfm2.gguf"),
                          [](const auto& param_info) {
                              return fs::path(param_info.param).stem().string();
                          });

@@ -461,5 +461,37 @@ TEST(StateStore, HybridRestoresOnlyWhereASnapshotWasTaken) {
     EXPECT_NE(store.take_warning().find("dropped it"), std::string::npos);
 }
 
+// A turn stores two snapshots: at the end of its prompt (less the token generation starts
+// from) and at the end of its reply. The reply's blocks extend the prompt's partial block,
+// which must survive them: a next prompt that renders the reply differently (its thinking
+// dropped, say) departs before the reply's end and resumes from the prompt's snapshot.
+TEST(StateStore, HybridKeepsEachTurnsSnapshotsOnOneChain) {
+    TempDir dir;
+    Fixture f(dir.file("hybrid_chain.db"));
+    StateStore store = f.store();
+    const auto prompt = token_run(100, 10);
+    const std::vector<int32_t> prompt_less_one(prompt.begin(), prompt.end() - 1);
+    auto at_prompt = evaluated_hybrid(prompt_less_one);
+    store.save(prompt_less_one, *at_prompt);
+    const auto turn = concat(prompt, token_run(60, 700));
+    auto at_reply = evaluated_hybrid(turn);
+    store.save(turn, *at_reply);
+    EXPECT_EQ(store.take_warning(), "");
+    EXPECT_EQ(read_state_stats(f.db).snapshots, 2);
+
+    const auto rerendered = concat(prompt, token_run(30, 300));
+    auto dst = make_state(hybrid_config(), 1024);
+    EXPECT_EQ(store.restore(rerendered, 0, *dst), 99);
+    EXPECT_TRUE(same_rows(at_prompt->kv, dst->kv, 99));
+    EXPECT_EQ(dst->recurrent.data(), at_prompt->recurrent.data());
+
+    const auto next = concat(turn, token_run(5, 42));
+    auto dst2 = make_state(hybrid_config(), 1024);
+    EXPECT_EQ(store.restore(next, 0, *dst2), 160);
+    EXPECT_EQ(dst2->recurrent.data(), at_reply->recurrent.data());
+    // A state already past the prompt's snapshot is not sent back to it.
+    EXPECT_EQ(store.restore(rerendered, 99, *dst), 99);
+}
+
 }  // namespace
 }  // namespace ember::sessions
