@@ -132,8 +132,8 @@ void swiglu(float* gate, const float* up, int64_t n) {
         const __m512 g = _mm512_maskz_loadu_ps(m, gate + i);
         const __m512 sig =
             _mm512_div_ps(one, _mm512_add_ps(one, exp512(_mm512_sub_ps(_mm512_setzero_ps(), g))));
-        _mm512_mask_storeu_ps(gate + i, m,
-                              _mm512_mul_ps(_mm512_mul_ps(g, sig), _mm512_maskz_loadu_ps(m, up + i)));
+        _mm512_mask_storeu_ps(
+            gate + i, m, _mm512_mul_ps(_mm512_mul_ps(g, sig), _mm512_maskz_loadu_ps(m, up + i)));
     }
 }
 float dot_f16(const uint16_t* a, const float* b, int64_t n) {
@@ -216,16 +216,23 @@ __mmask16 first_lanes(int64_t n) {
 // once for all heads of the group (kbuf), each (head, position) dot is left as 16 lanes, and 16
 // positions are reduced together.
 template <class L>
-void run_scores(const AttnShape& sh, const float* q, const KvRun& kv, float* scores,
-                float* kbuf) {
+void run_scores(const AttnShape& sh, const float* q, const KvRun& kv, float* scores, float* kbuf) {
     const int64_t hd = sh.head_dim;
     const auto* k = static_cast<const typename L::E*>(kv.k);  // [n x k_stride]
     const __m512 scale = _mm512_set1_ps(sh.scale);
+    // A head's key is a short piece of each cached row (rows are all heads wide), too far
+    // apart for the hardware prefetcher: fetch the next 16 positions' pieces by hand.
+    const int64_t key_bytes = hd * static_cast<int64_t>(sizeof(typename L::E));
     for (int64_t p0 = 0; p0 < kv.n; p0 += 16) {
         const int64_t c = std::min<int64_t>(16, kv.n - p0);
+        for (int64_t i = 0; i < std::min<int64_t>(16, kv.n - p0 - 16); ++i) {
+            const char* next = reinterpret_cast<const char*>(k + (p0 + 16 + i) * kv.k_stride);
+            for (int64_t b = 0; b < key_bytes; b += 64) _mm_prefetch(next + b, _MM_HINT_T0);
+        }
         for (int64_t i = 0; i < c; ++i) {
             const typename L::E* src = k + (p0 + i) * kv.k_stride;
-            for (int64_t j = 0; j < hd; j += 16) _mm512_storeu_ps(kbuf + i * hd + j, L::load(src + j));
+            for (int64_t j = 0; j < hd; j += 16)
+                _mm512_storeu_ps(kbuf + i * hd + j, L::load(src + j));
         }
         for (int64_t g = 0; g < sh.n_q; ++g) {
             const float* qg = q + g * sh.q_stride;  // [head_dim]
@@ -262,8 +269,8 @@ float exp_sum(float* x, int64_t n, float max) {
 float max_of(const float* x, int64_t n) {
     __m512 vmax = _mm512_set1_ps(-INFINITY);
     for (int64_t i = 0; i < n; i += 16) {
-        vmax = _mm512_mask_max_ps(vmax, first_lanes(n - i), vmax, _mm512_maskz_loadu_ps(
-                                                                      first_lanes(n - i), x + i));
+        vmax = _mm512_mask_max_ps(vmax, first_lanes(n - i), vmax,
+                                  _mm512_maskz_loadu_ps(first_lanes(n - i), x + i));
     }
     return hmax512(vmax);
 }
@@ -278,7 +285,13 @@ void run_values_slab(const float* e, int64_t n, const KvRun& kv, int64_t j0, flo
     for (int g = 0; g < NG; ++g) {
         for (int u = 0; u < NV; ++u) acc[g][u] = _mm512_setzero_ps();
     }
+    constexpr int64_t kAhead = 8;  // positions fetched ahead (strided rows, as for keys)
     for (int64_t p = 0; p < n; ++p) {
+        if (p + kAhead < n) {
+            const char* next = reinterpret_cast<const char*>(v + (p + kAhead) * kv.v_stride);
+            constexpr int64_t kSlabBytes = 16 * NV * sizeof(typename L::E);
+            for (int64_t b = 0; b < kSlabBytes; b += 64) _mm_prefetch(next + b, _MM_HINT_T0);
+        }
         __m512 vv[NV];
         for (int u = 0; u < NV; ++u) vv[u] = L::load(v + p * kv.v_stride + 16 * u);
         for (int g = 0; g < NG; ++g) {
@@ -287,7 +300,8 @@ void run_values_slab(const float* e, int64_t n, const KvRun& kv, int64_t j0, flo
         }
     }
     for (int g = 0; g < NG; ++g) {
-        for (int u = 0; u < NV; ++u) _mm512_storeu_ps(rec + g * rec_stride + 2 + j0 + 16 * u, acc[g][u]);
+        for (int u = 0; u < NV; ++u)
+            _mm512_storeu_ps(rec + g * rec_stride + 2 + j0 + 16 * u, acc[g][u]);
     }
 }
 
@@ -296,10 +310,18 @@ void run_values(const float* e, int64_t n, const KvRun& kv, int64_t value_dim, f
                 int64_t rec_stride) {
     for (int64_t j0 = 0; j0 < value_dim; j0 += 64) {
         switch (std::min<int64_t>(4, (value_dim - j0) / 16)) {
-            case 1: run_values_slab<L, NG, 1>(e, n, kv, j0, rec, rec_stride); break;
-            case 2: run_values_slab<L, NG, 2>(e, n, kv, j0, rec, rec_stride); break;
-            case 3: run_values_slab<L, NG, 3>(e, n, kv, j0, rec, rec_stride); break;
-            default: run_values_slab<L, NG, 4>(e, n, kv, j0, rec, rec_stride); break;
+            case 1:
+                run_values_slab<L, NG, 1>(e, n, kv, j0, rec, rec_stride);
+                break;
+            case 2:
+                run_values_slab<L, NG, 2>(e, n, kv, j0, rec, rec_stride);
+                break;
+            case 3:
+                run_values_slab<L, NG, 3>(e, n, kv, j0, rec, rec_stride);
+                break;
+            default:
+                run_values_slab<L, NG, 4>(e, n, kv, j0, rec, rec_stride);
+                break;
         }
     }
 }
@@ -320,10 +342,18 @@ void attend_run_t(const AttnShape& sh, const float* q, const KvRun& kv, float* s
         const float* e = scores + g0 * kv.n;
         float* rec = records + g0 * record_stride;
         switch (std::min<int64_t>(4, sh.n_q - g0)) {
-            case 1: run_values<L, 1>(e, kv.n, kv, sh.value_dim, rec, record_stride); break;
-            case 2: run_values<L, 2>(e, kv.n, kv, sh.value_dim, rec, record_stride); break;
-            case 3: run_values<L, 3>(e, kv.n, kv, sh.value_dim, rec, record_stride); break;
-            default: run_values<L, 4>(e, kv.n, kv, sh.value_dim, rec, record_stride); break;
+            case 1:
+                run_values<L, 1>(e, kv.n, kv, sh.value_dim, rec, record_stride);
+                break;
+            case 2:
+                run_values<L, 2>(e, kv.n, kv, sh.value_dim, rec, record_stride);
+                break;
+            case 3:
+                run_values<L, 3>(e, kv.n, kv, sh.value_dim, rec, record_stride);
+                break;
+            default:
+                run_values<L, 4>(e, kv.n, kv, sh.value_dim, rec, record_stride);
+                break;
         }
     }
 }
