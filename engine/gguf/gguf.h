@@ -111,6 +111,9 @@ public:
     std::optional<double> get_float(std::string_view key) const;  // float or integer
     std::optional<bool> get_bool(std::string_view key) const;
     const GgufArray* get_array(std::string_view key) const;
+    // Forgets a metadata key whose value has been consumed and is held elsewhere (a model's
+    // vocabulary, which its tokenizer keeps): tens of MB for 250k-token vocabularies.
+    void drop_metadata(std::string_view key);
 
     const std::vector<GgufTensorInfo>& tensors() const { return tensors_; }
     const GgufTensorInfo* find_tensor(std::string_view name) const;

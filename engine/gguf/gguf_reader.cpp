@@ -462,6 +462,13 @@ std::optional<bool> GgufFile::get_bool(std::string_view key) const {
                     std::string(gguf_value_type_name(v->type)));
 }
 
+void GgufFile::drop_metadata(std::string_view key) {
+    const auto it = metadata_.find(std::string(key));
+    if (it == metadata_.end()) return;
+    metadata_.erase(it);
+    std::erase(metadata_order_, key);
+}
+
 const GgufArray* GgufFile::get_array(std::string_view key) const {
     const GgufValue* v = find(key);
     if (!v) return nullptr;

@@ -456,6 +456,12 @@ std::unique_ptr<Model> Model::load(const std::string& path) {
         }
     }
     m->fingerprint_ = compute_fingerprint(f, c);
+    // The tokenizer holds its own copy of the vocabulary; the parsed metadata's would only
+    // count against the memory bound (peak RSS <= file + state + 64 MiB).
+    for (const char* key : {"tokenizer.ggml.tokens", "tokenizer.ggml.merges",
+                            "tokenizer.ggml.scores", "tokenizer.ggml.token_type"}) {
+        m->file_->drop_metadata(key);
+    }
     return m;
 }
 
