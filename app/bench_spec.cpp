@@ -24,7 +24,14 @@ using json = nlohmann::ordered_json;
 struct Workload {
     const char* kind;
     std::string prompt;
+    // A presence penalty over the last 64 tokens: random-weight models fall into short loops
+    // whatever the prompt, which makes every reply high-hit; penalized, they write fresh
+    // text, and the row shows what speculation costs when its drafts are rejected. Greedy
+    // still, and applied per position as plain decoding does, so the ids stay comparable.
+    float presence_penalty = 0.0f;
 };
+
+constexpr float kFreshTextPenalty = 4.0f;
 
 std::vector<Workload> workloads() {
     const std::string paragraph =
@@ -42,6 +49,12 @@ std::vector<Workload> workloads() {
          "Write a short story about a lighthouse keeper who finds a message in a "
          "bottle on a stormy night."},
         {"no-overlap", "Explain how a refrigerator keeps food cold, in plain words."},
+        {"no-overlap",
+         "Write a short story about a lighthouse keeper who finds a message in a "
+         "bottle on a stormy night.",
+         kFreshTextPenalty},
+        {"no-overlap", "Explain how a refrigerator keeps food cold, in plain words.",
+         kFreshTextPenalty},
     };
 }
 
@@ -52,11 +65,12 @@ struct Row {
 };
 
 Row run_row(const Model& model, ThreadPool& pool, const std::vector<int32_t>& prompt, int64_t n_gen,
-            bool speculate, KvType kv_type) {
+            bool speculate, KvType kv_type, float presence_penalty) {
     auto state =
         make_state(model.config(), static_cast<int64_t>(prompt.size()) + n_gen + 8, kv_type);
     SamplingParams greedy;
     greedy.temperature = 0.0f;
+    greedy.presence_penalty = presence_penalty;
     Sampler sampler(greedy);
     NgramTable table;
     table.add(prompt);
@@ -88,14 +102,15 @@ int run_bench_spec(const BenchSpecArgs& a) {
         enc.add_bos = model->tokenizer().add_bos();
         const auto prompt = model->tokenizer().encode(w.prompt, enc);
         // Warm-up once (page cache, pool), then the two rows back to back.
-        run_row(*model, pool, prompt, 8, false, a.kv_type);
-        const Row off = run_row(*model, pool, prompt, a.gen, false, a.kv_type);
-        const Row on = run_row(*model, pool, prompt, a.gen, true, a.kv_type);
+        run_row(*model, pool, prompt, 8, false, a.kv_type, w.presence_penalty);
+        const Row off = run_row(*model, pool, prompt, a.gen, false, a.kv_type, w.presence_penalty);
+        const Row on = run_row(*model, pool, prompt, a.gen, true, a.kv_type, w.presence_penalty);
         all_equal = all_equal && off.ids == on.ids;
         for (const auto* row : {&off, &on}) {
             rows.push_back(
                 {{"workload", w.kind},
                  {"prompt", w.prompt},
+                 {"presence_penalty", w.presence_penalty},
                  {"spec", row == &off ? "off" : "ngram"},
                  {"decode_tps", row->decode_tps},
                  {"acceptance_rate", row->spec.acceptance_rate()},
@@ -118,13 +133,14 @@ int run_bench_spec(const BenchSpecArgs& a) {
                                 .dump()
                                 .c_str());
     } else {
-        std::printf("%-13s %-6s %10s %10s %8s  %s\n", "workload", "spec", "decode t/s", "accept",
-                    "speedup", "reply loops");
+        std::printf("%-13s %-7s %-6s %10s %10s %8s  %s\n", "workload", "penalty", "spec",
+                    "decode t/s", "accept", "speedup", "reply loops");
         for (const auto& r : rows) {
-            std::printf("%-13s %-6s %10.1f %10.2f %8.2f  %s\n",
+            std::printf("%-13s %-7.1f %-6s %10.1f %10.2f %8.2f  %s\n",
                         r["workload"].get<std::string>().c_str(),
-                        r["spec"].get<std::string>().c_str(), r["decode_tps"].get<double>(),
-                        r["acceptance_rate"].get<double>(), r["speedup"].get<double>(),
+                        r["presence_penalty"].get<double>(), r["spec"].get<std::string>().c_str(),
+                        r["decode_tps"].get<double>(), r["acceptance_rate"].get<double>(),
+                        r["speedup"].get<double>(),
                         r["reply_loops"].get<bool>() ? "yes (high-hit)" : "no");
         }
         std::printf("ids of off and ngram rows equal: %s\n", all_equal ? "yes" : "NO");

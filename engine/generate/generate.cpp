@@ -27,31 +27,71 @@ std::string_view finish_reason_name(FinishReason reason) {
 
 namespace {
 
+// What undoing a partly rejected verification costs a family with recurrent state, in
+// single-token decodes; all zero for the KV-cache-only families, whose rollback is O(1).
+struct RollbackCosts {
+    bool needed = false;
+    double snapshot = 0.0;  // saving the recurrent state before every verification
+    // Restoring it and re-evaluating the first kept token (each further one: draft_cost).
+    double readvance = 0.0;
+};
+
+// Deterministic (timing-based costs would make seeded sampled runs depend on machine load):
+// decode streams the weights once per step, so copying the state costs its bytes read and
+// written relative to the weight bytes, and a re-advance reads every weight but the output
+// matrix (its logits are not needed).
+RollbackCosts rollback_costs(const Model& model, const InferenceState& state) {
+    RollbackCosts costs;
+    if (state.recurrent.empty()) return costs;
+    costs.needed = true;
+    const double weights =
+        static_cast<double>(std::max<uint64_t>(1, model.weight_bytes_per_token()));
+    const MatrixView& out = model.output();
+    const double output = static_cast<double>(out.rows) * static_cast<double>(out.row_stride);
+    const double copy = 2.0 * static_cast<double>(state.recurrent.bytes()) / weights;
+    costs.snapshot = copy;
+    costs.readvance = copy + std::max(0.0, 1.0 - output / weights);
+    return costs;
+}
+
 // Decides, from a decayed estimate of the per-draft acceptance rate, how many drafts a
 // verification step should carry (0: decode plainly). Expected tokens per step with k drafts
-// accepted independently at rate a: 1 + a + ... + a^k; cost: 1 + draft_cost * k.
+// accepted independently at rate a: 1 + a + ... + a^k; cost: 1 + draft_cost * k, plus for
+// recurrent state the snapshot and, when some draft is rejected (the j-th first, j-1 kept),
+// a re-advance over j tokens: sum over j of a^(j-1) (1 - a) (readvance + draft_cost (j-1)).
 class SpeculationGate {
 public:
-    explicit SpeculationGate(const SpeculationOptions& o) : o_(o) {}
+    // With rollback costs the optimistic start does not open the gate, so the first chance
+    // to draft probes instead.
+    SpeculationGate(const SpeculationOptions& o, RollbackCosts costs)
+        : o_(o), costs_(costs), plain_steps_(costs.needed ? o.probe_interval - 1 : 0) {}
 
-    int drafts_wanted(int available) {
+    int drafts_wanted(int available, int limit) {
         int best_k = 0;
         double best_gain = 1.0;  // plain decoding: one token per unit of cost
-        double expected = 1.0, power = 1.0;
-        for (int k = 1; k <= std::min(available, o_.draft_max); ++k) {
+        double expected = 1.0, power = 1.0, rollback = 0.0;
+        for (int k = 1; k <= std::min(available, limit); ++k) {
+            // power = a^(k-1): drafts 1..k-1 held and draft k is the first rejected.
+            if (costs_.needed) {
+                rollback += power * (1.0 - acceptance_) *
+                            (costs_.readvance + o_.draft_cost * static_cast<double>(k - 1));
+            }
             power *= acceptance_;
             expected += power;
-            const double gain = expected / (1.0 + o_.draft_cost * k);
+            const double cost = 1.0 + o_.draft_cost * k + costs_.snapshot + rollback;
+            const double gain = expected / cost;
             if (gain > best_gain) {
                 best_gain = gain;
                 best_k = k;
             }
         }
         if (best_k > 0) return best_k;
-        // Shut: probe with a full draft now and then, so a change of workload is noticed.
+        // Shut: probe now and then, so a change of workload is noticed; with a full draft,
+        // or with one where a rejection also costs a restore and a re-advance (about what a
+        // rejected full probe costs the other families; record() moves the estimate as far).
         if (++plain_steps_ < o_.probe_interval) return 0;
         plain_steps_ = 0;
-        return std::min(available, o_.draft_max);
+        return std::min(available, costs_.needed ? 1 : limit);
     }
     void record(int drafted, int accepted) {
         const double rate = static_cast<double>(accepted) / static_cast<double>(drafted);
@@ -60,9 +100,29 @@ public:
 
 private:
     const SpeculationOptions& o_;
+    RollbackCosts costs_;
     double acceptance_ = 0.5;  // optimistic start: drafting is tried early
-    int plain_steps_ = 0;
+    int plain_steps_;
 };
+
+// Leaves `state`, which evaluated `batch` from position `base`, as if it had evaluated only
+// the first `kept` tokens. The KV cache just moves its length; recurrent state (`snapshots`
+// holding it from before the batch in slot 0, null without) folded in the rest, so it is
+// restored and re-advanced over the kept tokens. That forward is bit for bit the decoding it
+// replaces (kExactBatchTokens), and its logits are not needed: the verification gave them.
+void keep_prefix(const Model& model, InferenceState& state, ThreadPool& pool,
+                 std::span<const int32_t> batch, int64_t base, int64_t kept,
+                 const RecurrentSnapshotPool* snapshots, SpeculationStats& spec) {
+    if (snapshots == nullptr) {
+        state.kv.set_length(base + kept);
+        return;
+    }
+    snapshots->restore(0, state.recurrent);
+    state.kv.set_length(base);
+    forward(model, state, pool, batch.first(static_cast<size_t>(kept)), LogitsWanted::None);
+    ++spec.restores;
+    spec.readvanced += kept;
+}
 
 }  // namespace
 
@@ -83,11 +143,18 @@ GenerateResult generate(const Model& model, InferenceState& state, ThreadPool& p
     result.stats.prefill_seconds = result.stats.ttft_seconds;
 
     const int64_t capacity = state.kv.capacity();
-    // Recurrent state cannot be rolled back by moving a length: speculation on hybrid families
-    // needs snapshot/restore around verification, which is not wired here yet.
-    const bool speculate =
-        options.speculation.enabled && options.ngram != nullptr && state.recurrent.empty();
-    SpeculationGate gate(options.speculation);
+    const bool speculate = options.speculation.enabled && options.ngram != nullptr;
+    // Recurrent state (hybrid families) cannot be rolled back by moving a length: it is saved
+    // before each verification and, unless the whole batch is kept, restored and re-advanced
+    // over the kept tokens. The pool is sized here, so the loop does not allocate.
+    const bool recurrent = speculate && !state.recurrent.empty();
+    RecurrentSnapshotPool snapshots;
+    if (recurrent) snapshots.init(state.recurrent, 1);
+    // Verification (and re-advance) batches must evaluate bit for bit as one token at a time.
+    const int draft_limit = static_cast<int>(
+        std::clamp<int64_t>(options.speculation.draft_max, 0, kExactBatchTokens - 1));
+    SpeculationGate gate(options.speculation, rollback_costs(model, state));
+    SpeculationStats& spec = result.stats.speculation;
     std::vector<int32_t> drafts, batch;
     // Emits `token` (already sampled): returns false when generation ends with it or before.
     auto emit = [&](int32_t token) {
@@ -125,9 +192,10 @@ GenerateResult generate(const Model& model, InferenceState& state, ThreadPool& p
         }
         int wanted = 0;
         if (speculate && room > 0) {
-            options.ngram->draft(
-                static_cast<int>(std::min<int64_t>(room, options.speculation.draft_max)), drafts);
-            if (!drafts.empty()) wanted = gate.drafts_wanted(static_cast<int>(drafts.size()));
+            options.ngram->draft(static_cast<int>(std::min<int64_t>(room, draft_limit)), drafts);
+            if (!drafts.empty()) {
+                wanted = gate.drafts_wanted(static_cast<int>(drafts.size()), draft_limit);
+            }
         }
         if (wanted == 0) {
             logits = forward(model, state, pool, std::span<const int32_t>(&token, 1),
@@ -140,6 +208,7 @@ GenerateResult generate(const Model& model, InferenceState& state, ThreadPool& p
         batch.assign(1, token);
         batch.insert(batch.end(), drafts.begin(), drafts.end());
         const int64_t base = state.kv.length();
+        if (recurrent) snapshots.save(0, state.recurrent);
         const std::span<const float> rows = forward(model, state, pool, batch, LogitsWanted::All);
         const size_t n_vocab = rows.size() / batch.size();
         int accepted = 0;
@@ -157,13 +226,18 @@ GenerateResult generate(const Model& model, InferenceState& state, ThreadPool& p
         if (!stopped && accepted == wanted) {
             // Every draft held: the last row gives one more token for free.
             next = sampler.sample(rows.subspan(drafts.size() * n_vocab, n_vocab));
+            ++spec.full_steps;
         }
-        // The cache keeps `token` and the accepted drafts; a draft that ended generation
-        // (stopped) was emitted but, like any last token, not kept as evaluated.
-        state.kv.set_length(base + 1 + accepted - (stopped ? 1 : 0));
-        ++result.stats.speculation.verify_steps;
-        result.stats.speculation.drafted += wanted;
-        result.stats.speculation.accepted += accepted;
+        // Plain decoding would have evaluated `token` and the accepted drafts; a draft that
+        // ended generation (stopped) was emitted but, like any last token, not evaluated.
+        const int64_t kept = 1 + accepted - (stopped ? 1 : 0);
+        if (kept < static_cast<int64_t>(batch.size())) {
+            keep_prefix(model, state, pool, batch, base, kept, recurrent ? &snapshots : nullptr,
+                        spec);
+        }
+        ++spec.verify_steps;
+        spec.drafted += wanted;
+        spec.accepted += accepted;
         gate.record(wanted, accepted);
         if (stopped) break;
     }

@@ -22,11 +22,13 @@ std::string_view finish_reason_name(FinishReason reason);
 // one batched forward pass, keep what the model agrees with.
 struct SpeculationOptions {
     bool enabled = false;
-    int draft_max = 6;  // drafts per verification step at most
+    int draft_max = 6;  // drafts per verification step at most (capped at kExactBatchTokens-1)
     // Cost model of the gate: verifying k drafts costs (1 + draft_cost * k) single-token
     // decodes (the weights are read once for the whole batch; each extra token adds compute
     // and attention). Deterministic on purpose: a timing-based gate would make seeded sampled
-    // runs depend on machine load.
+    // runs depend on machine load. Families with recurrent state add the cost of snapshotting
+    // it and, on a rejection, of re-advancing over the kept tokens (estimated from the model's
+    // sizes in generate()).
     double draft_cost = 0.15;
     double decay = 0.85;      // weight of the old acceptance estimate per verification step
     int probe_interval = 16;  // plain steps before drafting is tried again after the gate shut
@@ -36,8 +38,22 @@ struct SpeculationStats {
     int64_t verify_steps = 0;  // batched verifications
     int64_t drafted = 0;       // draft tokens proposed
     int64_t accepted = 0;      // of those, kept
+    int64_t full_steps = 0;    // verifications that kept every draft
+    // Families with recurrent state: verifications undone by restoring the state's snapshot,
+    // and the tokens evaluated again after those restores.
+    int64_t restores = 0;
+    int64_t readvanced = 0;
     double acceptance_rate() const {
         return drafted > 0 ? static_cast<double>(accepted) / static_cast<double>(drafted) : 0.0;
+    }
+    SpeculationStats& operator+=(const SpeculationStats& o) {
+        verify_steps += o.verify_steps;
+        drafted += o.drafted;
+        accepted += o.accepted;
+        full_steps += o.full_steps;
+        restores += o.restores;
+        readvanced += o.readvanced;
+        return *this;
     }
 };
 

@@ -289,7 +289,7 @@ std::span<const float> forward(const Model& model, InferenceState& st, ThreadPoo
     // Conv / linear-attention hybrids have their own passes (forward_hybrid.h); the checks
     // above serve both.
     if (is_hybrid(c.family)) return forward_hybrid(model, st, pool, tokens, wanted);
-    const int64_t rows = wanted == LogitsWanted::All ? n : 1;
+    const int64_t rows = wanted == LogitsWanted::All ? n : wanted == LogitsWanted::Last ? 1 : 0;
     grow(st.scratch.logits, rows * c.n_vocab);
     try {
         for (int64_t b = 0; b < n; b += kMaxBatch) {
@@ -298,8 +298,8 @@ std::span<const float> forward(const Model& model, InferenceState& st, ThreadPoo
             if (wanted == LogitsWanted::All) {
                 forward_batch(model, st, pool, chunk, 0, st.scratch.logits.data() + b * c.n_vocab);
             } else {
-                // Only the final batch produces a logits row.
-                const bool last = b + len == n;
+                // Only the final batch produces a logits row (None: not even that).
+                const bool last = wanted == LogitsWanted::Last && b + len == n;
                 forward_batch(model, st, pool, chunk, last ? len - 1 : len,
                               st.scratch.logits.data());
             }

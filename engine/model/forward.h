@@ -10,10 +10,13 @@ class Model;
 class ThreadPool;
 struct InferenceState;
 
-enum class LogitsWanted { Last, All };
+// None: only advance the state (re-evaluating tokens whose logits are already known) and skip
+// the output matrix.
+enum class LogitsWanted { Last, All, None };
 
 // Evaluates `tokens` at positions state.n_past() onwards, appends their K/V rows to the
-// cache and returns the logits: [1 x n_vocab] for Last, [tokens.size() x n_vocab] for All.
+// cache and returns the logits: [1 x n_vocab] for Last, [tokens.size() x n_vocab] for All,
+// empty for None.
 // The span points into state's scratch and stays valid until the next call.
 // Throws std::length_error when the tokens do not fit the state's context, and
 // std::out_of_range for a token id outside the vocabulary; the state is unchanged then.
@@ -22,5 +25,11 @@ std::span<const float> forward(const Model& model, InferenceState& state, Thread
 
 // Largest number of tokens evaluated in one batch; longer inputs are split internally.
 inline constexpr int64_t kMaxBatch = 256;
+
+// Batches of at most this many tokens give bit for bit the logits, K/V rows and recurrent
+// state that evaluating the same tokens one at a time gives; speculative verification relies
+// on it. Longer batches may take faster paths that round differently (qwen35's chunked delta
+// rule). Covers the longest verification batch (--draft-max 16, plus the verified token).
+inline constexpr int64_t kExactBatchTokens = 17;
 
 }  // namespace ember

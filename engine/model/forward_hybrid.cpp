@@ -327,17 +327,18 @@ std::span<const float> forward_hybrid(const Model& model, InferenceState& st, Th
                                "; recurrent state cannot be truncated, restore a snapshot");
     }
     HybridScratch& s = st.hybrid_scratch;
-    const int64_t rows = wanted == LogitsWanted::All ? n : 1;
+    const int64_t rows = wanted == LogitsWanted::All ? n : wanted == LogitsWanted::Last ? 1 : 0;
     hybrid::grow(s.logits, rows * c.n_vocab);
     try {
-        for (int64_t b0 = 0; b0 < n; b0 += kMaxBatch) {
-            const int64_t len = std::min(kMaxBatch, n - b0);
+        for (int64_t b0 = 0; b0 < n; b0 += hybrid::kMaxBatch) {
+            const int64_t len = std::min(hybrid::kMaxBatch, n - b0);
             auto chunk = tokens.subspan(static_cast<size_t>(b0), static_cast<size_t>(len));
             const hybrid::Batch batch{&model, &st, &pool, start + b0, len};
             if (wanted == LogitsWanted::All) {
                 hybrid::forward_batch(batch, chunk, 0, s.logits.data() + b0 * c.n_vocab);
             } else {
-                const bool last = b0 + len == n;  // only the final batch yields a row
+                // Only the final batch yields a row (None: not even that).
+                const bool last = wanted == LogitsWanted::Last && b0 + len == n;
                 hybrid::forward_batch(batch, chunk, last ? len - 1 : len, s.logits.data());
             }
         }

@@ -20,13 +20,19 @@ struct InferenceState;
 struct LayerWeights;
 struct HybridScratch;
 
-// Called by forward(), which checks the tokens first. Additionally the recurrent state must be at the KV cache's
-// length: a cache rolled back to 0 resets it, any other mismatch throws std::logic_error
-// (restore a snapshot instead; see recurrent_state.h).
+// Called by forward(), which checks the tokens first. Additionally the recurrent state must be at
+// the KV cache's length: a cache rolled back to 0 resets it, any other mismatch throws
+// std::logic_error (restore a snapshot instead; see recurrent_state.h).
 std::span<const float> forward_hybrid(const Model& model, InferenceState& state, ThreadPool& pool,
                                       std::span<const int32_t> tokens, LogitsWanted wanted);
 
 namespace hybrid {
+
+// Largest batch of the hybrid passes. Their scratch per token is about twice the dense
+// one's (conv channels, output gates, delta-rule work), so batches are half as long: the
+// prefill scratch stays within the memory bound (peak RSS <= file + state + 64 MiB) while
+// each weight is still reused by 128 tokens, two delta-rule chunks.
+inline constexpr int64_t kMaxBatch = 128;
 
 // One batch of n tokens at positions pos0.. (n <= kMaxBatch).
 struct Batch {

@@ -27,8 +27,11 @@ namespace ember::hybrid {
 
 namespace {
 
-// Below this many tokens the token-serial recurrence is cheaper than chunking.
-constexpr int64_t kChunkFromTokens = 16;
+// Below this many tokens the token-serial recurrence is cheaper than chunking. Chunking
+// rounds differently, so it must also stay above every batch that is promised to evaluate
+// bit for bit as one token at a time (speculative verification and its re-advance).
+constexpr int64_t kChunkFromTokens = kExactBatchTokens + 1;
+static_assert(kChunkFromTokens >= 16, "shorter chunked batches are slower than serial ones");
 
 float sigmoid(float x) {
     return 1.0f / (1.0f + std::exp(-x));

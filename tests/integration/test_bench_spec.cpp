@@ -9,11 +9,10 @@
 namespace ember::test {
 namespace {
 
-TEST(BenchSpec, RowsPairUpAndGreedyIdsAreEqual) {
-    EMBER_REQUIRE_FIXTURE("arch/llama/llama.gguf");
-    const auto r =
-        run_command({ember_binary(), "bench", "-m", fixture_path("arch/llama/llama.gguf"), "--spec",
-                     "ngram", "-n", "48", "-t", "2", "--json"});
+void check_rows(const char* fixture) {
+    EMBER_REQUIRE_FIXTURE(fixture);
+    const auto r = run_command({ember_binary(), "bench", "-m", fixture_path(fixture), "--spec",
+                                "ngram", "-n", "48", "-t", "2", "--json"});
     ASSERT_EQ(r.status, 0) << r.err;
     const auto j = nlohmann::json::parse(r.out);
     EXPECT_TRUE(j["ids_equal"].get<bool>());
@@ -37,6 +36,28 @@ TEST(BenchSpec, RowsPairUpAndGreedyIdsAreEqual) {
     }
     EXPECT_TRUE(high && none);
     EXPECT_GT(drafted, 0);
+}
+
+TEST(BenchSpec, RowsPairUpAndGreedyIdsAreEqual) {
+    check_rows("arch/llama/llama.gguf");
+}
+
+// Hybrids speculate too (their recurrent state is restored after a rejected draft).
+TEST(BenchSpec, HybridRowsPairUpAndGreedyIdsAreEqual) {
+    check_rows("arch/lfm2/lfm2.gguf");
+}
+
+// The verify timing rewinds to the end of the prompt before each forward; a hybrid's
+// recurrent state must go back there too (through a snapshot), or the forward refuses it.
+TEST(BenchSpec, VerifyTimingRunsOnHybrids) {
+    const char* fixture = "arch/qwen35/qwen35.gguf";
+    EMBER_REQUIRE_FIXTURE(fixture);
+    const auto r =
+        run_command({ember_binary(), "bench", "-m", fixture_path(fixture), "-p", "16", "-n", "4",
+                     "--reps", "1", "--verify", "5", "--bw-passes", "1", "-t", "2", "--json"});
+    ASSERT_EQ(r.status, 0) << r.err;
+    const auto j = nlohmann::json::parse(r.out);
+    ASSERT_TRUE(j.contains("verify_ms")) << r.out;
 }
 
 }  // namespace

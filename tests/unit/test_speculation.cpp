@@ -45,9 +45,15 @@ DecodeRun run(const Model& model, ThreadPool& pool, const std::vector<int32_t>& 
     return r;
 }
 
-// Every K/V row the two states hold, compared as bytes.
+// Every K/V row the two states hold, and the whole recurrent state of the hybrid families
+// (conv histories, delta-rule matrices, position), compared as bytes.
 void expect_same_state(InferenceState& a, InferenceState& b) {
     ASSERT_EQ(a.kv.length(), b.kv.length());
+    ASSERT_EQ(a.recurrent.position(), b.recurrent.position());
+    ASSERT_EQ(a.recurrent.data().size(), b.recurrent.data().size());
+    ASSERT_EQ(
+        std::memcmp(a.recurrent.data().data(), b.recurrent.data().data(), a.recurrent.bytes()), 0)
+        << "recurrent state";
     const size_t row_bytes = static_cast<size_t>(a.kv.k_width()) * sizeof(uint16_t);
     const size_t v_bytes = static_cast<size_t>(a.kv.v_width()) * sizeof(uint16_t);
     for (int64_t layer = 0; layer < a.kv.n_layer(); ++layer) {
@@ -63,7 +69,8 @@ void expect_same_state(InferenceState& a, InferenceState& b) {
 }
 
 const char* const kModels[] = {"arch/llama/llama.gguf", "arch/qwen2/qwen2.gguf",
-                               "arch/qwen3/qwen3.gguf"};
+                               "arch/qwen3/qwen3.gguf", "arch/qwen35/qwen35.gguf",
+                               "arch/lfm2/lfm2.gguf"};
 const char* const kPrompts[] = {
     "Repeat this: the cat sat on the mat. the cat sat on the mat. the cat sat on the mat.",
     "def add(a, b):\n    return a + b\n\ndef add(a, b):\n    return a + b\n",
@@ -78,7 +85,8 @@ TEST(Speculation, GreedyOutputAndStateAreExact) {
         const auto model = Model::load(test::fixture_path(path));
         SamplingParams greedy;
         greedy.temperature = 0.0f;
-        int64_t drafted = 0;
+        SpeculationStats total;
+        bool hybrid = false;
         for (const char* text : kPrompts) {
             SCOPED_TRACE(text);
             const auto prompt = model->tokenizer().encode(text);
@@ -87,14 +95,24 @@ TEST(Speculation, GreedyOutputAndStateAreExact) {
             EXPECT_EQ(plain.ids, spec.ids);
             expect_same_state(*plain.state, *spec.state);
             EXPECT_EQ(plain.spec.drafted, 0);
-            drafted += spec.spec.drafted;
+            total += spec.spec;
+            hybrid = !spec.state->recurrent.empty();
         }
-        EXPECT_GT(drafted, 0) << "speculation never drafted, so nothing was tested";
+        // Both outcomes of a verification ran: every draft kept, and some rejected.
+        EXPECT_GT(total.full_steps, 0) << "no verification kept all its drafts";
+        EXPECT_GT(total.verify_steps, total.full_steps) << "no verification rejected a draft";
+        if (hybrid) {
+            // The rejections restored the recurrent snapshot, and some re-advanced over more
+            // than the verified token (a partial acceptance).
+            EXPECT_GT(total.restores, 0);
+            EXPECT_GT(total.readvanced, total.restores) << "no partial acceptance";
+        } else {
+            EXPECT_EQ(total.restores, 0);
+        }
     }
 }
 
-TEST(Speculation, SampledDistributionMatchesPlainSampling) {
-    const char* path = "arch/llama/llama.gguf";
+void check_sampled_distribution(const char* path) {
     EMBER_REQUIRE_FIXTURE(path);
     ThreadPool pool(2);
     const auto model = Model::load(test::fixture_path(path));
@@ -118,8 +136,13 @@ TEST(Speculation, SampledDistributionMatchesPlainSampling) {
         std::vector<TokenProb> firsts;
         for (const TokenProb& tp : probe.distribution(logits)) firsts.push_back(tp);
         const int64_t base = state->kv.length();
+        // Hybrids go back to the end of the prompt through a snapshot of the recurrent state.
+        RecurrentSnapshotPool snapshot;
+        snapshot.init(state->recurrent, 1);
+        snapshot.save(0, state->recurrent);
         for (const TokenProb& first : firsts) {
             state->kv.set_length(base);
+            snapshot.restore(0, state->recurrent);
             logits = forward(*model, *state, pool, std::span<const int32_t>(&first.id, 1),
                              LogitsWanted::Last);
             seed_pairs.push_back(first.id);
@@ -155,6 +178,14 @@ TEST(Speculation, SampledDistributionMatchesPlainSampling) {
     }
     tv /= 2.0;
     EXPECT_LT(tv, 0.15) << "outcomes: " << all.size();
+}
+
+TEST(Speculation, SampledDistributionMatchesPlainSampling) {
+    check_sampled_distribution("arch/llama/llama.gguf");
+}
+
+TEST(Speculation, SampledDistributionMatchesPlainSamplingHybrid) {
+    check_sampled_distribution("arch/lfm2/lfm2.gguf");
 }
 
 }  // namespace

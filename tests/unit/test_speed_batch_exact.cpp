@@ -59,11 +59,12 @@ void check_model(const std::string& fixture) {
     };
     // Prompts ending well inside the first attention run, and crossing into the second
     // (runs of 128 positions) while the batch is checked.
-    for (const Case cs : {Case{9, 4, KvType::F32}, Case{9, 2, KvType::F16}, Case{126, 4, KvType::F32},
-                          Case{30, 8, KvType::F16}, Case{125, 8, KvType::F32}}) {
-        SCOPED_TRACE(fixture + " prompt=" + std::to_string(cs.prompt) +
-                     " batch=" + std::to_string(cs.batch) +
-                     (cs.kv == KvType::F16 ? " f16" : " f32"));
+    for (const Case cs :
+         {Case{9, 4, KvType::F32}, Case{9, 2, KvType::F16}, Case{126, 4, KvType::F32},
+          Case{30, 8, KvType::F16}, Case{125, 8, KvType::F32},
+          Case{9, kExactBatchTokens, KvType::F16}, Case{120, kExactBatchTokens, KvType::F32}}) {
+        SCOPED_TRACE(fixture + " prompt=" + std::to_string(cs.prompt) + " batch=" +
+                     std::to_string(cs.batch) + (cs.kv == KvType::F16 ? " f16" : " f32"));
         const auto prompt = some_tokens(cs.prompt, c.n_vocab, cs.prompt);
         const auto draft = some_tokens(cs.batch, c.n_vocab, 1000 + cs.batch);
         auto one = make_state(c, 256, cs.kv);
@@ -93,14 +94,30 @@ void check_model(const std::string& fixture) {
     }
 }
 
-TEST(SpeedBatchExact, Llama) { check_model("arch/llama/llama.gguf"); }
-TEST(SpeedBatchExact, Qwen3) { check_model("arch/qwen3/qwen3.gguf"); }
-TEST(SpeedBatchExact, QuantQ8_0) { check_model("quant/qfix-Q8_0.gguf"); }
-TEST(SpeedBatchExact, QuantQ4_0) { check_model("quant/qfix-Q4_0.gguf"); }
-TEST(SpeedBatchExact, QuantQ4_K_M) { check_model("quant/qfix-Q4_K_M.gguf"); }
-TEST(SpeedBatchExact, QuantQ6_K) { check_model("quant/qfix-Q6_K.gguf"); }
-TEST(SpeedBatchExact, QuantQ5_K_M) { check_model("quant/qfix-Q5_K_M.gguf"); }
-TEST(SpeedBatchExact, QuantIQ4_NL) { check_model("quant/qfix-IQ4_NL.gguf"); }
+TEST(SpeedBatchExact, Llama) {
+    check_model("arch/llama/llama.gguf");
+}
+TEST(SpeedBatchExact, Qwen3) {
+    check_model("arch/qwen3/qwen3.gguf");
+}
+TEST(SpeedBatchExact, QuantQ8_0) {
+    check_model("quant/qfix-Q8_0.gguf");
+}
+TEST(SpeedBatchExact, QuantQ4_0) {
+    check_model("quant/qfix-Q4_0.gguf");
+}
+TEST(SpeedBatchExact, QuantQ4_K_M) {
+    check_model("quant/qfix-Q4_K_M.gguf");
+}
+TEST(SpeedBatchExact, QuantQ6_K) {
+    check_model("quant/qfix-Q6_K.gguf");
+}
+TEST(SpeedBatchExact, QuantQ5_K_M) {
+    check_model("quant/qfix-Q5_K_M.gguf");
+}
+TEST(SpeedBatchExact, QuantIQ4_NL) {
+    check_model("quant/qfix-IQ4_NL.gguf");
+}
 
 }  // namespace
 }  // namespace ember::test

@@ -1,0 +1,116 @@
+// Speculative decoding on the hybrid families verifies [token, d1..dk] in one forward, then
+// either keeps the state it left or restores a snapshot and re-advances over the accepted
+// prefix. Both are exact only when a batch of tokens gives bit for bit what the same tokens
+// fed one at a time give: every logit row, every new KV-cache row of the attention layers, and
+// the whole recurrent state (conv histories and delta-rule matrices) with its position. Checked
+// here for verification batch sizes 2..9 and up to kExactBatchTokens, f32 and f16 caches,
+// and contexts ending inside and crossing an attention run (128 positions).
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "engine/model/forward.h"
+#include "engine/model/model.h"
+#include "engine/model/state.h"
+#include "engine/util/thread_pool.h"
+#include "tests/support/fixtures.h"
+
+namespace ember::test {
+namespace {
+
+std::vector<int32_t> some_tokens(int64_t n, int64_t n_vocab, int64_t seed) {
+    std::vector<int32_t> ids(static_cast<size_t>(n));
+    uint64_t x = 0x9e3779b97f4a7c15ull * static_cast<uint64_t>(seed + 1);
+    for (auto& id : ids) {
+        x ^= x >> 31;
+        x *= 0xbf58476d1ce4e5b9ull;
+        x ^= x >> 29;
+        id = static_cast<int32_t>(x % static_cast<uint64_t>(n_vocab));
+    }
+    return ids;
+}
+
+// Bytes of the K and V rows of cache layer `layer` at `pos`.
+std::vector<uint8_t> kv_rows(InferenceState& st, int64_t layer, int64_t pos) {
+    KvCache& kv = st.kv;
+    const bool f16 = kv.type() == KvType::F16;
+    const size_t es = f16 ? 2 : 4;
+    const auto* k = f16 ? static_cast<const void*>(kv.k_row_f16(layer, pos))
+                        : static_cast<const void*>(kv.k_row(layer, pos));
+    const auto* v = f16 ? static_cast<const void*>(kv.v_row_f16(layer, pos))
+                        : static_cast<const void*>(kv.v_row(layer, pos));
+    std::vector<uint8_t> out(es * static_cast<size_t>(kv.k_width() + kv.v_width()));
+    std::memcpy(out.data(), k, es * static_cast<size_t>(kv.k_width()));
+    std::memcpy(out.data() + es * kv.k_width(), v, es * static_cast<size_t>(kv.v_width()));
+    return out;
+}
+
+// Every verification batch of the default draft_max and a few more, and the longest ones the
+// forward pass promises to be exact (--draft-max 16 plus the verified token).
+const int64_t kBatches[] = {2, 3, 4, 5, 6, 7, 8, 9, kExactBatchTokens - 1, kExactBatchTokens};
+
+void check_model(const std::string& fixture) {
+    if (!fixture_exists(fixture)) {
+        if (running_in_ci()) FAIL() << "fixture missing under CI=true: " << fixture;
+        GTEST_SKIP() << "fixture not found: " << fixture;
+    }
+    const auto model = Model::load(fixture_path(fixture));
+    const ModelConfig& c = model->config();
+    ThreadPool pool(2);
+    // Prefill lengths: short (the prompt itself runs token-serial), past the chunked-prefill
+    // threshold, and ending just before an attention run boundary so the batch crosses it.
+    for (const int64_t prompt_len : {int64_t{5}, int64_t{40}, int64_t{124}}) {
+        for (const KvType kv_type : {KvType::F32, KvType::F16}) {
+            for (const int64_t batch : kBatches) {
+                SCOPED_TRACE(fixture + " prompt=" + std::to_string(prompt_len) + " batch=" +
+                             std::to_string(batch) + (kv_type == KvType::F16 ? " f16" : " f32"));
+                const auto prompt = some_tokens(prompt_len, c.n_vocab, prompt_len);
+                const auto draft = some_tokens(batch, c.n_vocab, 1000 + batch);
+                auto one = make_state(c, 256, kv_type);
+                auto all = make_state(c, 256, kv_type);
+                ASSERT_FALSE(one->recurrent.empty()) << "not a hybrid model";
+                forward(*model, *one, pool, prompt, LogitsWanted::Last);
+                forward(*model, *all, pool, prompt, LogitsWanted::Last);
+
+                std::vector<float> singles;
+                for (int32_t id : draft) {
+                    const auto l =
+                        forward(*model, *one, pool, std::span(&id, 1), LogitsWanted::Last);
+                    singles.insert(singles.end(), l.begin(), l.end());
+                }
+                const auto rows = forward(*model, *all, pool, draft, LogitsWanted::All);
+                ASSERT_EQ(rows.size(), singles.size());
+                for (int64_t t = 0; t < batch; ++t) {
+                    ASSERT_EQ(
+                        0, std::memcmp(rows.data() + t * c.n_vocab, singles.data() + t * c.n_vocab,
+                                       static_cast<size_t>(c.n_vocab) * sizeof(float)))
+                        << "logits of draft token " << t;
+                }
+                ASSERT_EQ(one->kv.length(), all->kv.length());
+                ASSERT_EQ(one->recurrent.position(), all->recurrent.position());
+                ASSERT_EQ(one->recurrent.data().size(), all->recurrent.data().size());
+                ASSERT_EQ(0, std::memcmp(one->recurrent.data().data(), all->recurrent.data().data(),
+                                         one->recurrent.bytes()))
+                    << "recurrent state";
+                for (int64_t l = 0; l < one->kv.n_layer(); ++l) {
+                    for (int64_t p = prompt_len; p < prompt_len + batch; ++p) {
+                        ASSERT_TRUE(kv_rows(*one, l, p) == kv_rows(*all, l, p))
+                            << "KV rows of cache layer " << l << " position " << p;
+                    }
+                }
+            }
+        }
+    }
+}
+
+TEST(HybridBatchExact, Qwen35) {
+    check_model("arch/qwen35/qwen35.gguf");
+}
+TEST(HybridBatchExact, Lfm2) {
+    check_model("arch/lfm2/lfm2.gguf");
+}
+
+}  // namespace
+}  // namespace ember::test
