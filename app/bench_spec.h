@@ -12,6 +12,7 @@ struct BenchSpecArgs {
     std::string model;
     int64_t gen = 128;
     int threads = 2;
+    int reps = 3;  // off and ngram runs of each prompt, alternating; medians reported
     bool json_out = false;
     KvType kv_type = KvType::F16;
 };

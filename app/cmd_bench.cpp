@@ -342,8 +342,9 @@ void register_bench_command(CLI::App& app, std::vector<Command>& out) {
         ->capture_default_str();
     cmd->add_option("-n,--n-gen", args->gen, "Tokens decoded one at a time")->capture_default_str();
     cmd->add_option("-t,--threads", args->threads, "Threads")->capture_default_str();
-    cmd->add_option("--reps", args->reps, "Timed repetitions (median reported)")
-        ->capture_default_str();
+    auto* reps_opt = cmd->add_option("--reps", args->reps,
+                                     "Timed repetitions (median reported; --spec: 3 by default)");
+    reps_opt->capture_default_str();
     cmd->add_flag("--json", args->json_out, "Print one JSON object");
     cmd->add_option("--kv-type", args->kv_type, "KV cache precision")
         ->capture_default_str()
@@ -364,13 +365,15 @@ void register_bench_command(CLI::App& app, std::vector<Command>& out) {
     cmd->add_option("--bw-passes", args->bw_passes,
                     "Timed passes per bandwidth probe (one probe after every rep)")
         ->capture_default_str();
-    out.push_back({cmd, [args] {
+    out.push_back({cmd, [args, reps_opt] {
                        args->model = model_path_for(args->model);
                        if (args->spec == "ngram") {
                            BenchSpecArgs spec_args;
                            spec_args.model = args->model;
                            spec_args.gen = args->gen;
                            spec_args.threads = args->threads;
+                           // Two decodes per rep and prompt: fewer reps unless asked for.
+                           if (reps_opt->count() > 0) spec_args.reps = args->reps;
                            spec_args.json_out = args->json_out;
                            spec_args.kv_type = args->kv_type == "f32" ? KvType::F32 : KvType::F16;
                            return run_bench_spec(spec_args);
