@@ -86,16 +86,20 @@ public:
             }
         }
         if (best_k > 0) return best_k;
-        // Shut: probe now and then, so a change of workload is noticed; with a full draft,
-        // or with one where a rejection also costs a restore and a re-advance (about what a
-        // rejected full probe costs the other families; record() moves the estimate as far).
-        if (++plain_steps_ < o_.probe_interval) return 0;
+        // Shut: probe now and then, so a change of workload is noticed. A probe is short
+        // (two drafts, one where a rejection also costs a restore and a re-advance), and
+        // each probe that finds nothing doubles the wait before the next (up to 8x), so
+        // fresh text pays well under the "few percent" a full draft every 16 steps cost.
+        if (++plain_steps_ < o_.probe_interval << failed_probes_) return 0;
         plain_steps_ = 0;
-        return std::min(available, costs_.needed ? 1 : limit);
+        probing_ = true;
+        return std::min({available, limit, costs_.needed ? 1 : 2});
     }
     void record(int drafted, int accepted) {
         const double rate = static_cast<double>(accepted) / static_cast<double>(drafted);
         acceptance_ = o_.decay * acceptance_ + (1.0 - o_.decay) * rate;
+        if (probing_) failed_probes_ = accepted == 0 ? std::min(failed_probes_ + 1, 3) : 0;
+        probing_ = false;
     }
 
 private:
@@ -103,6 +107,8 @@ private:
     RollbackCosts costs_;
     double acceptance_ = 0.5;  // optimistic start: drafting is tried early
     int plain_steps_;
+    bool probing_ = false;   // the step being verified was a probe of a shut gate
+    int failed_probes_ = 0;  // probes in a row that found nothing (the wait doubles each)
 };
 
 // Leaves `state`, which evaluated `batch` from position `base`, as if it had evaluated only
