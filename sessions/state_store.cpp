@@ -221,18 +221,25 @@ void StateStore::touch(const std::vector<int64_t>& ids, int64_t tick) {
     }
 }
 
-StateStore::BlockRow StateStore::best_child(int64_t parent_id, int64_t begin,
-                                            std::span<const int32_t> tail) {
-    Statement s = db_.prepare(
-        parent_id == 0
-            ? "SELECT id, tokens FROM state_blocks WHERE parent_id IS NULL AND seed = ? "
-              "AND begin_pos = ?"
-            : "SELECT id, tokens FROM state_blocks WHERE parent_id = ? AND begin_pos = ?");
+Statement StateStore::children(int64_t parent_id, const std::string& select,
+                               const std::string& blocks, const std::string& condition) {
+    // Roots have no parent row; they are told apart by the store's seed.
+    Statement s =
+        db_.prepare(select + " WHERE " +
+                    (parent_id == 0 ? blocks + "parent_id IS NULL AND " + blocks + "seed = ?"
+                                    : blocks + "parent_id = ?") +
+                    " AND " + condition);
     if (parent_id == 0) {
         s.bind_blob(1, seed());
     } else {
         s.bind(1, parent_id);
     }
+    return s;
+}
+
+StateStore::BlockRow StateStore::best_child(int64_t parent_id, int64_t begin,
+                                            std::span<const int32_t> tail) {
+    Statement s = children(parent_id, "SELECT id, tokens FROM state_blocks", "", "begin_pos = ?");
     s.bind(2, begin);
     BlockRow best{0, begin, 0, 0};
     while (s.step()) {
@@ -293,18 +300,10 @@ std::vector<StateStore::BlockRow> StateStore::find_snapshot_chain(std::span<cons
         const int64_t parent_id = level == 0 ? 0 : full[level - 1].id;
         const int64_t begin = static_cast<int64_t>(level) * options_.block_tokens;
         if (begin >= limit) continue;
-        Statement s = db_.prepare(
-            parent_id == 0
-                ? "SELECT b.id, b.tokens, n.position FROM state_blocks b JOIN state_snapshots n "
-                  "ON n.block_id = b.id WHERE b.parent_id IS NULL AND b.seed = ? AND "
-                  "b.begin_pos = ?"
-                : "SELECT b.id, b.tokens, n.position FROM state_blocks b JOIN state_snapshots n "
-                  "ON n.block_id = b.id WHERE b.parent_id = ? AND b.begin_pos = ?");
-        if (parent_id == 0) {
-            s.bind_blob(1, seed());
-        } else {
-            s.bind(1, parent_id);
-        }
+        Statement s = children(parent_id,
+                               "SELECT b.id, b.tokens, n.position FROM state_blocks b JOIN "
+                               "state_snapshots n ON n.block_id = b.id",
+                               "b.", "b.begin_pos = ?");
         s.bind(2, begin);
         const auto tail = tokens.subspan(static_cast<size_t>(begin));
         BlockRow best{0, begin, 0, 0};
@@ -476,17 +475,9 @@ void StateStore::drop_superseded_partials(int64_t parent_id, int64_t keep_id,
     // A shorter sibling whose tokens all appear at the start of `tokens` adds nothing: the
     // new block's rows serve every prefix it served. Unless it carries a hybrid's snapshot:
     // that is the only place the recurrent state can resume from (a turn's prompt end, say).
-    Statement s = db_.prepare(
-        parent_id == 0 ? "SELECT id, tokens FROM state_blocks WHERE parent_id IS NULL AND "
-                         "seed = ? AND id != ? AND n_tokens < ? AND id NOT IN "
-                         "(SELECT block_id FROM state_snapshots)"
-                       : "SELECT id, tokens FROM state_blocks WHERE parent_id = ? AND id != ? "
-                         "AND n_tokens < ? AND id NOT IN (SELECT block_id FROM state_snapshots)");
-    if (parent_id == 0) {
-        s.bind_blob(1, seed());
-    } else {
-        s.bind(1, parent_id);
-    }
+    Statement s = children(parent_id, "SELECT id, tokens FROM state_blocks", "",
+                           "id != ? AND n_tokens < ? AND id NOT IN "
+                           "(SELECT block_id FROM state_snapshots)");
     s.bind(2, keep_id).bind(3, static_cast<int64_t>(tokens.size()));
     std::vector<int64_t> superseded;
     while (s.step()) {

@@ -119,6 +119,11 @@ private:
     // full and ends inside (have, limit); empty when there is none.
     std::vector<BlockRow> find_snapshot_chain(std::span<const int32_t> tokens, int64_t have,
                                               int64_t limit);
+    // A statement "<select> WHERE <parent> AND <condition>" over the children of `parent_id`
+    // (0: the roots under this store's seed), the parent bound as parameter 1 and the
+    // condition's parameters from 2; `blocks` is the state_blocks alias with its dot, if any.
+    Statement children(int64_t parent_id, const std::string& select, const std::string& blocks,
+                       const std::string& condition);
     // Among the children of `parent_id` (0: roots), the one sharing the longest token prefix
     // with `tail`; n_tokens 0 when none shares any.
     BlockRow best_child(int64_t parent_id, int64_t begin, std::span<const int32_t> tail);
