@@ -86,10 +86,10 @@ inline void reduce_halves(const __m512i p[8], __m512i* h0, __m512i* h1) {
 
 // q[k]'s 128-bit lane L holds 4 partial sums of row 4L + k: lane r of the result = row r.
 inline __m512i reduce_quads(const __m512i q[4]) {
-    const __m512i t0 = _mm512_add_epi32(_mm512_unpacklo_epi32(q[0], q[1]),
-                                        _mm512_unpackhi_epi32(q[0], q[1]));
-    const __m512i t1 = _mm512_add_epi32(_mm512_unpacklo_epi32(q[2], q[3]),
-                                        _mm512_unpackhi_epi32(q[2], q[3]));
+    const __m512i t0 =
+        _mm512_add_epi32(_mm512_unpacklo_epi32(q[0], q[1]), _mm512_unpackhi_epi32(q[0], q[1]));
+    const __m512i t1 =
+        _mm512_add_epi32(_mm512_unpacklo_epi32(q[2], q[3]), _mm512_unpackhi_epi32(q[2], q[3]));
     return _mm512_add_epi32(_mm512_unpacklo_epi64(t0, t1), _mm512_unpackhi_epi64(t0, t1));
 }
 
@@ -99,8 +99,7 @@ inline __m512i pair256(const uint8_t* lo, const uint8_t* hi) {
         _mm256_loadu_si256(reinterpret_cast<const __m256i*>(hi)), 1);
 }
 
-inline __m512i quad128(const uint8_t* r0, const uint8_t* r1, const uint8_t* r2,
-                       const uint8_t* r3) {
+inline __m512i quad128(const uint8_t* r0, const uint8_t* r1, const uint8_t* r2, const uint8_t* r3) {
     __m512i v = _mm512_castsi128_si512(_mm_loadu_si128(reinterpret_cast<const __m128i*>(r0)));
     v = _mm512_inserti32x4(v, _mm_loadu_si128(reinterpret_cast<const __m128i*>(r1)), 1);
     v = _mm512_inserti32x4(v, _mm_loadu_si128(reinterpret_cast<const __m128i*>(r2)), 2);
@@ -195,12 +194,13 @@ void panel_a(const uint8_t* w, size_t stride, int rows, int64_t n_groups, const 
             const __m512i av =
                 _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.qs)));
             __m512i p[8];
-            for (int i = 0; i < 8; ++i) p[i] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u[i], av);
+            for (int i = 0; i < 8; ++i)
+                p[i] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u[i], av);
             // i = sum u * qa - kOff * (s0 + s1), exact.
             const __m512i isum =
                 _mm512_add_epi32(reduce_rows(p), _mm512_set1_epi32(-T::kOff * (a.s[0] + a.s[1])));
-            tot[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(d, _mm512_set1_ps(a.d)),
-                                     tot[t]);
+            tot[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum),
+                                     _mm512_mul_ps(d, _mm512_set1_ps(a.d)), tot[t]);
         }
     }
     store_tokens<C>(tot, y, ldy, rows);
@@ -276,8 +276,8 @@ void panel_nib(const uint8_t* w, size_t stride, int rows, int64_t n_groups, cons
             if constexpr (T::kFamily == Family::A) {
                 isum = _mm512_add_epi32(isum, _mm512_set1_epi32(-T::kOff * (a.s[0] + a.s[1])));
             }
-            tot[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(d, _mm512_set1_ps(a.d)),
-                                     tot[t]);
+            tot[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum),
+                                     _mm512_mul_ps(d, _mm512_set1_ps(a.d)), tot[t]);
             if constexpr (T::kFamily == Family::B) {
                 const float sa = static_cast<float>(a.s[0] + a.s[1]) * a.d;
                 tot[t] = _mm512_fmadd_ps(m, _mm512_set1_ps(sa), tot[t]);
@@ -287,7 +287,8 @@ void panel_nib(const uint8_t* w, size_t stride, int rows, int64_t n_groups, cons
     store_tokens<C>(tot, y, ldy, rows);
 }
 
-// ---- K-quants: 8 groups of 32 per 256-element super-block ----------------------------------------
+// ---- K-quants: 8 groups of 32 per 256-element super-block
+// ----------------------------------------
 
 // Per super-block numbers of the 16 rows, 16 lanes each.
 struct KScalesB {  // Q4_K, Q5_K: x = d_s * q + m_s per group s
@@ -305,8 +306,7 @@ inline void q45k_scales(const PanelRows& pr, const uint8_t* blk, KScalesB* s) {
     const __m512i dd = pr.gather(blk, 0);
     const __m512i w0 = pr.gather(blk, 4), w1 = pr.gather(blk, 8), w2 = pr.gather(blk, 12);
     const __m512 d = half_lanes<false>(dd), dmin = half_lanes<true>(dd);
-    const __m512i m6 = _mm512_set1_epi32(63), m4 = _mm512_set1_epi32(15),
-                  m2 = _mm512_set1_epi32(3);
+    const __m512i m6 = _mm512_set1_epi32(63), m4 = _mm512_set1_epi32(15), m2 = _mm512_set1_epi32(3);
     const __m512 neg = _mm512_set1_ps(-0.0f);
     for (int i = 0; i < 8; ++i) {
         __m512i sc, mn;
@@ -357,8 +357,8 @@ struct KQ5 {
         const __m512i h = pair256(lo + oh, hi + oh);
         // Bit s of each byte to bit 4 (16-bit shifts: what crosses a byte is masked off).
         const __m512i hb = s <= 4 ? _mm512_slli_epi16(h, 4 - s) : _mm512_srli_epi16(h, s - 4);
-        const __m512i n = _mm512_and_si512((s & 1) ? _mm512_srli_epi16(x, 4) : x,
-                                           _mm512_set1_epi8(0x0f));
+        const __m512i n =
+            _mm512_and_si512((s & 1) ? _mm512_srli_epi16(x, 4) : x, _mm512_set1_epi8(0x0f));
         return _mm512_or_si512(n, _mm512_and_si512(hb, _mm512_set1_epi8(0x10)));
     }
 };
@@ -376,10 +376,8 @@ struct KQ6 {
         for (int q = 0; q < 4; ++q) {
             const __m512i w = pr.gather(blk, so + 4 * q);  // scales 4q .. 4q+3
             for (int e = 0; e < 2; ++e) {                  // group 2q + e: bytes 2e, 2e + 1
-                s->sc0[2 * q + e] =
-                    _mm512_srai_epi32(_mm512_slli_epi32(w, 24 - 16 * e), 24);
-                s->sc1[2 * q + e] =
-                    _mm512_srai_epi32(_mm512_slli_epi32(w, 16 - 16 * e), 24);
+                s->sc0[2 * q + e] = _mm512_srai_epi32(_mm512_slli_epi32(w, 24 - 16 * e), 24);
+                s->sc1[2 * q + e] = _mm512_srai_epi32(_mm512_slli_epi32(w, 16 - 16 * e), 24);
             }
         }
     }
@@ -391,15 +389,23 @@ struct KQ6 {
         const size_t oh = offsetof(BlockQ6_K, qh) + 32 * n;
         const __m512i x = pair256(lo + ol, hi + ol);
         const __m512i h = pair256(lo + oh, hi + oh);
-        const __m512i l4 = _mm512_and_si512(k >= 2 ? _mm512_srli_epi16(x, 4) : x,
-                                            _mm512_set1_epi8(0x0f));
+        const __m512i l4 =
+            _mm512_and_si512(k >= 2 ? _mm512_srli_epi16(x, 4) : x, _mm512_set1_epi8(0x0f));
         // Bits 2k, 2k+1 of each byte to bits 4, 5.
         __m512i h2;
         switch (k) {
-            case 0: h2 = _mm512_slli_epi16(h, 4); break;
-            case 1: h2 = _mm512_slli_epi16(h, 2); break;
-            case 2: h2 = h; break;
-            default: h2 = _mm512_srli_epi16(h, 2); break;
+            case 0:
+                h2 = _mm512_slli_epi16(h, 4);
+                break;
+            case 1:
+                h2 = _mm512_slli_epi16(h, 2);
+                break;
+            case 2:
+                h2 = h;
+                break;
+            default:
+                h2 = _mm512_srli_epi16(h, 2);
+                break;
         }
         return _mm512_or_si512(l4, _mm512_and_si512(h2, _mm512_set1_epi8(0x30)));
     }
@@ -417,10 +423,13 @@ void panel_k(const uint8_t* w, size_t stride, int rows, int64_t n_blocks, const 
         const size_t off = static_cast<size_t>(b) * B;
         typename K::Scales sc;
         K::scales(pr, w + off, &sc);
-        for (int s = 0; s < 8; ++s) {
+        // The eight groups unrolled at compile time: each unpack sees a constant group, so its
+        // shifts are fixed and the loads groups share (Q6_K's high bits, for one) are made once.
+        auto group = [&]<int s>(std::integral_constant<int, s>) {
             pf();
             __m512i u[8];
-            for (int i = 0; i < 8; ++i) u[i] = K::unpack(pr.row[lo_row(i)] + off, pr.row[hi_row(i)] + off, s);
+            for (int i = 0; i < 8; ++i)
+                u[i] = K::unpack(pr.row[lo_row(i)] + off, pr.row[hi_row(i)] + off, s);
             for (int t = 0; t < C; ++t) {
                 const BlockQ8_32& a = tk.act[t][8 * b + s];
                 const __m512i av = _mm512_broadcast_i64x4(
@@ -444,16 +453,21 @@ void panel_k(const uint8_t* w, size_t stride, int rows, int64_t n_blocks, const 
                     h1 = _mm512_add_epi32(h1, _mm512_set1_epi32(-K::kOff * a.s[1]));
                     const __m512i isum = _mm512_add_epi32(_mm512_mullo_epi32(h0, sc.sc0[s]),
                                                           _mm512_mullo_epi32(h1, sc.sc1[s]));
-                    tot[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(sc.d, da),
-                                             tot[t]);
+                    tot[t] =
+                        _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(sc.d, da), tot[t]);
                 }
             }
+        };
+        [&]<int... S>(std::integer_sequence<int, S...>) {
+            (group(std::integral_constant<int, S>{}), ...);
         }
+        (std::make_integer_sequence<int, 8>{});
     }
     store_tokens<C>(tot, y, ldy, rows);
 }
 
-// ---- dispatch ------------------------------------------------------------------------------------
+// ---- dispatch
+// ------------------------------------------------------------------------------------
 
 template <class T>
 struct GemvKernel;  // which panel function serves type T
@@ -507,7 +521,9 @@ struct GemvKernel<TQ6_K> {
 };
 
 template <class T>
-concept HasGemv = requires { GemvKernel<T>::kGroupsPerUnit; };
+concept HasGemv = requires {
+    GemvKernel<T>::kGroupsPerUnit;
+};
 
 template <class T, int C>
 void gemv_c(const GemmArgs& g) {
