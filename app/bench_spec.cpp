@@ -91,13 +91,14 @@ Row run_row(const Model& model, ThreadPool& pool, const std::vector<int32_t>& pr
     return r;
 }
 
-double median_of(std::vector<double> v) {
-    std::sort(v.begin(), v.end());
-    const size_t n = v.size();
-    return n == 0 ? 0.0 : n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
 }  // namespace
+
+double median(std::vector<double> v) {
+    if (v.empty()) return 0;
+    std::sort(v.begin(), v.end());
+    const size_t m = v.size() / 2;
+    return v.size() % 2 ? v[m] : 0.5 * (v[m - 1] + v[m]);
+}
 
 int run_bench_spec(const BenchSpecArgs& a) {
     auto model = Model::load(a.model);
@@ -120,8 +121,8 @@ int run_bench_spec(const BenchSpecArgs& a) {
             off_tps.push_back(off.decode_tps);
             on_tps.push_back(on.decode_tps);
         }
-        off.decode_tps = median_of(off_tps);
-        on.decode_tps = median_of(on_tps);
+        off.decode_tps = median(off_tps);
+        on.decode_tps = median(on_tps);
         for (const auto* row : {&off, &on}) {
             rows.push_back(
                 {{"workload", w.kind},

@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "engine/model/state.h"
 
@@ -16,6 +17,9 @@ struct BenchSpecArgs {
     bool json_out = false;
     KvType kv_type = KvType::F16;
 };
+
+// Median of the values (0 for none); the benchmarks report medians of their repetitions.
+double median(std::vector<double> values);
 
 // Prints the rows; returns 1 when speculation changed any greedy output.
 int run_bench_spec(const BenchSpecArgs& args);

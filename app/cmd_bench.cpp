@@ -65,13 +65,6 @@ double seconds_since(Clock::time_point t0) {
     return std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
-double median(std::vector<double> v) {
-    if (v.empty()) return 0;
-    std::sort(v.begin(), v.end());
-    const size_t m = v.size() / 2;
-    return v.size() % 2 ? v[m] : 0.5 * (v[m - 1] + v[m]);
-}
-
 // Greedy choice without a sampler, so the timing is the model's; also notes whether every
 // logit is finite (random weights must not overflow a forward pass).
 int32_t argmax(std::span<const float> logits, bool& finite) {

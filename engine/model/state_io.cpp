@@ -66,7 +66,22 @@ struct ParsedKv {
     size_t rows_offset = 0;
 };
 
-ParsedKv parse_kv(std::span<const uint8_t> blob) {
+// Writes the blob header and the header of its one section, `payload` bytes long.
+void write_headers(Writer& w, StateSectionKind kind, uint64_t payload) {
+    w.bytes(kMagic, 4);
+    w.u32(kStateFormatVersion);
+    w.u32(1);
+    w.u32(0);
+    w.u32(static_cast<uint32_t>(kind));
+    w.u32(0);
+    w.u64(payload);
+}
+
+// Checks the blob header and that its one section is of `kind` (`section_name` and
+// `kind_name` word the errors) and that it fills the rest of the blob; returns a reader
+// at its payload.
+Reader open_section(std::span<const uint8_t> blob, StateSectionKind kind, const char* section_name,
+                    const char* kind_name) {
     Reader r(blob);
     if (std::memcmp(r.take(4, "magic"), kMagic, 4) != 0) {
         throw StateFormatError("state blob: bad magic (not an ember state blob)");
@@ -80,20 +95,25 @@ ParsedKv parse_kv(std::span<const uint8_t> blob) {
     r.u32("reserved");
     if (sections != 1) {
         throw StateFormatError("state blob: " + std::to_string(sections) +
-                               " sections, expected one KV section");
+                               " sections, expected one " + section_name + " section");
     }
-    const uint32_t kind = r.u32("section kind");
+    const uint32_t found = r.u32("section kind");
     r.u32("section reserved");
     const uint64_t payload = r.u64("section size");
-    if (kind != static_cast<uint32_t>(StateSectionKind::KvRows)) {
-        throw StateFormatError("state blob: section kind " + std::to_string(kind) +
-                               " is not KV rows");
+    if (found != static_cast<uint32_t>(kind)) {
+        throw StateFormatError("state blob: section kind " + std::to_string(found) + " is not " +
+                               kind_name);
     }
     if (payload != r.remaining()) {
         throw StateFormatError("state blob: section size " + std::to_string(payload) +
                                " does not match the " + std::to_string(r.remaining()) +
                                " bytes present");
     }
+    return r;
+}
+
+ParsedKv parse_kv(std::span<const uint8_t> blob) {
+    Reader r = open_section(blob, StateSectionKind::KvRows, "KV", "KV rows");
     ParsedKv p;
     const uint32_t type = r.u32("kv type");
     if (type > 1) throw StateFormatError("state blob: unknown kv type " + std::to_string(type));
@@ -127,33 +147,7 @@ constexpr size_t kRecurrentInfoBytes = 4 * 4 + 2 * 8;
 
 // The Recurrent blob's header, checked against its size; returns where the floats start.
 size_t parse_recurrent(std::span<const uint8_t> blob, RecurrentBlobInfo& info) {
-    Reader r(blob);
-    if (std::memcmp(r.take(4, "magic"), kMagic, 4) != 0) {
-        throw StateFormatError("state blob: bad magic (not an ember state blob)");
-    }
-    const uint32_t version = r.u32("version");
-    if (version != kStateFormatVersion) {
-        throw StateFormatError("state blob: format version " + std::to_string(version) +
-                               ", this build reads " + std::to_string(kStateFormatVersion));
-    }
-    const uint32_t sections = r.u32("section count");
-    r.u32("reserved");
-    if (sections != 1) {
-        throw StateFormatError("state blob: " + std::to_string(sections) +
-                               " sections, expected one recurrent section");
-    }
-    const uint32_t kind = r.u32("section kind");
-    r.u32("section reserved");
-    const uint64_t payload = r.u64("section size");
-    if (kind != static_cast<uint32_t>(StateSectionKind::Recurrent)) {
-        throw StateFormatError("state blob: section kind " + std::to_string(kind) +
-                               " is not recurrent state");
-    }
-    if (payload != r.remaining()) {
-        throw StateFormatError("state blob: section size " + std::to_string(payload) +
-                               " does not match the " + std::to_string(r.remaining()) +
-                               " bytes present");
-    }
+    Reader r = open_section(blob, StateSectionKind::Recurrent, "recurrent", "recurrent state");
     info.n_layer = r.u32("n_layer");
     info.conv_floats = r.u32("conv floats");
     info.delta_floats = r.u32("delta floats");
@@ -178,13 +172,7 @@ std::vector<uint8_t> serialize_recurrent(const RecurrentState& state) {
     const uint64_t data_bytes = state.bytes();
     std::vector<uint8_t> out(kHeaderBytes + kSectionHeaderBytes + kRecurrentInfoBytes + data_bytes);
     Writer w(out);
-    w.bytes(kMagic, 4);
-    w.u32(kStateFormatVersion);
-    w.u32(1);
-    w.u32(0);
-    w.u32(static_cast<uint32_t>(StateSectionKind::Recurrent));
-    w.u32(0);
-    w.u64(kRecurrentInfoBytes + data_bytes);
+    write_headers(w, StateSectionKind::Recurrent, kRecurrentInfoBytes + data_bytes);
     w.u32(static_cast<uint32_t>(state.n_layer()));
     w.u32(static_cast<uint32_t>(state.conv_floats()));
     w.u32(static_cast<uint32_t>(state.delta_floats()));
@@ -232,13 +220,7 @@ std::vector<uint8_t> serialize_kv_rows(const KvCache& kv, int64_t begin, int64_t
         static_cast<uint64_t>(kv.n_layer() * count * (kv.k_width() + kv.v_width())) * es;
     std::vector<uint8_t> out(kHeaderBytes + kSectionHeaderBytes + kKvInfoBytes + rows_bytes);
     Writer w(out);
-    w.bytes(kMagic, 4);
-    w.u32(kStateFormatVersion);
-    w.u32(1);
-    w.u32(0);
-    w.u32(static_cast<uint32_t>(StateSectionKind::KvRows));
-    w.u32(0);
-    w.u64(kKvInfoBytes + rows_bytes);
+    write_headers(w, StateSectionKind::KvRows, kKvInfoBytes + rows_bytes);
     w.u32(kv.type() == KvType::F32 ? 0 : 1);
     w.u32(static_cast<uint32_t>(kv.n_layer()));
     w.u32(static_cast<uint32_t>(kv.k_width()));

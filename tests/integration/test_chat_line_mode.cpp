@@ -3,26 +3,23 @@
 // the partial reply, /set, /regen giving a new reply, an unknown command, Ctrl-C at the
 // prompt, Ctrl-D leaving with the terminal restored, and the saved input history.
 #include <gtest/gtest.h>
-#include <unistd.h>
 
-#include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <functional>
 #include <regex>
 #include <sstream>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "tests/support/fixtures.h"
 #include "tests/support/process.h"
+#include "tests/support/tmux.h"
 
 namespace ember::test {
 namespace {
 
 namespace fs = std::filesystem;
-using Clock = std::chrono::steady_clock;
 
 const char* const kModel = "arch/llama/llama.gguf";
 const char* const kShellPrompt = "SHELL$";
@@ -84,61 +81,32 @@ std::string reply_after(const std::string& screen, const std::string& input) {
     return reply;
 }
 
-// A tmux server of its own (a unique socket), killed at the end.
-class Tmux {
+// The line-mode test's terminal: 100 x 30, screens with the whole history, lines joined.
+class Tmux : public TmuxSession {
 public:
-    explicit Tmux(std::string binary)
-        : binary_(std::move(binary)), socket_("ember-line-test-" + std::to_string(getpid())) {}
-    ~Tmux() {
-        // tmux leaves its socket file behind after kill-server.
-        std::string socket_path = run({"display-message", "-p", "#{socket_path}"}).out;
-        while (!socket_path.empty() && socket_path.back() == '\n') socket_path.pop_back();
-        run({"kill-server"});
-        if (!socket_path.empty()) {
-            std::error_code ignored;
-            fs::remove(socket_path, ignored);
-        }
-    }
-
-    CommandResult run(const std::vector<std::string>& args) const {
-        std::vector<std::string> argv = {binary_, "-L", socket_, "-f", "/dev/null"};
-        argv.insert(argv.end(), args.begin(), args.end());
-        return run_command(argv);
-    }
+    explicit Tmux(std::string binary) : TmuxSession(std::move(binary), "ember-line-test") {}
     CommandResult start(const std::string& command) const {
-        return run({"new-session", "-d", "-x", "100", "-y", "30", "-s", "t", command});
+        return TmuxSession::start(command, 100, 30);
     }
     // Keys by tmux name ("Enter", "C-c"), or literal text with `literal`.
     void keys(const std::string& keys, bool literal = false) const {
         if (literal) {
-            run({"send-keys", "-t", "t", "-l", keys});
+            text(keys);
         } else {
-            run({"send-keys", "-t", "t", keys});
+            TmuxSession::keys(keys);
         }
     }
     void type_line(const std::string& text) const {
         keys(text, true);
         keys("Enter");
     }
-    std::string screen() const {
-        return run({"capture-pane", "-p", "-J", "-S", "-", "-t", "t"}).out;
-    }
+    std::string screen() const { return capture({"-J", "-S", "-"}); }
 
     // Polls the screen until `done` holds or the deadline passes; returns the last screen.
     bool wait_for(const std::function<bool(const std::string&)>& done, std::string& screen,
                   double seconds = 15.0) const {
-        const auto deadline = Clock::now() + std::chrono::duration<double>(seconds);
-        for (;;) {
-            screen = this->screen();
-            if (done(screen)) return true;
-            if (Clock::now() > deadline) return false;
-            std::this_thread::sleep_for(std::chrono::milliseconds(30));
-        }
+        return poll([this] { return this->screen(); }, done, screen, seconds);
     }
-
-private:
-    std::string binary_;
-    std::string socket_;
 };
 
 bool at_prompt(const std::string& screen) {

@@ -22,6 +22,7 @@
 
 #include "tests/support/fixtures.h"
 #include "tests/support/process.h"
+#include "tests/support/tmux.h"
 #include "ui/tui/text.h"
 
 namespace ember::test {
@@ -57,30 +58,14 @@ std::string last_nonempty_line(const std::string& screen) {
     return {};
 }
 
-// A tmux server of its own (a unique socket), killed at the end.
-class Tmux {
+// The TUI test's terminal: kWidth x kHeight, its visible screen.
+class Tmux : public TmuxSession {
 public:
-    explicit Tmux(std::string binary, const std::string& name)
-        : binary_(std::move(binary)),
-          socket_("ember-tui-" + name + "-" + std::to_string(getpid())) {}
-    ~Tmux() {
-        std::string socket_path = run({"display-message", "-p", "#{socket_path}"}).out;
-        while (!socket_path.empty() && socket_path.back() == '\n') socket_path.pop_back();
-        run({"kill-server"});
-        std::error_code ignored;
-        if (!socket_path.empty()) fs::remove(socket_path, ignored);
-    }
-    CommandResult run(const std::vector<std::string>& args) const {
-        std::vector<std::string> argv = {binary_, "-L", socket_, "-f", "/dev/null"};
-        argv.insert(argv.end(), args.begin(), args.end());
-        return run_command(argv);
-    }
+    Tmux(std::string binary, const std::string& name)
+        : TmuxSession(std::move(binary), "ember-tui-" + name) {}
     CommandResult start(const std::string& command) const {
-        return run({"new-session", "-d", "-x", std::to_string(kWidth), "-y",
-                    std::to_string(kHeight), "-s", "t", command});
+        return TmuxSession::start(command, kWidth, kHeight);
     }
-    void keys(const std::string& keys) const { run({"send-keys", "-t", "t", keys}); }
-    void text(const std::string& text) const { run({"send-keys", "-t", "t", "-l", text}); }
     void line(const std::string& line) const {
         text(line);
         keys("Enter");
@@ -95,26 +80,15 @@ public:
     }
     // The visible screen, one line per row.
     std::string screen(bool with_styles = false) const {
-        if (with_styles) return run({"capture-pane", "-p", "-e", "-t", "t"}).out;
-        return run({"capture-pane", "-p", "-t", "t"}).out;
+        return with_styles ? capture({"-e"}) : capture();
     }
     int pane_pid() const {
         return std::atoi(run({"display-message", "-p", "-t", "t", "#{pane_pid}"}).out.c_str());
     }
     bool wait_for(const std::function<bool(const std::string&)>& done, std::string& screen,
                   double seconds = 15.0) const {
-        const auto deadline = Clock::now() + std::chrono::duration<double>(seconds);
-        for (;;) {
-            screen = this->screen();
-            if (done(screen)) return true;
-            if (Clock::now() > deadline) return false;
-            std::this_thread::sleep_for(std::chrono::milliseconds(30));
-        }
+        return poll([this] { return this->screen(); }, done, screen, seconds);
     }
-
-private:
-    std::string binary_;
-    std::string socket_;
 };
 
 // Children of `parent` (from /proc), to signal the ember process the shell started.
