@@ -105,7 +105,8 @@ void bench_matmul(benchmark::State& state, const KernelTable* table, TensorType 
 // against the read bandwidth printed at start-up (decode's roofline).
 void bench_matvec_dram(benchmark::State& state, const KernelTable* table, TensorType t,
                        int threads) {
-    const int64_t cols = 2304;  // a multiple of 256
+    const char* cols_env = std::getenv("EMBER_BENCH_DRAM_COLS");
+    const int64_t cols = cols_env != nullptr ? std::atoll(cols_env) : 2304;  // a multiple of 256
     // EMBER_BENCH_DRAM_MB overrides the size for machines with a larger L3.
     const char* mb_env = std::getenv("EMBER_BENCH_DRAM_MB");
     const int64_t mb = mb_env != nullptr ? std::atoll(mb_env) : 96;
