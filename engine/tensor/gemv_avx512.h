@@ -1,13 +1,15 @@
 // AVX-512 decode matrix-vector products straight from the weights' own layout: one token, or a
 // few (up to kGemvTokens, the tokens a speculative-decoding check verifies at once), every
-// weight block read once for all of them. matmul takes them for one token by default (see
-// Avx512::gemv_max_tokens in quants_avx512.cpp: from two tokens on the panels are faster).
+// weight block read once for all of them. matmul takes them for up to kGemvTokens tokens (see
+// Avx512::gemv_max_tokens in quants_avx512.cpp); larger batches go through the panels.
 //
-// The panel path (simd_gemm.h) transposes 16 rows into panels so that int32 lanes are rows; for
-// one token that transpose, its stores and reloads cost more than the weights take to arrive.
-// Here the rows stay as they are: a zmm holds a piece of two rows (256-bit halves) or of four
-// (128-bit lanes), vpdpbusd leaves each row's sum spread over a few lanes, and a
-// transpose-and-add tree brings the 16 rows' sums into the 16 lanes. From there on it is the
+// The panel path (simd_gemm.h) transposes 16 rows into panels in memory so that int32 lanes are
+// rows; for a few tokens that transpose, its stores and reloads cost more than the weights take
+// to arrive. Here the rows stay as they are: a zmm holds a piece of two rows (256-bit halves) or
+// of four (128-bit lanes). For one token vpdpbusd leaves each row's sum spread over a few lanes
+// and a transpose-and-add tree brings the 16 rows' sums into the 16 lanes; for several tokens
+// the group's rows are transposed in registers once (transpose_rows / transpose_quads) and each
+// token's 4-byte broadcasts meet them with no tree. From there on it is the
 // canonical order of simd_unpack.h per (row, token) (exact integer sum of the group, then the
 // group's float multiply-adds), so the results are bitwise those of the panel path and of the
 // scalar reference, whatever the number of tokens.
@@ -32,6 +34,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <utility>
 
 #include "engine/tensor/blocks.h"
@@ -91,6 +94,48 @@ inline __m512i reduce_quads(const __m512i q[4]) {
     const __m512i t1 =
         _mm512_add_epi32(_mm512_unpacklo_epi32(q[2], q[3]), _mm512_unpackhi_epi32(q[2], q[3]));
     return _mm512_add_epi32(_mm512_unpacklo_epi64(t0, t1), _mm512_unpackhi_epi64(t0, t1));
+}
+
+// The inverse layout, for several tokens: u[i] holds rows lo(i) | hi(i), 8 dwords each (as p
+// above); v[k] lane r = dword k (bytes 4k .. 4k+3) of row r. Transposed once per group, the
+// rows' bytes then meet each token's 4-byte broadcasts with one vpdpbusd per dword and no
+// reduction tree per token (24 shuffles per group instead of ~20 per token).
+inline void transpose_rows(const __m512i u[8], __m512i v[8]) {
+    __m512i b[8];  // b[4h + k]'s 128-bit lanes: dwords k, k + 4 of rows 8h..8h+3, then 8h+4..
+    for (int h = 0; h < 2; ++h) {
+        const __m512i* x = u + 4 * h;
+        const __m512i a0 = _mm512_unpacklo_epi32(x[0], x[1]);
+        const __m512i a1 = _mm512_unpackhi_epi32(x[0], x[1]);
+        const __m512i a2 = _mm512_unpacklo_epi32(x[2], x[3]);
+        const __m512i a3 = _mm512_unpackhi_epi32(x[2], x[3]);
+        b[4 * h + 0] = _mm512_unpacklo_epi64(a0, a2);
+        b[4 * h + 1] = _mm512_unpackhi_epi64(a0, a2);
+        b[4 * h + 2] = _mm512_unpacklo_epi64(a1, a3);
+        b[4 * h + 3] = _mm512_unpackhi_epi64(a1, a3);
+    }
+    for (int k = 0; k < 4; ++k) {
+        v[k] = _mm512_shuffle_i32x4(b[k], b[4 + k], _MM_SHUFFLE(2, 0, 2, 0));
+        v[k + 4] = _mm512_shuffle_i32x4(b[k], b[4 + k], _MM_SHUFFLE(3, 1, 3, 1));
+    }
+}
+
+// q[k]'s 128-bit lane L holds the 4 dwords of row 4L + k: v[j] lane r = dword j of row r.
+inline void transpose_quads(const __m512i q[4], __m512i v[4]) {
+    const __m512i t0 = _mm512_unpacklo_epi32(q[0], q[1]);
+    const __m512i t1 = _mm512_unpackhi_epi32(q[0], q[1]);
+    const __m512i t2 = _mm512_unpacklo_epi32(q[2], q[3]);
+    const __m512i t3 = _mm512_unpackhi_epi32(q[2], q[3]);
+    v[0] = _mm512_unpacklo_epi64(t0, t2);
+    v[1] = _mm512_unpackhi_epi64(t0, t2);
+    v[2] = _mm512_unpacklo_epi64(t1, t3);
+    v[3] = _mm512_unpackhi_epi64(t1, t3);
+}
+
+// Dword k of a token's 32 activation bytes in every lane.
+inline __m512i act_dword(const int8_t* qs, int k) {
+    int32_t v;
+    std::memcpy(&v, qs + 4 * k, 4);
+    return _mm512_set1_epi32(v);
 }
 
 inline __m512i pair256(const uint8_t* lo, const uint8_t* hi) {
@@ -195,8 +240,8 @@ void panel_a(const uint8_t* w, size_t stride, int rows, int64_t n_groups, const 
         }
         // Every family-A block starts with its fp16 scale.
         const __m512 d = half_lanes<false>(pr.gather(w, off));
-        for (int t = 0; t < C; ++t) {
-            const BlockQ8_32& a = tk.act[t][g];
+        if constexpr (C == 1) {
+            const BlockQ8_32& a = tk.act[0][g];
             const __m512i av =
                 _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.qs)));
             __m512i p[8];
@@ -205,8 +250,24 @@ void panel_a(const uint8_t* w, size_t stride, int rows, int64_t n_groups, const 
             // i = sum u * qa - kOff * (s0 + s1), exact.
             const __m512i isum =
                 _mm512_add_epi32(reduce_rows(p), _mm512_set1_epi32(-T::kOff * (a.s[0] + a.s[1])));
-            tot[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum),
-                                     _mm512_mul_ps(d, _mm512_set1_ps(a.d)), tot[t]);
+            tot[0] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum),
+                                     _mm512_mul_ps(d, _mm512_set1_ps(a.d)), tot[0]);
+        } else {
+            __m512i v[8];
+            transpose_rows(u, v);
+            for (int t = 0; t < C; ++t) {
+                const BlockQ8_32& a = tk.act[t][g];
+                // Two chains, so that vpdpbusd's latency overlaps even for two tokens.
+                __m512i i0 = _mm512_set1_epi32(-T::kOff * (a.s[0] + a.s[1]));
+                __m512i i1 = _mm512_setzero_si512();
+                for (int k = 0; k < 8; k += 2) {
+                    i0 = _mm512_dpbusd_epi32(i0, v[k], act_dword(a.qs, k));
+                    i1 = _mm512_dpbusd_epi32(i1, v[k + 1], act_dword(a.qs, k + 1));
+                }
+                const __m512i isum = _mm512_add_epi32(i0, i1);
+                tot[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum),
+                                         _mm512_mul_ps(d, _mm512_set1_ps(a.d)), tot[t]);
+            }
         }
     }
     store_tokens<C>(tot, y, ldy, rows);
@@ -250,35 +311,24 @@ void panel_nib(const uint8_t* w, size_t stride, int rows, int64_t n_groups, cons
     for (int64_t g = 0; g < n_groups; ++g) {
         pf();
         const size_t off = static_cast<size_t>(g) * B;
-        // q[k]: rows k, 4 + k, 8 + k, 12 + k; lo = elements 0-15, hi = 16-31.
-        __m512i lo[4], hi[4];
+        // q[k]: the 16 nibble bytes of rows k, 4 + k, 8 + k, 12 + k; low nibbles are elements
+        // 0-15, high ones 16-31.
+        __m512i q[4];
         for (int k = 0; k < 4; ++k) {
             const size_t o = off + L::kQs;
-            const __m512i v =
-                quad128(pr.row[k] + o, pr.row[4 + k] + o, pr.row[8 + k] + o, pr.row[12 + k] + o);
-            lo[k] = _mm512_and_si512(v, nib);
-            hi[k] = _mm512_and_si512(_mm512_srli_epi16(v, 4), nib);
-            if constexpr (L::kTable) {
-                lo[k] = _mm512_shuffle_epi8(table, lo[k]);
-                hi[k] = _mm512_shuffle_epi8(table, hi[k]);
-            }
+            q[k] = quad128(pr.row[k] + o, pr.row[4 + k] + o, pr.row[8 + k] + o, pr.row[12 + k] + o);
         }
+        auto nibbles = [&](__m512i v, bool high) {
+            __m512i n = _mm512_and_si512(high ? _mm512_srli_epi16(v, 4) : v, nib);
+            if constexpr (L::kTable) n = _mm512_shuffle_epi8(table, n);
+            return n;
+        };
         const __m512i dm = pr.gather(w, off);  // d (and Q4_1's m above it)
         const __m512 d = half_lanes<false>(dm);
         __m512 m;
         if constexpr (T::kFamily == Family::B) m = half_lanes<true>(dm);
-        for (int t = 0; t < C; ++t) {
+        auto finish = [&](int t, __m512i isum) {
             const BlockQ8_32& a = tk.act[t][g];
-            const __m512i alo =
-                _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a.qs)));
-            const __m512i ahi = _mm512_broadcast_i32x4(
-                _mm_loadu_si128(reinterpret_cast<const __m128i*>(a.qs + 16)));
-            __m512i q[4];
-            for (int k = 0; k < 4; ++k) {
-                q[k] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), lo[k], alo),
-                                           hi[k], ahi);
-            }
-            __m512i isum = reduce_quads(q);
             if constexpr (T::kFamily == Family::A) {
                 isum = _mm512_add_epi32(isum, _mm512_set1_epi32(-T::kOff * (a.s[0] + a.s[1])));
             }
@@ -287,6 +337,41 @@ void panel_nib(const uint8_t* w, size_t stride, int rows, int64_t n_groups, cons
             if constexpr (T::kFamily == Family::B) {
                 const float sa = static_cast<float>(a.s[0] + a.s[1]) * a.d;
                 tot[t] = _mm512_fmadd_ps(m, _mm512_set1_ps(sa), tot[t]);
+            }
+        };
+        if constexpr (C == 1) {
+            __m512i lo[4], hi[4];
+            for (int k = 0; k < 4; ++k) {
+                lo[k] = nibbles(q[k], false);
+                hi[k] = nibbles(q[k], true);
+            }
+            const BlockQ8_32& a = tk.act[0][g];
+            const __m512i alo =
+                _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a.qs)));
+            const __m512i ahi = _mm512_broadcast_i32x4(
+                _mm_loadu_si128(reinterpret_cast<const __m128i*>(a.qs + 16)));
+            __m512i p[4];
+            for (int k = 0; k < 4; ++k) {
+                p[k] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), lo[k], alo),
+                                           hi[k], ahi);
+            }
+            finish(0, reduce_quads(p));
+        } else {
+            // lo[j] / hi[j] lane r: elements 4j..4j+3 / 16+4j.. of row r.
+            __m512i v[4], lo[4], hi[4];
+            transpose_quads(q, v);
+            for (int j = 0; j < 4; ++j) {
+                lo[j] = nibbles(v[j], false);
+                hi[j] = nibbles(v[j], true);
+            }
+            for (int t = 0; t < C; ++t) {
+                const int8_t* qs = tk.act[t][g].qs;
+                __m512i i0 = _mm512_setzero_si512(), i1 = _mm512_setzero_si512();
+                for (int j = 0; j < 4; ++j) {
+                    i0 = _mm512_dpbusd_epi32(i0, lo[j], act_dword(qs, j));
+                    i1 = _mm512_dpbusd_epi32(i1, hi[j], act_dword(qs, 4 + j));
+                }
+                finish(t, _mm512_add_epi32(i0, i1));
             }
         }
     }
@@ -436,31 +521,59 @@ void panel_k(const uint8_t* w, size_t stride, int rows, int64_t n_blocks, const 
             __m512i u[8];
             for (int i = 0; i < 8; ++i)
                 u[i] = K::unpack(pr.row[lo_row(i)] + off, pr.row[hi_row(i)] + off, s);
-            for (int t = 0; t < C; ++t) {
+            __m512 sd;  // the group's d (Q4_K, Q5_K) or the super-block's (Q6_K)
+            if constexpr (K::kFamily == Family::B) {
+                sd = sc.d[s];
+            } else {
+                sd = sc.d;
+            }
+            // The group's exact integer sum(s) of token t -> its float multiply-adds.
+            auto finish = [&](int t, __m512i h0, __m512i h1) {
                 const BlockQ8_32& a = tk.act[t][8 * b + s];
+                const __m512 da = _mm512_set1_ps(a.d);
+                if constexpr (K::kFamily == Family::B) {
+                    // i = sum u * qa; acc = fma(i, d * da, acc); acc = fma(m, (s0 + s1) * da, acc).
+                    tot[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(h0, h1)),
+                                             _mm512_mul_ps(sd, da), tot[t]);
+                    const float sa = static_cast<float>(a.s[0] + a.s[1]) * a.d;
+                    tot[t] = _mm512_fmadd_ps(sc.m[s], _mm512_set1_ps(sa), tot[t]);
+                } else {
+                    // i_h = sum_h u * qa - kOff * s_h; I = sc0 i_0 + sc1 i_1 (exact).
+                    h0 = _mm512_add_epi32(h0, _mm512_set1_epi32(-K::kOff * a.s[0]));
+                    h1 = _mm512_add_epi32(h1, _mm512_set1_epi32(-K::kOff * a.s[1]));
+                    const __m512i isum = _mm512_add_epi32(_mm512_mullo_epi32(h0, sc.sc0[s]),
+                                                          _mm512_mullo_epi32(h1, sc.sc1[s]));
+                    tot[t] =
+                        _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(sd, da), tot[t]);
+                }
+            };
+            if constexpr (C == 1) {
+                const BlockQ8_32& a = tk.act[0][8 * b + s];
                 const __m512i av = _mm512_broadcast_i64x4(
                     _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.qs)));
                 __m512i p[8];
                 for (int i = 0; i < 8; ++i) {
                     p[i] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u[i], av);
                 }
-                const __m512 da = _mm512_set1_ps(a.d);
                 if constexpr (K::kFamily == Family::B) {
-                    // i = sum u * qa; acc = fma(i, d * da, acc); acc = fma(m, (s0 + s1) * da, acc).
-                    tot[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(reduce_rows(p)),
-                                             _mm512_mul_ps(sc.d[s], da), tot[t]);
-                    const float sa = static_cast<float>(a.s[0] + a.s[1]) * a.d;
-                    tot[t] = _mm512_fmadd_ps(sc.m[s], _mm512_set1_ps(sa), tot[t]);
+                    finish(0, reduce_rows(p), _mm512_setzero_si512());
                 } else {
-                    // i_h = sum_h u * qa - kOff * s_h; I = sc0 i_0 + sc1 i_1 (exact).
                     __m512i h0, h1;
                     reduce_halves(p, &h0, &h1);
-                    h0 = _mm512_add_epi32(h0, _mm512_set1_epi32(-K::kOff * a.s[0]));
-                    h1 = _mm512_add_epi32(h1, _mm512_set1_epi32(-K::kOff * a.s[1]));
-                    const __m512i isum = _mm512_add_epi32(_mm512_mullo_epi32(h0, sc.sc0[s]),
-                                                          _mm512_mullo_epi32(h1, sc.sc1[s]));
-                    tot[t] =
-                        _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(sc.d, da), tot[t]);
+                    finish(0, h0, h1);
+                }
+            } else {
+                __m512i v[8];
+                transpose_rows(u, v);
+                for (int t = 0; t < C; ++t) {
+                    const int8_t* qs = tk.act[t][8 * b + s].qs;
+                    // h0: elements 0-15 (dwords 0-3), h1: 16-31.
+                    __m512i h0 = _mm512_setzero_si512(), h1 = _mm512_setzero_si512();
+                    for (int k = 0; k < 4; ++k) {
+                        h0 = _mm512_dpbusd_epi32(h0, v[k], act_dword(qs, k));
+                        h1 = _mm512_dpbusd_epi32(h1, v[k + 4], act_dword(qs, k + 4));
+                    }
+                    finish(t, h0, h1);
                 }
             }
         };

@@ -4,9 +4,9 @@
 #define EMBER_SIMD_NS tensor_avx512
 #include <cstdlib>
 
+#include "engine/tensor/gemv_avx512.h"
 #include "engine/tensor/repack_avx512.h"
 #include "engine/tensor/simd_gemm.h"
-#include "engine/tensor/gemv_avx512.h"
 
 namespace ember {
 namespace tensor_avx512 {
@@ -106,20 +106,21 @@ struct Avx512 {
     // gemv512 covers; the others go through panels.
     static constexpr int kGemvTokens = gemv512::kGemvTokens;
     template <class T>
-        requires gemv512::HasGemv<T>
+    requires gemv512::HasGemv<T>
     static void gemv(T, const GemmArgs& g) {
         gemv512::gemv<T>(g);
     }
     // Calls of at most this many tokens take gemv; EMBER_GEMV_TOKENS (0..kGemvTokens) overrides,
-    // for measuring and for the tests. One by default: from two tokens on the panels' vpdpbusd
-    // with one lane per row beats gemv's per-token reduction trees (device machine, Qwen3-0.6B
-    // Q4_K_M: a forward of 2 / 4 / 8 tokens took 1.08 / 1.21 / 1.97 decode times through
-    // panels, 1.10 / 1.61 / 2.36 through gemv). Both read each weight once per call and give
-    // bitwise the same numbers.
+    // for measuring and for the tests. From two tokens on gemv transposes each group's rows once
+    // and gives every token one vpdpbusd per dword (no store and reload of a repacked panel, and
+    // the next panel's prefetch spread over the whole computation): a forward of 4 / 8 tokens
+    // took 1.12-1.54 / 1.55-2.28 decode times through gemv against 1.42-2.00 / 1.78-2.46 through
+    // the panels (this machine, SmolLM2-135M and Qwen3-0.6B Q8_0 / Q4_K_M shapes). Both read each
+    // weight once per call and give bitwise the same numbers.
     static int64_t gemv_max_tokens() {
         static const int64_t n = [] {
             const char* e = std::getenv("EMBER_GEMV_TOKENS");
-            const int64_t v = e != nullptr ? std::atoll(e) : 1;
+            const int64_t v = e != nullptr ? std::atoll(e) : kGemvTokens;
             return v < 0 ? 0 : (v > kGemvTokens ? kGemvTokens : v);
         }();
         return n;

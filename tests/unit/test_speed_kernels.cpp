@@ -1,7 +1,8 @@
 // The decode fast paths against their references: the one-token AVX-512 matrix-vector kernel
-// (gemv_avx512.h) must give bitwise the panel path's numbers (a batch of two identical tokens
-// goes through panels), matmul_many() bitwise one matmul() per matrix, and the split attention
-// (ops.h's attend_run / attend_merge) the plain softmax-weighted sum of V.
+// (gemv_avx512.h) must give bitwise the numbers of its several-token variant (a batch of two
+// identical tokens) and both those of the panel path (a batch of 20), matmul_many() bitwise one
+// matmul() per matrix, and the split attention (ops.h's attend_run / attend_merge) the plain
+// softmax-weighted sum of V.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -42,11 +43,12 @@ std::vector<float> random_floats(int64_t n, std::mt19937& rng) {
     return x;
 }
 
-// This binary routes batches of up to 8 tokens through the gemv kernels (the default takes them
-// for one token only; see quants_avx512.cpp), so that their multi-token variants are checked
-// against the panels too. Set before main(), ahead of the kernels' first use.
+// This binary routes batches of up to 8 tokens through the gemv kernels whatever
+// EMBER_GEMV_TOKENS the environment sets (the default does too; see quants_avx512.cpp), so that
+// their multi-token variants are checked against the panels. Set before main(), ahead of the
+// kernels' first use.
 const bool kGemvForSmallBatches = [] {
-    setenv("EMBER_GEMV_TOKENS", "8", 0);
+    setenv("EMBER_GEMV_TOKENS", "8", 1);
     return true;
 }();
 
@@ -54,14 +56,14 @@ bool bitwise_equal(const float* a, const float* b, int64_t n) {
     return std::memcmp(a, b, static_cast<size_t>(n) * sizeof(float)) == 0;
 }
 
-TEST(SpeedKernels, OneTokenMatchesThePanelPathBitwise) {
+TEST(SpeedKernels, OneTokenMatchesTheSeveralTokenKernelBitwise) {
     if (max_kernel_level() < KernelLevel::Avx512) GTEST_SKIP() << "no AVX-512 here";
     const KernelTable table = make_kernel_table(KernelLevel::Avx512);
     ThreadPool pool(2);
     std::mt19937 rng(7);
-    for (TensorType t : {TensorType::Q8_0, TensorType::Q4_0, TensorType::Q5_0, TensorType::Q4_1,
-                         TensorType::IQ4_NL, TensorType::Q4_K, TensorType::Q5_K,
-                         TensorType::Q6_K}) {
+    for (TensorType t :
+         {TensorType::Q8_0, TensorType::Q4_0, TensorType::Q5_0, TensorType::Q4_1,
+          TensorType::IQ4_NL, TensorType::Q4_K, TensorType::Q5_K, TensorType::Q6_K}) {
         const int64_t cols = type_info(t).block_elems == 256 ? 512 : 96;
         for (int64_t rows : {1, 5, 16, 17, 40, 100}) {
             SCOPED_TRACE(std::string(type_info(t).name) + " rows=" + std::to_string(rows));
@@ -83,8 +85,8 @@ TEST(SpeedKernels, OneTokenMatchesThePanelPathBitwise) {
     }
 }
 
-// Batches of 1..8 tokens (here the gemv kernels) give per token bitwise the numbers of a batch of 20
-// (the panel micro-kernels), and match the scalar reference closely.
+// Batches of 1..8 tokens (here the gemv kernels) give per token bitwise the numbers of a batch of
+// 20 (the panel micro-kernels), and match the scalar reference closely.
 TEST(SpeedKernels, SmallBatchesMatchThePanelPathBitwise) {
     if (max_kernel_level() < KernelLevel::Avx512) GTEST_SKIP() << "no AVX-512 here";
     const KernelTable table = make_kernel_table(KernelLevel::Avx512);
@@ -236,8 +238,8 @@ TEST(SpeedKernels, SplitAttentionMatchesTheSoftmaxReference) {
                 for (int64_t g = 0; g < cs.n_q; ++g) {
                     std::vector<float> out(static_cast<size_t>(cs.vd));
                     attend_merge(records.data() + g * runs * rec, runs, rec, cs.vd, out.data());
-                    const auto want = reference_attention(q.data() + g * cs.hd, kf, vf, cs.n,
-                                                          cs.hd, cs.vd, stride, 0.125f);
+                    const auto want = reference_attention(q.data() + g * cs.hd, kf, vf, cs.n, cs.hd,
+                                                          cs.vd, stride, 0.125f);
                     for (int64_t i = 0; i < cs.vd; ++i) {
                         ASSERT_NEAR(out[i], want[i], 1e-5 * (1 + std::fabs(want[i])))
                             << "head " << g << " dim " << i << " run " << run_len;
