@@ -65,8 +65,9 @@ struct Row {
     std::vector<int32_t> ids;
 };
 
+// speculation.enabled: decode with n-gram speculation, or plainly.
 Row run_row(const Model& model, ThreadPool& pool, const std::vector<int32_t>& prompt, int64_t n_gen,
-            bool speculate, KvType kv_type, float presence_penalty) {
+            const SpeculationOptions& speculation, KvType kv_type, float presence_penalty) {
     auto state =
         make_state(model.config(), static_cast<int64_t>(prompt.size()) + n_gen + 8, kv_type);
     SamplingParams greedy;
@@ -78,7 +79,7 @@ Row run_row(const Model& model, ThreadPool& pool, const std::vector<int32_t>& pr
     GenerateOptions o;
     o.max_tokens = n_gen;
     o.ignore_eos = true;  // equal lengths, so the speeds compare like for like
-    o.speculation.enabled = speculate;
+    o.speculation = speculation;
     o.ngram = &table;
     GenerateResult g = generate(model, *state, pool, sampler, prompt, o, nullptr);
     Row r;
@@ -105,18 +106,21 @@ int run_bench_spec(const BenchSpecArgs& a) {
     ThreadPool pool(a.threads);
     json rows = json::array();
     bool all_equal = true;
+    SpeculationOptions plain = a.speculation, ngram = a.speculation;
+    plain.enabled = false;
+    ngram.enabled = true;
     for (const Workload& w : workloads()) {
         EncodeOptions enc;
         enc.add_bos = model->tokenizer().add_bos();
         const auto prompt = model->tokenizer().encode(w.prompt, enc);
         // Warm-up once (page cache, pool), then off and ngram runs alternating, so a noisy
         // neighbour hits both alike; each row reports its median speed.
-        run_row(*model, pool, prompt, 8, false, a.kv_type, w.presence_penalty);
+        run_row(*model, pool, prompt, 8, plain, a.kv_type, w.presence_penalty);
         Row off, on;
         std::vector<double> off_tps, on_tps;
         for (int rep = 0; rep < std::max(1, a.reps); ++rep) {
-            off = run_row(*model, pool, prompt, a.gen, false, a.kv_type, w.presence_penalty);
-            on = run_row(*model, pool, prompt, a.gen, true, a.kv_type, w.presence_penalty);
+            off = run_row(*model, pool, prompt, a.gen, plain, a.kv_type, w.presence_penalty);
+            on = run_row(*model, pool, prompt, a.gen, ngram, a.kv_type, w.presence_penalty);
             all_equal = all_equal && off.ids == on.ids;
             off_tps.push_back(off.decode_tps);
             on_tps.push_back(on.decode_tps);

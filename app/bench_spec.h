@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/generate/generate.h"
 #include "engine/model/state.h"
 
 namespace ember::app {
@@ -16,6 +17,7 @@ struct BenchSpecArgs {
     int reps = 3;  // off and ngram runs of each prompt, alternating; medians reported
     bool json_out = false;
     KvType kv_type = KvType::F16;
+    SpeculationOptions speculation;  // enabled is set per row
 };
 
 // Median of the values (0 for none); the benchmarks report medians of their repetitions.

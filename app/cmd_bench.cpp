@@ -48,6 +48,7 @@ struct BenchArgs {
     int64_t verify = 0;
     // "ngram": compare n-gram speculation with plain decoding instead (app/bench_spec.cpp).
     std::string spec;
+    int draft_max = SpeculationOptions{}.draft_max;
 };
 
 // Forwards of `verify` tokens per rep (each rolled back before the next).
@@ -347,6 +348,9 @@ void register_bench_command(CLI::App& app, std::vector<Command>& out) {
                     "(speculative-decoding check; 0: off)")
         ->capture_default_str()
         ->check(CLI::Range(int64_t{0}, int64_t{256}));
+    cmd->add_option("--draft-max", args->draft_max,
+                    "--spec: drafted tokens per verification at most (as chat's --draft-max)")
+        ->check(CLI::Range(1, 16));
     cmd->add_option("--spec", args->spec,
                     "ngram: decode with n-gram speculation against plain decoding on "
                     "high-overlap and no-overlap prompts (greedy; -n tokens each)")
@@ -369,6 +373,7 @@ void register_bench_command(CLI::App& app, std::vector<Command>& out) {
                            if (reps_opt->count() > 0) spec_args.reps = args->reps;
                            spec_args.json_out = args->json_out;
                            spec_args.kv_type = args->kv_type == "f32" ? KvType::F32 : KvType::F16;
+                           spec_args.speculation.draft_max = args->draft_max;
                            return run_bench_spec(spec_args);
                        }
                        return run_bench(*args);

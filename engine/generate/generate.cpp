@@ -36,6 +36,19 @@ struct RollbackCosts {
     double readvance = 0.0;
 };
 
+// Each drafted token of a verification, in single-token decodes: the option, or from the model.
+// A batch reads the weights once, so a draft adds the compute of one token per weight: about
+// kDraftComputePerWeight decode times per weight byte of the average type (on the 2-core AVX-512
+// machines, -t 2, 8-token batches: Q8_0 ~0.07, Q4_K_M ~0.13-0.18 of a decode per draft). Fewer
+// bytes per weight mean less time to read the same compute in, so a dearer draft.
+double draft_cost(const Model& model, const SpeculationOptions& o) {
+    if (o.draft_cost >= 0.0) return o.draft_cost;
+    constexpr double kDraftComputePerWeight = 0.075;
+    const double bytes = static_cast<double>(std::max<uint64_t>(1, model.weight_bytes_per_token()));
+    const double weights = static_cast<double>(model.weight_elements_per_token());
+    return kDraftComputePerWeight * weights / bytes;
+}
+
 // Deterministic (timing-based costs would make seeded sampled runs depend on machine load):
 // decode streams the weights once per step, so copying the state costs its bytes read and
 // written relative to the weight bytes, and a re-advance reads every weight but the output
@@ -54,17 +67,20 @@ RollbackCosts rollback_costs(const Model& model, const InferenceState& state) {
     return costs;
 }
 
-// Decides, from a decayed estimate of the per-draft acceptance rate, how many drafts a
-// verification step should carry (0: decode plainly). Expected tokens per step with k drafts
-// accepted independently at rate a: 1 + a + ... + a^k; cost: 1 + draft_cost * k, plus for
-// recurrent state the snapshot and, when some draft is rejected (the j-th first, j-1 kept),
-// a re-advance over j tokens: sum over j of a^(j-1) (1 - a) (readvance + draft_cost (j-1)).
+// Decides, from a decayed estimate of how often a draft is accepted once the drafts before it
+// were, how many drafts a verification step should carry (0: decode plainly). Expected tokens
+// per step with k drafts each accepted at rate a: 1 + a + ... + a^k; cost: 1 + draft_cost * k,
+// plus for recurrent state the snapshot and, when some draft is rejected (the j-th first, j-1
+// kept), a re-advance over j tokens: sum over j of a^(j-1) (1 - a) (readvance + draft_cost (j-1)).
 class SpeculationGate {
 public:
     // With rollback costs the optimistic start does not open the gate, so the first chance
     // to draft probes instead.
-    SpeculationGate(const SpeculationOptions& o, RollbackCosts costs)
-        : o_(o), costs_(costs), plain_steps_(costs.needed ? o.probe_interval - 1 : 0) {}
+    SpeculationGate(const SpeculationOptions& o, double draft_cost, RollbackCosts costs)
+        : o_(o),
+          draft_cost_(draft_cost),
+          costs_(costs),
+          plain_steps_(costs.needed ? o.probe_interval - 1 : 0) {}
 
     int drafts_wanted(int available, int limit) {
         int best_k = 0;
@@ -74,11 +90,11 @@ public:
             // power = a^(k-1): drafts 1..k-1 held and draft k is the first rejected.
             if (costs_.needed) {
                 rollback += power * (1.0 - acceptance_) *
-                            (costs_.readvance + o_.draft_cost * static_cast<double>(k - 1));
+                            (costs_.readvance + draft_cost_ * static_cast<double>(k - 1));
             }
             power *= acceptance_;
             expected += power;
-            const double cost = 1.0 + o_.draft_cost * k + costs_.snapshot + rollback;
+            const double cost = 1.0 + draft_cost_ * k + costs_.snapshot + rollback;
             const double gain = expected / cost;
             if (gain > best_gain) {
                 best_gain = gain;
@@ -95,15 +111,21 @@ public:
         probing_ = true;
         return std::min({available, limit, costs_.needed ? 1 : 2});
     }
+    // Of `drafted` drafts the first `accepted` were kept. Each draft up to the first rejected
+    // one is evidence of the rate (held, or not); the ones after it were never judged. (Counting
+    // them as rejected, as accepted / drafted does, makes long drafts look worse than they are
+    // and kept the gate at two or three drafts inside long repeated runs.)
     void record(int drafted, int accepted) {
-        const double rate = static_cast<double>(accepted) / static_cast<double>(drafted);
-        acceptance_ = o_.decay * acceptance_ + (1.0 - o_.decay) * rate;
+        for (int i = 0; i < drafted && i <= accepted; ++i) {
+            acceptance_ = o_.decay * acceptance_ + (1.0 - o_.decay) * (i < accepted ? 1.0 : 0.0);
+        }
         if (probing_) failed_probes_ = accepted == 0 ? std::min(failed_probes_ + 1, 3) : 0;
         probing_ = false;
     }
 
 private:
     const SpeculationOptions& o_;
+    double draft_cost_;
     RollbackCosts costs_;
     double acceptance_ = 0.5;  // optimistic start: drafting is tried early
     int plain_steps_;
@@ -159,7 +181,8 @@ GenerateResult generate(const Model& model, InferenceState& state, ThreadPool& p
     // Verification (and re-advance) batches must evaluate bit for bit as one token at a time.
     const int draft_limit = static_cast<int>(
         std::clamp<int64_t>(options.speculation.draft_max, 0, kExactBatchTokens - 1));
-    SpeculationGate gate(options.speculation, rollback_costs(model, state));
+    SpeculationGate gate(options.speculation, draft_cost(model, options.speculation),
+                         rollback_costs(model, state));
     SpeculationStats& spec = result.stats.speculation;
     std::vector<int32_t> drafts, batch;
     // Emits `token` (already sampled): returns false when generation ends with it or before.

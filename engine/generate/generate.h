@@ -25,11 +25,11 @@ struct SpeculationOptions {
     int draft_max = 6;  // drafts per verification step at most (capped at kExactBatchTokens-1)
     // Cost model of the gate: verifying k drafts costs (1 + draft_cost * k) single-token
     // decodes (the weights are read once for the whole batch; each extra token adds compute
-    // and attention). Deterministic on purpose: a timing-based gate would make seeded sampled
-    // runs depend on machine load. Families with recurrent state add the cost of snapshotting
-    // it and, on a rejection, of re-advancing over the kept tokens (estimated from the model's
-    // sizes in generate()).
-    double draft_cost = 0.15;
+    // and attention). Negative: from the model's bytes per weight (generate.cpp, draft_cost).
+    // Deterministic on purpose: a timing-based gate would make seeded sampled runs depend on
+    // machine load. Families with recurrent state add the cost of snapshotting it and, on a
+    // rejection, of re-advancing over the kept tokens (estimated from the model's sizes).
+    double draft_cost = -1.0;
     double decay = 0.85;      // weight of the old acceptance estimate per verification step
     int probe_interval = 16;  // plain steps before drafting is tried again after the gate shut
 };

@@ -465,16 +465,29 @@ std::unique_ptr<Model> Model::load(const std::string& path) {
     return m;
 }
 
-uint64_t Model::weight_bytes_per_token() const {
-    auto bytes = [](const MatrixView& w) { return static_cast<uint64_t>(w.rows) * w.row_stride; };
-    uint64_t total = bytes(output_) + token_embd_.row_stride;
+template <class F>
+void Model::for_each_decode_matrix(F&& f) const {
+    f(output_);
     for (const auto& L : layers_) {
-        total += bytes(L.wq) + bytes(L.wk) + bytes(L.wv) + bytes(L.wo);
-        total += bytes(L.w_gate) + bytes(L.w_up) + bytes(L.w_down);
-        total += bytes(L.conv_in) + bytes(L.conv_out);  // zero-sized for other kinds
-        total += bytes(L.ssm_qkv) + bytes(L.ssm_z) + bytes(L.ssm_alpha) + bytes(L.ssm_beta) +
-                 bytes(L.ssm_out);
+        for (const MatrixView* w : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down,
+                                    &L.conv_in, &L.conv_out,  // zero-sized for other kinds
+                                    &L.ssm_qkv, &L.ssm_z, &L.ssm_alpha, &L.ssm_beta, &L.ssm_out}) {
+            f(*w);
+        }
     }
+}
+
+uint64_t Model::weight_bytes_per_token() const {
+    uint64_t total = token_embd_.row_stride;  // one embedding row
+    for_each_decode_matrix(
+        [&](const MatrixView& w) { total += static_cast<uint64_t>(w.rows) * w.row_stride; });
+    return total;
+}
+
+uint64_t Model::weight_elements_per_token() const {
+    uint64_t total = static_cast<uint64_t>(token_embd_.cols);
+    for_each_decode_matrix(
+        [&](const MatrixView& w) { total += static_cast<uint64_t>(w.rows * w.cols); });
     return total;
 }
 

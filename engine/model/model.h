@@ -123,9 +123,14 @@ public:
     const std::string& fingerprint() const { return fingerprint_; }
     // Bytes of weights read per decoded token (every matrix once, plus one embedding row).
     uint64_t weight_bytes_per_token() const;
+    // Weights (elements) of those bytes.
+    uint64_t weight_elements_per_token() const;
 
 private:
     Model() = default;
+    // Calls f on every matrix a decode step reads in full (the output, each layer's).
+    template <class F>
+    void for_each_decode_matrix(F&& f) const;
 
     std::unique_ptr<GgufFile> file_;
     ModelConfig config_;

@@ -112,13 +112,16 @@ void bench_matvec_dram(benchmark::State& state, const KernelTable* table, Tensor
     const int64_t mb = mb_env != nullptr ? std::atoll(mb_env) : 96;
     const int64_t rows = (mb << 20) / static_cast<int64_t>(row_bytes(type_info(t), cols)) / 64 * 64;
     const auto w = make_weights(t, rows, cols, 5);
-    const auto x = make_x(cols, 6);
-    std::vector<float> y(static_cast<size_t>(rows));
+    // EMBER_BENCH_DRAM_TOKENS: tokens per call (a speculative check verifies up to 8 at once).
+    const char* tok_env = std::getenv("EMBER_BENCH_DRAM_TOKENS");
+    const int64_t n_tokens = tok_env != nullptr ? std::atoll(tok_env) : 1;
+    const auto x = make_x(n_tokens * cols, 6);
+    std::vector<float> y(static_cast<size_t>(rows * n_tokens));
     const MatrixView view{t, w.data(), rows, cols, 0};
     ThreadPool pool(threads);
     MatmulScratch scratch;
     for (auto _ : state) {
-        matmul(pool, view, x.data(), 1, y.data(), rows, scratch, *table);
+        matmul(pool, view, x.data(), n_tokens, y.data(), rows, scratch, *table);
         benchmark::ClobberMemory();
     }
     state.SetBytesProcessed(state.iterations() * static_cast<int64_t>(w.size()));
