@@ -14,9 +14,10 @@
 // group's float multiply-adds), so the results are bitwise those of the panel path and of the
 // scalar reference, whatever the number of tokens.
 //
-//   panel_a:   Q8_0, Q5_0                 two rows per zmm, one group per step
-//   panel_nib: Q4_0, IQ4_NL, Q4_1         four rows per zmm: 16 nibble bytes of each row give
-//                                         elements 0-15 (low nibbles) and 16-31 (high ones)
+//   panel_a:   Q8_0                       two rows per zmm, one group per step
+//   panel_nib: Q4_0, IQ4_NL, Q4_1,        four rows per zmm: 16 nibble bytes of each row give
+//              Q5_0, Q5_1                 elements 0-15 (low nibbles) and 16-31 (high ones);
+//                                         Q5's bit 4 from qh by byte masks (high_bits)
 //   panel_k:   Q4_K, Q5_K, Q6_K           two rows per zmm; the super-block's scales of the 16
 //                                         rows are unpacked once (gathers) into 16-lane vectors
 //
@@ -292,6 +293,39 @@ struct NibbleLayout<TQ4_1> {
     static constexpr size_t kQs = offsetof(BlockQ4_1, qs);
     static constexpr bool kTable = false;
 };
+// Q5_0 / Q5_1: the nibbles as Q4_0 / Q4_1, and bit j of the 32-bit qh as element j's bit 4.
+template <>
+struct NibbleLayout<TQ5_0> {
+    static constexpr size_t kQs = offsetof(BlockQ5_0, qs);
+    static constexpr bool kTable = false;
+    static constexpr size_t kQh = offsetof(BlockQ5_0, qh);
+};
+template <>
+struct NibbleLayout<TQ5_1> {
+    static constexpr size_t kQs = offsetof(BlockQ5_1, qs);
+    static constexpr bool kTable = false;
+    static constexpr size_t kQh = offsetof(BlockQ5_1, qh);
+};
+template <class L>
+concept HasHighBits = requires {
+    L::kQh;
+};
+
+// For the transposed nibbles (lane r = dword j of row r's nibble bytes, see panel_nib): the
+// 64-lane mask of the bytes whose element has bit 4 set, qh[r] in dword lane r. lo[j] holds
+// elements 4j..4j+3 (qh bits 4j..), hi[j] elements 16+4j.. (bits 16+4j..): each byte takes
+// the qh byte holding its bit (vpshufb within the lane's dword) and tests that bit.
+template <bool kHigh>
+inline __mmask64 high_bits(__m512i qh, int j) {
+    const int byte = (kHigh ? 2 : 0) + j / 2;  // qh byte of bits 4j.. (+16)
+    const __m512i first = _mm512_broadcast_i32x4(
+        _mm_setr_epi8(0, 0, 0, 0, 4, 4, 4, 4, 8, 8, 8, 8, 12, 12, 12, 12));  // each dword's byte 0
+    const __m512i spread =
+        _mm512_shuffle_epi8(qh, _mm512_add_epi8(first, _mm512_set1_epi8(static_cast<char>(byte))));
+    const int shift = 4 * (j % 2);  // bit of element 4j + i within its byte: shift + i
+    const __m512i bit = _mm512_set1_epi32(static_cast<int32_t>(0x08040201u << shift));
+    return _mm512_test_epi8_mask(spread, bit);
+}
 
 template <class T, int C>
 void panel_nib(const uint8_t* w, size_t stride, int rows, int64_t n_groups, const Tokens<C>& tk,
@@ -323,6 +357,8 @@ void panel_nib(const uint8_t* w, size_t stride, int rows, int64_t n_groups, cons
             if constexpr (L::kTable) n = _mm512_shuffle_epi8(table, n);
             return n;
         };
+        __m512i qh;  // Q5_0 / Q5_1: the 16 rows' high bits, one dword lane per row
+        if constexpr (HasHighBits<L>) qh = pr.gather(w, off + L::kQh);
         const __m512i dm = pr.gather(w, off);  // d (and Q4_1's m above it)
         const __m512 d = half_lanes<false>(dm);
         __m512 m;
@@ -339,7 +375,7 @@ void panel_nib(const uint8_t* w, size_t stride, int rows, int64_t n_groups, cons
                 tot[t] = _mm512_fmadd_ps(m, _mm512_set1_ps(sa), tot[t]);
             }
         };
-        if constexpr (C == 1) {
+        if constexpr (C == 1 && !HasHighBits<L>) {
             __m512i lo[4], hi[4];
             for (int k = 0; k < 4; ++k) {
                 lo[k] = nibbles(q[k], false);
@@ -363,6 +399,11 @@ void panel_nib(const uint8_t* w, size_t stride, int rows, int64_t n_groups, cons
             for (int j = 0; j < 4; ++j) {
                 lo[j] = nibbles(v[j], false);
                 hi[j] = nibbles(v[j], true);
+                if constexpr (HasHighBits<L>) {
+                    const __m512i b4 = _mm512_set1_epi8(0x10);
+                    lo[j] = _mm512_mask_add_epi8(lo[j], high_bits<false>(qh, j), lo[j], b4);
+                    hi[j] = _mm512_mask_add_epi8(hi[j], high_bits<true>(qh, j), hi[j], b4);
+                }
             }
             for (int t = 0; t < C; ++t) {
                 const int8_t* qs = tk.act[t][g].qs;
@@ -599,7 +640,13 @@ struct GemvKernel<TQ8_0> {
 template <>
 struct GemvKernel<TQ5_0> {
     template <int C>
-    static constexpr auto fn = &panel_a<TQ5_0, C>;
+    static constexpr auto fn = &panel_nib<TQ5_0, C>;
+    static constexpr int kGroupsPerUnit = 1;
+};
+template <>
+struct GemvKernel<TQ5_1> {
+    template <int C>
+    static constexpr auto fn = &panel_nib<TQ5_1, C>;
     static constexpr int kGroupsPerUnit = 1;
 };
 template <>
