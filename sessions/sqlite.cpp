@@ -2,7 +2,9 @@
 
 #include <sqlite3.h>
 
+#include <chrono>
 #include <cstring>
+#include <thread>
 
 namespace ember::sessions {
 
@@ -24,7 +26,10 @@ Database::Database(const std::string& path) : path_(path) {
         // megabytes, and each page of a blob is one read; 64 KiB pages make those 16 times
         // fewer than the default 4 KiB.
         exec("PRAGMA page_size=65536");
-        exec("PRAGMA journal_mode=WAL");
+        // Switching a new file to WAL takes an exclusive lock that SQLite does not wait for
+        // through the busy handler (it reports "database is locked" at once when another
+        // connection is opening the same new file), so the switch is retried here.
+        exec_retrying_busy("PRAGMA journal_mode=WAL");
         // Reads of the database file through a memory map rather than a read() per page.
         exec("PRAGMA mmap_size=1073741824");
         exec("PRAGMA foreign_keys=ON");
@@ -44,6 +49,22 @@ Database::~Database() {
 void Database::fail(std::string_view doing) const {
     throw SqliteError("session database '" + path_ + "': " + std::string(doing) + ": " +
                       sqlite3_errmsg(db_));
+}
+
+void Database::exec_retrying_busy(std::string_view sql) {
+    // As long as the busy timeout above: a writer holds the lock for a commit at most.
+    constexpr auto kPatience = std::chrono::seconds(5);
+    const auto give_up = std::chrono::steady_clock::now() + kPatience;
+    const std::string text(sql);
+    for (;;) {
+        const int rc = sqlite3_exec(db_, text.c_str(), nullptr, nullptr, nullptr);
+        if (rc == SQLITE_OK) return;
+        const int primary = rc & 0xff;
+        const bool busy = primary == SQLITE_BUSY || primary == SQLITE_LOCKED;
+        if (!busy || std::chrono::steady_clock::now() >= give_up) break;
+        std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+    exec(sql);  // one more try, which reports why it failed
 }
 
 void Database::exec(std::string_view sql) {

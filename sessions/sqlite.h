@@ -33,6 +33,8 @@ public:
 
     const std::string& path() const { return path_; }
     void exec(std::string_view sql);
+    // exec, retried for a few seconds while another connection holds the lock it needs.
+    void exec_retrying_busy(std::string_view sql);
     Statement prepare(std::string_view sql);
     int64_t last_insert_id() const;
     int64_t changes() const;
