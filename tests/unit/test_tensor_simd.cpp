@@ -347,7 +347,7 @@ TEST(TensorSimd, MatmulEdgeCasesAndLargeBatches) {
                            Edge::MaxQuants, Edge::MinQuants}) {
                 SCOPED_TRACE("edge=" + std::to_string(static_cast<int>(e)));
                 const Matrix m = make_matrix(t, 50, cols, 0, rng, e);
-                for (int64_t n_tokens : {1, 64}) {
+                for (int64_t n_tokens : {1, 4, 64}) {
                     const auto x = random_x(n_tokens * cols, rng);
                     const auto want = run_matmul(pool, m.view, x, n_tokens, 50, scalar_kernels());
                     const auto got = run_matmul(pool, m.view, x, n_tokens, 50, table_for(l));
