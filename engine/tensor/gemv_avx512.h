@@ -637,34 +637,14 @@ struct GemvKernel<TQ8_0> {
     static constexpr auto fn = &panel_a<TQ8_0, C>;
     static constexpr int kGroupsPerUnit = 1;
 };
-template <>
-struct GemvKernel<TQ5_0> {
+// Every type with a NibbleLayout: Q4_0, IQ4_NL, Q4_1, Q5_0, Q5_1.
+template <class T>
+requires requires {
+    NibbleLayout<T>::kQs;
+}
+struct GemvKernel<T> {
     template <int C>
-    static constexpr auto fn = &panel_nib<TQ5_0, C>;
-    static constexpr int kGroupsPerUnit = 1;
-};
-template <>
-struct GemvKernel<TQ5_1> {
-    template <int C>
-    static constexpr auto fn = &panel_nib<TQ5_1, C>;
-    static constexpr int kGroupsPerUnit = 1;
-};
-template <>
-struct GemvKernel<TQ4_0> {
-    template <int C>
-    static constexpr auto fn = &panel_nib<TQ4_0, C>;
-    static constexpr int kGroupsPerUnit = 1;
-};
-template <>
-struct GemvKernel<TIQ4_NL> {
-    template <int C>
-    static constexpr auto fn = &panel_nib<TIQ4_NL, C>;
-    static constexpr int kGroupsPerUnit = 1;
-};
-template <>
-struct GemvKernel<TQ4_1> {
-    template <int C>
-    static constexpr auto fn = &panel_nib<TQ4_1, C>;
+    static constexpr auto fn = &panel_nib<T, C>;
     static constexpr int kGroupsPerUnit = 1;
 };
 template <>
@@ -690,6 +670,10 @@ template <class T>
 concept HasGemv = requires {
     GemvKernel<T>::kGroupsPerUnit;
 };
+
+static_assert(HasGemv<TQ8_0> && HasGemv<TQ4_0> && HasGemv<TIQ4_NL> && HasGemv<TQ4_1> &&
+              HasGemv<TQ5_0> && HasGemv<TQ5_1> && HasGemv<TQ4_K> && HasGemv<TQ5_K> &&
+              HasGemv<TQ6_K>);
 
 template <class T, int C>
 void gemv_c(const GemmArgs& g) {

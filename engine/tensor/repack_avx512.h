@@ -18,6 +18,7 @@
 #include <cstdint>
 
 #include "engine/tensor/blocks.h"
+#include "engine/tensor/gemv_avx512.h"  // quad128, transpose_quads
 #include "engine/tensor/simd_unpack.h"
 
 namespace ember::EMBER_SIMD_NS {
@@ -118,23 +119,10 @@ inline void transpose32(const PanelRows& pr, size_t off, __m512i out[8]) {
 inline void transpose16(const PanelRows& pr, size_t off, __m512i out[4]) {
     __m512i z[4];
     for (int a = 0; a < 4; ++a) {
-        __m512i v = _mm512_castsi128_si512(
-            _mm_loadu_si128(reinterpret_cast<const __m128i*>(pr.row[a] + off)));
-        v = _mm512_inserti32x4(
-            v, _mm_loadu_si128(reinterpret_cast<const __m128i*>(pr.row[a + 4] + off)), 1);
-        v = _mm512_inserti32x4(
-            v, _mm_loadu_si128(reinterpret_cast<const __m128i*>(pr.row[a + 8] + off)), 2);
-        z[a] = _mm512_inserti32x4(
-            v, _mm_loadu_si128(reinterpret_cast<const __m128i*>(pr.row[a + 12] + off)), 3);
+        z[a] = gemv512::quad128(pr.row[a] + off, pr.row[a + 4] + off, pr.row[a + 8] + off,
+                                pr.row[a + 12] + off);
     }
-    const __m512i t0 = _mm512_unpacklo_epi32(z[0], z[1]);
-    const __m512i t1 = _mm512_unpackhi_epi32(z[0], z[1]);
-    const __m512i t2 = _mm512_unpacklo_epi32(z[2], z[3]);
-    const __m512i t3 = _mm512_unpackhi_epi32(z[2], z[3]);
-    out[0] = _mm512_unpacklo_epi64(t0, t2);
-    out[1] = _mm512_unpackhi_epi64(t0, t2);
-    out[2] = _mm512_unpacklo_epi64(t1, t3);
-    out[3] = _mm512_unpackhi_epi64(t1, t3);
+    gemv512::transpose_quads(z, out);
 }
 
 // ---- panel writers ---------------------------------------------------------------------------
