@@ -11,6 +11,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <nlohmann/json.hpp>
@@ -298,13 +299,20 @@ TEST(SessionsFaults, KilledAtRandomMomentsLosesNoCompleteReply) {
     const std::string db = dir.file("killed.db");
     constexpr int kRuns = 24;
     constexpr int kTurns = 5;
-    // How long an undisturbed run takes, to spread the kills over a whole run.
+    // How long an undisturbed run takes, to spread the kills over a whole run: the fastest of
+    // three, so that a probe slowed by a neighbouring test (ctest -j) does not push most kills
+    // past the end of the runs.
     std::vector<std::string> probe;
     for (int t = 0; t < kTurns; ++t) probe.push_back("Probe question " + std::to_string(t));
-    const auto started = Clock::now();
-    ASSERT_EQ(run_command(chat_argv({"--db", dir.file("probe.db")}, 40), jsonl_input(probe)).status,
-              0);
-    const double run_ms = std::chrono::duration<double, std::milli>(Clock::now() - started).count();
+    double run_ms = 0;
+    for (int p = 0; p < 3; ++p) {
+        const auto started = Clock::now();
+        ASSERT_EQ(
+            run_command(chat_argv({"--db", dir.file("probe.db")}, 40), jsonl_input(probe)).status,
+            0);
+        const double ms = std::chrono::duration<double, std::milli>(Clock::now() - started).count();
+        run_ms = p == 0 ? ms : std::min(run_ms, ms);
+    }
 
     std::mt19937 rng(20261122);
     int killed_running = 0;
@@ -345,7 +353,7 @@ TEST(SessionsFaults, KilledAtRandomMomentsLosesNoCompleteReply) {
         }
     }
     // The kills were spread: most hit a running process, and some replies came out first.
-    EXPECT_GE(killed_running, kRuns / 2);
+    EXPECT_GE(killed_running, kRuns / 2) << "an undisturbed run took " << run_ms << " ms";
     EXPECT_GT(replies_checked, 0u);
     // And the database still works for a normal run.
     const auto after = run_chat({"Still there?"}, {"--db", db, "--continue"});
