@@ -41,12 +41,18 @@ struct RollbackCosts {
 // kDraftComputePerWeight decode times per weight byte of the average type (on the 2-core AVX-512
 // machines, -t 2, 8-token batches: Q8_0 ~0.07, Q4_K_M ~0.13-0.18 of a decode per draft). Fewer
 // bytes per weight mean less time to read the same compute in, so a dearer draft.
+// A model whose weights fit in a core's caches is not memory-bound at all: a forward costs its
+// compute, so each drafted token adds a large share of a decode (stories260K, 1 MB: 0.3-0.45;
+// with the memory-bound estimate its rows ran at 0.64-0.80x of plain decoding).
 double draft_cost(const Model& model, const SpeculationOptions& o) {
     if (o.draft_cost >= 0.0) return o.draft_cost;
     constexpr double kDraftComputePerWeight = 0.075;
-    const double bytes = static_cast<double>(std::max<uint64_t>(1, model.weight_bytes_per_token()));
+    constexpr uint64_t kCacheResidentBytes = uint64_t{16} << 20;
+    constexpr double kCacheResidentDraftCost = 0.45;
+    const uint64_t weight_bytes = std::max<uint64_t>(1, model.weight_bytes_per_token());
+    if (weight_bytes <= kCacheResidentBytes) return kCacheResidentDraftCost;
     const double weights = static_cast<double>(model.weight_elements_per_token());
-    return kDraftComputePerWeight * weights / bytes;
+    return kDraftComputePerWeight * weights / static_cast<double>(weight_bytes);
 }
 
 // Deterministic (timing-based costs would make seeded sampled runs depend on machine load):
