@@ -25,7 +25,8 @@ struct SpeculationOptions {
     int draft_max = 6;  // drafts per verification step at most (capped at kExactBatchTokens-1)
     // Cost model of the gate: verifying k drafts costs (1 + draft_cost * k) single-token
     // decodes (the weights are read once for the whole batch; each extra token adds compute
-    // and attention). Negative: from the model's bytes per weight (generate.cpp, draft_cost).
+    // and attention). Negative: from the model (generate.cpp, draft_cost: its bytes per weight,
+    // or a compute-bound figure for a model small enough to be read from cache).
     // Deterministic on purpose: a timing-based gate would make seeded sampled runs depend on
     // machine load. Families with recurrent state add the cost of snapshotting it and, on a
     // rejection, of re-advancing over the kept tokens (estimated from the model's sizes).
