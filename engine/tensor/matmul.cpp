@@ -28,8 +28,9 @@ constexpr int64_t kParallelActTokens = 4;
 constexpr int64_t kDecodeTokens = 8;
 // Weight bytes of one decode task (see gemm_rows_per_task). Each task's first panel is not
 // prefetched by the kernel before it is needed, so tasks must be several panels long: 48 KiB
-// (two Qwen3 panels) decoded 15-20% slower than 192 KiB here; 512 KiB was no faster.
-constexpr size_t kDecodeTaskBytes = 192 * 1024;
+// (two Qwen3 panels) decoded 15-20% slower than 192 KiB here; with the in-order L2 prefetch,
+// 384 KiB decoded SmolLM2 / Qwen3 Q8_0 2-8% faster than 192 (Q4_K_M level), 768 no better.
+constexpr size_t kDecodeTaskBytes = 384 * 1024;
 constexpr size_t kScratchAlign = 64;
 
 size_t checked_row_stride(const MatrixView& w, const TypeInfo& info) {
