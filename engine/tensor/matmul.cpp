@@ -30,7 +30,10 @@ constexpr int64_t kDecodeTokens = 8;
 // prefetched by the kernel before it is needed, so tasks must be several panels long: 48 KiB
 // (two Qwen3 panels) decoded 15-20% slower than 192 KiB here; with the in-order L2 prefetch,
 // 384 KiB decoded SmolLM2 / Qwen3 Q8_0 2-8% faster than 192 (Q4_K_M level), 768 no better.
+// Several tokens (a speculative check) take more compute per byte, so a worker's last task
+// keeps the other waiting longer: there 384 KiB verified ~15% slower than 192 (SmolLM2 Q8_0).
 constexpr size_t kDecodeTaskBytes = 384 * 1024;
+constexpr size_t kVerifyTaskBytes = 192 * 1024;
 constexpr size_t kScratchAlign = 64;
 
 size_t checked_row_stride(const MatrixView& w, const TypeInfo& info) {
@@ -161,7 +164,9 @@ int64_t gemm_rows_per_task(const GemmArgs& all, int64_t workers) {
         (all.rows + workers * kGemmTasksPerWorker - 1) / (workers * kGemmTasksPerWorker);
     if (all.n_tokens <= kDecodeTokens) {
         per_task = std::min<int64_t>(
-            per_task, static_cast<int64_t>(kDecodeTaskBytes / std::max<size_t>(1, all.w_stride)));
+            per_task,
+            static_cast<int64_t>((all.n_tokens == 1 ? kDecodeTaskBytes : kVerifyTaskBytes) /
+                                 std::max<size_t>(1, all.w_stride)));
     }
     return std::max(kGemmRowAlign, (per_task + kGemmRowAlign - 1) / kGemmRowAlign * kGemmRowAlign);
 }
@@ -305,7 +310,8 @@ void matmul_many(ThreadPool& pool, std::span<const MatmulOut> outs, const float*
     }
     job.scratch = gemm_scratch(per_worker, workers, scratch, &job.scratch_stride);
     const GemmJob* jp = &job;
-    pool.parallel_for(n_tasks, [jp](int64_t task, int worker) { run_gemm_task(*jp, task, worker); });
+    pool.parallel_for(n_tasks,
+                      [jp](int64_t task, int worker) { run_gemm_task(*jp, task, worker); });
 }
 
 void dequantize_row(const MatrixView& w, int64_t row, float* dst) {
