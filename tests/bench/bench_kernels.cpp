@@ -101,20 +101,23 @@ void bench_matmul(benchmark::State& state, const KernelTable* table, TensorType 
     state.SetItemsProcessed(state.iterations() * rows * cols * n_tokens);
 }
 
+// An integer from the environment, or `fallback` when the variable is unset.
+int64_t env_or(const char* name, int64_t fallback) {
+    const char* v = std::getenv(name);
+    return v != nullptr ? std::atoll(v) : fallback;
+}
+
 // Decode from memory: a matrix of ~96 MB (past the L3) x 1 token, so weight bytes/s can be set
-// against the read bandwidth printed at start-up (decode's roofline).
+// against the read bandwidth printed at start-up (decode's roofline). The environment overrides
+// the shape: EMBER_BENCH_DRAM_MB (machines with a larger L3), EMBER_BENCH_DRAM_COLS (a multiple
+// of 256) and EMBER_BENCH_DRAM_TOKENS (tokens per call: a speculative check verifies up to 8).
 void bench_matvec_dram(benchmark::State& state, const KernelTable* table, TensorType t,
                        int threads) {
-    const char* cols_env = std::getenv("EMBER_BENCH_DRAM_COLS");
-    const int64_t cols = cols_env != nullptr ? std::atoll(cols_env) : 2304;  // a multiple of 256
-    // EMBER_BENCH_DRAM_MB overrides the size for machines with a larger L3.
-    const char* mb_env = std::getenv("EMBER_BENCH_DRAM_MB");
-    const int64_t mb = mb_env != nullptr ? std::atoll(mb_env) : 96;
+    const int64_t cols = env_or("EMBER_BENCH_DRAM_COLS", 2304);
+    const int64_t mb = env_or("EMBER_BENCH_DRAM_MB", 96);
+    const int64_t n_tokens = env_or("EMBER_BENCH_DRAM_TOKENS", 1);
     const int64_t rows = (mb << 20) / static_cast<int64_t>(row_bytes(type_info(t), cols)) / 64 * 64;
     const auto w = make_weights(t, rows, cols, 5);
-    // EMBER_BENCH_DRAM_TOKENS: tokens per call (a speculative check verifies up to 8 at once).
-    const char* tok_env = std::getenv("EMBER_BENCH_DRAM_TOKENS");
-    const int64_t n_tokens = tok_env != nullptr ? std::atoll(tok_env) : 1;
     const auto x = make_x(n_tokens * cols, 6);
     std::vector<float> y(static_cast<size_t>(rows * n_tokens));
     const MatrixView view{t, w.data(), rows, cols, 0};
