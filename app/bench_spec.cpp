@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
+#include "app/commands.h"
 #include "engine/generate/generate.h"
 #include "engine/generate/ngram.h"
 #include "engine/generate/reply_router.h"
@@ -102,7 +103,7 @@ double median(std::vector<double> v) {
 }
 
 int run_bench_spec(const BenchSpecArgs& a) {
-    auto model = Model::load(a.model);
+    auto model = load_model(a.model);
     ThreadPool pool(a.threads);
     json rows = json::array();
     bool all_equal = true;

@@ -168,7 +168,7 @@ int run_bench(const BenchArgs& a) {
         throw std::runtime_error("-p, -n, --reps, -t and --bw-passes must be at least 1");
     }
     const auto t_load = Clock::now();
-    auto model = Model::load(a.model);
+    auto model = load_model(a.model);
     const double load_s = seconds_since(t_load);
     const ModelConfig& c = model->config();
     const uint64_t file_bytes = std::filesystem::file_size(a.model);

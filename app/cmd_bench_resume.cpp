@@ -321,7 +321,7 @@ json run_bench(const BenchResumeOptions& o, const std::string& dir) {
     const DbNumbers after = read_db(db);
 
     // What the new message costs alone: its tokens as the chat tokenizes message text.
-    auto model = Model::load(model_path);
+    auto model = load_model(model_path);
     EncodeOptions enc;
     const auto new_tokens = static_cast<int64_t>(model->tokenizer().encode(prompt, enc).size());
 

@@ -70,7 +70,7 @@ int run_chat(ChatOptions& o) {
         screen_options.history_path = ui::default_history_path();
         screen = ui::FullScreen::open(screen_options);
     }
-    auto model = Model::load(model_path);
+    auto model = load_model(model_path);
     ThreadPool pool(o.threads > 0 ? o.threads : default_threads());
     ConversationOptions copts;
     copts.kv_type = o.kv_type == "f16" ? KvType::F16 : KvType::F32;

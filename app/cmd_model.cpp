@@ -53,7 +53,7 @@ int64_t context_for(const Model& model, int64_t prompt, int64_t n_predict, int64
 }
 
 int run_completion(const RunOptions& o) {
-    auto model = Model::load(model_path_for(o.model));
+    auto model = load_model(model_path_for(o.model));
     const Tokenizer& tok = model->tokenizer();
     std::vector<int32_t> prompt;
     if (!o.ids.empty()) {
@@ -130,7 +130,7 @@ struct EvalOptions {
 };
 
 int run_eval(const EvalOptions& o) {
-    auto model = Model::load(model_path_for(o.model));
+    auto model = load_model(model_path_for(o.model));
     const std::vector<int32_t> ids = parse_id_list(o.ids);
     if (ids.empty()) throw std::runtime_error("--ids is empty");
     const int64_t n_vocab = model->config().n_vocab;
@@ -165,11 +165,8 @@ int run_eval(const EvalOptions& o) {
     return 0;
 }
 
-int run_info(const std::string& requested) {
-    const std::string path = model_path_for(requested);
-    auto model = Model::load(path);
-    const ModelConfig& c = model->config();
-    const GgufFile& f = model->gguf();
+// Tensor count and bytes by type, then the total.
+void print_tensor_types(const GgufFile& f) {
     std::map<std::string, std::pair<int, uint64_t>> by_type;
     uint64_t total = 0;
     for (const auto& t : f.tensors()) {
@@ -178,6 +175,41 @@ int run_info(const std::string& requested) {
         e.second += t.n_bytes;
         total += t.n_bytes;
     }
+    std::printf("tensors:       %zu, %.1f MiB\n", f.tensors().size(), total / 1048576.0);
+    for (const auto& [name, e] : by_type) {
+        std::printf("  %-8s %4d tensors, %9.2f MiB\n", name.c_str(), e.first, e.second / 1048576.0);
+    }
+}
+
+// A file without tensors (a vocabulary-only GGUF, as tokenizer tests use): what it holds,
+// read from the metadata alone.
+int run_info_vocabulary_only(const std::string& path, const GgufFile& f) {
+    const Tokenizer tok(f);
+    std::printf("file:          %s (%.1f MiB, GGUF v%u)\n", path.c_str(), f.file_size() / 1048576.0,
+                f.version());
+    if (auto name = f.get_string("general.name")) std::printf("name:          %s\n", name->c_str());
+    if (auto arch = f.get_string("general.architecture")) {
+        std::printf("architecture:  %s\n", arch->c_str());
+    }
+    std::printf("vocab:         %zu (%s tokenizer, pre '%s')\n", tok.vocab_size(),
+                tok.model_name().c_str(), tok.pre_name().c_str());
+    std::printf(
+        "weights:       none (vocabulary-only file: tokenize and detokenize work, "
+        "run and chat need a model)\n");
+    std::printf("chat template: %s\n",
+                f.find("tokenizer.chat_template") ? "from the file" : "none");
+    return 0;
+}
+
+int run_info(const std::string& requested) {
+    const std::string path = model_path_for(requested);
+    // The header alone first: a file without weights is described, not refused.
+    if (const auto header = GgufFile::open_metadata(path); header->tensors().empty()) {
+        return run_info_vocabulary_only(path, *header);
+    }
+    auto model = load_model(path);
+    const ModelConfig& c = model->config();
+    const GgufFile& f = model->gguf();
     std::printf("file:          %s (%.1f MiB, GGUF v%u)\n", path.c_str(), f.file_size() / 1048576.0,
                 f.version());
     if (auto name = f.get_string("general.name")) std::printf("name:          %s\n", name->c_str());
@@ -195,10 +227,7 @@ int run_info(const std::string& requested) {
                 c.rope_layout == RopeLayout::Halves ? "half-split" : "adjacent");
     std::printf("rms eps:       %g\noutput:        %s\n", c.rms_eps,
                 c.tied_output ? "tied to token embedding" : "separate");
-    std::printf("tensors:       %zu, %.1f MiB\n", f.tensors().size(), total / 1048576.0);
-    for (const auto& [name, e] : by_type) {
-        std::printf("  %-8s %4d tensors, %9.2f MiB\n", name.c_str(), e.first, e.second / 1048576.0);
-    }
+    print_tensor_types(f);
     std::printf("chat template: %s\n",
                 f.find("tokenizer.chat_template") ? "from the model" : "none (ChatML fallback)");
     std::printf("fingerprint:   %s\n", model->fingerprint().c_str());
@@ -206,6 +235,14 @@ int run_info(const std::string& requested) {
 }
 
 }  // namespace
+
+std::unique_ptr<Model> load_model(const std::string& path) {
+    auto model = Model::load(path);
+    for (const std::string& w : model->load_warnings()) {
+        std::fprintf(stderr, "ember: warning: %s\n", w.c_str());
+    }
+    return model;
+}
 
 void add_model_option(CLI::App* cmd, std::string& model) {
     // Not required: without it the model is found as app/model_locator.h describes.
@@ -314,8 +351,9 @@ void register_model_commands(CLI::App& app, std::vector<Command>& out) {
     tokc->add_flag("--bos", tok_opts->bos, "Add the BOS token as the model's metadata says");
     tokc->add_flag("--special", tok_opts->special, "Parse special-token text such as <|im_start|>");
     out.push_back({tokc, [tok_opts] {
-                       auto model = Model::load(model_path_for(tok_opts->model));
-                       const Tokenizer& tok = model->tokenizer();
+                       // The vocabulary alone: no weights are mapped, and files without
+                       // any (vocabulary-only GGUFs) work.
+                       const Tokenizer tok = load_tokenizer(model_path_for(tok_opts->model));
                        EncodeOptions enc;
                        enc.add_bos = tok_opts->bos && tok.add_bos() && tok.bos_id() != kNoToken;
                        enc.parse_special = tok_opts->special;
@@ -328,9 +366,8 @@ void register_model_commands(CLI::App& app, std::vector<Command>& out) {
     add_model_option(detokc, detok_opts->model);
     detokc->add_option("ids", detok_opts->text, "Token ids: 1,2,3")->required();
     out.push_back({detokc, [detok_opts] {
-                       auto model = Model::load(model_path_for(detok_opts->model));
-                       std::cout << model->tokenizer().decode(parse_id_list(detok_opts->text))
-                                 << "\n";
+                       const Tokenizer tok = load_tokenizer(model_path_for(detok_opts->model));
+                       std::cout << tok.decode(parse_id_list(detok_opts->text)) << "\n";
                        return 0;
                    }});
 

@@ -148,7 +148,7 @@ void replay_turn(Conversation& conv, Sampler& sampler, const sessions::StoredMes
 int run_regenerate(sessions::SessionStore& store, const sessions::ConversationInfo& info,
                    const ReplayOptions& o) {
     const std::string requested = o.model.empty() ? info.model : o.model;
-    auto model = Model::load(model_path_for(requested));
+    auto model = load_model(model_path_for(requested));
     const bool same_model = model->fingerprint() == info.model_fingerprint;
     if (!same_model) {
         std::printf(

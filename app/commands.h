@@ -4,10 +4,15 @@
 
 #include <CLI/CLI.hpp>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "engine/sampling/sampler.h"
+
+namespace ember {
+class Model;
+}
 
 namespace ember::app {
 
@@ -45,6 +50,10 @@ void add_sampling_options(CLI::App* cmd, SamplingParams& sampling);
 // Parses "1,2,3" (spaces allowed) into token ids; throws CLI::ValidationError naming the
 // bad item.
 std::vector<int32_t> parse_id_list(const std::string& text);
+
+// Model::load(path), printing the load's warnings (metadata the file disagrees with) to
+// stderr: every command loads models through this.
+std::unique_ptr<Model> load_model(const std::string& path);
 
 // Default thread count: the cores this process may run on.
 int default_threads();

@@ -2,7 +2,8 @@
 //
 // The reader checks every count, length, offset, size, alignment and dimension against the
 // file before anything uses it; a malformed file raises GgufError naming the file and the
-// field or tensor at fault. Tensor data stays in the mmap (never copied).
+// field or tensor at fault. Tensor data stays in the mmap (never copied); open_metadata reads
+// only the metadata and tensor table, for what needs no weights (a tokenizer, `ember info`).
 #pragma once
 
 #include <cstdint>
@@ -65,7 +66,7 @@ struct GgufTensorInfo {
     TensorType type = TensorType::F32;
     uint64_t offset = 0;  // relative to the data section
     uint64_t n_bytes = 0;
-    const uint8_t* data = nullptr;  // points into the mmap
+    const uint8_t* data = nullptr;  // points into the mmap; null after open_metadata
     int64_t n_elements() const;
 };
 
@@ -90,6 +91,10 @@ class GgufFile {
 public:
     // Maps and validates `path`. Throws GgufError with the file name and the problem.
     static std::unique_ptr<GgufFile> open(const std::string& path);
+    // Reads and validates the metadata and tensor table of `path` without mapping the file or
+    // reading any tensor data (a vocabulary-only file and a 20 GB model cost the same): tensor
+    // `data` and file_data() are null. Throws GgufError like open.
+    static std::unique_ptr<GgufFile> open_metadata(const std::string& path);
     // Validates an in-memory image (used by the fuzz test); `name` is used in messages.
     // The bytes must outlive the returned object.
     static std::unique_ptr<GgufFile> parse(const uint8_t* bytes, uint64_t size,
@@ -99,7 +104,7 @@ public:
     uint32_t version() const { return version_; }
     uint32_t alignment() const { return alignment_; }
     uint64_t file_size() const { return size_; }
-    const uint8_t* file_data() const { return bytes_; }
+    const uint8_t* file_data() const { return bytes_; }  // null after open_metadata
 
     const std::map<std::string, GgufValue>& metadata() const { return metadata_; }
     const std::vector<std::string>& metadata_order() const { return metadata_order_; }
@@ -120,7 +125,8 @@ public:
 
 private:
     GgufFile() = default;
-    void parse_all();
+    // Parses from the mapping (fd < 0) or by reading the header from fd.
+    void parse_all(int fd);
 
     std::unique_ptr<MappedFile> mapping_;
     std::string name_;

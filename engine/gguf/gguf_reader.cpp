@@ -28,23 +28,28 @@ constexpr uint32_t kMaxDims = 4;
     throw GgufError(file + ": " + what);
 }
 
-// A cursor over the file image that refuses to read past the end.
+// A cursor over the file image that refuses to read past the end. The image is either a
+// mapping of the whole file, or (header-only opening) bytes read from `fd` on demand into a
+// growing buffer, so that only the metadata and tensor table are ever read.
 class Cursor {
 public:
     Cursor(const uint8_t* data, uint64_t size, const std::string& file)
         : data_(data), size_(size), file_(file) {}
+    Cursor(int fd, uint64_t size, std::vector<uint8_t>& buffer, const std::string& file)
+        : size_(size), file_(file), fd_(fd), buffer_(&buffer) {}
 
     uint64_t offset() const { return pos_; }
     const std::string& file() const { return file_; }
     uint64_t remaining() const { return size_ - pos_; }
 
-    void need(uint64_t n, const std::string& field) const {
+    void need(uint64_t n, const std::string& field) {
         if (n > remaining()) {
             std::ostringstream ss;
             ss << "truncated while reading " << field << " at offset " << pos_ << " (need " << n
                << " bytes, " << remaining() << " left)";
             fail(file_, ss.str());
         }
+        if (buffer_) fill(pos_ + n);
     }
 
     template <typename T>
@@ -66,16 +71,40 @@ public:
             fail(file_, name() + ": string length " + std::to_string(len) + " is implausible");
         }
         if (len > remaining()) need(len, name());
+        if (buffer_) fill(pos_ + len);
         std::string s(reinterpret_cast<const char*>(data_ + pos_), len);
         pos_ += len;
         return s;
     }
 
 private:
-    const uint8_t* data_;
+    // Header-only opening: makes bytes [0, end) available (end <= size_), reading ahead in
+    // doubling chunks so a vocabulary of many small strings costs few reads.
+    void fill(uint64_t end) {
+        if (end <= buffer_->size()) return;
+        const uint64_t want = std::min(size_, std::max({end, 2 * buffer_->size(), kFirstRead}));
+        uint64_t have = buffer_->size();
+        buffer_->resize(want);
+        while (have < want) {
+            const ssize_t got =
+                ::pread(fd_, buffer_->data() + have, want - have, static_cast<off_t>(have));
+            if (got < 0 && errno == EINTR) continue;
+            if (got <= 0) {
+                fail(file_, "cannot read at offset " + std::to_string(have) + ": " +
+                                (got < 0 ? std::strerror(errno) : "unexpected end of file"));
+            }
+            have += static_cast<uint64_t>(got);
+        }
+        data_ = buffer_->data();
+    }
+
+    static constexpr uint64_t kFirstRead = 1 << 20;
+    const uint8_t* data_ = nullptr;
     uint64_t size_;
     uint64_t pos_ = 0;
     const std::string& file_;
+    int fd_ = -1;
+    std::vector<uint8_t>* buffer_ = nullptr;  // null when the whole file is mapped
 };
 
 bool is_valid_value_type(uint32_t t) {
@@ -249,7 +278,11 @@ int64_t GgufTensorInfo::n_elements() const {
     return n;
 }
 
-MappedFile::MappedFile(const std::string& path) : path_(path) {
+namespace {
+
+// Opens `path` for reading and returns its descriptor and size; the file must be a regular,
+// non-empty file.
+int open_regular_file(const std::string& path, uint64_t* size) {
     int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
     if (fd < 0) fail(path, std::string("cannot open: ") + std::strerror(errno));
     struct stat st {};
@@ -262,11 +295,18 @@ MappedFile::MappedFile(const std::string& path) : path_(path) {
         ::close(fd);
         fail(path, "not a regular file");
     }
-    size_ = static_cast<uint64_t>(st.st_size);
-    if (size_ == 0) {
+    *size = static_cast<uint64_t>(st.st_size);
+    if (*size == 0) {
         ::close(fd);
         fail(path, "file is empty");
     }
+    return fd;
+}
+
+}  // namespace
+
+MappedFile::MappedFile(const std::string& path) : path_(path) {
+    int fd = open_regular_file(path, &size_);
     void* p = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd, 0);
     int err = errno;
     ::close(fd);
@@ -285,7 +325,19 @@ std::unique_ptr<GgufFile> GgufFile::open(const std::string& path) {
     f->bytes_ = mapping->data();
     f->size_ = mapping->size();
     f->mapping_ = std::move(mapping);
-    f->parse_all();
+    f->parse_all(-1);
+    return f;
+}
+
+std::unique_ptr<GgufFile> GgufFile::open_metadata(const std::string& path) {
+    std::unique_ptr<GgufFile> f(new GgufFile());
+    f->name_ = path;
+    const int fd = open_regular_file(path, &f->size_);
+    struct CloseFd {
+        int fd;
+        ~CloseFd() { ::close(fd); }
+    } close_fd{fd};
+    f->parse_all(fd);
     return f;
 }
 
@@ -295,12 +347,13 @@ std::unique_ptr<GgufFile> GgufFile::parse(const uint8_t* bytes, uint64_t size,
     f->name_ = name;
     f->bytes_ = bytes;
     f->size_ = size;
-    f->parse_all();
+    f->parse_all(-1);
     return f;
 }
 
-void GgufFile::parse_all() {
-    Cursor cur(bytes_, size_, name_);
+void GgufFile::parse_all(int fd) {
+    std::vector<uint8_t> header;  // header-only opening: the bytes read so far
+    Cursor cur = fd < 0 ? Cursor(bytes_, size_, name_) : Cursor(fd, size_, header, name_);
     const uint32_t magic = cur.read<uint32_t>("magic");
     if (magic != kGgufMagic) fail(name_, "bad magic: not a GGUF file");
     version_ = cur.read<uint32_t>("version");
@@ -405,7 +458,7 @@ void GgufFile::parse_all() {
                             std::to_string(t.n_bytes) + ") lies outside the file (data section " +
                             std::to_string(avail) + " bytes)");
         }
-        t.data = bytes_ + data_start + t.offset;
+        t.data = bytes_ ? bytes_ + data_start + t.offset : nullptr;
         spans.emplace_back(t.offset, i);
     }
     std::sort(spans.begin(), spans.end());

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <optional>
 #include <sstream>
 
 #include "engine/tokenizer/tokenizer.h"
@@ -227,38 +228,88 @@ ModelConfig read_config(const GgufFile& f) {
     return c;
 }
 
-// Decides each layer's kind from the tensors present, and checks it against what the
-// metadata says (lfm2: per-layer KV head counts, 0 for conv layers; qwen35: every
-// full_attention_interval-th layer is attention). Fills layer_kinds and kv_slot.
-void assign_layer_kinds(const GgufFile& f, ModelConfig& c) {
+// What a layer's tensors say it is: Attention or the family's recurrent kind when exactly
+// one of the two kinds' projection tensors is present, nullopt when both or neither are.
+std::optional<LayerKind> kind_from_tensors(const GgufFile& f, const ModelConfig& c, int64_t i) {
+    const std::string b = "blk." + std::to_string(i) + ".";
+    const bool attn = f.find_tensor(b + "attn_q.weight") != nullptr;
+    const LayerKind recurrent =
+        c.family == Family::Lfm2 ? LayerKind::ShortConv : LayerKind::DeltaNet;
+    const bool rec = f.find_tensor(b + (c.family == Family::Lfm2 ? "shortconv.in_proj.weight"
+                                                                 : "attn_qkv.weight")) != nullptr;
+    if (attn == rec) return std::nullopt;
+    return attn ? LayerKind::Attention : recurrent;
+}
+
+// "1, 3": the layers marked true, or "(none)".
+std::string layer_list(const std::vector<bool>& marked) {
+    std::string s;
+    for (size_t i = 0; i < marked.size(); ++i) {
+        if (!marked[i]) continue;
+        if (!s.empty()) s += ", ";
+        s += std::to_string(i);
+    }
+    return s.empty() ? "(none)" : s;
+}
+
+// Decides each layer's kind for the hybrids (every layer of the other families is attention)
+// and fills layer_kinds and kv_slot. The metadata states the kinds (lfm2: per-layer KV head
+// counts, 0 for conv layers; qwen35: every full_attention_interval-th layer is attention), but
+// converters write qwen35's as one interval whatever the HF model's pattern: where each layer's
+// tensors show its kind unambiguously they win, and a disagreement becomes one warning naming
+// the layers. A layer with both kinds' tensors is refused; one with neither takes the
+// metadata's kind (binding then names the missing tensor).
+void assign_layer_kinds(const GgufFile& f, ModelConfig& c, std::vector<std::string>& warnings) {
     const std::string p = c.arch + ".";
-    const GgufArray* kv_heads = optional_array(f, p + "attention.head_count_kv");
-    const int64_t interval = f.get_int(p + "full_attention_interval").value_or(0);
     c.layer_kinds.assign(static_cast<size_t>(c.n_layer), LayerKind::Attention);
     c.kv_slot.assign(static_cast<size_t>(c.n_layer), -1);
     c.n_kv_layers = 0;
-    for (int64_t i = 0; i < c.n_layer; ++i) {
-        const std::string b = "blk." + std::to_string(i) + ".";
-        const bool has_attn = f.find_tensor(b + "attn_q.weight") != nullptr;
-        LayerKind kind = LayerKind::Attention;
-        bool meta_attn = true;
-        if (c.family == Family::Lfm2) {
-            if (!has_attn) kind = LayerKind::ShortConv;
-            if (kv_heads && kv_heads->ints.size() == static_cast<size_t>(c.n_layer)) {
-                meta_attn = kv_heads->ints[static_cast<size_t>(i)] > 0;
+    std::string meta_key;  // the key that states the kinds, empty if none does
+    std::vector<bool> meta_attn(static_cast<size_t>(c.n_layer), true);
+    if (c.family == Family::Lfm2) {
+        const GgufArray* kv_heads = optional_array(f, p + "attention.head_count_kv");
+        if (kv_heads && kv_heads->ints.size() == static_cast<size_t>(c.n_layer)) {
+            meta_key = p + "attention.head_count_kv";
+            for (size_t i = 0; i < meta_attn.size(); ++i) meta_attn[i] = kv_heads->ints[i] > 0;
+        }
+    } else if (c.family == Family::Qwen35) {
+        const int64_t interval = f.get_int(p + "full_attention_interval").value_or(0);
+        if (interval > 0) {
+            meta_key = p + "full_attention_interval = " + std::to_string(interval);
+            for (size_t i = 0; i < meta_attn.size(); ++i) {
+                meta_attn[i] = (static_cast<int64_t>(i) + 1) % interval == 0;
             }
-        } else if (c.family == Family::Qwen35) {
-            if (!has_attn) kind = LayerKind::DeltaNet;
-            if (interval > 0) meta_attn = (i + 1) % interval == 0;
         }
-        if (is_hybrid(c.family) && meta_attn != (kind == LayerKind::Attention)) {
-            throw ModelError(f.path() + ": layer " + std::to_string(i) + " has " +
-                             (has_attn ? "attention" : "recurrent") +
-                             " tensors but the metadata says it is " +
-                             (meta_attn ? "an attention layer" : "a recurrent layer"));
+    }
+    std::vector<bool> attn(static_cast<size_t>(c.n_layer), false);  // the kinds chosen
+    bool disagree = false;
+    for (int64_t i = 0; i < c.n_layer; ++i) {
+        const size_t li = static_cast<size_t>(i);
+        LayerKind kind = LayerKind::Attention;
+        if (is_hybrid(c.family)) {
+            const std::optional<LayerKind> seen = kind_from_tensors(f, c, i);
+            const std::string b = "blk." + std::to_string(i) + ".";
+            if (!seen && f.find_tensor(b + "attn_q.weight")) {
+                throw ModelError(f.path() + ": layer " + std::to_string(i) +
+                                 " has both attention and recurrent tensors, so its kind is "
+                                 "ambiguous");
+            }
+            const LayerKind meta_kind =
+                meta_attn[li]
+                    ? LayerKind::Attention
+                    : (c.family == Family::Lfm2 ? LayerKind::ShortConv : LayerKind::DeltaNet);
+            kind = seen.value_or(meta_kind);
+            if (!meta_key.empty() && kind != meta_kind) disagree = true;
         }
-        c.layer_kinds[static_cast<size_t>(i)] = kind;
-        if (kind == LayerKind::Attention) c.kv_slot[static_cast<size_t>(i)] = c.n_kv_layers++;
+        attn[li] = kind == LayerKind::Attention;
+        c.layer_kinds[li] = kind;
+        if (kind == LayerKind::Attention) c.kv_slot[li] = c.n_kv_layers++;
+    }
+    if (disagree) {
+        warnings.push_back(f.path() + ": metadata '" + meta_key + "' makes layers " +
+                           layer_list(meta_attn) + " attention, but the tensors make layers " +
+                           layer_list(attn) +
+                           " attention and the others recurrent: following the tensors");
     }
 }
 
@@ -383,6 +434,11 @@ std::unique_ptr<Model> Model::load(const std::string& path) {
     std::unique_ptr<Model> m(new Model());
     m->file_ = GgufFile::open(path);
     const GgufFile& f = *m->file_;
+    if (f.tensors().empty()) {
+        throw ModelError(path +
+                         ": the file has no tensors: it holds a vocabulary only (enough "
+                         "to tokenize, not to run)");
+    }
     ModelConfig& c = m->config_;
     c = read_config(f);
     m->tokenizer_ = std::make_unique<Tokenizer>(f);
@@ -404,7 +460,7 @@ std::unique_ptr<Model> Model::load(const std::string& path) {
     // lfm2's final norm is named after the embedding (the converter's name for it).
     m->output_norm_ = c.family == Family::Lfm2 ? bind.vector("token_embd_norm.weight", c.n_embd)
                                                : bind.vector("output_norm.weight", c.n_embd);
-    assign_layer_kinds(f, c);
+    assign_layer_kinds(f, c, m->load_warnings_);
     c.tied_output = bind.find("output.weight") == nullptr;
     m->output_ = c.tied_output ? m->token_embd_ : bind.matrix("output.weight", c.n_vocab, c.n_embd);
     const std::vector<float> factors = bind.optional_vector("rope_freqs.weight", c.rope_dims / 2);

@@ -118,6 +118,11 @@ public:
     // by the per-dimension factors of llama 3 long-context scaling when the file has them.
     const std::vector<double>& rope_inv_freq() const { return rope_inv_freq_; }
 
+    // What loading worked around in the file (layer kinds whose metadata disagrees with the
+    // tensors), one sentence each naming the file: the engine prints nothing, the caller shows
+    // them.
+    const std::vector<std::string>& load_warnings() const { return load_warnings_; }
+
     // Hex digest covering architecture, hyper-parameters, tensor table and sampled tensor
     // bytes, and tokenizer: state saved under another fingerprint is never reused.
     const std::string& fingerprint() const { return fingerprint_; }
@@ -141,6 +146,7 @@ private:
     std::vector<double> rope_inv_freq_;
     std::vector<LayerWeights> layers_;
     std::string fingerprint_;
+    std::vector<std::string> load_warnings_;
 };
 
 }  // namespace ember

@@ -744,6 +744,10 @@ Tokenizer::Tokenizer(const GgufFile& file) {
         throw TokenizerError(file.path() + ": " + e.what());
     }
 }
+Tokenizer load_tokenizer(const std::string& path) {
+    return Tokenizer(*GgufFile::open_metadata(path));
+}
+
 Tokenizer::Tokenizer(TokenizerSpec spec) : impl_(std::make_unique<const Impl>(std::move(spec))) {}
 Tokenizer::~Tokenizer() = default;
 Tokenizer::Tokenizer(Tokenizer&&) noexcept = default;

@@ -73,6 +73,13 @@ struct TokenizerSpec {
 // adjust it). Throws TokenizerError naming the field that is missing or malformed.
 TokenizerSpec tokenizer_spec_from_gguf(const GgufFile& file);
 
+class Tokenizer;
+// The tokenizer of the GGUF file at `path`, read from its metadata alone
+// (GgufFile::open_metadata): the weights are neither mapped nor read, so a vocabulary-only
+// file (no tensors) serves as well as a model. Throws GgufError / TokenizerError naming the
+// file and field.
+Tokenizer load_tokenizer(const std::string& path);
+
 struct EncodeOptions {
     bool add_bos = false;        // prepend bos_id (error if the vocabulary has none)
     bool parse_special = false;  // control-token text in the input becomes the token

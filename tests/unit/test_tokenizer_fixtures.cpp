@@ -15,13 +15,14 @@
 #include "engine/gguf/gguf.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "tests/support/fixtures.h"
+#include "tests/support/vocab_cases.h"
 
 namespace ember {
 namespace {
 
+// Through the engine's tokenizer-only path (metadata read, weights never mapped).
 std::unique_ptr<Tokenizer> load_tokenizer(const std::string& relative) {
-    std::unique_ptr<GgufFile> f = GgufFile::open(test::fixture_path(relative));
-    return std::make_unique<Tokenizer>(*f);
+    return std::make_unique<Tokenizer>(ember::load_tokenizer(test::fixture_path(relative)));
 }
 
 std::string ids_str(const std::vector<TokenId>& ids) {
@@ -82,44 +83,8 @@ bool valid_utf8(const std::string& s) {
     return true;
 }
 
-struct VocabCase {
-    std::string text;
-    std::vector<TokenId> ids;
-};
-
-// .inp: strings each followed by "\n__ggml_vocab_test__\n"; .out: one line of ids per string.
-std::vector<VocabCase> read_vocab_cases(const std::string& base) {
-    const std::string inp = test::read_file(base + ".inp");
-    const std::string out = test::read_file(base + ".out");
-    const std::string sep = "\n__ggml_vocab_test__\n";
-    std::vector<std::string> texts;
-    size_t pos = 0;
-    while (true) {
-        const size_t at = inp.find(sep, pos);
-        if (at == std::string::npos) {
-            if (pos < inp.size()) texts.push_back(inp.substr(pos));
-            break;
-        }
-        texts.push_back(inp.substr(pos, at - pos));
-        pos = at + sep.size();
-    }
-    std::vector<std::vector<TokenId>> expected;
-    std::istringstream lines(out);
-    std::string line;
-    while (std::getline(lines, line)) {
-        std::istringstream ls(line);
-        std::vector<TokenId> ids;
-        TokenId id = 0;
-        while (ls >> id) ids.push_back(id);
-        expected.push_back(std::move(ids));
-    }
-    EXPECT_EQ(texts.size(), expected.size()) << base;
-    std::vector<VocabCase> cases;
-    for (size_t i = 0; i < texts.size() && i < expected.size(); ++i) {
-        cases.push_back({texts[i], expected[i]});
-    }
-    return cases;
-}
+using test::read_vocab_cases;
+using test::VocabCase;
 
 // ---------------------------------------------------------------------------------------------
 // llama.cpp vocabulary pairs: no BOS, special-token text not parsed.
