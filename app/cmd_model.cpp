@@ -12,6 +12,7 @@
 #include "app/commands.h"
 #include "app/model_locator.h"
 #include "engine/generate/generate.h"
+#include "engine/generate/ngram.h"
 #include "engine/model/forward.h"
 #include "engine/model/model.h"
 #include "engine/model/state.h"
@@ -34,8 +35,10 @@ struct RunOptions {
     bool json_out = false;
     bool ignore_eos = false;
     bool no_bos = false;
-    int64_t ctx = 0;
+    int64_t ctx = 0;  // 0: context_for() decides
     std::string kv_type = "f32";
+    bool no_spec = false;
+    int draft_max = SpeculationOptions{}.draft_max;
 };
 
 KvType parse_kv_type(const std::string& s) {
@@ -86,6 +89,15 @@ int run_completion(const RunOptions& o) {
     GenerateOptions gen;
     gen.max_tokens = o.n_predict;
     gen.ignore_eos = o.ignore_eos;
+    // N-gram self-speculation as chat has it: drafts from the prompt and the output so far
+    // (a completion often copies its prompt: code, quotes), verified bit-exactly.
+    NgramTable ngram;
+    gen.speculation.enabled = !o.no_spec;
+    gen.speculation.draft_max = o.draft_max;
+    if (gen.speculation.enabled) {
+        ngram.add(prompt);
+        gen.ngram = &ngram;
+    }
     std::string text;
     auto result = generate(*model, *state, pool, sampler, prompt, gen, [&](int32_t id) {
         std::string piece = detok.push(id);
@@ -104,20 +116,33 @@ int run_completion(const RunOptions& o) {
         j["ids"] = result.ids;
         j["text"] = text;
         j["finish"] = std::string(finish_reason_name(result.finish));
+        const SpeculationStats& spec = result.stats.speculation;
+        j["decode_tps"] = result.stats.decode_seconds > 0 && result.stats.generated_tokens > 1
+                              ? static_cast<double>(result.stats.generated_tokens - 1) /
+                                    result.stats.decode_seconds
+                              : 0.0;
+        j["spec_drafted"] = spec.drafted;
+        j["spec_accepted"] = spec.accepted;
+        j["acceptance_rate"] = spec.acceptance_rate();
         std::cout << j.dump() << "\n";
     } else {
         std::fwrite(rest.data(), 1, rest.size(), stdout);
         std::fputc('\n', stdout);
     }
     const auto& s = result.stats;
+    std::string spec_note;
+    if (s.speculation.drafted > 0) {
+        spec_note = " | speculation: " + std::to_string(s.speculation.accepted) + " of " +
+                    std::to_string(s.speculation.drafted) + " drafts accepted";
+    }
     std::fprintf(
-        stderr, "\n[prompt %lld tokens, %.1f tok/s | generated %lld tokens, %.1f tok/s | %s]\n",
+        stderr, "\n[prompt %lld tokens, %.1f tok/s | generated %lld tokens, %.1f tok/s%s | %s]\n",
         static_cast<long long>(s.prompt_tokens),
         s.prefill_seconds > 0 ? s.prompt_tokens / s.prefill_seconds : 0.0,
         static_cast<long long>(s.generated_tokens),
         s.decode_seconds > 0 && s.generated_tokens > 1 ? (s.generated_tokens - 1) / s.decode_seconds
                                                        : 0.0,
-        std::string(finish_reason_name(result.finish)).c_str());
+        spec_note.c_str(), std::string(finish_reason_name(result.finish)).c_str());
     return 0;
 }
 
@@ -322,6 +347,12 @@ void register_model_commands(CLI::App& app, std::vector<Command>& out) {
     run->add_flag("--json", run_opts->json_out, "Print one JSON object at the end");
     run->add_flag("--ignore-eos", run_opts->ignore_eos, "Keep generating past end-of-text");
     run->add_flag("--no-bos", run_opts->no_bos, "Do not add the BOS token the model asks for");
+    run->add_flag("--no-spec", run_opts->no_spec,
+                  "No n-gram speculative decoding (on by default, as in chat; a gate turns it "
+                  "off where it does not pay)");
+    run->add_option("--draft-max", run_opts->draft_max, "Drafted tokens per verification at most")
+        ->capture_default_str()
+        ->check(CLI::Range(1, 16));
     out.push_back({run, [run_opts, prompt_opt, ids_opt] {
                        if (prompt_opt->count() == 0 && ids_opt->count() == 0) {
                            throw std::runtime_error("give a prompt with -p TEXT or --ids 1,2,3");

@@ -34,7 +34,9 @@ int main(int argc, char** argv) {
     try {
         app.parse(std::move(args));
     } catch (const CLI::ParseError& e) {
-        return app.exit(e);
+        // A usage error exits 2, as command-line programs do (CLI11's own codes are 100+);
+        // --help and --version exit 0.
+        return app.exit(e) == 0 ? 0 : 2;
     }
     for (const auto& cmd : commands) {
         if (cmd.cli->parsed()) {
