@@ -27,6 +27,7 @@
 #include "engine/model/model.h"
 #include "engine/util/thread_pool.h"
 #include "sessions/session_store.h"
+#include "ui/terminal_text.h"
 
 namespace ember::app {
 
@@ -97,14 +98,18 @@ std::string quoted_excerpt(const std::string& text, size_t from) {
     return "\"" + out + (text.size() > from + 60 ? "...\"" : "\"");
 }
 
+// Stored text goes through ui::TextWriter: exact to a pipe, control characters made visible
+// on a terminal (a shared database may hold anything).
 int print_transcript(sessions::SessionStore& store, const sessions::ConversationInfo& info) {
-    std::printf("conversation %s: %s (%s, %lld turns)\n", info.public_id.c_str(),
-                info.title.c_str(), info.model.c_str(), static_cast<long long>(info.turns));
-    if (!info.system_prompt.empty()) std::printf("\n[system]\n%s\n", info.system_prompt.c_str());
+    ui::TextWriter out(stdout);
+    out.raw("conversation ").text(info.public_id).raw(": ").text(info.title).raw(" (");
+    out.text(info.model);
+    std::printf(", %lld turns)\n", static_cast<long long>(info.turns));
+    if (!info.system_prompt.empty()) out.raw("\n[system]\n").text(info.system_prompt).raw("\n");
     for (const auto& m : store.branch(info)) {
-        std::printf("\n[%s]\n", m.role.c_str());
-        if (!m.thinking.empty()) std::printf("<think>\n%s\n</think>\n", m.thinking.c_str());
-        std::printf("%s\n", m.content.c_str());
+        out.raw("\n[").text(m.role).raw("]\n");
+        if (!m.thinking.empty()) out.raw("<think>\n").text(m.thinking).raw("\n</think>\n");
+        out.text(m.content).raw("\n");
     }
     return 0;
 }
@@ -132,11 +137,12 @@ void replay_turn(Conversation& conv, Sampler& sampler, const sessions::StoredMes
         const std::string& b = r.reply;
         size_t at = 0;
         while (at < a.size() && at < b.size() && a[at] == b[at]) ++at;
+        const ui::TextWriter out(stdout);
         std::printf(
             "turn %d: different%s at character %zu\n  stored:      %s\n"
             "  regenerated: %s\n",
             counts.turns, r.thinking != stored.thinking ? " (thinking too)" : "", at,
-            quoted_excerpt(a, at).c_str(), quoted_excerpt(b, at).c_str());
+            out.shown(quoted_excerpt(a, at)).c_str(), out.shown(quoted_excerpt(b, at)).c_str());
     }
     // Later turns continue from what was stored, as the original run did.
     conv.pop_assistant();
@@ -151,10 +157,11 @@ int run_regenerate(sessions::SessionStore& store, const sessions::ConversationIn
     auto model = load_model(model_path_for(requested));
     const bool same_model = model->fingerprint() == info.model_fingerprint;
     if (!same_model) {
+        const ui::TextWriter out(stdout);
         std::printf(
             "note: %s is not the model the conversation was recorded with (%s); its "
             "replies will likely differ\n",
-            model->path().c_str(), info.model.c_str());
+            out.shown(model->path()).c_str(), out.shown(info.model).c_str());
     }
     ThreadPool pool(o.threads > 0 ? o.threads : default_threads());
     ConversationOptions copts;
@@ -166,10 +173,12 @@ int run_regenerate(sessions::SessionStore& store, const sessions::ConversationIn
     if (!info.system_prompt.empty()) conv.set_system(info.system_prompt);
     const SamplingParams sampling = stored_sampling(info.sampling_json);
     Sampler sampler(sampling);
-    std::printf(
-        "replaying %s: %lld turns with %s, temperature %g, seed %llu\n", info.public_id.c_str(),
-        static_cast<long long>(info.turns), fs::path(model->path()).filename().c_str(),
-        static_cast<double>(sampling.temperature), static_cast<unsigned long long>(sampling.seed));
+    const ui::TextWriter out(stdout);
+    std::printf("replaying %s: %lld turns with %s, temperature %g, seed %llu\n",
+                out.shown(info.public_id).c_str(), static_cast<long long>(info.turns),
+                out.shown(fs::path(model->path()).filename().string()).c_str(),
+                static_cast<double>(sampling.temperature),
+                static_cast<unsigned long long>(sampling.seed));
 
     const std::vector<sessions::StoredMessage> branch = store.branch(info);
     ReplayCounts counts;

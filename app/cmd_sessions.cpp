@@ -9,6 +9,7 @@
 #include "app/session_adapter.h"
 #include "sessions/session_store.h"
 #include "sessions/state_store.h"
+#include "ui/terminal_text.h"
 
 namespace ember::app {
 
@@ -61,20 +62,25 @@ std::string one_line(std::string text, size_t width) {
     return text;
 }
 
+// Everything read from the database (ids and roles too: the file may come from anyone) and
+// everything the user typed is written through ui::TextWriter: on a terminal its control
+// characters show as visible stand-ins, to a file or a pipe it goes as it is.
+
 int run_list(const SessionsOptions& o) {
     auto db = open_for_reading(o);
     sessions::SessionStore store(*db);
     const auto all = store.list(o.limit);
+    ui::TextWriter out(stdout);
     if (all.empty()) {
-        std::printf("no saved conversations in %s\n", db_path(o).c_str());
+        out.raw("no saved conversations in ").text(db_path(o)).raw("\n");
         return 0;
     }
     std::printf("%-10s %-40s %-24s %5s  %s\n", "ID", "TITLE", "MODEL", "TURNS", "UPDATED");
     for (const auto& info : all) {
         const ui::SessionSummary s = summarize(info);
-        std::printf("%-10s %-40s %-24s %5lld  %s\n", s.id.c_str(),
-                    one_line(s.title.empty() ? "(untitled)" : s.title, 40).c_str(),
-                    one_line(s.model, 24).c_str(), static_cast<long long>(s.turns),
+        std::printf("%-10s %-40s %-24s %5lld  %s\n", out.shown(s.id).c_str(),
+                    one_line(s.title.empty() ? "(untitled)" : out.shown(s.title), 40).c_str(),
+                    one_line(out.shown(s.model), 24).c_str(), static_cast<long long>(s.turns),
                     s.updated.c_str());
     }
     return 0;
@@ -84,24 +90,26 @@ int run_show(const SessionsOptions& o) {
     auto db = open_for_reading(o);
     sessions::SessionStore store(*db);
     const auto info = find_or_throw(store, o);
-    std::printf("id:      %s\ntitle:   %s\nmodel:   %s\ncreated: %s\nupdated: %s\n",
-                info.public_id.c_str(), info.title.c_str(), info.model.c_str(),
-                sessions::local_time(info.created_at).c_str(),
+    ui::TextWriter out(stdout);
+    out.raw("id:      ").text(info.public_id).raw("\ntitle:   ").text(info.title);
+    out.raw("\nmodel:   ").text(info.model).raw("\n");
+    std::printf("created: %s\nupdated: %s\n", sessions::local_time(info.created_at).c_str(),
                 sessions::local_time(info.updated_at).c_str());
     std::printf("turns:   %lld (%lld messages in all branches)\n",
                 static_cast<long long>(info.turns), static_cast<long long>(info.message_count));
-    if (!info.system_prompt.empty()) std::printf("system:  %s\n", info.system_prompt.c_str());
+    if (!info.system_prompt.empty()) out.raw("system:  ").text(info.system_prompt).raw("\n");
     for (const auto& m : store.branch(info)) {
-        std::printf("\n[%s #%lld]", m.role.c_str(), static_cast<long long>(m.id));
+        out.raw("\n[").text(m.role);
+        std::printf(" #%lld]", static_cast<long long>(m.id));
         if (m.stats) {
             const auto& s = *m.stats;
             std::printf(
                 " %lld tokens; prompt %lld: %lld reused (%lld restored), %lld evaluated; %s",
                 static_cast<long long>(s.tokens_generated), static_cast<long long>(s.prompt_tokens),
                 static_cast<long long>(s.tokens_reused), static_cast<long long>(s.tokens_restored),
-                static_cast<long long>(s.tokens_evaluated), s.finish.c_str());
+                static_cast<long long>(s.tokens_evaluated), out.shown(s.finish).c_str());
         }
-        std::printf("\n%s\n", m.content.c_str());
+        out.raw("\n").text(m.content).raw("\n");
     }
     return 0;
 }
@@ -110,13 +118,15 @@ int run_search(const SessionsOptions& o) {
     auto db = open_for_reading(o);
     sessions::SessionStore store(*db);
     const auto hits = store.search(o.text, o.limit);
+    ui::TextWriter out(stdout);
     if (hits.empty()) {
-        std::printf("no messages match '%s'\n", o.text.c_str());
+        out.raw("no messages match '").text(o.text).raw("'\n");
         return 0;
     }
     for (const auto& h : hits) {
-        std::printf("%-10s %-30s %-9s %s\n", h.conversation.c_str(), one_line(h.title, 30).c_str(),
-                    h.role.c_str(), one_line(h.snippet, 100).c_str());
+        std::printf("%-10s %-30s %-9s %s\n", out.shown(h.conversation).c_str(),
+                    one_line(out.shown(h.title), 30).c_str(), out.shown(h.role).c_str(),
+                    one_line(out.shown(h.snippet), 100).c_str());
     }
     return 0;
 }
@@ -125,10 +135,15 @@ int run_export(const SessionsOptions& o) {
     auto db = open_for_reading(o);
     sessions::SessionStore store(*db);
     const auto info = find_or_throw(store, o);
-    const std::string text =
-        o.format == "json" ? store.export_json(info) : store.export_markdown(info);
-    if (o.output.empty() || o.output == "-") {
-        std::fwrite(text.data(), 1, text.size(), stdout);
+    const bool to_stdout = o.output.empty() || o.output == "-";
+    ui::TextWriter shown(stdout);
+    // JSON on a terminal escapes everything past ASCII: safe to show and still exact.
+    const std::string text = o.format == "json"
+                                 ? store.export_json(info, to_stdout && shown.terminal())
+                                 : store.export_markdown(info);
+    if (to_stdout) {
+        // A pipe gets the export as stored; a terminal sees Markdown with stand-ins.
+        shown.text(text);
         return 0;
     }
     std::ofstream out(o.output, std::ios::binary);
@@ -143,7 +158,12 @@ int run_remove(const SessionsOptions& o) {
     sessions::SessionStore store(*db);
     const auto info = find_or_throw(store, o);
     store.remove(info.id);
-    std::printf("removed %s (%s)\n", info.public_id.c_str(), info.title.c_str());
+    ui::TextWriter(stdout)
+        .raw("removed ")
+        .text(info.public_id)
+        .raw(" (")
+        .text(info.title)
+        .raw(")\n");
     return 0;
 }
 
@@ -152,7 +172,12 @@ int run_rename(const SessionsOptions& o) {
     sessions::SessionStore store(*db);
     const auto info = find_or_throw(store, o);
     store.rename(info.id, o.title);
-    std::printf("renamed %s to '%s'\n", info.public_id.c_str(), o.title.c_str());
+    ui::TextWriter(stdout)
+        .raw("renamed ")
+        .text(info.public_id)
+        .raw(" to '")
+        .text(o.title)
+        .raw("'\n");
     return 0;
 }
 
@@ -171,13 +196,14 @@ int run_stats(const SessionsOptions& o) {
     std::error_code ec;
     const auto file_bytes = fs::exists(path, ec) ? fs::file_size(path, ec) : 0;
     const auto wal_bytes = fs::exists(path + "-wal", ec) ? fs::file_size(path + "-wal", ec) : 0;
-    std::printf("database: %s (%.1f MiB, write-ahead log %.1f MiB)\n", path.c_str(),
+    ui::TextWriter out(stdout);
+    out.raw("database: ").text(path);
+    std::printf(" (%.1f MiB, write-ahead log %.1f MiB)\n",
                 static_cast<double>(file_bytes) / (1 << 20),
                 static_cast<double>(wal_bytes) / (1 << 20));
     std::printf("conversations: %lld, messages: %lld\n", static_cast<long long>(conversations),
                 static_cast<long long>(messages));
-    const std::string text = sessions::format_state_stats(sessions::read_state_stats(*db), cap);
-    std::fwrite(text.data(), 1, text.size(), stdout);
+    out.text(sessions::format_state_stats(sessions::read_state_stats(*db), cap));
     return 0;
 }
 

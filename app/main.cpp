@@ -2,12 +2,14 @@
 #include <algorithm>
 #include <cstdio>
 #include <exception>
+#include <sstream>
 #include <string>
 #include <vector>
 
 #include "app/commands.h"
 #include "app/model_locator.h"
 #include "app/session_adapter.h"
+#include "ui/terminal_text.h"
 
 int main(int argc, char** argv) {
     CLI::App app{"ember: fast local LLM inference and chat in the terminal", "ember"};
@@ -34,9 +36,15 @@ int main(int argc, char** argv) {
     try {
         app.parse(std::move(args));
     } catch (const CLI::ParseError& e) {
-        // A usage error exits 2, as command-line programs do (CLI11's own codes are 100+);
-        // --help and --version exit 0.
-        return app.exit(e) == 0 ? 0 : 2;
+        // Usage errors quote what was typed (an unknown option, a bad value): on a terminal,
+        // control characters in it are shown, not obeyed. A usage error exits 2, as
+        // command-line programs do (CLI11's own codes are 100+); --help and --version exit 0.
+        std::ostringstream out, err;
+        const int status = app.exit(e, out, err);
+        ember::ui::TextWriter(stdout).text(out.str());
+        std::fflush(stdout);
+        ember::ui::TextWriter(stderr).text(err.str());
+        return status == 0 ? 0 : 2;
     }
     for (const auto& cmd : commands) {
         if (cmd.cli->parsed()) {
@@ -44,7 +52,8 @@ int main(int argc, char** argv) {
                 return cmd.run();
             } catch (const std::exception& e) {
                 std::fflush(stdout);
-                std::fprintf(stderr, "ember: error: %s\n", e.what());
+                // Errors quote ids, titles, paths and file contents.
+                ember::ui::TextWriter(stderr).raw("ember: error: ").text(e.what()).raw("\n");
                 return 1;
             }
         }

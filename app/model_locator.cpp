@@ -9,6 +9,7 @@
 
 #include "app/commands.h"
 #include "engine/util/xdg_paths.h"
+#include "ui/terminal_text.h"
 
 namespace ember::app {
 
@@ -215,7 +216,7 @@ std::string resolve_model(const std::string& requested, std::string* note) {
 std::string model_path_for(const std::string& requested) {
     std::string note;
     std::string path = resolve_model(requested, &note);
-    if (!note.empty()) std::fprintf(stderr, "ember: %s\n", note.c_str());
+    if (!note.empty()) ui::TextWriter(stderr).raw("ember: ").text(note).raw("\n");
     return path;
 }
 

@@ -9,6 +9,7 @@
 #include "engine/model/model.h"
 #include "engine/util/xdg_paths.h"
 #include "sessions/schema.h"
+#include "ui/terminal_text.h"
 
 namespace ember::app {
 
@@ -235,7 +236,7 @@ ChatSessions::ChatSessions(const ChatSessionOptions& o, const Model& model,
     sessions::StateStoreOptions state_options;
     state_options.cap_bytes = cap;
     state_options.on_warning = [err](const std::string& message) {
-        std::fprintf(err, "ember: warning: %s\n", message.c_str());
+        ui::TextWriter(err).raw("ember: warning: ").text(message).raw("\n");
     };
     // Keys cover the model's full content hash, computed (or found cached) on first use.
     state_ = std::make_unique<sessions::StateStore>(*db_, model, o.kv_type, state_options);
@@ -262,10 +263,14 @@ ChatSessions::ChatSessions(const ChatSessionOptions& o, const Model& model,
     if (info) {
         resume_id_ = info->public_id;
         if (info->model_fingerprint != model.fingerprint()) {
-            std::fprintf(err,
-                         "ember: note: conversation %s was recorded with %s; its saved state "
-                         "does not apply to this model, so its prompt is recomputed\n",
-                         info->public_id.c_str(), info->model.c_str());
+            ui::TextWriter(err)
+                .raw("ember: note: conversation ")
+                .text(info->public_id)
+                .raw(" was recorded with ")
+                .text(info->model)
+                .raw(
+                    "; its saved state does not apply to this model, so its prompt is "
+                    "recomputed\n");
         }
     }
 }

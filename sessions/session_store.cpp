@@ -386,7 +386,7 @@ std::string SessionStore::export_markdown(const ConversationInfo& c) {
     return md;
 }
 
-std::string SessionStore::export_json(const ConversationInfo& c) {
+std::string SessionStore::export_json(const ConversationInfo& c, bool ascii_only) {
     using json = nlohmann::ordered_json;
     json sampling = json::parse(c.sampling_json, nullptr, /*allow_exceptions=*/false);
     if (sampling.is_discarded()) sampling = c.sampling_json;
@@ -415,7 +415,9 @@ std::string SessionStore::export_json(const ConversationInfo& c) {
         messages.push_back(j);
     }
     out["messages"] = messages;
-    return out.dump(2) + "\n";
+    // JSON strings cannot carry bytes that are not UTF-8 (a plain-text prompt may hold any):
+    // those show as U+FFFD here; the Markdown export keeps them exactly.
+    return out.dump(2, ' ', ascii_only, json::error_handler_t::replace) + "\n";
 }
 
 }  // namespace ember::sessions

@@ -104,7 +104,9 @@ public:
     std::vector<SearchHit> search(const std::string& text, int64_t limit);
 
     std::string export_markdown(const ConversationInfo& conversation);
-    std::string export_json(const ConversationInfo& conversation);
+    // `ascii_only`: every character past ASCII as a \u escape (for a terminal: nothing in it
+    // can act as a control, and parsing it still gives the exact text).
+    std::string export_json(const ConversationInfo& conversation, bool ascii_only = false);
 
 private:
     ConversationInfo read_info(Statement& s);

@@ -15,6 +15,8 @@
 #include <stdexcept>
 #include <system_error>
 
+#include "ui/terminal_text.h"
+
 namespace ember::ui {
 
 namespace {
@@ -229,23 +231,24 @@ void LineEditor::remember(const std::string& line) {
 }
 
 // Streams reply text to stdout, thinking dimmed, and keeps track of the line ending so the
-// stats line always starts on a line of its own.
+// stats line always starts on a line of its own. On a terminal the text goes through a
+// TerminalTextStream: a model can emit ESC and C1 bytes, which must show, not act.
 class ReplyPrinter {
 public:
     ReplyPrinter(bool color, LineEditor& editor, ChatController& controller)
-        : color_(color), editor_(editor), controller_(controller) {}
+        : color_(color), terminal_(is_terminal(stdout)), editor_(editor), controller_(controller) {}
 
     bool operator()(const std::string& text, TextKind kind) {
         if (kind != kind_) {
+            put(safe_.finish());
             if (kind_ == TextKind::Thinking && color_) std::fputs(kReset, stdout);
             // The answer starts on its own line after the reasoning.
             if (kind == TextKind::Answer && !at_line_start_) std::fputc('\n', stdout);
             if (kind == TextKind::Thinking && color_) std::fputs(kDim, stdout);
             kind_ = kind;
         }
-        std::fwrite(text.data(), 1, text.size(), stdout);
+        put(terminal_ ? safe_.feed(text) : text);
         std::fflush(stdout);
-        if (!text.empty()) at_line_start_ = text.back() == '\n';
         if (editor_.interrupted()) {
             controller_.request_cancel();
             return false;
@@ -254,6 +257,7 @@ public:
     }
 
     void finish() {
+        put(safe_.finish());
         if (kind_ == TextKind::Thinking && color_) std::fputs(kReset, stdout);
         if (!at_line_start_) std::fputc('\n', stdout);
         std::fflush(stdout);
@@ -262,32 +266,42 @@ public:
     }
 
 private:
+    void put(std::string_view text) {
+        std::fwrite(text.data(), 1, text.size(), stdout);
+        if (!text.empty()) at_line_start_ = text.back() == '\n';
+    }
+
     bool color_;
+    bool terminal_;
+    TerminalTextStream safe_;
     LineEditor& editor_;
     ChatController& controller_;
     TextKind kind_ = TextKind::Answer;
     bool at_line_start_ = true;
 };
 
+// Notes and errors quote what the user typed (an unknown command, a title); stored and typed
+// text below goes through TextWriter like the reply does.
 void print_note(const std::string& text, bool dim) {
     if (text.empty()) return;
-    if (dim) {
-        std::fprintf(stderr, "%s%s%s\n", kDim, text.c_str(), kReset);
-    } else {
-        std::fprintf(stderr, "%s\n", text.c_str());
-    }
+    TextWriter err(stderr);
+    if (dim) err.raw(kDim);
+    err.text(text);
+    if (dim) err.raw(kReset);
+    err.raw("\n");
     std::fflush(stderr);
 }
 
 // After /load: the conversation so far, so the user sees where it stands.
 void print_transcript(const Conversation& conversation) {
+    TextWriter out(stdout);
     for (const auto& m : conversation.messages()) {
         if (m.role == "user") {
-            std::printf("> %s\n", m.content.c_str());
+            out.raw("> ").text(m.content).raw("\n");
         } else if (m.role == "assistant") {
-            std::printf("%s\n", m.content.c_str());
+            out.text(m.content).raw("\n");
         } else {
-            std::printf("[system] %s\n", m.content.c_str());
+            out.raw("[system] ").text(m.content).raw("\n");
         }
     }
     std::fflush(stdout);
@@ -302,8 +316,7 @@ void show_outcome(const ChatOutcome& outcome, const std::string& input, bool col
         return;
     }
     if (!outcome.message.empty()) {
-        std::fputs(outcome.message.c_str(), stdout);
-        std::fputc('\n', stdout);
+        TextWriter(stdout).text(outcome.message).raw("\n");
         std::fflush(stdout);
     }
     if (input.starts_with("/load")) print_transcript(controller.conversation());

@@ -5,6 +5,8 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 
+#include "ui/terminal_text.h"
+
 namespace ember::ui {
 
 namespace {
@@ -16,6 +18,14 @@ bool write_all(std::FILE* out, const std::string& s) {
     if (s.empty()) return true;
     if (std::fwrite(s.data(), 1, s.size(), out) != s.size()) return false;
     return std::fflush(out) == 0;
+}
+
+// One JSON line. Text that is not valid UTF-8 (a plain-text prompt can hold any bytes) shows
+// as U+FFFD rather than failing the run: JSON strings cannot carry such bytes. `ascii_only`
+// (for a terminal) escapes everything past ASCII, DEL and C1 controls included: nothing in
+// the line can act on the terminal, and parsing it still gives the exact text.
+std::string dump_line(const json& j, bool ascii_only) {
+    return j.dump(-1, ' ', ascii_only, json::error_handler_t::replace) + "\n";
 }
 
 double rate(int64_t tokens, double seconds) {
@@ -47,10 +57,13 @@ json turn_json(const TurnResult& r, bool show_thinking) {
     return j;
 }
 
-// Streams reply text to `out` (plain output only), wrapping shown thinking in tags.
+// Streams reply text to `out` (plain output only), wrapping shown thinking in tags. A file or
+// a pipe gets the reply's exact bytes; a terminal gets them through a TerminalTextStream, so
+// an escape sequence the model produced shows instead of acting.
 class PlainPrinter {
 public:
-    PlainPrinter(std::FILE* out, const ScriptedOptions& o) : out_(out), o_(o) {}
+    PlainPrinter(std::FILE* out, const ScriptedOptions& o)
+        : out_(out), o_(o), terminal_(is_terminal(out)) {}
     bool operator()(const std::string& text, TextKind kind) {
         if (o_.jsonl_out) return true;
         if (kind == TextKind::Thinking) {
@@ -59,19 +72,25 @@ public:
             in_thinking_ = true;
         } else if (in_thinking_) {
             in_thinking_ = false;
-            if (!write("\n</think>\n\n")) return false;
+            if (!write(held_back()) || !write("\n</think>\n\n")) return false;
         }
-        return write(text);
+        return write(terminal_ ? safe_.feed(text) : text);
     }
     bool gone() const { return gone_; }
+    // The end of the streamed text: what the terminal stream still holds back.
+    std::string held_back() { return safe_.finish(); }
     bool write(const std::string& text) {
         if (!gone_ && !write_all(out_, text)) gone_ = true;
         return !gone_;
     }
+    // A JSON line for this output.
+    bool write_json(const json& j) { return write(dump_line(j, terminal_)); }
 
 private:
     std::FILE* out_;
     const ScriptedOptions& o_;
+    bool terminal_;
+    TerminalTextStream safe_;
     bool in_thinking_ = false;
     bool gone_ = false;
 };
@@ -91,8 +110,10 @@ public:
         try {
             return backend_->commit(m, parent, turn);
         } catch (const std::exception& e) {
-            std::fprintf(err_, "ember: the session database failed, recording stops: %s\n",
-                         e.what());
+            TextWriter(err_)
+                .raw("ember: the session database failed, recording stops: ")
+                .text(e.what())
+                .raw("\n");
             failed_ = true;
             return 0;
         }
@@ -108,8 +129,10 @@ public:
         try {
             backend_->set_system_prompt(system);
         } catch (const std::exception& e) {
-            std::fprintf(err_, "ember: the session database failed, recording stops: %s\n",
-                         e.what());
+            TextWriter(err_)
+                .raw("ember: the session database failed, recording stops: ")
+                .text(e.what())
+                .raw("\n");
             failed_ = true;
         }
     }
@@ -142,11 +165,11 @@ TurnOutcome answer(Conversation& conv, Sampler& sampler, const std::string& prom
         r = conv.respond(sampler, o.generation, std::ref(printer));
     } catch (const ContextOverflow& e) {
         conv.pop_message();
-        std::fprintf(err, "ember: prompt skipped: %s\n", e.what());
+        TextWriter(err).raw("ember: prompt skipped: ").text(e.what()).raw("\n");
         if (o.jsonl_out) {
             const json j = {{"reply", ""},       {"thinking", nullptr}, {"finish", "context"},
                             {"error", e.what()}, {"tokens_reused", 0},  {"tokens_evaluated", 0}};
-            if (!printer.write(j.dump() + "\n")) return TurnOutcome::OutputGone;
+            if (!printer.write_json(j)) return TurnOutcome::OutputGone;
         }
         return TurnOutcome::Failed;
     }
@@ -159,9 +182,9 @@ TurnOutcome answer(Conversation& conv, Sampler& sampler, const std::string& prom
             err, "ember: context full: dropped %lld tokens (%lld messages) of the oldest turns\n",
             static_cast<long long>(r.tokens_dropped), static_cast<long long>(r.messages_dropped));
     }
-    const std::string tail =
-        o.jsonl_out ? turn_json(r, o.show_thinking).dump() + "\n" : std::string("\n");
-    return printer.write(tail) ? TurnOutcome::Answered : TurnOutcome::OutputGone;
+    const bool written = o.jsonl_out ? printer.write_json(turn_json(r, o.show_thinking))
+                                     : printer.write(printer.held_back() + "\n");
+    return written ? TurnOutcome::Answered : TurnOutcome::OutputGone;
 }
 
 // The prompt on one JSONL line, or an empty optional after reporting what is wrong with it.
@@ -169,8 +192,10 @@ TurnOutcome answer(Conversation& conv, Sampler& sampler, const std::string& prom
 std::optional<std::string> jsonl_prompt(const std::string& line, int64_t line_no,
                                         Conversation& conv, std::FILE* err, bool& bad) {
     const auto complain = [&](const std::string& what) {
-        std::fprintf(err, "ember: stdin line %lld: %s; line skipped\n",
-                     static_cast<long long>(line_no), what.c_str());
+        TextWriter(err)
+            .raw("ember: stdin line " + std::to_string(line_no) + ": ")
+            .text(what)
+            .raw("; line skipped\n");
         bad = true;
         return std::nullopt;
     };

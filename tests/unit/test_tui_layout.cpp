@@ -58,10 +58,21 @@ TEST(TuiText, WidthsOfWideAndCombiningCharacters) {
 }
 
 TEST(TuiText, SanitizeKeepsEscapesAwayFromTheTerminal) {
-    EXPECT_EQ(sanitize("a\x1b[2Jb"), "a\uFFFD[2Jb");
+    EXPECT_EQ(sanitize("a\x1b[2Jb"), "a\u241B[2Jb");
     EXPECT_EQ(sanitize("a\tb"), "a   b");
-    EXPECT_EQ(sanitize("x\r\ny"), "x\ny");
+    EXPECT_EQ(sanitize("x\r\ny"), "x\u240D\ny");
     EXPECT_EQ(sanitize("bad \xff byte"), "bad \uFFFD byte");
+    EXPECT_EQ(sanitize("csi \xc2\x9b"), "csi <U+009B>");
+    // The stand-ins are spans of their own, styled apart from text that looks the same.
+    const Spans spans = visible_spans("a\x1b]0;t\x07", style::kUser);
+    ASSERT_EQ(spans.size(), 4u);
+    EXPECT_EQ(spans[0].text, "a");
+    EXPECT_EQ(spans[0].style, style::kUser);
+    EXPECT_EQ(spans[1].text, "\u241B");
+    EXPECT_EQ(spans[1].style, style::kUser | style::kControl);
+    EXPECT_EQ(spans[2].text, "]0;t");
+    EXPECT_EQ(spans[3].text, "\u2407");
+    EXPECT_EQ(spans[3].style, style::kUser | style::kControl);
 }
 
 TEST(TuiText, BoundariesStepOverWholeClusters) {

@@ -43,7 +43,7 @@ std::string decode_entity(std::string_view entity) {
             value <= 0x10FFFF && !(value >= 0xD800 && value <= 0xDFFF)) {
             std::string out;
             append_utf8(out, value);
-            return sanitize(out);
+            return out;  // append() shows a control character's stand-in
         }
     }
     return std::string(entity);
@@ -189,7 +189,7 @@ public:
                 flush_line(true);
                 break;
             case MD_TEXT_NULLCHAR:
-                append("\uFFFD");
+                append(std::string_view("\0", 1));  // shown as its stand-in
                 break;
             case MD_TEXT_ENTITY:
                 append(decode_entity(text));
@@ -289,22 +289,22 @@ private:
 
     void append(std::string_view text) {
         if (text.empty()) return;
-        const std::string clean = sanitize(text);
-        // A newline can only come from code; anywhere else it is a line break too.
-        size_t start = 0;
-        for (;;) {
-            const size_t nl = clean.find('\n', start);
-            const std::string_view piece =
-                std::string_view(clean).substr(start, nl == std::string::npos ? nl : nl - start);
-            if (!piece.empty()) append_piece(piece);
-            if (nl == std::string::npos) break;
-            flush_line(true);
-            start = nl + 1;
+        for (const Span& span : visible_spans(text, current_style())) {
+            // A newline can only come from code; anywhere else it is a line break too.
+            size_t start = 0;
+            for (;;) {
+                const size_t nl = span.text.find('\n', start);
+                const std::string_view piece = std::string_view(span.text).substr(
+                    start, nl == std::string::npos ? nl : nl - start);
+                if (!piece.empty()) append_piece(piece, span.style);
+                if (nl == std::string::npos) break;
+                flush_line(true);
+                start = nl + 1;
+            }
         }
     }
 
-    void append_piece(std::string_view piece) {
-        const Style s = current_style();
+    void append_piece(std::string_view piece, Style s) {
         if (!spans_.empty() && spans_.back().style == s) {
             spans_.back().text += piece;
         } else {
@@ -378,18 +378,18 @@ std::vector<LogicalLine> render_markdown(std::string_view text, Style base) {
 }
 
 std::vector<LogicalLine> render_plain(std::string_view text, Style base) {
-    std::vector<LogicalLine> lines;
-    const std::string clean = sanitize(text);
-    size_t start = 0;
-    for (;;) {
-        const size_t nl = clean.find('\n', start);
-        LogicalLine line;
-        const std::string piece =
-            clean.substr(start, nl == std::string::npos ? std::string::npos : nl - start);
-        if (!piece.empty()) line.spans.push_back({piece, base});
-        lines.push_back(std::move(line));
-        if (nl == std::string::npos) break;
-        start = nl + 1;
+    std::vector<LogicalLine> lines(1);
+    for (const Span& span : visible_spans(text, base)) {
+        size_t start = 0;
+        for (;;) {
+            const size_t nl = span.text.find('\n', start);
+            const std::string piece =
+                span.text.substr(start, nl == std::string::npos ? std::string::npos : nl - start);
+            if (!piece.empty()) lines.back().spans.push_back({piece, span.style});
+            if (nl == std::string::npos) break;
+            lines.emplace_back();
+            start = nl + 1;
+        }
     }
     return lines;
 }

@@ -16,6 +16,7 @@
 #endif
 #include <curses.h>
 
+#include "ui/terminal_text.h"
 #include "ui/tui/text.h"
 
 namespace ember::ui::tui {
@@ -181,7 +182,8 @@ void Screen::restore() {
         saved_stderr_ = -1;
         close(stderr_read_);
         stderr_read_ = -1;
-        for (const auto& line : stderr_lines_) std::fprintf(stderr, "%s\n", line.c_str());
+        // Repeated through TextWriter: a warning may quote a title or a file's contents.
+        for (const auto& line : stderr_lines_) TextWriter(stderr).text(line).raw("\n");
         stderr_lines_.clear();
     }
     for (const auto& [sig, previous] : previous_handlers_) sigaction(sig, &previous, nullptr);
@@ -215,7 +217,7 @@ unsigned long Screen::attributes(Style s) const {
     if (s & style::kItalic) a |= A_ITALIC;
     if (s & (style::kUnderline | style::kLink)) a |= A_UNDERLINE;
     if (s & (style::kThinking | style::kNotice)) a |= A_DIM;
-    if (s & (style::kStatus | style::kSelected)) a |= A_REVERSE;
+    if (s & (style::kStatus | style::kSelected | style::kControl)) a |= A_REVERSE;
     if (!color_) {
         // Without colour, weight and underline carry the distinctions colour would.
         if (s & (style::kInlineCode | style::kUser | style::kError)) a |= A_BOLD;
@@ -256,6 +258,9 @@ int Screen::draw(int row, int column, const Spans& spans, int limit, Style extra
             while (at < c.end && count < CCHARW_MAX) {
                 char32_t cp = 0;
                 at += decode_at(span.text, at, cp);
+                // Callers hand over sanitized text; should a control character slip through,
+                // curses would show ESC as "^[" but C1 as a blank: neither must reach here.
+                if (cp < 0x20 || (cp >= 0x7F && cp < 0xA0)) cp = 0xFFFD;
                 // A mark with nothing to sit on is drawn on a space.
                 if (count == 0 && codepoint_width(cp) == 0) chars[count++] = L' ';
                 if (count < CCHARW_MAX) chars[count++] = static_cast<wchar_t>(cp);

@@ -29,6 +29,7 @@ inline constexpr Style kError = 1u << 13;
 inline constexpr Style kStatus = 1u << 14;    // the status line
 inline constexpr Style kSelected = 1u << 15;  // the chosen row of a picker
 inline constexpr Style kPanel = 1u << 16;     // picker borders and text
+inline constexpr Style kControl = 1u << 17;   // a control character's visible stand-in
 }  // namespace style
 
 // A run of text in one style.

@@ -2,11 +2,13 @@
 
 #include <utf8proc.h>
 
+#include "ui/terminal_text.h"
+
 namespace ember::ui::tui {
 
 namespace {
 
-constexpr char32_t kReplacement = 0xFFFD;
+constexpr char32_t kReplacement = 0xFFFD;  // what decode_at() gives for an invalid byte
 constexpr int kTabStop = 4;
 
 bool is_control(char32_t cp) {
@@ -83,34 +85,51 @@ int display_width(std::string_view text) {
     return width;
 }
 
+Spans visible_spans(std::string_view text, Style s) {
+    Spans out;
+    const auto push = [&](std::string_view piece, Style piece_style) {
+        if (piece.empty()) return;
+        if (!out.empty() && out.back().style == piece_style) {
+            out.back().text += piece;
+        } else {
+            out.push_back({std::string(piece), piece_style});
+        }
+    };
+    int column = 0;  // for tab stops; reset at each newline
+    for_each_terminal_piece(text, [&](std::string_view piece, bool replaced) {
+        if (replaced) {
+            push(piece, s | style::kControl);
+            column += display_width(piece);
+            return;
+        }
+        std::string plain;  // `piece` with its tabs expanded
+        plain.reserve(piece.size());
+        size_t offset = 0;
+        while (offset < piece.size()) {
+            char32_t cp = 0;
+            const size_t n = decode_at(piece, offset, cp);
+            if (cp == '\n') {
+                plain += '\n';
+                column = 0;
+            } else if (cp == '\t') {
+                const int spaces = kTabStop - column % kTabStop;
+                plain.append(static_cast<size_t>(spaces), ' ');
+                column += spaces;
+            } else {
+                plain.append(piece.substr(offset, n));
+                column += std::max(0, codepoint_width(cp));
+            }
+            offset += n;
+        }
+        push(plain, s);
+    });
+    return out;
+}
+
 std::string sanitize(std::string_view text) {
     std::string out;
     out.reserve(text.size());
-    int column = 0;  // for tab stops; reset at each newline
-    size_t offset = 0;
-    while (offset < text.size()) {
-        char32_t cp = 0;
-        const size_t n = decode_at(text, offset, cp);
-        const bool invalid =
-            cp == kReplacement && n == 1 && static_cast<unsigned char>(text[offset]) >= 0x80;
-        if (cp == '\n') {
-            out += '\n';
-            column = 0;
-        } else if (cp == '\t') {
-            const int spaces = kTabStop - column % kTabStop;
-            out.append(static_cast<size_t>(spaces), ' ');
-            column += spaces;
-        } else if (cp == '\r') {
-            // CRLF line ends and stray carriage returns: the newline (if any) does the work.
-        } else if (invalid || is_control(cp)) {
-            append_utf8(out, kReplacement);
-            column += 1;
-        } else {
-            out.append(text.substr(offset, n));
-            column += std::max(0, codepoint_width(cp));
-        }
-        offset += n;
-    }
+    for (const Span& span : visible_spans(text, style::kPlain)) out += span.text;
     return out;
 }
 

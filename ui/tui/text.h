@@ -13,6 +13,8 @@
 #include <string_view>
 #include <vector>
 
+#include "ui/tui/style.h"
+
 namespace ember::ui::tui {
 
 struct Cluster {
@@ -32,10 +34,15 @@ void for_each_cluster(std::string_view text, Visit&& visit);
 // Columns `text` takes on one line.
 int display_width(std::string_view text);
 
-// Text safe to hand to the terminal: invalid UTF-8 and control characters (other than '\n')
-// become U+FFFD, a tab becomes spaces up to the next multiple of 4 columns, '\r' is dropped.
-// A model's reply may contain anything; an escape sequence must never reach the terminal.
+// Text safe to hand to the terminal: control characters (other than '\n') and invalid UTF-8
+// become the visible stand-ins of ui/terminal_text.h ("␛", "␍", "<U+009B>", U+FFFD), a tab
+// becomes spaces up to the next multiple of 4 columns. A model's reply may contain anything;
+// an escape sequence must never reach the terminal.
 std::string sanitize(std::string_view text);
+
+// The same as spans: the text in `s`, each stand-in in `s | style::kControl` so the screen
+// can tell it from text that merely looks like it.
+Spans visible_spans(std::string_view text, Style s);
 
 // Byte offset of the cluster boundary before / after `offset` (clamped to the text).
 size_t previous_boundary(std::string_view text, size_t offset);

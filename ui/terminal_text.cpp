@@ -1,0 +1,161 @@
+#include "ui/terminal_text.h"
+
+#include <unistd.h>
+
+namespace ember::ui {
+
+namespace {
+
+// The stand-ins, built once at compile time: Control Pictures for C0 (U+2400 + c, three
+// bytes E2 90 80+c in UTF-8) and "<U+00XX>" for C1.
+struct StandIns {
+    char c0[32][3] = {};
+    char c1[32][8] = {};
+};
+
+constexpr StandIns make_stand_ins() {
+    StandIns s;
+    const char* const hex = "0123456789ABCDEF";
+    for (int c = 0; c < 32; ++c) {
+        s.c0[c][0] = '\xE2';
+        s.c0[c][1] = '\x90';
+        s.c0[c][2] = static_cast<char>(0x80 + c);
+        const int cp = 0x80 + c;
+        const char text[8] = {'<', 'U', '+', '0', '0', hex[cp >> 4], hex[cp & 15], '>'};
+        for (int i = 0; i < 8; ++i) s.c1[c][i] = text[i];
+    }
+    return s;
+}
+
+constexpr StandIns kStandIns = make_stand_ins();
+constexpr std::string_view kDelete = "\u2421";       // ␡
+constexpr std::string_view kReplacement = "\uFFFD";  // �
+
+enum class Kind { Plain, C0, Delete, C1, Invalid, Truncated };
+
+struct Decoded {
+    Kind kind = Kind::Plain;
+    size_t length = 1;
+    unsigned value = 0;  // the byte (C0) or code point (C1)
+};
+
+// One UTF-8 sequence (or one ill-formed part of one) at `offset`. The valid second bytes
+// follow Unicode's table of well-formed sequences (no overlong forms, no surrogates, nothing
+// past U+10FFFF); an ill-formed part is as long as the valid prefix before the bad byte.
+Decoded decode_one(std::string_view text, size_t offset) {
+    const auto byte = [&](size_t i) { return static_cast<unsigned char>(text[offset + i]); };
+    const unsigned b0 = byte(0);
+    if (b0 < 0x80) {
+        if (b0 == '\n' || b0 == '\t') return {Kind::Plain, 1, b0};
+        if (b0 < 0x20) return {Kind::C0, 1, b0};
+        if (b0 == 0x7F) return {Kind::Delete, 1, b0};
+        return {Kind::Plain, 1, b0};
+    }
+    size_t need = 0;
+    unsigned low = 0x80, high = 0xBF;  // range of the second byte
+    if (b0 >= 0xC2 && b0 <= 0xDF) {
+        need = 2;
+    } else if (b0 >= 0xE0 && b0 <= 0xEF) {
+        need = 3;
+        if (b0 == 0xE0) low = 0xA0;
+        if (b0 == 0xED) high = 0x9F;
+    } else if (b0 >= 0xF0 && b0 <= 0xF4) {
+        need = 4;
+        if (b0 == 0xF0) low = 0x90;
+        if (b0 == 0xF4) high = 0x8F;
+    } else {
+        return {Kind::Invalid, 1, b0};  // a continuation byte, C0/C1 lead bytes, F5..FF
+    }
+    for (size_t i = 1; i < need; ++i) {
+        if (offset + i >= text.size()) return {Kind::Truncated, i, 0};
+        const unsigned b = byte(i);
+        const bool fits = i == 1 ? (b >= low && b <= high) : (b >= 0x80 && b <= 0xBF);
+        if (!fits) return {Kind::Invalid, i, 0};
+    }
+    if (need == 2) {
+        const unsigned cp = ((b0 & 0x1F) << 6) | (byte(1) & 0x3F);
+        if (cp < 0xA0) return {Kind::C1, 2, cp};
+    }
+    return {Kind::Plain, need, 0};
+}
+
+}  // namespace
+
+TerminalPiece terminal_piece_at(std::string_view text, size_t offset) {
+    TerminalPiece piece;
+    Decoded d = decode_one(text, offset);
+    switch (d.kind) {
+        case Kind::C0:
+            return {1, std::string_view(kStandIns.c0[d.value], 3), false};
+        case Kind::Delete:
+            return {1, kDelete, false};
+        case Kind::C1:
+            return {2, std::string_view(kStandIns.c1[d.value - 0x80], 8), false};
+        case Kind::Invalid:
+            return {d.length, kReplacement, false};
+        case Kind::Truncated:
+            return {d.length, kReplacement, true};
+        case Kind::Plain:
+            break;
+    }
+    // A run of plain sequences is one piece.
+    size_t end = offset + d.length;
+    while (end < text.size()) {
+        d = decode_one(text, end);
+        if (d.kind != Kind::Plain) break;
+        end += d.length;
+    }
+    piece.length = end - offset;
+    return piece;
+}
+
+std::string terminal_safe(std::string_view text) {
+    std::string out;
+    out.reserve(text.size());
+    for_each_terminal_piece(text, [&](std::string_view piece, bool) { out += piece; });
+    return out;
+}
+
+std::string TerminalTextStream::feed(std::string_view chunk) {
+    held_.append(chunk);
+    std::string out;
+    out.reserve(held_.size());
+    size_t offset = 0;
+    while (offset < held_.size()) {
+        const TerminalPiece p = terminal_piece_at(held_, offset);
+        if (p.truncated) break;  // the next chunk may complete it
+        out += p.stand_in.empty() ? std::string_view(held_).substr(offset, p.length) : p.stand_in;
+        offset += p.length;
+    }
+    held_.erase(0, offset);
+    return out;
+}
+
+std::string TerminalTextStream::finish() {
+    std::string out = terminal_safe(held_);
+    held_.clear();
+    return out;
+}
+
+bool is_terminal(std::FILE* stream) {
+    return stream != nullptr && isatty(fileno(stream)) == 1;
+}
+
+TextWriter::TextWriter(std::FILE* stream) : stream_(stream), terminal_(is_terminal(stream)) {}
+
+TextWriter& TextWriter::raw(std::string_view s) {
+    std::fwrite(s.data(), 1, s.size(), stream_);
+    return *this;
+}
+
+TextWriter& TextWriter::text(std::string_view s) {
+    if (!terminal_) return raw(s);
+    for_each_terminal_piece(s, [&](std::string_view piece, bool) { raw(piece); });
+    return *this;
+}
+
+std::string TextWriter::shown(std::string_view s) const {
+    return terminal_ ? terminal_safe(s) : std::string(s);
+}
+
+}  // namespace ember::ui
