@@ -35,6 +35,9 @@ struct BenchArgs {
     std::string model;
     int64_t prompt = 512;
     int64_t gen = 128;
+    // Tokens of context already in the cache before the prompt and the decode are timed (as
+    // the reference's -d): attention then reads depth x KV bytes per position for every token.
+    int64_t depth = 0;
     int threads = 2;
     int reps = 5;
     bool json_out = false;
@@ -121,15 +124,49 @@ double decode_tokens(const Model& model, InferenceState& state, ThreadPool& pool
     return seconds_since(t0);
 }
 
-// One rep: prefill the prompt from an empty cache; decode `gen` tokens one at a time after
-// it (what a chat turn does); then `gen` tokens from an empty cache (what the reference
-// engine's tg test times, so decode_tps compares like with like).
-RepResult run_rep(const Model& model, InferenceState& state, ThreadPool& pool,
+// The cache holding `depth` tokens of context, as every rep starts: the context is evaluated
+// once (untimed) and each rep rewinds to its end. Hybrids cannot rewind their recurrent state
+// by moving the cache's length, so they go back through a snapshot taken after the context.
+struct Context {
+    int64_t depth = 0;
+    RecurrentSnapshotPool after_context;
+
+    void rewind(InferenceState& state) {
+        state.kv.set_length(depth);
+        if (depth > 0 && !state.recurrent.empty()) after_context.restore(0, state.recurrent);
+    }
+};
+
+Context make_context(const Model& model, InferenceState& state, ThreadPool& pool, int64_t depth,
+                     uint64_t seed) {
+    Context ctx;
+    ctx.depth = depth;
+    if (depth == 0) return ctx;
+    const auto ids = random_prompt(depth, model.config().n_vocab, seed ^ 0x5eedull);
+    // In pieces, so the scratch is no larger than a prompt's.
+    constexpr int64_t kPiece = 512;
+    for (int64_t i = 0; i < depth; i += kPiece) {
+        const auto n = static_cast<size_t>(std::min(kPiece, depth - i));
+        forward(model, state, pool,
+                std::span<const int32_t>(ids).subspan(static_cast<size_t>(i), n),
+                LogitsWanted::None);
+    }
+    if (!state.recurrent.empty()) {
+        ctx.after_context.init(state.recurrent, 1);
+        ctx.after_context.save(0, state.recurrent);
+    }
+    return ctx;
+}
+
+// One rep: prefill the prompt after the context (an empty cache at depth 0); decode `gen`
+// tokens one at a time after it (what a chat turn does); then `gen` tokens right after the
+// context (what the reference engine's tg test times, so decode_tps compares like with like).
+RepResult run_rep(const Model& model, InferenceState& state, ThreadPool& pool, Context& ctx,
                   const std::vector<int32_t>& prompt, int64_t gen, int64_t verify, bool& finite) {
     RepResult r;
     // Rewinding keeps the cache's chunks and the scratch: a rep measures the model, not the
     // allocator (the warm-up rep pays for the first allocation).
-    state.kv.set_length(0);
+    ctx.rewind(state);
     const auto t0 = Clock::now();
     auto logits = forward(model, state, pool, prompt, LogitsWanted::Last);
     r.prefill_s = seconds_since(t0);
@@ -143,13 +180,13 @@ RepResult run_rep(const Model& model, InferenceState& state, ThreadPool& pool,
         after_prompt.save(0, state.recurrent);
     }
     r.decode_after_prompt_s = decode_tokens(model, state, pool, next, gen, finite);
-    state.kv.set_length(0);
+    ctx.rewind(state);
     r.decode_s = decode_tokens(model, state, pool, next, gen, finite);
     if (verify > 0) {
-        const int64_t base = static_cast<int64_t>(prompt.size());
+        const int64_t base = ctx.depth + static_cast<int64_t>(prompt.size());
         std::vector<int32_t> draft(static_cast<size_t>(verify));
         for (int64_t i = 0; i < verify; ++i)
-            draft[static_cast<size_t>(i)] = prompt[static_cast<size_t>(i % base)];
+            draft[static_cast<size_t>(i)] = prompt[static_cast<size_t>(i) % prompt.size()];
         for (int it = 0; it < kVerifyIters; ++it) {
             state.kv.set_length(base);
             after_prompt.restore(0, state.recurrent);  // not timed: only the forward is
@@ -167,13 +204,14 @@ int run_bench(const BenchArgs& a) {
     if (a.prompt < 1 || a.gen < 1 || a.reps < 1 || a.threads < 1 || a.bw_passes < 1) {
         throw std::runtime_error("-p, -n, --reps, -t and --bw-passes must be at least 1");
     }
+    if (a.depth < 0) throw std::runtime_error("--depth must not be negative");
     const auto t_load = Clock::now();
     auto model = load_model(a.model);
     const double load_s = seconds_since(t_load);
     const ModelConfig& c = model->config();
     const uint64_t file_bytes = std::filesystem::file_size(a.model);
     ThreadPool pool(a.threads);
-    auto state = make_state(c, a.prompt + std::max(a.gen, a.verify),
+    auto state = make_state(c, a.depth + a.prompt + std::max(a.gen, a.verify),
                             a.kv_type == "f32" ? KvType::F32 : KvType::F16);
     const std::vector<int32_t> prompt = random_prompt(a.prompt, c.n_vocab, a.seed);
 
@@ -198,13 +236,14 @@ int run_bench(const BenchArgs& a) {
         return one.median_gbs;
     };
 
+    Context ctx = make_context(*model, *state, pool, a.depth, a.seed);
     bool finite = true;
     // Warm-up: pages the weights in, grows the scratch and the cache.
-    run_rep(*model, *state, pool, prompt, a.gen, a.verify, finite);
+    run_rep(*model, *state, pool, ctx, prompt, a.gen, a.verify, finite);
     if (interleave) probe();
     std::vector<double> prefill_tps, decode_tps, after_prompt_tps, ttft_ms, verify_ms;
     for (int i = 0; i < a.reps; ++i) {
-        const RepResult r = run_rep(*model, *state, pool, prompt, a.gen, a.verify, finite);
+        const RepResult r = run_rep(*model, *state, pool, ctx, prompt, a.gen, a.verify, finite);
         prefill_tps.push_back(static_cast<double>(a.prompt) / r.prefill_s);
         decode_tps.push_back(static_cast<double>(a.gen) / r.decode_s);
         after_prompt_tps.push_back(static_cast<double>(a.gen) / r.decode_after_prompt_s);
@@ -224,16 +263,22 @@ int run_bench(const BenchArgs& a) {
     const double recurrent_mb = static_cast<double>(state->recurrent.bytes()) / kMiB;
     const double rss_bound_mb = file_mb + kv_mb + recurrent_mb + kRssSlackMiB;
     const uint64_t wbpt = model->weight_bytes_per_token();
-    auto roofline_of = [&](double tps, double gbs) {
-        return gbs > 0 ? tps * static_cast<double>(wbpt) / (gbs * 1e9) : 0.0;
+    // A token at position p reads the K/V of positions [0, p]: on average depth + (gen + 1) / 2
+    // positions over the timed decode, and `prompt` more after the prompt.
+    const double kv_per_position = static_cast<double>(state->kv.bytes_per_position());
+    const double kv_bpt = kv_per_position * (static_cast<double>(a.depth) + 0.5 * (a.gen + 1));
+    const double kv_bpt_after_prompt = kv_bpt + kv_per_position * static_cast<double>(a.prompt);
+    auto roofline_of = [&](double tps, double gbs, double kv_bytes) {
+        return gbs > 0 ? tps * (static_cast<double>(wbpt) + kv_bytes) / (gbs * 1e9) : 0.0;
     };
     const double decode_med = median(decode_tps);
-    const double roofline = roofline_of(decode_med, bw.median_gbs);
+    const double roofline = roofline_of(decode_med, bw.median_gbs, kv_bpt);
     const double after_prompt_med = median(after_prompt_tps);
-    const double roofline_after_prompt = roofline_of(after_prompt_med, bw.median_gbs);
+    const double roofline_after_prompt =
+        roofline_of(after_prompt_med, bw.median_gbs, kv_bpt_after_prompt);
     std::vector<double> roofline_reps;
     for (size_t i = 0; i < bw_after_rep.size(); ++i) {
-        roofline_reps.push_back(roofline_of(decode_tps[i], bw_after_rep[i]));
+        roofline_reps.push_back(roofline_of(decode_tps[i], bw_after_rep[i], kv_bpt));
     }
 
     nlohmann::ordered_json j;
@@ -245,7 +290,10 @@ int run_bench(const BenchArgs& a) {
     j["peak_rss_mb"] = peak_rss_mb;
     j["bandwidth_gbs"] = bw.median_gbs;
     j["roofline_fraction"] = roofline;
+    j["roofline_fraction_weights_only"] = roofline_of(decode_med, bw.median_gbs, 0.0);
     j["weight_bytes_per_token"] = wbpt;
+    j["kv_bytes_per_token"] = kv_bpt;
+    j["depth"] = a.depth;
     j["threads"] = a.threads;
     j["reps"] = a.reps;
     j["prompt_tokens"] = a.prompt;
@@ -264,10 +312,10 @@ int run_bench(const BenchArgs& a) {
     j["kv_mb"] = kv_mb;
     j["recurrent_mb"] = recurrent_mb;
     j["kv_type"] = a.kv_type;
-    // decode_tps and roofline_fraction: decoding from an empty cache, as the reference's tg
-    // test; the same after the prompt (attention over it adds KV reads the roofline does not
-    // count).
-    j["decode_context"] = "empty";
+    // decode_tps and roofline_fraction: decoding after `depth` tokens of context (an empty
+    // cache at depth 0), as the reference's tg test; the same after the prompt. Both rooflines
+    // count the weights and the K/V read per token.
+    j["decode_context"] = a.depth == 0 ? "empty" : "depth";
     j["decode_after_prompt_tps"] = after_prompt_med;
     j["roofline_fraction_after_prompt"] = roofline_after_prompt;
     j["decode_after_prompt_tps_reps"] = after_prompt_tps;
@@ -300,8 +348,8 @@ int run_bench(const BenchArgs& a) {
         a.kv_type.c_str());
     std::printf("                     median        min        max\n");
     std::printf("prefill tok/s    %10.2f %s\n", median(prefill_tps), range(prefill_tps).c_str());
-    std::printf("decode tok/s     %10.2f %s (from an empty cache)\n", decode_med,
-                range(decode_tps).c_str());
+    std::printf("decode tok/s     %10.2f %s (after %lld tokens of context)\n", decode_med,
+                range(decode_tps).c_str(), static_cast<long long>(a.depth));
     std::printf("  after prompt   %10.2f %s (roofline %.3f)\n", after_prompt_med,
                 range(after_prompt_tps).c_str(), roofline_after_prompt);
     std::printf("ttft ms          %10.2f %s\n", median(ttft_ms), range(ttft_ms).c_str());
@@ -309,7 +357,9 @@ int run_bench(const BenchArgs& a) {
         "read bandwidth   %10.2f GB/s (median of %zu passes over %.0f MiB, best %.2f, %s)\n",
         bw.median_gbs, bw.gbs.size(), static_cast<double>(bw.bytes) / kMiB, bw.best_gbs, bw.isa);
     std::printf("weights / token  %10.2f MiB\n", static_cast<double>(wbpt) / kMiB);
-    std::printf("roofline         %10.3f (decode tok/s x weight bytes / bandwidth)\n", roofline);
+    std::printf("KV / token       %10.2f MiB (read by attention, decode average)\n", kv_bpt / kMiB);
+    std::printf("roofline         %10.3f (decode tok/s x (weight + KV bytes) / bandwidth)\n",
+                roofline);
     std::printf(
         "peak RSS         %10.1f MiB (bound %.1f = file + KV %.1f + recurrent %.1f + %.0f: %s)\n",
         peak_rss_mb, rss_bound_mb, kv_mb, recurrent_mb, kRssSlackMiB,
@@ -336,6 +386,10 @@ void register_bench_command(CLI::App& app, std::vector<Command>& out) {
         ->capture_default_str();
     cmd->add_option("-n,--n-gen", args->gen, "Tokens decoded one at a time")->capture_default_str();
     cmd->add_option("-t,--threads", args->threads, "Threads")->capture_default_str();
+    cmd->add_option("-d,--depth", args->depth,
+                    "Tokens of context in the cache before prefill and decode are timed (as the "
+                    "reference's -d)")
+        ->capture_default_str();
     auto* reps_opt = cmd->add_option("--reps", args->reps,
                                      "Timed repetitions (median reported; --spec: 3 by default)");
     reps_opt->capture_default_str();

@@ -1,6 +1,8 @@
-// ember bench --spec ngram: off and ngram rows side by side per prompt, greedy ids equal.
+// ember bench --spec ngram: off and ngram rows side by side per prompt, greedy ids equal; and
+// bench --depth (decode after a context already in the cache).
 #include <gtest/gtest.h>
 
+#include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "tests/support/fixtures.h"
@@ -58,6 +60,44 @@ TEST(BenchSpec, VerifyTimingRunsOnHybrids) {
     ASSERT_EQ(r.status, 0) << r.err;
     const auto j = nlohmann::json::parse(r.out);
     ASSERT_TRUE(j.contains("verify_ms")) << r.out;
+}
+
+// --depth 40: each timed decode token reads the K/V of the 40 context positions and of the
+// tokens decoded so far; kv_bytes_per_token counts them (K and V of every layer, f16), and the
+// roofline counts them beside the weights. On a hybrid the context lives in the recurrent state
+// too, which each rep must restore (a forward refuses a state that does not match the cache).
+void check_depth(const char* fixture, int64_t kv_layers) {
+    EMBER_REQUIRE_FIXTURE(fixture);
+    std::ifstream in(fixture_path(std::string(fixture).substr(0, std::string(fixture).rfind('/')) +
+                                  "/hf/config.json"));
+    const auto file = nlohmann::json::parse(in);
+    const auto& config = file.contains("text_config") ? file["text_config"] : file;
+    const int64_t head_dim =
+        config.value("head_dim", config["hidden_size"].get<int64_t>() /
+                                     config["num_attention_heads"].get<int64_t>());
+    const double kv_per_position = static_cast<double>(
+        kv_layers * 2 * config["num_key_value_heads"].get<int64_t>() * head_dim * 2);
+    const auto r =
+        run_command({ember_binary(), "bench", "-m", fixture_path(fixture), "-p", "8", "-n", "5",
+                     "--reps", "1", "--bw-passes", "1", "-t", "2", "--depth", "40", "--json"});
+    ASSERT_EQ(r.status, 0) << r.err;
+    const auto deep = nlohmann::json::parse(r.out);
+    EXPECT_EQ(deep["depth"].get<int64_t>(), 40);
+    EXPECT_EQ(deep["decode_context"], "depth");
+    EXPECT_TRUE(deep["logits_finite"].get<bool>());
+    // Positions read on average over 5 tokens: depth + 3.
+    EXPECT_DOUBLE_EQ(deep["kv_bytes_per_token"].get<double>(), 43 * kv_per_position);
+    EXPECT_GT(deep["roofline_fraction"].get<double>(),
+              deep["roofline_fraction_weights_only"].get<double>());
+}
+
+TEST(BenchDepth, CountsTheContextsKvBytes) {
+    check_depth("arch/qwen3/qwen3.gguf", 3);
+}
+
+TEST(BenchDepth, RestoresAHybridsContext) {
+    // qwen35: one attention layer in four (the fixture has 4 layers).
+    check_depth("arch/qwen35/qwen35.gguf", 1);
 }
 
 }  // namespace

@@ -271,8 +271,8 @@ TEST_F(SynthBench, BenchPrintsOneJsonObject) {
     EMBER_REQUIRE_FIXTURE(kLlamaFixture);
     const std::string path = synth("q4_0");
     ASSERT_FALSE(path.empty());
-    const auto r = run_command(
-        {ember_binary(), "bench", "-m", path, "--json", "-p", "32", "-n", "8", "--reps", "1"});
+    const auto r = run_command({ember_binary(), "bench", "-m", path, "--json", "-p", "32", "-n",
+                                "8", "--reps", "1", "-t", "2"});
     ASSERT_EQ(r.status, 0) << r.err;
     const auto lines = split_lines(r.out);
     ASSERT_EQ(lines.size(), 1u) << r.out;
