@@ -145,6 +145,20 @@ static_assert(sizeof(BlockIQ4_NL) == 18);
 inline constexpr int8_t kIQ4NLValues[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
                                             1,    13,   25,  38,  53,  69,  89,  113};
 
+// MXFP4 (OCP microscaling FP4): x = 2^(e - 128) * kMXFP4Values[q], q a nibble laid out as Q4_0.
+// The codebook holds the e2m1 values doubled (so they are integers), hence the exponent bias of
+// 128 where the format's e8m0 scale is 2^(e - 127). Every e, 255 included, is a power of two here
+// (the reference CPU engine reads it the same way).
+struct BlockMXFP4 {
+    uint8_t e;            // e8m0 shared exponent
+    uint8_t qs[kQK / 2];  // [16] nibbles, as Q4_0
+};
+static_assert(sizeof(BlockMXFP4) == 17);
+
+// The e2m1 code points 0, 0.5, 1, 1.5, 2, 3, 4, 6 (and their negatives, bit 3 = sign), doubled.
+inline constexpr int8_t kMXFP4Values[16] = {0, 1,  2,  3,  4,  6,  8,  12,
+                                            0, -1, -2, -3, -4, -6, -8, -12};
+
 // ---------------------------------------------------------------------------------------------
 // K-quants: 256-element super-blocks. In all of them the scale of element e (for the types
 // with 16-element sub-blocks) is scale index e / 16; the bit positions differ per type.
@@ -205,6 +219,34 @@ struct BlockQ6_K {
     uint16_t d;                 // fp16 super-block scale
 };
 static_assert(sizeof(BlockQ6_K) == 210);
+
+// ---------------------------------------------------------------------------------------------
+// IQ quants with 256-element super-blocks of eight 32-element sub-blocks (sub-block i = elements
+// 32i .. 32i+31).
+
+// IQ4_XS: x = d * (ls - 32) * kIQ4NLValues[q], ls the 6-bit scale of sub-block i: low 4 bits =
+// nibble (i % 2) of scales_l[i / 2], high 2 bits = bits 2i..2i+1 of scales_h. Sub-block i's
+// nibbles are qs[16i .. 16i+15], laid out as Q4_0 (low nibble = element j, high = element j+16).
+struct BlockIQ4_XS {
+    uint16_t d;             // fp16 super-block scale
+    uint16_t scales_h;      // high 2 bits of the 8 sub-block scales
+    uint8_t scales_l[4];    // low 4 bits of the 8 sub-block scales
+    uint8_t qs[kQK_K / 2];  // [128] nibbles
+};
+static_assert(sizeof(BlockIQ4_XS) == 136);
+
+// IQ3_S: x = d * (1 + 2 * s) * g * (sign ? -1 : 1). Sub-block i has the 4-bit s = nibble (i % 2)
+// of scales[i / 2]; its elements 4k .. 4k+3 (k in 0..7) take the magnitudes g of grid entry
+// kIQ3SGrid[qs[8i + k] | (bit k of qh[i]) << 8] (iq_grids.h), and element e of the sub-block is
+// negative when bit e of the little-endian 32-bit word signs[4i .. 4i+3] is set.
+struct BlockIQ3_S {
+    uint16_t d;                  // fp16 super-block scale
+    uint8_t qs[kQK_K / 4];       // [64] low 8 bits of the grid indices
+    uint8_t qh[kQK_K / 32];      // [8] bit 8 of the grid indices, one byte per sub-block
+    uint8_t signs[kQK_K / 8];    // [32] one sign bit per element
+    uint8_t scales[kQK_K / 64];  // [4] 4-bit sub-block scales
+};
+static_assert(sizeof(BlockIQ3_S) == 110);
 
 // Q8_K: x = d * qs[e]; bsums[i] = sum of qs[16i .. 16i+15]. (ggml's K-quant activation format;
 // listed for completeness, not used by this engine.)

@@ -16,10 +16,12 @@
 //
 //   panel_a:   Q8_0                       two rows per zmm, one group per step
 //   panel_nib: Q4_0, IQ4_NL, Q4_1,        four rows per zmm: 16 nibble bytes of each row give
-//              Q5_0, Q5_1                 elements 0-15 (low nibbles) and 16-31 (high ones);
-//                                         Q5's bit 4 from qh by byte masks (high_bits)
-//   panel_k:   Q4_K, Q5_K, Q6_K           two rows per zmm; the super-block's scales of the 16
-//                                         rows are unpacked once (gathers) into 16-lane vectors
+//              Q5_0, Q5_1, MXFP4          elements 0-15 (low nibbles) and 16-31 (high ones);
+//                                         Q5's bit 4 from qh by byte masks (high_bits);
+//                                         MXFP4's codebook and e8m0 scale
+//   panel_k:   Q4_K, Q5_K, Q6_K,          two rows per zmm; the super-block's scales of the 16
+//              IQ4_XS, IQ3_S              rows are unpacked once (gathers) into 16-lane vectors;
+//                                         IQ3_S's grid entries by one gather per group
 //
 // A 16-row panel is 16 consecutive rows, usually one contiguous stretch of memory: while one
 // panel is computed the next one is prefetched into L2 in the order it will be read (Prefetcher).
@@ -39,6 +41,7 @@
 #include <utility>
 
 #include "engine/tensor/blocks.h"
+#include "engine/tensor/iq_grids.h"
 #include "engine/tensor/simd_unpack.h"
 #include "engine/tensor/traits.h"
 
@@ -306,10 +309,30 @@ struct NibbleLayout<TQ5_1> {
     static constexpr bool kTable = false;
     static constexpr size_t kQh = offsetof(BlockQ5_1, qh);
 };
+// MXFP4: the nibbles as Q4_0 after a one-byte e8m0 exponent, through its own codebook.
+template <>
+struct NibbleLayout<TMXFP4> {
+    static constexpr size_t kQs = offsetof(BlockMXFP4, qs);
+    static constexpr bool kTable = true;
+    static constexpr bool kE8M0 = true;  // the scale is 2^(e - 128), not an fp16
+};
 template <class L>
 concept HasHighBits = requires {
     L::kQh;
 };
+template <class L>
+concept HasE8M0 = requires {
+    L::kE8M0;
+};
+
+// The low byte of each lane as an e8m0 exponent -> 2^(e - 128), exactly (TMXFP4::params).
+inline __m512 e8m0_half_lanes(__m512i v) {
+    const __m512i e = _mm512_and_si512(v, _mm512_set1_epi32(0xff));
+    const __m512i normal = _mm512_slli_epi32(_mm512_sub_epi32(e, _mm512_set1_epi32(1)), 23);
+    const __m512i subnormal = _mm512_sllv_epi32(_mm512_set1_epi32(0x00200000), e);
+    const __mmask16 small = _mm512_cmplt_epi32_mask(e, _mm512_set1_epi32(2));
+    return _mm512_castsi512_ps(_mm512_mask_blend_epi32(small, normal, subnormal));
+}
 
 // For the transposed nibbles (lane r = dword j of row r's nibble bytes, see panel_nib): the
 // 64-lane mask of the bytes whose element has bit 4 set, qh[r] in dword lane r. lo[j] holds
@@ -335,11 +358,16 @@ void panel_nib(const uint8_t* w, size_t stride, int rows, int64_t n_groups, cons
     const PanelRows pr(w, stride, rows);
     Prefetcher pf{reinterpret_cast<const char*>(next), stride, B};
     const __m512i nib = _mm512_set1_epi8(0x0f);
-    // The IQ4_NL codebook shifted by +128 (as TIQ4_NL::unpack), in every 128-bit lane.
-    const __m512i table = _mm512_broadcast_i32x4(_mm_setr_epi8(
-        1, 24, 45, 63, 79, 93, 106, 118, static_cast<int8_t>(129), static_cast<int8_t>(141),
-        static_cast<int8_t>(153), static_cast<int8_t>(166), static_cast<int8_t>(181),
-        static_cast<int8_t>(197), static_cast<int8_t>(217), static_cast<int8_t>(241)));
+    // The codebook shifted by +kOff (as the type's unpack), in every 128-bit lane: MXFP4's, or
+    // IQ4_NL's.
+    const __m512i table =
+        HasE8M0<L>
+            ? _mm512_broadcast_i32x4(_mm256_castsi256_si128(TMXFP4::table()))
+            : _mm512_broadcast_i32x4(_mm_setr_epi8(
+                  1, 24, 45, 63, 79, 93, 106, 118, static_cast<int8_t>(129),
+                  static_cast<int8_t>(141), static_cast<int8_t>(153), static_cast<int8_t>(166),
+                  static_cast<int8_t>(181), static_cast<int8_t>(197), static_cast<int8_t>(217),
+                  static_cast<int8_t>(241)));
     __m512 tot[C];
     for (int t = 0; t < C; ++t) tot[t] = _mm512_setzero_ps();
     for (int64_t g = 0; g < n_groups; ++g) {
@@ -359,8 +387,13 @@ void panel_nib(const uint8_t* w, size_t stride, int rows, int64_t n_groups, cons
         };
         __m512i qh;  // Q5_0 / Q5_1: the 16 rows' high bits, one dword lane per row
         if constexpr (HasHighBits<L>) qh = pr.gather(w, off + L::kQh);
-        const __m512i dm = pr.gather(w, off);  // d (and Q4_1's m above it)
-        const __m512 d = half_lanes<false>(dm);
+        const __m512i dm = pr.gather(w, off);  // d (and Q4_1's m above it), or MXFP4's e
+        __m512 d;
+        if constexpr (HasE8M0<L>) {
+            d = e8m0_half_lanes(dm);
+        } else {
+            d = half_lanes<false>(dm);
+        }
         __m512 m;
         if constexpr (T::kFamily == Family::B) m = half_lanes<true>(dm);
         auto finish = [&](int t, __m512i isum) {
@@ -543,6 +576,92 @@ struct KQ6 {
     }
 };
 
+struct KScalesA {  // IQ4_XS, IQ3_S: x = d_s * q per group s
+    __m512 d[8];
+};
+
+struct KIQ4XS {
+    using Block = BlockIQ4_XS;
+    static constexpr Family kFamily = Family::A;
+    static constexpr int kOff = 128;
+    using Scales = KScalesA;
+    // As TIQ4_XS::params for 16 rows at once.
+    static void scales(const PanelRows& pr, const uint8_t* blk, Scales* s) {
+        const __m512i dh = pr.gather(blk, 0);  // d, scales_h
+        const __m512i sl = pr.gather(blk, offsetof(BlockIQ4_XS, scales_l));
+        const __m512 d = half_lanes<false>(dh);
+        for (int i = 0; i < 8; ++i) {
+            const __m512i low =
+                _mm512_and_si512(_mm512_srli_epi32(sl, 4 * i), _mm512_set1_epi32(15));
+            const __m512i high =
+                _mm512_and_si512(_mm512_srli_epi32(dh, 16 + 2 * i), _mm512_set1_epi32(3));
+            const __m512i ls = _mm512_or_si512(low, _mm512_slli_epi32(high, 4));
+            s->d[i] =
+                _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_sub_epi32(ls, _mm512_set1_epi32(32))));
+        }
+    }
+    // Group s: 16 nibble bytes per row (low nibbles elements 0-15, high ones 16-31) through the
+    // IQ4_NL codebook shifted by +128.
+    static __m512i unpack(const uint8_t* lo, const uint8_t* hi, int s) {
+        const size_t o = offsetof(BlockIQ4_XS, qs) + 16 * s;
+        const __m256i a =
+            _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(lo + o)));
+        const __m256i b =
+            _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(hi + o)));
+        __m512i x = _mm512_inserti64x4(_mm512_castsi256_si512(a), b, 1);
+        // 128-bit lanes 1 and 3 (16-bit lanes 8-15, 24-31) take the high nibbles.
+        x = _mm512_mask_srli_epi16(x, 0xff00ff00u, x, 4);
+        const __m512i table = _mm512_broadcast_i32x4(_mm_setr_epi8(
+            1, 24, 45, 63, 79, 93, 106, 118, static_cast<int8_t>(129), static_cast<int8_t>(141),
+            static_cast<int8_t>(153), static_cast<int8_t>(166), static_cast<int8_t>(181),
+            static_cast<int8_t>(197), static_cast<int8_t>(217), static_cast<int8_t>(241)));
+        return _mm512_shuffle_epi8(table, _mm512_and_si512(x, _mm512_set1_epi8(0x0f)));
+    }
+};
+
+struct KIQ3S {
+    using Block = BlockIQ3_S;
+    static constexpr Family kFamily = Family::A;
+    static constexpr int kOff = 16;
+    using Scales = KScalesA;
+    // As TIQ3_S::params for 16 rows at once.
+    static void scales(const PanelRows& pr, const uint8_t* blk, Scales* s) {
+        const __m512 d = half_lanes<false>(pr.gather(blk, 0));
+        // scales[0..3] are the block's last dword.
+        static_assert(offsetof(BlockIQ3_S, scales) + 4 == sizeof(BlockIQ3_S));
+        const __m512i sc = pr.gather(blk, offsetof(BlockIQ3_S, scales));
+        for (int i = 0; i < 8; ++i) {
+            const __m512i nib =
+                _mm512_and_si512(_mm512_srli_epi32(sc, 4 * i), _mm512_set1_epi32(15));
+            const __m512i mult = _mm512_add_epi32(_mm512_slli_epi32(nib, 1), _mm512_set1_epi32(1));
+            s->d[i] = _mm512_mul_ps(d, _mm512_cvtepi32_ps(mult));
+        }
+    }
+    // Group s of two rows: 16 grid indices (8 per row) gathered at once, then the signs.
+    static __m512i unpack(const uint8_t* lo, const uint8_t* hi, int s) {
+        const size_t oq = offsetof(BlockIQ3_S, qs) + 8 * s;
+        const size_t oh = offsetof(BlockIQ3_S, qh) + s;
+        const size_t os = offsetof(BlockIQ3_S, signs) + 4 * s;
+        uint64_t qlo, qhi;
+        std::memcpy(&qlo, lo + oq, 8);
+        std::memcpy(&qhi, hi + oq, 8);
+        __m512i idx = _mm512_cvtepu8_epi32(
+            _mm_set_epi64x(static_cast<int64_t>(qhi), static_cast<int64_t>(qlo)));
+        // Lane k (k < 8: row lo) takes bit k of qh_lo | qh_hi << 8 as index bit 8.
+        const __m512i qh = _mm512_set1_epi32(lo[oh] | hi[oh] << 8);
+        const __m512i bit = _mm512_and_si512(
+            _mm512_srlv_epi32(
+                qh, _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15)),
+            _mm512_set1_epi32(1));
+        idx = _mm512_or_si512(idx, _mm512_slli_epi32(bit, 8));
+        const __m512i g = _mm512_i32gather_epi32(idx, kIQ3SGrid, 4);
+        const __mmask64 neg = static_cast<__mmask64>(load_u32(lo + os)) |
+                              static_cast<__mmask64>(load_u32(hi + os)) << 32;
+        const __m512i base = _mm512_set1_epi8(16);
+        return _mm512_mask_sub_epi8(_mm512_add_epi8(base, g), neg, base, g);
+    }
+};
+
 template <class K, int C>
 void panel_k(const uint8_t* w, size_t stride, int rows, int64_t n_blocks, const Tokens<C>& tk,
              float* y, int64_t ldy, const uint8_t* next) {
@@ -562,8 +681,8 @@ void panel_k(const uint8_t* w, size_t stride, int rows, int64_t n_blocks, const 
             __m512i u[8];
             for (int i = 0; i < 8; ++i)
                 u[i] = K::unpack(pr.row[lo_row(i)] + off, pr.row[hi_row(i)] + off, s);
-            __m512 sd;  // the group's d (Q4_K, Q5_K) or the super-block's (Q6_K)
-            if constexpr (K::kFamily == Family::B) {
+            __m512 sd;  // the group's d (Q4_K, Q5_K, IQ4_XS, IQ3_S) or the super-block's (Q6_K)
+            if constexpr (K::kFamily == Family::A || K::kFamily == Family::B) {
                 sd = sc.d[s];
             } else {
                 sd = sc.d;
@@ -572,7 +691,13 @@ void panel_k(const uint8_t* w, size_t stride, int rows, int64_t n_blocks, const 
             auto finish = [&](int t, __m512i h0, __m512i h1) {
                 const BlockQ8_32& a = tk.act[t][8 * b + s];
                 const __m512 da = _mm512_set1_ps(a.d);
-                if constexpr (K::kFamily == Family::B) {
+                if constexpr (K::kFamily == Family::A) {
+                    // i = sum u * qa - kOff * (s0 + s1); acc = fma(i, d * da, acc).
+                    const __m512i isum = _mm512_add_epi32(
+                        _mm512_add_epi32(h0, h1), _mm512_set1_epi32(-K::kOff * (a.s[0] + a.s[1])));
+                    tot[t] =
+                        _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(sd, da), tot[t]);
+                } else if constexpr (K::kFamily == Family::B) {
                     // i = sum u * qa; acc = fma(i, d * da, acc); acc = fma(m, (s0 + s1) * da, acc).
                     tot[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(h0, h1)),
                                              _mm512_mul_ps(sd, da), tot[t]);
@@ -596,7 +721,7 @@ void panel_k(const uint8_t* w, size_t stride, int rows, int64_t n_blocks, const 
                 for (int i = 0; i < 8; ++i) {
                     p[i] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u[i], av);
                 }
-                if constexpr (K::kFamily == Family::B) {
+                if constexpr (K::kFamily != Family::C) {
                     finish(0, reduce_rows(p), _mm512_setzero_si512());
                 } else {
                     __m512i h0, h1;
@@ -666,6 +791,19 @@ struct GemvKernel<TQ6_K> {
     static constexpr int kGroupsPerUnit = 8;
 };
 
+template <>
+struct GemvKernel<TIQ4_XS> {
+    template <int C>
+    static constexpr auto fn = &panel_k<KIQ4XS, C>;
+    static constexpr int kGroupsPerUnit = 8;
+};
+template <>
+struct GemvKernel<TIQ3_S> {
+    template <int C>
+    static constexpr auto fn = &panel_k<KIQ3S, C>;
+    static constexpr int kGroupsPerUnit = 8;
+};
+
 template <class T>
 concept HasGemv = requires {
     GemvKernel<T>::kGroupsPerUnit;
@@ -673,7 +811,7 @@ concept HasGemv = requires {
 
 static_assert(HasGemv<TQ8_0> && HasGemv<TQ4_0> && HasGemv<TIQ4_NL> && HasGemv<TQ4_1> &&
               HasGemv<TQ5_0> && HasGemv<TQ5_1> && HasGemv<TQ4_K> && HasGemv<TQ5_K> &&
-              HasGemv<TQ6_K>);
+              HasGemv<TQ6_K> && HasGemv<TIQ4_XS> && HasGemv<TIQ3_S> && HasGemv<TMXFP4>);
 
 template <class T, int C>
 void gemv_c(const GemmArgs& g) {

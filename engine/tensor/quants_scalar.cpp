@@ -6,6 +6,7 @@
 // dot are then written once on top of that. This keeps the bit twiddling of each format in one
 // place and makes the dot product, by construction, the same arithmetic as the dequantization.
 #include <algorithm>
+#include <array>
 #include <bit>
 #include <cmath>
 #include <cstring>
@@ -13,6 +14,7 @@
 #include <type_traits>
 
 #include "engine/tensor/blocks.h"
+#include "engine/tensor/iq_grids.h"
 #include "engine/tensor/traits.h"
 
 namespace ember {
@@ -223,6 +225,20 @@ Affine unpack(const BlockIQ4_NL& b, int8_t* q) {
     return {fp16_to_fp32(b.d), 0.0f};
 }
 
+// 2^(e - 128), exactly, for every e8m0 byte (e = 0 and 1 are the subnormals 2^-128, 2^-127).
+inline float mxfp4_scale(uint8_t e) {
+    return e >= 2 ? std::bit_cast<float>(static_cast<uint32_t>(e - 1) << 23)
+                  : std::bit_cast<float>(0x00200000u << e);
+}
+
+Affine unpack(const BlockMXFP4& b, int8_t* q) {
+    for (int j = 0; j < kQK / 2; ++j) {
+        q[j] = kMXFP4Values[b.qs[j] & 0x0f];
+        q[j + 16] = kMXFP4Values[b.qs[j] >> 4];
+    }
+    return {mxfp4_scale(b.e), 0.0f};
+}
+
 template <typename Block>
 constexpr bool kHasMin = std::is_same_v<Block, BlockQ4_1> || std::is_same_v<Block, BlockQ5_1>;
 
@@ -400,6 +416,45 @@ void quantize_row_iq4_nl(const float* src, void* dst, int64_t n) {
     }
 }
 
+// Index of the codebook entry nearest to v (the first of equals).
+template <size_t N>
+int nearest_entry(const int8_t (&codebook)[N], float v) {
+    int best = 0;
+    float best_err = std::numeric_limits<float>::infinity();
+    for (int k = 0; k < static_cast<int>(N); ++k) {
+        const float err = std::fabs(v - static_cast<float>(codebook[k]));
+        if (err < best_err) {
+            best_err = err;
+            best = k;
+        }
+    }
+    return best;
+}
+
+// MXFP4: the smallest power-of-two scale whose largest code point (12) covers the block's
+// largest magnitude, so nothing clips; each element then takes the nearest code point.
+void quantize_row_mxfp4(const float* src, void* dst, int64_t n) {
+    auto* out = static_cast<BlockMXFP4*>(dst);  // [n / 32]
+    int q[kQK];
+    for (int64_t b = 0; b < n / kQK; ++b) {
+        const float* x = src + b * kQK;  // [32]
+        float amax = 0.0f;
+        for (int j = 0; j < kQK; ++j) amax = std::max(amax, std::fabs(x[j]));
+        int e = 0;
+        if (amax > 0.0f) {
+            // amax / 12 = m * 2^k with m in [0.5, 1): 2^k >= amax / 12 > 2^(k-1), exactly 2^(k-1)
+            // when m is 0.5. The scale 2^(e - 128) must reach 2^k (or 2^(k-1)).
+            int k = 0;
+            const float m = std::frexp(amax / 12.0f, &k);
+            e = clamp_int(128 + (m == 0.5f ? k - 1 : k), 0, 254);
+        }
+        out[b].e = static_cast<uint8_t>(e);
+        const float inv = 1.0f / mxfp4_scale(out[b].e);  // a power of two: exact
+        for (int j = 0; j < kQK; ++j) q[j] = nearest_entry(kMXFP4Values, x[j] * inv);
+        pack_nibbles(q, out[b].qs);
+    }
+}
+
 // =============================================================================================
 // K-quants: 256-element super-blocks, 16 groups of 16 elements. Element e uses group e / 16:
 //   x[e] = (d * sc[g]) * q[e] - (dmin * mn[g]).
@@ -523,6 +578,49 @@ void unpack(const BlockQ6_K& b, UnpackedK& u) {
     for (int g = 0; g < 16; ++g) {
         u.sc[g] = b.scales[g];
         u.mn[g] = 0;
+    }
+    u.d = fp16_to_fp32(b.d);
+    u.dmin = 0.0f;
+}
+
+// IQ4_XS: one 6-bit scale (minus 32) per 32-element sub-block, codebook values as quants.
+void unpack(const BlockIQ4_XS& b, UnpackedK& u) {
+    for (int i = 0; i < 8; ++i) {
+        const uint8_t* qs = b.qs + 16 * i;  // [16] nibbles of sub-block i
+        int8_t* q = u.q + 32 * i;           // [32]
+        for (int j = 0; j < 16; ++j) {
+            q[j] = kIQ4NLValues[qs[j] & 0x0f];
+            q[j + 16] = kIQ4NLValues[qs[j] >> 4];
+        }
+        const int low = (b.scales_l[i / 2] >> (4 * (i % 2))) & 0x0f;
+        const int high = (b.scales_h >> (2 * i)) & 3;
+        u.sc[2 * i] = u.sc[2 * i + 1] = static_cast<int16_t>((low | high << 4) - 32);
+        u.mn[2 * i] = u.mn[2 * i + 1] = 0;
+    }
+    u.d = fp16_to_fp32(b.d);
+    u.dmin = 0.0f;
+}
+
+// IQ3_S: signed grid magnitudes as quants, the odd multiplier 1 + 2s as the sub-block scale.
+void unpack(const BlockIQ3_S& b, UnpackedK& u) {
+    for (int i = 0; i < 8; ++i) {
+        int8_t* q = u.q + 32 * i;  // [32]
+        const uint32_t signs = static_cast<uint32_t>(b.signs[4 * i]) |
+                               static_cast<uint32_t>(b.signs[4 * i + 1]) << 8 |
+                               static_cast<uint32_t>(b.signs[4 * i + 2]) << 16 |
+                               static_cast<uint32_t>(b.signs[4 * i + 3]) << 24;
+        for (int k = 0; k < 8; ++k) {
+            const uint32_t index = b.qs[8 * i + k] | ((b.qh[i] >> k) & 1u) << 8;
+            const uint32_t grid = kIQ3SGrid[index];
+            for (int j = 0; j < 4; ++j) {
+                const int e = 4 * k + j;
+                const int g = static_cast<int>((grid >> (8 * j)) & 0xffu);
+                q[e] = static_cast<int8_t>((signs >> e) & 1u ? -g : g);
+            }
+        }
+        const int s = (b.scales[i / 2] >> (4 * (i % 2))) & 0x0f;
+        u.sc[2 * i] = u.sc[2 * i + 1] = static_cast<int16_t>(1 + 2 * s);
+        u.mn[2 * i] = u.mn[2 * i + 1] = 0;
     }
     u.d = fp16_to_fp32(b.d);
     u.dmin = 0.0f;
@@ -753,6 +851,120 @@ void quantize_row_q6_k(const float* src, void* dst, int64_t n) {
     }
 }
 
+// IQ4_XS: per sub-block a signed scale as IQ4_NL's (the extreme lands on the codebook end
+// -127), then one fp16 d for the block with the 6-bit integer scales rounded away from zero
+// (never shrinking a sub-block's range), then the nearest codebook entry per element.
+void quantize_row_iq4_xs(const float* src, void* dst, int64_t n) {
+    auto* out = static_cast<BlockIQ4_XS*>(dst);  // [n / 256]
+    for (int64_t b = 0; b < n / kQK_K; ++b) {
+        const float* x = src + b * kQK_K;  // [256]
+        float want[8];                     // [8] signed scale each sub-block asks for
+        float max_scale = 0.0f;
+        for (int i = 0; i < 8; ++i) {
+            float extreme = 0.0f;
+            for (int j = 0; j < kQK; ++j) {
+                if (std::fabs(x[32 * i + j]) > std::fabs(extreme)) extreme = x[32 * i + j];
+            }
+            want[i] = extreme / static_cast<float>(kIQ4NLValues[0]);
+            max_scale = std::max(max_scale, std::fabs(want[i]));
+        }
+        BlockIQ4_XS& o = out[b];
+        std::memset(&o, 0, sizeof(o));
+        o.d = fp16_at_least(max_scale, 31);
+        const float d = fp16_to_fp32(o.d);
+        int q[kQK];
+        for (int i = 0; i < 8; ++i) {
+            int l = 0;
+            if (d > 0.0f) {
+                const int mag = std::min(31, static_cast<int>(std::ceil(std::fabs(want[i]) / d)));
+                l = want[i] < 0.0f ? -mag : mag;
+            }
+            const int ls = l + 32;  // [1, 63]
+            o.scales_l[i / 2] |= static_cast<uint8_t>((ls & 0x0f) << (4 * (i % 2)));
+            o.scales_h |= static_cast<uint16_t>((ls >> 4) << (2 * i));
+            const float dl = d * static_cast<float>(l);
+            for (int j = 0; j < kQK; ++j) {
+                q[j] = dl != 0.0f ? nearest_entry(kIQ4NLValues, x[32 * i + j] / dl) : 8;
+            }
+            pack_nibbles(q, o.qs + 16 * i);
+        }
+    }
+}
+
+// For each point (2a+1, 2b+1, 2c+1, 2e+1) of the odd 4-D lattice (a..e in 0..7, a in the low 3
+// bits of the index) the IQ3_S grid entry nearest to it (least squared distance). Built once.
+const std::array<uint16_t, 4096>& iq3s_nearest() {
+    static const std::array<uint16_t, 4096> table = [] {
+        std::array<uint16_t, 4096> t{};
+        for (int p = 0; p < 4096; ++p) {
+            int best = 0, best_dist = std::numeric_limits<int>::max();
+            for (int i = 0; i < 512; ++i) {
+                int dist = 0;
+                for (int j = 0; j < 4; ++j) {
+                    const int diff = static_cast<int>((kIQ3SGrid[i] >> (8 * j)) & 0xffu) -
+                                     (2 * ((p >> (3 * j)) & 7) + 1);
+                    dist += diff * diff;
+                }
+                if (dist < best_dist) {
+                    best_dist = dist;
+                    best = i;
+                }
+            }
+            t[static_cast<size_t>(p)] = static_cast<uint16_t>(best);
+        }
+        return t;
+    }();
+    return table;
+}
+
+// IQ3_S: sub-block scales D_i = d * (1 + 2 s_i) rounded up so that the largest grid magnitude
+// (15) covers the sub-block; signs from the data; each run of 4 magnitudes |x| / D_i rounded to
+// the odd lattice and mapped to the grid entry nearest that lattice point.
+void quantize_row_iq3_s(const float* src, void* dst, int64_t n) {
+    auto* out = static_cast<BlockIQ3_S*>(dst);  // [n / 256]
+    const std::array<uint16_t, 4096>& nearest = iq3s_nearest();
+    for (int64_t b = 0; b < n / kQK_K; ++b) {
+        const float* x = src + b * kQK_K;  // [256]
+        float amax[8];                     // [8] largest magnitude per sub-block
+        float max_all = 0.0f;
+        for (int i = 0; i < 8; ++i) {
+            amax[i] = 0.0f;
+            for (int j = 0; j < kQK; ++j) amax[i] = std::max(amax[i], std::fabs(x[32 * i + j]));
+            max_all = std::max(max_all, amax[i]);
+        }
+        BlockIQ3_S& o = out[b];
+        std::memset(&o, 0, sizeof(o));
+        o.d = fp16_at_least(max_all, 31 * 15);
+        const float d = fp16_to_fp32(o.d);
+        for (int i = 0; i < 8; ++i) {
+            // The smallest odd multiplier m = 1 + 2s with d * m * 15 >= amax.
+            int s = 0;
+            if (d > 0.0f) {
+                const int m = static_cast<int>(std::ceil(amax[i] / (15.0f * d)));
+                s = clamp_int(m / 2, 0, 15);  // odd m -> (m - 1) / 2, even m -> m / 2
+            }
+            o.scales[i / 2] |= static_cast<uint8_t>(s << (4 * (i % 2)));
+            const float step = d * static_cast<float>(1 + 2 * s);
+            for (int k = 0; k < 8; ++k) {
+                int point = 0;
+                for (int j = 0; j < 4; ++j) {
+                    const float v = x[32 * i + 4 * k + j];
+                    if (v < 0.0f)
+                        o.signs[4 * i + k / 2] |= static_cast<uint8_t>(1u << (4 * (k % 2) + j));
+                    const int level =
+                        step > 0.0f
+                            ? clamp_int(nearest_int((std::fabs(v) / step - 1.0f) / 2.0f), 0, 7)
+                            : 0;
+                    point |= level << (3 * j);
+                }
+                const uint16_t index = nearest[static_cast<size_t>(point)];
+                o.qs[8 * i + k] = static_cast<uint8_t>(index & 0xffu);
+                o.qh[i] |= static_cast<uint8_t>((index >> 8) << k);
+            }
+        }
+    }
+}
+
 }  // namespace
 
 void install_scalar_kernels(KernelTable& table) {
@@ -776,6 +988,8 @@ void install_scalar_kernels(KernelTable& table) {
                                dot_32<BlockQ5_1>};
     table[TensorType::IQ4_NL] = {ActFormat::Q8_32, dequantize_row_32<BlockIQ4_NL>,
                                  quantize_row_iq4_nl, dot_32<BlockIQ4_NL>};
+    table[TensorType::MXFP4] = {ActFormat::Q8_32, dequantize_row_32<BlockMXFP4>, quantize_row_mxfp4,
+                                dot_32<BlockMXFP4>};
 
     table[TensorType::Q2_K] = {ActFormat::Q8_32, dequantize_row_k<BlockQ2_K>, quantize_row_q2_k,
                                dot_k<BlockQ2_K>};
@@ -787,6 +1001,10 @@ void install_scalar_kernels(KernelTable& table) {
                                dot_k<BlockQ5_K>};
     table[TensorType::Q6_K] = {ActFormat::Q8_32, dequantize_row_k<BlockQ6_K>, quantize_row_q6_k,
                                dot_k<BlockQ6_K>};
+    table[TensorType::IQ4_XS] = {ActFormat::Q8_32, dequantize_row_k<BlockIQ4_XS>,
+                                 quantize_row_iq4_xs, dot_k<BlockIQ4_XS>};
+    table[TensorType::IQ3_S] = {ActFormat::Q8_32, dequantize_row_k<BlockIQ3_S>, quantize_row_iq3_s,
+                                dot_k<BlockIQ3_S>};
 }
 
 }  // namespace ember

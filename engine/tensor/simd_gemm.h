@@ -399,8 +399,15 @@ void gemm_q(const GemmArgs& g) {
 
 // ---- quantized single-row dot ------------------------------------------------------------------
 
-// The same sums as the canonical order, with the group's 8 int32 lanes kept apart until the end
-// (one row has no neighbours to fill the lanes with).
+inline int hsum8_i32(__m256i v) {
+    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
+    return _mm_cvtsi128_si32(s);
+}
+
+// The same sums as the canonical order. Families B-D keep the group's 8 int32 lanes apart until
+// the end (one row has no neighbours to fill the lanes with); family A reduces them per group.
 template <class Isa, class T>
 float dot_q(int64_t n, const void* w, const void* act_row) {
     using Block = typename T::Block;
@@ -417,9 +424,12 @@ float dot_q(int64_t n, const void* w, const void* act_row) {
             const BlockQ8_32& a = act[b * T::kGroups + s];
             const __m256i qa = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.qs));
             __m256i v = Isa::template dot32<kSignedPanel<Isa, T>>(T::unpack(blocks + b, s), qa);
-            if constexpr (F == Family::A && !kSignedPanel<Isa, T>) {
-                v = _mm256_add_epi32(
-                    v, _mm256_setr_epi32(-T::kOff * (a.s[0] + a.s[1]), 0, 0, 0, 0, 0, 0, 0));
+            if constexpr (F == Family::A) {
+                // The group's exact integer in lane 0 (the canonical order): a block of zero codes
+                // then adds exactly zero whatever kOff is (MXFP4's 0 is u = 16).
+                int32_t i = hsum8_i32(v);
+                if constexpr (!kSignedPanel<Isa, T>) i -= T::kOff * (a.s[0] + a.s[1]);
+                v = _mm256_setr_epi32(i, 0, 0, 0, 0, 0, 0, 0);
             } else if constexpr (F == Family::C || F == Family::D) {
                 // Lanes 0-3 hold the first 16 elements, lanes 4-7 the second.
                 v = _mm256_add_epi32(
@@ -628,13 +638,6 @@ inline float hmax8(__m256 v) {
     return _mm_cvtss_f32(m);
 }
 
-inline int hsum8_i32(__m256i v) {
-    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
-    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
-    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
-    return _mm_cvtsi128_si32(s);
-}
-
 inline void quantize_act_q8_32(const float* x, void* dst, int64_t n) {
     auto* out = static_cast<BlockQ8_32*>(dst);  // [n / 32]
     const __m256 sign = _mm256_set1_ps(-0.0f);
@@ -710,6 +713,9 @@ void install_all(KernelTable& table, const char* name) {
     install_quant<Isa, TQ4_K>(table[TensorType::Q4_K]);
     install_quant<Isa, TQ5_K>(table[TensorType::Q5_K]);
     install_quant<Isa, TQ6_K>(table[TensorType::Q6_K]);
+    install_quant<Isa, TIQ4_XS>(table[TensorType::IQ4_XS]);
+    install_quant<Isa, TIQ3_S>(table[TensorType::IQ3_S]);
+    install_quant<Isa, TMXFP4>(table[TensorType::MXFP4]);
 }
 
 }  // namespace ember::EMBER_SIMD_NS

@@ -9,7 +9,8 @@
 // The decoded form of every quantized type: in group s (32 consecutive elements) element j is
 //   u[j] in [0, 255] (unsigned byte), q[j] = u[j] - kOff (the format's integer value),
 // and the group's value is one of four families:
-//   A: x = d * q                                 (Q8_0, Q4_0, Q5_0, IQ4_NL)
+//   A: x = d * q                                 (Q8_0, Q4_0, Q5_0, IQ4_NL, MXFP4; IQ4_XS,
+//                                                 IQ3_S with d = d * their group scale)
 //   B: x = d * q + m                             (Q4_1, Q5_1, Q4_K, Q5_K: d = d*sc, m = -dmin*mn)
 //   C: x = d * sc[h] * q,  h = j / 16            (Q3_K, Q6_K: 16-element groups, signed scales)
 //   D: x = d * sc[h] * q - dmin * mn[h]          (Q2_K)
@@ -35,6 +36,7 @@
 #include <cstring>
 
 #include "engine/tensor/blocks.h"
+#include "engine/tensor/iq_grids.h"
 
 namespace ember::EMBER_SIMD_NS {
 
@@ -171,26 +173,55 @@ struct TQ5_1 {
     }
 };
 
+// 16 bytes of nibbles laid out as Q4_0 through the IQ4_NL codebook shifted by +128 (so that it is
+// unsigned): u = value + 128.
+inline __m256i iq4nl_codes(const uint8_t* qs) {
+    const __m256i table = _mm256_setr_epi8(
+        1, 24, 45, 63, 79, 93, 106, 118, static_cast<int8_t>(129), static_cast<int8_t>(141),
+        static_cast<int8_t>(153), static_cast<int8_t>(166), static_cast<int8_t>(181),
+        static_cast<int8_t>(197), static_cast<int8_t>(217), static_cast<int8_t>(241), 1, 24, 45, 63,
+        79, 93, 106, 118, static_cast<int8_t>(129), static_cast<int8_t>(141),
+        static_cast<int8_t>(153), static_cast<int8_t>(166), static_cast<int8_t>(181),
+        static_cast<int8_t>(197), static_cast<int8_t>(217), static_cast<int8_t>(241));
+    return _mm256_shuffle_epi8(table, unpack_nibbles_32(qs));
+}
+
 struct TIQ4_NL {
     using Block = BlockIQ4_NL;
     static constexpr Family kFamily = Family::A;
     static constexpr int kGroups = 1;
     static constexpr int kOff = 128;
     static constexpr bool kWide = true;
-    static __m256i unpack(const Block* b, int) {
-        // The codebook shifted by +128 so that it is unsigned: u = value + 128.
-        const __m256i table = _mm256_setr_epi8(
-            1, 24, 45, 63, 79, 93, 106, 118, static_cast<int8_t>(129), static_cast<int8_t>(141),
-            static_cast<int8_t>(153), static_cast<int8_t>(166), static_cast<int8_t>(181),
-            static_cast<int8_t>(197), static_cast<int8_t>(217), static_cast<int8_t>(241), 1, 24, 45,
-            63, 79, 93, 106, 118, static_cast<int8_t>(129), static_cast<int8_t>(141),
-            static_cast<int8_t>(153), static_cast<int8_t>(166), static_cast<int8_t>(181),
-            static_cast<int8_t>(197), static_cast<int8_t>(217), static_cast<int8_t>(241));
-        return _mm256_shuffle_epi8(table, unpack_nibbles_32(b->qs));
-    }
+    static __m256i unpack(const Block* b, int) { return iq4nl_codes(b->qs); }
     static void params(const Block* b, GroupParams* p) { p[0].d = half_at(&b->d); }
 };
 static_assert(kIQ4NLValues[0] + 128 == 1 && kIQ4NLValues[15] + 128 == 241);
+
+// 2^(e - 128) for an e8m0 byte, exactly (e = 0, 1 are the subnormals 2^-128, 2^-127).
+inline float e8m0_half_scale(uint8_t e) {
+    const uint32_t bits = e >= 2 ? static_cast<uint32_t>(e - 1) << 23 : 0x00200000u << e;
+    float f;
+    std::memcpy(&f, &bits, sizeof f);
+    return f;
+}
+
+struct TMXFP4 {
+    using Block = BlockMXFP4;
+    static constexpr Family kFamily = Family::A;
+    static constexpr int kGroups = 1;
+    static constexpr int kOff = 16;
+    static constexpr bool kWide = false;
+    // The doubled e2m1 code points shifted by +16: u = value + 16, in [4, 28].
+    static __m256i table() {
+        return _mm256_broadcastsi128_si256(
+            _mm_setr_epi8(16, 17, 18, 19, 20, 22, 24, 28, 16, 15, 14, 13, 12, 10, 8, 4));
+    }
+    static __m256i unpack(const Block* b, int) {
+        return _mm256_shuffle_epi8(table(), unpack_nibbles_32(b->qs));
+    }
+    static void params(const Block* b, GroupParams* p) { p[0].d = e8m0_half_scale(b->e); }
+};
+static_assert(kMXFP4Values[7] + 16 == 28 && kMXFP4Values[15] + 16 == 4);
 
 // ---- K-quants: 8 groups of 32 per 256-element super-block --------------------------------------
 
@@ -323,6 +354,62 @@ struct TQ2_K {
             p[s].sc0 = s0 & 0x0f;
             p[s].sc1 = s1 & 0x0f;
             p[s].mn = (s0 >> 4) | (s1 >> 4) << 16;
+        }
+    }
+};
+
+// ---- IQ quants: 8 groups of 32 per 256-element super-block, one scale per group -----------------
+
+struct TIQ4_XS {
+    using Block = BlockIQ4_XS;
+    static constexpr Family kFamily = Family::A;
+    static constexpr int kGroups = 8;
+    static constexpr int kOff = 128;
+    static constexpr bool kWide = true;
+    // Group s: the nibbles qs[16s .. 16s+15], laid out as Q4_0, through the IQ4_NL codebook.
+    static __m256i unpack(const Block* b, int s) { return iq4nl_codes(b->qs + 16 * s); }
+    static void params(const Block* b, GroupParams* p) {
+        const float d = half_at(&b->d);
+        for (int s = 0; s < 8; ++s) {
+            const int low = (b->scales_l[s / 2] >> (4 * (s % 2))) & 0x0f;
+            const int high = (b->scales_h >> (2 * s)) & 3;
+            // Exact in f32 (11-bit mantissa times a 6-bit integer).
+            p[s].d = d * static_cast<float>((low | high << 4) - 32);
+        }
+    }
+};
+
+// Group s's 8 grid indices (qs[8s + k] | bit k of qh[s] << 8) as 8 int32 lanes.
+inline __m256i iq3s_indices(const BlockIQ3_S* b, int s) {
+    uint64_t q8;
+    std::memcpy(&q8, b->qs + 8 * s, 8);
+    const __m256i low = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128(static_cast<int64_t>(q8)));
+    const __m256i bit = _mm256_and_si256(
+        _mm256_srlv_epi32(_mm256_set1_epi32(b->qh[s]), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)),
+        _mm256_set1_epi32(1));
+    return _mm256_or_si256(low, _mm256_slli_epi32(bit, 8));
+}
+
+struct TIQ3_S {
+    using Block = BlockIQ3_S;
+    static constexpr Family kFamily = Family::A;
+    static constexpr int kGroups = 8;
+    static constexpr int kOff = 16;
+    static constexpr bool kWide = false;
+    // u = 16 + g or 16 - g (sign bit set), g the grid magnitudes (odd, 1..15): u in [1, 31].
+    static __m256i unpack(const Block* b, int s) {
+        const __m256i g =
+            _mm256_i32gather_epi32(reinterpret_cast<const int*>(kIQ3SGrid), iq3s_indices(b, s), 4);
+        const __m256i neg =
+            _mm256_cmpeq_epi8(expand_bits_x10(load_u32(b->signs + 4 * s)), _mm256_set1_epi8(0x10));
+        const __m256i base = _mm256_set1_epi8(16);
+        return _mm256_blendv_epi8(_mm256_add_epi8(base, g), _mm256_sub_epi8(base, g), neg);
+    }
+    static void params(const Block* b, GroupParams* p) {
+        const float d = half_at(&b->d);
+        for (int s = 0; s < 8; ++s) {
+            const int sc = (b->scales[s / 2] >> (4 * (s % 2))) & 0x0f;
+            p[s].d = d * static_cast<float>(1 + 2 * sc);  // exact
         }
     }
 };

@@ -75,8 +75,8 @@ struct TypeKernels {
     GemmScratchFn gemm_scratch = nullptr;      // set together with gemm
 };
 
-// Raw GGUF type numbers go up to BF16 = 30.
-inline constexpr size_t kTypeSlots = 31;
+// Raw GGUF type numbers go up to MXFP4 = 39.
+inline constexpr size_t kTypeSlots = 40;
 
 struct KernelTable {
     std::array<TypeKernels, kTypeSlots> types{};                // indexed by raw type number

@@ -13,7 +13,7 @@ namespace {
 
 // Names are ggml's (lower case, capital K for the K-quants) so they match what tools print;
 // type_from_name() compares case-insensitively so "Q4_K_M"-style user input is easy to map.
-constexpr std::array<TypeInfo, 20> kTypes = {{
+constexpr std::array<TypeInfo, 23> kTypes = {{
     {TensorType::F32, "f32", 1, 4, true},
     {TensorType::F16, "f16", 1, 2, true},
     {TensorType::Q4_0, "q4_0", kQK, sizeof(BlockQ4_0), true},
@@ -29,11 +29,14 @@ constexpr std::array<TypeInfo, 20> kTypes = {{
     {TensorType::Q6_K, "q6_K", kQK_K, sizeof(BlockQ6_K), true},
     {TensorType::Q8_K, "q8_K", kQK_K, sizeof(BlockQ8_K), false},
     {TensorType::IQ4_NL, "iq4_nl", kQK, sizeof(BlockIQ4_NL), true},
+    {TensorType::IQ3_S, "iq3_s", kQK_K, sizeof(BlockIQ3_S), true},
+    {TensorType::IQ4_XS, "iq4_xs", kQK_K, sizeof(BlockIQ4_XS), true},
     {TensorType::I8, "i8", 1, 1, false},
     {TensorType::I16, "i16", 1, 2, false},
     {TensorType::I32, "i32", 1, 4, false},
     {TensorType::F64, "f64", 1, 8, false},
     {TensorType::BF16, "bf16", 1, 2, true},
+    {TensorType::MXFP4, "mxfp4", kQK, sizeof(BlockMXFP4), true},
 }};
 
 constexpr const TypeInfo* find_info(uint32_t raw) {

@@ -28,11 +28,14 @@ enum class TensorType : uint32_t {
     Q6_K = 14,
     Q8_K = 15,
     IQ4_NL = 20,
+    IQ3_S = 21,
+    IQ4_XS = 23,
     I8 = 24,
     I16 = 25,
     I32 = 26,
     F64 = 28,
     BF16 = 30,
+    MXFP4 = 39,
 };
 
 // Static facts about a type: enough to size and validate tensors without touching kernels.

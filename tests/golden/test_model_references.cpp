@@ -141,7 +141,7 @@ TEST_P(QuantReference, LogitsWithinTolerance) {
         EXPECT_LE(dev.max_abs, c.tolerance) << c.type << "/" << name << " worst at pos "
                                             << dev.worst_pos;
     }
-    std::printf("[ref] %s: max |dlogit| %.4f (tolerance %.2f)\n", c.type.c_str(), worst,
+    std::printf("[ref] %s: max |dlogit| %.4f (tolerance %.3f)\n", c.type.c_str(), worst,
                 c.tolerance);
     if (ref["seqs"]["short"].contains("greedy_ids")) {
         // Each of the two top logits may move by the tolerance, so only margins wider than
@@ -157,7 +157,14 @@ INSTANTIATE_TEST_SUITE_P(
                       QuantCase{"Q5_0", 0.10}, QuantCase{"Q5_1", 0.10}, QuantCase{"Q6_K", 0.10},
                       QuantCase{"Q3_K_M", 0.10}, QuantCase{"IQ4_NL", 0.10},
                       QuantCase{"Q4_K_M", 0.16}, QuantCase{"Q5_K_M", 0.16},
-                      QuantCase{"Q2_K", 0.16}),
+                      QuantCase{"Q2_K", 0.16},
+                      // The widely used engine's own error on these files (quant README).
+                      QuantCase{"IQ4_XS", 0.130}, QuantCase{"IQ3_S", 0.122},
+                      QuantCase{"IQ3_M", 0.113},
+                      // That engine reaches 0.070 here, this one 0.078 (0.082 through the scalar
+                      // kernels): the 8-bit activations dominate, as for Q8_0 (0.078 there, 0.083
+                      // here); the weights themselves decode exactly (test_tensor_matmul).
+                      QuantCase{"MXFP4", 0.085}),
     [](const auto& test_info) { return test_info.param.type; });
 
 TEST(StoriesReference, GreedyTextMatchesExactly) {

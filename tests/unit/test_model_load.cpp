@@ -53,6 +53,12 @@ Block block_of(TensorType t) {
             return {32, 34};
         case TensorType::IQ4_NL:
             return {32, 18};
+        case TensorType::IQ4_XS:
+            return {256, 136};
+        case TensorType::IQ3_S:
+            return {256, 110};
+        case TensorType::MXFP4:
+            return {32, 17};
         case TensorType::Q2_K:
             return {256, 84};
         case TensorType::Q3_K:

@@ -92,6 +92,15 @@ TEST(SpeedBatchExact, QuantQ5_K_M) {
 TEST(SpeedBatchExact, QuantIQ4_NL) {
     check_model("quant/qfix-IQ4_NL.gguf");
 }
+TEST(SpeedBatchExact, QuantIQ4_XS) {
+    check_model("quant/qfix-IQ4_XS.gguf");
+}
+TEST(SpeedBatchExact, QuantIQ3_M) {
+    check_model("quant/qfix-IQ3_M.gguf");  // IQ3_S and Q4_K matrices
+}
+TEST(SpeedBatchExact, QuantMXFP4) {
+    check_model("quant/qfix-MXFP4.gguf");
+}
 
 }  // namespace
 }  // namespace ember::test

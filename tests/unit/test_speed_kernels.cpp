@@ -61,9 +61,9 @@ TEST(SpeedKernels, OneTokenMatchesTheSeveralTokenKernelBitwise) {
     const KernelTable table = make_kernel_table(KernelLevel::Avx512);
     ThreadPool pool(2);
     std::mt19937 rng(7);
-    for (TensorType t :
-         {TensorType::Q8_0, TensorType::Q4_0, TensorType::Q5_0, TensorType::Q4_1,
-          TensorType::IQ4_NL, TensorType::Q4_K, TensorType::Q5_K, TensorType::Q6_K}) {
+    for (TensorType t : {TensorType::Q8_0, TensorType::Q4_0, TensorType::Q5_0, TensorType::Q4_1,
+                         TensorType::IQ4_NL, TensorType::Q4_K, TensorType::Q5_K, TensorType::Q6_K,
+                         TensorType::IQ4_XS, TensorType::IQ3_S, TensorType::MXFP4}) {
         const int64_t cols = type_info(t).block_elems == 256 ? 512 : 96;
         for (int64_t rows : {1, 5, 16, 17, 40, 100}) {
             SCOPED_TRACE(std::string(type_info(t).name) + " rows=" + std::to_string(rows));
@@ -95,7 +95,8 @@ TEST(SpeedKernels, SmallBatchesMatchThePanelPathBitwise) {
     constexpr int64_t kBig = 20;
     for (TensorType t : {TensorType::Q8_0, TensorType::Q4_0, TensorType::Q5_0, TensorType::Q4_1,
                          TensorType::Q5_1, TensorType::IQ4_NL, TensorType::Q2_K, TensorType::Q3_K,
-                         TensorType::Q4_K, TensorType::Q5_K, TensorType::Q6_K}) {
+                         TensorType::Q4_K, TensorType::Q5_K, TensorType::Q6_K, TensorType::IQ4_XS,
+                         TensorType::IQ3_S, TensorType::MXFP4}) {
         const int64_t cols = type_info(t).block_elems == 256 ? 768 : 160;
         for (int64_t rows : {7, 48, 77}) {
             SCOPED_TRACE(std::string(type_info(t).name) + " rows=" + std::to_string(rows));

@@ -215,8 +215,12 @@ double rel_rmse_bound(TensorType t) {
         case TensorType::Q4_1:
         case TensorType::Q4_K:
         case TensorType::IQ4_NL:
+        case TensorType::IQ4_XS:
             return 0.13;
+        case TensorType::MXFP4:
+            return 0.15;
         case TensorType::Q3_K:
+        case TensorType::IQ3_S:
             return 0.25;
         case TensorType::Q2_K:
             return 0.5;
@@ -231,8 +235,9 @@ double rel_rmse_bound(TensorType t) {
 TEST(Matmul, FixtureTensorsDequantizeCloseToTheF32Originals) {
     EMBER_REQUIRE_FIXTURE("quant/qfix-F32.gguf");
     const auto f32 = GgufFile::open(test::fixture_path("quant/qfix-F32.gguf"));
-    const char* files[] = {"F16",  "BF16",   "Q8_0",   "Q4_0",   "Q4_1", "Q5_0",  "Q5_1",
-                           "Q2_K", "Q3_K_M", "Q4_K_M", "Q5_K_M", "Q6_K", "IQ4_NL"};
+    const char* files[] = {"F16",    "BF16",   "Q8_0",   "Q4_0",   "Q4_1",   "Q5_0",
+                           "Q5_1",   "Q2_K",   "Q3_K_M", "Q4_K_M", "Q5_K_M", "Q6_K",
+                           "IQ4_NL", "IQ4_XS", "IQ3_S",  "IQ3_M",  "MXFP4"};
     std::vector<bool> seen(kTypeSlots, false);
     ThreadPool pool(2);
     MatmulScratch scratch;

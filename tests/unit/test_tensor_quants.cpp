@@ -231,6 +231,52 @@ TEST(TensorKernels, DequantizeHandBuiltBlocks) {
         EXPECT_EQ(y[200], 0.5f * -3 * ((5 | 2 << 4) - 32));
         EXPECT_EQ(y[136], 0.0f);  // scale 0 (group 8)
     }
+    {
+        // IQ4_XS: sub-block 5's scale: high nibble of scales_l[2] (3), bits 10..11 of scales_h
+        // (2) -> 35 - 32 = 3. Element 177 = 160 + 17 is the high nibble of qs[16 * 5 + 1].
+        BlockIQ4_XS b{};
+        b.d = half;
+        b.scales_l[2] = 0x30;
+        b.scales_h = 2 << 10;
+        b.qs[81] = 0xf0;
+        scalar_kernels()[TensorType::IQ4_XS].dequantize_row(&b, y, 256);
+        EXPECT_EQ(y[177], 0.5f * 3 * 113);
+        EXPECT_EQ(y[161], 0.5f * 3 * -127);
+        EXPECT_EQ(y[128], 0.5f * -32 * -127);  // sub-block 4: scale 0 - 32, codebook entry 0
+        EXPECT_EQ(y[0], 0.5f * -32 * -127);
+    }
+    {
+        // IQ3_S: element 118 = 32 * 3 + 4 * 5 + 2: grid index qs[8 * 3 + 5] | bit 5 of qh[3]
+        // << 8 = 257 (magnitudes 5, 7, 9, 5), sign = bit 22 of signs[12..15] (bit 6 of
+        // signs[14]); sub-block 3's scale is the high nibble of scales[1] (2 -> 1 + 2 * 2 = 5).
+        BlockIQ3_S b{};
+        b.d = one;
+        b.scales[1] = 0x20;
+        b.qs[29] = 0x01;
+        b.qh[3] = 0x20;
+        b.signs[14] = 0x40;
+        scalar_kernels()[TensorType::IQ3_S].dequantize_row(&b, y, 256);
+        EXPECT_EQ(y[116], 5.0f * 5);
+        EXPECT_EQ(y[117], 5.0f * 7);
+        EXPECT_EQ(y[118], 5.0f * -9);
+        EXPECT_EQ(y[119], 5.0f * 5);
+        EXPECT_EQ(y[96], 5.0f * 1);  // index 0: magnitudes 1, 1, 1, 1
+        EXPECT_EQ(y[0], 1.0f);       // sub-block 0: scale 1 + 2 * 0
+    }
+    {
+        // MXFP4: scale 2^(130 - 128) = 4; nibbles as Q4_0; code 15 = -6 (doubled: -12).
+        BlockMXFP4 b[2]{};
+        b[0].e = 130;
+        b[0].qs[3] = 0x9f;
+        b[1].e = 0;  // the smallest scale, 2^-128 (subnormal)
+        b[1].qs[0] = 0x07;
+        scalar_kernels()[TensorType::MXFP4].dequantize_row(b, y, 64);
+        EXPECT_EQ(y[3], 4.0f * -12);
+        EXPECT_EQ(y[19], 4.0f * -1);
+        EXPECT_EQ(y[0], 0.0f);
+        EXPECT_EQ(y[32], 12.0f * 0x1p-128f);
+        EXPECT_EQ(y[48], 0.0f);
+    }
 }
 
 // ---- activation quantization ----------------------------------------------------------------
@@ -361,10 +407,11 @@ TEST(TensorKernels, ReferenceQuantizersRoundTrip) {
         double max_rel_rmse;  // rmse / rms on gaussian data
     };
     const Bound bounds[] = {
-        {TensorType::Q8_0, 0.006}, {TensorType::Q4_0, 0.12}, {TensorType::Q4_1, 0.10},
-        {TensorType::Q5_0, 0.06},  {TensorType::Q5_1, 0.05}, {TensorType::IQ4_NL, 0.12},
-        {TensorType::Q2_K, 0.45},  {TensorType::Q3_K, 0.25}, {TensorType::Q4_K, 0.12},
-        {TensorType::Q5_K, 0.06},  {TensorType::Q6_K, 0.03},
+        {TensorType::Q8_0, 0.006}, {TensorType::Q4_0, 0.12},  {TensorType::Q4_1, 0.10},
+        {TensorType::Q5_0, 0.06},  {TensorType::Q5_1, 0.05},  {TensorType::IQ4_NL, 0.12},
+        {TensorType::Q2_K, 0.45},  {TensorType::Q3_K, 0.25},  {TensorType::Q4_K, 0.12},
+        {TensorType::Q5_K, 0.06},  {TensorType::Q6_K, 0.03},  {TensorType::IQ4_XS, 0.12},
+        {TensorType::IQ3_S, 0.30}, {TensorType::MXFP4, 0.15},
     };
     for (const Bound& bound : bounds) {
         const TensorType t = bound.type;

@@ -12,6 +12,7 @@
 #include <random>
 #include <vector>
 
+#include "engine/tensor/iq_grids.h"
 #include "engine/tensor/types.h"
 
 namespace ember::test {
@@ -38,6 +39,9 @@ inline double ref_half_at(const uint8_t* p) {
 
 inline const int8_t kRefIQ4NL[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
                                      1,    13,   25,  38,  53,  69,  89,  113};
+
+// The e2m1 code points doubled, in nibble order (bit 3 is the sign).
+inline const double kRefMXFP4[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
 
 // A decoded block: value of each element, and the quantization step that applies to it (the
 // distance between adjacent representable values; for IQ4_NL the largest codebook gap).
@@ -227,6 +231,63 @@ inline RefDecoded ref_decode_block(TensorType type, const uint8_t* p) {
             for (int e = 0; e < 256; ++e) put(y[e], st[e]);
             break;
         }
+        case TensorType::MXFP4: {
+            // One e8m0 exponent byte, then 16 bytes of nibbles: low = element j, high = j + 16.
+            const double d = std::ldexp(1.0, p[0] - 128);
+            for (int half = 0; half < 2; ++half) {
+                for (int j = 0; j < 16; ++j) {
+                    const int nib = half == 0 ? p[1 + j] & 0x0f : p[1 + j] >> 4;
+                    // The largest gap between code points is 4 (8 -> 12).
+                    put(d * kRefMXFP4[nib], 4 * d);
+                }
+            }
+            break;
+        }
+        case TensorType::IQ4_XS: {
+            const double d = ref_half_at(p);
+            const int scales_h = p[2] | p[3] << 8;
+            const uint8_t* scales_l = p + 4;
+            const uint8_t* qs = p + 8;
+            for (int ib = 0; ib < 8; ++ib) {
+                const int ls =
+                    ((scales_l[ib / 2] >> 4 * (ib % 2)) & 0xf) | (((scales_h >> 2 * ib) & 3) << 4);
+                const double dl = d * (ls - 32);
+                for (int j = 0; j < 16; ++j) put(dl * kRefIQ4NL[qs[j] & 0xf], 28.5 * dl);
+                for (int j = 0; j < 16; ++j) put(dl * kRefIQ4NL[qs[j] >> 4], 28.5 * dl);
+                qs += 16;
+            }
+            break;
+        }
+        case TensorType::IQ3_S: {
+            // d at 0, qs[64] at 2, qh[8] at 66, signs[32] at 74, scales[4] at 106. Each byte of
+            // qs (plus one qh bit) picks 4 magnitudes from the grid; each signs byte covers 8
+            // elements.
+            const double d = ref_half_at(p);
+            const uint8_t* qs = p + 2;
+            const uint8_t* qh = p + 66;
+            const uint8_t* signs = p + 74;
+            const uint8_t* scales = p + 106;
+            for (int ib32 = 0; ib32 < 8; ++ib32) {
+                const double db = d * (1 + 2 * ((scales[ib32 / 2] >> 4 * (ib32 % 2)) & 0xf));
+                for (int l = 0; l < 4; ++l) {
+                    for (int half = 0; half < 2; ++half) {
+                        const int k = 2 * l + half;
+                        const int index = qs[k] | (((qh[ib32] >> k) & 1) << 8);
+                        const uint32_t grid = kIQ3SGrid[index];
+                        for (int j = 0; j < 4; ++j) {
+                            const int g = static_cast<int>((grid >> (8 * j)) & 0xff);
+                            const bool neg = (signs[l] >> (4 * half + j)) & 1;
+                            // The grid is sparse: a run can land up to 7 magnitude units away
+                            // (a rounding step plus the distance to the nearest grid entry).
+                            put(neg ? -db * g : db * g, 14 * db);
+                        }
+                    }
+                }
+                qs += 8;
+                signs += 4;
+            }
+            break;
+        }
         default:
             break;
     }
@@ -270,9 +331,10 @@ inline std::vector<double> ref_decode_row(TensorType type, const uint8_t* p, int
 // The quantized types with 32- or 256-element blocks this engine supports.
 inline const std::vector<TensorType>& quant_types() {
     static const std::vector<TensorType> types = {
-        TensorType::Q8_0, TensorType::Q4_0,   TensorType::Q4_1, TensorType::Q5_0,
-        TensorType::Q5_1, TensorType::IQ4_NL, TensorType::Q2_K, TensorType::Q3_K,
-        TensorType::Q4_K, TensorType::Q5_K,   TensorType::Q6_K};
+        TensorType::Q8_0,  TensorType::Q4_0,   TensorType::Q4_1, TensorType::Q5_0,
+        TensorType::Q5_1,  TensorType::IQ4_NL, TensorType::Q2_K, TensorType::Q3_K,
+        TensorType::Q4_K,  TensorType::Q5_K,   TensorType::Q6_K, TensorType::IQ4_XS,
+        TensorType::IQ3_S, TensorType::MXFP4};
     return types;
 }
 
@@ -290,6 +352,8 @@ inline std::vector<int> half_field_offsets(TensorType type) {
         case TensorType::Q4_0:
         case TensorType::Q5_0:
         case TensorType::IQ4_NL:
+        case TensorType::IQ4_XS:
+        case TensorType::IQ3_S:
             return {0};
         case TensorType::Q4_1:
         case TensorType::Q5_1:
@@ -305,6 +369,11 @@ inline std::vector<int> half_field_offsets(TensorType type) {
         default:
             return {};
     }
+}
+
+// Byte offsets of the e8m0 exponent fields (scale 2^(e - 128)) of each block type.
+inline std::vector<int> exponent_field_offsets(TensorType type) {
+    return type == TensorType::MXFP4 ? std::vector<int>{0} : std::vector<int>{};
 }
 
 // A random fp16 of moderate magnitude (2^-12 .. 2^-2, random sign when `allow_negative`), so
@@ -349,11 +418,17 @@ inline std::vector<uint8_t> random_row(TensorType type, int64_t n, std::mt19937&
     for (auto& b : row) b = static_cast<uint8_t>(byte(rng));
     const bool signed_scale = type == TensorType::Q8_0 || type == TensorType::Q4_0 ||
                               type == TensorType::Q5_0 || type == TensorType::IQ4_NL ||
-                              type == TensorType::Q4_1 || type == TensorType::Q5_1;
+                              type == TensorType::Q4_1 || type == TensorType::Q5_1 ||
+                              type == TensorType::IQ4_XS || type == TensorType::IQ3_S;
+    std::uniform_int_distribution<int> exponent(118, 130);  // scales 2^-10 .. 2^2
     for (int64_t b = 0; b < n / info.block_elems; ++b) {
         for (int off : half_field_offsets(type)) {
             const uint16_t h = random_half(rng, signed_scale);
             std::memcpy(row.data() + b * info.block_bytes + off, &h, 2);
+        }
+        for (int off : exponent_field_offsets(type)) {
+            row[static_cast<size_t>(b * info.block_bytes + off)] =
+                static_cast<uint8_t>(exponent(rng));
         }
     }
     return row;

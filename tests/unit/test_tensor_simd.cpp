@@ -23,6 +23,7 @@
 namespace ember {
 namespace {
 
+using test::exponent_field_offsets;
 using test::float_types;
 using test::half_field_offsets;
 using test::quant_types;
@@ -70,38 +71,48 @@ std::vector<uint8_t> edge_row(TensorType t, int64_t n, Edge e, std::mt19937& rng
         return row;
     }
     const auto halves = half_field_offsets(t);
+    const auto exponents = exponent_field_offsets(t);
     for (int64_t b = 0; b < n / info.block_elems; ++b) {
         uint8_t* blk = row.data() + b * info.block_bytes;
-        auto is_half = [&](size_t i) {
+        auto is_scale = [&](size_t i) {
             for (int off : halves) {
                 if (i == static_cast<size_t>(off) || i == static_cast<size_t>(off) + 1) return true;
+            }
+            for (int off : exponents) {
+                if (i == static_cast<size_t>(off)) return true;
             }
             return false;
         };
         for (size_t i = 0; i < info.block_bytes; ++i) {
-            if (is_half(i)) continue;
+            if (is_scale(i)) continue;
             if (e == Edge::Zero) blk[i] = 0;
             if (e == Edge::MaxQuants) blk[i] = t == TensorType::Q8_0 ? 0x7f : 0xff;
             if (e == Edge::MinQuants) blk[i] = t == TensorType::Q8_0 ? 0x80 : 0x00;
         }
         uint16_t h = 0;
+        uint8_t exponent = 0;  // e8m0 scale 2^(exponent - 128)
         switch (e) {
             case Edge::MaxScale:
-                h = 0x7bff;  // 65504
+                h = 0x7bff;      // 65504
+                exponent = 144;  // 2^16, about as far as fp16 reaches
                 break;
             case Edge::MinNormalScale:
-                h = 0x0400;  // 2^-14
+                h = 0x0400;    // 2^-14
+                exponent = 2;  // 2^-126, the smallest normal float
                 break;
             case Edge::SubnormalScale:
-                h = 0x0001;  // 2^-24
+                h = 0x0001;    // 2^-24
+                exponent = 0;  // 2^-128, a subnormal float
                 break;
             case Edge::Zero:
                 h = 0;
+                exponent = 0;  // zero codes make the block zero
                 break;
             default:
                 continue;
         }
         for (int off : halves) std::memcpy(blk + off, &h, 2);
+        for (int off : exponents) blk[off] = exponent;
     }
     return row;
 }

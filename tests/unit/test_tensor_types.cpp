@@ -30,6 +30,9 @@ TEST(TensorTypes, BlockStructSizesMatchTheFileFormat) {
     EXPECT_EQ(sizeof(BlockQ6_K), 210u);
     EXPECT_EQ(sizeof(BlockQ8_K), 292u);
     EXPECT_EQ(sizeof(BlockQ8_32), 40u);
+    EXPECT_EQ(sizeof(BlockIQ4_XS), 136u);
+    EXPECT_EQ(sizeof(BlockIQ3_S), 110u);
+    EXPECT_EQ(sizeof(BlockMXFP4), 17u);
     // Field offsets the kernels (and SIMD code) rely on.
     EXPECT_EQ(offsetof(BlockQ5_0, qs), 6u);
     EXPECT_EQ(offsetof(BlockQ5_1, qs), 8u);
@@ -43,6 +46,12 @@ TEST(TensorTypes, BlockStructSizesMatchTheFileFormat) {
     EXPECT_EQ(offsetof(BlockQ6_K, scales), 192u);
     EXPECT_EQ(offsetof(BlockQ6_K, d), 208u);
     EXPECT_EQ(offsetof(BlockQ8_32, qs), 8u);
+    EXPECT_EQ(offsetof(BlockIQ4_XS, scales_l), 4u);
+    EXPECT_EQ(offsetof(BlockIQ4_XS, qs), 8u);
+    EXPECT_EQ(offsetof(BlockIQ3_S, qh), 66u);
+    EXPECT_EQ(offsetof(BlockIQ3_S, signs), 74u);
+    EXPECT_EQ(offsetof(BlockIQ3_S, scales), 106u);
+    EXPECT_EQ(offsetof(BlockMXFP4, qs), 1u);
 }
 
 TEST(TensorTypes, TypeInfoTable) {
@@ -53,13 +62,18 @@ TEST(TensorTypes, TypeInfoTable) {
         bool supported;
     };
     const Expect table[] = {
-        {0, "f32", 1, 4, true},       {1, "f16", 1, 2, true},        {2, "q4_0", 32, 18, true},
-        {3, "q4_1", 32, 20, true},    {6, "q5_0", 32, 22, true},     {7, "q5_1", 32, 24, true},
-        {8, "q8_0", 32, 34, true},    {9, "q8_1", 32, 36, false},    {10, "q2_K", 256, 84, true},
-        {11, "q3_K", 256, 110, true}, {12, "q4_K", 256, 144, true},  {13, "q5_K", 256, 176, true},
-        {14, "q6_K", 256, 210, true}, {15, "q8_K", 256, 292, false}, {20, "iq4_nl", 32, 18, true},
-        {24, "i8", 1, 1, false},      {25, "i16", 1, 2, false},      {26, "i32", 1, 4, false},
-        {28, "f64", 1, 8, false},     {30, "bf16", 1, 2, true},
+        {0, "f32", 1, 4, true},        {1, "f16", 1, 2, true},
+        {2, "q4_0", 32, 18, true},     {3, "q4_1", 32, 20, true},
+        {6, "q5_0", 32, 22, true},     {7, "q5_1", 32, 24, true},
+        {8, "q8_0", 32, 34, true},     {9, "q8_1", 32, 36, false},
+        {10, "q2_K", 256, 84, true},   {11, "q3_K", 256, 110, true},
+        {12, "q4_K", 256, 144, true},  {13, "q5_K", 256, 176, true},
+        {14, "q6_K", 256, 210, true},  {15, "q8_K", 256, 292, false},
+        {20, "iq4_nl", 32, 18, true},  {24, "i8", 1, 1, false},
+        {25, "i16", 1, 2, false},      {26, "i32", 1, 4, false},
+        {28, "f64", 1, 8, false},      {30, "bf16", 1, 2, true},
+        {21, "iq3_s", 256, 110, true}, {23, "iq4_xs", 256, 136, true},
+        {39, "mxfp4", 32, 17, true},
     };
     for (const Expect& e : table) {
         SCOPED_TRACE(e.name);
@@ -76,7 +90,7 @@ TEST(TensorTypes, TypeInfoTable) {
         ASSERT_TRUE(by_name.has_value());
         EXPECT_EQ(*by_name, info->type);
     }
-    for (uint32_t raw : {4u, 5u, 16u, 17u, 19u, 21u, 27u, 29u, 31u, 39u, 1000u, 0xffffffffu}) {
+    for (uint32_t raw : {4u, 5u, 16u, 17u, 19u, 22u, 27u, 29u, 31u, 38u, 40u, 1000u, 0xffffffffu}) {
         EXPECT_FALSE(type_info(raw).has_value()) << raw;
     }
     EXPECT_EQ(type_from_name("Q4_K"), TensorType::Q4_K);
