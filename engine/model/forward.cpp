@@ -8,6 +8,7 @@
 #include <string>
 
 #include "engine/model/forward_hybrid.h"
+#include "engine/model/gemma3.h"
 #include "engine/model/model.h"
 #include "engine/model/ops.h"
 #include "engine/model/state.h"
@@ -289,6 +290,7 @@ std::span<const float> forward(const Model& model, InferenceState& st, ThreadPoo
     // Conv / linear-attention hybrids have their own passes (forward_hybrid.h); the checks
     // above serve both.
     if (is_hybrid(c.family)) return forward_hybrid(model, st, pool, tokens, wanted);
+    if (c.family == Family::Gemma3) return forward_gemma3(model, st, pool, tokens, wanted);
     const int64_t rows = wanted == LogitsWanted::All ? n : wanted == LogitsWanted::Last ? 1 : 0;
     grow(st.scratch.logits, rows * c.n_vocab);
     try {

@@ -10,6 +10,7 @@
 #include <optional>
 #include <sstream>
 
+#include "engine/model/gemma3.h"
 #include "engine/tokenizer/tokenizer.h"
 
 namespace ember {
@@ -164,9 +165,15 @@ ModelConfig read_config(const GgufFile& f) {
         c.rope_layout = RopeLayout::Halves;
         c.qk_norm = true;
         c.attn_output_gate = true;
+    } else if (c.arch == "gemma3") {
+        c.family = Family::Gemma3;
+        c.rope_layout = RopeLayout::Halves;
+        c.qk_norm = true;
+        c.post_norms = true;
     } else {
         throw ModelError(f.path() + ": architecture '" + c.arch +
-                         "' is not supported (supported: llama, qwen2, qwen3, lfm2, qwen35)");
+                         "' is not supported (supported: llama, qwen2, qwen3, lfm2, qwen35, "
+                         "gemma3)");
     }
     const std::string p = c.arch + ".";
     constexpr int64_t kMaxDim = 1 << 20;
@@ -224,6 +231,8 @@ ModelConfig read_config(const GgufFile& f) {
                              " do not divide evenly");
         }
         c.ssm_v_dim = inner / c.ssm_n_v_heads;
+    } else if (c.family == Family::Gemma3) {
+        read_gemma3_config(f, c);
     }
     return c;
 }
@@ -364,6 +373,15 @@ std::string compute_fingerprint(const GgufFile& f, const ModelConfig& c) {
             add(&v, sizeof v);
         }
     }
+    if (c.family == Family::Gemma3) {  // likewise only for gemma3
+        const double g[] = {static_cast<double>(c.sliding_window), c.rope_base_local, c.attn_scale,
+                            c.final_logit_softcap};
+        add(g, sizeof g);
+        for (bool slides : c.sliding) {
+            const uint8_t v = slides ? 1 : 0;
+            add(&v, sizeof v);
+        }
+    }
     for (const auto& t : f.tensors()) {
         add_str(t.name);
         uint32_t type = static_cast<uint32_t>(t.type);
@@ -414,6 +432,8 @@ std::string_view family_name(Family family) {
             return "lfm2";
         case Family::Qwen35:
             return "qwen35";
+        case Family::Gemma3:
+            return "gemma3";
     }
     return "unknown";
 }
@@ -469,6 +489,11 @@ std::unique_ptr<Model> Model::load(const std::string& path) {
             std::pow(c.rope_base, -2.0 * static_cast<double>(i) / static_cast<double>(c.rope_dims));
         if (!factors.empty()) freq /= factors[static_cast<size_t>(i)];
         m->rope_inv_freq_.push_back(freq);
+        if (c.sliding_window > 0) {
+            m->rope_inv_freq_local_.push_back(
+                std::pow(c.rope_base_local,
+                         -2.0 * static_cast<double>(i) / static_cast<double>(c.rope_dims)));
+        }
     }
 
     // The gated attention of qwen35 projects a query and a gate per head.
@@ -486,6 +511,10 @@ std::unique_ptr<Model> Model::load(const std::string& path) {
         const std::string ffn_norm_name =
             c.family == Family::Qwen35 ? "post_attention_norm.weight" : "ffn_norm.weight";
         L.ffn_norm = bind.vector(b + ffn_norm_name, c.n_embd);
+        if (c.post_norms) {  // gemma3: the norm after attention keeps the qwen35 name
+            L.post_attn_norm = bind.vector(b + "post_attention_norm.weight", c.n_embd);
+            L.post_ffn_norm = bind.vector(b + "post_ffw_norm.weight", c.n_embd);
+        }
         L.w_gate = bind.matrix(b + "ffn_gate.weight", c.n_ff, c.n_embd);
         L.w_up = bind.matrix(b + "ffn_up.weight", c.n_ff, c.n_embd);
         L.w_down = bind.matrix(b + "ffn_down.weight", c.n_embd, c.n_ff);

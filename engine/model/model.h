@@ -15,7 +15,7 @@ namespace ember {
 
 class Tokenizer;
 
-enum class Family { Llama, Qwen2, Qwen3, Lfm2, Qwen35 };
+enum class Family { Llama, Qwen2, Qwen3, Lfm2, Qwen35, Gemma3 };
 std::string_view family_name(Family family);
 // Families whose layers are not all attention: part of their state is recurrent (conv and
 // delta-rule state), which cannot be rolled back by truncating the KV cache.
@@ -65,6 +65,18 @@ struct ModelConfig {
     int64_t ssm_n_v_heads = 0;
     int64_t ssm_k_dim = 0;
     int64_t ssm_v_dim = 0;
+    // ---- gemma3: sliding-window attention; zero / empty for the other families ----
+    // A sliding layer attends to the last `sliding_window` positions, itself included (HF's
+    // sliding_window); the others attend to everything. [n_layer], empty without a window.
+    int64_t sliding_window = 0;
+    std::vector<bool> sliding;
+    double rope_base_local = 10000.0;  // RoPE base of the sliding layers (unscaled)
+    double attn_scale = 0.0;           // query scale; 0: 1/sqrt(head_dim)
+    double final_logit_softcap = 0.0;  // logits = cap * tanh(logits / cap) when > 0
+    bool post_norms = false;           // RMS norms on the attention and FFN outputs
+    bool is_sliding(int64_t layer) const {
+        return !sliding.empty() && sliding[static_cast<size_t>(layer)];
+    }
     // Channels of the qwen35 conv (q, k and v concatenated) or the lfm2 conv (n_embd).
     int64_t conv_channels() const;
 };
@@ -81,6 +93,8 @@ struct LayerWeights {
     MatrixView w_gate;                  // [n_ff x n_embd]
     MatrixView w_up;                    // [n_ff x n_embd]
     MatrixView w_down;                  // [n_embd x n_ff]
+    // gemma3: norms of the attention and FFN outputs before the residual add, or empty.
+    std::vector<float> post_attn_norm, post_ffn_norm;  // [n_embd]
 
     LayerKind kind = LayerKind::Attention;
     // lfm2 short conv: in_proj gives B, C and x gates [3*n_embd], conv taps per channel.
@@ -117,6 +131,8 @@ public:
     // RoPE angular frequency of each rotated pair [rope_dims/2]: base^(-2i/rope_dims), divided
     // by the per-dimension factors of llama 3 long-context scaling when the file has them.
     const std::vector<double>& rope_inv_freq() const { return rope_inv_freq_; }
+    // gemma3's sliding layers: the same for the local base, without scaling factors.
+    const std::vector<double>& rope_inv_freq_local() const { return rope_inv_freq_local_; }
 
     // What loading worked around in the file (layer kinds whose metadata disagrees with the
     // tensors), one sentence each naming the file: the engine prints nothing, the caller shows
@@ -144,6 +160,7 @@ private:
     MatrixView output_;
     std::vector<float> output_norm_;
     std::vector<double> rope_inv_freq_;
+    std::vector<double> rope_inv_freq_local_;
     std::vector<LayerWeights> layers_;
     std::string fingerprint_;
     std::vector<std::string> load_warnings_;

@@ -119,6 +119,14 @@ void swiglu_inplace(float* gate, const float* up, int64_t n) {
     }
 }
 
+void gelu_tanh_gate_inplace(float* gate, const float* up, int64_t n) {
+    const float k = 0.7978845608028654f;  // sqrt(2/pi)
+    for (int64_t i = 0; i < n; ++i) {
+        const float x = gate[i];
+        gate[i] = 0.5f * x * (1.0f + std::tanh(k * (x + 0.044715f * x * x * x))) * up[i];
+    }
+}
+
 namespace {
 
 // Any head size and CPU: one dot / axpy call per (head, position).

@@ -24,6 +24,9 @@ void to_f16(const float* x, uint16_t* out, int64_t n);
 void add_inplace(float* y, const float* x, int64_t n);
 // gate[i] = silu(gate[i]) * up[i]
 void swiglu_inplace(float* gate, const float* up, int64_t n);
+// gate[i] = gelu(gate[i]) * up[i], GELU in its tanh approximation (gemma3's MLP):
+//   gelu(x) = x/2 * (1 + tanh(sqrt(2/pi) * (x + 0.044715 x^3)))
+void gelu_tanh_gate_inplace(float* gate, const float* up, int64_t n);
 
 // ---- attention over a run of cached positions (the flash-attention split) -------------------
 //

@@ -1,5 +1,6 @@
 #include "engine/model/state.h"
 
+#include <algorithm>
 #include <stdexcept>
 #include <string>
 
@@ -8,7 +9,7 @@
 namespace ember {
 
 void KvCache::init(int64_t n_layer, int64_t k_width, int64_t v_width, int64_t max_positions,
-                   KvType type) {
+                   KvType type, KvWindow window) {
     n_layer_ = n_layer;
     k_width_ = k_width;
     v_width_ = v_width;
@@ -17,6 +18,17 @@ void KvCache::init(int64_t n_layer, int64_t k_width, int64_t v_width, int64_t ma
     length_ = 0;
     n_chunks_max_ = (max_positions + kChunkPositions - 1) / kChunkPositions;
     n_chunks_allocated_ = 0;
+    window_ = window.positions;
+    ring_layer_ = window.layers;
+    ring_layer_.resize(static_cast<size_t>(n_layer), false);
+    ring_begin_ = 0;
+    ring_positions_ = 0;
+    if (window_ > 0) {
+        // Whole chunks, so a chunk's rows stay contiguous; a context the ring would not
+        // wrap in needs no ring.
+        const int64_t ring_chunks = (window_ + kRingSlack + kChunkPositions - 1) / kChunkPositions;
+        if (ring_chunks < n_chunks_max_) ring_positions_ = ring_chunks * kChunkPositions;
+    }
     k_chunks_.clear();
     v_chunks_.clear();
     k_chunks_.resize(static_cast<size_t>(n_layer * n_chunks_max_));
@@ -32,6 +44,7 @@ void KvCache::reserve(int64_t n) {
     const int64_t need = (n + kChunkPositions - 1) / kChunkPositions;
     for (; n_chunks_allocated_ < need; ++n_chunks_allocated_) {
         for (int64_t l = 0; l < n_layer_; ++l) {
+            if (is_ring(l) && n_chunks_allocated_ >= ring_positions_ / kChunkPositions) continue;
             const size_t idx = static_cast<size_t>(l * n_chunks_max_ + n_chunks_allocated_);
             k_chunks_[idx].reset(new uint8_t[kChunkPositions * k_width_ * elem_size()]);
             v_chunks_[idx].reset(new uint8_t[kChunkPositions * v_width_ * elem_size()]);
@@ -43,11 +56,27 @@ void KvCache::set_length(int64_t n) {
     if (n < 0 || n > n_chunks_allocated_ * kChunkPositions) {
         throw std::out_of_range("KV cache: length " + std::to_string(n) + " is outside the cache");
     }
+    if (n == 0) {
+        ring_begin_ = 0;
+    } else if (ring_positions_ > 0 && n > length_) {
+        // The rows [length_, n) were written over the ring slots of [length_ - R, n - R).
+        ring_begin_ = std::max(ring_begin_, n - ring_positions_);
+    }
     length_ = n;
+}
+
+bool KvCache::can_resume_at(int64_t n) const {
+    if (ring_positions_ == 0 || n == 0) return true;
+    return std::max<int64_t>(0, n - window_ + 1) >= ring_begin_;
+}
+
+void KvCache::forget_ring_rows_before(int64_t pos) {
+    ring_begin_ = std::max(ring_begin_, pos);
 }
 
 uint8_t* KvCache::row(const std::vector<std::unique_ptr<uint8_t[]>>& chunks, int64_t width,
                       int64_t layer, int64_t pos) const {
+    if (is_ring(layer)) pos %= ring_positions_;
     const size_t idx = static_cast<size_t>(layer * n_chunks_max_ + pos / kChunkPositions);
     return chunks[idx].get() + (pos % kChunkPositions) * width * static_cast<int64_t>(elem_size());
 }
@@ -82,7 +111,15 @@ uint64_t KvCache::bytes_per_position() const {
 }
 
 uint64_t KvCache::allocated_bytes() const {
-    return static_cast<uint64_t>(n_chunks_allocated_ * kChunkPositions) * bytes_per_position();
+    uint64_t positions = 0;  // summed over layers
+    for (int64_t l = 0; l < n_layer_; ++l) {
+        positions += static_cast<uint64_t>(chunks_for(l, n_chunks_allocated_) * kChunkPositions);
+    }
+    return positions * static_cast<uint64_t>(k_width_ + v_width_) * elem_size();
+}
+
+int64_t KvCache::chunks_for(int64_t layer, int64_t chunks) const {
+    return is_ring(layer) ? std::min(chunks, ring_positions_ / kChunkPositions) : chunks;
 }
 
 std::unique_ptr<InferenceState> make_state(const ModelConfig& c, int64_t max_positions,
@@ -91,7 +128,7 @@ std::unique_ptr<InferenceState> make_state(const ModelConfig& c, int64_t max_pos
     // Hybrids keep K/V only for their attention layers.
     const int64_t kv_layers = is_hybrid(c.family) ? c.n_kv_layers : c.n_layer;
     s->kv.init(kv_layers, c.n_head_kv * c.head_dim, c.n_head_kv * c.value_dim, max_positions,
-               kv_type);
+               kv_type, KvWindow{c.sliding_window, c.sliding});
     s->recurrent.init(c);
     return s;
 }

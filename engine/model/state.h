@@ -2,6 +2,20 @@
 //
 // The KV cache grows in fixed chunks of positions, append-only; rolling back to an earlier
 // position only moves the length (O(1)), and the rows past it are overwritten later.
+//
+// Sliding-window layers (gemma3) keep their rows in a ring instead: position p lives in slot
+// p % ring_positions(), so such a layer holds O(W) rows however long the conversation. The
+// ring has room for the window plus kRingSlack positions, which makes three things safe:
+//  - a batch of up to kRingSlack tokens writes its rows before attending without overwriting
+//    a row one of its own tokens still needs;
+//  - rolling back up to kRingSlack positions (speculation's rejected drafts, a reply's last
+//    tokens re-rendered differently by the next prompt) keeps the rows the window needs;
+//  - the ring's runs of kChunkPositions never wrap inside a chunk (it is a whole number of them).
+// Resuming at length n needs a sliding layer's rows of positions [n - W + 1, n): rows the
+// ring has overwritten are gone, so a cut further back than that (an edited message far back,
+// /regen of a long reply) cannot resume there; can_resume_at() says so, and the caller starts
+// from the longest prefix it can still rebuild: a stored one (sessions/ keeps every block's
+// global rows and the sliding rows the ring held when it was saved) or the start.
 #pragma once
 
 #include <cstdint>
@@ -17,14 +31,23 @@ struct ModelConfig;
 
 enum class KvType { F32, F16 };
 
+// Which layers of a cache slide, and how far they see.
+struct KvWindow {
+    int64_t positions = 0;     // W: positions a sliding layer attends to; 0: no sliding layers
+    std::vector<bool> layers;  // [n_layer] true: sliding
+};
+
 class KvCache {
 public:
     static constexpr int64_t kChunkPositions = 256;
+    // Positions a sliding layer's ring holds beyond its window (see above); at least the
+    // longest forward batch (kMaxBatch) and the speculation rollback (kExactBatchTokens).
+    static constexpr int64_t kRingSlack = 256;
 
     KvCache() = default;
     // k_width = n_head_kv * head_dim, v_width = n_head_kv * value_dim.
-    void init(int64_t n_layer, int64_t k_width, int64_t v_width, int64_t max_positions,
-              KvType type);
+    void init(int64_t n_layer, int64_t k_width, int64_t v_width, int64_t max_positions, KvType type,
+              KvWindow window = {});
 
     int64_t length() const { return length_; }
     int64_t capacity() const { return max_positions_; }
@@ -35,8 +58,25 @@ public:
 
     // Makes room for positions [0, n); allocates chunks as needed.
     void reserve(int64_t n);
-    // Sets the number of valid positions (rollback or commit after a forward pass).
+    // Sets the number of valid positions (rollback, or commit after a forward pass or a
+    // restore that wrote the rows [length(), n) of every layer).
     void set_length(int64_t n);
+
+    // ---- sliding-window layers ----
+    int64_t window() const { return window_; }  // 0: none
+    bool is_ring(int64_t layer) const {
+        return ring_positions_ > 0 && ring_layer_[static_cast<size_t>(layer)];
+    }
+    const std::vector<bool>& ring_layers() const { return ring_layer_; }
+    int64_t ring_positions() const { return ring_positions_; }
+    // First position whose sliding-layer rows the rings still hold (rows [ring_begin,
+    // length) are intact); 0 without sliding layers.
+    int64_t ring_begin() const { return ring_begin_; }
+    // Whether the state can continue at length n: the sliding layers hold the rows of
+    // [n - W + 1, n) (always true without sliding layers, and for n = 0).
+    bool can_resume_at(int64_t n) const;
+    // A restore wrote no sliding-layer rows below `pos`: the rings start over there.
+    void forget_ring_rows_before(int64_t pos);
 
     // Row of K/V for `layer` at position `pos`, as f32 (F32 caches) ...
     float* k_row(int64_t layer, int64_t pos);
@@ -57,6 +97,7 @@ public:
 private:
     uint8_t* row(const std::vector<std::unique_ptr<uint8_t[]>>& chunks, int64_t width,
                  int64_t layer, int64_t pos) const;
+    int64_t chunks_for(int64_t layer, int64_t chunks) const;  // of the first `chunks`
     size_t elem_size() const { return type_ == KvType::F32 ? 4 : 2; }
 
     int64_t n_layer_ = 0;
@@ -69,7 +110,11 @@ private:
     std::vector<std::unique_ptr<uint8_t[]>> k_chunks_;
     std::vector<std::unique_ptr<uint8_t[]>> v_chunks_;
     int64_t n_chunks_max_ = 0;
-    int64_t n_chunks_allocated_ = 0;
+    int64_t n_chunks_allocated_ = 0;  // of a full layer; a ring layer has at most its ring
+    int64_t window_ = 0;
+    int64_t ring_positions_ = 0;    // slots of a sliding layer's ring (whole chunks); 0: none
+    std::vector<bool> ring_layer_;  // [n_layer]
+    int64_t ring_begin_ = 0;
 };
 
 // Scratch for one forward pass over up to `batch` tokens; grown on demand, never shrunk, so
@@ -91,6 +136,8 @@ struct ForwardScratch {
     std::vector<float> attn_runs;
     std::vector<float> rope_cos, rope_sin;  // [batch x rope_dims/2]
     std::vector<float> logits;              // [rows x n_vocab]
+    // gemma3's sliding layers rotate with their own base: [batch x rope_dims/2].
+    std::vector<float> rope_cos_local, rope_sin_local;
     MatmulScratch mm;
 };
 
