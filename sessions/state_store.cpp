@@ -411,6 +411,13 @@ int64_t StateStore::restore(std::span<const int32_t> tokens, int64_t have, Infer
                            !load_snapshot(chain.back().id, reach, state.recurrent, totals))) {
                 restored = have;
             }
+            if (restored > have && !state.kv.can_resume_at(restored)) {
+                // Sliding-window layers lack rows of the window before `restored` (the blobs
+                // hold only what their rings held when saved): not a state to continue from.
+                // What was written may have overwritten the rings' rows before `have` too.
+                state.kv.forget_ring_rows_before(restored);
+                restored = have;
+            }
             if (restored > have) state.kv.set_length(restored);
         }
         const auto micros = std::chrono::duration_cast<std::chrono::microseconds>(

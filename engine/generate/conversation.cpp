@@ -289,6 +289,9 @@ size_t Conversation::reuse_prefix(const std::vector<int32_t>& tokens, TurnResult
         // At least one token must be evaluated to get logits for the first reply token.
         if (reuse == tokens.size()) --reuse;
         if (!state_->recurrent.empty()) reuse = rollback_recurrent(reuse);
+        // A cut behind a sliding layer's window (gemma3) lost rows the window needs: start
+        // over, and let the store restore what it can.
+        if (!state_->kv.can_resume_at(static_cast<int64_t>(reuse))) reuse = 0;
         state_->kv.set_length(static_cast<int64_t>(reuse));
         cached_.resize(reuse);
         // Hybrids restore only to a stored snapshot of their recurrent state (the store
@@ -305,6 +308,8 @@ size_t Conversation::reuse_prefix(const std::vector<int32_t>& tokens, TurnResult
         // At least one token must be evaluated to get logits for the first reply token.
         if (reuse == tokens.size()) --reuse;
     }
+    // A restore that failed part way may have overwritten ring rows the kept prefix needed.
+    if (!state_->kv.can_resume_at(static_cast<int64_t>(reuse))) reuse = 0;
     if (!state_->recurrent.empty() && reuse == 0) state_->recurrent.reset();
     state_->kv.set_length(static_cast<int64_t>(reuse));
     cached_.resize(reuse);

@@ -23,11 +23,12 @@ void KvCache::init(int64_t n_layer, int64_t k_width, int64_t v_width, int64_t ma
     ring_layer_.resize(static_cast<size_t>(n_layer), false);
     ring_begin_ = 0;
     ring_positions_ = 0;
-    if (window_ > 0) {
-        // Whole chunks, so a chunk's rows stay contiguous; a context the ring would not
-        // wrap in needs no ring.
+    if (window_ > 0 &&
+        std::find(ring_layer_.begin(), ring_layer_.end(), true) != ring_layer_.end()) {
+        // Whole chunks, so a chunk's rows stay contiguous; never more than the context (a
+        // ring that never wraps still tracks which rows a restore left out).
         const int64_t ring_chunks = (window_ + kRingSlack + kChunkPositions - 1) / kChunkPositions;
-        if (ring_chunks < n_chunks_max_) ring_positions_ = ring_chunks * kChunkPositions;
+        ring_positions_ = std::min(ring_chunks, n_chunks_max_) * kChunkPositions;
     }
     k_chunks_.clear();
     v_chunks_.clear();

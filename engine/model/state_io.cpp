@@ -1,5 +1,6 @@
 #include "engine/model/state_io.h"
 
+#include <algorithm>
 #include <cstring>
 
 namespace ember {
@@ -77,11 +78,12 @@ void write_headers(Writer& w, StateSectionKind kind, uint64_t payload) {
     w.u64(payload);
 }
 
-// Checks the blob header and that its one section is of `kind` (`section_name` and
-// `kind_name` word the errors) and that it fills the rest of the blob; returns a reader
-// at its payload.
+// Checks the blob header and that its one section is of `kind` (or `also`; `section_name`
+// and `kind_name` word the errors) and that it fills the rest of the blob; returns a reader
+// at its payload, and the kind in *found_kind when asked.
 Reader open_section(std::span<const uint8_t> blob, StateSectionKind kind, const char* section_name,
-                    const char* kind_name) {
+                    const char* kind_name, StateSectionKind also = StateSectionKind{0},
+                    StateSectionKind* found_kind = nullptr) {
     Reader r(blob);
     if (std::memcmp(r.take(4, "magic"), kMagic, 4) != 0) {
         throw StateFormatError("state blob: bad magic (not an ember state blob)");
@@ -100,10 +102,12 @@ Reader open_section(std::span<const uint8_t> blob, StateSectionKind kind, const 
     const uint32_t found = r.u32("section kind");
     r.u32("section reserved");
     const uint64_t payload = r.u64("section size");
-    if (found != static_cast<uint32_t>(kind)) {
+    if (found != static_cast<uint32_t>(kind) &&
+        (also == StateSectionKind{0} || found != static_cast<uint32_t>(also))) {
         throw StateFormatError("state blob: section kind " + std::to_string(found) + " is not " +
                                kind_name);
     }
+    if (found_kind != nullptr) *found_kind = static_cast<StateSectionKind>(found);
     if (payload != r.remaining()) {
         throw StateFormatError("state blob: section size " + std::to_string(payload) +
                                " does not match the " + std::to_string(r.remaining()) +
@@ -113,7 +117,9 @@ Reader open_section(std::span<const uint8_t> blob, StateSectionKind kind, const 
 }
 
 ParsedKv parse_kv(std::span<const uint8_t> blob) {
-    Reader r = open_section(blob, StateSectionKind::KvRows, "KV", "KV rows");
+    StateSectionKind kind{};
+    Reader r = open_section(blob, StateSectionKind::KvRows, "KV", "KV rows",
+                            StateSectionKind::WindowKvRows, &kind);
     ParsedKv p;
     const uint32_t type = r.u32("kv type");
     if (type > 1) throw StateFormatError("state blob: unknown kv type " + std::to_string(type));
@@ -131,10 +137,30 @@ ParsedKv parse_kv(std::span<const uint8_t> blob) {
     if (p.info.n_layer > 4096 || p.info.k_width > (1 << 20) || p.info.v_width > (1 << 20)) {
         throw StateFormatError("state blob: layer count or row width out of bounds");
     }
+    const int64_t end = p.info.begin + p.info.count;
+    p.info.ring_begin = p.info.begin;
+    int64_t ring_count = 0;  // positions held of each sliding layer
+    if (kind == StateSectionKind::WindowKvRows) {
+        p.info.window = r.u32("window");
+        r.u32("window reserved");
+        p.info.ring_begin = r.i64("ring begin");
+        if (p.info.window <= 0 || p.info.ring_begin < p.info.begin || p.info.ring_begin > end) {
+            throw StateFormatError("state blob: window " + std::to_string(p.info.window) +
+                                   " or sliding rows from " + std::to_string(p.info.ring_begin) +
+                                   " outside the blob's positions");
+        }
+        const uint8_t* flags = r.take(static_cast<size_t>(p.info.n_layer), "sliding layer flags");
+        for (int64_t l = 0; l < p.info.n_layer; ++l) {
+            if (flags[l] > 1) throw StateFormatError("state blob: bad sliding layer flag");
+            p.info.ring_layers.push_back(flags[l] == 1);
+            ring_count += flags[l];
+        }
+    }
     const uint64_t row_elems = static_cast<uint64_t>(p.info.k_width + p.info.v_width);
-    const uint64_t expect = static_cast<uint64_t>(p.info.n_layer) *
-                            static_cast<uint64_t>(p.info.count) * row_elems *
-                            elem_bytes(p.info.type);
+    const uint64_t positions =
+        static_cast<uint64_t>(p.info.n_layer - ring_count) * static_cast<uint64_t>(p.info.count) +
+        static_cast<uint64_t>(ring_count) * static_cast<uint64_t>(end - p.info.ring_begin);
+    const uint64_t expect = positions * row_elems * elem_bytes(p.info.type);
     if (expect != r.remaining()) {
         throw StateFormatError("state blob: rows hold " + std::to_string(r.remaining()) +
                                " bytes, the header describes " + std::to_string(expect));
@@ -215,23 +241,41 @@ std::vector<uint8_t> serialize_kv_rows(const KvCache& kv, int64_t begin, int64_t
                                 std::to_string(kv.length()));
     }
     const size_t es = elem_bytes(kv.type());
-    const int64_t count = end - begin;
+    const bool windowed = kv.ring_positions() > 0;
+    // Sliding layers: the rows their rings still hold.
+    const int64_t ring_begin = windowed ? std::clamp(kv.ring_begin(), begin, end) : begin;
+    int64_t positions = 0;  // rows over all layers
+    for (int64_t l = 0; l < kv.n_layer(); ++l)
+        positions += end - (kv.is_ring(l) ? ring_begin : begin);
     const uint64_t rows_bytes =
-        static_cast<uint64_t>(kv.n_layer() * count * (kv.k_width() + kv.v_width())) * es;
-    std::vector<uint8_t> out(kHeaderBytes + kSectionHeaderBytes + kKvInfoBytes + rows_bytes);
+        static_cast<uint64_t>(positions * (kv.k_width() + kv.v_width())) * es;
+    const size_t info_bytes =
+        kKvInfoBytes + (windowed ? 16 + static_cast<size_t>(kv.n_layer()) : 0);
+    std::vector<uint8_t> out(kHeaderBytes + kSectionHeaderBytes + info_bytes + rows_bytes);
     Writer w(out);
-    write_headers(w, StateSectionKind::KvRows, kKvInfoBytes + rows_bytes);
+    write_headers(w, windowed ? StateSectionKind::WindowKvRows : StateSectionKind::KvRows,
+                  info_bytes + rows_bytes);
     w.u32(kv.type() == KvType::F32 ? 0 : 1);
     w.u32(static_cast<uint32_t>(kv.n_layer()));
     w.u32(static_cast<uint32_t>(kv.k_width()));
     w.u32(static_cast<uint32_t>(kv.v_width()));
     w.i64(begin);
-    w.i64(count);
+    w.i64(end - begin);
+    if (windowed) {
+        w.u32(static_cast<uint32_t>(kv.window()));
+        w.u32(0);
+        w.i64(ring_begin);
+        for (int64_t l = 0; l < kv.n_layer(); ++l) {
+            const uint8_t flag = kv.is_ring(l) ? 1 : 0;
+            w.bytes(&flag, 1);
+        }
+    }
     const size_t k_bytes = static_cast<size_t>(kv.k_width()) * es;
     const size_t v_bytes = static_cast<size_t>(kv.v_width()) * es;
     for (int64_t l = 0; l < kv.n_layer(); ++l) {
-        for (int64_t pos = begin; pos < end; ++pos) w.bytes(kv.k_row(l, pos), k_bytes);
-        for (int64_t pos = begin; pos < end; ++pos) w.bytes(kv.v_row(l, pos), v_bytes);
+        const int64_t first = kv.is_ring(l) ? ring_begin : begin;
+        for (int64_t pos = first; pos < end; ++pos) w.bytes(kv.k_row(l, pos), k_bytes);
+        for (int64_t pos = first; pos < end; ++pos) w.bytes(kv.v_row(l, pos), v_bytes);
     }
     return out;
 }
@@ -251,6 +295,13 @@ void apply_kv_rows(std::span<const uint8_t> blob, KvCache& kv, int64_t from, int
                                std::to_string(b.k_width) + "/" + std::to_string(b.v_width) +
                                " wide) differs from the cache's");
     }
+    // A KvRows blob holds every row, so it serves a windowed cache too; a WindowKvRows blob
+    // only a cache whose same layers slide with the same window.
+    if (!b.ring_layers.empty() && (b.window != kv.window() || b.ring_layers != kv.ring_layers())) {
+        throw StateFormatError("state blob: sliding-window layers (window " +
+                               std::to_string(b.window) + ") differ from the cache's (window " +
+                               std::to_string(kv.window()) + ")");
+    }
     if (from < b.begin || to < from || to > b.begin + b.count) {
         throw StateFormatError("state blob: positions [" + std::to_string(from) + ", " +
                                std::to_string(to) + ") are not inside the blob's range");
@@ -263,18 +314,28 @@ void apply_kv_rows(std::span<const uint8_t> blob, KvCache& kv, int64_t from, int
     const size_t es = elem_bytes(b.type);
     const size_t k_bytes = static_cast<size_t>(b.k_width) * es;
     const size_t v_bytes = static_cast<size_t>(b.v_width) * es;
+    const int64_t end = b.begin + b.count;
+    // A sliding layer gets the blob's rows from ring_begin on, and of those only the last
+    // ring's worth (earlier ones would be overwritten within this call anyway).
+    const int64_t ring_from =
+        std::max({from, b.ring_begin, kv.ring_positions() > 0 ? to - kv.ring_positions() : from});
     const uint8_t* rows = blob.data() + p.rows_offset;
     for (int64_t l = 0; l < b.n_layer; ++l) {
+        const bool ring = kv.is_ring(l);
+        const int64_t held_from = !b.ring_layers.empty() && ring ? b.ring_begin : b.begin;
+        const int64_t held = end - held_from;
         const uint8_t* k_base = rows;
-        const uint8_t* v_base = rows + static_cast<size_t>(b.count) * k_bytes;
-        for (int64_t pos = from; pos < to; ++pos) {
-            std::memcpy(kv.k_row(l, pos), k_base + static_cast<size_t>(pos - b.begin) * k_bytes,
+        const uint8_t* v_base = rows + static_cast<size_t>(held) * k_bytes;
+        for (int64_t pos = ring ? ring_from : from; pos < to; ++pos) {
+            std::memcpy(kv.k_row(l, pos), k_base + static_cast<size_t>(pos - held_from) * k_bytes,
                         k_bytes);
-            std::memcpy(kv.v_row(l, pos), v_base + static_cast<size_t>(pos - b.begin) * v_bytes,
+            std::memcpy(kv.v_row(l, pos), v_base + static_cast<size_t>(pos - held_from) * v_bytes,
                         v_bytes);
         }
-        rows += static_cast<size_t>(b.count) * (k_bytes + v_bytes);
+        rows += static_cast<size_t>(held) * (k_bytes + v_bytes);
     }
+    // Sliding rows of [from, ring_begin) were not in the blob: the rings start after the gap.
+    if (b.ring_begin > from) kv.forget_ring_rows_before(std::min(b.ring_begin, to));
 }
 
 }  // namespace ember

@@ -203,5 +203,156 @@ TEST_F(Gemma3, GreedyMatchesWhereTheMarginIsClear) {
     }
 }
 
+// Logits of `ids` fed in batches of `batch` (every row, or each batch's last), from `state`.
+std::vector<float> feed(const Model& model, InferenceState& state, ThreadPool& pool,
+                        std::span<const int32_t> ids, int64_t batch,
+                        LogitsWanted wanted = LogitsWanted::All) {
+    std::vector<float> all;
+    for (size_t at = 0; at < ids.size(); at += static_cast<size_t>(batch)) {
+        const auto part = ids.subspan(at, std::min(ids.size() - at, static_cast<size_t>(batch)));
+        const auto logits = forward(model, state, pool, part, wanted);
+        all.insert(all.end(), logits.begin(), logits.end());
+    }
+    return all;
+}
+
+// A cache keeping every row of every layer (no rings) for `c`: what the rings must equal.
+std::unique_ptr<InferenceState> full_state(const ModelConfig& c, int64_t positions,
+                                           KvType type = KvType::F32) {
+    auto st = make_state(c, positions, type);
+    st->kv.init(c.n_layer, c.n_head_kv * c.head_dim, c.n_head_kv * c.value_dim, positions, type);
+    return st;
+}
+
+// 1,300 tokens wrap the sliding layers' rings (512 positions for W = 8) twice.
+constexpr int64_t kLong = 1300;
+
+TEST_F(Gemma3, RingsGiveWhatACacheOfEveryRowGives) {
+    const ModelConfig& c = model_->config();
+    const auto ids = some_tokens(kLong, c.n_vocab, 7);
+    for (const KvType type : {KvType::F32, KvType::F16}) {
+        auto ring = make_state(c, 2048, type);
+        auto full = full_state(c, 2048, type);
+        ASSERT_EQ(ring->kv.ring_positions(), 512);
+        const auto a = feed(*model_, *ring, pool_, ids, 97, LogitsWanted::Last);
+        const auto b = feed(*model_, *full, pool_, ids, 97, LogitsWanted::Last);
+        ASSERT_EQ(a.size(), b.size());
+        EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * sizeof(float)))
+            << (type == KvType::F16 ? "f16" : "f32");
+        for (int64_t l = 0; l < c.n_layer; ++l) {
+            for (int64_t p = kLong - 512; p < kLong; ++p) {
+                ASSERT_TRUE(kv_rows(*ring, l, p) == kv_rows(*full, l, p)) << l << " " << p;
+            }
+        }
+        // O(W) memory: the two sliding layers hold 512 positions, the global one all 1,300.
+        EXPECT_EQ(ring->kv.allocated_bytes(),
+                  static_cast<uint64_t>((2 * 512 + 1536) * 2 * c.n_head_kv * c.head_dim) *
+                      (type == KvType::F16 ? 2 : 4));
+        EXPECT_LT(ring->kv.allocated_bytes(), full->kv.allocated_bytes());
+    }
+}
+
+// Speculation's verification: batches up to kExactBatchTokens after a context that has
+// wrapped the rings, ending inside and across attention runs, give bit for bit the logits and
+// K/V rows of the same tokens one at a time.
+TEST_F(Gemma3, BatchesUpToSeventeenAreBitIdenticalToSingleTokens) {
+    const ModelConfig& c = model_->config();
+    for (const int64_t prompt_len : {int64_t{5}, int64_t{124}, int64_t{1020}}) {
+        for (const int64_t batch : {int64_t{2}, int64_t{5}, int64_t{9}, kExactBatchTokens}) {
+            SCOPED_TRACE("prompt " + std::to_string(prompt_len) + " batch " +
+                         std::to_string(batch));
+            const auto prompt = some_tokens(prompt_len, c.n_vocab, prompt_len);
+            const auto draft = some_tokens(batch, c.n_vocab, 1000 + batch);
+            auto one = make_state(c, 2048);
+            auto all = make_state(c, 2048);
+            forward(*model_, *one, pool_, prompt, LogitsWanted::Last);
+            forward(*model_, *all, pool_, prompt, LogitsWanted::Last);
+            const auto singles = feed(*model_, *one, pool_, draft, 1);
+            const auto rows = forward(*model_, *all, pool_, draft, LogitsWanted::All);
+            ASSERT_EQ(rows.size(), singles.size());
+            EXPECT_EQ(0, std::memcmp(rows.data(), singles.data(), rows.size() * sizeof(float)));
+            for (int64_t l = 0; l < c.n_layer; ++l) {
+                for (int64_t p = prompt_len; p < prompt_len + batch; ++p) {
+                    ASSERT_TRUE(kv_rows(*one, l, p) == kv_rows(*all, l, p)) << l << " " << p;
+                }
+            }
+        }
+    }
+}
+
+// Rollback within the ring's slack recomputes exactly; behind the window it is refused (the
+// rows are gone), and starting over works.
+TEST_F(Gemma3, RollbackWithinTheSlackIsExactAndBehindTheWindowRefused) {
+    const ModelConfig& c = model_->config();
+    const auto ids = some_tokens(kLong, c.n_vocab, 11);
+    auto st = make_state(c, 2048);
+    forward(*model_, *st, pool_, std::span(ids).first(1200), LogitsWanted::Last);
+    const auto ahead =
+        forward(*model_, *st, pool_, std::span(ids).subspan(1200, 100), LogitsWanted::All);
+    const std::vector<float> expected(ahead.end() - 83 * c.n_vocab, ahead.end());
+    // Back 83 positions (past a speculation's 17, inside the 256 of slack): exact.
+    ASSERT_TRUE(st->kv.can_resume_at(kLong - 83));
+    st->kv.set_length(kLong - 83);
+    const auto again =
+        forward(*model_, *st, pool_, std::span(ids).subspan(kLong - 83), LogitsWanted::All);
+    EXPECT_EQ(0, std::memcmp(again.data(), expected.data(), expected.size() * sizeof(float)));
+    // Back 600: the rings (512) no longer hold the window before position 700.
+    EXPECT_FALSE(st->kv.can_resume_at(700));
+    st->kv.set_length(700);
+    EXPECT_THROW(forward(*model_, *st, pool_, std::span(ids).subspan(700, 5), LogitsWanted::Last),
+                 std::logic_error);
+    st->kv.set_length(0);
+    EXPECT_TRUE(st->kv.can_resume_at(0));
+    const auto cold = make_state(c, 2048);
+    const auto a = forward(*model_, *st, pool_, std::span(ids).first(40), LogitsWanted::Last);
+    const std::vector<float> restart(a.begin(), a.end());
+    const auto b = forward(*model_, *cold, pool_, std::span(ids).first(40), LogitsWanted::Last);
+    EXPECT_EQ(0, std::memcmp(restart.data(), b.data(), restart.size() * sizeof(float)));
+}
+
+// The session store's pattern: blobs of runs of positions, written at turn ends, restored in a
+// fresh state. A blob written after the rings wrapped holds the sliding rows the rings still
+// had; resuming needs the window before the resume point, and is then bit-identical.
+TEST_F(Gemma3, SerializedStateResumesBitIdentically) {
+    const ModelConfig& c = model_->config();
+    const auto ids = some_tokens(kLong, c.n_vocab, 13);
+    const int64_t turn1 = 300;   // within the rings
+    const int64_t turn2 = 1100;  // the rings have wrapped: they hold [588, 1100)
+    auto st = make_state(c, 2048);
+    forward(*model_, *st, pool_, std::span(ids).first(turn1), LogitsWanted::Last);
+    const auto blob1 = serialize_kv_rows(st->kv, 0, turn1);
+    forward(*model_, *st, pool_, std::span(ids).subspan(turn1, turn2 - turn1), LogitsWanted::Last);
+    const auto blob2 = serialize_kv_rows(st->kv, turn1, turn2);
+    const KvBlobInfo info = inspect_kv_rows(blob2);
+    EXPECT_EQ(info.window, 8);
+    EXPECT_EQ(info.ring_begin, turn2 - 512);
+    EXPECT_EQ(info.ring_layers, c.sliding);
+    const auto rest =
+        forward(*model_, *st, pool_, std::span(ids).subspan(turn2), LogitsWanted::All);
+    const std::vector<float> expected(rest.begin(), rest.end());
+
+    auto resumed = make_state(c, 2048);
+    apply_kv_rows(blob1, resumed->kv, 0, turn1);
+    apply_kv_rows(blob2, resumed->kv, turn1, turn2);
+    ASSERT_TRUE(resumed->kv.can_resume_at(turn2));
+    resumed->kv.set_length(turn2);
+    const auto got =
+        forward(*model_, *resumed, pool_, std::span(ids).subspan(turn2), LogitsWanted::All);
+    ASSERT_EQ(got.size(), expected.size());
+    EXPECT_EQ(0, std::memcmp(got.data(), expected.data(), expected.size() * sizeof(float)));
+
+    // Ending inside blob2 where its sliding rows are missing: not a state to continue from.
+    auto partial = make_state(c, 2048);
+    apply_kv_rows(blob1, partial->kv, 0, turn1);
+    apply_kv_rows(blob2, partial->kv, turn1, 500);
+    EXPECT_FALSE(partial->kv.can_resume_at(500));
+    // A windowed blob does not apply to a cache with other sliding layers.
+    const auto plain = Model::load(fixture_path(kGguf));  // all three layers slide
+    auto other = make_state(plain->config(), 2048);
+    EXPECT_THROW(apply_kv_rows(blob2, other->kv, turn1, turn2), StateFormatError);
+    std::vector<uint8_t> truncated(blob2.begin(), blob2.end() - 4);
+    EXPECT_THROW(inspect_kv_rows(truncated), StateFormatError);
+}
+
 }  // namespace
 }  // namespace ember::test

@@ -178,10 +178,44 @@ TEST_P(SessionsResume, CorruptedStateIsDroppedRecomputedAndReported) {
 INSTANTIATE_TEST_SUITE_P(Models, SessionsResume,
                          ::testing::Values("arch/llama/llama.gguf", "arch/qwen2/qwen2.gguf",
                                            "arch/qwen3/qwen3.gguf", "arch/qwen35/qwen35.gguf",
-                                           "arch/lfm2/lfm2.gguf"),
+                                           "arch/lfm2/lfm2.gguf", "arch/gemma3/gemma3.gguf"),
                          [](const auto& param_info) {
                              return fs::path(param_info.param).stem().string();
                          });
+
+// gemma3's sliding layers (window 8 in the fixture) keep their rows in rings of 512 positions:
+// a conversation far longer than both, split over two processes, resumes warm (the store held
+// the rows the rings had at each turn end, which cover the window) and answers as a cold run.
+TEST(SessionsResumeSlidingWindow, ConversationLongerThanTheRingsResumesWarm) {
+    const std::string model = "arch/gemma3/gemma3.gguf";
+    EMBER_REQUIRE_FIXTURE(model);
+    TempDir dir;
+    std::string system = "You are Ember, a careful assistant running in a terminal.";
+    for (int i = 0; i < 30; ++i) {
+        system += " Rule " + std::to_string(i) + ": answer briefly, cite nothing, stay polite.";
+    }
+    const auto cold =
+        run_chat(model, kPrompts, {"--system", system, "--no-db", "--no-prefix-cache"});
+    const std::string db = dir.file("long.db");
+    const auto first = run_chat(model, slice(0, 2), {"--system", system, "--db", db});
+    const auto second = run_chat(model, slice(2, 4), {"--db", db, "--continue"});
+    ASSERT_EQ(cold.status, 0) << cold.err;
+    ASSERT_EQ(first.status, 0) << first.err;
+    ASSERT_EQ(second.status, 0) << second.err;
+    ASSERT_EQ(cold.turns.size(), 4u);
+    ASSERT_EQ(first.turns.size(), 2u);
+    ASSERT_EQ(second.turns.size(), 2u);
+    ASSERT_GT(num(cold.turns[0], "tokens_evaluated"), 600);  // past the rings
+    for (size_t i = 0; i < 4; ++i) {
+        const json& split = i < 2 ? first.turns[i] : second.turns[i - 2];
+        EXPECT_EQ(split["reply"], cold.turns[i]["reply"]) << "turn " << i;
+    }
+    const json& resumed = second.turns[0];
+    EXPECT_GE(num(resumed, "tokens_reused"), num(cold.turns[1], "tokens_evaluated"));
+    EXPECT_EQ(num(resumed, "tokens_reused") + num(resumed, "tokens_evaluated"),
+              num(cold.turns[2], "tokens_evaluated"));
+    EXPECT_EQ(second.err.find("warning"), std::string::npos) << second.err;
+}
 
 TEST(SessionsStorage, GrowsWithTokensNotTurns) {
     const std::string model = "arch/llama/llama.gguf";
