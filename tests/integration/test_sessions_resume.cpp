@@ -191,7 +191,7 @@ TEST(SessionsResumeSlidingWindow, ConversationLongerThanTheRingsResumesWarm) {
     EMBER_REQUIRE_FIXTURE(model);
     TempDir dir;
     std::string system = "You are Ember, a careful assistant running in a terminal.";
-    for (int i = 0; i < 30; ++i) {
+    for (int i = 0; i < 60; ++i) {
         system += " Rule " + std::to_string(i) + ": answer briefly, cite nothing, stay polite.";
     }
     const auto cold =
