@@ -203,6 +203,43 @@ TEST_F(Gemma3, GreedyMatchesWhereTheMarginIsClear) {
     }
 }
 
+// A sliding window of 0 or past the context, or a pattern of the wrong length: one error
+// naming the file and the key.
+TEST_F(Gemma3, BadWindowMetadataNamesFileAndKey) {
+    const auto src = GgufFile::open(fixture_path(kGguf));
+    auto rewrite = [&](const std::string& key, GgufValue value) {
+        const std::string dst = dir_->file("bad.gguf");
+        GgufWriter w;
+        for (const std::string& k : src->metadata_order()) w.copy_from(*src, k);
+        w.set(key, std::move(value));
+        for (const GgufTensorInfo& t : src->tensors()) {
+            w.add_tensor(t.name, t.dims, t.type, std::vector<uint8_t>(t.data, t.data + t.n_bytes));
+        }
+        w.write(dst);
+        return dst;
+    };
+    const std::string window = "gemma3.attention.sliding_window";
+    GgufArray two;
+    two.elem_type = GgufValueType::BOOL;
+    two.ints = {1, 0};
+    const std::pair<std::string, GgufValue> cases[] = {
+        {window, GgufValue{GgufValueType::U32, int64_t{0}}},
+        {window, GgufValue{GgufValueType::U32, int64_t{4097}}},  // context_length 4096
+        {"gemma3.attention.sliding_window_pattern", GgufValue{GgufValueType::ARRAY, two}},
+    };
+    for (const auto& [key, value] : cases) {
+        const std::string path = rewrite(key, value);
+        try {
+            Model::load(path);
+            ADD_FAILURE() << key << " was accepted";
+        } catch (const GgufError& e) {
+            const std::string msg = e.what();
+            EXPECT_NE(msg.find(path), std::string::npos) << msg;
+            EXPECT_NE(msg.find(key), std::string::npos) << msg;
+        }
+    }
+}
+
 // Logits of `ids` fed in batches of `batch` (every row, or each batch's last), from `state`.
 std::vector<float> feed(const Model& model, InferenceState& state, ThreadPool& pool,
                         std::span<const int32_t> ids, int64_t batch,
