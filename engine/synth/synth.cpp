@@ -135,12 +135,16 @@ constexpr std::array<SynthShape, 6> kShapes = {{
 }};
 
 // general.file_type values are the reference engine's llama_ftype numbers.
-constexpr std::array<SynthRecipeInfo, 5> kRecipes = {{
+constexpr std::array<SynthRecipeInfo, 9> kRecipes = {{
     {SynthRecipe::F16, "f16", TensorType::F16, 1},
     {SynthRecipe::BF16, "bf16", TensorType::BF16, 32},
     {SynthRecipe::Q8_0, "q8_0", TensorType::Q8_0, 7},
     {SynthRecipe::Q4_0, "q4_0", TensorType::Q4_0, 2},
     {SynthRecipe::Q4_K_M, "q4_k_m", TensorType::Q4_K, 15},
+    {SynthRecipe::IQ4_XS, "iq4_xs", TensorType::IQ4_XS, 30},
+    {SynthRecipe::IQ3_S, "iq3_s", TensorType::IQ3_S, 26},
+    {SynthRecipe::IQ3_M, "iq3_m", TensorType::IQ3_S, 27},
+    {SynthRecipe::MXFP4, "mxfp4", TensorType::MXFP4, 38},
 }};
 
 bool ends_with(std::string_view s, std::string_view suffix) {
@@ -157,6 +161,8 @@ TensorType fallback_type(TensorType t) {
     switch (t) {
         case TensorType::Q2_K:
         case TensorType::Q3_K:
+        case TensorType::IQ3_S:
+        case TensorType::IQ4_XS:
             return TensorType::IQ4_NL;
         case TensorType::Q4_K:
             return TensorType::Q5_0;
@@ -258,15 +264,45 @@ const SynthRecipeInfo& synth_recipe_info(SynthRecipe recipe) {
     throw std::invalid_argument("unknown synth recipe");
 }
 
+// The IQ recipes' upgrades of single matrices (the output is handled by the caller).
+TensorType iq_matrix_type(SynthRecipe recipe, std::string_view name, int64_t layer,
+                          int64_t n_layer, int64_t n_gqa, TensorType base) {
+    if (layer < 0) return base;
+    const bool first_eighth = layer < n_layer / 8;
+    const bool attn_v = ends_with(name, "attn_v.weight");
+    const bool ffn_down = ends_with(name, "ffn_down.weight");
+    switch (recipe) {
+        case SynthRecipe::IQ4_XS:
+            if ((attn_v && n_gqa >= 4) || (ffn_down && first_eighth)) return TensorType::Q5_K;
+            return base;
+        case SynthRecipe::IQ3_S:
+            return attn_v && n_gqa >= 4 ? TensorType::Q4_K : base;
+        case SynthRecipe::IQ3_M:
+            if (attn_v || ends_with(name, "attn_output.weight") ||
+                ends_with(name, "attn_qkv.weight") || (ffn_down && first_eighth)) {
+                return TensorType::Q4_K;
+            }
+            return base;
+        default:
+            return base;
+    }
+}
+
 TensorType synth_matrix_type(SynthRecipe recipe, std::string_view name, int64_t layer,
-                             int64_t n_layer, int64_t row_len, bool tied_output) {
+                             int64_t n_layer, int64_t row_len, bool tied_output, int64_t n_gqa) {
     const SynthRecipeInfo& info = synth_recipe_info(recipe);
     TensorType t = info.base;
+    const bool is_output = name == "output.weight" || (tied_output && name == "token_embd.weight");
+    if (recipe == SynthRecipe::MXFP4) {
+        if (is_output || name == "token_embd.weight") t = TensorType::Q8_0;
+    } else if (recipe == SynthRecipe::IQ4_XS || recipe == SynthRecipe::IQ3_S ||
+               recipe == SynthRecipe::IQ3_M) {
+        t = is_output ? (fits_row(info.base, row_len) ? TensorType::Q6_K : TensorType::Q8_0)
+                      : iq_matrix_type(recipe, name, layer, n_layer, n_gqa, info.base);
+    }
     // Float conversions and Q8_0 keep one type throughout (Q8_0 is already above Q6_K).
     const bool mixed = recipe == SynthRecipe::Q4_0 || recipe == SynthRecipe::Q4_K_M;
     if (mixed) {
-        const bool is_output =
-            name == "output.weight" || (tied_output && name == "token_embd.weight");
         if (is_output) {
             // The reference checks divisibility by the recipe's own block first, then asks
             // for Q6_K (which may still fall back to Q8_0 below).
@@ -294,7 +330,8 @@ std::vector<SynthTensor> plan_synth_tensors(const SynthShape& s, SynthRecipe rec
     constexpr float kNormStd = 0.02f;
     std::vector<SynthTensor> out;
     auto matrix = [&](std::string name, int64_t layer, int64_t cols, int64_t rows) {
-        const TensorType t = synth_matrix_type(recipe, name, layer, s.n_layer, cols, s.tied_output);
+        const TensorType t = synth_matrix_type(recipe, name, layer, s.n_layer, cols, s.tied_output,
+                                               s.n_head / std::max<int64_t>(1, s.n_head_kv));
         out.push_back({std::move(name), {cols, rows}, t, 0.0f, kWeightStd});
     };
     auto norm = [&](std::string name, int64_t n) {

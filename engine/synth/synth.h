@@ -62,7 +62,7 @@ std::span<const SynthShape> synth_shapes();
 const SynthShape* find_synth_shape(std::string_view name);  // nullptr when unknown
 
 // Weight-type recipes, named like the reference converter's file types.
-enum class SynthRecipe { F16, BF16, Q8_0, Q4_0, Q4_K_M };
+enum class SynthRecipe { F16, BF16, Q8_0, Q4_0, Q4_K_M, IQ4_XS, IQ3_S, IQ3_M, MXFP4 };
 
 struct SynthRecipeInfo {
     SynthRecipe recipe;
@@ -81,10 +81,18 @@ const SynthRecipeInfo& synth_recipe_info(SynthRecipe recipe);
 //    other than Q8_0;
 //  * Q4_K_M gives attn_v and ffn_down Q6_K in the first and last eighth of the layers and in
 //    every third layer between;
+//  * IQ4_XS gives ffn_down Q5_K in the first eighth of the layers, attn_v Q5_K where n_gqa >= 4;
+//    IQ3_S gives attn_v Q4_K where n_gqa >= 4; IQ3_M (IQ3_S otherwise) gives attn_v, attn_output,
+//    attn_qkv and the first eighth's ffn_down Q4_K;
+//  * MXFP4 (named after the reference's MXFP4_MOE) stores every matrix MXFP4 but the embedding
+//    and output (Q8_0), as that recipe stores experts and as the qfix-MXFP4 fixture is made;
 //  * a type whose block does not divide the row falls back as the reference does (Q4_K to
-//    Q5_0, Q6_K to Q8_0): SmolLM2's 576-wide rows cannot hold 256-element super-blocks.
+//    Q5_0, Q6_K to Q8_0, IQ4_XS / IQ3_S to IQ4_NL): SmolLM2's 576-wide rows cannot hold
+//    256-element super-blocks.
+// n_gqa: query heads per KV head.
 TensorType synth_matrix_type(SynthRecipe recipe, std::string_view name, int64_t layer,
-                             int64_t n_layer, int64_t row_len, bool tied_output);
+                             int64_t n_layer, int64_t row_len, bool tied_output,
+                             int64_t n_gqa = 1);
 
 struct SynthTensor {
     std::string name;

@@ -29,7 +29,8 @@ const std::vector<TensorType>& bench_types() {
     static const std::vector<TensorType> types = {
         TensorType::F32,  TensorType::F16,  TensorType::BF16, TensorType::Q8_0,   TensorType::Q4_0,
         TensorType::Q4_1, TensorType::Q5_0, TensorType::Q5_1, TensorType::IQ4_NL, TensorType::Q2_K,
-        TensorType::Q3_K, TensorType::Q4_K, TensorType::Q5_K, TensorType::Q6_K};
+        TensorType::Q3_K, TensorType::Q4_K, TensorType::Q5_K, TensorType::Q6_K, TensorType::IQ4_XS,
+        TensorType::IQ3_S, TensorType::MXFP4};
     return types;
 }
 

@@ -179,6 +179,31 @@ TEST(SynthPlan, MatchesReferenceModelSizes) {
     const auto qwen = plan_synth_tensors(*find_synth_shape("qwen3-0.6b"), SynthRecipe::Q4_K_M);
     EXPECT_EQ(qwen.front().name, "token_embd.weight");
     EXPECT_EQ(qwen.front().type, TensorType::Q6_K);
+    // The IQ recipes follow the reference's rules: IQ3_M keeps attention v/output at Q4_K and
+    // the rest IQ3_S; MXFP4 keeps the (tied) embedding Q8_0.
+    auto type_of = [](const std::vector<SynthTensor>& plan, const std::string& name) {
+        for (const auto& t : plan) {
+            if (t.name == name) return t.type;
+        }
+        return TensorType::F64;  // absent
+    };
+    const auto& qwen3 = *find_synth_shape("qwen3-0.6b");
+    const auto iq3m = plan_synth_tensors(qwen3, SynthRecipe::IQ3_M);
+    EXPECT_EQ(type_of(iq3m, "token_embd.weight"), TensorType::Q6_K);
+    EXPECT_EQ(type_of(iq3m, "blk.5.attn_v.weight"), TensorType::Q4_K);
+    EXPECT_EQ(type_of(iq3m, "blk.5.attn_output.weight"), TensorType::Q4_K);
+    EXPECT_EQ(type_of(iq3m, "blk.5.ffn_gate.weight"), TensorType::IQ3_S);
+    EXPECT_EQ(type_of(iq3m, "blk.0.ffn_down.weight"), TensorType::Q4_K);  // first eighth
+    EXPECT_EQ(type_of(iq3m, "blk.5.ffn_down.weight"), TensorType::IQ3_S);
+    const auto iq4xs = plan_synth_tensors(qwen3, SynthRecipe::IQ4_XS);
+    EXPECT_EQ(type_of(iq4xs, "blk.5.attn_q.weight"), TensorType::IQ4_XS);
+    EXPECT_EQ(type_of(iq4xs, "blk.0.ffn_down.weight"), TensorType::Q5_K);
+    const auto mxfp4 = plan_synth_tensors(qwen3, SynthRecipe::MXFP4);
+    EXPECT_EQ(type_of(mxfp4, "token_embd.weight"), TensorType::Q8_0);
+    EXPECT_EQ(type_of(mxfp4, "blk.5.ffn_up.weight"), TensorType::MXFP4);
+    // SmolLM2's 576-wide rows cannot hold IQ super-blocks: IQ4_NL, as the reference falls back.
+    const auto smol = plan_synth_tensors(*find_synth_shape("smollm2-135m"), SynthRecipe::IQ3_S);
+    EXPECT_EQ(type_of(smol, "blk.5.attn_q.weight"), TensorType::IQ4_NL);
 }
 
 TEST_F(SynthBench, RejectsTokenizerOfAnotherVocabulary) {
