@@ -7,17 +7,19 @@
 //   renderings stored with the tokenizer references.
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <set>
 #include <sstream>
 #include <string>
 #include <vector>
 
 #include "engine/chat/template.h"
 #include "engine/generate/conversation.h"
-#include "engine/tokenizer/tokenizer.h"
 #include "engine/gguf/gguf.h"
+#include "engine/tokenizer/tokenizer.h"
 #include "tests/support/fixtures.h"
 
 namespace ember {
@@ -121,7 +123,17 @@ GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(ChatTemplateFixture);
 TEST(ChatTemplateFixtures, FixtureCount) {
     EMBER_REQUIRE_FIXTURE("templates/expected.json");
     const auto cases = load_cases();
-    EXPECT_EQ(cases.size(), 104u);  // 13 templates x 4 conversations x 2
+    // Every template in the fixture directory is rendered for each of the fixture's
+    // conversations, with and without the generation prompt (fixtures/README.md).
+    const auto doc = load_json(test::fixture_path("templates/expected.json"));
+    std::set<std::string> templates_on_disk;
+    for (const auto& entry : std::filesystem::directory_iterator(test::fixture_path("templates")))
+        if (entry.path().extension() == ".jinja") templates_on_disk.insert(entry.path().stem());
+    ASSERT_GE(templates_on_disk.size(), 16u);  // the README names 16 families
+    EXPECT_EQ(cases.size(), templates_on_disk.size() * doc["conversations"].size() * 2);
+    std::set<std::string> templates_with_cases;
+    for (const auto& c : cases) templates_with_cases.insert(c.template_name);
+    EXPECT_EQ(templates_with_cases, templates_on_disk);
     std::size_t errors = 0;
     for (const auto& c : cases) errors += c.error ? 1 : 0;
     EXPECT_EQ(errors, 4u);  // Gemma 2 refuses the system role
