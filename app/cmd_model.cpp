@@ -18,6 +18,7 @@
 #include "engine/model/state.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "engine/util/thread_pool.h"
+#include "ui/terminal_text.h"
 
 namespace ember::app {
 
@@ -81,9 +82,16 @@ int run_completion(const RunOptions& o) {
     DecodeOptions dec;
     dec.strip_leading_space = false;
     StreamingDetokenizer detok(tok, dec);
+    // A terminal sees the prompt and the completion with control characters made visible
+    // (a byte token can produce ESC); a pipe gets the exact bytes.
+    ui::TextWriter out(stdout);
+    ui::TerminalTextStream shown;
+    const auto print = [&](const std::string& piece) {
+        out.raw(out.terminal() ? shown.feed(piece) : piece);
+    };
     if (o.ids.empty() && !o.json_out) {
         // Echo the prompt as given, like a completion: the user sees what was continued.
-        std::fwrite(o.prompt.data(), 1, o.prompt.size(), stdout);
+        print(o.prompt);
         std::fflush(stdout);
     }
     GenerateOptions gen;
@@ -103,7 +111,7 @@ int run_completion(const RunOptions& o) {
         std::string piece = detok.push(id);
         text += piece;
         if (!o.json_out && !piece.empty()) {
-            std::fwrite(piece.data(), 1, piece.size(), stdout);
+            print(piece);
             std::fflush(stdout);
         }
         return true;
@@ -124,10 +132,11 @@ int run_completion(const RunOptions& o) {
         j["spec_drafted"] = spec.drafted;
         j["spec_accepted"] = spec.accepted;
         j["acceptance_rate"] = spec.acceptance_rate();
-        std::cout << j.dump() << "\n";
+        // ASCII-escaped on a terminal: nothing in it acts there, and it parses to the same.
+        out.raw(j.dump(-1, ' ', out.terminal(), json::error_handler_t::replace) + "\n");
     } else {
-        std::fwrite(rest.data(), 1, rest.size(), stdout);
-        std::fputc('\n', stdout);
+        print(rest);
+        out.raw(shown.finish()).raw("\n");
     }
     const auto& s = result.stats;
     std::string spec_note;
@@ -210,14 +219,17 @@ void print_tensor_types(const GgufFile& f) {
 // read from the metadata alone.
 int run_info_vocabulary_only(const std::string& path, const GgufFile& f) {
     const Tokenizer tok(f);
-    std::printf("file:          %s (%.1f MiB, GGUF v%u)\n", path.c_str(), f.file_size() / 1048576.0,
-                f.version());
-    if (auto name = f.get_string("general.name")) std::printf("name:          %s\n", name->c_str());
+    const ui::TextWriter out(stdout);  // metadata strings are the file's: shown, not obeyed
+    std::printf("file:          %s (%.1f MiB, GGUF v%u)\n", out.shown(path).c_str(),
+                f.file_size() / 1048576.0, f.version());
+    if (auto name = f.get_string("general.name")) {
+        std::printf("name:          %s\n", out.shown(*name).c_str());
+    }
     if (auto arch = f.get_string("general.architecture")) {
-        std::printf("architecture:  %s\n", arch->c_str());
+        std::printf("architecture:  %s\n", out.shown(*arch).c_str());
     }
     std::printf("vocab:         %zu (%s tokenizer, pre '%s')\n", tok.vocab_size(),
-                tok.model_name().c_str(), tok.pre_name().c_str());
+                out.shown(tok.model_name()).c_str(), out.shown(tok.pre_name()).c_str());
     std::printf(
         "weights:       none (vocabulary-only file: tokenize and detokenize work, "
         "run and chat need a model)\n");
@@ -235,12 +247,16 @@ int run_info(const std::string& requested) {
     auto model = load_model(path);
     const ModelConfig& c = model->config();
     const GgufFile& f = model->gguf();
-    std::printf("file:          %s (%.1f MiB, GGUF v%u)\n", path.c_str(), f.file_size() / 1048576.0,
-                f.version());
-    if (auto name = f.get_string("general.name")) std::printf("name:          %s\n", name->c_str());
+    const ui::TextWriter out(stdout);  // metadata strings are the file's: shown, not obeyed
+    std::printf("file:          %s (%.1f MiB, GGUF v%u)\n", out.shown(path).c_str(),
+                f.file_size() / 1048576.0, f.version());
+    if (auto name = f.get_string("general.name")) {
+        std::printf("name:          %s\n", out.shown(*name).c_str());
+    }
     std::printf("family:        %s\n", std::string(family_name(c.family)).c_str());
     std::printf("vocab:         %lld (%s tokenizer, pre '%s')\n", static_cast<long long>(c.n_vocab),
-                model->tokenizer().model_name().c_str(), model->tokenizer().pre_name().c_str());
+                out.shown(model->tokenizer().model_name()).c_str(),
+                out.shown(model->tokenizer().pre_name()).c_str());
     std::printf("embedding:     %lld\nlayers:        %lld\n", static_cast<long long>(c.n_embd),
                 static_cast<long long>(c.n_layer));
     std::printf("heads:         %lld (kv %lld, head dim %lld)\n", static_cast<long long>(c.n_head),
@@ -264,7 +280,8 @@ int run_info(const std::string& requested) {
 std::unique_ptr<Model> load_model(const std::string& path) {
     auto model = Model::load(path);
     for (const std::string& w : model->load_warnings()) {
-        std::fprintf(stderr, "ember: warning: %s\n", w.c_str());
+        // Warnings quote the file's metadata.
+        ui::TextWriter(stderr).raw("ember: warning: ").text(w).raw("\n");
     }
     return model;
 }
@@ -398,7 +415,8 @@ void register_model_commands(CLI::App& app, std::vector<Command>& out) {
     detokc->add_option("ids", detok_opts->text, "Token ids: 1,2,3")->required();
     out.push_back({detokc, [detok_opts] {
                        const Tokenizer tok = load_tokenizer(model_path_for(detok_opts->model));
-                       std::cout << tok.decode(parse_id_list(detok_opts->text)) << "\n";
+                       const std::string text = tok.decode(parse_id_list(detok_opts->text));
+                       ui::TextWriter(stdout).text(text).raw("\n");
                        return 0;
                    }});
 

@@ -10,6 +10,7 @@
 #include "engine/generate/conversation.h"
 #include "engine/gguf/gguf.h"
 #include "engine/tokenizer/tokenizer.h"
+#include "ui/terminal_text.h"
 
 namespace ember::app {
 
@@ -43,7 +44,10 @@ int run_render(const RenderOptions& o, bool bos_given, bool eos_given) {
         auto file = GgufFile::open(o.model);
         auto own = file->get_string("tokenizer.chat_template");
         source = own ? *own : kChatMlTemplate;
-        if (!own) std::cerr << "ember: " << o.model << " has no chat template; using ChatML\n";
+        if (!own) {
+            ui::TextWriter(stderr).raw("ember: ").text(o.model).raw(
+                " has no chat template; using ChatML\n");
+        }
         const Tokenizer tok(*file);
         if (!bos_given && tok.bos_id() != kNoToken) bos = tok.token_to_piece(tok.bos_id(), true);
         if (!eos_given && tok.eos_id() != kNoToken) eos = tok.token_to_piece(tok.eos_id(), true);
@@ -78,8 +82,9 @@ int run_render(const RenderOptions& o, bool bos_given, bool eos_given) {
         in.extra[v.substr(0, eq)] = value;
     }
     const ChatTemplate tmpl(source);
-    std::cout << tmpl.render(in);
-    std::cout.flush();
+    // The rendering quotes the messages file: exact to a pipe, made visible on a terminal.
+    ui::TextWriter(stdout).text(tmpl.render(in));
+    std::fflush(stdout);
     return 0;
 }
 

@@ -267,17 +267,22 @@ void register_models_command(CLI::App& app, std::vector<Command>& out) {
                                               {"source", m.source},
                                               {"bytes", m.bytes}});
                            }
-                           std::printf("%s\n", arr.dump().c_str());
+                           // File names may hold anything: escaped on a terminal.
+                           const bool ascii = ui::is_terminal(stdout);
+                           std::printf(
+                               "%s\n",
+                               arr.dump(-1, ' ', ascii, json::error_handler_t::replace).c_str());
                            return 0;
                        }
                        if (found.empty()) {
                            std::fprintf(stderr, "%s\n", where_to_put_models(dirs).c_str());
                            return 0;
                        }
+                       const ui::TextWriter shown(stdout);  // file names may hold anything
                        for (const auto& m : found) {
-                           std::printf("%-32s %9.1f MiB  %-9s  %s\n", m.name.c_str(),
+                           std::printf("%-32s %9.1f MiB  %-9s  %s\n", shown.shown(m.name).c_str(),
                                        static_cast<double>(m.bytes) / (1024.0 * 1024.0),
-                                       m.source.c_str(), m.path.c_str());
+                                       m.source.c_str(), shown.shown(m.path).c_str());
                        }
                        return 0;
                    }});

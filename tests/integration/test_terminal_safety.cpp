@@ -8,6 +8,7 @@
 // and the bytes that reached the terminal are checked: valid UTF-8, no C0 control but newline
 // and tab, no DEL, no C1, and the visible stand-ins present. Files and pipes get the stored
 // bytes exactly; the database (read here with plain SQL) keeps the text exactly as typed.
+// `ember run`, `detokenize` and `render` (model and file text) are checked the same way.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -398,6 +399,49 @@ TEST_F(TerminalSafety, StreamedRepliesOnATerminalAndThroughAPipe) {
         const CommandResult piped = run_command(chat({"--jsonl"}), o.piped_input);
         ASSERT_EQ(piped.status, 0) << piped.err;
         EXPECT_EQ(json::parse(piped.out)["reply"].get<std::string>(), last_reply(db_));
+    }
+}
+
+TEST_F(TerminalSafety, RunDetokenizeAndRenderOnATerminal) {
+    {
+        SCOPED_TRACE("run: the echoed prompt and the completion");
+        const std::vector<std::string> argv = {
+            ember_binary(), "run",  "-m",     fixture_path(kModel),
+            "-t",           "1",    "--temp", "5",
+            "--seed",       "7",    "-n",     "48",
+            "-p",           kPrompt};
+        const CommandResult piped = run_command(argv);
+        ASSERT_EQ(piped.status, 0) << piped.err;
+        EXPECT_TRUE(piped.out.starts_with(kPrompt)) << piped.out;  // a pipe: exact bytes
+        EXPECT_TRUE(has_control(piped.out.substr(kPrompt.size())))
+            << "seed 7 no longer makes a completion with controls";
+        const auto [status, out] = run_on_terminal(argv, terminal());
+        EXPECT_EQ(status, 0) << out;
+        EXPECT_TERMINAL_SAFE(out);
+        EXPECT_TRUE(out.starts_with(expected_visible(piped.out))) << out;
+    }
+    {
+        SCOPED_TRACE("detokenize: byte tokens for ESC [ 2 J BEL and U+009B");
+        // In this vocabulary byte b is token 3 + b: 0x1B -> 30, '[' -> 94, '2' -> 53,
+        // 'J' -> 77, BEL -> 10, 0xC2 0x9B -> 197, 158.
+        const std::vector<std::string> argv = {ember_binary(), "detokenize", "-m",
+                                               fixture_path(kModel), "30,94,53,77,10,197,158"};
+        EXPECT_EQ(run_command(argv).out, "\x1b[2J\x07\xc2\x9b\n");
+        const auto [status, out] = run_on_terminal(argv, terminal());
+        EXPECT_EQ(status, 0);
+        EXPECT_EQ(out, "\xe2\x90\x9b[2J\xe2\x90\x87<U+009B>\n");
+    }
+    {
+        SCOPED_TRACE("render: a messages file quoting the sequences");
+        const std::string messages = dir_->file("messages.json");
+        std::ofstream(messages) << json::array({{{"role", "user"}, {"content", kPrompt}}}).dump();
+        const std::vector<std::string> argv = {ember_binary(),       "render",     "-m",
+                                               fixture_path(kModel), "--messages", messages};
+        EXPECT_TRUE(shows(run_command(argv).out, kPrompt));
+        const auto [status, out] = run_on_terminal(argv, terminal());
+        EXPECT_EQ(status, 0) << out;
+        EXPECT_TERMINAL_SAFE(out);
+        EXPECT_TRUE(shows(out, expected_visible(kPrompt))) << out;
     }
 }
 
