@@ -43,6 +43,11 @@ void register_replay_command(CLI::App& app, std::vector<Command>& out);
 // ember bench-resume: warm resume in a new process against recomputing (real processes).
 void register_bench_resume_command(CLI::App& app, std::vector<Command>& out);
 
+// ember serve: the OpenAI-compatible HTTP API (cmd_serve.cpp, app/serve/).
+void register_serve_command(CLI::App& app, std::vector<Command>& out);
+// ember bench-serve: throughput and TTFT of the server under concurrent clients.
+void register_bench_serve_command(CLI::App& app, std::vector<Command>& out);
+
 // Options shared by the generating commands.
 void add_model_option(CLI::App* cmd, std::string& model);
 void add_sampling_options(CLI::App* cmd, SamplingParams& sampling);

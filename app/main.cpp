@@ -25,6 +25,8 @@ int main(int argc, char** argv) {
     ember::app::register_replay_command(app, commands);
     ember::app::register_bench_resume_command(app, commands);
     ember::app::register_models_command(app, commands);
+    ember::app::register_serve_command(app, commands);
+    ember::app::register_bench_serve_command(app, commands);
     // Bare `ember` and `ember -m MODEL ...` (options first, no subcommand) mean `ember chat`.
     std::vector<std::string> args(argv + 1, argv + argc);
     const bool asks_for_help_or_version =

@@ -8,7 +8,7 @@ BUILD_DIR=${1:-build}
 PACKAGES=(cmake g++ clang make pkg-config git
           libcli11-dev libeigen3-dev nlohmann-json3-dev libxxhash-dev libzstd-dev libpcre2-dev
           libutf8proc-dev libmd4c-dev libsqlite3-dev libncurses-dev libreadline-dev libgtest-dev
-          libbenchmark-dev tmux clang-format)
+          libbenchmark-dev tmux clang-format libcpp-httplib-dev nodejs npm)
 missing=()
 for p in "${PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

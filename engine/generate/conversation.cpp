@@ -334,17 +334,33 @@ TurnResult Conversation::respond(Sampler& sampler, const GenerateOptions& option
     result.prompt_tokens = static_cast<int64_t>(tokens.size());
     const size_t reuse = reuse_prefix(tokens, result);
 
-    if (options.speculation.enabled) {
-        // The table sees the whole conversation, so replies can draft from any earlier text.
-        if (!ngram_) ngram_ = std::make_unique<NgramTable>();
-        ngram_->clear();
-        ngram_->add(tokens);
-    }
+    prepare_speculation(options, tokens);
     std::vector<int32_t> prompt(tokens.begin() + static_cast<ptrdiff_t>(reuse), tokens.end());
     if (!state_->recurrent.empty()) evaluate_hybrid_prompt(tokens, reuse, prompt);
-    const bool stop_cut =
-        generate_reply(std::move(prompt), sampler, options, on_text, starts_in_thinking, result);
+    const bool stop_cut = generate_reply(std::move(prompt), sampler, options, on_text,
+                                         template_knows_thinking_, starts_in_thinking, result);
+    remember_evaluated(tokens, result);
+    // The ids stand for the reply text only when they are exactly its tokens: no stop string
+    // cut the text short and no thinking precedes it.
+    const bool ids_are_text =
+        !stop_cut && result.thinking_tokens == 0 && result.thinking_end == ThinkingEnd::None;
+    messages_.push_back(ChatMessage{"assistant", result.reply,
+                                    ids_are_text ? result.ids : std::vector<int32_t>{},
+                                    result.thinking});
+    return result;
+}
 
+void Conversation::prepare_speculation(const GenerateOptions& options,
+                                       const std::vector<int32_t>& tokens) {
+    if (!options.speculation.enabled) return;
+    // The table sees the whole conversation, so replies can draft from any earlier text.
+    if (!ngram_) ngram_ = std::make_unique<NgramTable>();
+    ngram_->clear();
+    ngram_->add(tokens);
+}
+
+void Conversation::remember_evaluated(const std::vector<int32_t>& tokens,
+                                      const TurnResult& result) {
     // The state now holds the prompt and the generated tokens it evaluated.
     cached_ = tokens;
     cached_.insert(cached_.end(), result.ids.begin(), result.ids.end());
@@ -358,19 +374,34 @@ TurnResult Conversation::respond(Sampler& sampler, const GenerateOptions& option
             if (snapshot_is_new_[static_cast<size_t>(slot)]) save_snapshot_to_store(slot, tokens);
         }
     }
-    // The ids stand for the reply text only when they are exactly its tokens: no stop string
-    // cut the text short and no thinking precedes it.
-    const bool ids_are_text =
-        !stop_cut && result.thinking_tokens == 0 && result.thinking_end == ThinkingEnd::None;
-    messages_.push_back(ChatMessage{"assistant", result.reply,
-                                    ids_are_text ? result.ids : std::vector<int32_t>{},
-                                    result.thinking});
+}
+
+TurnResult Conversation::complete(const std::vector<int32_t>& tokens, Sampler& sampler,
+                                  const GenerateOptions& options, const TextCallback& on_text) {
+    if (tokens.empty()) throw std::invalid_argument("the prompt is empty (no tokens)");
+    const int64_t room = options.max_tokens < 0 ? 1 : options.max_tokens;
+    if (static_cast<int64_t>(tokens.size()) + room > options_.context) {
+        throw ContextOverflow("the prompt needs " + std::to_string(tokens.size()) +
+                              " tokens (plus " + std::to_string(room) +
+                              " for the reply), more than the context of " +
+                              std::to_string(options_.context));
+    }
+    TurnResult result;
+    result.prompt_tokens = static_cast<int64_t>(tokens.size());
+    const size_t reuse = reuse_prefix(tokens, result);
+    prepare_speculation(options, tokens);
+    std::vector<int32_t> prompt(tokens.begin() + static_cast<ptrdiff_t>(reuse), tokens.end());
+    if (!state_->recurrent.empty()) evaluate_hybrid_prompt(tokens, reuse, prompt);
+    generate_reply(std::move(prompt), sampler, options, on_text, /*thinking_possible=*/false,
+                   /*starts_in_thinking=*/false, result);
+    remember_evaluated(tokens, result);
     return result;
 }
 
 bool Conversation::generate_reply(std::vector<int32_t> prompt, Sampler& sampler,
                                   const GenerateOptions& options, const TextCallback& on_text,
-                                  bool starts_in_thinking, TurnResult& result) {
+                                  bool thinking_possible, bool starts_in_thinking,
+                                  TurnResult& result) {
     const Tokenizer& tok = model_.tokenizer();
     const int64_t thinking_budget = std::max<int64_t>(0, options_.max_thinking_tokens);
     EncodeOptions special;
@@ -386,7 +417,7 @@ bool Conversation::generate_reply(std::vector<int32_t> prompt, Sampler& sampler,
     DecodeOptions dec;
     dec.strip_leading_space = false;
     StreamingDetokenizer detok(tok, dec);
-    ReplyRouter router(options_.stop_strings, template_knows_thinking_ && thinking_budget > 0,
+    ReplyRouter router(options_.stop_strings, thinking_possible && thinking_budget > 0,
                        starts_in_thinking, on_text);
     std::vector<int32_t> thinking_ids;  // for the loop check
     ThinkingEnd forced = ThinkingEnd::None;

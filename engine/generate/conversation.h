@@ -106,6 +106,11 @@ public:
     // evaluated from scratch (or restored from the prefix store).
     void set_context(int64_t tokens);
 
+    // Stop strings for later turns (a server sets them per request).
+    void set_stop_strings(std::vector<std::string> stops) {
+        options_.stop_strings = std::move(stops);
+    }
+
     // Drops the last message, whoever wrote it (e.g. a prompt that did not fit).
     void pop_message();
     // Drops the last message if it is the assistant's (for regenerate).
@@ -117,6 +122,18 @@ public:
     // ContextOverflow when the newest message cannot fit.
     TurnResult respond(Sampler& sampler, const GenerateOptions& options,
                        const TextCallback& on_text);
+
+    // A raw completion (no chat template, messages untouched): `prompt` continues from the
+    // longest prefix the state (or the prefix store) holds, and the reply follows it as plain
+    // text (stop strings apply; no thinking block is recognized). The state keeps prompt and
+    // reply, so the next turn or completion reuses them. Throws std::invalid_argument for an
+    // empty prompt and ContextOverflow when prompt and `options.max_tokens` exceed the context.
+    TurnResult complete(const std::vector<int32_t>& prompt, Sampler& sampler,
+                        const GenerateOptions& options, const TextCallback& on_text);
+
+    // The tokens the next turn would evaluate: the conversation rendered and tokenized as
+    // respond() does, before any message is dropped to fit the context.
+    std::vector<int32_t> prompt_tokens() const { return tokenize_prompt(render_prompt()); }
 
     // The prompt the next turn would evaluate (for debugging and `ember render`).
     // The prompt for the first `n_messages` messages (all by default).
@@ -139,7 +156,10 @@ private:
     // Returns whether a stop string cut the reply's text short.
     bool generate_reply(std::vector<int32_t> prompt, Sampler& sampler,
                         const GenerateOptions& options, const TextCallback& on_text,
-                        bool starts_in_thinking, TurnResult& result);
+                        bool thinking_possible, bool starts_in_thinking, TurnResult& result);
+    void prepare_speculation(const GenerateOptions& options, const std::vector<int32_t>& tokens);
+    // After a reply: what the state holds becomes cached_, and the store keeps it.
+    void remember_evaluated(const std::vector<int32_t>& tokens, const TurnResult& result);
 
     const Model& model_;
     ThreadPool& pool_;

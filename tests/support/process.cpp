@@ -106,3 +106,97 @@ std::string shell_quote(const std::string& s) {
 }
 
 }  // namespace ember::test
+
+#include <fcntl.h>
+
+#include <chrono>
+#include <fstream>
+#include <thread>
+
+namespace ember::test {
+
+BackgroundProcess::BackgroundProcess(const std::vector<std::string>& argv,
+                                     const std::string& log_path)
+    : log_path_(log_path) {
+    const pid_t pid = fork();
+    if (pid < 0) throw std::runtime_error("fork failed");
+    if (pid == 0) {
+        const int fd = open(log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        const int null_fd = open("/dev/null", O_RDONLY);
+        if (fd < 0 || null_fd < 0) _exit(126);
+        dup2(null_fd, 0);
+        dup2(fd, 1);
+        dup2(fd, 2);
+        close(fd);
+        close(null_fd);
+        std::vector<char*> args;
+        for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+        args.push_back(nullptr);
+        execv(args[0], args.data());
+        _exit(127);
+    }
+    pid_ = pid;
+}
+
+BackgroundProcess::~BackgroundProcess() {
+    if (running()) stop(SIGKILL, 5);
+}
+
+bool BackgroundProcess::running() {
+    if (pid_ < 0 || status_ >= 0) return false;
+    int status = 0;
+    if (waitpid(pid_, &status, WNOHANG) == pid_) {
+        status_ = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+        return false;
+    }
+    return true;
+}
+
+std::string BackgroundProcess::log() const {
+    std::ifstream in(log_path_, std::ios::binary);
+    std::ostringstream ss;
+    ss << in.rdbuf();
+    return ss.str();
+}
+
+std::string BackgroundProcess::wait_for_line(const std::string& needle, double timeout_seconds) {
+    const auto deadline =
+        std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_seconds);
+    while (std::chrono::steady_clock::now() < deadline) {
+        for (const auto& line : split_lines(log())) {
+            if (line.find(needle) != std::string::npos) return line;
+        }
+        if (!running()) return {};
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return {};
+}
+
+int BackgroundProcess::stop(int signal_number, double timeout_seconds) {
+    if (!running()) return status_;
+    kill(pid_, signal_number);
+    const auto deadline =
+        std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_seconds);
+    while (running()) {
+        if (std::chrono::steady_clock::now() > deadline) {
+            kill(pid_, SIGKILL);
+            int status = 0;
+            waitpid(pid_, &status, 0);
+            status_ = 128 + SIGKILL;
+            break;
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return status_;
+}
+
+long BackgroundProcess::peak_rss_kib() const {
+    std::ifstream in("/proc/" + std::to_string(pid_) + "/status");
+    std::string line;
+    while (std::getline(in, line)) {
+        if (line.rfind("VmHWM:", 0) == 0) return std::atol(line.c_str() + 6);
+    }
+    return -1;
+}
+
+}  // namespace ember::test

@@ -1,0 +1,190 @@
+// ember serve: the OpenAI-compatible API over one model (app/serve/), with the session
+// database's prefix-state store behind its slots.
+#include <pthread.h>
+#include <signal.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <thread>
+
+#include "app/commands.h"
+#include "app/model_locator.h"
+#include "app/serve/server.h"
+#include "app/session_adapter.h"
+#include "engine/model/model.h"
+#include "engine/util/thread_pool.h"
+
+namespace ember::app {
+
+namespace {
+
+struct ServeOptions {
+    std::string model;
+    std::string host = "127.0.0.1";
+    int port = 8080;
+    std::string api_key_env;
+    int parallel = 4;
+    int64_t ctx = 0;
+    std::string kv_type = "f32";
+    int threads = 0;
+    std::string db;
+    bool no_db = false;
+    std::string state_cap = kDefaultStateCap;
+    std::string max_body = "4MiB";
+    int max_waiting = 64;
+    int read_timeout = 10;
+    bool no_spec = false;
+    int draft_max = 6;
+    std::string model_id;
+    bool quiet = false;
+    SamplingParams sampling;
+};
+
+bool is_loopback(const std::string& host) {
+    return host == "127.0.0.1" || host == "localhost" || host == "::1" || host.starts_with("127.");
+}
+
+int run_serve(const ServeOptions& o) {
+    o.sampling.validate();
+    serve::ServerOptions so;
+    so.host = o.host;
+    so.port = o.port;
+    so.parallel = o.parallel;
+    so.max_waiting = static_cast<size_t>(o.max_waiting);
+    so.max_body_bytes = parse_byte_size(o.max_body);
+    so.read_timeout_seconds = o.read_timeout;
+    so.speculation = !o.no_spec;
+    so.draft_max = o.draft_max;
+    so.model_id = o.model_id;
+    so.sampling = o.sampling;
+    if (!o.api_key_env.empty()) {
+        const char* key = std::getenv(o.api_key_env.c_str());
+        if (key == nullptr || *key == '\0') {
+            throw std::runtime_error("--api-key-env " + o.api_key_env +
+                                     ": that environment variable is unset or empty");
+        }
+        so.api_key = key;
+    }
+    if (!is_loopback(o.host) && so.api_key.empty()) {
+        std::fprintf(stderr,
+                     "ember: warning: listening on %s without --api-key-env: anyone who can "
+                     "reach this address can use the model\n",
+                     o.host.c_str());
+    }
+    if (!o.quiet) {
+        so.log = [](const std::string& line) {
+            std::fprintf(stderr, "ember serve: %s\n", line.c_str());
+        };
+    }
+
+    // SIGINT/SIGTERM are taken by one thread (below) that stops the server; every other
+    // thread, created after this, inherits the mask. A client that closes its connection
+    // makes writes fail with EPIPE rather than kill the process.
+    sigset_t stop_signals;
+    sigemptyset(&stop_signals);
+    sigaddset(&stop_signals, SIGINT);
+    sigaddset(&stop_signals, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+    signal(SIGPIPE, SIG_IGN);
+
+    const std::string model_path = model_path_for(o.model);
+    auto model = load_model(model_path);
+    ThreadPool pool(o.threads > 0 ? o.threads : default_threads());
+    ConversationOptions copts;
+    copts.kv_type = o.kv_type == "f16" ? KvType::F16 : KvType::F32;
+    copts.context = o.ctx > 0 ? o.ctx : default_context_size(model->config(), copts.kv_type);
+    if (copts.context > model->config().n_ctx_train) {
+        throw std::runtime_error("--ctx " + std::to_string(o.ctx) + " is more than the " +
+                                 std::to_string(model->config().n_ctx_train) +
+                                 " tokens the model was trained for");
+    }
+
+    std::unique_ptr<sessions::Database> db;
+    std::unique_ptr<sessions::StateStore> state;
+    if (!o.no_db) {
+        db = open_session_db(o.db.empty() ? default_db_path() : o.db);
+        sessions::StateStoreOptions state_options;
+        state_options.cap_bytes = parse_byte_size(o.state_cap);
+        state_options.on_warning = [](const std::string& message) {
+            std::fprintf(stderr, "ember serve: warning: %s\n", message.c_str());
+        };
+        state = std::make_unique<sessions::StateStore>(*db, *model, copts.kv_type, state_options);
+    }
+
+    serve::Server server(*model, pool, copts, state.get(), so);
+    const int port = server.bind();
+    std::fprintf(stderr,
+                 "ember serve: listening on http://%s:%d (model %s, %d slots, context %lld, "
+                 "state store %s)\n",
+                 o.host.c_str(), port, model_path.c_str(), o.parallel,
+                 static_cast<long long>(copts.context), db ? db->path().c_str() : "off");
+    std::fflush(stderr);
+
+    std::thread watcher([&server, stop_signals] {
+        int signal_number = 0;
+        sigwait(&stop_signals, &signal_number);
+        server.stop();
+    });
+    server.run();
+    // The server may have stopped by itself: wake the watcher so it can be joined.
+    pthread_kill(watcher.native_handle(), SIGTERM);
+    watcher.join();
+    std::fprintf(stderr, "ember serve: stopped\n");
+    return 0;
+}
+
+}  // namespace
+
+void register_serve_command(CLI::App& app, std::vector<Command>& out) {
+    auto o = std::make_shared<ServeOptions>();
+    auto* cmd = app.add_subcommand(
+        "serve", "Serve a model over the OpenAI-compatible HTTP API (/v1/chat/completions)");
+    add_model_option(cmd, o->model);
+    cmd->add_option("--host", o->host, "Address to listen on (loopback unless told otherwise)")
+        ->capture_default_str();
+    cmd->add_option("--port", o->port, "Port (0: any free port, printed at start)")
+        ->capture_default_str()
+        ->check(CLI::Range(0, 65535));
+    cmd->add_option("--api-key-env", o->api_key_env,
+                    "Require 'Authorization: Bearer KEY' with KEY from this environment variable");
+    cmd->add_option("--parallel", o->parallel,
+                    "Slots: conversations kept warm and generated at once")
+        ->capture_default_str()
+        ->check(CLI::Range(1, 256));
+    cmd->add_option("-c,--ctx", o->ctx, "Context size per slot (default: as ember chat)")
+        ->check(CLI::PositiveNumber);
+    cmd->add_option("--kv-type", o->kv_type, "KV cache precision")
+        ->capture_default_str()
+        ->check(CLI::IsMember({"f32", "f16"}));
+    cmd->add_option("-t,--threads", o->threads, "Threads (default: all cores)");
+    cmd->add_option("--db", o->db,
+                    "Database whose prefix-state store the slots share (default: "
+                    "$XDG_DATA_HOME/ember/ember.db)");
+    cmd->add_flag("--no-db", o->no_db, "No state store: only the slots keep prefixes");
+    cmd->add_option("--state-cap", o->state_cap, "Stored prefix state kept at most")
+        ->capture_default_str();
+    cmd->add_option("--max-body", o->max_body, "Largest request body accepted")
+        ->capture_default_str();
+    cmd->add_option("--max-waiting", o->max_waiting,
+                    "Requests that may wait for a slot; more are refused with 503")
+        ->capture_default_str()
+        ->check(CLI::Range(0, 100000));
+    cmd->add_option("--read-timeout", o->read_timeout,
+                    "Seconds a client may stall while sending a request")
+        ->capture_default_str()
+        ->check(CLI::Range(1, 3600));
+    cmd->add_flag("--no-spec", o->no_spec, "No n-gram speculative decoding");
+    cmd->add_option("--draft-max", o->draft_max, "Drafted tokens per verification at most")
+        ->capture_default_str()
+        ->check(CLI::Range(1, 16));
+    cmd->add_option("--model-id", o->model_id,
+                    "Name the API lists and requests use (default: the file's stem)");
+    cmd->add_flag("-q,--quiet", o->quiet, "No line per request on stderr");
+    add_sampling_options(cmd, o->sampling);
+    out.push_back({cmd, [o, cmd] {
+                       apply_config_sampling(load_config(), *cmd, o->sampling);
+                       return run_serve(*o);
+                   }});
+}
+
+}  // namespace ember::app

@@ -1,0 +1,313 @@
+#include "app/serve/api.h"
+
+#include <cmath>
+#include <limits>
+
+namespace ember::serve {
+
+using json = nlohmann::json;
+
+ApiError::ApiError(int status, std::string message, std::string param, std::string code,
+                   std::string type)
+    : std::runtime_error(std::move(message)),
+      status_(status),
+      param_(std::move(param)),
+      code_(std::move(code)),
+      type_(std::move(type)) {
+    if (type_.empty()) {
+        type_ = status_ == 401                     ? "authentication_error"
+                : status_ == 404                   ? "not_found_error"
+                : status_ == 429 || status_ == 503 ? "server_busy"
+                : status_ >= 500                   ? "server_error"
+                                                   : "invalid_request_error";
+    }
+}
+
+json error_json(const ApiError& e) {
+    json err = {{"message", e.what()}, {"type", e.type()}, {"param", nullptr}, {"code", nullptr}};
+    if (!e.param().empty()) err["param"] = e.param();
+    if (!e.code().empty()) err["code"] = e.code();
+    return json{{"error", err}};
+}
+
+std::string dump_json(const json& j) {
+    return j.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+namespace {
+
+ApiError bad_field(const std::string& field, const std::string& what) {
+    return ApiError(400, "'" + field + "' " + what, field);
+}
+
+// nlohmann's parser recurses once per nesting level, so a body of a million '[' would
+// exhaust the stack: count the depth first (outside strings) and refuse deep bodies.
+void check_nesting(const std::string& body, int64_t max_depth) {
+    int64_t depth = 0;
+    bool in_string = false, escaped = false;
+    for (char c : body) {
+        if (in_string) {
+            if (escaped) {
+                escaped = false;
+            } else if (c == '\\') {
+                escaped = true;
+            } else if (c == '"') {
+                in_string = false;
+            }
+            continue;
+        }
+        if (c == '"') {
+            in_string = true;
+        } else if (c == '[' || c == '{') {
+            if (++depth > max_depth) {
+                throw ApiError(400, "the request body nests deeper than " +
+                                        std::to_string(max_depth) + " levels");
+            }
+        } else if (c == ']' || c == '}') {
+            --depth;
+        }
+    }
+}
+
+json parse_body(const std::string& body, const RequestLimits& limits) {
+    if (body.empty()) throw ApiError(400, "the request body is empty (a JSON object is expected)");
+    check_nesting(body, limits.max_nesting);
+    json j;
+    try {
+        j = json::parse(body);
+    } catch (const json::parse_error& e) {
+        // e.byte is 1-based: the offset where parsing failed.
+        throw ApiError(400, "the request body is not valid JSON (at byte " +
+                                std::to_string(e.byte) + "): " + e.what());
+    }
+    if (!j.is_object()) throw ApiError(400, "the request body must be a JSON object");
+    return j;
+}
+
+std::optional<double> number_field(const json& j, const char* name, double lo, double hi) {
+    auto it = j.find(name);
+    if (it == j.end() || it->is_null()) return std::nullopt;
+    if (!it->is_number()) throw bad_field(name, "must be a number");
+    const double v = it->get<double>();
+    if (!std::isfinite(v) || v < lo || v > hi) {
+        throw bad_field(name, "must be between " + json(lo).dump() + " and " + json(hi).dump() +
+                                  ", not " + it->dump());
+    }
+    return v;
+}
+
+std::optional<int64_t> integer_field(const json& j, const char* name, int64_t lo, int64_t hi) {
+    auto it = j.find(name);
+    if (it == j.end() || it->is_null()) return std::nullopt;
+    if (!it->is_number_integer()) throw bad_field(name, "must be an integer");
+    if (it->is_number_unsigned() && it->get<uint64_t>() > static_cast<uint64_t>(hi)) {
+        throw bad_field(name, "must be at most " + std::to_string(hi));
+    }
+    const int64_t v = it->get<int64_t>();
+    if (v < lo || v > hi) {
+        throw bad_field(name, "must be between " + std::to_string(lo) + " and " +
+                                  std::to_string(hi) + ", not " + std::to_string(v));
+    }
+    return v;
+}
+
+bool bool_field(const json& j, const char* name) {
+    auto it = j.find(name);
+    if (it == j.end() || it->is_null()) return false;
+    if (!it->is_boolean()) throw bad_field(name, "must be true or false");
+    return it->get<bool>();
+}
+
+std::string string_field(const json& j, const char* name) {
+    auto it = j.find(name);
+    if (it == j.end() || it->is_null()) return {};
+    if (!it->is_string()) throw bad_field(name, "must be a string");
+    return it->get<std::string>();
+}
+
+SamplingRequest parse_sampling(const json& j, const RequestLimits& limits) {
+    SamplingRequest s;
+    s.temperature = number_field(j, "temperature", 0, 2);
+    s.top_p = number_field(j, "top_p", 0, 1);
+    s.min_p = number_field(j, "min_p", 0, 1);
+    s.presence_penalty = number_field(j, "presence_penalty", -2, 2);
+    s.frequency_penalty = number_field(j, "frequency_penalty", -2, 2);
+    s.repeat_penalty = number_field(j, "repeat_penalty", 0, 10);
+    s.top_k = integer_field(j, "top_k", 0, 1 << 20);
+    if (auto seed = integer_field(j, "seed", std::numeric_limits<int64_t>::min(),
+                                  std::numeric_limits<int64_t>::max())) {
+        s.seed = static_cast<uint64_t>(*seed);
+    }
+    const int64_t max_int = std::numeric_limits<int32_t>::max();
+    s.max_tokens = integer_field(j, "max_tokens", 1, max_int);
+    if (auto m = integer_field(j, "max_completion_tokens", 1, max_int)) s.max_tokens = m;
+    if (auto n = integer_field(j, "n", 1, 128); n && *n != 1) {
+        throw bad_field("n", "must be 1 (one choice per request is supported)");
+    }
+    if (auto it = j.find("stop"); it != j.end() && !it->is_null()) {
+        if (it->is_string()) {
+            s.stop.push_back(it->get<std::string>());
+        } else if (it->is_array()) {
+            for (const auto& e : *it) {
+                if (!e.is_string()) throw bad_field("stop", "must be a string or strings");
+                s.stop.push_back(e.get<std::string>());
+            }
+        } else {
+            throw bad_field("stop", "must be a string or an array of strings");
+        }
+        if (static_cast<int64_t>(s.stop.size()) > limits.max_stop_strings) {
+            throw bad_field(
+                "stop", "holds more than " + std::to_string(limits.max_stop_strings) + " strings");
+        }
+        for (const auto& text : s.stop) {
+            if (text.empty()) throw bad_field("stop", "must not hold an empty string");
+            if (static_cast<int64_t>(text.size()) > limits.max_stop_bytes) {
+                throw bad_field("stop", "strings are limited to " +
+                                            std::to_string(limits.max_stop_bytes) + " bytes");
+            }
+        }
+    }
+    s.stream = bool_field(j, "stream");
+    if (auto it = j.find("stream_options"); it != j.end() && !it->is_null()) {
+        if (!it->is_object()) throw bad_field("stream_options", "must be an object");
+        if (auto u = it->find("include_usage"); u != it->end() && !u->is_null()) {
+            if (!u->is_boolean()) throw bad_field("stream_options.include_usage", "must be a bool");
+            s.include_usage = u->get<bool>();
+        }
+    }
+    if (bool_field(j, "logprobs")) {
+        throw bad_field("logprobs", "is not supported by this server");
+    }
+    return s;
+}
+
+// A message's content: a string, null (an assistant turn with nothing to say), or an array
+// of {"type": "text", "text": ...} parts, concatenated.
+std::string message_content(const json& content, const std::string& field) {
+    if (content.is_null()) return {};
+    if (content.is_string()) return content.get<std::string>();
+    if (!content.is_array()) throw bad_field(field, "must be a string or an array of parts");
+    std::string text;
+    for (size_t i = 0; i < content.size(); ++i) {
+        const json& part = content[i];
+        const std::string where = field + "[" + std::to_string(i) + "]";
+        if (!part.is_object()) throw bad_field(where, "must be an object");
+        const std::string type = part.value("type", std::string());
+        if (type != "text") {
+            throw bad_field(where + ".type", "'" + type + "' is not supported (only text parts)");
+        }
+        auto t = part.find("text");
+        if (t == part.end() || !t->is_string())
+            throw bad_field(where + ".text", "must be a string");
+        text += t->get<std::string>();
+    }
+    return text;
+}
+
+std::string model_field(const json& j) {
+    return string_field(j, "model");
+}
+
+}  // namespace
+
+ChatRequest parse_chat_request(const std::string& body, const RequestLimits& limits) {
+    const json j = parse_body(body, limits);
+    ChatRequest r;
+    r.model = model_field(j);
+    auto it = j.find("messages");
+    if (it == j.end()) throw bad_field("messages", "is required");
+    if (!it->is_array()) throw bad_field("messages", "must be an array");
+    if (it->empty()) throw bad_field("messages", "must hold at least one message");
+    if (static_cast<int64_t>(it->size()) > limits.max_messages) {
+        throw bad_field("messages",
+                        "holds more than " + std::to_string(limits.max_messages) + " messages");
+    }
+    for (size_t i = 0; i < it->size(); ++i) {
+        const json& m = (*it)[i];
+        const std::string where = "messages[" + std::to_string(i) + "]";
+        if (!m.is_object()) throw bad_field(where, "must be an object");
+        auto role = m.find("role");
+        if (role == m.end() || !role->is_string()) {
+            throw bad_field(where + ".role", "must be a string");
+        }
+        std::string name = role->get<std::string>();
+        if (name == "developer") name = "system";  // the newer name for the system role
+        if (name != "system" && name != "user" && name != "assistant") {
+            throw bad_field(where + ".role",
+                            "must be system, developer, user or assistant, not '" + name + "'");
+        }
+        auto content = m.find("content");
+        if (content == m.end() && name != "assistant") {
+            throw bad_field(where + ".content", "is required");
+        }
+        ChatMessage msg;
+        msg.role = name;
+        if (content != m.end()) msg.content = message_content(*content, where + ".content");
+        r.messages.push_back(std::move(msg));
+    }
+    r.sampling = parse_sampling(j, limits);
+    return r;
+}
+
+CompletionRequest parse_completion_request(const std::string& body, const RequestLimits& limits) {
+    const json j = parse_body(body, limits);
+    CompletionRequest r;
+    r.model = model_field(j);
+    auto it = j.find("prompt");
+    if (it == j.end()) throw bad_field("prompt", "is required");
+    if (it->is_string()) {
+        r.prompt = it->get<std::string>();
+    } else if (it->is_array() && it->size() == 1 && (*it)[0].is_string()) {
+        r.prompt = (*it)[0].get<std::string>();
+    } else {
+        throw bad_field("prompt", "must be a string (or an array of one string)");
+    }
+    if (bool_field(j, "echo")) throw bad_field("echo", "is not supported by this server");
+    if (auto s = j.find("suffix"); s != j.end() && !s->is_null()) {
+        throw bad_field("suffix", "is not supported by this server");
+    }
+    r.sampling = parse_sampling(j, limits);
+    return r;
+}
+
+SamplingParams sampling_for(const SamplingRequest& r, const SamplingParams& defaults) {
+    SamplingParams p = defaults;
+    if (r.temperature) p.temperature = static_cast<float>(*r.temperature);
+    if (r.top_p) p.top_p = static_cast<float>(*r.top_p);
+    if (r.min_p) p.min_p = static_cast<float>(*r.min_p);
+    if (r.presence_penalty) p.presence_penalty = static_cast<float>(*r.presence_penalty);
+    if (r.frequency_penalty) p.frequency_penalty = static_cast<float>(*r.frequency_penalty);
+    if (r.repeat_penalty) p.repeat_penalty = static_cast<float>(*r.repeat_penalty);
+    if (r.top_k) p.top_k = static_cast<int32_t>(*r.top_k);
+    if (r.seed) p.seed = *r.seed;
+    try {
+        p.validate();
+    } catch (const std::invalid_argument& e) {
+        throw ApiError(400, e.what());
+    }
+    return p;
+}
+
+std::string finish_reason_text(FinishReason reason) {
+    return reason == FinishReason::Stop ? "stop" : "length";
+}
+
+json usage_json(const TurnResult& turn) {
+    const auto completion = static_cast<int64_t>(turn.ids.size());
+    return json{{"prompt_tokens", turn.prompt_tokens},
+                {"completion_tokens", completion},
+                {"total_tokens", turn.prompt_tokens + completion},
+                {"prompt_tokens_details", {{"cached_tokens", turn.tokens_reused}}}};
+}
+
+json ember_json(const TurnResult& turn, int slot) {
+    return json{{"slot", slot},
+                {"prompt_tokens_reused", turn.tokens_reused},
+                {"prompt_tokens_restored", turn.tokens_restored},
+                {"prompt_tokens_evaluated", turn.tokens_evaluated},
+                {"ttft_seconds", turn.stats.ttft_seconds},
+                {"decode_seconds", turn.stats.decode_seconds},
+                {"completion_ids", turn.ids}};
+}
+
+}  // namespace ember::serve

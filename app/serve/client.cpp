@@ -1,0 +1,183 @@
+#include "app/serve/client.h"
+
+#include <httplib.h>
+
+#include <chrono>
+#include <stdexcept>
+
+namespace ember::serve {
+
+using json = nlohmann::json;
+
+ApiEndpoint parse_api_url(const std::string& url) {
+    const size_t scheme_end = url.find("://");
+    if (scheme_end == std::string::npos ||
+        (url.compare(0, scheme_end, "http") != 0 && url.compare(0, scheme_end, "https") != 0)) {
+        throw std::invalid_argument("'" + url +
+                                    "' is not an http:// or https:// URL (e.g. "
+                                    "http://127.0.0.1:8080/v1)");
+    }
+    const size_t path_start = url.find('/', scheme_end + 3);
+    ApiEndpoint e;
+    e.origin = url.substr(0, path_start);
+    if (e.origin.size() <= scheme_end + 3)
+        throw std::invalid_argument("'" + url + "' names no host");
+    std::string path = path_start == std::string::npos ? std::string() : url.substr(path_start);
+    while (!path.empty() && path.back() == '/') path.pop_back();
+    e.prefix = path.empty() ? "/v1" : path;
+    return e;
+}
+
+ApiClient::ApiClient(const std::string& url, std::string api_key, int read_timeout_seconds)
+    : endpoint_(parse_api_url(url)), api_key_(std::move(api_key)) {
+    http_ = std::make_unique<httplib::Client>(endpoint_.origin);
+    http_->set_read_timeout(read_timeout_seconds, 0);
+    http_->set_connection_timeout(10, 0);
+    http_->set_keep_alive(true);
+    if (!api_key_.empty()) http_->set_bearer_token_auth(api_key_);
+}
+
+ApiClient::~ApiClient() = default;
+
+namespace {
+
+// The error message of an error body, or the body itself (cut short).
+std::string error_text(int status, const std::string& body) {
+    try {
+        const json j = json::parse(body);
+        if (j.contains("error")) {
+            const json& e = j["error"];
+            if (e.is_string()) return e.get<std::string>();
+            if (e.is_object() && e.contains("message") && e["message"].is_string()) {
+                return e["message"].get<std::string>();
+            }
+        }
+    } catch (const std::exception&) {
+    }
+    return "HTTP " + std::to_string(status) + (body.empty() ? "" : ": " + body.substr(0, 300));
+}
+
+}  // namespace
+
+StreamResult ApiClient::stream(const std::string& endpoint, json body,
+                               const DeltaCallback& on_delta) {
+    body["stream"] = true;
+    if (!body.contains("stream_options")) body["stream_options"] = {{"include_usage", true}};
+    StreamResult result;
+    const auto start = std::chrono::steady_clock::now();
+    auto seconds_since_start = [&] {
+        return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    };
+    std::string pending;   // received bytes not yet split into lines
+    std::string raw_body;  // kept (bounded) for an error response
+    bool done = false;
+    auto handle_line = [&](const std::string& line) -> bool {
+        if (line.rfind("data:", 0) != 0) return true;  // comments, event names, blank lines
+        std::string data = line.substr(5);
+        if (!data.empty() && data[0] == ' ') data.erase(0, 1);
+        if (data == "[DONE]") {
+            done = true;
+            return true;
+        }
+        json event;
+        try {
+            event = json::parse(data);
+        } catch (const std::exception&) {
+            result.error = "the server sent an event that is not JSON: " + data.substr(0, 200);
+            return false;
+        }
+        if (event.contains("error")) {
+            result.error = "the server reported: " + error_text(500, data);
+            return false;
+        }
+        if (event.contains("usage") && event["usage"].is_object()) result.usage = event["usage"];
+        if (event.contains("ember")) result.ember = event["ember"];
+        if (!event.contains("choices") || !event["choices"].is_array()) return true;
+        for (const auto& choice : event["choices"]) {
+            if (!choice.is_object()) continue;
+            if (choice.contains("finish_reason") && choice["finish_reason"].is_string()) {
+                result.finish_reason = choice["finish_reason"].get<std::string>();
+            }
+            const json* delta = choice.contains("delta") ? &choice["delta"] : &choice;
+            for (const char* field : {"reasoning_content", "reasoning", "content", "text"}) {
+                if (!delta->contains(field) || !(*delta)[field].is_string()) continue;
+                const std::string text = (*delta)[field].get<std::string>();
+                if (text.empty()) continue;
+                const bool reasoning = field[0] == 'r';
+                (reasoning ? result.reasoning : result.content) += text;
+                if (result.ttft_seconds < 0) result.ttft_seconds = seconds_since_start();
+                if (on_delta && !on_delta(text, reasoning)) {
+                    result.cancelled = true;
+                    return false;
+                }
+            }
+        }
+        return true;
+    };
+
+    httplib::Request req;
+    req.method = "POST";
+    req.path = endpoint_.prefix + "/" + endpoint;
+    req.set_header("Content-Type", "application/json");
+    req.set_header("Accept", "text/event-stream");
+    req.body = body.dump(-1, ' ', false, json::error_handler_t::replace);
+    int status = 0;
+    req.response_handler = [&](const httplib::Response& response) {
+        status = response.status;
+        return true;
+    };
+    req.content_receiver = [&](const char* data, size_t length, uint64_t, uint64_t) {
+        if (status != 200) {
+            if (raw_body.size() < 65536) raw_body.append(data, length);
+            return true;
+        }
+        pending.append(data, length);
+        size_t eol;
+        while ((eol = pending.find('\n')) != std::string::npos) {
+            std::string line = pending.substr(0, eol);
+            pending.erase(0, eol + 1);
+            if (!line.empty() && line.back() == '\r') line.pop_back();
+            if (!handle_line(line)) return false;
+        }
+        return true;
+    };
+    httplib::Result res = http_->send(req);
+    result.seconds = seconds_since_start();
+    result.status = status;
+    if (result.cancelled || !result.error.empty()) return result;
+    if (!res) {
+        result.error =
+            status == 0
+                ? "cannot reach " + endpoint_.origin + ": " + httplib::to_string(res.error())
+                : "the connection was lost mid-reply (" + httplib::to_string(res.error()) + ")";
+        return result;
+    }
+    if (status != 200) {
+        result.error = error_text(status, raw_body);
+        return result;
+    }
+    if (!pending.empty()) handle_line(pending);
+    if (result.finish_reason.empty() && !done) {
+        result.error = "the server closed the reply before it finished";
+    }
+    return result;
+}
+
+std::vector<std::string> ApiClient::model_ids() {
+    auto res = http_->Get((endpoint_.prefix + "/models").c_str());
+    if (!res) {
+        throw std::runtime_error("cannot reach " + endpoint_.origin + ": " +
+                                 httplib::to_string(res.error()));
+    }
+    if (res->status != 200) throw std::runtime_error(error_text(res->status, res->body));
+    std::vector<std::string> ids;
+    try {
+        for (const auto& m : json::parse(res->body).at("data")) ids.push_back(m.at("id"));
+    } catch (const std::exception& e) {
+        throw std::runtime_error(std::string("the model list is not what the API returns: ") +
+                                 e.what());
+    }
+    return ids;
+}
+
+}  // namespace ember::serve

@@ -1,0 +1,454 @@
+#include "app/serve/server.h"
+
+#include <httplib.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <ctime>
+#include <filesystem>
+
+#include "app/serve/slots.h"
+#include "engine/model/model.h"
+#include "engine/tokenizer/tokenizer.h"
+
+namespace ember::serve {
+
+using json = nlohmann::json;
+
+namespace {
+
+constexpr const char* kJson = "application/json";
+
+void send_error(httplib::Response& res, const ApiError& e) {
+    res.status = e.status();
+    res.set_content(dump_json(error_json(e)), kJson);
+}
+
+// Compares without an early exit, so the time taken does not tell how much of a key matched.
+bool same_secret(const std::string& a, const std::string& b) {
+    unsigned diff = a.size() == b.size() ? 0 : 1;
+    for (size_t i = 0; i < a.size(); ++i) {
+        diff |= static_cast<unsigned>(a[i] ^ (i < b.size() ? b[i] : 0));
+    }
+    return diff == 0;
+}
+
+std::string sse_event(const json& j) {
+    return "data: " + dump_json(j) + "\n\n";
+}
+
+}  // namespace
+
+// One generation request after parsing: what to run and how.
+struct Job {
+    bool chat = true;
+    std::vector<ChatMessage> messages;  // chat
+    std::vector<int32_t> prompt;        // the prompt's tokens (chat: as rendered)
+    std::vector<std::string> stop;
+    SamplingParams sampling;
+    int64_t max_tokens = 0;
+    bool stream = false;
+    bool include_usage = false;
+    std::string id;
+    int64_t created = 0;
+};
+
+struct Server::Impl {
+    const Model& model;
+    ThreadPool& pool;
+    ConversationOptions conversation_options;
+    PrefixStore* store;
+    ServerOptions options;
+    httplib::Server http;
+    std::unique_ptr<Conversation> renderer;  // renders and tokenizes prompts (under its mutex)
+    std::mutex renderer_mutex;
+    std::unique_ptr<SlotPool> slots;
+    ReplyIds reply_ids{1024};
+    std::atomic<uint64_t> next_id{0};
+    std::string file_name;
+
+    Impl(const Model& m, ThreadPool& p, ConversationOptions co, PrefixStore* s, ServerOptions o)
+        : model(m), pool(p), conversation_options(std::move(co)), store(s), options(std::move(o)) {
+        file_name = std::filesystem::path(model.path()).filename().string();
+        if (options.model_id.empty()) {
+            options.model_id = std::filesystem::path(model.path()).stem().string();
+        }
+        ConversationOptions small = conversation_options;
+        small.context = 16;  // the renderer never evaluates anything
+        renderer = std::make_unique<Conversation>(model, pool, small);
+        slots = std::make_unique<SlotPool>(options.parallel, options.max_waiting, [this] {
+            auto conv = std::make_unique<Conversation>(model, pool, conversation_options);
+            conv->set_prefix_store(store);
+            return conv;
+        });
+        setup_routes();
+    }
+
+    void log(const std::string& line) const {
+        if (options.log) options.log(line);
+    }
+
+    void check_model(const std::string& requested) const {
+        if (requested.empty() || requested == options.model_id || requested == file_name) return;
+        throw ApiError(404,
+                       "the model '" + requested + "' does not exist (this server serves '" +
+                           options.model_id + "')",
+                       "model", "model_not_found");
+    }
+
+    std::vector<int32_t> chat_prompt(const std::vector<ChatMessage>& messages) {
+        std::lock_guard lock(renderer_mutex);
+        renderer->clear();
+        for (const auto& m : messages) renderer->add_message(m);
+        try {
+            return renderer->prompt_tokens();
+        } catch (const std::exception& e) {
+            throw ApiError(
+                400, std::string("the chat template cannot render these messages: ") + e.what(),
+                "messages");
+        }
+    }
+
+    std::vector<int32_t> completion_prompt(const std::string& text) const {
+        const Tokenizer& tok = model.tokenizer();
+        EncodeOptions enc;  // as `ember run` tokenizes a prompt
+        enc.add_bos = tok.add_bos() && tok.bos_id() != kNoToken;
+        std::vector<int32_t> ids = tok.encode(text, enc);
+        if (ids.empty()) throw ApiError(400, "the prompt is empty (no tokens)", "prompt");
+        return ids;
+    }
+
+    // The reply's length limit: what was asked, within the room the context leaves.
+    int64_t max_tokens_for(const std::optional<int64_t>& asked, size_t prompt_tokens) const {
+        const int64_t context = conversation_options.context;
+        const int64_t room = context - static_cast<int64_t>(prompt_tokens);
+        if (room < 1 || (asked && *asked > room)) {
+            throw ApiError(400,
+                           "this model's context holds " + std::to_string(context) +
+                               " tokens; the prompt has " + std::to_string(prompt_tokens) +
+                               (asked ? " and " + std::to_string(*asked) + " more were asked for"
+                                      : std::string()),
+                           asked ? "max_tokens" : "messages", "context_length_exceeded");
+        }
+        return asked ? *asked : room;
+    }
+
+    Job make_job(bool chat, const SamplingRequest& s) {
+        Job job;
+        job.chat = chat;
+        job.stop = s.stop;
+        job.sampling = sampling_for(s, options.sampling);
+        job.stream = s.stream;
+        job.include_usage = s.include_usage;
+        job.id = std::string(chat ? "chatcmpl-" : "cmpl-") + std::to_string(++next_id);
+        job.created = static_cast<int64_t>(std::time(nullptr));
+        return job;
+    }
+
+    // Runs the job on a slot; `on_text` gets the reply as it is generated (false: stop).
+    TurnResult generate(Job& job, SlotLease& lease, const TextCallback& on_text) {
+        Conversation& conv = lease.conversation();
+        EngineTurn turn(slots->engine_turn());
+        conv.set_stop_strings(job.stop);
+        Sampler sampler(job.sampling);
+        GenerateOptions gen;
+        gen.max_tokens = job.max_tokens;
+        gen.speculation.enabled = options.speculation;
+        gen.speculation.draft_max = options.draft_max;
+        // Text goes to the client with the turn given up, so a slow reader holds up no one,
+        // and the other generating slots take their turns in between.
+        auto pass_turn = [&](const std::string& text, TextKind kind) {
+            turn.release();
+            const bool go_on = on_text(text, kind);
+            turn.acquire();
+            return go_on;
+        };
+        TurnResult result;
+        if (job.chat) {
+            conv.clear();
+            for (auto& m : job.messages) conv.add_message(std::move(m));
+            result = conv.respond(sampler, gen, pass_turn);
+            if (!conv.messages().empty()) {
+                const ChatMessage& reply = conv.messages().back();
+                reply_ids.remember(reply.content, reply.ids);
+            }
+        } else {
+            result = conv.complete(job.prompt, sampler, gen, pass_turn);
+        }
+        return result;
+    }
+
+    SlotLease take_slot(const std::vector<int32_t>& prompt) {
+        std::optional<SlotLease> lease = slots->acquire(prompt);
+        if (!lease) {
+            throw ApiError(503, "the server is busy: " + std::to_string(options.max_waiting) +
+                                    " requests already wait for a slot; retry later");
+        }
+        return std::move(*lease);
+    }
+
+    json choice_json(const Job& job, const TurnResult& r) const {
+        json choice = {{"index", 0}, {"finish_reason", finish_reason_text(r.finish)}};
+        if (job.chat) {
+            json message = {{"role", "assistant"}, {"content", r.reply}};
+            if (!r.thinking.empty()) message["reasoning_content"] = r.thinking;
+            choice["message"] = message;
+        } else {
+            choice["text"] = r.reply;
+            choice["logprobs"] = nullptr;
+        }
+        return choice;
+    }
+
+    json envelope(const Job& job, bool chunk) const {
+        return json{{"id", job.id},
+                    {"object", job.chat ? (chunk ? "chat.completion.chunk" : "chat.completion")
+                                        : "text_completion"},
+                    {"created", job.created},
+                    {"model", options.model_id}};
+    }
+
+    void respond_plain(Job& job, httplib::Response& res) {
+        SlotLease lease = take_slot(job.prompt);
+        const TurnResult r =
+            generate(job, lease, [](const std::string&, TextKind) { return true; });
+        json body = envelope(job, false);
+        body["choices"] = json::array({choice_json(job, r)});
+        body["usage"] = usage_json(r);
+        body["ember"] = ember_json(r, lease.index());
+        res.set_content(dump_json(body), kJson);
+        log_turn(job, r, lease.index());
+    }
+
+    void respond_stream(std::shared_ptr<Job> job, httplib::Response& res) {
+        // The slot is taken before the headers go out, so a full queue is still a 503.
+        auto lease = std::make_shared<std::optional<SlotLease>>(take_slot(job->prompt));
+        res.set_header("Cache-Control", "no-cache");
+        res.set_chunked_content_provider(
+            "text/event-stream", [this, job, lease](size_t, httplib::DataSink& sink) {
+                const bool complete = stream_job(*job, **lease, sink);
+                lease->reset();  // free the slot now, not when the connection closes
+                // true after sink.done() ends the response; false drops the connection.
+                return complete;
+            });
+    }
+
+    json delta_chunk(const Job& job, json delta, const json& finish) const {
+        json chunk = envelope(job, true);
+        json choice = {{"index", 0}, {"finish_reason", finish}};
+        if (job.chat) {
+            choice["delta"] = std::move(delta);
+        } else {
+            choice["text"] = delta.value("content", std::string());
+            choice["logprobs"] = nullptr;
+        }
+        chunk["choices"] = json::array({choice});
+        return chunk;
+    }
+
+    // Returns whether the response was completed (false: the connection is to be dropped).
+    bool stream_job(Job& job, SlotLease& lease, httplib::DataSink& sink) {
+        auto send = [&](const std::string& text) { return sink.write(text.data(), text.size()); };
+        bool client_gone = !send(
+            sse_event(delta_chunk(job, json{{"role", "assistant"}, {"content", ""}}, nullptr)));
+        if (client_gone) {
+            log(job.id + " client left before generation started");
+            return false;
+        }
+        TurnResult r;
+        try {
+            r = generate(job, lease, [&](const std::string& text, TextKind kind) {
+                if (text.empty()) return true;
+                const char* field = kind == TextKind::Thinking ? "reasoning_content" : "content";
+                if (!send(sse_event(delta_chunk(job, json{{field, text}}, nullptr)))) {
+                    client_gone = true;
+                    return false;  // stops generating: the client closed the connection
+                }
+                return true;
+            });
+        } catch (const std::exception& e) {
+            send(sse_event(error_json(ApiError(500, e.what()))));
+            log(job.id + " failed: " + e.what());
+            return false;
+        }
+        if (client_gone) {
+            log(job.id + " client disconnected after " + std::to_string(r.ids.size()) +
+                " tokens; generation cancelled (slot " + std::to_string(lease.index()) + ")");
+            return false;
+        }
+        send(sse_event(delta_chunk(job, json::object(), finish_reason_text(r.finish))));
+        if (job.include_usage) {
+            json chunk = envelope(job, true);
+            chunk["choices"] = json::array();
+            chunk["usage"] = usage_json(r);
+            chunk["ember"] = ember_json(r, lease.index());
+            send(sse_event(chunk));
+        }
+        send("data: [DONE]\n\n");
+        sink.done();
+        log_turn(job, r, lease.index());
+        return true;
+    }
+
+    void log_turn(const Job& job, const TurnResult& r, int slot) const {
+        log(job.id + " slot " + std::to_string(slot) + ": prompt " +
+            std::to_string(r.prompt_tokens) + " tokens (" + std::to_string(r.tokens_reused) +
+            " reused, " + std::to_string(r.tokens_restored) + " of them from the state store), " +
+            std::to_string(r.ids.size()) + " generated, " + finish_reason_text(r.finish));
+    }
+
+    void handle_chat(const httplib::Request& req, httplib::Response& res) {
+        ChatRequest r = parse_chat_request(req.body, options.limits);
+        check_model(r.model);
+        auto job = std::make_shared<Job>(make_job(true, r.sampling));
+        reply_ids.attach(r.messages);
+        job->prompt = chat_prompt(r.messages);
+        job->max_tokens = max_tokens_for(r.sampling.max_tokens, job->prompt.size());
+        job->messages = std::move(r.messages);
+        if (job->stream) {
+            respond_stream(job, res);
+        } else {
+            respond_plain(*job, res);
+        }
+    }
+
+    void handle_completion(const httplib::Request& req, httplib::Response& res) {
+        CompletionRequest r = parse_completion_request(req.body, options.limits);
+        check_model(r.model);
+        auto job = std::make_shared<Job>(make_job(false, r.sampling));
+        job->prompt = completion_prompt(r.prompt);
+        job->max_tokens = max_tokens_for(r.sampling.max_tokens, job->prompt.size());
+        if (job->stream) {
+            respond_stream(job, res);
+        } else {
+            respond_plain(*job, res);
+        }
+    }
+
+    json models_json() const {
+        return json{{"object", "list"},
+                    {"data", json::array({json{{"id", options.model_id},
+                                               {"object", "model"},
+                                               {"created", 0},
+                                               {"owned_by", "ember"}}})}};
+    }
+
+    json health_json() const {
+        const SlotPoolStats s = slots->stats();
+        return json{{"status", "ok"},
+                    {"model", options.model_id},
+                    {"slots", s.slots},
+                    {"slots_busy", s.busy},
+                    {"requests_waiting", s.waiting}};
+    }
+
+    // Runs a handler, turning its errors into API errors (never an escaped exception).
+    template <typename F>
+    httplib::Server::Handler guarded(F handler) {
+        return [this, handler](const httplib::Request& req, httplib::Response& res) {
+            try {
+                handler(req, res);
+            } catch (const ApiError& e) {
+                send_error(res, e);
+            } catch (const ContextOverflow& e) {
+                send_error(res, ApiError(400, e.what(), "messages", "context_length_exceeded"));
+            } catch (const std::bad_alloc&) {
+                send_error(res, ApiError(500, "out of memory"));
+            } catch (const std::exception& e) {
+                send_error(res, ApiError(500, e.what()));
+            }
+        };
+    }
+
+    httplib::Server::Handler wrong_method(const std::string& allowed) {
+        return [allowed](const httplib::Request& req, httplib::Response& res) {
+            res.set_header("Allow", allowed);
+            send_error(res, ApiError(405, req.method + " is not allowed on " + req.path + " (use " +
+                                              allowed + ")"));
+        };
+    }
+
+    void setup_routes() {
+        http.set_payload_max_length(options.max_body_bytes);
+        http.set_read_timeout(options.read_timeout_seconds, 0);
+        http.set_write_timeout(options.read_timeout_seconds, 0);
+        http.set_keep_alive_timeout(5);
+        const int threads = options.http_threads > 0 ? options.http_threads
+                                                     : std::max(32, 4 * options.parallel + 16);
+        http.new_task_queue = [threads] {
+            return new httplib::ThreadPool(static_cast<size_t>(threads));
+        };
+        if (!options.api_key.empty()) {
+            http.set_pre_routing_handler([this](const httplib::Request& req,
+                                                httplib::Response& res) {
+                const std::string given = req.get_header_value("Authorization");
+                if (same_secret(given, "Bearer " + options.api_key)) {
+                    return httplib::Server::HandlerResponse::Unhandled;
+                }
+                send_error(res, ApiError(401,
+                                         given.empty() ? "an API key is required (Authorization: "
+                                                         "Bearer KEY)"
+                                                       : "the API key is not valid",
+                                         {}, "invalid_api_key"));
+                return httplib::Server::HandlerResponse::Handled;
+            });
+        }
+        http.Post("/v1/chat/completions",
+                  guarded([this](const auto& q, auto& s) { handle_chat(q, s); }));
+        http.Post("/v1/completions",
+                  guarded([this](const auto& q, auto& s) { handle_completion(q, s); }));
+        http.Get("/v1/models", guarded([this](const auto&, auto& s) {
+                     s.set_content(dump_json(models_json()), kJson);
+                 }));
+        http.Get("/health", guarded([this](const auto&, auto& s) {
+                     s.set_content(dump_json(health_json()), kJson);
+                 }));
+        http.Get("/v1/chat/completions", wrong_method("POST"));
+        http.Get("/v1/completions", wrong_method("POST"));
+        http.Post("/v1/models", wrong_method("GET"));
+        http.Post("/health", wrong_method("GET"));
+        // Whatever httplib refuses itself (no route, a body too large, a malformed request
+        // line) gets the API's error shape too.
+        http.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
+            if (!res.body.empty()) return;
+            std::string message = "no such endpoint: " + req.method + " " + req.path;
+            if (res.status == 413) message = "the request body is too large";
+            if (res.status == 400) message = "malformed HTTP request";
+            send_error(res, ApiError(res.status, message));
+        });
+        http.set_logger([this](const httplib::Request& req, const httplib::Response& res) {
+            log(req.method + " " + req.path + " " + std::to_string(res.status));
+        });
+    }
+};
+
+Server::Server(const Model& model, ThreadPool& pool, ConversationOptions conversation_options,
+               PrefixStore* store, ServerOptions options)
+    : impl_(std::make_unique<Impl>(model, pool, std::move(conversation_options), store,
+                                   std::move(options))) {}
+
+Server::~Server() = default;
+
+int Server::bind() {
+    const auto& o = impl_->options;
+    int port = o.port;
+    if (port == 0) {
+        port = impl_->http.bind_to_any_port(o.host);
+        if (port < 0) throw std::runtime_error("cannot listen on " + o.host);
+    } else if (!impl_->http.bind_to_port(o.host, port)) {
+        throw std::runtime_error("cannot listen on " + o.host + ":" + std::to_string(port) +
+                                 " (in use, or not an address of this machine)");
+    }
+    return port;
+}
+
+void Server::run() {
+    impl_->http.listen_after_bind();
+}
+
+void Server::stop() {
+    impl_->http.stop();
+}
+
+}  // namespace ember::serve

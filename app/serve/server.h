@@ -1,0 +1,69 @@
+// `ember serve`: the OpenAI-compatible HTTP API (cpp-httplib) over one model's slots.
+//
+//   POST /v1/chat/completions   chat template, streamed (server-sent events) or not
+//   POST /v1/completions        raw text completion, streamed or not
+//   GET  /v1/models, /health
+//
+// Requests are parsed by api.h, scheduled by slots.h; errors are OpenAI's JSON shape with
+// their status (400 bad request, 401 missing key, 404 unknown model or path, 413 body too
+// large, 503 too many waiting). The engine knows nothing of HTTP; this file knows nothing of
+// the command line.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "app/serve/api.h"
+#include "engine/generate/conversation.h"
+#include "engine/generate/prefix_store.h"
+#include "engine/sampling/sampler.h"
+
+namespace ember {
+class Model;
+class ThreadPool;
+}  // namespace ember
+
+namespace ember::serve {
+
+struct ServerOptions {
+    std::string host = "127.0.0.1";
+    int port = 8080;          // 0: any free port (bind() says which)
+    std::string api_key;      // empty: no key needed; otherwise "Authorization: Bearer KEY"
+    int parallel = 1;         // slots
+    size_t max_waiting = 64;  // requests waiting for a slot at most; more get 503
+    int http_threads = 0;     // connections served at once; 0: from `parallel`
+    size_t max_body_bytes = size_t{4} << 20;
+    int read_timeout_seconds = 10;  // a request that stalls longer is dropped
+    std::string model_id;           // the name /v1/models lists and requests must use
+    SamplingParams sampling;        // defaults for fields a request leaves out
+    bool speculation = true;
+    int draft_max = 6;
+    RequestLimits limits;
+    // One line per request (method, path, status, tokens); null: silent.
+    std::function<void(const std::string&)> log;
+};
+
+class Server {
+public:
+    // `model`, `pool` and `store` (may be null) must outlive the server. Each slot gets a
+    // Conversation with `conversation_options` and `store` as its prefix store.
+    Server(const Model& model, ThreadPool& pool, ConversationOptions conversation_options,
+           PrefixStore* store, ServerOptions options);
+    ~Server();
+    Server(const Server&) = delete;
+    Server& operator=(const Server&) = delete;
+
+    // Binds the listening socket; returns the port. Throws with the reason on failure.
+    int bind();
+    // Serves until stop() (from another thread or a signal-watching thread).
+    void run();
+    void stop();
+
+private:
+    struct Impl;
+    std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace ember::serve
