@@ -263,6 +263,12 @@ int run_info(const std::string& requested) {
                 static_cast<long long>(c.n_head_kv), static_cast<long long>(c.head_dim));
     std::printf("ffn:           %lld\ncontext:       %lld\n", static_cast<long long>(c.n_ff),
                 static_cast<long long>(c.n_ctx_train));
+    if (c.n_expert > 0) {
+        std::printf("experts:       %lld, %lld per token, expert ffn %lld, weights %s\n",
+                    static_cast<long long>(c.n_expert), static_cast<long long>(c.n_expert_used),
+                    static_cast<long long>(c.n_ff_exp),
+                    c.expert_weights_norm ? "renormalised" : "as routed");
+    }
     std::printf("rope:          base %g, %lld dims, %s pairs\n", c.rope_base,
                 static_cast<long long>(c.rope_dims),
                 c.rope_layout == RopeLayout::Halves ? "half-split" : "adjacent");

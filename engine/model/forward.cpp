@@ -1,5 +1,6 @@
 // One readable forward pass for the llama-like families. Differences between families are
-// flags in ModelConfig: qkv biases (qwen2), per-head q/k RMS norm (qwen3), RoPE layout.
+// flags in ModelConfig: qkv biases (qwen2), per-head q/k RMS norm (qwen3), RoPE layout, and
+// (qwen3moe) a mixture-of-experts FFN in the layers that have a router (moe.h).
 #include "engine/model/forward.h"
 
 #include <algorithm>
@@ -10,6 +11,7 @@
 #include "engine/model/forward_hybrid.h"
 #include "engine/model/gemma3.h"
 #include "engine/model/model.h"
+#include "engine/model/moe.h"
 #include "engine/model/ops.h"
 #include "engine/model/state.h"
 #include "engine/util/thread_pool.h"
@@ -22,15 +24,17 @@ void grow(std::vector<float>& v, int64_t n) {
     if (static_cast<int64_t>(v.size()) < n) v.resize(static_cast<size_t>(n));
 }
 
-void prepare_scratch(const ModelConfig& c, ForwardScratch& s, int64_t batch) {
+void prepare_scratch(const ModelConfig& c, ForwardScratch& s, int64_t batch, bool has_dense_ffn) {
     grow(s.x, batch * c.n_embd);
     grow(s.xn, batch * c.n_embd);
     grow(s.q, batch * c.n_head * c.head_dim);
     grow(s.k, batch * c.n_head_kv * c.head_dim);
     grow(s.v, batch * c.n_head_kv * c.value_dim);
     grow(s.attn, batch * c.n_head * c.value_dim);
-    grow(s.gate, batch * c.n_ff);
-    grow(s.up, batch * c.n_ff);
+    if (has_dense_ffn) {  // a MoE model's experts have their own buffers (MoeScratch)
+        grow(s.gate, batch * c.n_ff);
+        grow(s.up, batch * c.n_ff);
+    }
     grow(s.rope_cos, batch * c.rope_dims / 2);
     grow(s.rope_sin, batch * c.rope_dims / 2);
 }
@@ -246,7 +250,10 @@ void forward_batch(const Model& model, InferenceState& st, ThreadPool& pool,
     const int64_t n = static_cast<int64_t>(tokens.size());
     const int64_t pos0 = st.kv.length();
     st.kv.reserve(pos0 + n);
-    prepare_scratch(c, s, n);
+    const auto& layers = model.layers();
+    prepare_scratch(c, s, n, std::any_of(layers.begin(), layers.end(), [](const LayerWeights& L) {
+                        return !L.moe();
+                    }));
     rope_tables(model, pos0, n, s);
 
     for (int64_t t = 0; t < n; ++t) {
@@ -256,7 +263,11 @@ void forward_batch(const Model& model, InferenceState& st, ThreadPool& pool,
     for (int64_t l = 0; l < c.n_layer; ++l) {
         const LayerWeights& L = model.layers()[static_cast<size_t>(l)];
         attention_block(model, L, st, pool, l, pos0, n);
-        ffn_block(model, L, s, pool, n);
+        if (L.moe()) {
+            moe_ffn_block(model, L, s.x.data(), s.xn.data(), n, pool, s.moe, s.mm);
+        } else {
+            ffn_block(model, L, s, pool, n);
+        }
     }
     const int64_t n_out = n - first_out;
     for (int64_t t = first_out; t < n; ++t) {

@@ -1,4 +1,4 @@
-// The forward pass of the transformer families (llama, qwen2, qwen3).
+// The forward pass of the transformer families (llama, qwen2, qwen3, qwen3moe).
 #pragma once
 
 #include <cstdint>

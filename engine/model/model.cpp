@@ -140,6 +140,25 @@ int64_t head_count_kv(const GgufFile& f, const std::string& p, const ModelConfig
     return f.get_int(key).value_or(c.n_head);
 }
 
+// Expert counts and routing of the qwen3moe family: softmax over every expert's router logit,
+// the top expert_used_count, their weights rescaled to sum to 1 (Qwen3 MoE's norm_topk_prob;
+// the converter does not write expert_weights_norm for it, so a file that lacks the key gets
+// the family's rule).
+void read_moe_config(const GgufFile& f, ModelConfig& c) {
+    const std::string p = c.arch + ".";
+    c.n_expert = positive(f, p + "expert_count", require_int(f, p + "expert_count"), 4096);
+    c.n_expert_used =
+        positive(f, p + "expert_used_count", require_int(f, p + "expert_used_count"), c.n_expert);
+    c.n_ff_exp = positive(f, p + "expert_feed_forward_length",
+                          require_int(f, p + "expert_feed_forward_length"), 1 << 20);
+    c.expert_weights_norm = f.get_bool(p + "expert_weights_norm").value_or(true);
+    // 1 = softmax (the reference engine's numbering); sigmoid routers are other families'.
+    if (auto gating = f.get_int(p + "expert_gating_func"); gating && *gating != 1) {
+        throw ModelError(f.path() + ": metadata '" + p + "expert_gating_func' = " +
+                         std::to_string(*gating) + " is not supported (only 1, softmax)");
+    }
+}
+
 ModelConfig read_config(const GgufFile& f) {
     ModelConfig c;
     auto arch = f.get_string("general.architecture");
@@ -170,10 +189,14 @@ ModelConfig read_config(const GgufFile& f) {
         c.rope_layout = RopeLayout::Halves;
         c.qk_norm = true;
         c.post_norms = true;
+    } else if (c.arch == "qwen3moe") {
+        c.family = Family::Qwen3Moe;
+        c.rope_layout = RopeLayout::Halves;
+        c.qk_norm = true;
     } else {
         throw ModelError(f.path() + ": architecture '" + c.arch +
-                         "' is not supported (supported: llama, qwen2, qwen3, lfm2, qwen35, "
-                         "gemma3)");
+                         "' is not supported (supported: llama, qwen2, qwen3, qwen3moe, lfm2, "
+                         "qwen35, gemma3)");
     }
     const std::string p = c.arch + ".";
     constexpr int64_t kMaxDim = 1 << 20;
@@ -233,6 +256,8 @@ ModelConfig read_config(const GgufFile& f) {
         c.ssm_v_dim = inner / c.ssm_n_v_heads;
     } else if (c.family == Family::Gemma3) {
         read_gemma3_config(f, c);
+    } else if (c.family == Family::Qwen3Moe) {
+        read_moe_config(f, c);
     }
     return c;
 }
@@ -349,6 +374,51 @@ void bind_delta_net(const TensorBinder& bind, const std::string& b, const ModelC
     L.ssm_out = bind.matrix(b + "ssm_out.weight", c.n_embd, inner);
 }
 
+// One stacked expert tensor, [cols, rows_per_expert, n_expert] in GGUF order, as a matrix of
+// n_expert * rows_per_expert rows. A count that disagrees with the metadata names the key.
+MatrixView expert_matrix(const GgufFile& f, const TensorBinder& bind, const std::string& name,
+                         int64_t rows_per_expert, const char* rows_key, int64_t cols,
+                         const ModelConfig& c) {
+    const GgufTensorInfo* t = bind.find(name);
+    if (!t) throw ModelError(f.path() + ": missing tensor '" + name + "'");
+    const std::string p = c.arch + ".";
+    if (t->dims.size() != 3 || t->dims[2] != c.n_expert) {
+        throw ModelError(f.path() + ": tensor '" + name + "' has shape " + shape_string(t->dims) +
+                         ", but metadata '" + p + "expert_count' says " +
+                         std::to_string(c.n_expert) + " experts");
+    }
+    if (t->dims[1] != rows_per_expert || t->dims[0] != cols) {
+        throw ModelError(f.path() + ": tensor '" + name + "' has shape " + shape_string(t->dims) +
+                         ", expected " + shape_string({cols, rows_per_expert, c.n_expert}) +
+                         " (metadata '" + p + rows_key + "')");
+    }
+    MatrixView m;
+    m.type = t->type;
+    m.data = t->data;
+    m.rows = rows_per_expert * c.n_expert;
+    m.cols = cols;
+    m.row_stride = row_bytes(type_info(t->type), static_cast<uint64_t>(cols));
+    return m;
+}
+
+void bind_moe(const GgufFile& f, const TensorBinder& bind, const std::string& b,
+              const ModelConfig& c, LayerWeights& L) {
+    const std::string router = b + "ffn_gate_inp.weight";
+    const GgufTensorInfo* r = bind.find(router);
+    if (r && (r->dims.size() != 2 || r->dims[1] != c.n_expert)) {
+        throw ModelError(f.path() + ": tensor '" + router + "' has shape " + shape_string(r->dims) +
+                         ", but metadata '" + c.arch + ".expert_count' says " +
+                         std::to_string(c.n_expert) + " experts");
+    }
+    L.ffn_gate_inp = bind.matrix(router, c.n_expert, c.n_embd);
+    L.gate_exps = expert_matrix(f, bind, b + "ffn_gate_exps.weight", c.n_ff_exp,
+                                "expert_feed_forward_length", c.n_embd, c);
+    L.up_exps = expert_matrix(f, bind, b + "ffn_up_exps.weight", c.n_ff_exp,
+                              "expert_feed_forward_length", c.n_embd, c);
+    L.down_exps = expert_matrix(f, bind, b + "ffn_down_exps.weight", c.n_embd, "embedding_length",
+                                c.n_ff_exp, c);
+}
+
 std::string compute_fingerprint(const GgufFile& f, const ModelConfig& c) {
     XXH3_state_t* st = XXH3_createState();
     XXH3_128bits_reset(st);
@@ -364,6 +434,10 @@ std::string compute_fingerprint(const GgufFile& f, const ModelConfig& c) {
     add(hp, sizeof hp);
     const double fp[] = {c.rms_eps, c.rope_base, c.rope_freq_scale};
     add(fp, sizeof fp);
+    if (c.n_expert > 0) {  // only for MoE families, so the others keep their fingerprints
+        const int64_t moe[] = {c.n_expert, c.n_expert_used, c.n_ff_exp, c.expert_weights_norm};
+        add(moe, sizeof moe);
+    }
     if (is_hybrid(c.family)) {  // only for hybrids, so other families keep their fingerprints
         const int64_t hy[] = {c.conv_kernel, c.ssm_n_k_heads, c.ssm_n_v_heads,
                               c.ssm_k_dim,   c.ssm_v_dim,     c.attn_output_gate};
@@ -434,6 +508,8 @@ std::string_view family_name(Family family) {
             return "qwen35";
         case Family::Gemma3:
             return "gemma3";
+        case Family::Qwen3Moe:
+            return "qwen3moe";
     }
     return "unknown";
 }
@@ -515,9 +591,15 @@ std::unique_ptr<Model> Model::load(const std::string& path) {
             L.post_attn_norm = bind.vector(b + "post_attention_norm.weight", c.n_embd);
             L.post_ffn_norm = bind.vector(b + "post_ffw_norm.weight", c.n_embd);
         }
-        L.w_gate = bind.matrix(b + "ffn_gate.weight", c.n_ff, c.n_embd);
-        L.w_up = bind.matrix(b + "ffn_up.weight", c.n_ff, c.n_embd);
-        L.w_down = bind.matrix(b + "ffn_down.weight", c.n_embd, c.n_ff);
+        // qwen3moe: a layer with a router is sparse, one without (mlp_only_layers) dense.
+        if (c.n_expert > 0 &&
+            (bind.find(b + "ffn_gate_inp.weight") || bind.find(b + "ffn_gate_exps.weight"))) {
+            bind_moe(f, bind, b, c, L);
+        } else {
+            L.w_gate = bind.matrix(b + "ffn_gate.weight", c.n_ff, c.n_embd);
+            L.w_up = bind.matrix(b + "ffn_up.weight", c.n_ff, c.n_embd);
+            L.w_down = bind.matrix(b + "ffn_down.weight", c.n_embd, c.n_ff);
+        }
         if (L.kind == LayerKind::ShortConv) {
             bind_short_conv(bind, b, c, L);
             continue;
@@ -554,25 +636,44 @@ template <class F>
 void Model::for_each_decode_matrix(F&& f) const {
     f(output_);
     for (const auto& L : layers_) {
-        for (const MatrixView* w : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down,
-                                    &L.conv_in, &L.conv_out,  // zero-sized for other kinds
-                                    &L.ssm_qkv, &L.ssm_z, &L.ssm_alpha, &L.ssm_beta, &L.ssm_out}) {
+        for (const MatrixView* w :
+             {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down, &L.conv_in,
+              &L.conv_out,  // zero-sized for other kinds
+              &L.ssm_qkv, &L.ssm_z, &L.ssm_alpha, &L.ssm_beta, &L.ssm_out, &L.ffn_gate_inp}) {
             f(*w);
+        }
+    }
+}
+
+template <class F>
+void Model::for_each_decode_expert_share(F&& f) const {
+    if (config_.n_expert <= 0) return;
+    for (const auto& L : layers_) {
+        if (!L.moe()) continue;
+        for (const MatrixView* w : {&L.gate_exps, &L.up_exps, &L.down_exps}) {
+            // The chosen experts' rows: n_expert_used of n_expert equal slices.
+            f(*w, w->rows / config_.n_expert * config_.n_expert_used);
         }
     }
 }
 
 uint64_t Model::weight_bytes_per_token() const {
     uint64_t total = token_embd_.row_stride;  // one embedding row
-    for_each_decode_matrix(
-        [&](const MatrixView& w) { total += static_cast<uint64_t>(w.rows) * w.row_stride; });
+    auto add = [&](const MatrixView& w, int64_t rows) {
+        total += static_cast<uint64_t>(rows) * w.row_stride;
+    };
+    for_each_decode_matrix([&](const MatrixView& w) { add(w, w.rows); });
+    for_each_decode_expert_share(add);
     return total;
 }
 
 uint64_t Model::weight_elements_per_token() const {
     uint64_t total = static_cast<uint64_t>(token_embd_.cols);
-    for_each_decode_matrix(
-        [&](const MatrixView& w) { total += static_cast<uint64_t>(w.rows * w.cols); });
+    auto add = [&](const MatrixView& w, int64_t rows) {
+        total += static_cast<uint64_t>(rows * w.cols);
+    };
+    for_each_decode_matrix([&](const MatrixView& w) { add(w, w.rows); });
+    for_each_decode_expert_share(add);
     return total;
 }
 

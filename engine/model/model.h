@@ -15,7 +15,7 @@ namespace ember {
 
 class Tokenizer;
 
-enum class Family { Llama, Qwen2, Qwen3, Lfm2, Qwen35, Gemma3 };
+enum class Family { Llama, Qwen2, Qwen3, Lfm2, Qwen35, Gemma3, Qwen3Moe };
 std::string_view family_name(Family family);
 // Families whose layers are not all attention: part of their state is recurrent (conv and
 // delta-rule state), which cannot be rolled back by truncating the KV cache.
@@ -77,6 +77,11 @@ struct ModelConfig {
     bool is_sliding(int64_t layer) const {
         return !sliding.empty() && sliding[static_cast<size_t>(layer)];
     }
+    // ---- mixture of experts (qwen3moe); zero for the others ----
+    int64_t n_expert = 0;              // experts of a MoE layer (expert_count)
+    int64_t n_expert_used = 0;         // experts each token is routed to (expert_used_count)
+    int64_t n_ff_exp = 0;              // hidden size of one expert (expert_feed_forward_length)
+    bool expert_weights_norm = false;  // the chosen experts' weights are rescaled to sum to 1
     // Channels of the qwen35 conv (q, k and v concatenated) or the lfm2 conv (n_embd).
     int64_t conv_channels() const;
 };
@@ -95,6 +100,13 @@ struct LayerWeights {
     MatrixView w_down;                  // [n_embd x n_ff]
     // gemma3: norms of the attention and FFN outputs before the residual add, or empty.
     std::vector<float> post_attn_norm, post_ffn_norm;  // [n_embd]
+    // Mixture-of-experts layers (qwen3moe) instead of w_gate/w_up/w_down: a router and the
+    // experts' matrices stacked, expert e's rows following expert e-1's (moe.h cuts them).
+    MatrixView ffn_gate_inp;  // [n_expert x n_embd] router
+    MatrixView gate_exps;     // [n_expert*n_ff_exp x n_embd]
+    MatrixView up_exps;       // [n_expert*n_ff_exp x n_embd]
+    MatrixView down_exps;     // [n_expert*n_embd x n_ff_exp]
+    bool moe() const { return ffn_gate_inp.rows > 0; }
 
     LayerKind kind = LayerKind::Attention;
     // lfm2 short conv: in_proj gives B, C and x gates [3*n_embd], conv taps per channel.
@@ -142,7 +154,8 @@ public:
     // Hex digest covering architecture, hyper-parameters, tensor table and sampled tensor
     // bytes, and tokenizer: state saved under another fingerprint is never reused.
     const std::string& fingerprint() const { return fingerprint_; }
-    // Bytes of weights read per decoded token (every matrix once, plus one embedding row).
+    // Bytes of weights read per decoded token: every matrix once, plus one embedding row; of a
+    // MoE layer the router and the n_expert_used chosen experts' rows only.
     uint64_t weight_bytes_per_token() const;
     // Weights (elements) of those bytes.
     uint64_t weight_elements_per_token() const;
@@ -152,6 +165,9 @@ private:
     // Calls f on every matrix a decode step reads in full (the output, each layer's).
     template <class F>
     void for_each_decode_matrix(F&& f) const;
+    // Calls f(matrix, rows read per token) on every stacked expert matrix of the MoE layers.
+    template <class F>
+    void for_each_decode_expert_share(F&& f) const;
 
     std::unique_ptr<GgufFile> file_;
     ModelConfig config_;

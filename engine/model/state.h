@@ -22,6 +22,7 @@
 #include <memory>
 #include <vector>
 
+#include "engine/model/moe.h"
 #include "engine/model/recurrent_state.h"
 #include "engine/tensor/matmul.h"
 
@@ -121,14 +122,15 @@ private:
 // the decode loop runs without allocating.
 struct ForwardScratch {
     int64_t batch_capacity = 0;
-    std::vector<float> x;       // [batch x n_embd] residual stream
-    std::vector<float> xn;      // [batch x n_embd] normed input
-    std::vector<float> q;       // [batch x n_head*head_dim]
-    std::vector<float> k;       // [batch x n_head_kv*head_dim]
-    std::vector<float> v;       // [batch x n_head_kv*value_dim]
-    std::vector<float> attn;    // [batch x n_head*value_dim]
-    std::vector<float> gate;    // [batch x n_ff]
-    std::vector<float> up;      // [batch x n_ff]
+    std::vector<float> x;     // [batch x n_embd] residual stream
+    std::vector<float> xn;    // [batch x n_embd] normed input
+    std::vector<float> q;     // [batch x n_head*head_dim]
+    std::vector<float> k;     // [batch x n_head_kv*head_dim]
+    std::vector<float> v;     // [batch x n_head_kv*value_dim]
+    std::vector<float> attn;  // [batch x n_head*value_dim]
+    std::vector<float> gate;  // [batch x n_ff] (dense FFN layers only)
+    std::vector<float> up;    // [batch x n_ff]
+    MoeScratch moe;           // the FFN of MoE layers (moe.h)
     // Per worker: attention scores and partial records of its (token, head group) task
     // ([n_threads x per-worker floats], see forward.cpp's attention()).
     std::vector<float> scores;

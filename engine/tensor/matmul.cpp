@@ -314,6 +314,152 @@ void matmul_many(ThreadPool& pool, std::span<const MatmulOut> outs, const float*
                       [jp](int64_t task, int worker) { run_gemm_task(*jp, task, worker); });
 }
 
+void matmul_grouped(ThreadPool& pool, std::span<const MatmulGroup> groups, MatmulScratch& scratch) {
+    matmul_grouped(pool, groups, scratch, active_kernels());
+}
+
+namespace {
+
+// What the tasks of matmul_grouped() share; captured by pointer.
+struct GroupedJob {
+    std::span<const MatmulGroup> groups;
+    const MatmulScratch::GroupPlan* plans;  // [groups.size()]
+    const Prepared* prep;                   // the first group's (every group has its format)
+    const uint8_t* act;                     // prepared activations, or nullptr for F32
+    uint8_t* scratch;                       // [workers x scratch_stride]
+    size_t scratch_stride;
+};
+
+// Whether group i takes the previous group's prepared activations.
+bool shares_input(std::span<const MatmulGroup> groups, size_t i) {
+    return i > 0 && groups[i].x == groups[i - 1].x && groups[i].n_tokens == groups[i - 1].n_tokens;
+}
+
+void run_grouped_task(const GroupedJob& job, int64_t task, int worker) {
+    const MatmulScratch::GroupPlan* plans = job.plans;
+    const size_t n = job.groups.size();
+    // The last group whose first task is <= task.
+    const size_t g =
+        static_cast<size_t>(std::upper_bound(plans, plans + n, task,
+                                             [](int64_t t, const MatmulScratch::GroupPlan& p) {
+                                                 return t < p.first_task;
+                                             }) -
+                            plans - 1);
+    const MatmulGroup& grp = job.groups[g];
+    const Prepared& p = job.prep[0];
+    const uint8_t* act = job.act != nullptr ? job.act + plans[g].act_offset
+                                            : reinterpret_cast<const uint8_t*>(grp.x);
+    const MatmulOut out{&grp.w, grp.y, grp.ldy};
+    GemmArgs a =
+        gemm_args(out, Prepared{p.kernels, plans[g].w_stride, p.act_stride}, act, grp.n_tokens);
+    const int64_t r0 = (task - plans[g].first_task) * plans[g].rows_per_task;
+    a.rows = std::min(plans[g].rows_per_task, grp.w.rows - r0);
+    a.w += static_cast<size_t>(r0) * a.w_stride;
+    a.y += r0;
+    a.scratch = job.scratch + static_cast<size_t>(worker) * job.scratch_stride;
+    p.kernels->gemm(a);
+}
+
+}  // namespace
+
+void matmul_grouped(ThreadPool& pool, std::span<const MatmulGroup> groups, MatmulScratch& scratch,
+                    const KernelTable& table) {
+    if (groups.empty()) return;
+    const int64_t cols = groups[0].w.cols;
+    const Prepared first = prepare_out(groups[0].w, table);
+    bool fused = first.kernels->gemm != nullptr;
+    for (const MatmulGroup& g : groups) {
+        if (g.w.cols != cols) {
+            throw std::invalid_argument("matmul_grouped: the matrices differ in columns");
+        }
+        prepare_out(g.w, table);  // checks the type is supported and the columns fit its blocks
+        // One task loop calls one gemm: every group must have the first one's type.
+        fused = fused && g.w.type == groups[0].w.type;
+    }
+    if (!fused) {
+        for (const MatmulGroup& g : groups) {
+            matmul_impl(&pool, g.w, g.x, g.n_tokens, g.y, g.ldy, scratch, table);
+        }
+        return;
+    }
+    // Activations: each distinct (x, n_tokens) once, at its group's offset.
+    auto& plans = scratch.groups;
+    plans.resize(groups.size());
+    const bool quantized = first.kernels->act_format != ActFormat::F32;
+    size_t act_bytes = 0;
+    int64_t act_rows = 0;
+    for (size_t i = 0; i < groups.size(); ++i) {
+        const bool same = shares_input(groups, i);
+        plans[i].act_offset = same ? plans[i - 1].act_offset : act_bytes;
+        if (!same) {
+            act_bytes +=
+                first.act_stride * static_cast<size_t>(std::max<int64_t>(0, groups[i].n_tokens));
+            act_rows += groups[i].n_tokens;
+        }
+    }
+    const uint8_t* act = nullptr;
+    if (quantized) {
+        if (scratch.act.size() < act_bytes) scratch.act.resize(act_bytes);
+        struct ActJob {
+            QuantizeActFn quantize;
+            std::span<const MatmulGroup> groups;
+            const MatmulScratch::GroupPlan* plans;
+            uint8_t* act;
+            size_t stride;
+            int64_t cols;
+        } aj{table.quantize_act[static_cast<size_t>(first.kernels->act_format)],
+             groups,
+             plans.data(),
+             scratch.act.data(),
+             first.act_stride,
+             cols};
+        auto quantize_group = [](const ActJob& j, size_t i) {
+            if (shares_input(j.groups, i)) return;
+            const MatmulGroup& g = j.groups[i];
+            for (int64_t t = 0; t < g.n_tokens; ++t) {
+                j.quantize(g.x + t * j.cols,
+                           j.act + j.plans[i].act_offset + static_cast<size_t>(t) * j.stride,
+                           j.cols);
+            }
+        };
+        if (act_rows < kParallelActTokens || pool.size() == 1) {
+            for (size_t i = 0; i < groups.size(); ++i) quantize_group(aj, i);
+        } else {
+            const ActJob* ajp = &aj;
+            pool.parallel_for(static_cast<int64_t>(groups.size()),
+                              [ajp, quantize_group](int64_t i, int) {
+                                  quantize_group(*ajp, static_cast<size_t>(i));
+                              });
+        }
+        act = scratch.act.data();
+    }
+    // Row tasks of every group on one counter.
+    const int64_t workers = pool.size();
+    int64_t n_tasks = 0;
+    for (size_t i = 0; i < groups.size(); ++i) {
+        const MatmulGroup& g = groups[i];
+        plans[i].first_task = n_tasks;
+        plans[i].w_stride = 0;
+        if (g.n_tokens <= 0 || g.w.rows <= 0) {
+            plans[i].rows_per_task = 1;
+            continue;
+        }
+        plans[i].w_stride = checked_row_stride(g.w, type_info(g.w.type));
+        GemmArgs all;
+        all.rows = g.w.rows;
+        all.n_tokens = g.n_tokens;
+        all.w_stride = plans[i].w_stride;
+        plans[i].rows_per_task = gemm_rows_per_task(all, workers);
+        n_tasks += (g.w.rows + plans[i].rows_per_task - 1) / plans[i].rows_per_task;
+    }
+    GroupedJob job{groups, plans.data(), &first, act, nullptr, 0};
+    job.scratch =
+        gemm_scratch(first.kernels->gemm_scratch(cols), workers, scratch, &job.scratch_stride);
+    const GroupedJob* jp = &job;
+    pool.parallel_for(n_tasks,
+                      [jp](int64_t task, int worker) { run_grouped_task(*jp, task, worker); });
+}
+
 void dequantize_row(const MatrixView& w, int64_t row, float* dst) {
     const TypeInfo& info = type_info(w.type);
     const TypeKernels& kernels = type_kernels(w.type);

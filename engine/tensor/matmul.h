@@ -32,6 +32,14 @@ struct MatrixView {
 struct MatmulScratch {
     std::vector<uint8_t> act;   // prepared activations: n_tokens rows in the type's act format
     std::vector<uint8_t> gemm;  // per-worker repacked weight panels (GemmArgs::scratch)
+    // matmul_grouped(): per group, where its prepared activations start and its row tasks.
+    struct GroupPlan {
+        size_t act_offset = 0;
+        size_t w_stride = 0;
+        int64_t first_task = 0;
+        int64_t rows_per_task = 0;
+    };
+    std::vector<GroupPlan> groups;
 };
 
 // y: [n_tokens x w.rows] row-major with row stride ldy floats; x: [n_tokens x w.cols].
@@ -67,6 +75,27 @@ void matmul_many(ThreadPool& pool, std::span<const MatmulOut> outs, const float*
                  int64_t n_tokens, MatmulScratch& scratch);
 void matmul_many(ThreadPool& pool, std::span<const MatmulOut> outs, const float* x,
                  int64_t n_tokens, MatmulScratch& scratch, const KernelTable& kernels);
+
+// One product of matmul_grouped(): y = w · x with its own matrix and its own activations.
+// x: [n_tokens x w.cols], y: [n_tokens x w.rows] with row stride ldy floats.
+struct MatmulGroup {
+    MatrixView w;
+    const float* x = nullptr;
+    int64_t n_tokens = 0;
+    float* y = nullptr;
+    int64_t ldy = 0;
+};
+
+// Any number of products (the same number of columns) in one parallel section: the experts of
+// a mixture-of-experts layer, each with the tokens routed to it. Every group's rows are cut into
+// tasks on one shared counter, so the threads split the rows of all groups between them (a
+// decode step's few experts are spread over every thread, not one expert per thread). A group
+// whose x and n_tokens equal the previous group's reuses its prepared activations (gate and up
+// of one expert; every expert of a single token). The same results, bit for bit, as one
+// matmul() per group.
+void matmul_grouped(ThreadPool& pool, std::span<const MatmulGroup> groups, MatmulScratch& scratch);
+void matmul_grouped(ThreadPool& pool, std::span<const MatmulGroup> groups, MatmulScratch& scratch,
+                    const KernelTable& kernels);
 
 // Dequantizes row `row` of w into dst[0..w.cols) (embedding lookup, tests).
 void dequantize_row(const MatrixView& w, int64_t row, float* dst);

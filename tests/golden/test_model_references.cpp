@@ -119,7 +119,8 @@ TEST_P(ArchReference, LogitsWithin2e3AndGreedyMatches) {
     EXPECT_GE(checked, 2);
 }
 
-INSTANTIATE_TEST_SUITE_P(Families, ArchReference, ::testing::Values("llama", "qwen2", "qwen3"));
+INSTANTIATE_TEST_SUITE_P(Families, ArchReference,
+                         ::testing::Values("llama", "qwen2", "qwen3", "qwen3moe"));
 
 struct QuantCase {
     std::string type;

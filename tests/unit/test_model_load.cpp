@@ -530,5 +530,50 @@ TEST(ModelLoadFamily, Qwen2BiasShapeIsChecked) {
     EXPECT_NE(msg2.find("[" + std::to_string(kv_dim) + "]"), std::string::npos) << msg2;
 }
 
+// A MoE file whose expert counts disagree with its tensors: one error naming the tensor and the
+// metadata key, never a crash or a read past a tensor (the experts are row slices of it).
+TEST(ModelLoadFamily, Qwen3MoeExpertCountsAreChecked) {
+    const std::string rel = "arch/qwen3moe/qwen3moe.gguf";
+    EMBER_REQUIRE_FIXTURE(rel);
+    TempDir tmp;
+    auto u32 = [](int64_t v) { return GgufValue{GgufValueType::U32, v}; };
+    auto expect_error = [&](const Edit& e, std::vector<std::string> parts) {
+        const std::string msg = load_error(rewrite(fixture_path(rel), tmp.file("moe.gguf"), e));
+        EXPECT_NE(msg.find(tmp.file("moe.gguf")), std::string::npos) << msg;
+        for (const std::string& p : parts) EXPECT_NE(msg.find(p), std::string::npos) << msg;
+    };
+    {
+        Edit e;  // metadata says 64 experts, the tensors hold 128
+        e.set["qwen3moe.expert_count"] = u32(64);
+        expect_error(e, {"blk.0.ffn_gate_inp.weight", "[32, 128]", "qwen3moe.expert_count"});
+    }
+    {
+        Edit e;  // one layer's up experts reshaped to 64 experts of twice the rows
+        e.reshape["blk.1.ffn_up_exps.weight"] = {32, 48, 64};
+        expect_error(e, {"blk.1.ffn_up_exps.weight", "[32, 48, 64]", "qwen3moe.expert_count"});
+    }
+    {
+        Edit e;  // expert FFN size disagrees with the tensors
+        e.set["qwen3moe.expert_feed_forward_length"] = u32(32);
+        expect_error(e, {"blk.0.ffn_gate_exps.weight", "[32, 24, 128]", "[32, 32, 128]",
+                         "expert_feed_forward_length"});
+    }
+    {
+        Edit e;  // more experts per token than there are
+        e.set["qwen3moe.expert_used_count"] = u32(129);
+        expect_error(e, {"qwen3moe.expert_used_count", "129"});
+    }
+    {
+        Edit e;
+        e.drop_keys.insert("qwen3moe.expert_count");
+        expect_error(e, {"missing metadata 'qwen3moe.expert_count'"});
+    }
+    {
+        Edit e;
+        e.drop_tensors.insert("blk.2.ffn_down_exps.weight");
+        expect_error(e, {"missing tensor 'blk.2.ffn_down_exps.weight'"});
+    }
+}
+
 }  // namespace
 }  // namespace ember::test
