@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "app/bench_spec.h"
+#include "app/cli_checks.h"
 #include "app/commands.h"
 #include "app/model_locator.h"
 #include "engine/model/forward.h"
@@ -385,7 +386,9 @@ void register_bench_command(CLI::App& app, std::vector<Command>& out) {
     cmd->add_option("-p,--prompt", args->prompt, "Prompt tokens (random ids)")
         ->capture_default_str();
     cmd->add_option("-n,--n-gen", args->gen, "Tokens decoded one at a time")->capture_default_str();
-    cmd->add_option("-t,--threads", args->threads, "Threads")->capture_default_str();
+    cmd->add_option("-t,--threads", args->threads, "Threads")
+        ->capture_default_str()
+        ->check(thread_count());
     cmd->add_option("-d,--depth", args->depth,
                     "Tokens of context in the cache before prefill and decode are timed (as the "
                     "reference's -d)")

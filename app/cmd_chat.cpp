@@ -3,8 +3,10 @@
 
 #include <fstream>
 #include <iostream>
+#include <limits>
 #include <sstream>
 
+#include "app/cli_checks.h"
 #include "app/commands.h"
 #include "app/model_locator.h"
 #include "app/session_adapter.h"
@@ -153,16 +155,18 @@ void register_chat_command(CLI::App& app, std::vector<Command>& out) {
                     "Jinja chat template file overriding the model's")
         ->check(CLI::ExistingFile);
     cmd->add_option("--stop", o->stops, "Stop generating at this text (repeatable)");
-    cmd->add_option("-n,--n-predict", o->n_predict, "Tokens per reply at most")
-        ->capture_default_str();
+    cmd->add_option("-n,--n-predict", o->n_predict,
+                    "Tokens per reply at most (-1: as many as the context holds)")
+        ->capture_default_str()
+        ->check(token_count());
     cmd->add_option("-c,--ctx", o->ctx,
                     "Context size in tokens (default: the model's, capped at 32768 tokens and "
                     "2 GiB of KV cache)")
-        ->check(CLI::PositiveNumber);
+        ->check(whole_number(1, std::numeric_limits<int64_t>::max(), "at least 1"));
     cmd->add_option("--kv-type", o->kv_type, "KV cache precision")
         ->capture_default_str()
         ->check(CLI::IsMember({"f32", "f16"}));
-    cmd->add_option("-t,--threads", o->threads, "Threads (default: all cores)");
+    add_threads_option(cmd, o->threads, "Threads (default: all cores)");
     cmd->add_flag("--script", o->script, "Scripted mode: prompts from stdin, replies to stdout");
     cmd->add_flag("--jsonl", o->jsonl, "Scripted mode with JSON lines in and out");
     cmd->add_flag("--no-prefix-cache", o->no_prefix_cache, "Recompute every turn from scratch");
@@ -179,7 +183,7 @@ void register_chat_command(CLI::App& app, std::vector<Command>& out) {
     cmd->add_option("--max-thinking-tokens", o->max_thinking_tokens,
                     "Tokens a reply may spend thinking before it is asked to answer")
         ->capture_default_str()
-        ->check(CLI::NonNegativeNumber);
+        ->check(whole_number(0, std::numeric_limits<int64_t>::max(), "at least 0"));
     cmd->add_option("--think", o->think, "Thinking: on, off, or the template's default")
         ->capture_default_str()
         ->check(CLI::IsMember({"on", "off", "auto"}));
@@ -192,7 +196,8 @@ void register_chat_command(CLI::App& app, std::vector<Command>& out) {
         ->excludes(resume);
     cmd->add_option("--state-cap", o->state_cap,
                     "Stored prefix state kept at most (least recently used goes first)")
-        ->capture_default_str();
+        ->capture_default_str()
+        ->check(positive_byte_size());
     add_sampling_options(cmd, o->sampling);
     out.push_back({cmd, [o, cmd] {
                        // Default sampling settings from the config file, under the flags.

@@ -5,10 +5,12 @@
 #include <cmath>
 #include <cstdio>
 #include <iostream>
+#include <limits>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "app/cli_checks.h"
 #include "app/commands.h"
 #include "app/model_locator.h"
 #include "engine/generate/generate.h"
@@ -30,6 +32,7 @@ struct RunOptions {
     std::string model;
     std::string prompt;
     std::string ids;
+    bool ids_given = false;  // --ids was on the command line (even as an empty list)
     int64_t n_predict = 128;
     SamplingParams sampling;
     int threads = 0;
@@ -48,20 +51,38 @@ KvType parse_kv_type(const std::string& s) {
     throw std::runtime_error("--kv-type must be f32 or f16, not '" + s + "'");
 }
 
-// Context size for one-shot commands: what the prompt and generation need, within the
-// model's training context.
+// Context size for one-shot commands: what the prompt and generation need (at least 4096),
+// within the model's training context. Past it the positions are ones the model never saw.
 int64_t context_for(const Model& model, int64_t prompt, int64_t n_predict, int64_t requested) {
-    if (requested > 0) return requested;
-    int64_t want = prompt + std::max<int64_t>(n_predict, 0) + 1;
-    return std::max<int64_t>(want, std::min<int64_t>(model.config().n_ctx_train, 4096));
+    const int64_t trained = model.config().n_ctx_train;
+    if (requested > 0) {
+        if (requested > trained) {
+            throw CLI::ValidationError("--ctx", std::to_string(requested) + " is more than the " +
+                                                    std::to_string(trained) +
+                                                    " tokens the model was trained for");
+        }
+        return requested;
+    }
+    const int64_t want = prompt + std::max<int64_t>(n_predict, 0) + 1;
+    return std::min(trained, std::max<int64_t>(want, 4096));
 }
 
 int run_completion(const RunOptions& o) {
     auto model = load_model(model_path_for(o.model));
     const Tokenizer& tok = model->tokenizer();
     std::vector<int32_t> prompt;
-    if (!o.ids.empty()) {
+    if (o.ids_given) {
         prompt = parse_id_list(o.ids);
+        if (prompt.empty()) throw CLI::ValidationError("--ids", "no token ids given");
+        const int64_t n_vocab = model->config().n_vocab;
+        for (const int32_t id : prompt) {
+            if (id >= n_vocab) {
+                throw CLI::ValidationError("--ids",
+                                           "token id " + std::to_string(id) +
+                                               " is outside the model's vocabulary (ids 0 to " +
+                                               std::to_string(n_vocab - 1) + ")");
+            }
+        }
     } else {
         EncodeOptions enc;
         enc.add_bos = tok.add_bos() && !o.no_bos && tok.bos_id() != kNoToken;
@@ -89,7 +110,7 @@ int run_completion(const RunOptions& o) {
     const auto print = [&](const std::string& piece) {
         out.raw(out.terminal() ? shown.feed(piece) : piece);
     };
-    if (o.ids.empty() && !o.json_out) {
+    if (!o.ids_given && !o.json_out) {
         // Echo the prompt as given, like a completion: the user sees what was continued.
         print(o.prompt);
         std::fflush(stdout);
@@ -300,21 +321,42 @@ void add_model_option(CLI::App* cmd, std::string& model) {
 }
 
 void add_sampling_options(CLI::App* cmd, SamplingParams& sampling) {
+    // The rules of SamplingParams::validate, checked on the text so the message names the flag.
+    constexpr int64_t kInt32Max = std::numeric_limits<int32_t>::max();
     cmd->add_option("--temp", sampling.temperature, "Temperature (0 = greedy)")
-        ->capture_default_str();
-    cmd->add_option("--top-k", sampling.top_k, "Top-k cut (0 = off)")->capture_default_str();
+        ->capture_default_str()
+        ->check(real_number([](double v) { return v >= 0; }, "a number >= 0 (0 = greedy)"));
+    cmd->add_option("--top-k", sampling.top_k, "Top-k cut (0 = off)")
+        ->capture_default_str()
+        ->check(whole_number(0, kInt32Max, "a whole number >= 0 (0 = off)"));
     cmd->add_option("--top-p", sampling.top_p, "Top-p (nucleus) cut (1 = off)")
-        ->capture_default_str();
-    cmd->add_option("--min-p", sampling.min_p, "Min-p cut (0 = off)")->capture_default_str();
+        ->capture_default_str()
+        ->check(real_number([](double v) { return v > 0 && v <= 1; },
+                            "more than 0 and at most 1 (1 = off)"));
+    cmd->add_option("--min-p", sampling.min_p, "Min-p cut (0 = off)")
+        ->capture_default_str()
+        ->check(real_number([](double v) { return v >= 0 && v <= 1; }, "from 0 to 1 (0 = off)"));
     cmd->add_option("--repeat-penalty", sampling.repeat_penalty, "Repetition penalty (1 = off)")
-        ->capture_default_str();
+        ->capture_default_str()
+        ->check(real_number([](double v) { return v > 0; }, "a number > 0 (1 = off)"));
     cmd->add_option("--presence-penalty", sampling.presence_penalty, "Presence penalty")
-        ->capture_default_str();
+        ->capture_default_str()
+        ->check(real_number([](double) { return true; }, "a finite number (0 = off)"));
     cmd->add_option("--frequency-penalty", sampling.frequency_penalty, "Frequency penalty")
-        ->capture_default_str();
+        ->capture_default_str()
+        ->check(real_number([](double) { return true; }, "a finite number (0 = off)"));
     cmd->add_option("--repeat-last-n", sampling.penalty_last_n, "Tokens the penalties look at")
-        ->capture_default_str();
-    cmd->add_option("--seed", sampling.seed, "Random seed")->capture_default_str();
+        ->capture_default_str()
+        ->check(whole_number(
+            0, SamplingParams::kMaxPenaltyLastN,
+            "from 0 to " + std::to_string(SamplingParams::kMaxPenaltyLastN) + " (0 = off)"));
+    cmd->add_option("--seed", sampling.seed, "Random seed")
+        ->capture_default_str()
+        ->check(seed_number());
+}
+
+void add_threads_option(CLI::App* cmd, int& threads, const std::string& help) {
+    cmd->add_option("-t,--threads", threads, help)->check(thread_count());
 }
 
 int default_threads() {
@@ -323,7 +365,7 @@ int default_threads() {
     return std::max(1u, std::thread::hardware_concurrency());
 }
 
-std::vector<int32_t> parse_id_list(const std::string& text) {
+std::vector<int32_t> parse_id_list(const std::string& text, const std::string& what) {
     std::vector<int32_t> ids;
     size_t i = 0;
     while (i < text.size()) {
@@ -334,7 +376,7 @@ std::vector<int32_t> parse_id_list(const std::string& text) {
         item.erase(item.find_last_not_of(" \t\n") + 1);
         if (item.empty()) {
             if (end == text.size() && !ids.empty()) break;
-            throw CLI::ValidationError("ids", "empty item at character " + std::to_string(i));
+            throw CLI::ValidationError(what, "empty item at character " + std::to_string(i));
         }
         size_t used = 0;
         long long v = 0;
@@ -344,7 +386,7 @@ std::vector<int32_t> parse_id_list(const std::string& text) {
             used = 0;
         }
         if (used != item.size() || v < 0 || v > INT32_MAX) {
-            throw CLI::ValidationError("ids", "'" + item + "' is not a token id");
+            throw CLI::ValidationError(what, "'" + item + "' is not a token id");
         }
         ids.push_back(static_cast<int32_t>(v));
         i = end + 1;
@@ -361,12 +403,16 @@ void register_model_commands(CLI::App& app, std::vector<Command>& out) {
     prompt_opt->excludes(ids_opt);
     run->add_option("-n,--n-predict", run_opts->n_predict,
                     "Tokens to generate (-1: until the context is full)")
-        ->capture_default_str();
+        ->capture_default_str()
+        ->check(token_count());
     add_sampling_options(run, run_opts->sampling);
-    run->add_option("-t,--threads", run_opts->threads, "Threads (default: all cores)");
-    run->add_option("-c,--ctx", run_opts->ctx, "Context size (default: prompt + n, at least 4096)");
+    add_threads_option(run, run_opts->threads, "Threads (default: all cores)");
+    run->add_option("-c,--ctx", run_opts->ctx,
+                    "Context size (default: prompt + n, at least 4096, at most the model's)")
+        ->check(whole_number(1, std::numeric_limits<int64_t>::max(), "at least 1"));
     run->add_option("--kv-type", run_opts->kv_type, "KV cache precision: f32 or f16")
-        ->capture_default_str();
+        ->capture_default_str()
+        ->check(CLI::IsMember({"f32", "f16"}));
     run->add_flag("--json", run_opts->json_out, "Print one JSON object at the end");
     run->add_flag("--ignore-eos", run_opts->ignore_eos, "Keep generating past end-of-text");
     run->add_flag("--no-bos", run_opts->no_bos, "Do not add the BOS token the model asks for");
@@ -378,8 +424,9 @@ void register_model_commands(CLI::App& app, std::vector<Command>& out) {
         ->check(CLI::Range(1, 16));
     out.push_back({run, [run_opts, prompt_opt, ids_opt] {
                        if (prompt_opt->count() == 0 && ids_opt->count() == 0) {
-                           throw std::runtime_error("give a prompt with -p TEXT or --ids 1,2,3");
+                           throw CLI::ValidationError("give a prompt with -p TEXT or --ids 1,2,3");
                        }
+                       run_opts->ids_given = ids_opt->count() > 0;
                        return run_completion(*run_opts);
                    }});
 
@@ -389,9 +436,10 @@ void register_model_commands(CLI::App& app, std::vector<Command>& out) {
     add_model_option(eval, eval_opts->model);
     eval->add_option("--ids", eval_opts->ids, "Token ids: 1,2,3")->required();
     eval->add_option("--top-k", eval_opts->top_k, "Logits per position")->capture_default_str();
-    eval->add_option("-t,--threads", eval_opts->threads, "Threads (default: all cores)");
+    add_threads_option(eval, eval_opts->threads, "Threads (default: all cores)");
     eval->add_option("--kv-type", eval_opts->kv_type, "KV cache precision: f32 or f16")
-        ->capture_default_str();
+        ->capture_default_str()
+        ->check(CLI::IsMember({"f32", "f16"}));
     out.push_back({eval, [eval_opts] { return run_eval(*eval_opts); }});
 
     struct TokOpts {

@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <thread>
 
+#include "app/cli_checks.h"
 #include "app/commands.h"
 #include "app/model_locator.h"
 #include "app/serve/server.h"
@@ -156,13 +157,14 @@ void register_serve_command(CLI::App& app, std::vector<Command>& out) {
     cmd->add_option("--kv-type", o->kv_type, "KV cache precision")
         ->capture_default_str()
         ->check(CLI::IsMember({"f32", "f16"}));
-    cmd->add_option("-t,--threads", o->threads, "Threads (default: all cores)");
+    add_threads_option(cmd, o->threads, "Threads (default: all cores)");
     cmd->add_option("--db", o->db,
                     "Database whose prefix-state store the slots share (default: "
                     "$XDG_DATA_HOME/ember/ember.db)");
     cmd->add_flag("--no-db", o->no_db, "No state store: only the slots keep prefixes");
     cmd->add_option("--state-cap", o->state_cap, "Stored prefix state kept at most")
-        ->capture_default_str();
+        ->capture_default_str()
+        ->check(positive_byte_size());
     cmd->add_option("--max-body", o->max_body, "Largest request body accepted")
         ->capture_default_str();
     cmd->add_option("--max-waiting", o->max_waiting,

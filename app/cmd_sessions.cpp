@@ -5,6 +5,7 @@
 #include <fstream>
 #include <memory>
 
+#include "app/cli_checks.h"
 #include "app/commands.h"
 #include "app/session_adapter.h"
 #include "sessions/session_store.h"
@@ -247,7 +248,9 @@ void register_sessions_command(CLI::App& app, std::vector<Command>& out) {
     out.push_back({rename, [o] { return run_rename(*o); }});
 
     auto* stats = cmd->add_subcommand("stats", "Sizes, restore hit rates and evictions");
-    stats->add_option("--state-cap", o->state_cap, "Cap to report against")->capture_default_str();
+    stats->add_option("--state-cap", o->state_cap, "Cap to report against")
+        ->capture_default_str()
+        ->check(positive_byte_size());
     out.push_back({stats, [o] { return run_stats(*o); }});
 }
 

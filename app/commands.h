@@ -51,10 +51,12 @@ void register_bench_serve_command(CLI::App& app, std::vector<Command>& out);
 // Options shared by the generating commands.
 void add_model_option(CLI::App* cmd, std::string& model);
 void add_sampling_options(CLI::App* cmd, SamplingParams& sampling);
+// -t,--threads, checked to lie in 1..kMaxThreads (app/cli_checks.h).
+void add_threads_option(CLI::App* cmd, int& threads, const std::string& help);
 
-// Parses "1,2,3" (spaces allowed) into token ids; throws CLI::ValidationError naming the
-// bad item.
-std::vector<int32_t> parse_id_list(const std::string& text);
+// Parses "1,2,3" (spaces allowed) into token ids; throws CLI::ValidationError naming `what`
+// (the option) and the bad item.
+std::vector<int32_t> parse_id_list(const std::string& text, const std::string& what = "--ids");
 
 // Model::load(path), printing the load's warnings (metadata the file disagrees with) to
 // stderr: every command loads models through this.

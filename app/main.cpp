@@ -34,7 +34,20 @@ int main(int argc, char** argv) {
     if (args.empty() || (args[0].starts_with("-") && !asks_for_help_or_version)) {
         args.insert(args.begin(), "chat");
     }
+    // A first word that names no command: say so (CLI11 would only say one is required).
+    if (!args.empty() && !args[0].starts_with("-") &&
+        app.get_subcommands([&](CLI::App* sub) { return sub->check_name(args[0]); }).empty()) {
+        std::fprintf(stderr,
+                     "ember: error: unknown command '%s'\nRun with --help for more information.\n",
+                     args[0].c_str());
+        return 2;
+    }
     std::reverse(args.begin(), args.end());  // CLI11 takes a vector in reverse order
+    // One prefix for every error a person sees, usage errors included.
+    app.failure_message([](const CLI::App*, const CLI::Error& e) {
+        return "ember: error: " + std::string(e.what()) +
+               "\nRun with --help for more information.\n";
+    });
     try {
         app.parse(std::move(args));
     } catch (const CLI::ParseError& e) {
@@ -52,6 +65,11 @@ int main(int argc, char** argv) {
         if (cmd.cli->parsed()) {
             try {
                 return cmd.run();
+            } catch (const CLI::Error& e) {
+                // A value only checkable once the model is loaded (--ids, --ctx): still usage.
+                std::fflush(stdout);
+                std::fprintf(stderr, "ember: error: %s\n", e.what());
+                return 2;
             } catch (const std::exception& e) {
                 std::fflush(stdout);
                 // Errors quote ids, titles, paths and file contents.

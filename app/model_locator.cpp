@@ -107,9 +107,18 @@ std::string where_to_put_models(const ModelDirs& dirs) {
 std::string path_or_name(const std::string& requested, const char* origin) {
     std::error_code ec;
     if (fs::exists(requested, ec)) {
-        if (fs::is_directory(requested, ec)) {
-            throw std::runtime_error(std::string(origin) + " '" + requested +
-                                     "' is a directory, not a GGUF file");
+        // Anything but a regular file is refused before it is opened (opening a FIFO waits
+        // for a writer).
+        const fs::file_type type = fs::status(requested, ec).type();
+        const char* kind = type == fs::file_type::directory ? "a directory"
+                           : type == fs::file_type::fifo    ? "a FIFO"
+                           : type == fs::file_type::socket  ? "a socket"
+                           : type == fs::file_type::block || type == fs::file_type::character
+                               ? "a device"
+                               : nullptr;
+        if (kind != nullptr) {
+            throw std::runtime_error(std::string(origin) + " '" + requested + "' is " + kind +
+                                     ", not a GGUF file");
         }
         return requested;
     }

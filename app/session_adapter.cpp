@@ -97,6 +97,16 @@ std::string SqliteSessionBackend::current_id() const {
 
 int64_t SqliteSessionBackend::commit(const ChatMessage& message, int64_t parent_id,
                                      const TurnResult* turn) {
+    try {
+        return record(message, parent_id, turn);
+    } catch (const std::exception&) {
+        write_failed_ = true;
+        throw;
+    }
+}
+
+int64_t SqliteSessionBackend::record(const ChatMessage& message, int64_t parent_id,
+                                     const TurnResult* turn) {
     if (!current_) {
         sessions::NewConversation n;
         n.model = defaults_.model;
@@ -130,7 +140,13 @@ int64_t SqliteSessionBackend::commit(const ChatMessage& message, int64_t parent_
 
 void SqliteSessionBackend::set_system_prompt(const std::string& text) {
     pending_system_ = text;
-    if (current_) store_.set_system_prompt(current_->id, text);
+    if (!current_) return;
+    try {
+        store_.set_system_prompt(current_->id, text);
+    } catch (const std::exception&) {
+        write_failed_ = true;
+        throw;
+    }
 }
 
 void SqliteSessionBackend::rename(const std::string& title) {
@@ -232,10 +248,22 @@ ChatSessions::ChatSessions(const ChatSessionOptions& o, const Model& model,
     const std::string path = o.db_path.empty() ? default_db_path() : o.db_path;
     const uint64_t cap = parse_byte_size(o.state_cap);
     db_ = open_session_db(path);
+    // Refused before the model answers, rather than a reply that is then not saved.
+    if (db_->read_only()) {
+        throw std::runtime_error("session database '" + path +
+                                 "' cannot be written (a read-only file or file system); "
+                                 "--no-db chats without saving");
+    }
 
     sessions::StateStoreOptions state_options;
     state_options.cap_bytes = cap;
-    state_options.on_warning = [err](const std::string& message) {
+    // One database failure is one message: once recording has failed (its caller said so), the
+    // store's failures on the same database (a full disk fails every write) would only repeat
+    // it, and a warning the store gives again turn after turn is said once.
+    state_options.on_warning = [this, err](const std::string& message) {
+        if (sqlite_backend_ && sqlite_backend_->write_failed()) return;
+        if (message == last_state_warning_) return;
+        last_state_warning_ = message;
         ui::TextWriter(err).raw("ember: warning: ").text(message).raw("\n");
     };
     // Keys cover the model's full content hash, computed (or found cached) on first use.

@@ -60,14 +60,20 @@ public:
 
     // The conversation `--continue` resumes: the most recently updated one.
     std::optional<std::string> most_recent_id();
+    // A commit or system-prompt write failed (the caller reported it and stopped recording).
+    bool write_failed() const { return write_failed_; }
 
 private:
+    // commit() without the bookkeeping of failures.
+    int64_t record(const ChatMessage& message, int64_t parent_id, const TurnResult* turn);
+
     sessions::Database& db_;
     sessions::SessionStore store_;
     SessionDefaults defaults_;
     uint64_t state_cap_;
     std::string pending_system_;  // for the conversation created by the first commit
     std::optional<sessions::ConversationInfo> current_;
+    bool write_failed_ = false;
 };
 
 // A summary line for `ember sessions list` and /sessions.
@@ -109,6 +115,7 @@ private:
     ui::NullSessionBackend null_backend_;
     std::string resume_id_;
     std::FILE* err_;
+    std::string last_state_warning_;  // the state store's last warning, not printed twice
 };
 
 // ember sessions list|show|search|export|rm|rename|stats (cmd_sessions.cpp).

@@ -96,6 +96,10 @@ int64_t Database::changes() const {
     return sqlite3_changes64(db_);
 }
 
+bool Database::read_only() const {
+    return sqlite3_db_readonly(db_, "main") == 1;
+}
+
 bool Database::in_transaction() const {
     return sqlite3_get_autocommit(db_) == 0;
 }

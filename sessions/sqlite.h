@@ -40,6 +40,9 @@ public:
     int64_t changes() const;
     // Whether a transaction is open on this connection (statements then join it).
     bool in_transaction() const;
+    // SQLite opened the file read-only (a read-only file, directory or file system): reads
+    // work, the first write fails.
+    bool read_only() const;
     int user_version();
     void set_user_version(int version);
     // Throws a SqliteError for the last error of this connection, prefixed with `doing`.

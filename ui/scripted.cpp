@@ -244,6 +244,18 @@ int run_scripted(Conversation& conversation, Sampler& sampler, std::istream& in,
             prompt = line;
         }
         if (!prompt) continue;
+        // A NUL byte in a text prompt means binary input (or a stray \u0000): the tokenizer
+        // would take it, but SQLite's text functions (full-text search, the sqlite3 shell) and
+        // anything reading C strings stop at it, so the saved prompt would read cut short.
+        // Refused, with where it is.
+        if (const size_t nul = prompt->find('\0'); nul != std::string::npos) {
+            std::fprintf(err,
+                         "ember: stdin line %lld: the prompt holds a NUL byte (byte %zu); "
+                         "line skipped\n",
+                         static_cast<long long>(line_no), nul + 1);
+            any_failed = true;
+            continue;
+        }
         const TurnOutcome outcome = answer(conversation, sampler, *prompt, out, err, options, rec);
         if (outcome == TurnOutcome::OutputGone) break;
         if (outcome == TurnOutcome::Failed) any_failed = true;

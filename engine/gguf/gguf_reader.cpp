@@ -281,9 +281,10 @@ int64_t GgufTensorInfo::n_elements() const {
 namespace {
 
 // Opens `path` for reading and returns its descriptor and size; the file must be a regular,
-// non-empty file.
+// non-empty file. Non-blocking, so that a FIFO is refused at once instead of waiting forever
+// for a writer (it changes nothing for a regular file).
 int open_regular_file(const std::string& path, uint64_t* size) {
-    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0) fail(path, std::string("cannot open: ") + std::strerror(errno));
     struct stat st {};
     if (::fstat(fd, &st) != 0) {

@@ -5,6 +5,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <sstream>
@@ -12,7 +15,12 @@
 
 namespace ember::test {
 
-CommandResult run_command(const std::vector<std::string>& argv, const std::string& input) {
+CommandResult run_command(const std::vector<std::string>& argv, const std::string& input,
+                          double timeout_seconds) {
+    using Clock = std::chrono::steady_clock;
+    const auto deadline =
+        Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(
+                           timeout_seconds > 0 ? timeout_seconds : 0));
     int in_pipe[2], out_pipe[2], err_pipe[2];
     if (pipe(in_pipe) || pipe(out_pipe) || pipe(err_pipe)) throw std::runtime_error("pipe failed");
     const pid_t pid = fork();
@@ -46,7 +54,20 @@ CommandResult run_command(const std::vector<std::string>& argv, const std::strin
     char buf[65536];
     while (open_reads > 0) {
         const nfds_t n = in_pipe[1] >= 0 ? 3 : 2;
-        if (poll(fds, n, -1) < 0) continue;
+        int wait_ms = -1;
+        if (timeout_seconds > 0) {
+            const auto left =
+                std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+            if (left.count() <= 0) {
+                // Killing the child closes its ends of the pipes (a grandchild that kept them
+                // open is not waited for: the reads stop here).
+                kill(pid, SIGKILL);
+                r.timed_out = true;
+                break;
+            }
+            wait_ms = static_cast<int>(std::min<int64_t>(left.count(), 1000));
+        }
+        if (poll(fds, n, wait_ms) <= 0) continue;
         for (int i = 0; i < 2; ++i) {
             if (fds[i].fd >= 0 && (fds[i].revents & (POLLIN | POLLHUP))) {
                 ssize_t got = read(fds[i].fd, buf, sizeof buf);
@@ -70,6 +91,9 @@ CommandResult run_command(const std::vector<std::string>& argv, const std::strin
         }
     }
     if (in_pipe[1] >= 0) close(in_pipe[1]);
+    for (int i = 0; i < 2; ++i) {
+        if (fds[i].fd >= 0) close(fds[i].fd);
+    }
     int status = 0;
     waitpid(pid, &status, 0);
     r.status = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);

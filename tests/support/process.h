@@ -10,10 +10,14 @@ struct CommandResult {
     int status = -1;  // exit status, or 128 + signal number when killed by a signal
     std::string out;
     std::string err;
+    bool timed_out = false;  // killed (SIGKILL, status 137) for running past its time limit
 };
 
-// Runs argv[0] with the arguments (no shell), feeding `input` on stdin.
-CommandResult run_command(const std::vector<std::string>& argv, const std::string& input = "");
+// Runs argv[0] with the arguments (no shell), feeding `input` on stdin. With a positive
+// `timeout_seconds`, a command still running then is killed, so a test of something that can
+// block (a FIFO, a lock) fails instead of hanging.
+CommandResult run_command(const std::vector<std::string>& argv, const std::string& input = "",
+                          double timeout_seconds = 0);
 
 std::vector<std::string> split_lines(const std::string& text);
 
