@@ -336,6 +336,15 @@ TEST_F(TerminalSafety, ExportToATerminalAFileAndAPipe) {
     EXPECT_TRUE(md.starts_with("# " + kTitle + "\n")) << md;
     EXPECT_TRUE(shows(md, "\n" + kSystem + "\n"));
     for (const auto& m : s.messages) EXPECT_TRUE(shows(md, "\n" + m.content + "\n")) << m.content;
+    // Byte for byte after the metadata lines: the stored rows under their headings.
+    std::string body = "\n## System\n\n" + kSystem + "\n";
+    for (const auto& m : s.messages) {
+        body += std::string("\n## ") + (m.role == "user" ? "User" : "Assistant") + "\n\n" +
+                m.content + "\n";
+    }
+    const size_t body_at = md.find("\n\n## System\n");
+    ASSERT_NE(body_at, std::string::npos) << md;
+    EXPECT_EQ(md.substr(body_at + 1), body);
     // The same through a pipe.
     EXPECT_EQ(run_command(sessions({"export", id_})).out, md);
     // JSON through a pipe round-trips every string that is UTF-8 byte for byte; JSON cannot
@@ -468,6 +477,10 @@ TEST_F(TerminalSafety, LineModeShowsLoadedAndStreamedTextSafely) {
     p.type("tell me\n");
     ASSERT_TRUE(p.wait_for(" tokens, ", from)) << p.output();
     ASSERT_TRUE(p.wait_for("> ", from)) << p.output();
+    const size_t reply_end = p.output().size();
+    // /sessions lists the stored title.
+    p.type("/sessions\n");
+    ASSERT_TRUE(p.wait_for("\n> ", reply_end)) << p.output();
     p.type("\x04");
     EXPECT_EQ(p.finish(), 0);
     const std::string out = p.output();
@@ -477,7 +490,8 @@ TEST_F(TerminalSafety, LineModeShowsLoadedAndStreamedTextSafely) {
     EXPECT_TRUE(shows(out, "> " + expected_visible(kPrompt))) << out;
     EXPECT_TRUE(shows(out, expected_visible(s.messages[1].content))) << out;
     const std::string reply = s.messages.back().content;
-    EXPECT_TRUE(shows(out.substr(from), expected_visible(reply))) << out;
+    EXPECT_TRUE(shows(out.substr(from, reply_end - from), expected_visible(reply))) << out;
+    EXPECT_TRUE(shows(out.substr(reply_end), expected_visible(kTitle))) << out;
 }
 
 // The full-screen UI under tmux: the transcript shows the stand-ins in a style of their own,
@@ -516,6 +530,16 @@ TEST_F(TerminalSafety, FullScreenUiShowsTheSequencesWithoutObeyingThem) {
     EXPECT_EQ(title_after, title_before);
     EXPECT_FALSE(shows(title_after, "title")) << title_after;
     EXPECT_EQ(tmux.run({"list-buffers"}).out, "");
+    // The stored title, listed by /sessions: shown, not obeyed (the pane's bytes are checked
+    // below).
+    tmux.text("/sessions");
+    tmux.keys("Enter");
+    EXPECT_TRUE(TmuxSession::poll([&] { return tmux.capture({}); },
+                                  [](const std::string& s) { return shows(s, " turns "); }, screen,
+                                  30))
+        << screen;
+    EXPECT_TRUE(shows(screen, expected_visible(kTitle))) << screen;
+    EXPECT_EQ(tmux.run({"display-message", "-p", "-t", "t", "#{pane_title}"}).out, title_before);
     tmux.text("/quit");
     tmux.keys("Enter");
     std::this_thread::sleep_for(std::chrono::milliseconds(500));
