@@ -43,8 +43,9 @@ struct ChatOptions {
     bool no_spec = false;
     int draft_max = 6;
     int64_t max_thinking_tokens = 4096;
-    std::string think = "auto";  // on | off | auto (the template's default)
-    std::string db;              // session database; empty: the default path
+    std::string reasoning_effort;  // gpt-oss: low, medium or high; empty: the template's default
+    std::string think = "auto";    // on | off | auto (the template's default)
+    std::string db;                // session database; empty: the default path
     bool no_db = false;
     std::string resume;
     bool continue_last = false;
@@ -91,6 +92,7 @@ int run_chat(ChatOptions& o) {
         copts.template_vars["enable_thinking"] = o.think == "on";
         if (o.think == "off") copts.max_thinking_tokens = 0;
     }
+    if (!o.reasoning_effort.empty()) copts.template_vars["reasoning_effort"] = o.reasoning_effort;
     if (!o.template_file.empty()) copts.template_override = read_text_file(o.template_file);
     Conversation conv(*model, pool, copts);
     if (!o.system.empty()) conv.set_system(o.system);
@@ -180,6 +182,9 @@ void register_chat_command(CLI::App& app, std::vector<Command>& out) {
         ->check(CLI::Range(1, 16));
     cmd->add_flag("--show-thinking", o->show_thinking,
                   "Scripted mode: print a thinking model's reasoning too");
+    cmd->add_option("--reasoning-effort", o->reasoning_effort,
+                    "How hard a gpt-oss model reasons (its template's reasoning_effort)")
+        ->check(CLI::IsMember({"low", "medium", "high"}));
     cmd->add_option("--max-thinking-tokens", o->max_thinking_tokens,
                     "Tokens a reply may spend thinking before it is asked to answer")
         ->capture_default_str()

@@ -19,7 +19,7 @@ constexpr int64_t kSessionListLimit = 20;
 
 const char* const kSettingNames =
     "temp, top-k, top-p, min-p, repeat-penalty, seed, n-predict, ignore-eos, think, "
-    "thinking-budget, ctx";
+    "thinking-budget, reasoning-effort, ctx";
 
 std::string trim(const std::string& s) {
     const size_t begin = s.find_first_not_of(" \t\r\n");
@@ -151,8 +151,8 @@ const std::vector<std::string>& ChatController::command_names() {
 
 const std::vector<std::string>& ChatController::setting_names() {
     static const std::vector<std::string> names = {
-        "temp",       "top-k", "top-p",           "min-p", "repeat-penalty", "seed", "n-predict",
-        "ignore-eos", "think", "thinking-budget", "ctx"};
+        "temp",      "top-k",      "top-p", "min-p",           "repeat-penalty",   "seed",
+        "n-predict", "ignore-eos", "think", "thinking-budget", "reasoning-effort", "ctx"};
     return names;
 }
 
@@ -169,6 +169,7 @@ std::string ChatController::turn_summary(const TurnResult& turn) {
                        static_cast<long long>(turn.stats.speculation.accepted),
                        static_cast<long long>(turn.stats.speculation.drafted));
     }
+    for (const auto& warning : turn.warnings) line += " [warning: " + warning + "]";
     if (turn.tokens_dropped > 0) {
         line += format(" [context full: dropped the oldest %lld messages, %lld tokens]",
                        static_cast<long long>(turn.messages_dropped),
@@ -396,6 +397,9 @@ std::string ChatController::settings_text() const {
     if (vars.contains("enable_thinking") && vars["enable_thinking"].is_boolean()) {
         text << ", think " << (vars["enable_thinking"].get<bool>() ? "on" : "off");
     }
+    if (vars.contains("reasoning_effort") && vars["reasoning_effort"].is_string()) {
+        text << ", reasoning-effort " << vars["reasoning_effort"].get<std::string>();
+    }
     return text.str();
 }
 
@@ -458,6 +462,13 @@ ChatOutcome ChatController::command_set(const std::string& args) {
         if (!v || *v < 0) return not_a("a whole number >= 0");
         conversation_.set_thinking(*v > 0, *v);
         return info("thinking-budget = " + value);
+    } else if (name == "reasoning-effort") {
+        // gpt-oss's system message says how hard to think: low, medium or high.
+        if (value != "low" && value != "medium" && value != "high") {
+            return not_a("low, medium or high");
+        }
+        conversation_.set_template_var("reasoning_effort", value);
+        return info("reasoning-effort = " + value);
     } else if (name == "ctx" || name == "context") {
         const auto v = parse_number<int64_t>(value);
         if (!v) return not_a("a whole number");

@@ -50,6 +50,7 @@ json turn_json(const TurnResult& r, bool show_thinking) {
     j["spec_accepted"] = spec.accepted;
     j["acceptance_rate"] = spec.acceptance_rate();
     j["finish"] = std::string(finish_reason_name(r.finish));
+    if (!r.warnings.empty()) j["warnings"] = r.warnings;
     if (r.tokens_dropped > 0) {
         j["context_dropped_tokens"] = r.tokens_dropped;
         j["context_dropped_messages"] = r.messages_dropped;
@@ -177,6 +178,9 @@ TurnOutcome answer(Conversation& conv, Sampler& sampler, const std::string& prom
     const int64_t reply_id = rec.commit(conv.messages().back(), &r, user_id);
     if (reply_id != 0) rec.set_parent(reply_id);
     if (printer.gone()) return TurnOutcome::OutputGone;
+    for (const auto& warning : r.warnings) {
+        TextWriter(err).raw("ember: warning: ").text(warning).raw("\n");
+    }
     if (r.tokens_dropped > 0) {
         std::fprintf(
             err, "ember: context full: dropped %lld tokens (%lld messages) of the oldest turns\n",

@@ -4,6 +4,7 @@
 #include <stdexcept>
 
 #include "engine/chat/template.h"
+#include "engine/generate/harmony.h"
 #include "engine/generate/ngram.h"
 #include "engine/generate/reply_router.h"
 #include "engine/model/forward.h"
@@ -49,6 +50,68 @@ bool prompt_opens_thinking(const std::string& text) {
     return end != std::string::npos && end + 1 >= 7 && text.compare(end + 1 - 7, 7, "<think>") == 0;
 }
 
+// One interface over the two ways a reply marks its thinking: <think> tags in the text
+// (ReplyRouter, fed detokenized text) or harmony messages (HarmonyRouter, fed the ids).
+class ReplyStream {
+public:
+    ReplyStream(const Tokenizer& tok, const HarmonyTokens* harmony,
+                const std::vector<std::string>& stops, bool thinking_possible,
+                bool starts_in_thinking, bool starts_in_final, bool stop_at_end,
+                const TextCallback& on_text)
+        : detok_(tok, DecodeOptions{.skip_special = true, .strip_leading_space = false}) {
+        if (harmony != nullptr) {
+            harmony_.emplace(tok, *harmony, stops, starts_in_final, stop_at_end, on_text);
+        } else {
+            think_.emplace(stops, thinking_possible, starts_in_thinking, on_text);
+        }
+    }
+    void push(int32_t id) {
+        if (harmony_) {
+            harmony_->push(id);
+        } else {
+            think_->push(detok_.push(id));
+        }
+    }
+    // The generated text is complete (no more tokens follow).
+    void finish() {
+        if (harmony_) {
+            harmony_->finish();
+            return;
+        }
+        if (!think_->stopped_by_string()) think_->push(detok_.flush());
+        think_->finish();
+    }
+    // Ends a thinking block cut short; returns the text to feed the model after the last token.
+    std::string force_end_thinking(const std::string& transition) {
+        if (harmony_) {
+            harmony_->force_end_thinking(transition);
+            return transition + kHarmonyCloseAnalysis;
+        }
+        think_->push(detok_.flush());
+        think_->force_end_thinking(transition);
+        return transition + "</think>\n\n";
+    }
+    ReplyRouter::Phase phase() const { return harmony_ ? harmony_->phase() : think_->phase(); }
+    // The reply ended: a stop string, or the format's end of the reply (harmony).
+    bool done() const { return harmony_ ? harmony_->done() : think_->stopped_by_string(); }
+    bool stopped_by_string() const {
+        return harmony_ ? harmony_->stopped_by_string() : think_->stopped_by_string();
+    }
+    bool cancelled() const { return harmony_ ? harmony_->cancelled() : think_->cancelled(); }
+    const std::string& answer() const { return harmony_ ? harmony_->answer() : think_->answer(); }
+    const std::string& thinking() const {
+        return harmony_ ? harmony_->thinking() : think_->thinking();
+    }
+    std::vector<std::string> warnings() const {
+        return harmony_ ? harmony_->warnings() : std::vector<std::string>{};
+    }
+
+private:
+    StreamingDetokenizer detok_;
+    std::optional<ReplyRouter> think_;
+    std::optional<HarmonyRouter> harmony_;
+};
+
 }  // namespace
 
 Conversation::Conversation(const Model& model, ThreadPool& pool, ConversationOptions options)
@@ -65,6 +128,12 @@ Conversation::Conversation(const Model& model, ThreadPool& pool, ConversationOpt
     template_knows_thinking_ = source.find("<think>") != std::string::npos;
     template_ = std::make_unique<ChatTemplate>(source);
     const Tokenizer& tok = model_.tokenizer();
+    // Harmony when the template writes its channels and the vocabulary has its markers.
+    if (source.find("<|channel|>") != std::string::npos) {
+        if (auto markers = HarmonyTokens::find(tok)) {
+            harmony_ = std::make_unique<const HarmonyTokens>(*markers);
+        }
+    }
     bos_text_ = token_text_or_empty(tok, tok.bos_id());
     eos_text_ = token_text_or_empty(tok, tok.eos_id());
     state_ = make_state(model_.config(), options_.context, options_.kv_type);
@@ -326,7 +395,7 @@ TurnResult Conversation::respond(Sampler& sampler, const GenerateOptions& option
     // Room for the reply: what was asked for (plus the thinking budget when the reply will
     // think), but never more than half the context.
     const int64_t thinking_room =
-        template_knows_thinking_ ? std::max<int64_t>(0, options_.max_thinking_tokens) : 0;
+        replies_think() ? std::max<int64_t>(0, options_.max_thinking_tokens) : 0;
     const int64_t asked =
         options.max_tokens < 0 ? options_.context / 2 : options.max_tokens + thinking_room;
     const int64_t reserve = std::min<int64_t>(asked, options_.context / 2);
@@ -338,12 +407,13 @@ TurnResult Conversation::respond(Sampler& sampler, const GenerateOptions& option
     std::vector<int32_t> prompt(tokens.begin() + static_cast<ptrdiff_t>(reuse), tokens.end());
     if (!state_->recurrent.empty()) evaluate_hybrid_prompt(tokens, reuse, prompt);
     const bool stop_cut = generate_reply(std::move(prompt), sampler, options, on_text,
-                                         template_knows_thinking_, starts_in_thinking, result);
+                                         replies_think(), starts_in_thinking, result);
     remember_evaluated(tokens, result);
     // The ids stand for the reply text only when they are exactly its tokens: no stop string
-    // cut the text short and no thinking precedes it.
-    const bool ids_are_text =
-        !stop_cut && result.thinking_tokens == 0 && result.thinking_end == ThinkingEnd::None;
+    // cut the text short and no thinking precedes it. A harmony reply's ids hold its channel
+    // markup, and the template writes a past reply otherwise anyway (no analysis, <|end|>).
+    const bool ids_are_text = !stop_cut && result.thinking_tokens == 0 &&
+                              result.thinking_end == ThinkingEnd::None && !harmony_;
     messages_.push_back(ChatMessage{"assistant", result.reply,
                                     ids_are_text ? result.ids : std::vector<int32_t>{},
                                     result.thinking});
@@ -406,36 +476,38 @@ bool Conversation::generate_reply(std::vector<int32_t> prompt, Sampler& sampler,
     const int64_t thinking_budget = std::max<int64_t>(0, options_.max_thinking_tokens);
     EncodeOptions special;
     special.parse_special = true;
-    if (starts_in_thinking && thinking_budget == 0) {
-        // No thinking wanted: close the block the template opened before the model starts.
-        const auto close = tok.encode("</think>\n\n", special);
+    const HarmonyTokens* harmony = thinking_possible ? harmony_.get() : nullptr;
+    bool starts_in_final = false;
+    if (thinking_budget == 0 && (starts_in_thinking || harmony != nullptr)) {
+        // No thinking wanted: close the block the template opened (or open harmony's final
+        // message) before the model starts.
+        const auto close = tok.encode(harmony ? kHarmonyOpenFinal : "</think>\n\n", special);
         prompt.insert(prompt.end(), close.begin(), close.end());
         starts_in_thinking = false;
+        starts_in_final = harmony != nullptr;
         result.thinking_end = ThinkingEnd::Budget;
     }
 
-    DecodeOptions dec;
-    dec.strip_leading_space = false;
-    StreamingDetokenizer detok(tok, dec);
-    ReplyRouter router(options_.stop_strings, thinking_possible && thinking_budget > 0,
-                       starts_in_thinking, on_text);
+    ReplyStream router(tok, harmony, options_.stop_strings,
+                       thinking_possible && thinking_budget > 0, starts_in_thinking,
+                       starts_in_final, !options.ignore_eos, on_text);
     std::vector<int32_t> thinking_ids;  // for the loop check
     ThinkingEnd forced = ThinkingEnd::None;
     bool answer_full = false;
 
     auto on_token = [&](int32_t id) {
         const bool was_thinking = router.phase() == ReplyRouter::Phase::Thinking;
-        router.push(detok.push(id));
+        router.push(id);
         if (was_thinking || router.phase() == ReplyRouter::Phase::Thinking) {
             ++result.thinking_tokens;
             thinking_ids.push_back(id);
-            if (was_thinking && router.phase() == ReplyRouter::Phase::Answer) {
+            if (was_thinking && router.phase() != ReplyRouter::Phase::Thinking) {
                 result.thinking_end = ThinkingEnd::Model;
             }
         } else {
             ++result.answer_tokens;
         }
-        if (router.stopped_by_string() || router.cancelled()) return false;
+        if (router.done() || router.cancelled()) return false;
         if (router.phase() == ReplyRouter::Phase::Thinking) {
             if (result.thinking_tokens >= thinking_budget) {
                 forced = ThinkingEnd::Budget;
@@ -452,6 +524,9 @@ bool Conversation::generate_reply(std::vector<int32_t> prompt, Sampler& sampler,
     // generator itself runs until the context is full.
     GenerateOptions unbounded = options;
     unbounded.max_tokens = -1;
+    // Harmony ends a message with <|end|>, an end-of-generation token, also after the
+    // thinking: the router says when the reply is over.
+    if (harmony != nullptr) unbounded.ignore_eos = true;
     unbounded.ngram = options.speculation.enabled ? ngram_.get() : nullptr;
     GenerateResult gen = generate(model_, *state_, pool_, sampler, prompt, unbounded, on_token);
     result.stats = gen.stats;
@@ -460,10 +535,7 @@ bool Conversation::generate_reply(std::vector<int32_t> prompt, Sampler& sampler,
         // Close the block: the transition and "</think>" are fed to the model after the last
         // sampled token (which has not been evaluated yet), and the answer follows.
         result.thinking_end = forced;
-        router.push(detok.flush());
-        router.force_end_thinking(kThinkingTransition);
-        const auto forced_ids =
-            tok.encode(std::string(kThinkingTransition) + "</think>\n\n", special);
+        const auto forced_ids = tok.encode(router.force_end_thinking(kThinkingTransition), special);
         std::vector<int32_t> resume{gen.ids.back()};
         resume.insert(resume.end(), forced_ids.begin(), forced_ids.end());
         for (int32_t id : forced_ids) sampler.accept(id);
@@ -477,12 +549,12 @@ bool Conversation::generate_reply(std::vector<int32_t> prompt, Sampler& sampler,
         result.stats.decode_seconds += rest.stats.prefill_seconds + rest.stats.decode_seconds;
         gen.finish = rest.finish;
     }
-    if (!router.stopped_by_string()) router.push(detok.flush());
     router.finish();
-    result.finish = router.stopped_by_string() ? FinishReason::Stop
-                    : answer_full              ? FinishReason::Length
-                    : router.cancelled()       ? FinishReason::Cancelled
-                                               : gen.finish;
+    result.warnings = router.warnings();
+    result.finish = router.done()        ? FinishReason::Stop
+                    : answer_full        ? FinishReason::Length
+                    : router.cancelled() ? FinishReason::Cancelled
+                                         : gen.finish;
     result.reply = router.answer();
     result.thinking = router.thinking();
     return router.stopped_by_string();

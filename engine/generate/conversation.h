@@ -24,6 +24,7 @@
 namespace ember {
 
 class ChatTemplate;
+struct HarmonyTokens;
 class NgramTable;
 class RecurrentSnapshotPool;
 class Model;
@@ -73,6 +74,8 @@ struct TurnResult {
     int64_t tokens_evaluated = 0;  // of those, computed this turn
     int64_t tokens_dropped = 0;    // dropped from the start to fit the context
     int64_t messages_dropped = 0;
+    // Output that broke the model's chat format (harmony), shown as plain text instead.
+    std::vector<std::string> warnings;
     GenerateStats stats;
 };
 
@@ -102,6 +105,10 @@ public:
     // Thinking on/off for later turns: sets the template's switch (enable_thinking) and, for
     // off, closes any block the template still opens. `budget` < 0 keeps the current budget.
     void set_thinking(bool on, int64_t budget = -1);
+    // A variable the chat template reads (e.g. gpt-oss's reasoning_effort), for later turns.
+    void set_template_var(const std::string& name, nlohmann::ordered_json value) {
+        options_.template_vars[name] = std::move(value);
+    }
     // A new context size for later turns. The state is reallocated, so the next turn is
     // evaluated from scratch (or restored from the prefix store).
     void set_context(int64_t tokens);
@@ -138,6 +145,8 @@ public:
     // The prompt the next turn would evaluate (for debugging and `ember render`).
     // The prompt for the first `n_messages` messages (all by default).
     std::string render_prompt(size_t n_messages = SIZE_MAX, bool generation_prompt = true) const;
+    // Whether replies are in the harmony format (gpt-oss).
+    bool harmony() const { return harmony_ != nullptr; }
     // Whether the model's own template is in use (false: override or ChatML fallback).
     bool uses_model_template() const { return uses_model_template_; }
     const ConversationOptions& options() const { return options_; }
@@ -167,6 +176,10 @@ private:
     std::unique_ptr<ChatTemplate> template_;
     bool uses_model_template_ = false;
     bool template_knows_thinking_ = false;  // the template mentions <think>
+    // The harmony format's markers when the model writes harmony (gpt-oss): replies are then
+    // channels of messages, `analysis` the thinking.
+    std::unique_ptr<const HarmonyTokens> harmony_;
+    bool replies_think() const { return template_knows_thinking_ || harmony_ != nullptr; }
     std::string bos_text_, eos_text_;
     std::vector<ChatMessage> messages_;
     std::unique_ptr<InferenceState> state_;
