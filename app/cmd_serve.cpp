@@ -14,6 +14,7 @@
 #include "app/session_adapter.h"
 #include "engine/model/model.h"
 #include "engine/util/thread_pool.h"
+#include "ui/terminal_text.h"
 
 namespace ember::app {
 
@@ -73,8 +74,11 @@ int run_serve(const ServeOptions& o) {
                      o.host.c_str());
     }
     if (!o.quiet) {
-        so.log = [](const std::string& line) {
-            std::fprintf(stderr, "ember serve: %s\n", line.c_str());
+        // Log lines quote what clients sent (a request path, an error about a body): on a
+        // terminal its control characters are shown, not obeyed. One fprintf per line, so
+        // lines from the server's threads do not interleave.
+        so.log = [shown = ui::TextWriter(stderr)](const std::string& line) {
+            std::fprintf(stderr, "ember serve: %s\n", shown.shown(line).c_str());
         };
     }
 
@@ -106,8 +110,8 @@ int run_serve(const ServeOptions& o) {
         db = open_session_db(o.db.empty() ? default_db_path() : o.db);
         sessions::StateStoreOptions state_options;
         state_options.cap_bytes = parse_byte_size(o.state_cap);
-        state_options.on_warning = [](const std::string& message) {
-            std::fprintf(stderr, "ember serve: warning: %s\n", message.c_str());
+        state_options.on_warning = [shown = ui::TextWriter(stderr)](const std::string& message) {
+            std::fprintf(stderr, "ember serve: warning: %s\n", shown.shown(message).c_str());
         };
         state = std::make_unique<sessions::StateStore>(*db, *model, copts.kv_type, state_options);
     }

@@ -37,9 +37,10 @@ int main(int argc, char** argv) {
     // A first word that names no command: say so (CLI11 would only say one is required).
     if (!args.empty() && !args[0].starts_with("-") &&
         app.get_subcommands([&](CLI::App* sub) { return sub->check_name(args[0]); }).empty()) {
-        std::fprintf(stderr,
-                     "ember: error: unknown command '%s'\nRun with --help for more information.\n",
-                     args[0].c_str());
+        ember::ui::TextWriter(stderr)
+            .raw("ember: error: unknown command '")
+            .text(args[0])
+            .raw("'\nRun with --help for more information.\n");
         return 2;
     }
     std::reverse(args.begin(), args.end());  // CLI11 takes a vector in reverse order
@@ -68,7 +69,7 @@ int main(int argc, char** argv) {
             } catch (const CLI::Error& e) {
                 // A value only checkable once the model is loaded (--ids, --ctx): still usage.
                 std::fflush(stdout);
-                std::fprintf(stderr, "ember: error: %s\n", e.what());
+                ember::ui::TextWriter(stderr).raw("ember: error: ").text(e.what()).raw("\n");
                 return 2;
             } catch (const std::exception& e) {
                 std::fflush(stdout);

@@ -9,7 +9,11 @@
 // and tab, no DEL, no C1, and the visible stand-ins present. Files and pipes get the stored
 // bytes exactly; the database (read here with plain SQL) keeps the text exactly as typed.
 // `ember run`, `detokenize` and `render` (model and file text) are checked the same way.
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -304,6 +308,71 @@ TEST_F(TerminalSafety, ErrorsQuotingUserInputOnATerminal) {
         EXPECT_TERMINAL_SAFE(out);
         EXPECT_TRUE(shows(out, "--bogus\xe2\x90\x9b]52;c;eA==\xe2\x90\x87")) << out;
     }
+    {
+        SCOPED_TRACE("unknown command");
+        const auto [status, out] =
+            run_on_terminal({ember_binary(), "bogus\x1b]0;cmd-title\x07"}, terminal());
+        EXPECT_EQ(status, 2);
+        EXPECT_TERMINAL_SAFE(out);
+        EXPECT_TRUE(shows(out, "'bogus\xe2\x90\x9b]0;cmd-title\xe2\x90\x87'")) << out;
+    }
+    {
+        SCOPED_TRACE("a bad option value");
+        const auto [status, out] =
+            run_on_terminal({ember_binary(), "run", "-m", fixture_path(kModel), "-p", "x", "--temp",
+                             "1\x1b]0;temp-title\x07"},
+                            terminal());
+        EXPECT_EQ(status, 2);
+        EXPECT_TERMINAL_SAFE(out);
+        EXPECT_TRUE(shows(out, "'1\xe2\x90\x9b]0;temp-title\xe2\x90\x87'")) << out;
+    }
+    {
+        SCOPED_TRACE("a bad token id, checked once the model is loaded");
+        const auto [status, out] = run_on_terminal(
+            {ember_binary(), "run", "-m", fixture_path(kModel), "--ids", "1,\x1b]0;ids-title\x07"},
+            terminal());
+        EXPECT_EQ(status, 2);
+        EXPECT_TERMINAL_SAFE(out);
+        EXPECT_TRUE(shows(out, "'\xe2\x90\x9b]0;ids-title\xe2\x90\x87' is not a token id")) << out;
+    }
+}
+
+// Sends `request` to 127.0.0.1:`port` and reads the answer to its end ("" when no connection).
+std::string http_exchange(int port, const std::string& request) {
+    const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in address{};
+    address.sin_family = AF_INET;
+    address.sin_port = htons(static_cast<uint16_t>(port));
+    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    std::string answer;
+    if (fd >= 0 && connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) == 0 &&
+        write(fd, request.data(), request.size()) == static_cast<ssize_t>(request.size())) {
+        char buffer[4096];
+        for (ssize_t n; (n = read(fd, buffer, sizeof buffer)) > 0;) answer.append(buffer, n);
+    }
+    if (fd >= 0) close(fd);
+    return answer;
+}
+
+// ember serve logs each request's path, which a client chose (percent-decoded, so any byte):
+// on the operator's terminal it is shown, not obeyed.
+TEST_F(TerminalSafety, ServeLogsRequestPathsSafelyOnATerminal) {
+    TerminalProcess server({ember_binary(), "serve", "-m", fixture_path(kModel), "--port", "0",
+                            "--no-db", "-t", "1", "--parallel", "1"},
+                           terminal());
+    const std::string listening = "listening on http://127.0.0.1:";
+    ASSERT_TRUE(server.wait_for(listening, 0, 30)) << server.output();
+    ASSERT_TRUE(server.wait_for(" (model", 0, 30)) << server.output();
+    const std::string& out = server.output();
+    const int port = std::stoi(out.substr(out.find(listening) + listening.size()));
+    const std::string answer = http_exchange(
+        port, "GET /%1B]0;srv-title%07%1B[2J HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+    EXPECT_TRUE(answer.starts_with("HTTP/1.1 404")) << answer;
+    EXPECT_TRUE(server.wait_for(" 404", 0, 30)) << server.output();
+    EXPECT_TERMINAL_SAFE(server.output());
+    EXPECT_TRUE(
+        shows(server.output(), "GET /\xe2\x90\x9b]0;srv-title\xe2\x90\x87\xe2\x90\x9b[2J 404"))
+        << server.output();
 }
 
 TEST_F(TerminalSafety, ExportToATerminalAFileAndAPipe) {
