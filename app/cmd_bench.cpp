@@ -39,7 +39,7 @@ struct BenchArgs {
     // Tokens of context already in the cache before the prompt and the decode are timed (as
     // the reference's -d): attention then reads depth x KV bytes per position for every token.
     int64_t depth = 0;
-    int threads = 2;
+    int threads = 0;  // 0: the physical cores (default_threads)
     int reps = 5;
     bool json_out = false;
     uint64_t seed = 1234;
@@ -201,7 +201,8 @@ RepResult run_rep(const Model& model, InferenceState& state, ThreadPool& pool, C
     return r;
 }
 
-int run_bench(const BenchArgs& a) {
+int run_bench(BenchArgs a) {
+    if (a.threads == 0) a.threads = default_threads();
     if (a.prompt < 1 || a.gen < 1 || a.reps < 1 || a.threads < 1 || a.bw_passes < 1) {
         throw std::runtime_error("-p, -n, --reps, -t and --bw-passes must be at least 1");
     }
@@ -386,9 +387,10 @@ void register_bench_command(CLI::App& app, std::vector<Command>& out) {
     cmd->add_option("-p,--prompt", args->prompt, "Prompt tokens (random ids)")
         ->capture_default_str();
     cmd->add_option("-n,--n-gen", args->gen, "Tokens decoded one at a time")->capture_default_str();
-    cmd->add_option("-t,--threads", args->threads, "Threads")
+    cmd->add_option("-t,--threads", args->threads, "Threads (0: the physical cores)")
         ->capture_default_str()
-        ->check(thread_count());
+        ->check(whole_number(0, kMaxThreads,
+                             "from 0 to " + std::to_string(kMaxThreads) + " (0: the physical cores)"));
     cmd->add_option("-d,--depth", args->depth,
                     "Tokens of context in the cache before prefill and decode are timed (as the "
                     "reference's -d)")
@@ -425,7 +427,8 @@ void register_bench_command(CLI::App& app, std::vector<Command>& out) {
                            BenchSpecArgs spec_args;
                            spec_args.model = args->model;
                            spec_args.gen = args->gen;
-                           spec_args.threads = args->threads;
+                           spec_args.threads =
+                               args->threads > 0 ? args->threads : default_threads();
                            // Two decodes per rep and prompt: fewer reps unless asked for.
                            if (reps_opt->count() > 0) spec_args.reps = args->reps;
                            spec_args.json_out = args->json_out;

@@ -444,7 +444,7 @@ void register_bench_resume_command(CLI::App& app, std::vector<Command>& out) {
     add_model_option(cmd, o->model);
     cmd->add_option("--tokens", o->tokens, "Conversation length to build, in tokens")
         ->capture_default_str();
-    add_threads_option(cmd, o->threads, "Threads of the chat processes (default: all)");
+    add_threads_option(cmd, o->threads, "Threads of the chat processes (default: the physical cores)");
     cmd->add_flag("--json", o->json_out, "Print the results as JSON");
     cmd->add_option("--keep", o->keep_dir, "Keep the session databases in this directory");
     out.push_back({cmd, [o] { return run_bench_resume(*o); }});

@@ -237,7 +237,7 @@ void register_bench_serve_command(CLI::App& app, std::vector<Command>& out) {
         ->capture_default_str()
         ->check(CLI::Range(1, 100000));
     cmd->add_option("-c,--ctx", o->ctx, "Context per slot")->capture_default_str();
-    add_threads_option(cmd, o->threads, "Engine threads (default: all cores)");
+    add_threads_option(cmd, o->threads, "Engine threads (default: the physical cores)");
     out.push_back({cmd, [o] { return run_bench_serve(*o); }});
 }
 

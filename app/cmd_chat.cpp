@@ -168,7 +168,7 @@ void register_chat_command(CLI::App& app, std::vector<Command>& out) {
     cmd->add_option("--kv-type", o->kv_type, "KV cache precision")
         ->capture_default_str()
         ->check(CLI::IsMember({"f32", "f16"}));
-    add_threads_option(cmd, o->threads, "Threads (default: all cores)");
+    add_threads_option(cmd, o->threads, "Threads (default: the physical cores)");
     cmd->add_flag("--script", o->script, "Scripted mode: prompts from stdin, replies to stdout");
     cmd->add_flag("--jsonl", o->jsonl, "Scripted mode with JSON lines in and out");
     cmd->add_flag("--no-prefix-cache", o->no_prefix_cache, "Recompute every turn from scratch");

@@ -4,10 +4,13 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <fstream>
 #include <iostream>
 #include <limits>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <set>
+#include <string>
 #include <thread>
 
 #include "app/cli_checks.h"
@@ -361,8 +364,26 @@ void add_threads_option(CLI::App* cmd, int& threads, const std::string& help) {
 
 int default_threads() {
     cpu_set_t set;
-    if (sched_getaffinity(0, sizeof set, &set) == 0) return std::max(1, CPU_COUNT(&set));
-    return std::max(1u, std::thread::hardware_concurrency());
+    if (sched_getaffinity(0, sizeof set, &set) != 0) {
+        return std::max(1u, std::thread::hardware_concurrency());
+    }
+    // Physical cores: decode streams weights and prefill fills the vector units, so a second
+    // hardware thread of a core adds contention, not speed. CPUs that share a core list the
+    // same siblings in sysfs; where sysfs says nothing, every allowed CPU counts.
+    std::set<std::string> cores;
+    int unknown = 0;
+    for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
+        if (!CPU_ISSET(cpu, &set)) continue;
+        std::ifstream in("/sys/devices/system/cpu/cpu" + std::to_string(cpu) +
+                         "/topology/thread_siblings_list");
+        std::string siblings;
+        if (std::getline(in, siblings) && !siblings.empty()) {
+            cores.insert(siblings);
+        } else {
+            ++unknown;
+        }
+    }
+    return std::max(1, static_cast<int>(cores.size()) + unknown);
 }
 
 std::vector<int32_t> parse_id_list(const std::string& text, const std::string& what) {
@@ -406,7 +427,7 @@ void register_model_commands(CLI::App& app, std::vector<Command>& out) {
         ->capture_default_str()
         ->check(token_count());
     add_sampling_options(run, run_opts->sampling);
-    add_threads_option(run, run_opts->threads, "Threads (default: all cores)");
+    add_threads_option(run, run_opts->threads, "Threads (default: the physical cores)");
     run->add_option("-c,--ctx", run_opts->ctx,
                     "Context size (default: prompt + n, at least 4096, at most the model's)")
         ->check(whole_number(1, std::numeric_limits<int64_t>::max(), "at least 1"));
@@ -436,7 +457,7 @@ void register_model_commands(CLI::App& app, std::vector<Command>& out) {
     add_model_option(eval, eval_opts->model);
     eval->add_option("--ids", eval_opts->ids, "Token ids: 1,2,3")->required();
     eval->add_option("--top-k", eval_opts->top_k, "Logits per position")->capture_default_str();
-    add_threads_option(eval, eval_opts->threads, "Threads (default: all cores)");
+    add_threads_option(eval, eval_opts->threads, "Threads (default: the physical cores)");
     eval->add_option("--kv-type", eval_opts->kv_type, "KV cache precision: f32 or f16")
         ->capture_default_str()
         ->check(CLI::IsMember({"f32", "f16"}));

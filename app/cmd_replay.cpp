@@ -238,7 +238,7 @@ void register_replay_command(CLI::App& app, std::vector<Command>& out) {
                   "one");
     cmd->add_option("-m,--model", o->model,
                     "Model file or name (default: the one the conversation was recorded with)");
-    add_threads_option(cmd, o->threads, "Threads (default: all cores)");
+    add_threads_option(cmd, o->threads, "Threads (default: the physical cores)");
     cmd->add_option("-c,--ctx", o->ctx, "Context size in tokens (default: the chat's default)");
     out.push_back({cmd, [o] { return run_replay(*o); }});
 }

@@ -161,7 +161,7 @@ void register_serve_command(CLI::App& app, std::vector<Command>& out) {
     cmd->add_option("--kv-type", o->kv_type, "KV cache precision")
         ->capture_default_str()
         ->check(CLI::IsMember({"f32", "f16"}));
-    add_threads_option(cmd, o->threads, "Threads (default: all cores)");
+    add_threads_option(cmd, o->threads, "Threads (default: the physical cores)");
     cmd->add_option("--db", o->db,
                     "Database whose prefix-state store the slots share (default: "
                     "$XDG_DATA_HOME/ember/ember.db)");

@@ -66,7 +66,7 @@ void register_synth_command(CLI::App& app, std::vector<Command>& out) {
         ->check(CLI::ExistingFile);
     cmd->add_option("-o,--output", args->output, "Output GGUF file")->required();
     cmd->add_option("--seed", args->seed, "Random seed of the weights")->capture_default_str();
-    add_threads_option(cmd, args->threads, "Threads (default: all cores)");
+    add_threads_option(cmd, args->threads, "Threads (default: the physical cores)");
     out.push_back({cmd, [args] { return run_synth(*args); }});
 }
 

@@ -62,7 +62,7 @@ std::vector<int32_t> parse_id_list(const std::string& text, const std::string& w
 // stderr: every command loads models through this.
 std::unique_ptr<Model> load_model(const std::string& path);
 
-// Default thread count: the cores this process may run on.
+// Default thread count: the physical cores among the CPUs this process may run on.
 int default_threads();
 
 }  // namespace ember::app

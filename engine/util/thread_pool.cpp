@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <thread>
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -29,6 +30,11 @@ inline void cpu_relax() {
 // from other processes between tokens or while the user types. Bounded by time, not by
 // iterations, because a pause lasts ~10 cycles on some CPUs and ~140 on others.
 constexpr auto kSpinTime = std::chrono::microseconds(500);
+// Past this part of the spin, each clock read also yields the core: with more threads than
+// free cores (a busy machine, or -t above the core count) a spinning worker would otherwise
+// hold a core that a worker with a task - or the caller - is waiting for. Where nothing else
+// is runnable the yield returns at once, so the wake-up stays as quick.
+constexpr auto kPureSpinTime = std::chrono::microseconds(50);
 constexpr int kSpinsPerClockRead = 64;
 // Spin iterations of the caller waiting for joined workers before it sleeps: joined workers are
 // running a task, so this is short unless one was preempted - then the core is better given
@@ -67,9 +73,10 @@ void ThreadPool::worker_loop(int worker) {
         const auto spin_start = std::chrono::steady_clock::now();
         for (int spins = 1; epoch_.load(std::memory_order_acquire) == seen; ++spins) {
             cpu_relax();
-            if (spins % kSpinsPerClockRead == 0 &&
-                std::chrono::steady_clock::now() - spin_start > kSpinTime) {
-                break;
+            if (spins % kSpinsPerClockRead == 0) {
+                const auto spun = std::chrono::steady_clock::now() - spin_start;
+                if (spun > kSpinTime) break;
+                if (spun > kPureSpinTime) std::this_thread::yield();
             }
         }
         if (epoch_.load(std::memory_order_acquire) == seen) {
@@ -122,6 +129,8 @@ void ThreadPool::parallel_for(int64_t n_tasks, const TaskFn& fn) {
     for (int spins = 0; v != kClosed; ++spins) {
         if (spins < kWaitSpinIterations) {
             cpu_relax();
+            // A joined worker still running a task may be waiting for this very core.
+            if (spins % kSpinsPerClockRead == kSpinsPerClockRead - 1) std::this_thread::yield();
         } else {
             busy_workers_.wait(v, std::memory_order_acquire);
         }
