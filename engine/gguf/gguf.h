@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -156,6 +157,13 @@ public:
     void add_tensor(const std::string& name, std::vector<int64_t> dims, TensorType type,
                     std::vector<uint8_t> bytes);
 
+    // A tensor whose bytes are produced while the file is written: fill(dst) writes the
+    // tensor's size in bytes to dst. Tensors are filled one at a time into one reused buffer,
+    // so a file larger than memory (a 30B model's random weights) never has to be held whole.
+    using TensorFill = std::function<void(uint8_t* dst)>;
+    void add_tensor(const std::string& name, std::vector<int64_t> dims, TensorType type,
+                    TensorFill fill);
+
     // Writes to `path` (via a temporary file and rename, so a failure leaves no half file).
     void write(const std::string& path, uint32_t alignment = 32) const;
 
@@ -165,7 +173,11 @@ private:
         std::vector<int64_t> dims;
         TensorType type;
         std::vector<uint8_t> bytes;
+        uint64_t n_bytes = 0;  // bytes.size(), or what fill produces
+        TensorFill fill;       // set for tensors produced at write time
     };
+    uint64_t checked_size(const std::string& name, const std::vector<int64_t>& dims,
+                          TensorType type) const;
     std::vector<std::pair<std::string, GgufValue>> metadata_;
     std::vector<PendingTensor> tensors_;
 };

@@ -159,8 +159,8 @@ void GgufWriter::copy_from(const GgufFile& file, const std::string& key) {
     set(key, *v);
 }
 
-void GgufWriter::add_tensor(const std::string& name, std::vector<int64_t> dims, TensorType type,
-                            std::vector<uint8_t> bytes) {
+uint64_t GgufWriter::checked_size(const std::string& name, const std::vector<int64_t>& dims,
+                                  TensorType type) const {
     const TypeInfo& info = type_info(type);
     uint64_t n = 1;
     for (int64_t d : dims) n *= static_cast<uint64_t>(d);
@@ -168,15 +168,26 @@ void GgufWriter::add_tensor(const std::string& name, std::vector<int64_t> dims, 
         throw GgufError("GGUF writer: tensor '" + name + "' row length is not a multiple of " +
                         std::to_string(info.block_elems));
     }
-    if (n / info.block_elems * info.block_bytes != bytes.size()) {
-        throw GgufError("GGUF writer: tensor '" + name + "' has " + std::to_string(bytes.size()) +
-                        " bytes, its shape needs " +
-                        std::to_string(n / info.block_elems * info.block_bytes));
-    }
     for (const auto& t : tensors_) {
         if (t.name == name) throw GgufError("GGUF writer: duplicate tensor '" + name + "'");
     }
-    tensors_.push_back({name, std::move(dims), type, std::move(bytes)});
+    return n / info.block_elems * info.block_bytes;
+}
+
+void GgufWriter::add_tensor(const std::string& name, std::vector<int64_t> dims, TensorType type,
+                            std::vector<uint8_t> bytes) {
+    const uint64_t need = checked_size(name, dims, type);
+    if (need != bytes.size()) {
+        throw GgufError("GGUF writer: tensor '" + name + "' has " + std::to_string(bytes.size()) +
+                        " bytes, its shape needs " + std::to_string(need));
+    }
+    tensors_.push_back({name, std::move(dims), type, std::move(bytes), need, nullptr});
+}
+
+void GgufWriter::add_tensor(const std::string& name, std::vector<int64_t> dims, TensorType type,
+                            TensorFill fill) {
+    const uint64_t need = checked_size(name, dims, type);
+    tensors_.push_back({name, std::move(dims), type, {}, need, std::move(fill)});
 }
 
 void GgufWriter::write(const std::string& path, uint32_t alignment) const {
@@ -226,11 +237,24 @@ void GgufWriter::write(const std::string& path, uint32_t alignment) const {
             for (int64_t d : t.dims) sink.put<uint64_t>(static_cast<uint64_t>(d));
             sink.put<uint32_t>(static_cast<uint32_t>(t.type));
             sink.put<uint64_t>(offset);
-            offset = (offset + t.bytes.size() + alignment - 1) / alignment * alignment;
+            offset = (offset + t.n_bytes + alignment - 1) / alignment * alignment;
         }
         sink.pad_to(alignment);
+        std::vector<uint8_t> produced;  // [largest filled tensor's bytes], reused
         for (const auto& t : tensors_) {
-            sink.put_bytes(t.bytes.data(), t.bytes.size());
+            if (t.fill) {
+                if (produced.size() < t.n_bytes) produced.resize(t.n_bytes);
+                try {
+                    t.fill(produced.data());
+                } catch (...) {
+                    out.close();
+                    std::remove(tmp.c_str());  // no half file
+                    throw;
+                }
+                sink.put_bytes(produced.data(), t.n_bytes);
+            } else {
+                sink.put_bytes(t.bytes.data(), t.bytes.size());
+            }
             sink.pad_to(alignment);
         }
         out.flush();

@@ -18,7 +18,7 @@ namespace {
 // the work, small enough that each worker's float scratch (512 KiB) stays in L2.
 constexpr int64_t kTaskElems = int64_t{1} << 17;
 
-constexpr std::array<SynthShape, 6> kShapes = {{
+constexpr std::array<SynthShape, 9> kShapes = {{
     {.name = "smollm2-135m",
      .arch = "llama",
      .display_name = "SmolLM2 135M (synthetic random weights)",
@@ -105,6 +105,73 @@ constexpr std::array<SynthShape, 6> kShapes = {{
      .rms_eps = 1e-5,
      .qk_norm = false,
      .tied_output = false},
+    // The published Qwen3-30B-A3B config: 48 layers, each FFN 128 experts of 768 of which a
+    // token uses 8 (about 3.3B of the 30.5B weights per token), untied output.
+    {.name = "qwen3-30b-a3b",
+     .arch = "qwen3moe",
+     .display_name = "Qwen3 30B A3B (synthetic random weights)",
+     .size_label = "30B-A3B",
+     .vocab_hint = "a GGUF with the Qwen3 tokenizer, e.g. fixtures/arch/qwen3/qwen3.gguf",
+     .n_vocab = 151936,
+     .n_embd = 2048,
+     .n_layer = 48,
+     .n_head = 32,
+     .n_head_kv = 4,
+     .head_dim = 128,
+     .n_ff = 6144,
+     .n_ctx_train = 40960,
+     .rope_base = 1000000.0,
+     .rms_eps = 1e-6,
+     .qk_norm = true,
+     .tied_output = false,
+     .n_expert = 128,
+     .n_expert_used = 8,
+     .n_ff_exp = 768},
+    // The published Gemma 3 1B text config: 26 layers of which every 6th is global, the others
+    // slide over 512 positions; 4 heads on 1 KV head of 256; tied output. Its 1152-wide rows
+    // hold no whole K-quant super-block, so the reference's fallbacks (Q5_0, Q8_0) apply.
+    {.name = "gemma3-1b",
+     .arch = "gemma3",
+     .display_name = "Gemma 3 1B (synthetic random weights)",
+     .size_label = "1B",
+     .vocab_hint = "a GGUF with the Gemma 3 vocabulary, e.g. fixtures/arch/gemma3/gemma3.gguf",
+     .n_vocab = 262144,
+     .n_embd = 1152,
+     .n_layer = 26,
+     .n_head = 4,
+     .n_head_kv = 1,
+     .head_dim = 256,
+     .n_ff = 6912,
+     .n_ctx_train = 32768,
+     .rope_base = 1000000.0,
+     .rms_eps = 1e-6,
+     .qk_norm = true,
+     .tied_output = true,
+     .pad_vocab = true,
+     .sliding_window = 512},
+    // The published Gemma 3 4B text config: 34 layers (every 6th global), window 1024, 8 heads
+    // on 4 KV heads of 256, global layers with linear RoPE scaling x8; 262208-token vocabulary
+    // (the 262144 of the tokenizer plus image tokens), tied output.
+    {.name = "gemma3-4b",
+     .arch = "gemma3",
+     .display_name = "Gemma 3 4B (synthetic random weights)",
+     .size_label = "4B",
+     .vocab_hint = "a GGUF with the Gemma 3 vocabulary, e.g. fixtures/arch/gemma3/gemma3.gguf",
+     .n_vocab = 262208,
+     .n_embd = 2560,
+     .n_layer = 34,
+     .n_head = 8,
+     .n_head_kv = 4,
+     .head_dim = 256,
+     .n_ff = 10240,
+     .n_ctx_train = 131072,
+     .rope_base = 1000000.0,
+     .rms_eps = 1e-6,
+     .qk_norm = true,
+     .tied_output = true,
+     .pad_vocab = true,
+     .sliding_window = 1024,
+     .rope_scale_linear = 8.0},
     // The published Qwen3.5-0.8B text config: 24 layers, three GatedDeltaNet layers to one
     // gated attention layer; 248320-token vocabulary (padded when the source is smaller).
     {.name = "qwen3.5-0.8b",
@@ -197,24 +264,28 @@ uint64_t fnv1a(std::string_view s) {
     return h;
 }
 
-struct Task {
-    size_t tensor;
-    int64_t row0, row1;
-};
-
-// tokenizer.ggml.tokens / token_type grown to n entries: placeholder names, type UNUSED (5).
-GgufValue padded_vocab_array(const GgufValue& source, int64_t n) {
+// A per-token tokenizer array (tokens, token_type, scores) resized to n entries: grown with
+// placeholder names, type UNUSED (5), score 0; or cut to its first n.
+GgufValue resized_vocab_array(const GgufValue& source, int64_t n) {
     GgufValue v = source;
     auto& array = std::get<GgufArray>(v.value);
-    const bool names = array.elem_type == GgufValueType::STRING;
-    for (int64_t i = static_cast<int64_t>(array.size()); i < n; ++i) {
-        if (names) {
+    const auto size = static_cast<size_t>(n);
+    if (array.elem_type == GgufValueType::STRING) {
+        for (size_t i = array.strings.size(); i < size; ++i) {
             array.strings.push_back("<|synth_pad_" + std::to_string(i) + "|>");
-        } else {
-            array.ints.push_back(5);
         }
+        array.strings.resize(size);
+    } else if (array.elem_type == GgufValueType::F32 || array.elem_type == GgufValueType::F64) {
+        array.floats.resize(size, 0.0);
+    } else {
+        array.ints.resize(size, 5);
     }
     return v;
+}
+
+bool is_per_token_key(const std::string& key) {
+    return key == "tokenizer.ggml.tokens" || key == "tokenizer.ggml.token_type" ||
+           key == "tokenizer.ggml.scores";
 }
 
 // The qwen35 keys the reference engine's loader reads.
@@ -265,12 +336,13 @@ const SynthRecipeInfo& synth_recipe_info(SynthRecipe recipe) {
 }
 
 // The IQ recipes' upgrades of single matrices (the output is handled by the caller).
-TensorType iq_matrix_type(SynthRecipe recipe, std::string_view name, int64_t layer,
-                          int64_t n_layer, int64_t n_gqa, TensorType base) {
+TensorType iq_matrix_type(SynthRecipe recipe, std::string_view name, int64_t layer, int64_t n_layer,
+                          int64_t n_gqa, TensorType base) {
     if (layer < 0) return base;
     const bool first_eighth = layer < n_layer / 8;
     const bool attn_v = ends_with(name, "attn_v.weight");
-    const bool ffn_down = ends_with(name, "ffn_down.weight");
+    const bool ffn_down =
+        ends_with(name, "ffn_down.weight") || ends_with(name, "ffn_down_exps.weight");
     switch (recipe) {
         case SynthRecipe::IQ4_XS:
             if ((attn_v && n_gqa >= 4) || (ffn_down && first_eighth)) return TensorType::Q5_K;
@@ -308,7 +380,8 @@ TensorType synth_matrix_type(SynthRecipe recipe, std::string_view name, int64_t 
             // for Q6_K (which may still fall back to Q8_0 below).
             t = fits_row(info.base, row_len) ? TensorType::Q6_K : TensorType::Q8_0;
         } else if (recipe == SynthRecipe::Q4_K_M && layer >= 0 &&
-                   (ends_with(name, "attn_v.weight") || ends_with(name, "ffn_down.weight")) &&
+                   (ends_with(name, "attn_v.weight") || ends_with(name, "ffn_down.weight") ||
+                    ends_with(name, "ffn_down_exps.weight")) &&
                    use_more_bits(layer, n_layer)) {
             t = TensorType::Q6_K;
         }
@@ -342,7 +415,14 @@ std::vector<SynthTensor> plan_synth_tensors(const SynthShape& s, SynthRecipe rec
     auto small = [&](std::string name, std::vector<int64_t> dims, float mean) {
         out.push_back({std::move(name), std::move(dims), TensorType::F32, mean, kWeightStd});
     };
+    // Experts of a MoE layer: one 3-D tensor [cols, rows, n_expert], typed like the matrix.
+    auto experts = [&](std::string name, int64_t layer, int64_t cols, int64_t rows) {
+        const TensorType t = synth_matrix_type(recipe, name, layer, s.n_layer, cols, s.tied_output,
+                                               s.n_head / std::max<int64_t>(1, s.n_head_kv));
+        out.push_back({std::move(name), {cols, rows, s.n_expert}, t, 0.0f, kWeightStd});
+    };
     const bool hybrid = s.full_attention_interval > 0;
+    const bool gemma = s.sliding_window > 0;  // norms after attention and MLP too
     const int64_t q_dim = s.n_head * s.head_dim;
     const int64_t kv_dim = s.n_head_kv * s.head_dim;
     const int64_t ssm_inner = s.ssm_n_v_heads * s.ssm_v_dim;
@@ -386,7 +466,16 @@ std::vector<SynthTensor> plan_synth_tensors(const SynthShape& s, SynthRecipe rec
             norm(b + "attn_q_norm.weight", s.head_dim);
             norm(b + "attn_k_norm.weight", s.head_dim);
         }
+        if (gemma) norm(b + "post_attention_norm.weight", s.n_embd);
         norm(b + "ffn_norm.weight", s.n_embd);
+        if (gemma) norm(b + "post_ffw_norm.weight", s.n_embd);
+        if (s.n_expert > 0) {
+            small(b + "ffn_gate_inp.weight", {s.n_embd, s.n_expert}, 0.0f);  // F32 router
+            experts(b + "ffn_gate_exps.weight", i, s.n_embd, s.n_ff_exp);
+            experts(b + "ffn_up_exps.weight", i, s.n_embd, s.n_ff_exp);
+            experts(b + "ffn_down_exps.weight", i, s.n_ff_exp, s.n_embd);
+            continue;
+        }
         matrix(b + "ffn_gate.weight", i, s.n_embd, s.n_ff);
         matrix(b + "ffn_up.weight", i, s.n_embd, s.n_ff);
         matrix(b + "ffn_down.weight", i, s.n_ff, s.n_embd);
@@ -428,54 +517,48 @@ SynthSummary write_synth_model(const SynthOptions& o, ThreadPool& pool) {
         throw std::runtime_error(o.vocab_from +
                                  ": no tokenizer.ggml.tokens to copy the vocabulary from");
     }
-    const bool pad = shape.pad_vocab && static_cast<int64_t>(tokens->size()) < shape.n_vocab;
-    if (static_cast<int64_t>(tokens->size()) != shape.n_vocab && !pad) {
+    const bool resize = shape.pad_vocab && static_cast<int64_t>(tokens->size()) != shape.n_vocab;
+    if (static_cast<int64_t>(tokens->size()) != shape.n_vocab && !resize) {
         throw std::runtime_error(
             o.vocab_from + " has a vocabulary of " + std::to_string(tokens->size()) +
             " tokens but " + std::string(shape.name) + " needs " + std::to_string(shape.n_vocab) +
             ": use " + std::string(shape.vocab_hint));
     }
 
-    std::vector<SynthTensor> plan = plan_synth_tensors(shape, o.recipe);
-    std::vector<std::vector<uint8_t>> data(plan.size());
-    std::vector<QuantizeRowFn> quantizers(plan.size());
-    std::vector<Task> tasks;
+    const std::vector<SynthTensor> plan = plan_synth_tensors(shape, o.recipe);
     SynthSummary summary;
-    int64_t max_task_elems = 0;
-    for (size_t i = 0; i < plan.size(); ++i) {
-        const SynthTensor& t = plan[i];
-        quantizers[i] = type_kernels(t.type).quantize_row;
-        if (quantizers[i] == nullptr) {
+    for (const SynthTensor& t : plan) {
+        if (type_kernels(t.type).quantize_row == nullptr) {
             throw std::runtime_error("tensor type " + std::string(type_info(t.type).name) +
                                      " (for " + t.name + ") has no quantizer in this build");
         }
-        const int64_t rows = t.rows();
-        const uint64_t bytes = static_cast<uint64_t>(rows) *
-                               row_bytes(type_info(t.type), static_cast<uint64_t>(t.row_len()));
-        data[i].resize(bytes);
-        summary.tensor_bytes += bytes;
-        summary.n_params += static_cast<uint64_t>(rows * t.row_len());
-        const int64_t rows_per_task = std::max<int64_t>(1, kTaskElems / t.row_len());
-        for (int64_t r = 0; r < rows; r += rows_per_task) {
-            tasks.push_back({i, r, std::min(rows, r + rows_per_task)});
-        }
-        max_task_elems = std::max(max_task_elems, rows_per_task * t.row_len());
+        summary.tensor_bytes += static_cast<uint64_t>(t.rows()) *
+                                row_bytes(type_info(t.type), static_cast<uint64_t>(t.row_len()));
+        summary.n_params += static_cast<uint64_t>(t.rows() * t.row_len());
     }
-
-    // One float buffer per worker, allocated up front: tasks only write disjoint byte ranges
-    // of the pre-sized tensor buffers, so they need no locking.
+    // One float buffer per worker, allocated up front: a tensor's tasks only write disjoint
+    // byte ranges of its buffer, so they need no locking.
     std::vector<std::vector<float>> scratch(static_cast<size_t>(pool.size()));
-    for (auto& s : scratch) s.resize(static_cast<size_t>(max_task_elems));
-    pool.parallel_for(static_cast<int64_t>(tasks.size()), [&](int64_t task, int worker) {
-        const Task& tk = tasks[static_cast<size_t>(task)];
-        const SynthTensor& t = plan[tk.tensor];
-        float* x = scratch[static_cast<size_t>(worker)].data();
-        const int64_t n_rows = tk.row1 - tk.row0;
-        for (int64_t r = 0; r < n_rows; ++r) synth_row(o.seed, t, tk.row0 + r, x + r * t.row_len());
+    for (auto& s : scratch) s.resize(static_cast<size_t>(kTaskElems));
+    // Fills tensor t's bytes at dst when the writer reaches it: rows in tasks of ~kTaskElems.
+    auto fill = [&](const SynthTensor& t, uint8_t* dst) {
+        const QuantizeRowFn quantize = type_kernels(t.type).quantize_row;
+        const int64_t rows = t.rows();
+        const int64_t rows_per_task = std::max<int64_t>(1, kTaskElems / t.row_len());
         const uint64_t row_size = row_bytes(type_info(t.type), static_cast<uint64_t>(t.row_len()));
-        quantizers[tk.tensor](x, data[tk.tensor].data() + static_cast<uint64_t>(tk.row0) * row_size,
-                              n_rows * t.row_len());
-    });
+        if (rows_per_task * t.row_len() > static_cast<int64_t>(scratch[0].size())) {  // long rows
+            for (auto& s : scratch) s.resize(static_cast<size_t>(rows_per_task * t.row_len()));
+        }
+        pool.parallel_for(
+            (rows + rows_per_task - 1) / rows_per_task, [&](int64_t task, int worker) {
+                float* x = scratch[static_cast<size_t>(worker)].data();
+                const int64_t r0 = task * rows_per_task;
+                const int64_t n_rows = std::min(rows, r0 + rows_per_task) - r0;
+                for (int64_t r = 0; r < n_rows; ++r)
+                    synth_row(o.seed, t, r0 + r, x + r * t.row_len());
+                quantize(x, dst + static_cast<uint64_t>(r0) * row_size, n_rows * t.row_len());
+            });
+    };
 
     GgufWriter w;
     const std::string a = std::string(shape.arch) + ".";
@@ -504,16 +587,29 @@ SynthSummary write_synth_model(const SynthOptions& o, ThreadPool& pool) {
               static_cast<uint32_t>(shape.rope_dims > 0 ? shape.rope_dims : shape.head_dim));
     w.set_f32(a + "rope.freq_base", static_cast<float>(shape.rope_base));
     if (shape.full_attention_interval > 0) write_hybrid_metadata(w, shape);
+    if (shape.sliding_window > 0) {
+        w.set_u32(a + "attention.sliding_window", static_cast<uint32_t>(shape.sliding_window));
+    }
+    if (shape.rope_scale_linear > 0) {
+        w.set_string(a + "rope.scaling.type", "linear");
+        w.set_f32(a + "rope.scaling.factor", static_cast<float>(shape.rope_scale_linear));
+    }
+    if (shape.n_expert > 0) {
+        w.set_u32(a + "expert_count", static_cast<uint32_t>(shape.n_expert));
+        w.set_u32(a + "expert_used_count", static_cast<uint32_t>(shape.n_expert_used));
+        w.set_u32(a + "expert_feed_forward_length", static_cast<uint32_t>(shape.n_ff_exp));
+    }
     for (const std::string& key : vocab->metadata_order()) {
         if (!key.starts_with("tokenizer.")) continue;
-        if (pad && (key == "tokenizer.ggml.tokens" || key == "tokenizer.ggml.token_type")) {
-            w.set(key, padded_vocab_array(*vocab->find(key), shape.n_vocab));
+        const GgufValue* value = vocab->find(key);
+        if (resize && is_per_token_key(key) && value->type == GgufValueType::ARRAY) {
+            w.set(key, resized_vocab_array(*value, shape.n_vocab));
         } else {
             w.copy_from(*vocab, key);
         }
     }
-    for (size_t i = 0; i < plan.size(); ++i) {
-        w.add_tensor(plan[i].name, plan[i].dims, plan[i].type, std::move(data[i]));
+    for (const SynthTensor& t : plan) {
+        w.add_tensor(t.name, t.dims, t.type, [&fill, &t](uint8_t* dst) { fill(t, dst); });
     }
     w.write(o.output);
     summary.n_tensors = plan.size();

@@ -43,7 +43,8 @@ struct SynthShape {
     bool qk_norm = false;      // per-head RMS norm of q and k (qwen3)
     bool tied_output = false;  // no output.weight: the token embedding doubles as the output
     // A vocabulary source smaller than n_vocab is padded with unused placeholder tokens (for
-    // shapes whose tokenizer is not at hand; the matrices keep the real size).
+    // shapes whose tokenizer is not at hand; the matrices keep the real size), a larger one is
+    // cut to n_vocab (the tail it drops is never produced by the cut vocabulary).
     bool pad_vocab = false;
     // ---- qwen35 hybrids (GatedDeltaNet + gated attention); zero elsewhere ----
     int64_t full_attention_interval = 0;  // every n-th layer is attention, the rest DeltaNet
@@ -53,6 +54,13 @@ struct SynthShape {
     int64_t ssm_n_v_heads = 0;
     int64_t ssm_k_dim = 0;
     int64_t ssm_v_dim = 0;
+    // ---- qwen3moe: every layer's FFN is a mixture of experts; zero elsewhere ----
+    int64_t n_expert = 0;       // experts per layer
+    int64_t n_expert_used = 0;  // experts per token
+    int64_t n_ff_exp = 0;       // hidden size of one expert
+    // ---- gemma3: post-norms, GELU MLP, sliding-window layers; zero elsewhere ----
+    int64_t sliding_window = 0;    // attention.sliding_window; every 6th layer is global
+    double rope_scale_linear = 0;  // linear RoPE scaling of the global layers (0: none)
     bool is_attention_layer(int64_t layer) const {
         return full_attention_interval == 0 || (layer + 1) % full_attention_interval == 0;
     }
@@ -79,8 +87,9 @@ const SynthRecipeInfo& synth_recipe_info(SynthRecipe recipe);
 // outside the blocks), `row_len` the matrix's ne[0]. Mirrors the mostly-<type> rules:
 //  * the output matrix (token_embd when the output is tied) gets Q6_K in quantized recipes
 //    other than Q8_0;
-//  * Q4_K_M gives attn_v and ffn_down Q6_K in the first and last eighth of the layers and in
-//    every third layer between;
+//  * Q4_K_M gives attn_v and ffn_down (ffn_down_exps too) Q6_K in the first and last eighth of
+//    the layers and in every third layer between;
+//  * MoE routers (ffn_gate_inp) stay F32, as the reference quantizer leaves them;
 //  * IQ4_XS gives ffn_down Q5_K in the first eighth of the layers, attn_v Q5_K where n_gqa >= 4;
 //    IQ3_S gives attn_v Q4_K where n_gqa >= 4; IQ3_M (IQ3_S otherwise) gives attn_v, attn_output,
 //    attn_qkv and the first eighth's ffn_down Q4_K;
@@ -91,8 +100,7 @@ const SynthRecipeInfo& synth_recipe_info(SynthRecipe recipe);
 //    256-element super-blocks.
 // n_gqa: query heads per KV head.
 TensorType synth_matrix_type(SynthRecipe recipe, std::string_view name, int64_t layer,
-                             int64_t n_layer, int64_t row_len, bool tied_output,
-                             int64_t n_gqa = 1);
+                             int64_t n_layer, int64_t row_len, bool tied_output, int64_t n_gqa = 1);
 
 struct SynthTensor {
     std::string name;
@@ -125,7 +133,8 @@ struct SynthSummary {
     double seconds = 0;         // generating, quantizing and writing
 };
 
-// Generates and writes the file (atomically: a failure leaves no half file). Throws
+// Generates and writes the file (atomically: a failure leaves no half file), one tensor at a
+// time while writing, so memory holds the largest tensor, not the file (an 18 GB MoE). Throws
 // std::runtime_error when the tokenizer source does not fit the shape or a type has no
 // quantizer, GgufError on I/O problems.
 SynthSummary write_synth_model(const SynthOptions& options, ThreadPool& pool);

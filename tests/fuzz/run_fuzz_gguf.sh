@@ -47,6 +47,27 @@ open(os.path.join(out, 'gen_small.gguf'), 'wb').write(gguf(kvs, tensors))
 open(os.path.join(out, 'gen_v2.gguf'), 'wb').write(gguf(kvs[:3], tensors[:2], version=2))
 open(os.path.join(out, 'gen_align64.gguf'), 'wb').write(
     gguf([kv('general.alignment', 4, struct.pack('<I', 64))] + kvs[:2], tensors, align=64))
+# A mixture-of-experts layer (qwen3moe): expert counts in the metadata, 3-D stacked experts
+# [cols, rows, n_expert] of Q8_0 and an F32 router (the fixture's own header is all vocabulary).
+u32 = lambda k, v: kv(k, 4, struct.pack('<I', v))
+moe_kvs = [kv('general.architecture', 8, s('qwen3moe')), u32('qwen3moe.expert_count', 4),
+           u32('qwen3moe.expert_used_count', 2), u32('qwen3moe.expert_feed_forward_length', 32),
+           u32('qwen3moe.embedding_length', 32)]
+moe_tensors = [('blk.0.ffn_gate_inp.weight', [32, 4], 0, bytes(512)),
+               ('blk.0.ffn_gate_exps.weight', [32, 32, 4], 8, bytes(34 * 32 * 4)),
+               ('blk.0.ffn_down_exps.weight', [32, 32, 4], 8, bytes(34 * 32 * 4))]
+open(os.path.join(out, 'gen_moe.gguf'), 'wb').write(gguf(moe_kvs, moe_tensors))
+# gemma3: a sliding window, a per-layer sliding pattern (bool array), linear RoPE scaling and
+# the post-norms, which the fixture's 64 KiB head (all vocabulary) never reaches.
+f32 = lambda k, v: kv(k, 6, struct.pack('<f', v))
+gemma_kvs = [kv('general.architecture', 8, s('gemma3')), u32('gemma3.attention.sliding_window', 512),
+             kv('gemma3.attention.sliding_window_pattern', 9, struct.pack('<IQ', 7, 3) + b'\x01\x01\x00'),
+             kv('gemma3.rope.scaling.type', 8, s('linear')), f32('gemma3.rope.scaling.factor', 8.0),
+             u32('gemma3.embedding_length', 32)]
+gemma_tensors = [('blk.0.post_attention_norm.weight', [32], 0, bytes(128)),
+                 ('blk.0.post_ffw_norm.weight', [32], 0, bytes(128)),
+                 ('blk.0.attn_q.weight', [256, 2], 12, bytes(2 * 144))]
+open(os.path.join(out, 'gen_gemma3.gguf'), 'wb').write(gguf(gemma_kvs, gemma_tensors))
 PY
 
 echo "seeds: $(ls "$corpus" | wc -l) files in $corpus"

@@ -178,7 +178,8 @@ TEST_P(SessionsResume, CorruptedStateIsDroppedRecomputedAndReported) {
 INSTANTIATE_TEST_SUITE_P(Models, SessionsResume,
                          ::testing::Values("arch/llama/llama.gguf", "arch/qwen2/qwen2.gguf",
                                            "arch/qwen3/qwen3.gguf", "arch/qwen35/qwen35.gguf",
-                                           "arch/lfm2/lfm2.gguf", "arch/gemma3/gemma3.gguf"),
+                                           "arch/lfm2/lfm2.gguf", "arch/gemma3/gemma3.gguf",
+                                           "arch/qwen3moe/qwen3moe.gguf"),
                          [](const auto& param_info) {
                              return fs::path(param_info.param).stem().string();
                          });

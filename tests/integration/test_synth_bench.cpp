@@ -163,7 +163,14 @@ TEST(SynthPlan, MatchesReferenceModelSizes) {
                           {"qwen3-1.7b", "q4_k_m", 1051, 310},
                           // The reference benchmark's 4.58 GiB for Llama 3.1 8B Q4_K_M (less
                           // rope_freqs.weight, which synth leaves out).
-                          {"llama-3.1-8b", "q4_k_m", 4690, 291}};
+                          {"llama-3.1-8b", "q4_k_m", 4690, 291},
+                          // Qwen3-30B-A3B Q4_K_M as the reference engine loads it: 579 tensors,
+                          // 17.2-17.3 GiB of weights (30.53 B parameters).
+                          {"qwen3-30b-a3b", "q4_k_m", 17.28 * 1024, 579},
+                          // Gemma 3 as the reference benchmark reports them: 4B Q4_K_M 2.31 GiB
+                          // (3.88 B parameters), 1B Q4_K_M 762.49 MiB (999.89 M), tied outputs.
+                          {"gemma3-4b", "q4_k_m", 2.31 * 1024, 444},
+                          {"gemma3-1b", "q4_k_m", 762.49, 340}};
     for (const auto& c : cases) {
         const auto plan =
             plan_synth_tensors(*find_synth_shape(c.shape), find_synth_recipe(c.type)->recipe);
@@ -175,6 +182,33 @@ TEST(SynthPlan, MatchesReferenceModelSizes) {
         }
         EXPECT_NEAR(bytes / 1048576.0, c.mib, 0.01 * c.mib) << c.shape << " " << c.type;
     }
+    // Qwen3-30B-A3B: stacked experts [cols, rows, 128] typed like the dense FFN they replace
+    // (ffn_down_exps Q6_K in the "more bits" layers), F32 routers, untied Q6_K output.
+    const auto moe = plan_synth_tensors(*find_synth_shape("qwen3-30b-a3b"), SynthRecipe::Q4_K_M);
+    std::map<std::string, const SynthTensor*> by_name;
+    for (const auto& t : moe) by_name[t.name] = &t;
+    ASSERT_TRUE(by_name.count("blk.0.ffn_gate_exps.weight"));
+    EXPECT_EQ(by_name["blk.0.ffn_gate_exps.weight"]->dims, (std::vector<int64_t>{2048, 768, 128}));
+    EXPECT_EQ(by_name["blk.0.ffn_gate_exps.weight"]->type, TensorType::Q4_K);
+    EXPECT_EQ(by_name["blk.0.ffn_down_exps.weight"]->dims, (std::vector<int64_t>{768, 2048, 128}));
+    EXPECT_EQ(by_name["blk.0.ffn_down_exps.weight"]->type, TensorType::Q6_K);
+    EXPECT_EQ(by_name["blk.7.ffn_down_exps.weight"]->type, TensorType::Q4_K);
+    EXPECT_EQ(by_name["blk.8.ffn_down_exps.weight"]->type, TensorType::Q6_K);
+    EXPECT_EQ(by_name["blk.47.ffn_gate_inp.weight"]->type, TensorType::F32);
+    EXPECT_EQ(by_name["blk.47.ffn_gate_inp.weight"]->dims, (std::vector<int64_t>{2048, 128}));
+    EXPECT_EQ(by_name["output.weight"]->type, TensorType::Q6_K);
+    // Gemma 3 1B's 1152-wide rows hold no K-quant super-block: the reference falls back to
+    // Q5_0 (for Q4_K) and Q8_0 (for Q6_K, the tied output); the 6912-wide ffn_down keeps K-quants.
+    const auto g1 = plan_synth_tensors(*find_synth_shape("gemma3-1b"), SynthRecipe::Q4_K_M);
+    std::map<std::string, const SynthTensor*> g1_by_name;
+    for (const auto& t : g1) g1_by_name[t.name] = &t;
+    EXPECT_EQ(g1_by_name["token_embd.weight"]->type, TensorType::Q8_0);
+    EXPECT_EQ(g1_by_name["blk.5.attn_q.weight"]->type, TensorType::Q5_0);
+    EXPECT_EQ(g1_by_name["blk.0.attn_v.weight"]->type, TensorType::Q8_0);
+    EXPECT_EQ(g1_by_name["blk.5.attn_output.weight"]->type, TensorType::Q4_K);
+    EXPECT_EQ(g1_by_name["blk.0.ffn_down.weight"]->type, TensorType::Q6_K);
+    EXPECT_EQ(g1_by_name["blk.25.post_ffw_norm.weight"]->dims, (std::vector<int64_t>{1152}));
+    EXPECT_EQ(g1_by_name["blk.25.post_attention_norm.weight"]->type, TensorType::F32);
     // Qwen3's 1024-wide rows hold super-blocks: the tied output is Q6_K, as in the reference.
     const auto qwen = plan_synth_tensors(*find_synth_shape("qwen3-0.6b"), SynthRecipe::Q4_K_M);
     EXPECT_EQ(qwen.front().name, "token_embd.weight");
