@@ -9,11 +9,14 @@
 #include "app/cli_checks.h"
 #include "app/commands.h"
 #include "app/model_locator.h"
+#include "app/remote_chat.h"
+#include "app/serve/client.h"
 #include "app/session_adapter.h"
 #include "engine/generate/conversation.h"
 #include "engine/model/model.h"
 #include "engine/util/thread_pool.h"
 #include "ui/chat_controller.h"
+#include "ui/chat_engine.h"
 #include "ui/line_mode.h"
 #include "ui/scripted.h"
 #include "ui/session_backend.h"
@@ -50,20 +53,71 @@ struct ChatOptions {
     std::string resume;
     bool continue_last = false;
     std::string state_cap = kDefaultStateCap;
+    std::string remote;  // an OpenAI-compatible API's URL: replies come from there
+    std::string api_key_env;
+    std::string remote_model;
 };
 
-std::string read_text_file(const std::string& path) {
-    std::ifstream in(path, std::ios::binary);
-    if (!in) throw std::runtime_error("cannot read chat template file '" + path + "'");
-    std::ostringstream ss;
-    ss << in.rdbuf();
-    return ss.str();
+// What the front end records about the conversation and how it finds it again.
+ChatSessionOptions session_options_for(const ChatOptions& o, bool scripted) {
+    ChatSessionOptions session_options;
+    session_options.db_path = o.db;
+    session_options.no_db = o.no_db;
+    session_options.scripted = scripted;
+    session_options.resume_id = o.resume;
+    session_options.continue_last = o.continue_last;
+    session_options.state_cap = o.state_cap;
+    session_options.sampling = o.sampling;
+    session_options.max_tokens = o.n_predict;
+    return session_options;
 }
 
-int run_chat(ChatOptions& o) {
-    o.sampling.validate();
+// The chat itself, the same whichever engine answers: scripted, the full-screen UI (when
+// `screen` is open) or line mode.
+int run_front_end(ui::ChatEngine& engine, Sampler& sampler, ChatSessions& sessions,
+                  const ChatOptions& o, bool scripted, ui::FullScreen* screen) {
+    ui::ScriptedOptions so;
+    so.jsonl_in = o.jsonl;
+    so.jsonl_out = o.jsonl;
+    so.generation.max_tokens = o.n_predict;
+    so.generation.ignore_eos = o.ignore_eos;
+    so.show_thinking = o.show_thinking;
+    so.generation.speculation.enabled = !o.no_spec;
+    so.generation.speculation.draft_max = o.draft_max;
+    if (scripted) {
+        // Turns are committed as they complete; a resumed conversation continues its branch.
+        so.sessions = &sessions.backend();
+        if (!sessions.resume_id().empty()) {
+            so.parent_id = sessions.load_into(engine);
+            if (!o.system.empty()) engine.set_system(o.system);
+        } else {
+            sessions.backend().new_session(o.system);
+        }
+        const int status =
+            o.prompt.empty() ? ui::run_scripted(engine, sampler, std::cin, stdout, stderr, so)
+                             : ui::run_single_prompt(engine, sampler, o.prompt, stdout, stderr, so);
+        return status;
+    }
+    // A terminal: the full-screen UI, or line mode.
+    ui::ChatController controller(engine, sampler, sessions.backend(), so.generation);
+    if (!sessions.resume_id().empty()) {
+        const ui::ChatOutcome loaded = controller.load_session(sessions.resume_id());
+        if (loaded.error) throw std::runtime_error(loaded.message);
+    }
+    if (screen != nullptr) return screen->run(controller);
+    ui::LineModeOptions line_options;
+    line_options.history_path = ui::default_history_path();
+    line_options.color = ui::stdout_wants_color();
+    return ui::run_line_mode(controller, line_options);
+}
+
+bool chat_is_scripted(const ChatOptions& o) {
+    return !o.prompt.empty() || o.script || !isatty(STDIN_FILENO);
+}
+
+int run_local_chat(ChatOptions& o) {
     const std::string model_path = model_path_for(o.model);
-    const bool scripted = !o.prompt.empty() || o.script || !isatty(STDIN_FILENO);
+    const bool scripted = chat_is_scripted(o);
     // The full-screen UI takes the terminal before the model loads, so the load shows at once;
     // line mode is for --plain and for terminals curses cannot drive (no screen then).
     std::unique_ptr<ui::FullScreen> screen;
@@ -93,58 +147,82 @@ int run_chat(ChatOptions& o) {
         if (o.think == "off") copts.max_thinking_tokens = 0;
     }
     if (!o.reasoning_effort.empty()) copts.template_vars["reasoning_effort"] = o.reasoning_effort;
-    if (!o.template_file.empty()) copts.template_override = read_text_file(o.template_file);
+    if (!o.template_file.empty()) copts.template_override = read_template_file(o.template_file);
     Conversation conv(*model, pool, copts);
     if (!o.system.empty()) conv.set_system(o.system);
     Sampler sampler(o.sampling);
 
-    ChatSessionOptions session_options;
-    session_options.db_path = o.db;
-    session_options.no_db = o.no_db;
-    session_options.scripted = scripted;
-    session_options.resume_id = o.resume;
-    session_options.continue_last = o.continue_last;
-    session_options.state_cap = o.state_cap;
+    ChatSessionOptions session_options = session_options_for(o, scripted);
     session_options.kv_type = copts.kv_type;
-    session_options.sampling = o.sampling;
     ChatSessions sessions(session_options, *model, conv, stderr);
+    ui::LocalChatEngine engine(conv);
+    return run_front_end(engine, sampler, sessions, o, scripted, screen.get());
+}
 
-    ui::ScriptedOptions so;
-    so.jsonl_in = o.jsonl;
-    so.jsonl_out = o.jsonl;
-    so.generation.max_tokens = o.n_predict;
-    so.generation.ignore_eos = o.ignore_eos;
-    so.show_thinking = o.show_thinking;
-    so.generation.speculation.enabled = !o.no_spec;
-    so.generation.speculation.draft_max = o.draft_max;
-    if (scripted) {
-        // Turns are committed as they complete; a resumed conversation continues its branch.
-        so.sessions = &sessions.backend();
-        if (!sessions.resume_id().empty()) {
-            so.parent_id = sessions.load_into(conv);
-            if (!o.system.empty()) conv.set_system(o.system);
-        } else {
-            sessions.backend().new_session(o.system);
+// ember chat --remote URL: the same front ends; replies stream from an OpenAI-compatible
+// server, the conversation is saved here as text.
+int run_remote_chat(ChatOptions& o) {
+    const bool scripted = chat_is_scripted(o);
+    // The server holds the model, its template and its context.
+    if (!o.model.empty()) throw std::runtime_error("-m and --remote exclude each other");
+    if (!o.template_file.empty() || o.ctx > 0) {
+        throw std::runtime_error(
+            "--chat-template and --ctx do not apply to --remote: the server decides them");
+    }
+    serve::ApiClient client(o.remote, api_key_from_env(o.api_key_env));
+    std::string model = o.remote_model;
+    if (model.empty()) {
+        // The server's first model (ember serve and llama.cpp's server have one).
+        const std::vector<std::string> ids = client.model_ids();
+        if (ids.empty()) {
+            throw std::runtime_error(o.remote + " lists no models; name one with --remote-model");
         }
-        const int status = o.prompt.empty()
-                               ? ui::run_scripted(conv, sampler, std::cin, stdout, stderr, so)
-                               : ui::run_single_prompt(conv, sampler, o.prompt, stdout, stderr, so);
-        return status;
+        model = ids.front();
     }
-    // A terminal: the full-screen UI, or line mode.
-    ui::ChatController controller(conv, sampler, sessions.backend(), so.generation);
-    if (!sessions.resume_id().empty()) {
-        const ui::ChatOutcome loaded = controller.load_session(sessions.resume_id());
-        if (loaded.error) throw std::runtime_error(loaded.message);
+    std::unique_ptr<ui::FullScreen> screen;
+    if (!scripted && !o.plain) {
+        ui::FullScreenOptions screen_options;
+        screen_options.model_name = model;
+        screen_options.history_path = ui::default_history_path();
+        screen = ui::FullScreen::open(screen_options);
     }
-    if (screen) return screen->run(controller);
-    ui::LineModeOptions line_options;
-    line_options.history_path = ui::default_history_path();
-    line_options.color = ui::stdout_wants_color();
-    return ui::run_line_mode(controller, line_options);
+    RemoteChatOptions remote_options;
+    remote_options.model = model;
+    remote_options.stops = o.stops;
+    if (o.think != "auto") remote_options.thinking = o.think == "on";
+    remote_options.reasoning_effort = o.reasoning_effort;
+    RemoteChatEngine engine(client, remote_options);
+    if (!o.system.empty()) engine.set_system(o.system);
+    Sampler sampler(o.sampling);
+
+    // What replay needs to ask the same server again: the settings a request carries.
+    ConversationOptions recorded;
+    recorded.stop_strings = o.stops;
+    if (remote_options.thinking)
+        recorded.template_vars["enable_thinking"] = *remote_options.thinking;
+    recorded.context = 0;  // the server's
+    SessionDefaults defaults;
+    defaults.model = model;
+    defaults.model_fingerprint = remote_fingerprint(client.endpoint(), model);
+    defaults.sampling_json = chat_settings_json(o.sampling, recorded, o.n_predict);
+    ChatSessions sessions(session_options_for(o, scripted), std::move(defaults), stderr);
+    return run_front_end(engine, sampler, sessions, o, scripted, screen.get());
+}
+
+int run_chat(ChatOptions& o) {
+    o.sampling.validate();
+    return o.remote.empty() ? run_local_chat(o) : run_remote_chat(o);
 }
 
 }  // namespace
+
+std::string read_template_file(const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    if (!in) throw std::runtime_error("cannot read chat template file '" + path + "'");
+    std::ostringstream ss;
+    ss << in.rdbuf();
+    return ss.str();
+}
 
 void register_chat_command(CLI::App& app, std::vector<Command>& out) {
     auto o = std::make_shared<ChatOptions>();
@@ -203,6 +281,16 @@ void register_chat_command(CLI::App& app, std::vector<Command>& out) {
                     "Stored prefix state kept at most (least recently used goes first)")
         ->capture_default_str()
         ->check(positive_byte_size());
+    auto* remote = cmd->add_option(
+        "--remote", o->remote,
+        "Chat with a model on an OpenAI-compatible server (ember serve, vLLM, llama.cpp's "
+        "server, ollama), e.g. http://127.0.0.1:8080/v1");
+    cmd->add_option("--api-key-env", o->api_key_env,
+                    "With --remote: send the API key held in this environment variable")
+        ->needs(remote);
+    cmd->add_option("--remote-model", o->remote_model,
+                    "With --remote: the model to ask for (default: the server's first)")
+        ->needs(remote);
     add_sampling_options(cmd, o->sampling);
     out.push_back({cmd, [o, cmd] {
                        // Default sampling settings from the config file, under the flags.

@@ -38,6 +38,8 @@ struct ServeOptions {
     bool no_spec = false;
     int draft_max = 6;
     std::string model_id;
+    std::string template_file;
+    int64_t max_thinking_tokens = 4096;
     bool quiet = false;
     SamplingParams sampling;
 };
@@ -103,6 +105,8 @@ int run_serve(const ServeOptions& o) {
                                  std::to_string(model->config().n_ctx_train) +
                                  " tokens the model was trained for");
     }
+    copts.max_thinking_tokens = o.max_thinking_tokens;
+    if (!o.template_file.empty()) copts.template_override = read_template_file(o.template_file);
 
     std::unique_ptr<sessions::Database> db;
     std::unique_ptr<sessions::StateStore> state;
@@ -162,6 +166,13 @@ void register_serve_command(CLI::App& app, std::vector<Command>& out) {
         ->capture_default_str()
         ->check(CLI::IsMember({"f32", "f16"}));
     add_threads_option(cmd, o->threads, "Threads (default: the physical cores)");
+    cmd->add_option("--chat-template", o->template_file,
+                    "Jinja chat template file overriding the model's")
+        ->check(CLI::ExistingFile);
+    cmd->add_option("--max-thinking-tokens", o->max_thinking_tokens,
+                    "Tokens a reply may spend thinking before it is asked to answer")
+        ->capture_default_str()
+        ->check(CLI::NonNegativeNumber);
     cmd->add_option("--db", o->db,
                     "Database whose prefix-state store the slots share (default: "
                     "$XDG_DATA_HOME/ember/ember.db)");

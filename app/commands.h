@@ -53,6 +53,8 @@ void add_model_option(CLI::App* cmd, std::string& model);
 void add_sampling_options(CLI::App* cmd, SamplingParams& sampling);
 // -t,--threads, checked to lie in 1..kMaxThreads (app/cli_checks.h).
 void add_threads_option(CLI::App* cmd, int& threads, const std::string& help);
+// A chat template file's text (--chat-template); throws naming the file.
+std::string read_template_file(const std::string& path);
 
 // Parses "1,2,3" (spaces allowed) into token ids; throws CLI::ValidationError naming `what`
 // (the option) and the bad item.

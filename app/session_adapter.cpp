@@ -121,7 +121,9 @@ int64_t SqliteSessionBackend::record(const ChatMessage& message, int64_t parent_
         stats.tokens_reused = turn->tokens_reused;
         stats.tokens_restored = turn->tokens_restored;
         stats.tokens_evaluated = turn->tokens_evaluated;
-        stats.tokens_generated = static_cast<int64_t>(turn->ids.size());
+        // A remote server's reply has no token ids here; its count is the server's.
+        stats.tokens_generated = turn->ids.empty() ? turn->stats.generated_tokens
+                                                   : static_cast<int64_t>(turn->ids.size());
         stats.prefill_seconds = turn->stats.prefill_seconds;
         stats.decode_seconds = turn->stats.decode_seconds;
         stats.ttft_seconds = turn->stats.ttft_seconds;
@@ -208,12 +210,8 @@ std::optional<std::string> SqliteSessionBackend::most_recent_id() {
     return info->public_id;
 }
 
-namespace {
-
-// The sampling settings and what else decides a reply (the template switches, the thinking
-// budget, stop strings, context and KV type), so `ember replay --regenerate` can run a
-// conversation's turns again the way they were generated.
-std::string settings_json(const SamplingParams& p, const ConversationOptions& c) {
+std::string chat_settings_json(const SamplingParams& p, const ConversationOptions& c,
+                               int64_t max_tokens) {
     nlohmann::ordered_json j = {{"temperature", p.temperature},
                                 {"top_k", p.top_k},
                                 {"top_p", p.top_p},
@@ -228,35 +226,73 @@ std::string settings_json(const SamplingParams& p, const ConversationOptions& c)
                  {"stop_strings", c.stop_strings},
                  {"context", c.context},
                  {"kv_type", c.kv_type == KvType::F16 ? "f16" : "f32"},
-                 {"template_override", !c.template_override.empty()}};
+                 {"template_override", !c.template_override.empty()},
+                 {"max_tokens", max_tokens}};
     return j.dump();
 }
 
-}  // namespace
+bool ChatSessions::open_database(const ChatSessionOptions& o) {
+    const bool resuming = !o.resume_id.empty() || o.continue_last;
+    if (o.no_db) {
+        if (resuming) throw std::runtime_error("--resume/--continue need a session database");
+        return false;
+    }
+    // A pipe of prompts is recorded only where a database is asked for, so batch runs do not
+    // fill the conversation list (and scripted tests do not depend on the user's history).
+    if (o.scripted && o.db_path.empty() && !resuming) return false;
+    path_ = o.db_path.empty() ? default_db_path() : o.db_path;
+    cap_ = parse_byte_size(o.state_cap);
+    db_ = open_session_db(path_);
+    // Refused before the model answers, rather than a reply that is then not saved.
+    if (db_->read_only()) {
+        throw std::runtime_error("session database '" + path_ +
+                                 "' cannot be written (a read-only file or file system); "
+                                 "--no-db chats without saving");
+    }
+    return true;
+}
+
+void ChatSessions::set_up_backend(const ChatSessionOptions& o, SessionDefaults defaults,
+                                  bool remote) {
+    const std::string fingerprint = defaults.model_fingerprint;
+    const std::string model = defaults.model;
+    sqlite_backend_ = std::make_unique<SqliteSessionBackend>(*db_, std::move(defaults), cap_);
+
+    sessions::SessionStore store(*db_);
+    std::optional<sessions::ConversationInfo> info;
+    if (!o.resume_id.empty()) {
+        info = store.find(o.resume_id);
+        if (!info) {
+            throw std::runtime_error("no saved conversation '" + o.resume_id + "' in " + path_ +
+                                     " (ember sessions list shows them)");
+        }
+    } else if (o.continue_last) {
+        info = store.most_recent();
+        if (!info) throw std::runtime_error("no saved conversation to continue in " + path_);
+    }
+    if (!info) return;
+    resume_id_ = info->public_id;
+    if (info->model_fingerprint == fingerprint) return;
+    ui::TextWriter note(err_);
+    note.raw("ember: note: conversation ")
+        .text(info->public_id)
+        .raw(" was recorded with ")
+        .text(info->model);
+    if (remote) {
+        note.raw("; it goes on with ").text(model).raw(" on the server\n");
+    } else {
+        note.raw(
+            "; its saved state does not apply to this model, so its prompt is "
+            "recomputed\n");
+    }
+}
 
 ChatSessions::ChatSessions(const ChatSessionOptions& o, const Model& model,
                            Conversation& conversation, std::FILE* err)
     : err_(err) {
-    const bool resuming = !o.resume_id.empty() || o.continue_last;
-    if (o.no_db) {
-        if (resuming) throw std::runtime_error("--resume/--continue need a session database");
-        return;
-    }
-    // A pipe of prompts is recorded only where a database is asked for, so batch runs do not
-    // fill the conversation list (and scripted tests do not depend on the user's history).
-    if (o.scripted && o.db_path.empty() && !resuming) return;
-    const std::string path = o.db_path.empty() ? default_db_path() : o.db_path;
-    const uint64_t cap = parse_byte_size(o.state_cap);
-    db_ = open_session_db(path);
-    // Refused before the model answers, rather than a reply that is then not saved.
-    if (db_->read_only()) {
-        throw std::runtime_error("session database '" + path +
-                                 "' cannot be written (a read-only file or file system); "
-                                 "--no-db chats without saving");
-    }
-
+    if (!open_database(o)) return;
     sessions::StateStoreOptions state_options;
-    state_options.cap_bytes = cap;
+    state_options.cap_bytes = cap_;
     // One database failure is one message: once recording has failed (its caller said so), the
     // store's failures on the same database (a full disk fails every write) would only repeat
     // it, and a warning the store gives again turn after turn is said once.
@@ -273,34 +309,14 @@ ChatSessions::ChatSessions(const ChatSessionOptions& o, const Model& model,
     SessionDefaults defaults;
     defaults.model = fs::path(model.path()).filename().string();
     defaults.model_fingerprint = model.fingerprint();
-    defaults.sampling_json = settings_json(o.sampling, conversation.options());
-    sqlite_backend_ = std::make_unique<SqliteSessionBackend>(*db_, defaults, cap);
+    defaults.sampling_json = chat_settings_json(o.sampling, conversation.options(), o.max_tokens);
+    set_up_backend(o, std::move(defaults), false);
+}
 
-    sessions::SessionStore store(*db_);
-    std::optional<sessions::ConversationInfo> info;
-    if (!o.resume_id.empty()) {
-        info = store.find(o.resume_id);
-        if (!info) {
-            throw std::runtime_error("no saved conversation '" + o.resume_id + "' in " + path +
-                                     " (ember sessions list shows them)");
-        }
-    } else if (o.continue_last) {
-        info = store.most_recent();
-        if (!info) throw std::runtime_error("no saved conversation to continue in " + path);
-    }
-    if (info) {
-        resume_id_ = info->public_id;
-        if (info->model_fingerprint != model.fingerprint()) {
-            ui::TextWriter(err)
-                .raw("ember: note: conversation ")
-                .text(info->public_id)
-                .raw(" was recorded with ")
-                .text(info->model)
-                .raw(
-                    "; its saved state does not apply to this model, so its prompt is "
-                    "recomputed\n");
-        }
-    }
+ChatSessions::ChatSessions(const ChatSessionOptions& o, SessionDefaults defaults, std::FILE* err)
+    : err_(err) {
+    if (!open_database(o)) return;
+    set_up_backend(o, std::move(defaults), true);
 }
 
 ChatSessions::~ChatSessions() = default;
@@ -310,7 +326,7 @@ ui::SessionBackend& ChatSessions::backend() {
     return null_backend_;
 }
 
-int64_t ChatSessions::load_into(Conversation& conversation) {
+int64_t ChatSessions::load_into(ui::ChatEngine& conversation) {
     if (resume_id_.empty() || !sqlite_backend_) return 0;
     std::optional<ui::LoadedSession> loaded = sqlite_backend_->load(resume_id_);
     if (!loaded) throw std::runtime_error("saved conversation '" + resume_id_ + "' vanished");

@@ -17,6 +17,7 @@
 #include "sessions/session_store.h"
 #include "sessions/sqlite.h"
 #include "sessions/state_store.h"
+#include "ui/chat_engine.h"
 #include "ui/session_backend.h"
 
 namespace ember {
@@ -76,6 +77,13 @@ private:
     bool write_failed_ = false;
 };
 
+// The sampling settings and what else decides a reply (the template switches, the thinking
+// budget, stop strings, context, KV type and the reply's token limit), stored with a
+// conversation so `ember replay --regenerate` can run its turns again the way they were
+// generated.
+std::string chat_settings_json(const SamplingParams& sampling, const ConversationOptions& chat,
+                               int64_t max_tokens);
+
 // A summary line for `ember sessions list` and /sessions.
 ui::SessionSummary summarize(const sessions::ConversationInfo& info);
 
@@ -89,6 +97,7 @@ struct ChatSessionOptions {
     std::string state_cap = kDefaultStateCap;
     KvType kv_type = KvType::F32;
     SamplingParams sampling;
+    int64_t max_tokens = 0;  // the chat's -n (recorded for replay)
 };
 
 class ChatSessions {
@@ -98,6 +107,9 @@ public:
     // a clear message for a bad database or an unknown id.
     ChatSessions(const ChatSessionOptions& options, const Model& model, Conversation& conversation,
                  std::FILE* err);
+    // The same for a conversation with a remote model: messages only, recorded with
+    // `defaults` (the server holds any prompt state, so no state store is attached).
+    ChatSessions(const ChatSessionOptions& options, SessionDefaults defaults, std::FILE* err);
     ~ChatSessions();
 
     ui::SessionBackend& backend();
@@ -106,14 +118,21 @@ public:
     const std::string& resume_id() const { return resume_id_; }
     // Loads the resumed conversation into `conversation` (scripted mode; the interactive
     // front end loads it through its controller) and returns the id of its last message.
-    int64_t load_into(Conversation& conversation);
+    int64_t load_into(ui::ChatEngine& conversation);
 
 private:
+    // Opens the database when one is wanted (false: none is); throws for --resume without one.
+    bool open_database(const ChatSessionOptions& options);
+    // The backend recording with `defaults`, and the conversation to resume.
+    void set_up_backend(const ChatSessionOptions& options, SessionDefaults defaults, bool remote);
+
     std::unique_ptr<sessions::Database> db_;
     std::unique_ptr<sessions::StateStore> state_;
     std::unique_ptr<SqliteSessionBackend> sqlite_backend_;
     ui::NullSessionBackend null_backend_;
     std::string resume_id_;
+    std::string path_;
+    uint64_t cap_ = 0;
     std::FILE* err_;
     std::string last_state_warning_;  // the state store's last warning, not printed twice
 };

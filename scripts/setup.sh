@@ -11,6 +11,12 @@ PACKAGES=(cmake g++ clang make pkg-config git
           libbenchmark-dev tmux clang-format libcpp-httplib-dev nodejs npm)
 missing=()
 for p in "${PACKAGES[@]}"; do
+  # NodeSource's nodejs carries npm and conflicts with Debian's npm package: a node and npm
+  # already on PATH are enough (the tests need the commands, not the Debian packages).
+  case "$p" in
+    nodejs) command -v node >/dev/null 2>&1 && continue ;;
+    npm) command -v npm >/dev/null 2>&1 && continue ;;
+  esac
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
 if ((${#missing[@]})); then

@@ -108,12 +108,12 @@ std::string rule_of(const std::invalid_argument& e) {
 
 }  // namespace
 
-ChatController::ChatController(Conversation& conversation, Sampler& sampler,
-                               SessionBackend& backend, GenerateOptions generation)
-    : conversation_(conversation), sampler_(sampler), backend_(backend), generation_(generation) {
+ChatController::ChatController(ChatEngine& engine, Sampler& sampler, SessionBackend& backend,
+                               GenerateOptions generation)
+    : engine_(engine), sampler_(sampler), backend_(backend), generation_(generation) {
     // Messages already in the conversation (other than the system prompt) were never
     // committed; they count as unsaved, with 0 standing for "no id".
-    for (const auto& m : conversation_.messages()) {
+    for (const auto& m : engine_.messages()) {
         if (m.role != "system") message_ids_.push_back(0);
     }
     backend_.new_session(system_prompt());
@@ -209,28 +209,33 @@ std::string ChatController::turn_details(const TurnResult& turn) {
 }
 
 std::string ChatController::system_prompt() const {
-    const auto& messages = conversation_.messages();
+    const auto& messages = engine_.messages();
     if (!messages.empty() && messages.front().role == "system") return messages.front().content;
     return {};
 }
 
 const ChatMessage* ChatController::last_non_system() const {
-    const auto& messages = conversation_.messages();
+    const auto& messages = engine_.messages();
     if (messages.empty() || messages.back().role == "system") return nullptr;
     return &messages.back();
 }
 
 void ChatController::replace_messages(const std::vector<ChatMessage>& messages) {
-    conversation_.clear();
-    for (const auto& m : messages) conversation_.add_message(m);
+    engine_.clear();
+    for (const auto& m : messages) engine_.add_message(m);
 }
 
 void ChatController::add_user_message(const std::string& text) {
     ChatMessage message{"user", text, {}, {}};
     // Committed before the reply is generated, so a crash mid-reply loses only the reply.
     const int64_t id = backend_.commit(message, current_parent(), nullptr);
-    conversation_.add_message(std::move(message));
+    engine_.add_message(std::move(message));
     message_ids_.push_back(id);
+}
+
+bool ChatController::stop_requested() const {
+    return cancel_requested_.load(std::memory_order_relaxed) ||
+           (outside_stop_ != nullptr && outside_stop_->load(std::memory_order_relaxed));
 }
 
 ChatOutcome ChatController::run_turn(const TextCallback& on_text,
@@ -239,12 +244,17 @@ ChatOutcome ChatController::run_turn(const TextCallback& on_text,
     cancel_requested_.store(false, std::memory_order_relaxed);
     const int64_t parent = current_parent();
     ChatOutcome outcome;
+    std::string interruption;
     try {
-        TurnResult turn = conversation_.respond(
-            sampler_, generation_, [&](const std::string& text, TextKind kind) {
+        ChatReply reply = engine_.respond(
+            sampler_, generation_,
+            [&](const std::string& text, TextKind kind) {
                 const bool keep_going = !on_text || on_text(text, kind);
-                return keep_going && !cancel_requested_.load(std::memory_order_relaxed);
-            });
+                return keep_going && !stop_requested();
+            },
+            [this] { return stop_requested(); });
+        TurnResult& turn = reply.turn;
+        interruption = std::move(reply.interruption);
         // Messages dropped to fit the context are the oldest after the system prompt.
         const auto dropped =
             std::min<size_t>(static_cast<size_t>(turn.messages_dropped), message_ids_.size());
@@ -262,15 +272,20 @@ ChatOutcome ChatController::run_turn(const TextCallback& on_text,
         outcome.conversation_replaced = true;
         return outcome;
     }
+    if (!interruption.empty()) {
+        // A remote reply that broke off: what arrived is kept and saved like a cancelled one.
+        outcome.error = true;
+        outcome.message = "the reply broke off: " + interruption + " (what arrived is kept)";
+    }
     try {
         // A cancelled reply is kept as far as it got, in the conversation and in the store.
-        message_ids_.push_back(
-            backend_.commit(conversation_.messages().back(), parent, &*outcome.turn));
+        message_ids_.push_back(backend_.commit(engine_.messages().back(), parent, &*outcome.turn));
     } catch (const std::exception& e) {
         // The reply stays on screen and in the conversation; 0 marks it as unsaved.
         message_ids_.push_back(0);
         outcome.error = true;
-        outcome.message = std::string("the reply was not saved: ") + e.what();
+        if (!outcome.message.empty()) outcome.message += "; ";
+        outcome.message += std::string("the reply was not saved: ") + e.what();
     }
     return outcome;
 }
@@ -278,7 +293,7 @@ ChatOutcome ChatController::run_turn(const TextCallback& on_text,
 ChatOutcome ChatController::submit(const std::string& prompt, const TextCallback& on_text) {
     const std::string text = prompt.starts_with("//") ? prompt.substr(1) : prompt;
     if (trim(text).empty()) return failure("nothing to send: the prompt is empty");
-    const auto saved_messages = conversation_.messages();
+    const auto saved_messages = engine_.messages();
     const auto saved_ids = message_ids_;
     try {
         add_user_message(text);
@@ -316,8 +331,8 @@ ChatOutcome ChatController::handle_command(const std::string& line, const TextCa
 
 ChatOutcome ChatController::command_new() {
     const std::string system = system_prompt();
-    conversation_.clear();
-    if (!system.empty()) conversation_.set_system(system);
+    engine_.clear();
+    if (!system.empty()) engine_.set_system(system);
     message_ids_.clear();
     last_turn_.reset();
     backend_.new_session(system);
@@ -329,11 +344,11 @@ ChatOutcome ChatController::command_new() {
 ChatOutcome ChatController::command_regen(const TextCallback& on_text) {
     const ChatMessage* last = last_non_system();
     if (last == nullptr) return failure("/regen: nothing to answer again yet");
-    const auto saved_messages = conversation_.messages();
+    const auto saved_messages = engine_.messages();
     const auto saved_ids = message_ids_;
     if (last->role == "assistant") {
         // The old reply stays in the store; the new one becomes its sibling.
-        conversation_.pop_assistant();
+        engine_.pop_assistant();
         message_ids_.pop_back();
     }
     last = last_non_system();
@@ -347,7 +362,7 @@ ChatOutcome ChatController::command_regen(const TextCallback& on_text) {
 
 ChatOutcome ChatController::command_edit(const std::string& text, const TextCallback& on_text) {
     if (text.empty()) return failure("usage: /edit TEXT (replaces your last prompt)");
-    const auto saved_messages = conversation_.messages();
+    const auto saved_messages = engine_.messages();
     const auto saved_ids = message_ids_;
     auto kept = saved_messages;
     auto kept_ids = saved_ids;
@@ -382,7 +397,7 @@ ChatOutcome ChatController::command_system(const std::string& text) {
                                     : "system prompt: " + current);
     }
     backend_.set_system_prompt(text);
-    conversation_.set_system(text);
+    engine_.set_system(text);
     return info("system prompt set");
 }
 
@@ -392,13 +407,17 @@ std::string ChatController::settings_text() const {
     text << "temp " << p.temperature << ", top-k " << p.top_k << ", top-p " << p.top_p << ", min-p "
          << p.min_p << ", repeat-penalty " << p.repeat_penalty << ", seed " << p.seed
          << ", n-predict " << generation_.max_tokens << ", ignore-eos "
-         << (generation_.ignore_eos ? "on" : "off") << ", ctx " << conversation_.options().context;
-    const auto& vars = conversation_.options().template_vars;
-    if (vars.contains("enable_thinking") && vars["enable_thinking"].is_boolean()) {
-        text << ", think " << (vars["enable_thinking"].get<bool>() ? "on" : "off");
+         << (generation_.ignore_eos ? "on" : "off") << ", ctx ";
+    if (engine_.context_size() > 0) {
+        text << engine_.context_size();
+    } else {
+        text << "(the server's)";
     }
-    if (vars.contains("reasoning_effort") && vars["reasoning_effort"].is_string()) {
-        text << ", reasoning-effort " << vars["reasoning_effort"].get<std::string>();
+    if (const std::optional<bool> think = engine_.thinking()) {
+        text << ", think " << (*think ? "on" : "off");
+    }
+    if (const std::string effort = engine_.reasoning_effort(); !effort.empty()) {
+        text << ", reasoning-effort " << effort;
     }
     return text.str();
 }
@@ -455,25 +474,25 @@ ChatOutcome ChatController::command_set(const std::string& args) {
     } else if (name == "think") {
         const auto v = parse_switch(value);
         if (!v) return not_a("on or off");
-        conversation_.set_thinking(*v);
+        engine_.set_thinking(*v);
         return info(std::string("think = ") + (*v ? "on" : "off"));
     } else if (name == "thinking-budget" || name == "max-thinking-tokens") {
         const auto v = parse_number<int64_t>(value);
         if (!v || *v < 0) return not_a("a whole number >= 0");
-        conversation_.set_thinking(*v > 0, *v);
+        engine_.set_thinking(*v > 0, *v);
         return info("thinking-budget = " + value);
     } else if (name == "reasoning-effort") {
         // gpt-oss's system message says how hard to think: low, medium or high.
         if (value != "low" && value != "medium" && value != "high") {
             return not_a("low, medium or high");
         }
-        conversation_.set_template_var("reasoning_effort", value);
+        engine_.set_reasoning_effort(value);
         return info("reasoning-effort = " + value);
     } else if (name == "ctx" || name == "context") {
         const auto v = parse_number<int64_t>(value);
         if (!v) return not_a("a whole number");
         try {
-            conversation_.set_context(*v);
+            engine_.set_context(*v);
         } catch (const std::invalid_argument& e) {
             return failure("/set ctx " + value + ": " + e.what());
         }
@@ -516,9 +535,9 @@ ChatOutcome ChatController::load_session(const std::string& id) {
     if (loaded->messages.size() != loaded->message_ids.size()) {
         return failure("/load: conversation '" + id + "' is inconsistent in the store");
     }
-    conversation_.clear();
-    if (!loaded->system_prompt.empty()) conversation_.set_system(loaded->system_prompt);
-    for (auto& m : loaded->messages) conversation_.add_message(std::move(m));
+    engine_.clear();
+    if (!loaded->system_prompt.empty()) engine_.set_system(loaded->system_prompt);
+    for (auto& m : loaded->messages) engine_.add_message(std::move(m));
     message_ids_ = std::move(loaded->message_ids);
     last_turn_.reset();
     ChatOutcome outcome = info("loaded '" + loaded->summary.title + "' (" +
@@ -544,7 +563,7 @@ ChatOutcome ChatController::command_branch(const std::string& title) {
     std::vector<int64_t> ids;
     try {
         int64_t parent = 0;
-        for (const auto& m : conversation_.messages()) {
+        for (const auto& m : engine_.messages()) {
             if (m.role == "system") continue;
             parent = backend_.commit(m, parent, nullptr);
             ids.push_back(parent);

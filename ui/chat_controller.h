@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "engine/generate/conversation.h"
+#include "ui/chat_engine.h"
 #include "ui/session_backend.h"
 
 namespace ember::ui {
@@ -30,9 +31,10 @@ struct ChatOutcome {
 
 class ChatController {
 public:
-    // Every reference must outlive the controller. The conversation may already hold messages
-    // (e.g. a system prompt); the backend starts a new session with its system prompt.
-    ChatController(Conversation& conversation, Sampler& sampler, SessionBackend& backend,
+    // Every reference must outlive the controller. The engine (local or remote) may already
+    // hold messages (e.g. a system prompt); the backend starts a new session with its system
+    // prompt.
+    ChatController(ChatEngine& engine, Sampler& sampler, SessionBackend& backend,
                    GenerateOptions generation);
 
     // Adds `prompt` as the user's message, commits it, generates the reply (streamed through
@@ -51,8 +53,11 @@ public:
     // Stops the reply being generated after the current token; the partial reply is kept.
     // Safe from any thread and from a signal handler (a lock-free atomic store).
     void request_cancel() { cancel_requested_.store(true, std::memory_order_relaxed); }
+    // A flag set from outside (line mode's SIGINT handler) that stops a reply too, also while
+    // a remote server has sent nothing yet. Must outlive the controller; null: none.
+    void stop_also_on(const std::atomic<bool>* flag) { outside_stop_ = flag; }
 
-    Conversation& conversation() { return conversation_; }
+    ChatEngine& engine() { return engine_; }
     const Sampler& sampler() const { return sampler_; }
     const GenerateOptions& generation() const { return generation_; }
     // Store ids of the conversation's non-system messages, in order (the current branch).
@@ -101,13 +106,16 @@ private:
     ChatOutcome command_branch(const std::string& title);
     std::string settings_text() const;
 
-    Conversation& conversation_;
+    bool stop_requested() const;
+
+    ChatEngine& engine_;
     Sampler& sampler_;
     SessionBackend& backend_;
     GenerateOptions generation_;
     std::vector<int64_t> message_ids_;
     std::optional<TurnResult> last_turn_;
     std::atomic<bool> cancel_requested_{false};
+    const std::atomic<bool>* outside_stop_ = nullptr;
     static_assert(std::atomic<bool>::is_always_lock_free, "request_cancel must be signal-safe");
 };
 

@@ -293,7 +293,7 @@ void print_note(const std::string& text, bool dim) {
 }
 
 // After /load: the conversation so far, so the user sees where it stands.
-void print_transcript(const Conversation& conversation) {
+void print_transcript(const ChatEngine& conversation) {
     TextWriter out(stdout);
     for (const auto& m : conversation.messages()) {
         if (m.role == "user") {
@@ -319,7 +319,7 @@ void show_outcome(const ChatOutcome& outcome, const std::string& input, bool col
         TextWriter(stdout).text(outcome.message).raw("\n");
         std::fflush(stdout);
     }
-    if (input.starts_with("/load")) print_transcript(controller.conversation());
+    if (input.starts_with("/load")) print_transcript(controller.engine());
 }
 
 }  // namespace
@@ -381,6 +381,8 @@ int run_line_mode(ChatController& controller, const LineModeOptions& options) {
     LineEditor editor(options.history_path);
     MultilineInput input;
     std::printf("ember line mode: /help for commands, Ctrl-D to leave\n");
+    // Ctrl-C stops a reply also before its first text (a remote server still thinking).
+    controller.stop_also_on(&g_interrupt.raised);
     for (;;) {
         const LineEditor::Read read = editor.read_line(input.pending() ? "... " : "> ");
         if (read.status == LineEditor::Status::EndOfInput) {

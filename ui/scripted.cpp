@@ -35,12 +35,16 @@ double rate(int64_t tokens, double seconds) {
 json turn_json(const TurnResult& r, bool show_thinking) {
     json j;
     j["reply"] = r.reply;
-    j["thinking"] = show_thinking && r.thinking_tokens > 0 ? json(r.thinking) : json(nullptr);
+    // A remote server's reasoning arrives as text without a token count.
+    const bool thought = r.thinking_tokens > 0 || !r.thinking.empty();
+    j["thinking"] = show_thinking && thought ? json(r.thinking) : json(nullptr);
     j["thinking_tokens"] = r.thinking_tokens;
     j["thinking_end"] = std::string(thinking_end_name(r.thinking_end));
     j["tokens_reused"] = r.tokens_reused;
     j["tokens_evaluated"] = r.tokens_evaluated;
-    j["tokens_generated"] = static_cast<int64_t>(r.ids.size());
+    // A remote reply carries no token ids; its count is the server's.
+    j["tokens_generated"] =
+        r.ids.empty() ? r.stats.generated_tokens : static_cast<int64_t>(r.ids.size());
     j["prefill_tps"] = rate(r.tokens_evaluated, r.stats.prefill_seconds);
     j["decode_tps"] =
         rate(std::max<int64_t>(0, r.stats.generated_tokens - 1), r.stats.decode_seconds);
@@ -119,7 +123,7 @@ public:
             return 0;
         }
     }
-    void sync_system(const Conversation& conv) {
+    void sync_system(const ChatEngine& conv) {
         if (backend_ == nullptr || failed_) return;
         const auto& m = conv.messages();
         const std::string system =
@@ -151,9 +155,10 @@ private:
 };
 
 // One turn: add the user message, stream or collect the reply, print it. A prompt that
-// cannot fit the context is reported (and, in JSONL, answered with an error object), taken
-// back out of the conversation, and the run goes on.
-TurnOutcome answer(Conversation& conv, Sampler& sampler, const std::string& prompt, std::FILE* out,
+// cannot fit the context, or that a remote server does not answer, is reported (and, in
+// JSONL, answered with an error object), taken back out of the conversation, and the run goes
+// on. A reply that broke off is kept, printed and reported.
+TurnOutcome answer(ChatEngine& conv, Sampler& sampler, const std::string& prompt, std::FILE* out,
                    std::FILE* err, const ScriptedOptions& o, Recorder& rec) {
     const ChatMessage user{"user", prompt, {}, {}};
     conv.add_message(user);
@@ -161,20 +166,29 @@ TurnOutcome answer(Conversation& conv, Sampler& sampler, const std::string& prom
     // A prompt that then does not fit stays in the store as a branch nothing answers.
     const int64_t user_id = rec.commit(user, nullptr, rec.parent());
     PlainPrinter printer(out, o);
-    TurnResult r;
+    ChatReply reply;
     try {
-        r = conv.respond(sampler, o.generation, std::ref(printer));
-    } catch (const ContextOverflow& e) {
+        reply = conv.respond(sampler, o.generation, std::ref(printer), nullptr);
+    } catch (const std::exception& e) {
+        const bool overflow = dynamic_cast<const ContextOverflow*>(&e) != nullptr;
         conv.pop_message();
-        TextWriter(err).raw("ember: prompt skipped: ").text(e.what()).raw("\n");
+        TextWriter(err)
+            .raw(overflow ? "ember: prompt skipped: " : "ember: no reply: ")
+            .text(e.what())
+            .raw("\n");
         if (o.jsonl_out) {
-            const json j = {{"reply", ""},       {"thinking", nullptr}, {"finish", "context"},
-                            {"error", e.what()}, {"tokens_reused", 0},  {"tokens_evaluated", 0}};
+            const json j = {{"reply", ""},
+                            {"thinking", nullptr},
+                            {"finish", overflow ? "context" : "error"},
+                            {"error", e.what()},
+                            {"tokens_reused", 0},
+                            {"tokens_evaluated", 0}};
             if (!printer.write_json(j)) return TurnOutcome::OutputGone;
         }
         return TurnOutcome::Failed;
     }
-    // The reply is complete (or cut short by a closed pipe): commit it either way.
+    const TurnResult& r = reply.turn;
+    // The reply is complete (or cut short by a closed pipe or a lost server): commit it.
     const int64_t reply_id = rec.commit(conv.messages().back(), &r, user_id);
     if (reply_id != 0) rec.set_parent(reply_id);
     if (printer.gone()) return TurnOutcome::OutputGone;
@@ -186,15 +200,27 @@ TurnOutcome answer(Conversation& conv, Sampler& sampler, const std::string& prom
             err, "ember: context full: dropped %lld tokens (%lld messages) of the oldest turns\n",
             static_cast<long long>(r.tokens_dropped), static_cast<long long>(r.messages_dropped));
     }
-    const bool written = o.jsonl_out ? printer.write_json(turn_json(r, o.show_thinking))
-                                     : printer.write(printer.held_back() + "\n");
+    json j;
+    if (o.jsonl_out) {
+        j = turn_json(r, o.show_thinking);
+        if (!reply.interruption.empty()) j["error"] = reply.interruption;
+    }
+    const bool written =
+        o.jsonl_out ? printer.write_json(j) : printer.write(printer.held_back() + "\n");
+    if (!reply.interruption.empty()) {
+        TextWriter(err)
+            .raw("ember: the reply broke off: ")
+            .text(reply.interruption)
+            .raw(" (what arrived is kept)\n");
+        return written ? TurnOutcome::Failed : TurnOutcome::OutputGone;
+    }
     return written ? TurnOutcome::Answered : TurnOutcome::OutputGone;
 }
 
 // The prompt on one JSONL line, or an empty optional after reporting what is wrong with it.
 // A system message replaces the system prompt and yields no prompt either.
-std::optional<std::string> jsonl_prompt(const std::string& line, int64_t line_no,
-                                        Conversation& conv, std::FILE* err, bool& bad) {
+std::optional<std::string> jsonl_prompt(const std::string& line, int64_t line_no, ChatEngine& conv,
+                                        std::FILE* err, bool& bad) {
     const auto complain = [&](const std::string& what) {
         TextWriter(err)
             .raw("ember: stdin line " + std::to_string(line_no) + ": ")
@@ -224,14 +250,14 @@ std::optional<std::string> jsonl_prompt(const std::string& line, int64_t line_no
 
 }  // namespace
 
-int run_single_prompt(Conversation& conversation, Sampler& sampler, const std::string& prompt,
+int run_single_prompt(ChatEngine& conversation, Sampler& sampler, const std::string& prompt,
                       std::FILE* out, std::FILE* err, const ScriptedOptions& options) {
     Recorder rec(options, err);
     const TurnOutcome outcome = answer(conversation, sampler, prompt, out, err, options, rec);
     return outcome == TurnOutcome::Failed || rec.failed() ? 1 : 0;
 }
 
-int run_scripted(Conversation& conversation, Sampler& sampler, std::istream& in, std::FILE* out,
+int run_scripted(ChatEngine& conversation, Sampler& sampler, std::istream& in, std::FILE* out,
                  std::FILE* err, const ScriptedOptions& options) {
     std::string line;
     int64_t line_no = 0;

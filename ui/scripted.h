@@ -7,6 +7,7 @@
 #include <string>
 
 #include "engine/generate/conversation.h"
+#include "ui/chat_engine.h"
 #include "ui/session_backend.h"
 
 namespace ember::ui {
@@ -25,13 +26,15 @@ struct ScriptedOptions {
 };
 
 // Runs prompts from `in` until EOF. A line that is not a valid request (named by its line
-// number) and a prompt too long for the context are reported on `err` and skipped, and the
-// run goes on; the status is then 1, else 0. A closed output pipe ends quietly.
-int run_scripted(Conversation& conversation, Sampler& sampler, std::istream& in, std::FILE* out,
+// number), a prompt too long for the context and a prompt a remote server did not answer are
+// reported on `err` and skipped, and the run goes on; a reply that broke off (a remote server
+// lost mid-reply) is kept as far as it got and reported. The status is then 1, else 0. A
+// closed output pipe ends quietly.
+int run_scripted(ChatEngine& engine, Sampler& sampler, std::istream& in, std::FILE* out,
                  std::FILE* err, const ScriptedOptions& options);
 
 // Answers a single prompt (ember chat -p TEXT).
-int run_single_prompt(Conversation& conversation, Sampler& sampler, const std::string& prompt,
+int run_single_prompt(ChatEngine& engine, Sampler& sampler, const std::string& prompt,
                       std::FILE* out, std::FILE* err, const ScriptedOptions& options);
 
 }  // namespace ember::ui

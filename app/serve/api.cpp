@@ -168,6 +168,7 @@ SamplingRequest parse_sampling(const json& j, const RequestLimits& limits) {
         }
     }
     s.stream = bool_field(j, "stream");
+    s.ignore_eos = bool_field(j, "ignore_eos");
     if (auto it = j.find("stream_options"); it != j.end() && !it->is_null()) {
         if (!it->is_object()) throw bad_field("stream_options", "must be an object");
         if (auto u = it->find("include_usage"); u != it->end() && !u->is_null()) {

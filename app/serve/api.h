@@ -55,6 +55,7 @@ struct SamplingRequest {
     std::vector<std::string> stop;
     bool stream = false;
     bool include_usage = false;  // stream_options.include_usage
+    bool ignore_eos = false;     // llama.cpp's and vLLM's extension: generate past end of turn
 };
 
 struct ChatRequest {

@@ -61,6 +61,7 @@ std::string error_text(int status, const std::string& body) {
 
 StreamResult ApiClient::stream(const std::string& endpoint, json body,
                                const DeltaCallback& on_delta) {
+    cancel_requested_.store(false);
     body["stream"] = true;
     if (!body.contains("stream_options")) body["stream_options"] = {{"include_usage", true}};
     StreamResult result;
@@ -124,9 +125,10 @@ StreamResult ApiClient::stream(const std::string& endpoint, json body,
     int status = 0;
     req.response_handler = [&](const httplib::Response& response) {
         status = response.status;
-        return true;
+        return !cancel_requested_.load();
     };
     req.content_receiver = [&](const char* data, size_t length, uint64_t, uint64_t) {
+        if (cancel_requested_.load()) return false;
         if (status != 200) {
             if (raw_body.size() < 65536) raw_body.append(data, length);
             return true;
@@ -144,6 +146,10 @@ StreamResult ApiClient::stream(const std::string& endpoint, json body,
     httplib::Result res = http_->send(req);
     result.seconds = seconds_since_start();
     result.status = status;
+    if (cancel_requested_.load()) {
+        result.cancelled = true;
+        result.error.clear();
+    }
     if (result.cancelled || !result.error.empty()) return result;
     if (!res) {
         result.error =
@@ -163,6 +169,11 @@ StreamResult ApiClient::stream(const std::string& endpoint, json body,
     return result;
 }
 
+void ApiClient::cancel() {
+    cancel_requested_.store(true);
+    http_->stop();  // shuts the socket down; httplib allows this from another thread
+}
+
 std::vector<std::string> ApiClient::model_ids() {
     auto res = http_->Get((endpoint_.prefix + "/models").c_str());
     if (!res) {
@@ -172,7 +183,10 @@ std::vector<std::string> ApiClient::model_ids() {
     if (res->status != 200) throw std::runtime_error(error_text(res->status, res->body));
     std::vector<std::string> ids;
     try {
-        for (const auto& m : json::parse(res->body).at("data")) ids.push_back(m.at("id"));
+        // Parsed into a variable first: a range-for over a member of a temporary would
+        // outlive the temporary.
+        const json list = json::parse(res->body);
+        for (const auto& m : list.at("data")) ids.push_back(m.at("id").get<std::string>());
     } catch (const std::exception& e) {
         throw std::runtime_error(std::string("the model list is not what the API returns: ") +
                                  e.what());

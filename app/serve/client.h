@@ -2,6 +2,7 @@
 // chat completions streamed as server-sent events, parsed as they arrive.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -56,10 +57,18 @@ public:
     // GET PREFIX/models: the ids, or throws std::runtime_error saying why not.
     std::vector<std::string> model_ids();
 
+    // From another thread: ends the request in progress (its connection is closed, so the
+    // server stops generating) and reports it as cancelled. A call before the request has
+    // started is forgotten when it starts; call it until the request returns.
+    void cancel();
+
+    const ApiEndpoint& endpoint() const { return endpoint_; }
+
 private:
     ApiEndpoint endpoint_;
     std::string api_key_;
     std::unique_ptr<httplib::Client> http_;
+    std::atomic<bool> cancel_requested_{false};
 };
 
 }  // namespace ember::serve

@@ -50,6 +50,7 @@ struct Job {
     int64_t max_tokens = 0;
     bool stream = false;
     bool include_usage = false;
+    bool ignore_eos = false;
     std::string id;
     int64_t created = 0;
 };
@@ -141,6 +142,7 @@ struct Server::Impl {
         job.sampling = sampling_for(s, options.sampling);
         job.stream = s.stream;
         job.include_usage = s.include_usage;
+        job.ignore_eos = s.ignore_eos;
         job.id = std::string(chat ? "chatcmpl-" : "cmpl-") + std::to_string(++next_id);
         job.created = static_cast<int64_t>(std::time(nullptr));
         return job;
@@ -154,6 +156,7 @@ struct Server::Impl {
         Sampler sampler(job.sampling);
         GenerateOptions gen;
         gen.max_tokens = job.max_tokens;
+        gen.ignore_eos = job.ignore_eos;
         gen.speculation.enabled = options.speculation;
         gen.speculation.draft_max = options.draft_max;
         // Text goes to the client with the turn given up, so a slow reader holds up no one,

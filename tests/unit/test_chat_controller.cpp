@@ -82,8 +82,8 @@ protected:
         GenerateOptions generation;
         generation.max_tokens = 8;
         generation.ignore_eos = true;
-        controller_ =
-            std::make_unique<ChatController>(*conversation_, *sampler_, backend_, generation);
+        engine_ = std::make_unique<ui::LocalChatEngine>(*conversation_);
+        controller_ = std::make_unique<ChatController>(*engine_, *sampler_, backend_, generation);
     }
 
     ChatOutcome command(const std::string& line) {
@@ -99,6 +99,7 @@ protected:
     std::unique_ptr<Model> model_;
     std::unique_ptr<ThreadPool> pool_;
     std::unique_ptr<Conversation> conversation_;
+    std::unique_ptr<ui::LocalChatEngine> engine_;
     std::unique_ptr<Sampler> sampler_;
     RecordingBackend backend_;
     std::unique_ptr<ChatController> controller_;

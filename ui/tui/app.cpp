@@ -88,7 +88,8 @@ std::unique_ptr<FullScreen> FullScreen::open(const FullScreenOptions& options) {
     ensure_utf8_locale();
     auto impl = std::make_unique<Impl>();
     impl->options = options;
-    impl->model_name = fs::path(options.model_path).filename().string();
+    impl->model_name = options.model_name.empty() ? fs::path(options.model_path).filename().string()
+                                                  : options.model_name;
     tui::signal_flags().terminate_signal.store(0);
     tui::signal_flags().resized.store(false);
     tui::signal_flags().wake_fd.store(impl->events.wake_write_fd());
@@ -167,9 +168,9 @@ int FullScreen::Impl::run(ChatController& c) {
     if (loader.joinable()) loader.join();
     controller = &c;
     worker = std::make_unique<tui::Worker>();
-    context_total = c.conversation().options().context;
-    context_used = static_cast<int64_t>(c.conversation().cached_tokens().size());
-    rebuild_transcript(c.conversation().messages());
+    context_total = c.engine().context_size();
+    context_used = c.engine().context_used();
+    rebuild_transcript(c.engine().messages());
     try {
         sessions = c.list_sessions(kSessionLimit);
     } catch (const std::exception& e) {

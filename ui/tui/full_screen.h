@@ -16,6 +16,7 @@ namespace ember::ui {
 
 struct FullScreenOptions {
     std::string model_path;    // named (with its size) while it loads, and in the status line
+    std::string model_name;    // shown instead of model_path's file name (a remote model)
     std::string history_path;  // sent prompts (one line each) are read from and added to it
     bool color = true;         // false: attributes only (NO_COLOR)
 };

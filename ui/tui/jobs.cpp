@@ -67,9 +67,9 @@ void FullScreen::Impl::start_job(JobKind kind, const std::string& line) {
             done.outcome.conversation_replaced = true;
         }
         // A snapshot for the UI thread, which does not touch the controller.
-        done.messages = controller->conversation().messages();
-        done.context_used = static_cast<int64_t>(controller->conversation().cached_tokens().size());
-        done.context_total = controller->conversation().options().context;
+        done.messages = controller->engine().messages();
+        done.context_used = controller->engine().context_used();
+        done.context_total = controller->engine().context_size();
         try {
             done.sessions = controller->list_sessions(kSessionLimit);
             done.session_id = controller->session_id();

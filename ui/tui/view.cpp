@@ -31,8 +31,13 @@ StatusText status_text(const StatusInfo& info) {
     StatusText out;
     out.left = " " + info.model;
     out.left += kSeparator;
-    out.left +=
-        "ctx " + std::to_string(info.context_used) + "/" + std::to_string(info.context_total);
+    // A remote server does not say how large its context is.
+    out.left += "ctx ";
+    out.left += std::to_string(info.context_used);
+    if (info.context_total > 0) {
+        out.left += '/';
+        out.left += std::to_string(info.context_total);
+    }
     if (info.last_turn) {
         const TurnResult& t = *info.last_turn;
         const int64_t decoded = std::max<int64_t>(0, t.stats.generated_tokens - 1);

@@ -1,0 +1,102 @@
+// Where the chat front ends (the controller, scripted mode, line mode, curses) get their
+// replies from, as an interface: the in-process engine (LocalChatEngine, over a Conversation)
+// or a remote OpenAI-compatible server (app/remote_chat.h, which holds the HTTP client that
+// ui/ may not see). The front ends keep the messages here and ask for the next reply; how it
+// is produced, and where its state lives, is the engine's business.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "engine/generate/conversation.h"
+
+namespace ember::ui {
+
+// A reply as far as it got. `interruption` is empty when the reply ended normally (finished,
+// hit a limit, or was cancelled by the user); otherwise it says why it broke off (a remote
+// server dropped the connection or reported an error mid-reply): the partial reply is in
+// `turn` and in the messages all the same, to be kept.
+struct ChatReply {
+    TurnResult turn;
+    std::string interruption;
+};
+
+// Asked from another thread while a reply is being produced: true once the user wants it
+// stopped. Must be cheap and thread-safe (it reads atomics).
+using StopRequested = std::function<bool()>;
+
+class ChatEngine {
+public:
+    virtual ~ChatEngine() = default;
+
+    virtual const std::vector<ChatMessage>& messages() const = 0;
+    virtual void set_system(std::string text) = 0;  // replaces or adds the leading system message
+    virtual void add_message(ChatMessage message) = 0;
+    virtual void pop_message() = 0;    // drops the last message, whoever wrote it
+    virtual bool pop_assistant() = 0;  // drops the last message if it is the assistant's
+    virtual void clear() = 0;          // forgets every message
+
+    // Produces the assistant's reply to the conversation so far, streams it through `on_text`
+    // (false stops it: the partial reply is kept) and appends it. Throws when no reply could
+    // start (ContextOverflow: the newest message does not fit; std::runtime_error: a server
+    // that cannot be reached or refuses the request); the messages are then as they were.
+    // `stop_requested` (may be empty) is polled where `on_text` cannot be: while a remote
+    // server has not sent anything yet.
+    virtual ChatReply respond(Sampler& sampler, const GenerateOptions& options,
+                              const TextCallback& on_text, const StopRequested& stop_requested) = 0;
+
+    // Thinking on/off for later turns (the template's enable_thinking); `budget` < 0 keeps the
+    // current budget. Throws std::invalid_argument where the engine cannot do it.
+    virtual void set_thinking(bool on, int64_t budget = -1) = 0;
+    // The thinking switch as last set, if any.
+    virtual std::optional<bool> thinking() const = 0;
+    // How hard a reasoning model thinks (gpt-oss: low, medium, high) for later turns; locally
+    // the template's reasoning_effort, remotely the API's field of that name.
+    virtual void set_reasoning_effort(const std::string& effort) = 0;
+    // As last set; empty: the default.
+    virtual std::string reasoning_effort() const = 0;
+    // A new context size for later turns; std::invalid_argument where it cannot change.
+    virtual void set_context(int64_t tokens) = 0;
+    // Tokens the context holds; 0: unknown (a remote server decides).
+    virtual int64_t context_size() const = 0;
+    // Tokens of the context in use after the last reply (a remote one: as the server counted).
+    virtual int64_t context_used() const = 0;
+};
+
+// The in-process engine: a Conversation (not owned) with its live inference state.
+class LocalChatEngine final : public ChatEngine {
+public:
+    explicit LocalChatEngine(Conversation& conversation) : conversation_(conversation) {}
+
+    const std::vector<ChatMessage>& messages() const override { return conversation_.messages(); }
+    void set_system(std::string text) override { conversation_.set_system(std::move(text)); }
+    void add_message(ChatMessage message) override {
+        conversation_.add_message(std::move(message));
+    }
+    void pop_message() override { conversation_.pop_message(); }
+    bool pop_assistant() override { return conversation_.pop_assistant(); }
+    void clear() override { conversation_.clear(); }
+    ChatReply respond(Sampler& sampler, const GenerateOptions& options, const TextCallback& on_text,
+                      const StopRequested& stop_requested) override;
+    void set_thinking(bool on, int64_t budget) override { conversation_.set_thinking(on, budget); }
+    std::optional<bool> thinking() const override;
+    void set_reasoning_effort(const std::string& effort) override {
+        conversation_.set_template_var("reasoning_effort", effort);
+    }
+    std::string reasoning_effort() const override;
+    void set_context(int64_t tokens) override { conversation_.set_context(tokens); }
+    int64_t context_size() const override { return conversation_.options().context; }
+    int64_t context_used() const override {
+        return static_cast<int64_t>(conversation_.cached_tokens().size());
+    }
+
+    Conversation& conversation() { return conversation_; }
+
+private:
+    Conversation& conversation_;
+};
+
+}  // namespace ember::ui
