@@ -627,9 +627,10 @@ std::unique_ptr<Model> Model::load(const std::string& path) {
             L.post_attn_norm = bind.vector(b + "post_attention_norm.weight", c.n_embd);
             L.post_ffn_norm = bind.vector(b + "post_ffw_norm.weight", c.n_embd);
         }
-        // qwen3moe: a layer with a router is sparse, one without (mlp_only_layers) dense.
-        if (c.n_expert > 0 &&
-            (bind.find(b + "ffn_gate_inp.weight") || bind.find(b + "ffn_gate_exps.weight"))) {
+        // qwen3moe: a layer with a router is sparse, one without (mlp_only_layers) dense;
+        // every gpt-oss layer is sparse (binding names a missing router or expert tensor).
+        if (c.n_expert > 0 && (c.family == Family::GptOss || bind.find(b + "ffn_gate_inp.weight") ||
+                               bind.find(b + "ffn_gate_exps.weight"))) {
             bind_moe(f, bind, b, c, L);
         } else {
             L.w_gate = bind.matrix(b + "ffn_gate.weight", c.n_ff, c.n_embd);
