@@ -24,6 +24,7 @@
 #include "engine/model/gptoss.h"
 #include "engine/model/model.h"
 #include "engine/model/state.h"
+#include "engine/model/state_io.h"
 #include "engine/util/thread_pool.h"
 #include "tests/support/fixtures.h"
 #include "tests/support/state_bytes.h"
@@ -326,6 +327,33 @@ TEST_F(GptOss, RingGivesWhatACacheOfEveryRowGives) {
     ASSERT_EQ(a.size(), b.size());
     EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * sizeof(float)));
     EXPECT_LT(ring->kv.allocated_bytes(), full->kv.allocated_bytes());
+}
+
+// The session store's pattern: KV blobs of two turns, the second written after the sliding
+// layer's ring wrapped, restored into a fresh state resume bit-identically.
+TEST_F(GptOss, SerializedStateResumesBitIdentically) {
+    const ModelConfig& c = model_->config();
+    const auto ids = some_tokens(1300, c.n_vocab, 13);
+    const int64_t turn1 = 300;   // within the ring
+    const int64_t turn2 = 1100;  // the ring (512 positions) has wrapped
+    auto st = make_state(c, 2048);
+    forward(*model_, *st, pool_, std::span(ids).first(turn1), LogitsWanted::Last);
+    const auto blob1 = serialize_kv_rows(st->kv, 0, turn1);
+    forward(*model_, *st, pool_, std::span(ids).subspan(turn1, turn2 - turn1), LogitsWanted::Last);
+    const auto blob2 = serialize_kv_rows(st->kv, turn1, turn2);
+    EXPECT_EQ(inspect_kv_rows(blob2).ring_layers, c.sliding);
+    const auto rest =
+        forward(*model_, *st, pool_, std::span(ids).subspan(turn2), LogitsWanted::All);
+    const std::vector<float> expected(rest.begin(), rest.end());
+    auto resumed = make_state(c, 2048);
+    apply_kv_rows(blob1, resumed->kv, 0, turn1);
+    apply_kv_rows(blob2, resumed->kv, turn1, turn2);
+    ASSERT_TRUE(resumed->kv.can_resume_at(turn2));
+    resumed->kv.set_length(turn2);
+    const auto got =
+        forward(*model_, *resumed, pool_, std::span(ids).subspan(turn2), LogitsWanted::All);
+    ASSERT_EQ(got.size(), expected.size());
+    EXPECT_EQ(0, std::memcmp(got.data(), expected.data(), expected.size() * sizeof(float)));
 }
 
 // A window of 0, a missing window, or a layer without its sinks: one error naming the file
