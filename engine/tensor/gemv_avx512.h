@@ -206,11 +206,12 @@ struct Prefetcher {
     }
 };
 
-template <int C>
+// The prepared activation rows of C tokens: Q8_32, or Q16_32 for the kWideAct types.
+template <int C, class Act = BlockQ8_32>
 struct Tokens {
-    const BlockQ8_32* act[C];
+    const Act* act[C];
     Tokens(const uint8_t* a, size_t stride) {
-        for (int t = 0; t < C; ++t) act[t] = reinterpret_cast<const BlockQ8_32*>(a + t * stride);
+        for (int t = 0; t < C; ++t) act[t] = reinterpret_cast<const Act*>(a + t * stride);
     }
 };
 
@@ -351,9 +352,13 @@ inline __mmask64 high_bits(__m512i qh, int j) {
 }
 
 template <class T, int C>
-void panel_nib(const uint8_t* w, size_t stride, int rows, int64_t n_groups, const Tokens<C>& tk,
-               float* y, int64_t ldy, const uint8_t* next) {
+void panel_nib(const uint8_t* w, size_t stride, int rows, int64_t n_groups,
+               const Tokens<C, ActBlock<T>>& tk, float* y, int64_t ldy, const uint8_t* next) {
     using L = NibbleLayout<T>;
+    // Q16_32 activations (MXFP4): every product pass runs once per byte plane, and the planes'
+    // exact sums join as lo + 256 * hi (simd_unpack.h's A16 order).
+    constexpr bool kPlanes = kWideAct<T>;
+    static_assert(!kPlanes || T::kFamily == Family::A);
     constexpr size_t B = sizeof(typename T::Block);
     const PanelRows pr(w, stride, rows);
     Prefetcher pf{reinterpret_cast<const char*>(next), stride, B};
@@ -397,8 +402,11 @@ void panel_nib(const uint8_t* w, size_t stride, int rows, int64_t n_groups, cons
         __m512 m;
         if constexpr (T::kFamily == Family::B) m = half_lanes<true>(dm);
         auto finish = [&](int t, __m512i isum) {
-            const BlockQ8_32& a = tk.act[t][g];
-            if constexpr (T::kFamily == Family::A) {
+            const auto& a = tk.act[t][g];
+            if constexpr (kPlanes) {
+                isum =
+                    _mm512_add_epi32(isum, _mm512_set1_epi32(-T::kOff * (a.s[0] + 256 * a.s[1])));
+            } else if constexpr (T::kFamily == Family::A) {
                 isum = _mm512_add_epi32(isum, _mm512_set1_epi32(-T::kOff * (a.s[0] + a.s[1])));
             }
             tot[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum),
@@ -414,15 +422,25 @@ void panel_nib(const uint8_t* w, size_t stride, int rows, int64_t n_groups, cons
                 lo[k] = nibbles(q[k], false);
                 hi[k] = nibbles(q[k], true);
             }
-            const BlockQ8_32& a = tk.act[0][g];
-            const __m512i alo =
-                _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a.qs)));
-            const __m512i ahi = _mm512_broadcast_i32x4(
-                _mm_loadu_si128(reinterpret_cast<const __m128i*>(a.qs + 16)));
+            const auto& a = tk.act[0][g];
+            // Elements 0-15 / 16-31 of an activation byte plane in every 128-bit lane.
+            auto bcast16 = [](const int8_t* plane, int half) {
+                return _mm512_broadcast_i32x4(
+                    _mm_loadu_si128(reinterpret_cast<const __m128i*>(plane + 16 * half)));
+            };
+            auto products = [&](__m512i acc, int k, const int8_t* plane) {
+                return _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(acc, lo[k], bcast16(plane, 0)),
+                                           hi[k], bcast16(plane, 1));
+            };
             __m512i p[4];
             for (int k = 0; k < 4; ++k) {
-                p[k] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), lo[k], alo),
-                                           hi[k], ahi);
+                if constexpr (kPlanes) {
+                    // 256 * (hi plane's sums) + lo plane's: exact, and one reduction for both.
+                    p[k] = _mm512_slli_epi32(products(_mm512_setzero_si512(), k, a.hi), 8);
+                    p[k] = products(p[k], k, a.lo);
+                } else {
+                    p[k] = products(_mm512_setzero_si512(), k, a.qs);
+                }
             }
             finish(0, reduce_quads(p));
         } else {
@@ -438,14 +456,23 @@ void panel_nib(const uint8_t* w, size_t stride, int rows, int64_t n_groups, cons
                     hi[j] = _mm512_mask_add_epi8(hi[j], high_bits<true>(qh, j), hi[j], b4);
                 }
             }
-            for (int t = 0; t < C; ++t) {
-                const int8_t* qs = tk.act[t][g].qs;
+            // Sum over the group of the rows' codes times one activation byte plane.
+            auto plane_sum = [&](const int8_t* qs) {
                 __m512i i0 = _mm512_setzero_si512(), i1 = _mm512_setzero_si512();
                 for (int j = 0; j < 4; ++j) {
                     i0 = _mm512_dpbusd_epi32(i0, lo[j], act_dword(qs, j));
                     i1 = _mm512_dpbusd_epi32(i1, hi[j], act_dword(qs, 4 + j));
                 }
-                finish(t, _mm512_add_epi32(i0, i1));
+                return _mm512_add_epi32(i0, i1);
+            };
+            for (int t = 0; t < C; ++t) {
+                if constexpr (kPlanes) {
+                    const auto& a = tk.act[t][g];
+                    finish(t, _mm512_add_epi32(plane_sum(a.lo),
+                                               _mm512_slli_epi32(plane_sum(a.hi), 8)));
+                } else {
+                    finish(t, plane_sum(tk.act[t][g].qs));
+                }
             }
         }
     }
@@ -817,7 +844,7 @@ template <class T, int C>
 void gemv_c(const GemmArgs& g) {
     using K = GemvKernel<T>;
     const int64_t units = g.cols / (32 * K::kGroupsPerUnit);  // blocks
-    const Tokens<C> tk(g.act, g.act_stride);
+    const Tokens<C, ActBlock<T>> tk(g.act, g.act_stride);
     for (int64_t r0 = 0; r0 < g.rows; r0 += 16) {
         const int rows = static_cast<int>(g.rows - r0 < 16 ? g.rows - r0 : 16);
         const uint8_t* w = g.w + static_cast<size_t>(r0) * g.w_stride;

@@ -45,6 +45,7 @@ struct Avx2 {
     }
     static VI madd16(VI a, VI b) { return _mm256_madd_epi16(a, b); }
     static VI mullo(VI a, VI b) { return _mm256_mullo_epi32(a, b); }
+    static VI shl8(VI v) { return _mm256_slli_epi32(v, 8); }
     static VI add_i(VI a, VI b) { return _mm256_add_epi32(a, b); }
     static VF cvt(VI v) { return _mm256_cvtepi32_ps(v); }
     static VF mul(VF a, VF b) { return _mm256_mul_ps(a, b); }

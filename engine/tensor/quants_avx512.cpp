@@ -40,6 +40,7 @@ struct Avx512 {
     static VI dot4(VI acc, VI w, VI a) { return _mm512_dpbusd_epi32(acc, w, a); }
     static VI madd16(VI a, VI b) { return _mm512_madd_epi16(a, b); }
     static VI mullo(VI a, VI b) { return _mm512_mullo_epi32(a, b); }
+    static VI shl8(VI v) { return _mm512_slli_epi32(v, 8); }
     static VI add_i(VI a, VI b) { return _mm512_add_epi32(a, b); }
     static VF cvt(VI v) { return _mm512_cvtepi32_ps(v); }
     static VF mul(VF a, VF b) { return _mm512_mul_ps(a, b); }

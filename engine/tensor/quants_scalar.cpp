@@ -165,6 +165,34 @@ void quantize_act_q8_32(const float* x, void* dst, int64_t n) {
     }
 }
 
+// Q16_32: as Q8_32 with q in [-kQ16Max, kQ16Max], split into hi = round-half-up(q / 256) and
+// lo = q - 256 * hi, both signed bytes.
+void quantize_act_q16_32(const float* x, void* dst, int64_t n) {
+    auto* out = static_cast<BlockQ16_32*>(dst);  // [n / 32]
+    constexpr auto kMax = static_cast<float>(kQ16Max);
+    for (int64_t b = 0; b < n / kQK; ++b) {
+        const float* xb = x + b * kQK;  // [32]
+        float amax = 0.0f;
+        for (int j = 0; j < kQK; ++j) amax = std::max(amax, std::fabs(xb[j]));
+        const float id = amax > 0.0f ? kMax / amax : 0.0f;
+        BlockQ16_32& o = out[b];
+        o.d = amax / kMax;
+        int sum_lo = 0, sum_hi = 0;
+        for (int j = 0; j < kQK; ++j) {
+            // NaN products give 0, as in the SIMD kernels; the clamp guards the last ulp.
+            const float v = xb[j] * id;
+            const int q = std::isnan(v) ? 0 : clamp_int(nearest_int_small(v), -kQ16Max, kQ16Max);
+            const int hi = (q + 128) >> 8;  // arithmetic shift: floor
+            o.hi[j] = static_cast<int8_t>(hi);
+            o.lo[j] = static_cast<int8_t>(q - 256 * hi);
+            sum_lo += o.lo[j];
+            sum_hi += hi;
+        }
+        o.s[0] = static_cast<int16_t>(sum_lo);
+        o.s[1] = static_cast<int16_t>(sum_hi);
+    }
+}
+
 // =============================================================================================
 // 32-element formats: x[j] = d * q[j] + m.
 
@@ -270,6 +298,23 @@ float dot_32(int64_t n, const void* w, const void* act) {
             block += wa.m * static_cast<float>(a[b].s[0] + a[b].s[1]);
         }
         acc += a[b].d * block;
+    }
+    return acc;
+}
+
+// Against Q16_32 activations (family-A types without a min only): the block's exact integer
+// sum of q * (256 * hi + lo), then the same float steps as dot_32.
+template <typename Block>
+float dot_32_wide(int64_t n, const void* w, const void* act) {
+    static_assert(!kHasMin<Block>);
+    const auto* blocks = static_cast<const Block*>(w);     // [n / 32]
+    const auto* a = static_cast<const BlockQ16_32*>(act);  // [n / 32]
+    int8_t q[kQK];
+    float acc = 0.0f;
+    for (int64_t b = 0; b < n / kQK; ++b) {
+        const Affine wa = unpack(blocks[b], q);
+        const int32_t sumi = 256 * dot_i8(q, a[b].hi, kQK) + dot_i8(q, a[b].lo, kQK);
+        acc += a[b].d * (wa.d * static_cast<float>(sumi));
     }
     return acc;
 }
@@ -971,6 +1016,7 @@ void install_scalar_kernels(KernelTable& table) {
     table.isa = "scalar";
     table.quantize_act[static_cast<size_t>(ActFormat::F32)] = quantize_row_f32;
     table.quantize_act[static_cast<size_t>(ActFormat::Q8_32)] = quantize_act_q8_32;
+    table.quantize_act[static_cast<size_t>(ActFormat::Q16_32)] = quantize_act_q16_32;
 
     table[TensorType::F32] = {ActFormat::F32, dequantize_row_f32, quantize_row_f32, dot_f32};
     table[TensorType::F16] = {ActFormat::F32, dequantize_row_f16, quantize_row_f16, dot_f16};
@@ -988,8 +1034,8 @@ void install_scalar_kernels(KernelTable& table) {
                                dot_32<BlockQ5_1>};
     table[TensorType::IQ4_NL] = {ActFormat::Q8_32, dequantize_row_32<BlockIQ4_NL>,
                                  quantize_row_iq4_nl, dot_32<BlockIQ4_NL>};
-    table[TensorType::MXFP4] = {ActFormat::Q8_32, dequantize_row_32<BlockMXFP4>, quantize_row_mxfp4,
-                                dot_32<BlockMXFP4>};
+    table[TensorType::MXFP4] = {ActFormat::Q16_32, dequantize_row_32<BlockMXFP4>,
+                                quantize_row_mxfp4, dot_32_wide<BlockMXFP4>};
 
     table[TensorType::Q2_K] = {ActFormat::Q8_32, dequantize_row_k<BlockQ2_K>, quantize_row_q2_k,
                                dot_k<BlockQ2_K>};

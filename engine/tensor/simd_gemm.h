@@ -178,12 +178,16 @@ void micro(const MicroArgs& m) {
     constexpr size_t kG = kGroupBytes<Isa, F>;
     constexpr bool kSigned = kSignedPanel<Isa, T>;
     constexpr bool kHalves = F == Family::C || F == Family::D;  // two int sums per group
-    constexpr int kAcc = kHalves ? 2 : 1;
+    // Q16_32 activations: one int sum per byte plane (lo, hi), joined as lo + 256 * hi.
+    constexpr bool kPlanes = kWideAct<T>;
+    static_assert(!kPlanes || (F == Family::A && !kSigned), "A16 is family A, unsigned panels");
+    constexpr int kAcc = kHalves || kPlanes ? 2 : 1;
     constexpr size_t kSlot = 4 * W;
+    using Act = ActBlock<T>;
 
-    const BlockQ8_32* act[C];
+    const Act* act[C];
     for (int t = 0; t < C; ++t) {
-        act[t] = reinterpret_cast<const BlockQ8_32*>(m.act + static_cast<size_t>(t) * m.act_stride);
+        act[t] = reinterpret_cast<const Act*>(m.act + static_cast<size_t>(t) * m.act_stride);
     }
     VF tot[P][C];
     for (int p = 0; p < P; ++p) {
@@ -207,7 +211,10 @@ void micro(const MicroArgs& m) {
         for (int t = 0; t < C; ++t) {
             const VI s = Isa::bcast_i32(act[t][g].s);
             for (int p = 0; p < P; ++p) {
-                if constexpr (F == Family::A && !kSigned) {
+                if constexpr (kPlanes) {
+                    acc[p][t][0] = Isa::madd16(s, off_lo);  // -kOff * sum lo
+                    acc[p][t][1] = Isa::madd16(s, off_hi);  // -kOff * sum hi
+                } else if constexpr (F == Family::A && !kSigned) {
                     acc[p][t][0] = Isa::madd16(s, off_both);
                 } else if constexpr (F == Family::C) {
                     acc[p][t][0] = Isa::madd16(s, off_lo);
@@ -227,12 +234,21 @@ void micro(const MicroArgs& m) {
                 if constexpr (kSigned) wabs[p] = Isa::abs8(wv[p]);
             }
             for (int t = 0; t < C; ++t) {
-                const VI a = Isa::bcast_i32(act[t][g].qs + 4 * k);
-                for (int p = 0; p < P; ++p) {
-                    if constexpr (kSigned) {
-                        acc[p][t][h] = Isa::dot4_signed(acc[p][t][h], wabs[p], wv[p], a);
-                    } else {
-                        acc[p][t][h] = Isa::dot4(acc[p][t][h], wv[p], a);
+                if constexpr (kPlanes) {
+                    const VI alo = Isa::bcast_i32(act[t][g].lo + 4 * k);
+                    const VI ahi = Isa::bcast_i32(act[t][g].hi + 4 * k);
+                    for (int p = 0; p < P; ++p) {
+                        acc[p][t][0] = Isa::dot4(acc[p][t][0], wv[p], alo);
+                        acc[p][t][1] = Isa::dot4(acc[p][t][1], wv[p], ahi);
+                    }
+                } else {
+                    const VI a = Isa::bcast_i32(act[t][g].qs + 4 * k);
+                    for (int p = 0; p < P; ++p) {
+                        if constexpr (kSigned) {
+                            acc[p][t][h] = Isa::dot4_signed(acc[p][t][h], wabs[p], wv[p], a);
+                        } else {
+                            acc[p][t][h] = Isa::dot4(acc[p][t][h], wv[p], a);
+                        }
                     }
                 }
             }
@@ -243,6 +259,7 @@ void micro(const MicroArgs& m) {
             for (int t = 0; t < C; ++t) {
                 const VF da = Isa::set1_f(act[t][g].d);
                 VI isum = acc[p][t][0];
+                if constexpr (kPlanes) isum = Isa::add_i(isum, Isa::shl8(acc[p][t][1]));
                 if constexpr (kHalves) {
                     const int sc_slot = F == Family::C ? 1 : 2;
                     isum = Isa::add_i(
@@ -291,6 +308,11 @@ void run_tokens(MicroArgs m, int64_t n_tokens, std::integer_sequence<int, Cs...>
     }
 }
 
+// Tokens per micro-tile: two int accumulators per (panel, token) - the halves of families C
+// and D, or the byte planes of Q16_32 activations - take the smaller tile of C and D.
+template <class Isa, class T>
+constexpr int kTileTokens = Isa::template kTokens<kWideAct<T> ? Family::C : T::kFamily>;
+
 // Decode-sized calls (all tokens in one micro-tile) split K into chunks of this many groups: two
 // panels of a chunk (~20 KB) stay in L1 between repacking and use. A multiple of 8 (K-quants).
 constexpr int64_t kChunkGroups = 16;
@@ -314,7 +336,7 @@ void run_micro(const MicroArgs& m, int64_t n_tokens, std::integer_sequence<int, 
 template <class Isa, class T>
 void gemm_q_chunked(const GemmArgs& g) {
     constexpr int W = Isa::kW;
-    constexpr int kTok = Isa::template kTokens<T::kFamily>;
+    constexpr int kTok = kTileTokens<Isa, T>;
     constexpr size_t kG = kGroupBytes<Isa, T::kFamily>;
     const int64_t n_groups = g.cols / 32;
     const size_t panel_bytes = static_cast<size_t>(kChunkGroups) * kG;
@@ -343,7 +365,7 @@ void gemm_q_chunked(const GemmArgs& g) {
                                      min_of(W, rows - p * W), ng, g.scratch + p * panel_bytes,
                                      next);
             }
-            MicroArgs m{g.scratch,    panel_bytes, ng,    g.act + g0 * sizeof(BlockQ8_32),
+            MicroArgs m{g.scratch,    panel_bytes, ng,    g.act + g0 * sizeof(ActBlock<T>),
                         g.act_stride, g.y + r0,    g.ldy, rows};
             m.carry = carry;
             m.first = g0 == 0;
@@ -361,7 +383,7 @@ void gemm_q_chunked(const GemmArgs& g) {
 template <class Isa, class T>
 void gemm_q(const GemmArgs& g) {
     constexpr int W = Isa::kW;
-    constexpr int kTok = Isa::template kTokens<T::kFamily>;
+    constexpr int kTok = kTileTokens<Isa, T>;
     // An ISA may have a kernel for one token (decode) or a few that needs no panels; its
     // results are bitwise the panels' (the canonical order), so the choice is speed alone.
     if constexpr (requires { Isa::gemv(T{}, g); }) {
@@ -412,8 +434,8 @@ template <class Isa, class T>
 float dot_q(int64_t n, const void* w, const void* act_row) {
     using Block = typename T::Block;
     constexpr Family F = T::kFamily;
-    const auto* blocks = static_cast<const Block*>(w);          // [n / (32 * kGroups)]
-    const auto* act = static_cast<const BlockQ8_32*>(act_row);  // [n / 32]
+    const auto* blocks = static_cast<const Block*>(w);           // [n / (32 * kGroups)]
+    const auto* act = static_cast<const ActBlock<T>*>(act_row);  // [n / 32]
     __m256 acc = _mm256_setzero_ps();
     float acc_min = 0.0f;  // min/offset terms of families B and D
     for (int64_t b = 0; b < n / (32 * T::kGroups); ++b) {
@@ -421,29 +443,43 @@ float dot_q(int64_t n, const void* w, const void* act_row) {
         T::params(blocks + b, prm);
         for (int s = 0; s < T::kGroups; ++s) {
             const GroupParams& p = prm[s];
-            const BlockQ8_32& a = act[b * T::kGroups + s];
-            const __m256i qa = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.qs));
-            __m256i v = Isa::template dot32<kSignedPanel<Isa, T>>(T::unpack(blocks + b, s), qa);
-            if constexpr (F == Family::A) {
-                // The group's exact integer in lane 0 (the canonical order): a block of zero codes
-                // then adds exactly zero whatever kOff is (MXFP4's 0 is u = 16).
-                int32_t i = hsum8_i32(v);
-                if constexpr (!kSignedPanel<Isa, T>) i -= T::kOff * (a.s[0] + a.s[1]);
-                v = _mm256_setr_epi32(i, 0, 0, 0, 0, 0, 0, 0);
-            } else if constexpr (F == Family::C || F == Family::D) {
-                // Lanes 0-3 hold the first 16 elements, lanes 4-7 the second.
-                v = _mm256_add_epi32(
-                    v, _mm256_setr_epi32(-T::kOff * a.s[0], 0, 0, 0, -T::kOff * a.s[1], 0, 0, 0));
-                v = _mm256_mullo_epi32(
-                    v, _mm256_setr_epi32(p.sc0, p.sc0, p.sc0, p.sc0, p.sc1, p.sc1, p.sc1, p.sc1));
-            }
-            acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(v), _mm256_set1_ps(p.d * a.d), acc);
-            if constexpr (F == Family::B) {
-                acc_min += p.m * (static_cast<float>(a.s[0] + a.s[1]) * a.d);
-            }
-            if constexpr (F == Family::D) {
-                const int mins = (p.mn & 0xffff) * a.s[0] + (p.mn >> 16) * a.s[1];
-                acc_min += static_cast<float>(mins) * (p.m * a.d);
+            const auto& a = act[b * T::kGroups + s];
+            if constexpr (kWideAct<T>) {
+                static_assert(F == Family::A && !kSignedPanel<Isa, T>);
+                // The A16 order: each byte plane's exact sum, then lo + 256 * hi.
+                const __m256i u = T::unpack(blocks + b, s);
+                const __m256i lo = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.lo));
+                const __m256i hi = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.hi));
+                const int32_t i_lo =
+                    hsum8_i32(Isa::template dot32<false>(u, lo)) - T::kOff * a.s[0];
+                const int32_t i_hi =
+                    hsum8_i32(Isa::template dot32<false>(u, hi)) - T::kOff * a.s[1];
+                const __m256i v = _mm256_setr_epi32(i_lo + 256 * i_hi, 0, 0, 0, 0, 0, 0, 0);
+                acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(v), _mm256_set1_ps(p.d * a.d), acc);
+            } else {
+                const __m256i qa = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.qs));
+                __m256i v = Isa::template dot32<kSignedPanel<Isa, T>>(T::unpack(blocks + b, s), qa);
+                if constexpr (F == Family::A) {
+                    // The group's exact integer in lane 0 (the canonical order): a block of zero
+                    // codes then adds exactly zero whatever kOff is (MXFP4's 0 is u = 16).
+                    int32_t i = hsum8_i32(v);
+                    if constexpr (!kSignedPanel<Isa, T>) i -= T::kOff * (a.s[0] + a.s[1]);
+                    v = _mm256_setr_epi32(i, 0, 0, 0, 0, 0, 0, 0);
+                } else if constexpr (F == Family::C || F == Family::D) {
+                    // Lanes 0-3 hold the first 16 elements, lanes 4-7 the second.
+                    v = _mm256_add_epi32(v, _mm256_setr_epi32(-T::kOff * a.s[0], 0, 0, 0,
+                                                              -T::kOff * a.s[1], 0, 0, 0));
+                    v = _mm256_mullo_epi32(v, _mm256_setr_epi32(p.sc0, p.sc0, p.sc0, p.sc0, p.sc1,
+                                                                p.sc1, p.sc1, p.sc1));
+                }
+                acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(v), _mm256_set1_ps(p.d * a.d), acc);
+                if constexpr (F == Family::B) {
+                    acc_min += p.m * (static_cast<float>(a.s[0] + a.s[1]) * a.d);
+                }
+                if constexpr (F == Family::D) {
+                    const int mins = (p.mn & 0xffff) * a.s[0] + (p.mn >> 16) * a.s[1];
+                    acc_min += static_cast<float>(mins) * (p.m * a.d);
+                }
             }
         }
     }
@@ -679,7 +715,7 @@ inline void quantize_act_q8_32(const float* x, void* dst, int64_t n) {
 
 template <class Isa, class T>
 void install_quant(TypeKernels& k) {
-    k.act_format = ActFormat::Q8_32;
+    k.act_format = kWideAct<T> ? ActFormat::Q16_32 : ActFormat::Q8_32;
     k.dequantize_row = dequantize_row<T>;
     k.dot = dot_q<Isa, T>;
     k.gemm = gemm_q<Isa, T>;

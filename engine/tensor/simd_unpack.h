@@ -24,6 +24,10 @@
 //                                               acc = fma(float(M), -dmin*da, acc)
 // Every integer above is exact in int32 and in float (|I| < 2^24), so any kernel that follows
 // this order per (row, token) gives bitwise the same result, however it groups rows and tokens.
+// A type with kWideAct (MXFP4) takes Q16_32 activations instead (two byte planes lo, hi with
+// sums s0, s1; see BlockQ16_32), family A only:
+//   A16: i = (sum u*lo - kOff*s0) + 256 * (sum u*hi - kOff*s1);   acc = fma(float(i), d*da, acc)
+// (|i| <= 12 * 32639 * 32 < 2^24 for MXFP4: still exact in float.)
 #pragma once
 
 #ifndef EMBER_SIMD_NS
@@ -34,6 +38,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #include "engine/tensor/blocks.h"
 #include "engine/tensor/iq_grids.h"
@@ -41,6 +46,14 @@
 namespace ember::EMBER_SIMD_NS {
 
 enum class Family : uint8_t { A, B, C, D };
+
+// Whether type T is dotted with Q16_32 activations (T::kWideAct) rather than Q8_32.
+template <class T>
+constexpr bool kWideAct = requires {
+    requires T::kWideAct;
+};
+template <class T>
+using ActBlock = std::conditional_t<kWideAct<T>, BlockQ16_32, BlockQ8_32>;
 
 // Per 32-element group numbers (which ones are meaningful depends on the family).
 struct GroupParams {
@@ -211,6 +224,7 @@ struct TMXFP4 {
     static constexpr int kGroups = 1;
     static constexpr int kOff = 16;
     static constexpr bool kWide = false;
+    static constexpr bool kWideAct = true;  // see BlockQ16_32
     // The doubled e2m1 code points shifted by +16: u = value + 16, in [4, 28].
     static __m256i table() {
         return _mm256_broadcastsi128_si256(

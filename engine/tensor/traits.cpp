@@ -13,6 +13,8 @@ size_t act_row_bytes(ActFormat format, int64_t n) {
             return static_cast<size_t>(n) * sizeof(float);
         case ActFormat::Q8_32:
             return static_cast<size_t>(n / kQK) * sizeof(BlockQ8_32);
+        case ActFormat::Q16_32:
+            return static_cast<size_t>(n / kQK) * sizeof(BlockQ16_32);
     }
     throw std::invalid_argument("unknown activation format");
 }

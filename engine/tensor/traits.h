@@ -13,9 +13,11 @@
 //
 // Accuracy contract (the model tests depend on it):
 //  * F32/F16/BF16 weights are dotted with f32 activations, exactly as given (no rounding).
-//  * Quantized weights are dotted with activations quantized once per token row to Q8_32
-//    (8-bit, blocks of 32, f32 scale; see BlockQ8_32). Accumulation is int32 inside a
-//    32-element block and float across blocks.
+//  * Quantized weights are dotted with activations quantized once per token row to the
+//    format the type declares: Q8_32 (8-bit, blocks of 32, f32 scale; see BlockQ8_32) for
+//    most, Q16_32 (16-bit as two byte planes; see BlockQ16_32) for MXFP4, whose weights are
+//    accurate enough that 8-bit activations would dominate its error. Accumulation is int32
+//    inside a 32-element block and float across blocks.
 // A SIMD replacement must keep the activation format it declares and compute the same sums
 // (order of float additions may differ).
 #pragma once
@@ -31,12 +33,13 @@ namespace ember {
 
 // How a weight type wants its activations prepared.
 enum class ActFormat : uint8_t {
-    F32 = 0,    // n floats, unchanged
-    Q8_32 = 1,  // n / 32 BlockQ8_32 blocks
+    F32 = 0,     // n floats, unchanged
+    Q8_32 = 1,   // n / 32 BlockQ8_32 blocks
+    Q16_32 = 2,  // n / 32 BlockQ16_32 blocks
 };
-inline constexpr size_t kActFormatCount = 2;
+inline constexpr size_t kActFormatCount = 3;
 
-// Bytes of one prepared activation row of n elements (n a multiple of 32 for Q8_32).
+// Bytes of one prepared activation row of n elements (n a multiple of 32 for Q8_32, Q16_32).
 size_t act_row_bytes(ActFormat format, int64_t n);
 
 // src: n / block_elems blocks of the type; dst: [n] floats.

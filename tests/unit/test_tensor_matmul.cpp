@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "engine/gguf/gguf.h"
+#include "engine/tensor/blocks.h"
 #include "engine/tensor/matmul.h"
 #include "engine/tensor/traits.h"
 #include "engine/tensor/types.h"
@@ -57,20 +58,33 @@ TestMatrix make_matrix(TensorType t, int64_t rows, int64_t cols, size_t pad, std
     return m;
 }
 
+// Largest activation integer of the type's activation format (0: f32, not rounded).
+double act_levels(TensorType t) {
+    switch (type_kernels(t).act_format) {
+        case ActFormat::Q8_32:
+            return 127.0;
+        case ActFormat::Q16_32:
+            return kQ16Max;
+        case ActFormat::F32:
+            break;
+    }
+    return 0.0;
+}
+
 // Checks y against sum_k w[r][k] * x[t][k] in double. For quantized weights the activations
-// are rounded to 8 bits per 32-element block: each contributes at most |w| * d / 2 of error.
+// are rounded to 8 (or 16) bits per 32-element block: each contributes at most |w| * d / 2.
 void check_against_reference(const TestMatrix& m, const std::vector<float>& x, int64_t n_tokens,
                              const std::vector<float>& y, int64_t ldy) {
     const int64_t rows = m.view.rows, cols = m.view.cols;
-    const bool quantized_act = type_kernels(m.view.type).act_format == ActFormat::Q8_32;
+    const double levels = act_levels(m.view.type);
     for (int64_t t = 0; t < n_tokens; ++t) {
         const float* xt = x.data() + t * cols;  // [cols]
         std::vector<double> half_step(cols, 0.0);
-        if (quantized_act) {
+        if (levels > 0) {
             for (int64_t b = 0; b < cols / 32; ++b) {
                 float amax = 0;
                 for (int j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(xt[b * 32 + j]));
-                for (int j = 0; j < 32; ++j) half_step[b * 32 + j] = amax / 127.0 / 2;
+                for (int j = 0; j < 32; ++j) half_step[b * 32 + j] = amax / levels / 2;
             }
         }
         for (int64_t r = 0; r < rows; ++r) {
@@ -280,7 +294,7 @@ TEST(Matmul, FixtureTensorsDequantizeCloseToTheF32Originals) {
             std::vector<float> x(n_tokens * cols), y(n_tokens * rows);
             for (auto& v : x) v = nd(rng);
             matmul(pool, w, x.data(), n_tokens, y.data(), rows, scratch);
-            const bool quantized_act = type_kernels(ti.type).act_format == ActFormat::Q8_32;
+            const double levels = act_levels(ti.type);
             for (int64_t r = 0; r < rows; r += 7) {
                 const auto wr = ref_decode_row(
                     ti.type, static_cast<const uint8_t*>(ti.data) + r * w.row_stride, cols);
@@ -290,14 +304,14 @@ TEST(Matmul, FixtureTensorsDequantizeCloseToTheF32Originals) {
                         want += wr[k] * x[t * cols + k];
                         mag += std::fabs(wr[k] * x[t * cols + k]);
                     }
-                    if (quantized_act) {
+                    if (levels > 0) {
                         for (int64_t b = 0; b < cols / 32; ++b) {
                             float amax = 0;
                             for (int j = 0; j < 32; ++j) {
                                 amax = std::max(amax, std::fabs(x[t * cols + b * 32 + j]));
                             }
                             for (int j = 0; j < 32; ++j)
-                                bound += std::fabs(wr[b * 32 + j]) * amax / 254;
+                                bound += std::fabs(wr[b * 32 + j]) * amax / (2 * levels);
                         }
                     }
                     ASSERT_NEAR(y[t * rows + r], want, bound * 1.001 + 4e-6 * mag);

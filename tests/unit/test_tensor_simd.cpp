@@ -186,14 +186,18 @@ TEST(TensorSimd, QuantizeActIsBitExact) {
     }
     x[160] = std::numeric_limits<float>::infinity();
     x[170] = -std::numeric_limits<float>::infinity();
-    const size_t bytes = act_row_bytes(ActFormat::Q8_32, n);
-    std::vector<uint8_t> want(bytes), got(bytes);
-    scalar_kernels().quantize_act[1](x.data(), want.data(), n);
-    for (KernelLevel l : simd_levels()) {
-        SCOPED_TRACE(kernel_level_name(l));
-        std::fill(got.begin(), got.end(), 0xcd);
-        table_for(l).quantize_act[1](x.data(), got.data(), n);
-        for (size_t i = 0; i < bytes; ++i) ASSERT_EQ(got[i], want[i]) << "byte " << i;
+    for (ActFormat f : {ActFormat::Q8_32, ActFormat::Q16_32}) {
+        const auto fi = static_cast<size_t>(f);
+        SCOPED_TRACE("format " + std::to_string(fi));
+        const size_t bytes = act_row_bytes(f, n);
+        std::vector<uint8_t> want(bytes), got(bytes);
+        scalar_kernels().quantize_act[fi](x.data(), want.data(), n);
+        for (KernelLevel l : simd_levels()) {
+            SCOPED_TRACE(kernel_level_name(l));
+            std::fill(got.begin(), got.end(), 0xcd);
+            table_for(l).quantize_act[fi](x.data(), got.data(), n);
+            for (size_t i = 0; i < bytes; ++i) ASSERT_EQ(got[i], want[i]) << "byte " << i;
+        }
     }
 }
 
@@ -248,8 +252,9 @@ TEST(TensorSimd, DotMatchesScalar) {
                     const auto x = random_x(n, rng);
                     std::vector<uint8_t> act(act_row_bytes(ref.act_format, n));
                     const void* a = x.data();
-                    if (ref.act_format == ActFormat::Q8_32) {
-                        scalar_kernels().quantize_act[1](x.data(), act.data(), n);
+                    if (ref.act_format != ActFormat::F32) {
+                        scalar_kernels().quantize_act[static_cast<size_t>(ref.act_format)](
+                            x.data(), act.data(), n);
                         a = act.data();
                     }
                     const float want = ref.dot(n, w.data(), a);
