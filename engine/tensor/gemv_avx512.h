@@ -351,6 +351,14 @@ inline __mmask64 high_bits(__m512i qh, int j) {
     return _mm512_test_epi8_mask(spread, bit);
 }
 
+// The byte at `off` of the 16 rows, one per dword lane, by plain loads: the 16-lane gather
+// costs more than the rest of an MXFP4 group's work.
+inline __m512i e_bytes(const PanelRows& pr, size_t off) {
+    alignas(64) int32_t e[16];
+    for (int r = 0; r < 16; ++r) e[r] = pr.row[r][off];
+    return _mm512_load_si512(e);
+}
+
 template <class T, int C>
 void panel_nib(const uint8_t* w, size_t stride, int rows, int64_t n_groups,
                const Tokens<C, ActBlock<T>>& tk, float* y, int64_t ldy, const uint8_t* next) {
@@ -392,7 +400,8 @@ void panel_nib(const uint8_t* w, size_t stride, int rows, int64_t n_groups,
         };
         __m512i qh;  // Q5_0 / Q5_1: the 16 rows' high bits, one dword lane per row
         if constexpr (HasHighBits<L>) qh = pr.gather(w, off + L::kQh);
-        const __m512i dm = pr.gather(w, off);  // d (and Q4_1's m above it), or MXFP4's e
+        const __m512i dm = kPlanes ? e_bytes(pr, off)
+                                   : pr.gather(w, off);  // d (and Q4_1's m above it), or MXFP4's e
         __m512 d;
         if constexpr (HasE8M0<L>) {
             d = e8m0_half_lanes(dm);
