@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/model/kv_type.h"
 #include "engine/sampling/sampler.h"
 
 namespace ember {

@@ -138,7 +138,7 @@ TEST_P(HybridReference, EachKvTypeWithinItsTolerance) {
             const std::vector<int32_t> ids = ids_of(seq);
             const std::vector<float> all = run_batches(ids, {kMaxBatch}, type);
             const double dev = deviation(all, seq);
-            EXPECT_LE(dev, kv_tolerance(type))
+            EXPECT_LE(dev, kv_tolerance(type, GetParam()))
                 << GetParam() << "/" << name << " " << kv_type_name(type);
             worst = std::max(worst, dev);
             if (std::string(name) == "chat") {
@@ -149,8 +149,8 @@ TEST_P(HybridReference, EachKvTypeWithinItsTolerance) {
                     << ": batches of <= 17 differ from one by one";
             }
         }
-        std::printf("[kv] %s %s: max |dlogit| %.2e (tolerance %.0e)\n", GetParam().c_str(),
-                    kv_type_name(type), worst, kv_tolerance(type));
+        std::printf("[kv] %s %s: max |dlogit| %.2e (tolerance %.2g)\n", GetParam().c_str(),
+                    kv_type_name(type), worst, kv_tolerance(type, GetParam()));
     }
 }
 

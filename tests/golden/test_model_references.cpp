@@ -36,12 +36,13 @@ struct Deviation {
 
 // Runs `ember eval` over the sequence and compares each reference top-5 logit with ours. We
 // ask for the top 40 so a reference top-5 token that ranks a little lower here is still
-// compared by value; one that is missing altogether fails the test.
+// compared by value; one that is missing altogether fails the test. (`top_k` widens that net
+// where logits may move further.)
 Deviation eval_deviation(const std::string& gguf, const json& seq,
-                         const std::string& kv_type = "f32") {
+                         const std::string& kv_type = "f32", int top_k = 40) {
     Deviation dev;
     const auto run = run_command({ember_binary(), "eval", "-m", gguf, "--ids", join_ids(seq["ids"]),
-                                  "--top-k", "40", "--kv-type", kv_type});
+                                  "--top-k", std::to_string(top_k), "--kv-type", kv_type});
     EXPECT_EQ(run.status, 0) << run.err;
     std::vector<json> lines;
     for (const auto& line : split_lines(run.out)) lines.push_back(json::parse(line));
@@ -57,7 +58,7 @@ Deviation eval_deviation(const std::string& gguf, const json& seq,
             auto it = ours.find(id);
             if (it == ours.end()) {
                 ADD_FAILURE() << gguf << " pos " << p << ": reference top-5 token " << id
-                              << " is not in our top 40";
+                              << " is not in our top " << top_k;
                 dev.max_abs = INFINITY;
                 continue;
             }
@@ -134,12 +135,14 @@ TEST_P(KvReference, LogitsWithinTheTypesTolerance) {
     const std::string gguf_rel = "arch/" + arch + "/" + arch + ".gguf";
     EMBER_REQUIRE_FIXTURE(gguf_rel);
     const json ref = json::parse(read_file(fixture_path("arch/" + arch + "/ref.json")));
-    const double tolerance = kv_tolerance(type);
+    const double tolerance = kv_tolerance(type, arch);
     double worst = 0;
     for (const char* name : {"text", "chat", "long"}) {
         if (!ref["seqs"].contains(name)) continue;
         const json& seq = ref["seqs"][name];
-        const Deviation dev = eval_deviation(fixture_path(gguf_rel), seq, kv_type_name(type));
+        // Top 400: qwen3moe's q8_0 logits move by up to 0.33 (kv_precision.h), past rank 40 of
+        // its closely packed logits.
+        const Deviation dev = eval_deviation(fixture_path(gguf_rel), seq, kv_type_name(type), 400);
         EXPECT_LE(dev.max_abs, tolerance) << arch << "/" << name << " " << kv_type_name(type)
                                           << " worst at pos " << dev.worst_pos;
         worst = std::max(worst, dev.max_abs);
@@ -147,7 +150,7 @@ TEST_P(KvReference, LogitsWithinTheTypesTolerance) {
             check_greedy(fixture_path(gguf_rel), seq, 2 * tolerance, kv_type_name(type));
         }
     }
-    std::printf("[kv] %s %s: max |dlogit| %.2e (tolerance %.0e)\n", arch.c_str(),
+    std::printf("[kv] %s %s: max |dlogit| %.2e (tolerance %.2g)\n", arch.c_str(),
                 kv_type_name(type), worst, tolerance);
 }
 
@@ -155,9 +158,9 @@ INSTANTIATE_TEST_SUITE_P(Families, KvReference,
                          ::testing::Combine(::testing::Values("llama", "qwen2", "qwen3",
                                                               "qwen3moe"),
                                             ::testing::ValuesIn(kAllKvTypes)),
-                         [](const auto& info) {
-                             return std::get<0>(info.param) + "_" +
-                                    kv_type_name(std::get<1>(info.param));
+                         [](const auto& param_info) {
+                             return std::get<0>(param_info.param) + "_" +
+                                    kv_type_name(std::get<1>(param_info.param));
                          });
 
 struct QuantCase {

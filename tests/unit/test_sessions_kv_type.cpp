@@ -115,9 +115,9 @@ TEST_P(SessionsKvType, StateOfOneTypeIsNeverRestoredIntoAnother) {
 
 INSTANTIATE_TEST_SUITE_P(Models, SessionsKvType,
                          ::testing::Values("arch/qwen3/qwen3.gguf", "arch/llama/llama.gguf"),
-                         [](const auto& info) {
-                             return info.param.find("qwen3") != std::string::npos ? "qwen3"
-                                                                                  : "llama";
+                         [](const auto& param_info) {
+                             return param_info.param.find("qwen3") != std::string::npos ? "qwen3"
+                                                                                        : "llama";
                          });
 
 // The same conversation stored with each KV type in its own database: compressed bytes per
