@@ -5,6 +5,8 @@
 
 #include "engine/model/ops_avx512.h"
 #include "engine/tensor/blocks.h"
+#include "engine/tensor/traits.h"
+#include "engine/tensor/types.h"
 
 namespace ember {
 
@@ -135,20 +137,16 @@ void axpy_q8_0(float a, const void* blocks, int64_t first, float* y, int64_t n) 
 }
 
 void quantize_q8_0(const float* x, void* blocks, int64_t n) {
-    // Scalar on purpose: a row is quantized once when it is written (a few thousand elements
-    // per token and layer), and one code path keeps batch and single-token writes identical.
-    auto* out = static_cast<BlockQ8_0*>(blocks);
-    for (int64_t b0 = 0; b0 < n; b0 += kQK) {
-        const int64_t len = std::min<int64_t>(kQK, n - b0);
-        float amax = 0.0f;
-        for (int64_t i = 0; i < len; ++i) amax = std::max(amax, std::fabs(x[b0 + i]));
-        const float d = amax / 127.0f;
-        const float id = d != 0.0f ? 1.0f / d : 0.0f;
-        BlockQ8_0& blk = out[b0 / kQK];
-        blk.d = fp32_to_fp16(d);
-        for (int64_t i = 0; i < kQK; ++i) {
-            blk.qs[i] = i < len ? static_cast<int8_t>(std::round(x[b0 + i] * id)) : int8_t{0};
-        }
+    // The weights' reference quantizer (engine/tensor), so the cache's blocks are exactly the
+    // Q8_0 a GGUF file would hold; a row is quantized once, when it is written, and one code
+    // path keeps batch and single-token writes identical.
+    const QuantizeRowFn quantize = scalar_kernels()[TensorType::Q8_0].quantize_row;
+    const int64_t whole = n / kQK * kQK;
+    quantize(x, blocks, whole);
+    if (whole < n) {
+        float tail[kQK] = {};  // the last block, zero-padded
+        std::copy(x + whole, x + n, tail);
+        quantize(tail, static_cast<BlockQ8_0*>(blocks) + whole / kQK, kQK);
     }
 }
 

@@ -26,8 +26,8 @@ void to_f16(const float* x, uint16_t* out, int64_t n);
 // `first` of it (any element: a narrow head may start inside a block).
 float dot_q8_0_f32(const void* blocks, int64_t first, const float* b, int64_t n);
 void axpy_q8_0(float a, const void* blocks, int64_t first, float* y, int64_t n);
-// x[n] -> ceil(n / 32) Q8_0 blocks, the last one zero-padded; rounds to nearest like GGUF's
-// reference quantizer (scale = max|x| / 127).
+// x[n] -> ceil(n / 32) Q8_0 blocks, the last one zero-padded, by the weights' reference
+// quantizer (scale max|x| / 127 rounded to fp16, quants rounded to nearest).
 void quantize_q8_0(const float* x, void* blocks, int64_t n);
 // y += x
 void add_inplace(float* y, const float* x, int64_t n);
