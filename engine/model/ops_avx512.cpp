@@ -174,7 +174,9 @@ namespace {
 
 // Cache element loaders: element i counted from a run's base pointer (KvRun), and 16
 // consecutive elements from i on as floats (i a multiple of 16).
+// span_bytes(n): bytes that n consecutive elements starting on a multiple of 16 may span.
 struct KvF32 {
+    static constexpr int64_t span_bytes(int64_t n) { return n * 4; }
     static const char* at(const void* base, int64_t i) {
         return static_cast<const char*>(base) + i * 4;
     }
@@ -183,6 +185,7 @@ struct KvF32 {
     }
 };
 struct KvF16 {
+    static constexpr int64_t span_bytes(int64_t n) { return n * 2; }
     static const char* at(const void* base, int64_t i) {
         return static_cast<const char*>(base) + i * 2;
     }
@@ -192,6 +195,8 @@ struct KvF16 {
     }
 };
 struct KvQ8 {
+    // From the element's block on: a start at element 16 of a block reaches one block more.
+    static constexpr int64_t span_bytes(int64_t n) { return (n / kQ8Elems + 1) * kQ8Bytes; }
     // The block holding element i.
     static const char* at(const void* base, int64_t i) {
         return static_cast<const char*>(base) + (i / kQ8Elems) * kQ8Bytes;
@@ -362,8 +367,8 @@ void run_values_slab(const float* e, int64_t n, const KvRun& kv, int64_t j0, flo
         if (p + kAhead < n) {
             const int64_t ahead = row + kAhead * kv.v_stride;
             const char* next = L::at(kv.v, ahead);
-            const int64_t slab_bytes = L::at(kv.v, ahead + 16 * NV - 1) - next;
-            for (int64_t b = 0; b <= slab_bytes; b += 64) _mm_prefetch(next + b, _MM_HINT_T0);
+            constexpr int64_t kSlabBytes = L::span_bytes(16 * NV);
+            for (int64_t b = 0; b < kSlabBytes; b += 64) _mm_prefetch(next + b, _MM_HINT_T0);
         }
         __m512 vv[NV];
         for (int u = 0; u < NV; ++u) vv[u] = L::load(kv.v, row + 16 * u);
