@@ -291,6 +291,17 @@ int run_info(const std::string& requested) {
     std::printf("rope:          base %g, %lld dims, %s pairs\n", c.rope_base,
                 static_cast<long long>(c.rope_dims),
                 c.rope_layout == RopeLayout::Halves ? "half-split" : "adjacent");
+    if (c.rope_yarn_factor > 0) {
+        std::printf("rope scaling:  yarn x%g over %lld positions (beta %g/%g, attention x%g)\n",
+                    c.rope_yarn_factor, static_cast<long long>(c.rope_yarn_orig_ctx),
+                    c.rope_yarn_beta_fast, c.rope_yarn_beta_slow, c.rope_attn_factor);
+    }
+    if (c.sliding_window > 0) {
+        const auto n_sliding = std::count(c.sliding.begin(), c.sliding.end(), true);
+        std::printf("window:        %lld positions on %lld of %lld layers\n",
+                    static_cast<long long>(c.sliding_window), static_cast<long long>(n_sliding),
+                    static_cast<long long>(c.n_layer));
+    }
     std::printf("rms eps:       %g\noutput:        %s\n", c.rms_eps,
                 c.tied_output ? "tied to token embedding" : "separate");
     print_tensor_types(f);

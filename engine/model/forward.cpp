@@ -10,6 +10,7 @@
 
 #include "engine/model/forward_hybrid.h"
 #include "engine/model/gemma3.h"
+#include "engine/model/gptoss.h"
 #include "engine/model/model.h"
 #include "engine/model/moe.h"
 #include "engine/model/ops.h"
@@ -289,6 +290,7 @@ std::span<const float> forward(const Model& model, InferenceState& st, ThreadPoo
     // above serve both.
     if (is_hybrid(c.family)) return forward_hybrid(model, st, pool, tokens, wanted);
     if (c.family == Family::Gemma3) return forward_gemma3(model, st, pool, tokens, wanted);
+    if (c.family == Family::GptOss) return forward_gptoss(model, st, pool, tokens, wanted);
     const int64_t rows = wanted == LogitsWanted::All ? n : wanted == LogitsWanted::Last ? 1 : 0;
     grow(st.scratch.logits, rows * c.n_vocab);
     try {

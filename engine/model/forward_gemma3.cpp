@@ -51,7 +51,30 @@ struct AttentionJob {
     int64_t rec_stride;     // floats of one partial record
     int64_t run_floats;     // per-worker floats of one run's scores
     int64_t worker_floats;  // per-worker scratch: run scores, then (unsplit) the records
+    const float* sinks;     // [n_head] gpt-oss sink logits, or null
 };
+
+// attend_merge, with head h's sink logit joining the denominator when the job has sinks:
+// out = sum_p exp(s_p - m) v_p / (exp(sink - m) + sum_p exp(s_p - m)), m the largest of all.
+void merge_head(const AttentionJob& job, int64_t h, const float* records, int64_t n_runs,
+                float* out) {
+    const int64_t stride = job.rec_stride;
+    const int64_t value_dim = job.c->value_dim;
+    if (job.sinks == nullptr) return attend_merge(records, n_runs, stride, value_dim, out);
+    const float sink = job.sinks[h];
+    float m = sink;
+    for (int64_t r = 0; r < n_runs; ++r) m = std::max(m, records[r * stride]);
+    float l = std::exp(sink - m);
+    std::fill(out, out + value_dim, 0.0f);
+    for (int64_t r = 0; r < n_runs; ++r) {
+        const float* rec = records + r * stride;
+        const float w = std::exp(rec[0] - m);  // the run's numerators, to the common maximum
+        l += w * rec[1];
+        for (int64_t i = 0; i < value_dim; ++i) out[i] += w * rec[2 + i];
+    }
+    const float inv = 1.0f / l;
+    for (int64_t i = 0; i < value_dim; ++i) out[i] *= inv;
+}
 
 // Token t, head group kvh, run i of its visible range: the group's partial records at
 // `records` (head g's at records + g * heads_stride).
@@ -70,14 +93,15 @@ void attend_group_run(const AttentionJob& job, int64_t t, int64_t kvh, int64_t i
     attend_run(job.shape, q, run, scratch, records, heads_stride);
 }
 
-// Attention of the batch's n queries (s.q) over the cache of `layer`; out: s.attn
-// [n x n_head*value_dim].
-void attention(const ModelConfig& c, InferenceState& st, ThreadPool& pool, int64_t layer,
-               int64_t pos0, int64_t n) {
+}  // namespace
+
+void windowed_attention(const ModelConfig& c, InferenceState& st, ThreadPool& pool, int64_t layer,
+                        int64_t pos0, int64_t n, const float* sinks) {
     ForwardScratch& s = st.scratch;
     AttentionJob job{};
     job.c = &c;
     job.st = &st;
+    job.sinks = sinks;
     job.shape.n_q = c.n_head / c.n_head_kv;
     job.shape.head_dim = c.head_dim;
     job.shape.value_dim = c.value_dim;
@@ -111,8 +135,8 @@ void attention(const ModelConfig& c, InferenceState& st, ThreadPool& pool, int64
             }
             for (int64_t g = 0; g < j.shape.n_q; ++g) {
                 const int64_t h = kvh * j.shape.n_q + g;
-                attend_merge(records + g * head_records, runs, j.rec_stride, cfg.value_dim,
-                             j.st->scratch.attn.data() + (t * cfg.n_head + h) * cfg.value_dim);
+                merge_head(j, h, records + g * head_records, runs,
+                           j.st->scratch.attn.data() + (t * cfg.n_head + h) * cfg.value_dim);
             }
         });
         return;
@@ -133,12 +157,13 @@ void attention(const ModelConfig& c, InferenceState& st, ThreadPool& pool, int64
     for (int64_t t = 0; t < n; ++t) {
         const int64_t runs = visible(c, layer, pos0 + t).runs();
         for (int64_t h = 0; h < c.n_head; ++h) {
-            attend_merge(s.attn_runs.data() + (t * c.n_head + h) * head_records, runs,
-                         job.rec_stride, c.value_dim,
-                         s.attn.data() + (t * c.n_head + h) * c.value_dim);
+            merge_head(job, h, s.attn_runs.data() + (t * c.n_head + h) * head_records, runs,
+                       s.attn.data() + (t * c.n_head + h) * c.value_dim);
         }
     }
 }
+
+namespace {
 
 // cos/sin of the batch's positions for one set of frequencies: [n x rope_dims/2], computed in
 // double so long contexts keep their precision.
@@ -200,7 +225,7 @@ void attention_block(const Model& model, const LayerWeights& L, InferenceState& 
         }
         st.kv.store(layer, pos0 + t, k, v);
     }
-    attention(c, st, pool, layer, pos0, n);
+    windowed_attention(c, st, pool, layer, pos0, n);
     matmul(pool, L.wo, s.attn.data(), n, s.xn.data(), c.n_embd, s.mm);  // [n x n_embd]
     norm_rows(c, s.xn.data(), L.post_attn_norm, s.xn.data(), n);
     add_inplace(s.x.data(), s.xn.data(), n * c.n_embd);
@@ -270,12 +295,19 @@ void forward_batch(const Model& model, InferenceState& st, ThreadPool& pool,
 
 std::span<const float> forward_gemma3(const Model& model, InferenceState& st, ThreadPool& pool,
                                       std::span<const int32_t> tokens, LogitsWanted wanted) {
+    return forward_windowed(model, st, pool, tokens, wanted, forward_batch);
+}
+
+std::span<const float> forward_windowed(const Model& model, InferenceState& st, ThreadPool& pool,
+                                        std::span<const int32_t> tokens, LogitsWanted wanted,
+                                        WindowedBatchFn batch_fn) {
     const ModelConfig& c = model.config();
     const int64_t n = static_cast<int64_t>(tokens.size());
     const int64_t start = st.kv.length();
     if (!st.kv.can_resume_at(start)) {
         throw std::logic_error(
-            "gemma3 forward: the KV cache was cut back to " + std::to_string(start) +
+            std::string(family_name(c.family)) + " forward: the KV cache was cut back to " +
+            std::to_string(start) +
             " tokens, behind what the sliding layers' rings still hold (from position " +
             std::to_string(st.kv.ring_begin()) + "); restore a stored prefix or start over");
     }
@@ -287,11 +319,10 @@ std::span<const float> forward_gemma3(const Model& model, InferenceState& st, Th
             const int64_t len = std::min(kMaxBatch, n - b);
             auto chunk = tokens.subspan(static_cast<size_t>(b), static_cast<size_t>(len));
             if (wanted == LogitsWanted::All) {
-                forward_batch(model, st, pool, chunk, 0, st.scratch.logits.data() + b * c.n_vocab);
+                batch_fn(model, st, pool, chunk, 0, st.scratch.logits.data() + b * c.n_vocab);
             } else {
                 const bool last = wanted == LogitsWanted::Last && b + len == n;
-                forward_batch(model, st, pool, chunk, last ? len - 1 : len,
-                              st.scratch.logits.data());
+                batch_fn(model, st, pool, chunk, last ? len - 1 : len, st.scratch.logits.data());
             }
         }
     } catch (...) {

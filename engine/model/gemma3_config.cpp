@@ -10,8 +10,8 @@ namespace ember {
 
 namespace {
 
-// Which layers slide: the file's pattern key, or the published rule.
-void read_sliding_layers(const GgufFile& f, const std::string& p, ModelConfig& c) {
+// Which layers slide: the file's pattern key, or the family's rule (every `every`-th global).
+void read_sliding_layers(const GgufFile& f, const std::string& p, int64_t every, ModelConfig& c) {
     const std::string key = p + "attention.sliding_window_pattern";
     c.sliding.assign(static_cast<size_t>(c.n_layer), false);
     const GgufValue* v = f.find(key);
@@ -27,7 +27,6 @@ void read_sliding_layers(const GgufFile& f, const std::string& p, ModelConfig& c
         }
         return;
     }
-    int64_t every = kGemma3GlobalEvery;
     if (v != nullptr) {
         const auto period = f.get_int(key);
         if (!period || *period < 1 || *period > 4096) {
@@ -42,18 +41,24 @@ void read_sliding_layers(const GgufFile& f, const std::string& p, ModelConfig& c
 
 }  // namespace
 
-void read_gemma3_config(const GgufFile& f, ModelConfig& c) {
+bool read_sliding_window(const GgufFile& f, ModelConfig& c, int64_t global_every) {
     const std::string p = c.arch + ".";
     const std::string window_key = p + "attention.sliding_window";
-    if (auto w = f.get_int(window_key)) {
-        if (*w <= 0 || *w > c.n_ctx_train) {
-            throw GgufError(f.path() + ": metadata '" + window_key + "' = " + std::to_string(*w) +
-                            " is out of range (1.." + std::to_string(c.n_ctx_train) +
-                            ", the context_length)");
-        }
-        c.sliding_window = *w;
-        read_sliding_layers(f, p, c);
+    const auto w = f.get_int(window_key);
+    if (!w) return false;
+    if (*w <= 0 || *w > c.n_ctx_train) {
+        throw GgufError(f.path() + ": metadata '" + window_key + "' = " + std::to_string(*w) +
+                        " is out of range (1.." + std::to_string(c.n_ctx_train) +
+                        ", the context_length)");
     }
+    c.sliding_window = *w;
+    read_sliding_layers(f, p, global_every, c);
+    return true;
+}
+
+void read_gemma3_config(const GgufFile& f, ModelConfig& c) {
+    const std::string p = c.arch + ".";
+    read_sliding_window(f, c, kGemma3GlobalEvery);
     c.rope_base_local = f.get_float(p + "rope.freq_base_swa").value_or(10000.0);
     if (!(c.rope_base_local > 0)) {
         throw GgufError(f.path() + ": metadata '" + p + "rope.freq_base_swa' must be > 0");

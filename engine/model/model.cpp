@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "engine/model/gemma3.h"
+#include "engine/model/gptoss.h"
 #include "engine/tokenizer/tokenizer.h"
 
 namespace ember {
@@ -153,9 +154,13 @@ void read_moe_config(const GgufFile& f, ModelConfig& c) {
                           require_int(f, p + "expert_feed_forward_length"), 1 << 20);
     c.expert_weights_norm = f.get_bool(p + "expert_weights_norm").value_or(true);
     // 1 = softmax (the reference engine's numbering); sigmoid routers are other families'.
-    if (auto gating = f.get_int(p + "expert_gating_func"); gating && *gating != 1) {
+    // gpt-oss's softmax over the chosen logits (3) equals a softmax renormalized over them.
+    const auto gating = f.get_int(p + "expert_gating_func");
+    const bool chosen_softmax = c.family == Family::GptOss && gating && *gating == 3;
+    if (gating && *gating != 1 && !chosen_softmax) {
         throw ModelError(f.path() + ": metadata '" + p + "expert_gating_func' = " +
-                         std::to_string(*gating) + " is not supported (only 1, softmax)");
+                         std::to_string(*gating) + " is not supported (only 1, softmax" +
+                         (c.family == Family::GptOss ? ", or 3, softmax of the chosen)" : ")"));
     }
 }
 
@@ -193,10 +198,14 @@ ModelConfig read_config(const GgufFile& f) {
         c.family = Family::Qwen3Moe;
         c.rope_layout = RopeLayout::Halves;
         c.qk_norm = true;
+    } else if (c.arch == "gpt-oss") {
+        c.family = Family::GptOss;
+        c.rope_layout = RopeLayout::Halves;
+        c.qkv_bias = true;
     } else {
         throw ModelError(f.path() + ": architecture '" + c.arch +
                          "' is not supported (supported: llama, qwen2, qwen3, qwen3moe, lfm2, "
-                         "qwen35, gemma3)");
+                         "qwen35, gemma3, gpt-oss)");
     }
     const std::string p = c.arch + ".";
     constexpr int64_t kMaxDim = 1 << 20;
@@ -258,6 +267,9 @@ ModelConfig read_config(const GgufFile& f) {
         read_gemma3_config(f, c);
     } else if (c.family == Family::Qwen3Moe) {
         read_moe_config(f, c);
+    } else if (c.family == Family::GptOss) {
+        read_moe_config(f, c);
+        read_gptoss_config(f, c);
     }
     return c;
 }
@@ -417,6 +429,12 @@ void bind_moe(const GgufFile& f, const TensorBinder& bind, const std::string& b,
                               "expert_feed_forward_length", c.n_embd, c);
     L.down_exps = expert_matrix(f, bind, b + "ffn_down_exps.weight", c.n_embd, "embedding_length",
                                 c.n_ff_exp, c);
+    if (c.family == Family::GptOss) {  // biases on the router and every expert projection
+        L.ffn_gate_inp_b = bind.vector(b + "ffn_gate_inp.bias", c.n_expert);
+        L.gate_exps_b = bind.vector_2d(b + "ffn_gate_exps.bias", c.n_ff_exp, c.n_expert);
+        L.up_exps_b = bind.vector_2d(b + "ffn_up_exps.bias", c.n_ff_exp, c.n_expert);
+        L.down_exps_b = bind.vector_2d(b + "ffn_down_exps.bias", c.n_embd, c.n_expert);
+    }
 }
 
 std::string compute_fingerprint(const GgufFile& f, const ModelConfig& c) {
@@ -450,6 +468,19 @@ std::string compute_fingerprint(const GgufFile& f, const ModelConfig& c) {
     if (c.family == Family::Gemma3) {  // likewise only for gemma3
         const double g[] = {static_cast<double>(c.sliding_window), c.rope_base_local, c.attn_scale,
                             c.final_logit_softcap};
+        add(g, sizeof g);
+        for (bool slides : c.sliding) {
+            const uint8_t v = slides ? 1 : 0;
+            add(&v, sizeof v);
+        }
+    }
+    if (c.family == Family::GptOss) {  // likewise only for gpt-oss
+        const double g[] = {static_cast<double>(c.sliding_window),
+                            c.rope_yarn_factor,
+                            static_cast<double>(c.rope_yarn_orig_ctx),
+                            c.rope_yarn_beta_fast,
+                            c.rope_yarn_beta_slow,
+                            c.attn_scale};
         add(g, sizeof g);
         for (bool slides : c.sliding) {
             const uint8_t v = slides ? 1 : 0;
@@ -510,6 +541,8 @@ std::string_view family_name(Family family) {
             return "gemma3";
         case Family::Qwen3Moe:
             return "qwen3moe";
+        case Family::GptOss:
+            return "gpt-oss";
     }
     return "unknown";
 }
@@ -571,6 +604,7 @@ std::unique_ptr<Model> Model::load(const std::string& path) {
                          -2.0 * static_cast<double>(i) / static_cast<double>(c.rope_dims)));
         }
     }
+    if (c.rope_yarn_factor > 0) m->rope_inv_freq_ = yarn_inv_freq(c);
 
     // The gated attention of qwen35 projects a query and a gate per head.
     const int64_t q_dim = c.n_head * c.head_dim * (c.attn_output_gate ? 2 : 1);
@@ -584,16 +618,19 @@ std::unique_ptr<Model> Model::load(const std::string& path) {
             c.layer_kinds.empty() ? LayerKind::Attention : c.layer_kinds[static_cast<size_t>(i)];
         L.attn_norm = bind.vector(b + "attn_norm.weight", c.n_embd);
         // qwen35 names the norm before the FFN after its place, behind the mixer.
-        const std::string ffn_norm_name =
-            c.family == Family::Qwen35 ? "post_attention_norm.weight" : "ffn_norm.weight";
+        // So does gpt-oss's converter.
+        const std::string ffn_norm_name = c.family == Family::Qwen35 || c.family == Family::GptOss
+                                              ? "post_attention_norm.weight"
+                                              : "ffn_norm.weight";
         L.ffn_norm = bind.vector(b + ffn_norm_name, c.n_embd);
         if (c.post_norms) {  // gemma3: the norm after attention keeps the qwen35 name
             L.post_attn_norm = bind.vector(b + "post_attention_norm.weight", c.n_embd);
             L.post_ffn_norm = bind.vector(b + "post_ffw_norm.weight", c.n_embd);
         }
-        // qwen3moe: a layer with a router is sparse, one without (mlp_only_layers) dense.
-        if (c.n_expert > 0 &&
-            (bind.find(b + "ffn_gate_inp.weight") || bind.find(b + "ffn_gate_exps.weight"))) {
+        // qwen3moe: a layer with a router is sparse, one without (mlp_only_layers) dense;
+        // every gpt-oss layer is sparse (binding names a missing router or expert tensor).
+        if (c.n_expert > 0 && (c.family == Family::GptOss || bind.find(b + "ffn_gate_inp.weight") ||
+                               bind.find(b + "ffn_gate_exps.weight"))) {
             bind_moe(f, bind, b, c, L);
         } else {
             L.w_gate = bind.matrix(b + "ffn_gate.weight", c.n_ff, c.n_embd);
@@ -620,6 +657,10 @@ std::unique_ptr<Model> Model::load(const std::string& path) {
         if (c.qk_norm) {
             L.q_norm = bind.vector(b + "attn_q_norm.weight", c.head_dim);
             L.k_norm = bind.vector(b + "attn_k_norm.weight", c.head_dim);
+        }
+        if (c.family == Family::GptOss) {
+            L.bo = bind.vector(b + "attn_output.bias", c.n_embd);
+            L.attn_sinks = bind.vector(b + "attn_sinks.weight", c.n_head);
         }
     }
     m->fingerprint_ = compute_fingerprint(f, c);

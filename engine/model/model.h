@@ -15,7 +15,7 @@ namespace ember {
 
 class Tokenizer;
 
-enum class Family { Llama, Qwen2, Qwen3, Lfm2, Qwen35, Gemma3, Qwen3Moe };
+enum class Family { Llama, Qwen2, Qwen3, Lfm2, Qwen35, Gemma3, Qwen3Moe, GptOss };
 std::string_view family_name(Family family);
 // Families whose layers are not all attention: part of their state is recurrent (conv and
 // delta-rule state), which cannot be rolled back by truncating the KV cache.
@@ -82,6 +82,18 @@ struct ModelConfig {
     int64_t n_expert_used = 0;         // experts each token is routed to (expert_used_count)
     int64_t n_ff_exp = 0;              // hidden size of one expert (expert_feed_forward_length)
     bool expert_weights_norm = false;  // the chosen experts' weights are rescaled to sum to 1
+    // gpt-oss experts: biases on the router and on every expert projection, and the clamped
+    // SwiGLU (gate clamped above at swiglu_limit, up to [-limit, limit],
+    // out = gate * sigmoid(swiglu_alpha * gate) * (up + 1)) instead of silu(gate) * up.
+    bool clamped_swiglu = false;
+    float swiglu_limit = 0.0f;
+    float swiglu_alpha = 0.0f;
+    // ---- gpt-oss: YaRN RoPE and learned attention sinks; see gptoss.h ----
+    double rope_yarn_factor = 0.0;  // rope.scaling.factor of a YaRN file; 0: no YaRN
+    int64_t rope_yarn_orig_ctx = 0;
+    double rope_yarn_beta_fast = 0.0;
+    double rope_yarn_beta_slow = 0.0;
+    double rope_attn_factor = 1.0;  // YaRN's cos/sin multiplier (attention temperature)
     // Channels of the qwen35 conv (q, k and v concatenated) or the lfm2 conv (n_embd).
     int64_t conv_channels() const;
 };
@@ -93,6 +105,8 @@ struct LayerWeights {
     MatrixView wv;                      // [n_head_kv*value_dim x n_embd]
     MatrixView wo;                      // [n_embd x n_head*value_dim]
     std::vector<float> bq, bk, bv;      // qwen2 biases, empty otherwise
+    std::vector<float> bo;              // gpt-oss output projection bias [n_embd], or empty
+    std::vector<float> attn_sinks;      // gpt-oss sink logit per head [n_head], or empty
     std::vector<float> q_norm, k_norm;  // qwen3 per-head RMS norm weights [head_dim], or empty
     std::vector<float> ffn_norm;        // [n_embd]
     MatrixView w_gate;                  // [n_ff x n_embd]
@@ -106,6 +120,11 @@ struct LayerWeights {
     MatrixView gate_exps;     // [n_expert*n_ff_exp x n_embd]
     MatrixView up_exps;       // [n_expert*n_ff_exp x n_embd]
     MatrixView down_exps;     // [n_expert*n_embd x n_ff_exp]
+    // gpt-oss biases, stacked like the matrices; empty otherwise.
+    std::vector<float> ffn_gate_inp_b;  // [n_expert]
+    std::vector<float> gate_exps_b;     // [n_expert*n_ff_exp]
+    std::vector<float> up_exps_b;       // [n_expert*n_ff_exp]
+    std::vector<float> down_exps_b;     // [n_expert*n_embd]
     bool moe() const { return ffn_gate_inp.rows > 0; }
 
     LayerKind kind = LayerKind::Attention;

@@ -21,6 +21,24 @@ void grow(std::vector<T>& v, int64_t n) {
     if (static_cast<int64_t>(v.size()) < n) v.resize(static_cast<size_t>(n));
 }
 
+// gpt-oss's activation (HF GptOssExperts): gate clamped above at `limit`, up to [-limit,
+// limit], gate[i] = gate * sigmoid(alpha * gate) * (up + 1).
+void clamped_swiglu_inplace(float* gate, const float* up, int64_t n, float limit, float alpha) {
+    for (int64_t i = 0; i < n; ++i) {
+        const float g = std::min(gate[i], limit);
+        const float u = std::clamp(up[i], -limit, limit);
+        gate[i] = g / (1.0f + std::exp(-alpha * g)) * (u + 1.0f);
+    }
+}
+
+// Adds expert e's bias (a slice of `stacked` [n_expert x width]) to its m rows [m x width].
+void add_expert_bias(const std::vector<float>& stacked, int64_t e, float* rows, int64_t m,
+                     int64_t width) {
+    if (stacked.empty()) return;
+    const float* bias = stacked.data() + e * width;
+    for (int64_t i = 0; i < m; ++i) add_inplace(rows + i * width, bias, width);
+}
+
 }  // namespace
 
 MatrixView expert_rows(const MatrixView& stacked, int64_t n_expert, int64_t e) {
@@ -111,7 +129,18 @@ void run_chunk(const ModelConfig& c, const LayerWeights& L, float* x, const floa
                             s.up.data() + r * c.n_ff_exp, c.n_ff_exp});
     }
     matmul_grouped(pool, s.groups, mm);
-    swiglu_inplace(s.gate.data(), s.up.data(), rows * c.n_ff_exp);
+    for (int64_t e = e0; e < e1; ++e) {
+        const int64_t r = s.start[e] - p0;
+        const int64_t m = s.start[e + 1] - s.start[e];
+        add_expert_bias(L.gate_exps_b, e, s.gate.data() + r * c.n_ff_exp, m, c.n_ff_exp);
+        add_expert_bias(L.up_exps_b, e, s.up.data() + r * c.n_ff_exp, m, c.n_ff_exp);
+    }
+    if (c.clamped_swiglu) {
+        clamped_swiglu_inplace(s.gate.data(), s.up.data(), rows * c.n_ff_exp, c.swiglu_limit,
+                               c.swiglu_alpha);
+    } else {
+        swiglu_inplace(s.gate.data(), s.up.data(), rows * c.n_ff_exp);
+    }
     s.groups.clear();
     for (int64_t e = e0; e < e1; ++e) {
         const int64_t r = s.start[e] - p0;
@@ -121,6 +150,11 @@ void run_chunk(const ModelConfig& c, const LayerWeights& L, float* x, const floa
                             m, s.down.data() + r * c.n_embd, c.n_embd});
     }
     matmul_grouped(pool, s.groups, mm);
+    for (int64_t e = e0; e < e1; ++e) {
+        const int64_t r = s.start[e] - p0;
+        add_expert_bias(L.down_exps_b, e, s.down.data() + r * c.n_embd, s.start[e + 1] - s.start[e],
+                        c.n_embd);
+    }
     // Experts ascending, so every token adds its experts' outputs in ascending index order.
     for (int64_t i = 0; i < rows; ++i) {
         const int32_t pair = s.pairs[static_cast<size_t>(p0 + i)];
@@ -143,6 +177,11 @@ void moe_ffn_block(const Model& model, const LayerWeights& L, float* x, float* x
     // Router logits [n x n_expert], f32 activations as they are.
     grow(s.router, n * c.n_expert);
     matmul(pool, L.ffn_gate_inp, xn, n, s.router.data(), c.n_expert, mm);
+    if (!L.ffn_gate_inp_b.empty()) {  // gpt-oss: the router has a bias
+        for (int64_t t = 0; t < n; ++t) {
+            add_inplace(s.router.data() + t * c.n_expert, L.ffn_gate_inp_b.data(), c.n_expert);
+        }
+    }
     grow(s.chosen, n * n_used);
     grow(s.weight, n * n_used);
     for (int64_t t = 0; t < n; ++t) {

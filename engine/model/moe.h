@@ -7,6 +7,10 @@
 //   ffn(xn)  = sum over chosen j, in ascending expert index, of w_j * down_j(silu(gate_j xn) * up_j
 //   xn)
 //
+// gpt-oss adds a bias to the router logits and to each expert's gate, up and down outputs, and
+// replaces silu(gate) * up with its clamped SwiGLU (ModelConfig::clamped_swiglu); its softmax
+// over the chosen logits is the renormalized softmax above.
+//
 // The activations reach the router exactly as f32 (the router is an F32 matrix in the files,
 // dotted with unrounded activations): rounding them first flips expert choices wherever two
 // router logits nearly tie.

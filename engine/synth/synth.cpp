@@ -18,7 +18,7 @@ namespace {
 // the work, small enough that each worker's float scratch (512 KiB) stays in L2.
 constexpr int64_t kTaskElems = int64_t{1} << 17;
 
-constexpr std::array<SynthShape, 9> kShapes = {{
+constexpr std::array<SynthShape, 10> kShapes = {{
     {.name = "smollm2-135m",
      .arch = "llama",
      .display_name = "SmolLM2 135M (synthetic random weights)",
@@ -199,6 +199,34 @@ constexpr std::array<SynthShape, 9> kShapes = {{
      .ssm_n_v_heads = 16,
      .ssm_k_dim = 128,
      .ssm_v_dim = 128},
+    // The published gpt-oss-20b config: 24 layers alternating a 128-position window and full
+    // attention, 64 query heads on 8 KV heads of 64, 32 experts of 2880 of which a token uses
+    // 4, YaRN x32 over 4096 positions, untied output; the o200k harmony vocabulary of 201088
+    // (padded from the fixture's 200019). MXFP4 experts make it ~12 GB, as the published file.
+    {.name = "gpt-oss-20b",
+     .arch = "gpt-oss",
+     .display_name = "gpt-oss 20B (synthetic random weights)",
+     .size_label = "20B",
+     .vocab_hint = "a GGUF with the o200k harmony tokenizer, e.g. fixtures/arch/gptoss/gptoss.gguf",
+     .n_vocab = 201088,
+     .n_embd = 2880,
+     .n_layer = 24,
+     .n_head = 64,
+     .n_head_kv = 8,
+     .head_dim = 64,
+     .n_ff = 2880,
+     .n_ctx_train = 131072,
+     .rope_base = 150000.0,
+     .rms_eps = 1e-5,
+     .qk_norm = false,
+     .tied_output = false,
+     .pad_vocab = true,
+     .n_expert = 32,
+     .n_expert_used = 4,
+     .n_ff_exp = 2880,
+     .sliding_window = 128,
+     .rope_yarn_factor = 32.0,
+     .rope_yarn_orig_ctx = 4096},
 }};
 
 // general.file_type values are the reference engine's llama_ftype numbers.
@@ -390,6 +418,37 @@ TensorType synth_matrix_type(SynthRecipe recipe, std::string_view name, int64_t 
     return t;
 }
 
+namespace {
+
+// One gpt-oss layer after its attn_norm: biased attention with sinks, the FFN norm (named
+// post_attention_norm by the converter), the biased router and experts.
+template <class Matrix, class Small, class Norm, class Experts>
+void plan_gptoss_layer(const SynthShape& s, const std::string& b, int64_t i, Matrix& matrix,
+                       Small& small, Norm& norm, Experts& experts) {
+    const int64_t q_dim = s.n_head * s.head_dim;
+    const int64_t kv_dim = s.n_head_kv * s.head_dim;
+    matrix(b + "attn_q.weight", i, s.n_embd, q_dim);
+    small(b + "attn_q.bias", {q_dim}, 0.0f);
+    matrix(b + "attn_k.weight", i, s.n_embd, kv_dim);
+    small(b + "attn_k.bias", {kv_dim}, 0.0f);
+    matrix(b + "attn_v.weight", i, s.n_embd, kv_dim);
+    small(b + "attn_v.bias", {kv_dim}, 0.0f);
+    matrix(b + "attn_output.weight", i, q_dim, s.n_embd);
+    small(b + "attn_output.bias", {s.n_embd}, 0.0f);
+    small(b + "attn_sinks.weight", {s.n_head}, 0.0f);
+    norm(b + "post_attention_norm.weight", s.n_embd);
+    small(b + "ffn_gate_inp.weight", {s.n_embd, s.n_expert}, 0.0f);  // F32 router
+    small(b + "ffn_gate_inp.bias", {s.n_expert}, 0.0f);
+    experts(b + "ffn_gate_exps.weight", i, s.n_embd, s.n_ff_exp);
+    small(b + "ffn_gate_exps.bias", {s.n_ff_exp, s.n_expert}, 0.0f);
+    experts(b + "ffn_up_exps.weight", i, s.n_embd, s.n_ff_exp);
+    small(b + "ffn_up_exps.bias", {s.n_ff_exp, s.n_expert}, 0.0f);
+    experts(b + "ffn_down_exps.weight", i, s.n_ff_exp, s.n_embd);
+    small(b + "ffn_down_exps.bias", {s.n_embd, s.n_expert}, 0.0f);
+}
+
+}  // namespace
+
 int64_t SynthTensor::rows() const {
     int64_t n = 1;
     for (size_t i = 1; i < dims.size(); ++i) n *= dims[i];
@@ -402,9 +461,12 @@ std::vector<SynthTensor> plan_synth_tensors(const SynthShape& s, SynthRecipe rec
     constexpr float kWeightStd = 0.02f;
     constexpr float kNormStd = 0.02f;
     std::vector<SynthTensor> out;
+    const bool gptoss = s.arch == "gpt-oss";
     auto matrix = [&](std::string name, int64_t layer, int64_t cols, int64_t rows) {
-        const TensorType t = synth_matrix_type(recipe, name, layer, s.n_layer, cols, s.tied_output,
-                                               s.n_head / std::max<int64_t>(1, s.n_head_kv));
+        TensorType t = synth_matrix_type(recipe, name, layer, s.n_layer, cols, s.tied_output,
+                                         s.n_head / std::max<int64_t>(1, s.n_head_kv));
+        // gpt-oss's MXFP4 files hold only the experts in MXFP4.
+        if (gptoss && recipe == SynthRecipe::MXFP4) t = TensorType::Q8_0;
         out.push_back({std::move(name), {cols, rows}, t, 0.0f, kWeightStd});
     };
     auto norm = [&](std::string name, int64_t n) {
@@ -422,7 +484,7 @@ std::vector<SynthTensor> plan_synth_tensors(const SynthShape& s, SynthRecipe rec
         out.push_back({std::move(name), {cols, rows, s.n_expert}, t, 0.0f, kWeightStd});
     };
     const bool hybrid = s.full_attention_interval > 0;
-    const bool gemma = s.sliding_window > 0;  // norms after attention and MLP too
+    const bool gemma = s.sliding_window > 0 && !gptoss;  // norms after attention and MLP too
     const int64_t q_dim = s.n_head * s.head_dim;
     const int64_t kv_dim = s.n_head_kv * s.head_dim;
     const int64_t ssm_inner = s.ssm_n_v_heads * s.ssm_v_dim;
@@ -456,6 +518,10 @@ std::vector<SynthTensor> plan_synth_tensors(const SynthShape& s, SynthRecipe rec
             matrix(b + "attn_output.weight", i, q_dim, s.n_embd);
             norm(b + "attn_q_norm.weight", s.head_dim);
             norm(b + "attn_k_norm.weight", s.head_dim);
+            continue;
+        }
+        if (gptoss) {
+            plan_gptoss_layer(s, b, i, matrix, small, norm, experts);
             continue;
         }
         matrix(b + "attn_q.weight", i, s.n_embd, q_dim);
@@ -593,6 +659,12 @@ SynthSummary write_synth_model(const SynthOptions& o, ThreadPool& pool) {
     if (shape.rope_scale_linear > 0) {
         w.set_string(a + "rope.scaling.type", "linear");
         w.set_f32(a + "rope.scaling.factor", static_cast<float>(shape.rope_scale_linear));
+    }
+    if (shape.rope_yarn_factor > 0) {
+        w.set_string(a + "rope.scaling.type", "yarn");
+        w.set_f32(a + "rope.scaling.factor", static_cast<float>(shape.rope_yarn_factor));
+        w.set_u32(a + "rope.scaling.original_context_length",
+                  static_cast<uint32_t>(shape.rope_yarn_orig_ctx));
     }
     if (shape.n_expert > 0) {
         w.set_u32(a + "expert_count", static_cast<uint32_t>(shape.n_expert));

@@ -61,6 +61,10 @@ struct SynthShape {
     // ---- gemma3: post-norms, GELU MLP, sliding-window layers; zero elsewhere ----
     int64_t sliding_window = 0;    // attention.sliding_window; every 6th layer is global
     double rope_scale_linear = 0;  // linear RoPE scaling of the global layers (0: none)
+    // ---- gpt-oss (arch "gpt-oss"): attention biases and sinks, expert biases, YaRN; every
+    // second layer global. Its MXFP4 recipe keeps the non-expert matrices Q8_0. ----
+    double rope_yarn_factor = 0;  // rope.scaling.factor of YaRN (0: none)
+    int64_t rope_yarn_orig_ctx = 0;
     bool is_attention_layer(int64_t layer) const {
         return full_attention_interval == 0 || (layer + 1) % full_attention_interval == 0;
     }

@@ -15,10 +15,15 @@
 #include <vector>
 
 #include "engine/gguf/gguf.h"
+#include "engine/model/forward.h"
+#include "engine/model/model.h"
+#include "engine/model/state.h"
 #include "engine/synth/synth.h"
 #include "engine/tensor/traits.h"
+#include "engine/util/thread_pool.h"
 #include "tests/support/fixtures.h"
 #include "tests/support/process.h"
+#include "tests/support/temp_dir.h"
 
 namespace ember::test {
 namespace {
@@ -170,7 +175,10 @@ TEST(SynthPlan, MatchesReferenceModelSizes) {
                           // Gemma 3 as the reference benchmark reports them: 4B Q4_K_M 2.31 GiB
                           // (3.88 B parameters), 1B Q4_K_M 762.49 MiB (999.89 M), tied outputs.
                           {"gemma3-4b", "q4_k_m", 2.31 * 1024, 444},
-                          {"gemma3-1b", "q4_k_m", 762.49, 340}};
+                          {"gemma3-1b", "q4_k_m", 762.49, 340},
+                          // gpt-oss-20b with MXFP4 experts: 459 tensors, ~12.1 GB as the
+                          // published MXFP4 file (its other matrices Q8_0 here).
+                          {"gpt-oss-20b", "mxfp4", 12.1e9 / 1048576.0, 459}};
     for (const auto& c : cases) {
         const auto plan =
             plan_synth_tensors(*find_synth_shape(c.shape), find_synth_recipe(c.type)->recipe);
@@ -238,6 +246,69 @@ TEST(SynthPlan, MatchesReferenceModelSizes) {
     // SmolLM2's 576-wide rows cannot hold IQ super-blocks: IQ4_NL, as the reference falls back.
     const auto smol = plan_synth_tensors(*find_synth_shape("smollm2-135m"), SynthRecipe::IQ3_S);
     EXPECT_EQ(type_of(smol, "blk.5.attn_q.weight"), TensorType::IQ4_NL);
+}
+
+// gpt-oss-20b: the published config's shapes, MXFP4 experts, Q8_0 attention and untied
+// output, F32 router, biases and sinks.
+TEST(SynthPlan, GptOss20bHasThePublishedShape) {
+    const auto plan = plan_synth_tensors(*find_synth_shape("gpt-oss-20b"), SynthRecipe::MXFP4);
+    std::map<std::string, const SynthTensor*> by_name;
+    for (const auto& t : plan) by_name[t.name] = &t;
+    const auto dims = [&](const std::string& name) {
+        return by_name.count(name) ? by_name[name]->dims : std::vector<int64_t>{};
+    };
+    EXPECT_EQ(dims("token_embd.weight"), (std::vector<int64_t>{2880, 201088}));
+    EXPECT_EQ(dims("output.weight"), (std::vector<int64_t>{2880, 201088}));
+    EXPECT_EQ(dims("blk.23.attn_q.weight"), (std::vector<int64_t>{2880, 4096}));  // 64 x 64
+    EXPECT_EQ(dims("blk.23.attn_k.weight"), (std::vector<int64_t>{2880, 512}));   // 8 x 64
+    EXPECT_EQ(dims("blk.23.attn_sinks.weight"), (std::vector<int64_t>{64}));
+    EXPECT_EQ(dims("blk.0.ffn_gate_exps.weight"), (std::vector<int64_t>{2880, 2880, 32}));
+    EXPECT_EQ(dims("blk.0.ffn_down_exps.bias"), (std::vector<int64_t>{2880, 32}));
+    EXPECT_EQ(by_name["blk.0.ffn_up_exps.weight"]->type, TensorType::MXFP4);
+    EXPECT_EQ(by_name["blk.0.ffn_down_exps.weight"]->type, TensorType::MXFP4);
+    EXPECT_EQ(by_name["blk.0.attn_q.weight"]->type, TensorType::Q8_0);
+    EXPECT_EQ(by_name["output.weight"]->type, TensorType::Q8_0);
+    EXPECT_EQ(by_name["blk.0.ffn_gate_inp.weight"]->type, TensorType::F32);
+    EXPECT_EQ(by_name["blk.0.attn_output.bias"]->type, TensorType::F32);
+}
+
+// A tiny gpt-oss written by synth loads and runs: the family's metadata (window, YaRN,
+// experts) and tensor names are what the loader reads.
+TEST(SynthGptOss, TinyVariantLoadsAndRuns) {
+    EMBER_REQUIRE_FIXTURE("arch/gptoss/gptoss.gguf");
+    SynthShape tiny = *find_synth_shape("gpt-oss-20b");
+    tiny.n_vocab = 200019;  // the fixture's vocabulary as it is
+    tiny.n_embd = 64;
+    tiny.n_layer = 3;
+    tiny.n_head = 4;
+    tiny.n_head_kv = 2;
+    tiny.head_dim = 32;
+    tiny.n_ff = 64;
+    tiny.n_ff_exp = 64;
+    tiny.n_expert = 4;
+    tiny.n_expert_used = 2;
+    tiny.sliding_window = 8;
+    TempDir dir("ember-synth-gptoss");
+    SynthOptions o;
+    o.shape = &tiny;
+    o.recipe = SynthRecipe::MXFP4;
+    o.vocab_from = fixture_path("arch/gptoss/gptoss.gguf");
+    o.output = dir.file("tiny.gguf");
+    ThreadPool pool(2);
+    write_synth_model(o, pool);
+    const auto model = Model::load(o.output);
+    const ModelConfig& c = model->config();
+    EXPECT_EQ(c.family, Family::GptOss);
+    EXPECT_FALSE(c.tied_output);
+    EXPECT_EQ(c.sliding, (std::vector<bool>{true, false, true}));
+    EXPECT_DOUBLE_EQ(c.rope_yarn_factor, 32.0);
+    EXPECT_EQ(c.rope_yarn_orig_ctx, 4096);
+    EXPECT_EQ(model->layers()[0].gate_exps.type, TensorType::MXFP4);
+    auto state = make_state(c, 64);
+    const std::vector<int32_t> ids = {976, 4853, 19705, 68347, 65613, 1072, 290, 29082, 6446, 13};
+    const auto logits = forward(*model, *state, pool, ids, LogitsWanted::Last);
+    ASSERT_EQ(logits.size(), static_cast<size_t>(c.n_vocab));
+    for (float l : logits) ASSERT_TRUE(std::isfinite(l));
 }
 
 TEST_F(SynthBench, RejectsTokenizerOfAnotherVocabulary) {

@@ -20,9 +20,12 @@ inline constexpr std::array<KvType, 3> kAllKvTypes = {KvType::F32, KvType::F16, 
 // chat sequence the only two positions past 3e-2 are the two where a choice flipped (the rest
 // stay within 2.2e-2); in the long one a flip at position 0 changes rows every later position
 // reads. Limit 0.35 there: it still catches a broken cache (wrong rows or scales move logits
-// by whole units).
+// by whole units). gptoss (2 of 4 experts) likewise, once: measured 0.25 at one position of the
+// long sequence, after the one flipped choice (position 165); before it the deviation stays
+// within 8e-3. Limit 0.3.
 inline double kv_tolerance(KvType type, std::string_view model = {}) {
     if (type == KvType::Q8_0 && model == "qwen3moe") return 0.35;
+    if (type == KvType::Q8_0 && model == "gptoss") return 0.3;
     switch (type) {
         case KvType::F32:
             return 2e-3;

@@ -240,7 +240,7 @@ TEST_P(HfReference, Cases) {
               << text_ok << "/" << n << "\n";
 }
 
-// `with_special`: what HF adds by default (none of these three adds a BOS).
+// `with_special`: what HF adds by default (none of these adds a BOS).
 TEST_P(HfReference, WithSpecial) {
     EMBER_REQUIRE_FIXTURE(json_path_);
     EMBER_REQUIRE_FIXTURE(GetParam().gguf);
@@ -274,7 +274,8 @@ TEST_P(HfReference, ChatRenderings) {
 INSTANTIATE_TEST_SUITE_P(Fixtures, HfReference,
                          ::testing::Values(RefParam{"qwen3", "arch/qwen3/qwen3.gguf"},
                                            RefParam{"llama3", "arch/lfm2/lfm2.gguf"},
-                                           RefParam{"smollm2", "arch/llama/llama.gguf"}),
+                                           RefParam{"smollm2", "arch/llama/llama.gguf"},
+                                           RefParam{"gptoss", "arch/gptoss/gptoss.gguf"}),
                          [](const ::testing::TestParamInfo<RefParam>& pinfo) {
                              return pinfo.param.name;
                          });
