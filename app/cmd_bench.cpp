@@ -213,8 +213,8 @@ int run_bench(BenchArgs a) {
     const ModelConfig& c = model->config();
     const uint64_t file_bytes = std::filesystem::file_size(a.model);
     ThreadPool pool(a.threads);
-    auto state = make_state(c, a.depth + a.prompt + std::max(a.gen, a.verify),
-                            a.kv_type == "f32" ? KvType::F32 : KvType::F16);
+    auto state =
+        make_state(c, a.depth + a.prompt + std::max(a.gen, a.verify), kv_type_of(a.kv_type));
     const std::vector<int32_t> prompt = random_prompt(a.prompt, c.n_vocab, a.seed);
 
     // The bandwidth probe runs after the warm-up and after every rep, so the roofline compares
@@ -389,8 +389,9 @@ void register_bench_command(CLI::App& app, std::vector<Command>& out) {
     cmd->add_option("-n,--n-gen", args->gen, "Tokens decoded one at a time")->capture_default_str();
     cmd->add_option("-t,--threads", args->threads, "Threads (0: the physical cores)")
         ->capture_default_str()
-        ->check(whole_number(0, kMaxThreads,
-                             "from 0 to " + std::to_string(kMaxThreads) + " (0: the physical cores)"));
+        ->check(
+            whole_number(0, kMaxThreads,
+                         "from 0 to " + std::to_string(kMaxThreads) + " (0: the physical cores)"));
     cmd->add_option("-d,--depth", args->depth,
                     "Tokens of context in the cache before prefill and decode are timed (as the "
                     "reference's -d)")
@@ -399,9 +400,7 @@ void register_bench_command(CLI::App& app, std::vector<Command>& out) {
                                      "Timed repetitions (median reported; --spec: 3 by default)");
     reps_opt->capture_default_str();
     cmd->add_flag("--json", args->json_out, "Print one JSON object");
-    cmd->add_option("--kv-type", args->kv_type, "KV cache precision")
-        ->capture_default_str()
-        ->check(CLI::IsMember({"f32", "f16"}));
+    add_kv_type_option(cmd, args->kv_type);
     cmd->add_option("--verify", args->verify,
                     "Also time forwards of this many tokens at once after the prompt "
                     "(speculative-decoding check; 0: off)")
@@ -432,7 +431,7 @@ void register_bench_command(CLI::App& app, std::vector<Command>& out) {
                            // Two decodes per rep and prompt: fewer reps unless asked for.
                            if (reps_opt->count() > 0) spec_args.reps = args->reps;
                            spec_args.json_out = args->json_out;
-                           spec_args.kv_type = args->kv_type == "f32" ? KvType::F32 : KvType::F16;
+                           spec_args.kv_type = kv_type_of(args->kv_type);
                            spec_args.speculation.draft_max = args->draft_max;
                            return run_bench_spec(spec_args);
                        }

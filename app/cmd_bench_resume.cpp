@@ -42,7 +42,8 @@ struct BenchResumeOptions {
     int64_t tokens = 2000;
     int threads = 0;
     bool json_out = false;
-    std::string keep_dir;  // keep the databases here instead of a temporary directory
+    std::string kv_type = "f16";  // the chat processes' --kv-type (chat's default)
+    std::string keep_dir;         // keep the databases here instead of a temporary directory
 };
 
 constexpr double kTtftLimit = 0.10;  // warm TTFT must be at most this fraction of cold
@@ -198,14 +199,15 @@ std::string filler_message(int index, int words) {
 std::vector<std::string> chat_args(const BenchResumeOptions& o, const std::string& model,
                                    const std::string& db, int reply_tokens) {
     const int threads = o.threads > 0 ? o.threads : default_threads();
-    return {"ember",    "chat",
-            "-m",       model,
-            "--db",     db,
-            "--script", "--jsonl",
-            "--temp",   "0",
-            "--think",  "off",
-            "-n",       std::to_string(reply_tokens),
-            "-t",       std::to_string(threads)};
+    return {"ember",     "chat",
+            "-m",        model,
+            "--db",      db,
+            "--script",  "--jsonl",
+            "--temp",    "0",
+            "--think",   "off",
+            "-n",        std::to_string(reply_tokens),
+            "-t",        std::to_string(threads),
+            "--kv-type", o.kv_type};
 }
 
 int64_t num(const json& j, const char* key) {
@@ -336,6 +338,7 @@ json run_bench(const BenchResumeOptions& o, const std::string& dir) {
     };
     json out = {{"model", model_path},
                 {"threads", o.threads > 0 ? o.threads : default_threads()},
+                {"kv_type", o.kv_type},
                 {"conversation",
                  {{"target_tokens", o.tokens},
                   {"tokens", build.tokens},
@@ -366,8 +369,8 @@ json run_bench(const BenchResumeOptions& o, const std::string& dir) {
 void print_text(const json& r) {
     const json& w = r["warm"];
     const json& c = r["cold"];
-    std::printf("model: %s (%d threads)\n", r["model"].get<std::string>().c_str(),
-                r["threads"].get<int>());
+    std::printf("model: %s (%d threads, KV %s)\n", r["model"].get<std::string>().c_str(),
+                r["threads"].get<int>(), r["kv_type"].get<std::string>().c_str());
     std::printf("conversation: %lld tokens in %d turns, built in %.1f s\n",
                 static_cast<long long>(r["conversation"]["tokens"].get<int64_t>()),
                 r["conversation"]["turns"].get<int>(),
@@ -444,8 +447,10 @@ void register_bench_resume_command(CLI::App& app, std::vector<Command>& out) {
     add_model_option(cmd, o->model);
     cmd->add_option("--tokens", o->tokens, "Conversation length to build, in tokens")
         ->capture_default_str();
-    add_threads_option(cmd, o->threads, "Threads of the chat processes (default: the physical cores)");
+    add_threads_option(cmd, o->threads,
+                       "Threads of the chat processes (default: the physical cores)");
     cmd->add_flag("--json", o->json_out, "Print the results as JSON");
+    add_kv_type_option(cmd, o->kv_type);
     cmd->add_option("--keep", o->keep_dir, "Keep the session databases in this directory");
     out.push_back({cmd, [o] { return run_bench_resume(*o); }});
 }

@@ -35,7 +35,7 @@ struct ChatOptions {
     SamplingParams sampling;
     int64_t n_predict = 512;
     int64_t ctx = 0;              // 0: default_context_size() of the model
-    std::string kv_type = "f32";  // f32 | f16
+    std::string kv_type = "f16";  // f32 | f16 | q8_0 (README: KV precision)
     int threads = 0;
     bool script = false;
     bool jsonl = false;
@@ -130,7 +130,7 @@ int run_local_chat(ChatOptions& o) {
     auto model = load_model(model_path);
     ThreadPool pool(o.threads > 0 ? o.threads : default_threads());
     ConversationOptions copts;
-    copts.kv_type = o.kv_type == "f16" ? KvType::F16 : KvType::F32;
+    copts.kv_type = kv_type_of(o.kv_type);
     copts.context = o.ctx > 0 ? o.ctx : default_context_size(model->config(), copts.kv_type);
     if (copts.context > model->config().n_ctx_train) {
         throw std::runtime_error("--ctx " + std::to_string(o.ctx) + " is more than the " +
@@ -243,9 +243,7 @@ void register_chat_command(CLI::App& app, std::vector<Command>& out) {
                     "Context size in tokens (default: the model's, capped at 32768 tokens and "
                     "2 GiB of KV cache)")
         ->check(whole_number(1, std::numeric_limits<int64_t>::max(), "at least 1"));
-    cmd->add_option("--kv-type", o->kv_type, "KV cache precision")
-        ->capture_default_str()
-        ->check(CLI::IsMember({"f32", "f16"}));
+    add_kv_type_option(cmd, o->kv_type);
     add_threads_option(cmd, o->threads, "Threads (default: the physical cores)");
     cmd->add_flag("--script", o->script, "Scripted mode: prompts from stdin, replies to stdout");
     cmd->add_flag("--jsonl", o->jsonl, "Scripted mode with JSON lines in and out");

@@ -42,17 +42,11 @@ struct RunOptions {
     bool json_out = false;
     bool ignore_eos = false;
     bool no_bos = false;
-    int64_t ctx = 0;  // 0: context_for() decides
-    std::string kv_type = "f32";
+    int64_t ctx = 0;              // 0: context_for() decides
+    std::string kv_type = "f16";  // as chat
     bool no_spec = false;
     int draft_max = SpeculationOptions{}.draft_max;
 };
-
-KvType parse_kv_type(const std::string& s) {
-    if (s == "f32") return KvType::F32;
-    if (s == "f16") return KvType::F16;
-    throw std::runtime_error("--kv-type must be f32 or f16, not '" + s + "'");
-}
 
 // Context size for one-shot commands: what the prompt and generation need (at least 4096),
 // within the model's training context. Past it the positions are ones the model never saw.
@@ -99,7 +93,7 @@ int run_completion(const RunOptions& o) {
         throw std::runtime_error("the prompt has " + std::to_string(prompt.size()) +
                                  " tokens, more than the context of " + std::to_string(ctx));
     }
-    auto state = make_state(model->config(), ctx, parse_kv_type(o.kv_type));
+    auto state = make_state(model->config(), ctx, kv_type_of(o.kv_type));
     ThreadPool pool(o.threads > 0 ? o.threads : default_threads());
     Sampler sampler(o.sampling);
     // The generated text continues the prompt: keep its leading space.
@@ -184,6 +178,7 @@ struct EvalOptions {
     std::string ids;
     int top_k = 5;
     int threads = 0;
+    // f32: eval reports logits for fidelity checks, so by default it keeps the cache exact.
     std::string kv_type = "f32";
 };
 
@@ -194,7 +189,7 @@ int run_eval(const EvalOptions& o) {
     const int64_t n_vocab = model->config().n_vocab;
     const int k = std::clamp<int>(o.top_k, 1, static_cast<int>(n_vocab));
     auto state =
-        make_state(model->config(), static_cast<int64_t>(ids.size()), parse_kv_type(o.kv_type));
+        make_state(model->config(), static_cast<int64_t>(ids.size()), kv_type_of(o.kv_type));
     ThreadPool pool(o.threads > 0 ? o.threads : default_threads());
     std::vector<int32_t> order(static_cast<size_t>(n_vocab));
     for (size_t b = 0; b < ids.size(); b += kMaxBatch) {
@@ -373,6 +368,20 @@ void add_threads_option(CLI::App* cmd, int& threads, const std::string& help) {
     cmd->add_option("-t,--threads", threads, help)->check(thread_count());
 }
 
+void add_kv_type_option(CLI::App* cmd, std::string& kv_type) {
+    cmd->add_option("--kv-type", kv_type,
+                    "KV cache precision: f32, f16 (half the memory) or q8_0 (8-bit blocks, "
+                    "about a quarter)")
+        ->capture_default_str()
+        ->check(CLI::IsMember({"f32", "f16", "q8_0"}));
+}
+
+KvType kv_type_of(const std::string& kv_type) {
+    const std::optional<KvType> t = parse_kv_type(kv_type);
+    if (!t) throw CLI::ValidationError("--kv-type", kv_type + " not in {f32,f16,q8_0}");
+    return *t;
+}
+
 int default_threads() {
     cpu_set_t set;
     if (sched_getaffinity(0, sizeof set, &set) != 0) {
@@ -442,9 +451,7 @@ void register_model_commands(CLI::App& app, std::vector<Command>& out) {
     run->add_option("-c,--ctx", run_opts->ctx,
                     "Context size (default: prompt + n, at least 4096, at most the model's)")
         ->check(whole_number(1, std::numeric_limits<int64_t>::max(), "at least 1"));
-    run->add_option("--kv-type", run_opts->kv_type, "KV cache precision: f32 or f16")
-        ->capture_default_str()
-        ->check(CLI::IsMember({"f32", "f16"}));
+    add_kv_type_option(run, run_opts->kv_type);
     run->add_flag("--json", run_opts->json_out, "Print one JSON object at the end");
     run->add_flag("--ignore-eos", run_opts->ignore_eos, "Keep generating past end-of-text");
     run->add_flag("--no-bos", run_opts->no_bos, "Do not add the BOS token the model asks for");
@@ -469,9 +476,7 @@ void register_model_commands(CLI::App& app, std::vector<Command>& out) {
     eval->add_option("--ids", eval_opts->ids, "Token ids: 1,2,3")->required();
     eval->add_option("--top-k", eval_opts->top_k, "Logits per position")->capture_default_str();
     add_threads_option(eval, eval_opts->threads, "Threads (default: the physical cores)");
-    eval->add_option("--kv-type", eval_opts->kv_type, "KV cache precision: f32 or f16")
-        ->capture_default_str()
-        ->check(CLI::IsMember({"f32", "f16"}));
+    add_kv_type_option(eval, eval_opts->kv_type);
     out.push_back({eval, [eval_opts] { return run_eval(*eval_opts); }});
 
     struct TokOpts {

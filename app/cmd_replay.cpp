@@ -84,7 +84,8 @@ void apply_stored_chat_settings(const std::string& text, ConversationOptions& c)
         c.stop_strings = chat["stop_strings"].get<std::vector<std::string>>();
     }
     c.context = chat.value("context", c.context);
-    c.kv_type = chat.value("kv_type", std::string("f32")) == "f16" ? KvType::F16 : KvType::F32;
+    // Conversations saved before the KV type was stored ran with f32.
+    c.kv_type = parse_kv_type(chat.value("kv_type", std::string("f32"))).value_or(KvType::F32);
     if (chat.value("template_override", false)) {
         std::printf(
             "note: the conversation was generated with a template override file, which "

@@ -27,7 +27,7 @@ struct ServeOptions {
     std::string api_key_env;
     int parallel = 4;
     int64_t ctx = 0;
-    std::string kv_type = "f32";
+    std::string kv_type = "f16";  // as chat
     int threads = 0;
     std::string db;
     bool no_db = false;
@@ -98,7 +98,7 @@ int run_serve(const ServeOptions& o) {
     auto model = load_model(model_path);
     ThreadPool pool(o.threads > 0 ? o.threads : default_threads());
     ConversationOptions copts;
-    copts.kv_type = o.kv_type == "f16" ? KvType::F16 : KvType::F32;
+    copts.kv_type = kv_type_of(o.kv_type);
     copts.context = o.ctx > 0 ? o.ctx : default_context_size(model->config(), copts.kv_type);
     if (copts.context > model->config().n_ctx_train) {
         throw std::runtime_error("--ctx " + std::to_string(o.ctx) + " is more than the " +
@@ -162,9 +162,7 @@ void register_serve_command(CLI::App& app, std::vector<Command>& out) {
         ->check(CLI::Range(1, 256));
     cmd->add_option("-c,--ctx", o->ctx, "Context size per slot (default: as ember chat)")
         ->check(CLI::PositiveNumber);
-    cmd->add_option("--kv-type", o->kv_type, "KV cache precision")
-        ->capture_default_str()
-        ->check(CLI::IsMember({"f32", "f16"}));
+    add_kv_type_option(cmd, o->kv_type);
     add_threads_option(cmd, o->threads, "Threads (default: the physical cores)");
     cmd->add_option("--chat-template", o->template_file,
                     "Jinja chat template file overriding the model's")

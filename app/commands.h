@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/model/kv_type.h"
 #include "engine/sampling/sampler.h"
 
 namespace ember {
@@ -53,6 +54,9 @@ void add_model_option(CLI::App* cmd, std::string& model);
 void add_sampling_options(CLI::App* cmd, SamplingParams& sampling);
 // -t,--threads, checked to lie in 1..kMaxThreads (app/cli_checks.h).
 void add_threads_option(CLI::App* cmd, int& threads, const std::string& help);
+// --kv-type f32|f16|q8_0, its default the value `kv_type` holds; kv_type_of() reads the value.
+void add_kv_type_option(CLI::App* cmd, std::string& kv_type);
+KvType kv_type_of(const std::string& kv_type);
 // A chat template file's text (--chat-template); throws naming the file.
 std::string read_template_file(const std::string& path);
 

@@ -225,7 +225,7 @@ std::string chat_settings_json(const SamplingParams& p, const ConversationOption
                  {"max_thinking_tokens", c.max_thinking_tokens},
                  {"stop_strings", c.stop_strings},
                  {"context", c.context},
-                 {"kv_type", c.kv_type == KvType::F16 ? "f16" : "f32"},
+                 {"kv_type", kv_type_name(c.kv_type)},
                  {"template_override", !c.template_override.empty()},
                  {"max_tokens", max_tokens}};
     return j.dump();

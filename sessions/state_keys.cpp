@@ -23,7 +23,8 @@ StateKey to_key(XXH128_hash_t h) {
 StateKey state_seed(std::string_view model_fingerprint, KvType kv_type, int64_t block_tokens) {
     std::string text = "ember-prefix-state\n";
     text += model_fingerprint;
-    text += kv_type == KvType::F32 ? "\nkv=f32" : "\nkv=f16";
+    text += "\nkv=";
+    text += kv_type_name(kv_type);
     text += "\nformat=" + std::to_string(kStateFormatVersion);
     text += "\nblock=" + std::to_string(block_tokens);
     return to_key(XXH3_128bits(text.data(), text.size()));

@@ -199,9 +199,11 @@ std::string Conversation::render_prompt(size_t n_messages, bool generation_promp
 }
 
 int64_t default_context_size(const ModelConfig& c, KvType kv_type) {
-    const uint64_t elem = kv_type == KvType::F32 ? 4 : 2;
+    // Bytes of one position's K and V rows in every layer, in the cache's type (q8_0: whole
+    // blocks of 34 bytes per 32 elements).
     const uint64_t per_token =
-        static_cast<uint64_t>(c.n_layer * c.n_head_kv * (c.head_dim + c.value_dim)) * elem;
+        static_cast<uint64_t>(c.n_layer * (kv_row_bytes(kv_type, c.n_head_kv * c.head_dim) +
+                                           kv_row_bytes(kv_type, c.n_head_kv * c.value_dim)));
     const int64_t by_memory =
         per_token > 0 ? static_cast<int64_t>(kDefaultContextBytes / per_token) : kDefaultContextCap;
     return std::max<int64_t>(16, std::min({c.n_ctx_train > 0 ? c.n_ctx_train : kDefaultContextCap,

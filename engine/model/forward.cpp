@@ -91,15 +91,8 @@ void attend_group_run(const AttentionJob& job, int64_t t, int64_t kvh, int64_t r
     KvCache& kv = job.st->kv;
     const int64_t p0 = r * kAttnRun;
     const int64_t visible = job.pos0 + t + 1;  // causal: itself and everything before
-    KvRun run;
-    run.f16 = kv.type() == KvType::F16;
-    run.k = run.f16 ? static_cast<const void*>(kv.k_row_f16(job.layer, p0) + kvh * c.head_dim)
-                    : static_cast<const void*>(kv.k_row(job.layer, p0) + kvh * c.head_dim);
-    run.v = run.f16 ? static_cast<const void*>(kv.v_row_f16(job.layer, p0) + kvh * c.value_dim)
-                    : static_cast<const void*>(kv.v_row(job.layer, p0) + kvh * c.value_dim);
-    run.k_stride = kv.k_width();
-    run.v_stride = kv.v_width();
-    run.n = std::min(kAttnRun, visible - p0);
+    const KvRun run = kv.run(job.layer, p0, std::min(kAttnRun, visible - p0), kvh * c.head_dim,
+                             kvh * c.value_dim);
     const float* q = job.st->scratch.q.data() + t * c.n_head * c.head_dim +
                      kvh * job.shape.n_q * c.head_dim;  // [n_q x head_dim]
     attend_run(job.shape, q, run, scratch, records, heads_stride);
@@ -214,13 +207,7 @@ void attention_block(const Model& model, const LayerWeights& L, InferenceState& 
             if (c.qk_norm) rms_norm(kh, L.k_norm.data(), kh, c.head_dim, eps);
             rope(kh, cs, sn, c.rope_dims, c.rope_layout == RopeLayout::Halves);
         }
-        if (st.kv.type() == KvType::F16) {
-            to_f16(k, st.kv.k_row_f16(layer, pos0 + t), k_dim);
-            to_f16(v, st.kv.v_row_f16(layer, pos0 + t), v_dim);
-        } else {
-            std::copy(k, k + k_dim, st.kv.k_row(layer, pos0 + t));
-            std::copy(v, v + v_dim, st.kv.v_row(layer, pos0 + t));
-        }
+        st.kv.store(layer, pos0 + t, k, v);
     }
     attention(c, st, pool, layer, pos0, n);
     // x += Wo · attn

@@ -85,16 +85,9 @@ void attend_group_run(const AttentionJob& job, int64_t t, int64_t kvh, int64_t i
     const Visible vis = visible(c, job.layer, job.pos0 + t);
     const int64_t run_start = (vis.first_run() + i) * kAttnRun;
     const int64_t p0 = std::max(run_start, vis.first);
-    KvRun run;
-    run.f16 = kv.type() == KvType::F16;
     // A run lies inside one chunk, whose rows are contiguous (a ring is whole chunks).
-    run.k = run.f16 ? static_cast<const void*>(kv.k_row_f16(job.layer, p0) + kvh * c.head_dim)
-                    : static_cast<const void*>(kv.k_row(job.layer, p0) + kvh * c.head_dim);
-    run.v = run.f16 ? static_cast<const void*>(kv.v_row_f16(job.layer, p0) + kvh * c.value_dim)
-                    : static_cast<const void*>(kv.v_row(job.layer, p0) + kvh * c.value_dim);
-    run.k_stride = kv.k_width();
-    run.v_stride = kv.v_width();
-    run.n = std::min(run_start + kAttnRun, vis.end) - p0;
+    const KvRun run = kv.run(job.layer, p0, std::min(run_start + kAttnRun, vis.end) - p0,
+                             kvh * c.head_dim, kvh * c.value_dim);
     const float* q = job.st->scratch.q.data() + t * c.n_head * c.head_dim +
                      kvh * job.shape.n_q * c.head_dim;  // [n_q x head_dim]
     attend_run(job.shape, q, run, scratch, records, heads_stride);
@@ -230,13 +223,7 @@ void attention_block(const Model& model, const LayerWeights& L, InferenceState& 
             rms_norm(kh, L.k_norm.data(), kh, c.head_dim, eps);
             rope(kh, cs, sn, c.rope_dims, true);
         }
-        if (st.kv.type() == KvType::F16) {
-            to_f16(k, st.kv.k_row_f16(layer, pos0 + t), k_dim);
-            to_f16(v, st.kv.v_row_f16(layer, pos0 + t), v_dim);
-        } else {
-            std::copy(k, k + k_dim, st.kv.k_row(layer, pos0 + t));
-            std::copy(v, v + v_dim, st.kv.v_row(layer, pos0 + t));
-        }
+        st.kv.store(layer, pos0 + t, k, v);
     }
     windowed_attention(c, st, pool, layer, pos0, n);
     matmul(pool, L.wo, s.attn.data(), n, s.xn.data(), c.n_embd, s.mm);  // [n x n_embd]

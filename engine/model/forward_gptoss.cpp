@@ -64,13 +64,7 @@ void attention_block(const Model& model, const LayerWeights& L, InferenceState& 
         for (int64_t h = 0; h < c.n_head_kv; ++h) {
             rope(k + h * c.head_dim, cs, sn, c.rope_dims, true);
         }
-        if (st.kv.type() == KvType::F16) {
-            to_f16(k, st.kv.k_row_f16(layer, pos0 + t), k_dim);
-            to_f16(v, st.kv.v_row_f16(layer, pos0 + t), v_dim);
-        } else {
-            std::copy(k, k + k_dim, st.kv.k_row(layer, pos0 + t));
-            std::copy(v, v + v_dim, st.kv.v_row(layer, pos0 + t));
-        }
+        st.kv.store(layer, pos0 + t, k, v);
     }
     windowed_attention(c, st, pool, layer, pos0, n, L.attn_sinks.data());
     matmul(pool, L.wo, s.attn.data(), n, s.xn.data(), c.n_embd, s.mm);  // [n x n_embd]

@@ -97,15 +97,8 @@ void attend_run_of(const AttendJob& j, int64_t t, int64_t kvh, int64_t r, float*
     const ModelConfig& c = j.b->model->config();
     KvCache& kv = j.b->st->kv;
     const int64_t p0 = r * kAttnRun;
-    KvRun run;
-    run.f16 = kv.type() == KvType::F16;
-    run.k = run.f16 ? static_cast<const void*>(kv.k_row_f16(j.slot, p0) + kvh * c.head_dim)
-                    : static_cast<const void*>(kv.k_row(j.slot, p0) + kvh * c.head_dim);
-    run.v = run.f16 ? static_cast<const void*>(kv.v_row_f16(j.slot, p0) + kvh * c.value_dim)
-                    : static_cast<const void*>(kv.v_row(j.slot, p0) + kvh * c.value_dim);
-    run.k_stride = kv.k_width();
-    run.v_stride = kv.v_width();
-    run.n = std::min(kAttnRun, j.b->pos0 + t + 1 - p0);  // causal horizon
+    const int64_t n = std::min(kAttnRun, j.b->pos0 + t + 1 - p0);  // causal horizon
+    const KvRun run = kv.run(j.slot, p0, n, kvh * c.head_dim, kvh * c.value_dim);
     const float* q = scratch(*j.b).q.data() + t * c.n_head * c.head_dim +
                      kvh * j.shape.n_q * c.head_dim;  // [n_q x head_dim]
     attend_run(j.shape, q, run, work, records, heads_stride);
@@ -227,13 +220,7 @@ void attention_layer(const Batch& b, const LayerWeights& L, int64_t layer) {
             if (c.qk_norm) rms_norm(kh, L.k_norm.data(), kh, c.head_dim, eps);
             rope(kh, cs, sn, c.rope_dims, halves);
         }
-        if (kv.type() == KvType::F16) {
-            to_f16(k, kv.k_row_f16(slot, b.pos0 + t), k_dim);
-            to_f16(v, kv.v_row_f16(slot, b.pos0 + t), v_dim);
-        } else {
-            std::copy(k, k + k_dim, kv.k_row(slot, b.pos0 + t));
-            std::copy(v, v + v_dim, kv.v_row(slot, b.pos0 + t));
-        }
+        kv.store(slot, b.pos0 + t, k, v);
     }
     attend_cached(b, slot);
     const int64_t attn_dim = c.n_head * c.value_dim;

@@ -5,6 +5,8 @@
 
 #include "engine/model/ops_avx512.h"
 #include "engine/tensor/blocks.h"
+#include "engine/tensor/traits.h"
+#include "engine/tensor/types.h"
 
 namespace ember {
 
@@ -105,6 +107,49 @@ void to_f16(const float* x, uint16_t* out, int64_t n) {
     for (int64_t i = 0; i < n; ++i) out[i] = fp32_to_fp16(x[i]);
 }
 
+namespace {
+
+// Element i of a q8_0 row as a float: scale times quant (exact in f32: an 11-bit fp16
+// mantissa times a 7-bit integer).
+float q8_0_at(const BlockQ8_0* blocks, int64_t i) {
+    const BlockQ8_0& b = blocks[i / kQK];
+    return fp16_to_fp32(b.d) * static_cast<float>(b.qs[i % kQK]);
+}
+
+}  // namespace
+
+float dot_q8_0_f32(const void* blocks, int64_t first, const float* b, int64_t n) {
+#if defined(__x86_64__)
+    if (use_avx512()) return avx512::dot_q8_0(blocks, first, b, n);
+#endif
+    const auto* q = static_cast<const BlockQ8_0*>(blocks);
+    float sum = 0.0f;
+    for (int64_t i = 0; i < n; ++i) sum += q8_0_at(q, first + i) * b[i];
+    return sum;
+}
+
+void axpy_q8_0(float a, const void* blocks, int64_t first, float* y, int64_t n) {
+#if defined(__x86_64__)
+    if (use_avx512()) return avx512::axpy_q8_0(a, blocks, first, y, n);
+#endif
+    const auto* q = static_cast<const BlockQ8_0*>(blocks);
+    for (int64_t i = 0; i < n; ++i) y[i] += a * q8_0_at(q, first + i);
+}
+
+void quantize_q8_0(const float* x, void* blocks, int64_t n) {
+    // The weights' reference quantizer (engine/tensor), so the cache's blocks are exactly the
+    // Q8_0 a GGUF file would hold; a row is quantized once, when it is written, and one code
+    // path keeps batch and single-token writes identical.
+    const QuantizeRowFn quantize = scalar_kernels()[TensorType::Q8_0].quantize_row;
+    const int64_t whole = n / kQK * kQK;
+    quantize(x, blocks, whole);
+    if (whole < n) {
+        float tail[kQK] = {};  // the last block, zero-padded
+        std::copy(x + whole, x + n, tail);
+        quantize(tail, static_cast<BlockQ8_0*>(blocks) + whole / kQK, kQK);
+    }
+}
+
 void add_inplace(float* y, const float* x, int64_t n) {
     for (int64_t i = 0; i < n; ++i) y[i] += x[i];
 }
@@ -129,19 +174,46 @@ void gelu_tanh_gate_inplace(float* gate, const float* up, int64_t n) {
 
 namespace {
 
+// q . key of position p of the run.
+float key_dot(const KvRun& kv, int64_t p, const float* q, int64_t head_dim) {
+    switch (kv.type) {
+        case KvType::F16:
+            return dot_f16_f32(static_cast<const uint16_t*>(kv.k) + p * kv.k_stride, q, head_dim);
+        case KvType::Q8_0: {
+            // Whole blocks per position (k_stride is a padded width), then the head's offset.
+            const auto* row =
+                static_cast<const uint8_t*>(kv.k) + kv_bytes(kv.type, p * kv.k_stride);
+            return dot_q8_0_f32(row, kv.k_first, q, head_dim);
+        }
+        case KvType::F32:
+            break;
+    }
+    return dot_f32(q, static_cast<const float*>(kv.k) + p * kv.k_stride, head_dim);
+}
+
+// o += w * value of position p of the run.
+void value_axpy(const KvRun& kv, int64_t p, float w, float* o, int64_t value_dim) {
+    switch (kv.type) {
+        case KvType::F16:
+            return axpy_f16(w, static_cast<const uint16_t*>(kv.v) + p * kv.v_stride, o, value_dim);
+        case KvType::Q8_0: {
+            const auto* row =
+                static_cast<const uint8_t*>(kv.v) + kv_bytes(kv.type, p * kv.v_stride);
+            return axpy_q8_0(w, row, kv.v_first, o, value_dim);
+        }
+        case KvType::F32:
+            break;
+    }
+    axpy_f32(w, static_cast<const float*>(kv.v) + p * kv.v_stride, o, value_dim);
+}
+
 // Any head size and CPU: one dot / axpy call per (head, position).
 void attend_run_generic(const AttnShape& sh, const float* q, const KvRun& kv, float* scores,
                         float* records, int64_t record_stride) {
     for (int64_t g = 0; g < sh.n_q; ++g) {
         const float* qg = q + g * sh.q_stride;  // [head_dim]
         float* s = scores + g * kv.n;           // [n]
-        for (int64_t p = 0; p < kv.n; ++p) {
-            s[p] = sh.scale *
-                   (kv.f16 ? dot_f16_f32(static_cast<const uint16_t*>(kv.k) + p * kv.k_stride, qg,
-                                         sh.head_dim)
-                           : dot_f32(qg, static_cast<const float*>(kv.k) + p * kv.k_stride,
-                                     sh.head_dim));
-        }
+        for (int64_t p = 0; p < kv.n; ++p) s[p] = sh.scale * key_dot(kv, p, qg, sh.head_dim);
         const float m = *std::max_element(s, s + kv.n);
         float l = 0.0f;
         for (int64_t p = 0; p < kv.n; ++p) {
@@ -153,15 +225,7 @@ void attend_run_generic(const AttnShape& sh, const float* q, const KvRun& kv, fl
         rec[1] = l;
         float* o = rec + 2;  // [value_dim]
         std::fill(o, o + sh.value_dim, 0.0f);
-        for (int64_t p = 0; p < kv.n; ++p) {
-            if (kv.f16) {
-                axpy_f16(s[p], static_cast<const uint16_t*>(kv.v) + p * kv.v_stride, o,
-                         sh.value_dim);
-            } else {
-                axpy_f32(s[p], static_cast<const float*>(kv.v) + p * kv.v_stride, o,
-                         sh.value_dim);
-            }
-        }
+        for (int64_t p = 0; p < kv.n; ++p) value_axpy(kv, p, s[p], o, sh.value_dim);
     }
 }
 
@@ -179,8 +243,8 @@ int64_t attn_run_scratch_floats(const AttnShape& sh, int64_t n) {
     return sh.n_q * n + 16 * sh.head_dim + 16 * 16;
 }
 
-void attend_run(const AttnShape& sh, const float* q, const KvRun& kv, float* scores,
-                float* records, int64_t record_stride) {
+void attend_run(const AttnShape& sh, const float* q, const KvRun& kv, float* scores, float* records,
+                int64_t record_stride) {
     if (kv.n <= 0) return;
 #if defined(__x86_64__)
     if (avx512_attention(sh)) {

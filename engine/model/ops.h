@@ -4,6 +4,8 @@
 
 #include <cstdint>
 
+#include "engine/model/kv_type.h"
+
 namespace ember {
 
 // out[i] = x[i] / rms(x) * weight[i]; out may alias x.
@@ -20,6 +22,13 @@ void axpy_f32(float a, const float* x, float* y, int64_t n);
 float dot_f16_f32(const uint16_t* a, const float* b, int64_t n);
 void axpy_f16(float a, const uint16_t* x, float* y, int64_t n);
 void to_f16(const float* x, uint16_t* out, int64_t n);
+// q8_0 KV cache rows: `blocks` is a row of Q8_0 blocks and the n elements start at element
+// `first` of it (any element: a narrow head may start inside a block).
+float dot_q8_0_f32(const void* blocks, int64_t first, const float* b, int64_t n);
+void axpy_q8_0(float a, const void* blocks, int64_t first, float* y, int64_t n);
+// x[n] -> ceil(n / 32) Q8_0 blocks, the last one zero-padded, by the weights' reference
+// quantizer (scale max|x| / 127 rounded to fp16, quants rounded to nearest).
+void quantize_q8_0(const float* x, void* blocks, int64_t n);
 // y += x
 void add_inplace(float* y, const float* x, int64_t n);
 // gate[i] = silu(gate[i]) * up[i]
@@ -36,13 +45,20 @@ void gelu_tanh_gate_inplace(float* gate, const float* up, int64_t n);
 // v_p. attend_merge() combines the records of a head's runs into the softmax-weighted sum of V,
 // so a long context can be split over threads and the result does not depend on who ran what.
 
+// Element e of position p's key is element p * k_stride + k_first + e counted from `k`, in
+// the cache's layout (kv_bytes() turns element counts into bytes). f32 and f16 runs point at
+// the head's key (k_first = 0); a q8_0 run points at the block holding it, and k_first says
+// where inside that block the head starts (a multiple of the head size below 32). KvCache::run()
+// builds them.
 struct KvRun {
-    const void* k = nullptr;  // [n x k_stride] f32 or f16-bit elements; the head's key first
+    const void* k = nullptr;  // [n x k_stride] elements of `type`
     const void* v = nullptr;  // [n x v_stride]
     int64_t k_stride = 0;     // elements between the keys of consecutive positions
-    int64_t v_stride = 0;
+    int64_t v_stride = 0;     // (q8_0: whole blocks)
+    int64_t k_first = 0;
+    int64_t v_first = 0;
     int64_t n = 0;  // positions
-    bool f16 = false;
+    KvType type = KvType::F32;
 };
 
 struct AttnShape {

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 
 namespace ember::avx512 {
 
@@ -169,21 +170,88 @@ void to_f16(const float* x, uint16_t* out, int64_t n) {
     for (; i < n; ++i) out[i] = _cvtss_sh(x[i], _MM_FROUND_TO_NEAREST_INT);
 }
 
+namespace {
+
+// Cache element loaders: element i counted from a run's base pointer (KvRun), and 16
+// consecutive elements from i on as floats (i a multiple of 16).
+// span_bytes(n): bytes that n consecutive elements starting on a multiple of 16 may span.
+struct KvF32 {
+    static constexpr int64_t span_bytes(int64_t n) { return n * 4; }
+    static const char* at(const void* base, int64_t i) {
+        return static_cast<const char*>(base) + i * 4;
+    }
+    static __m512 load(const void* base, int64_t i) {
+        return _mm512_loadu_ps(static_cast<const float*>(base) + i);
+    }
+};
+struct KvF16 {
+    static constexpr int64_t span_bytes(int64_t n) { return n * 2; }
+    static const char* at(const void* base, int64_t i) {
+        return static_cast<const char*>(base) + i * 2;
+    }
+    static __m512 load(const void* base, int64_t i) {
+        return _mm512_cvtph_ps(_mm256_loadu_si256(
+            reinterpret_cast<const __m256i*>(static_cast<const uint16_t*>(base) + i)));
+    }
+};
+struct KvQ8 {
+    // From the element's block on: a start at element 16 of a block reaches one block more.
+    static constexpr int64_t span_bytes(int64_t n) { return (n / kQ8Elems + 1) * kQ8Bytes; }
+    // The block holding element i.
+    static const char* at(const void* base, int64_t i) {
+        return static_cast<const char*>(base) + (i / kQ8Elems) * kQ8Bytes;
+    }
+    // Scale times quants: exact in f32 (fp16 mantissa times a 7-bit integer), so a value
+    // never depends on which kernel widened it.
+    static __m512 load(const void* base, int64_t i) {
+        const char* block = at(base, i);
+        uint16_t d;
+        std::memcpy(&d, block, sizeof d);
+        const __m128i q =
+            _mm_loadu_si128(reinterpret_cast<const __m128i*>(block + 2 + i % kQ8Elems));
+        return _mm512_mul_ps(_mm512_set1_ps(_cvtsh_ss(d)),
+                             _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q)));
+    }
+    // Element i alone (the ends of a head that does not start on 16 elements).
+    static float scalar(const void* base, int64_t i) {
+        const char* block = at(base, i);
+        uint16_t d;
+        std::memcpy(&d, block, sizeof d);
+        return _cvtsh_ss(d) * static_cast<float>(static_cast<int8_t>(block[2 + i % kQ8Elems]));
+    }
+    static constexpr int64_t kQ8Elems = 32;
+    static constexpr int64_t kQ8Bytes = 34;
+};
+
+}  // namespace
+
+float dot_q8_0(const void* blocks, int64_t first, const float* b, int64_t n) {
+    float head = 0.0f;  // elements before the first 16-aligned one
+    int64_t i = 0;
+    for (; i < n && (first + i) % 16 != 0; ++i) head += KvQ8::scalar(blocks, first + i) * b[i];
+    __m512 acc = _mm512_setzero_ps();
+    for (; i + 16 <= n; i += 16) {
+        acc = _mm512_fmadd_ps(KvQ8::load(blocks, first + i), _mm512_loadu_ps(b + i), acc);
+    }
+    float sum = head + hsum512(acc);
+    for (; i < n; ++i) sum += KvQ8::scalar(blocks, first + i) * b[i];
+    return sum;
+}
+
+void axpy_q8_0(float a, const void* blocks, int64_t first, float* y, int64_t n) {
+    int64_t i = 0;
+    for (; i < n && (first + i) % 16 != 0; ++i) y[i] += a * KvQ8::scalar(blocks, first + i);
+    const __m512 va = _mm512_set1_ps(a);
+    for (; i + 16 <= n; i += 16) {
+        _mm512_storeu_ps(
+            y + i, _mm512_fmadd_ps(va, KvQ8::load(blocks, first + i), _mm512_loadu_ps(y + i)));
+    }
+    for (; i < n; ++i) y[i] += a * KvQ8::scalar(blocks, first + i);
+}
+
 // ---- attention over a run of cached positions ------------------------------------------------
 
 namespace {
-
-// Cache element loaders: 16 consecutive elements as floats.
-struct KvF32 {
-    using E = float;
-    static __m512 load(const E* p) { return _mm512_loadu_ps(p); }
-};
-struct KvF16 {
-    using E = uint16_t;
-    static __m512 load(const E* p) {
-        return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
-    }
-};
 
 // Lane i of the result = the sum of the 16 lanes of v[i]: a transpose-and-add tree (45 ops for
 // 16 sums instead of 16 separate horizontal sums).
@@ -214,25 +282,34 @@ __mmask16 first_lanes(int64_t n) {
 
 // scores[g][p] = scale * q_g . k_p for the run, 16 positions at a time: their keys are widened
 // once for all heads of the group (kbuf), each (head, position) dot is left as 16 lanes, and 16
-// positions are reduced together.
-template <class L>
+// positions are reduced together. HD > 0: the head size as a constant (the common sizes), so
+// the per-position loops over the head unroll: with a loop of a few iterations per dot, how
+// the loop happens to sit in the instruction cache otherwise shows in the run time.
+template <class L, int64_t HD>
 void run_scores(const AttnShape& sh, const float* q, const KvRun& kv, float* scores, float* kbuf) {
-    const int64_t hd = sh.head_dim;
-    const auto* k = static_cast<const typename L::E*>(kv.k);  // [n x k_stride]
+    const int64_t hd = HD > 0 ? HD : sh.head_dim;
     const __m512 scale = _mm512_set1_ps(sh.scale);
+    // Locals, not kv's fields: the vector stores below may alias anything, which would make
+    // the compiler reload the fields after every one of them.
+    const void* const k = kv.k;
+    const int64_t k_stride = kv.k_stride;
+    const int64_t k_first = kv.k_first;
+    const int64_t n = kv.n;
     // A head's key is a short piece of each cached row (rows are all heads wide), too far
     // apart for the hardware prefetcher: fetch the next 16 positions' pieces by hand.
-    const int64_t key_bytes = hd * static_cast<int64_t>(sizeof(typename L::E));
-    for (int64_t p0 = 0; p0 < kv.n; p0 += 16) {
-        const int64_t c = std::min<int64_t>(16, kv.n - p0);
-        for (int64_t i = 0; i < std::min<int64_t>(16, kv.n - p0 - 16); ++i) {
-            const char* next = reinterpret_cast<const char*>(k + (p0 + 16 + i) * kv.k_stride);
-            for (int64_t b = 0; b < key_bytes; b += 64) _mm_prefetch(next + b, _MM_HINT_T0);
+    const int64_t key_bytes = L::at(k, k_first + hd - 1) - L::at(k, k_first);
+    for (int64_t p0 = 0; p0 < n; p0 += 16) {
+        const int64_t c = std::min<int64_t>(16, n - p0);
+        for (int64_t i = 0; i < std::min<int64_t>(16, n - p0 - 16); ++i) {
+            const char* next = L::at(k, (p0 + 16 + i) * k_stride + k_first);
+            for (int64_t b = 0; b <= key_bytes; b += 64) _mm_prefetch(next + b, _MM_HINT_T0);
         }
+        // The 16 positions' keys of this head, widened once for all heads of the group:
+        // kbuf [16 x head_dim], a tile that stays in L1.
         for (int64_t i = 0; i < c; ++i) {
-            const typename L::E* src = k + (p0 + i) * kv.k_stride;
+            const int64_t src = (p0 + i) * k_stride + k_first;
             for (int64_t j = 0; j < hd; j += 16)
-                _mm512_storeu_ps(kbuf + i * hd + j, L::load(src + j));
+                _mm512_storeu_ps(kbuf + i * hd + j, L::load(k, src + j));
         }
         for (int64_t g = 0; g < sh.n_q; ++g) {
             const float* qg = q + g * sh.q_stride;  // [head_dim]
@@ -247,7 +324,7 @@ void run_scores(const AttnShape& sh, const float* q, const KvRun& kv, float* sco
                 }
                 part[i] = a;
             }
-            _mm512_mask_storeu_ps(scores + g * kv.n + p0, first_lanes(c),
+            _mm512_mask_storeu_ps(scores + g * n + p0, first_lanes(c),
                                   _mm512_mul_ps(hsum16x16(part), scale));
         }
     }
@@ -280,20 +357,21 @@ float max_of(const float* x, int64_t n) {
 template <class L, int NG, int NV>
 void run_values_slab(const float* e, int64_t n, const KvRun& kv, int64_t j0, float* rec,
                      int64_t rec_stride) {
-    const auto* v = static_cast<const typename L::E*>(kv.v) + j0;  // [n x v_stride]
     __m512 acc[NG][NV];
     for (int g = 0; g < NG; ++g) {
         for (int u = 0; u < NV; ++u) acc[g][u] = _mm512_setzero_ps();
     }
     constexpr int64_t kAhead = 8;  // positions fetched ahead (strided rows, as for keys)
     for (int64_t p = 0; p < n; ++p) {
+        const int64_t row = p * kv.v_stride + kv.v_first + j0;
         if (p + kAhead < n) {
-            const char* next = reinterpret_cast<const char*>(v + (p + kAhead) * kv.v_stride);
-            constexpr int64_t kSlabBytes = 16 * NV * sizeof(typename L::E);
+            const int64_t ahead = row + kAhead * kv.v_stride;
+            const char* next = L::at(kv.v, ahead);
+            constexpr int64_t kSlabBytes = L::span_bytes(16 * NV);
             for (int64_t b = 0; b < kSlabBytes; b += 64) _mm_prefetch(next + b, _MM_HINT_T0);
         }
         __m512 vv[NV];
-        for (int u = 0; u < NV; ++u) vv[u] = L::load(v + p * kv.v_stride + 16 * u);
+        for (int u = 0; u < NV; ++u) vv[u] = L::load(kv.v, row + 16 * u);
         for (int g = 0; g < NG; ++g) {
             const __m512 w = _mm512_set1_ps(e[g * n + p]);
             for (int u = 0; u < NV; ++u) acc[g][u] = _mm512_fmadd_ps(w, vv[u], acc[g][u]);
@@ -330,7 +408,20 @@ template <class L>
 void attend_run_t(const AttnShape& sh, const float* q, const KvRun& kv, float* scores,
                   float* records, int64_t record_stride) {
     float* kbuf = scores + sh.n_q * kv.n;  // [16 x head_dim] widened keys
-    run_scores<L>(sh, q, kv, scores, kbuf);
+    switch (sh.head_dim) {
+        case 64:
+            run_scores<L, 64>(sh, q, kv, scores, kbuf);
+            break;
+        case 128:
+            run_scores<L, 128>(sh, q, kv, scores, kbuf);
+            break;
+        case 256:
+            run_scores<L, 256>(sh, q, kv, scores, kbuf);
+            break;
+        default:
+            run_scores<L, 0>(sh, q, kv, scores, kbuf);
+            break;
+    }
     for (int64_t g = 0; g < sh.n_q; ++g) {
         float* s = scores + g * kv.n;
         float* rec = records + g * record_stride;
@@ -362,11 +453,15 @@ void attend_run_t(const AttnShape& sh, const float* q, const KvRun& kv, float* s
 
 void attend_run(const AttnShape& shape, const float* q, const KvRun& kv, float* scores,
                 float* records, int64_t record_stride) {
-    if (kv.f16) {
-        attend_run_t<KvF16>(shape, q, kv, scores, records, record_stride);
-    } else {
-        attend_run_t<KvF32>(shape, q, kv, scores, records, record_stride);
+    switch (kv.type) {
+        case KvType::F16:
+            return attend_run_t<KvF16>(shape, q, kv, scores, records, record_stride);
+        case KvType::Q8_0:
+            return attend_run_t<KvQ8>(shape, q, kv, scores, records, record_stride);
+        case KvType::F32:
+            break;
     }
+    attend_run_t<KvF32>(shape, q, kv, scores, records, record_stride);
 }
 
 }  // namespace ember::avx512

@@ -15,6 +15,9 @@ void swiglu(float* gate, const float* up, int64_t n);
 float dot_f16(const uint16_t* a, const float* b, int64_t n);
 void axpy_f16(float a, const uint16_t* x, float* y, int64_t n);
 void to_f16(const float* x, uint16_t* out, int64_t n);
+// q8_0 KV cache rows (ops.h's dot_q8_0_f32 / axpy_q8_0).
+float dot_q8_0(const void* blocks, int64_t first, const float* b, int64_t n);
+void axpy_q8_0(float a, const void* blocks, int64_t first, float* y, int64_t n);
 // ops.h's attend_run for head_dim and value_dim multiples of 16; `scores` holds
 // attn_run_scratch_floats() floats.
 void attend_run(const AttnShape& shape, const float* q, const KvRun& kv, float* scores,

@@ -1,6 +1,7 @@
 #include "engine/model/state.h"
 
 #include <algorithm>
+#include <cstring>
 #include <stdexcept>
 #include <string>
 
@@ -47,8 +48,8 @@ void KvCache::reserve(int64_t n) {
         for (int64_t l = 0; l < n_layer_; ++l) {
             if (is_ring(l) && n_chunks_allocated_ >= ring_positions_ / kChunkPositions) continue;
             const size_t idx = static_cast<size_t>(l * n_chunks_max_ + n_chunks_allocated_);
-            k_chunks_[idx].reset(new uint8_t[kChunkPositions * k_width_ * elem_size()]);
-            v_chunks_[idx].reset(new uint8_t[kChunkPositions * v_width_ * elem_size()]);
+            k_chunks_[idx].reset(new uint8_t[static_cast<size_t>(kChunkPositions * k_row_bytes())]);
+            v_chunks_[idx].reset(new uint8_t[static_cast<size_t>(kChunkPositions * v_row_bytes())]);
         }
     }
 }
@@ -75,40 +76,103 @@ void KvCache::forget_ring_rows_before(int64_t pos) {
     ring_begin_ = std::max(ring_begin_, pos);
 }
 
-uint8_t* KvCache::row(const std::vector<std::unique_ptr<uint8_t[]>>& chunks, int64_t width,
+uint8_t* KvCache::row(const std::vector<std::unique_ptr<uint8_t[]>>& chunks, int64_t row_bytes,
                       int64_t layer, int64_t pos) const {
     if (is_ring(layer)) pos %= ring_positions_;
     const size_t idx = static_cast<size_t>(layer * n_chunks_max_ + pos / kChunkPositions);
-    return chunks[idx].get() + (pos % kChunkPositions) * width * static_cast<int64_t>(elem_size());
+    return chunks[idx].get() + (pos % kChunkPositions) * row_bytes;
+}
+
+void KvCache::store(int64_t layer, int64_t pos, const float* k, const float* v) {
+    uint8_t* kd = k_data(layer, pos);
+    uint8_t* vd = v_data(layer, pos);
+    switch (type_) {
+        case KvType::F32:
+            std::memcpy(kd, k, static_cast<size_t>(k_width_) * sizeof(float));
+            std::memcpy(vd, v, static_cast<size_t>(v_width_) * sizeof(float));
+            return;
+        case KvType::F16:
+            to_f16(k, reinterpret_cast<uint16_t*>(kd), k_width_);
+            to_f16(v, reinterpret_cast<uint16_t*>(vd), v_width_);
+            return;
+        case KvType::Q8_0:
+            quantize_q8_0(k, kd, k_width_);
+            quantize_q8_0(v, vd, v_width_);
+            return;
+    }
+}
+
+KvRun KvCache::run(int64_t layer, int64_t p0, int64_t n, int64_t k_offset, int64_t v_offset) const {
+    KvRun r;
+    r.type = type_;
+    r.n = n;
+    // Strides in elements of the (padded) rows; a q8_0 run starts at the block holding the
+    // head and says where the head starts inside it.
+    r.k_stride = kv_padded_width(type_, k_width_);
+    r.v_stride = kv_padded_width(type_, v_width_);
+    const int64_t block = type_ == KvType::Q8_0 ? kKvQ8Block : 1;
+    r.k_first = k_offset % block;
+    r.v_first = v_offset % block;
+    r.k = k_data(layer, p0) + kv_bytes(type_, k_offset - r.k_first);
+    r.v = v_data(layer, p0) + kv_bytes(type_, v_offset - r.v_first);
+    return r;
+}
+
+uint8_t* KvCache::k_data(int64_t layer, int64_t pos) {
+    return row(k_chunks_, k_row_bytes(), layer, pos);
+}
+uint8_t* KvCache::v_data(int64_t layer, int64_t pos) {
+    return row(v_chunks_, v_row_bytes(), layer, pos);
+}
+const uint8_t* KvCache::k_data(int64_t layer, int64_t pos) const {
+    return row(k_chunks_, k_row_bytes(), layer, pos);
+}
+const uint8_t* KvCache::v_data(int64_t layer, int64_t pos) const {
+    return row(v_chunks_, v_row_bytes(), layer, pos);
+}
+
+void KvCache::require(KvType type) const {
+    if (type_ != type) {
+        throw std::logic_error(std::string("KV cache of type ") + kv_type_name(type_) +
+                               " read as " + kv_type_name(type));
+    }
 }
 
 float* KvCache::k_row(int64_t layer, int64_t pos) {
-    return reinterpret_cast<float*>(row(k_chunks_, k_width_, layer, pos));
+    require(KvType::F32);
+    return reinterpret_cast<float*>(k_data(layer, pos));
 }
 float* KvCache::v_row(int64_t layer, int64_t pos) {
-    return reinterpret_cast<float*>(row(v_chunks_, v_width_, layer, pos));
+    require(KvType::F32);
+    return reinterpret_cast<float*>(v_data(layer, pos));
 }
 uint16_t* KvCache::k_row_f16(int64_t layer, int64_t pos) {
-    return reinterpret_cast<uint16_t*>(row(k_chunks_, k_width_, layer, pos));
+    require(KvType::F16);
+    return reinterpret_cast<uint16_t*>(k_data(layer, pos));
 }
 uint16_t* KvCache::v_row_f16(int64_t layer, int64_t pos) {
-    return reinterpret_cast<uint16_t*>(row(v_chunks_, v_width_, layer, pos));
+    require(KvType::F16);
+    return reinterpret_cast<uint16_t*>(v_data(layer, pos));
 }
 const float* KvCache::k_row(int64_t layer, int64_t pos) const {
-    return reinterpret_cast<const float*>(row(k_chunks_, k_width_, layer, pos));
+    require(KvType::F32);
+    return reinterpret_cast<const float*>(k_data(layer, pos));
 }
 const float* KvCache::v_row(int64_t layer, int64_t pos) const {
-    return reinterpret_cast<const float*>(row(v_chunks_, v_width_, layer, pos));
+    require(KvType::F32);
+    return reinterpret_cast<const float*>(v_data(layer, pos));
 }
 const uint16_t* KvCache::k_row_f16(int64_t layer, int64_t pos) const {
-    return reinterpret_cast<const uint16_t*>(row(k_chunks_, k_width_, layer, pos));
+    require(KvType::F16);
+    return reinterpret_cast<const uint16_t*>(k_data(layer, pos));
 }
 const uint16_t* KvCache::v_row_f16(int64_t layer, int64_t pos) const {
-    return reinterpret_cast<const uint16_t*>(row(v_chunks_, v_width_, layer, pos));
+    require(KvType::F16);
+    return reinterpret_cast<const uint16_t*>(v_data(layer, pos));
 }
 
 uint64_t KvCache::bytes_per_position() const {
-    return static_cast<uint64_t>(n_layer_ * (k_width_ + v_width_)) * elem_size();
+    return static_cast<uint64_t>(n_layer_ * (k_row_bytes() + v_row_bytes()));
 }
 
 uint64_t KvCache::allocated_bytes() const {
@@ -116,7 +180,7 @@ uint64_t KvCache::allocated_bytes() const {
     for (int64_t l = 0; l < n_layer_; ++l) {
         positions += static_cast<uint64_t>(chunks_for(l, n_chunks_allocated_) * kChunkPositions);
     }
-    return positions * static_cast<uint64_t>(k_width_ + v_width_) * elem_size();
+    return positions * static_cast<uint64_t>(k_row_bytes() + v_row_bytes());
 }
 
 int64_t KvCache::chunks_for(int64_t layer, int64_t chunks) const {

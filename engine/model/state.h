@@ -22,15 +22,15 @@
 #include <memory>
 #include <vector>
 
+#include "engine/model/kv_type.h"
 #include "engine/model/moe.h"
+#include "engine/model/ops.h"
 #include "engine/model/recurrent_state.h"
 #include "engine/tensor/matmul.h"
 
 namespace ember {
 
 struct ModelConfig;
-
-enum class KvType { F32, F16 };
 
 // Which layers of a cache slide, and how far they see.
 struct KvWindow {
@@ -79,13 +79,30 @@ public:
     // A restore wrote no sliding-layer rows below `pos`: the rings start over there.
     void forget_ring_rows_before(int64_t pos);
 
-    // Row of K/V for `layer` at position `pos`, as f32 (F32 caches) ...
+    // Writes the K and V rows of `layer` at `pos` from f32 (k: [k_width], v: [v_width]),
+    // converted to the cache's type: f16 rounds to nearest even, q8_0 quantizes each row
+    // on its own (kv_type.h). The one write path for batches and single tokens alike, so a
+    // row's bytes never depend on how it was evaluated.
+    void store(int64_t layer, int64_t pos, const float* k, const float* v);
+    // The attention run over positions [p0, p0 + n) of `layer` for the head whose key starts
+    // at element k_offset of a row and whose value at v_offset. The run must not cross a
+    // chunk (kChunkPositions), whose rows are contiguous.
+    KvRun run(int64_t layer, int64_t p0, int64_t n, int64_t k_offset, int64_t v_offset) const;
+
+    // Row of K/V for `layer` at position `pos` as the cache holds it: k_row_bytes() /
+    // v_row_bytes() bytes of the cache's type (serializing, restoring, comparing states).
+    uint8_t* k_data(int64_t layer, int64_t pos);
+    uint8_t* v_data(int64_t layer, int64_t pos);
+    const uint8_t* k_data(int64_t layer, int64_t pos) const;
+    const uint8_t* v_data(int64_t layer, int64_t pos) const;
+    int64_t k_row_bytes() const { return kv_row_bytes(type_, k_width_); }
+    int64_t v_row_bytes() const { return kv_row_bytes(type_, v_width_); }
+    // Typed views of the same rows, for an F32 cache (float) or an F16 one (fp16 bits); a
+    // view of another type throws std::logic_error.
     float* k_row(int64_t layer, int64_t pos);
     float* v_row(int64_t layer, int64_t pos);
-    // ... or as f16 bits (F16 caches).
     uint16_t* k_row_f16(int64_t layer, int64_t pos);
     uint16_t* v_row_f16(int64_t layer, int64_t pos);
-    // Read-only views of the same rows (serializing a state must not need a mutable one).
     const float* k_row(int64_t layer, int64_t pos) const;
     const float* v_row(int64_t layer, int64_t pos) const;
     const uint16_t* k_row_f16(int64_t layer, int64_t pos) const;
@@ -96,10 +113,10 @@ public:
     uint64_t allocated_bytes() const;
 
 private:
-    uint8_t* row(const std::vector<std::unique_ptr<uint8_t[]>>& chunks, int64_t width,
+    uint8_t* row(const std::vector<std::unique_ptr<uint8_t[]>>& chunks, int64_t row_bytes,
                  int64_t layer, int64_t pos) const;
     int64_t chunks_for(int64_t layer, int64_t chunks) const;  // of the first `chunks`
-    size_t elem_size() const { return type_ == KvType::F32 ? 4 : 2; }
+    void require(KvType type) const;  // throws unless the cache is of `type`
 
     int64_t n_layer_ = 0;
     int64_t k_width_ = 0;
@@ -107,7 +124,7 @@ private:
     int64_t max_positions_ = 0;
     int64_t length_ = 0;
     KvType type_ = KvType::F32;
-    // chunks[layer * n_chunks_max + chunk]: [kChunkPositions x width] elements each.
+    // chunks[layer * n_chunks_max + chunk]: [kChunkPositions x row bytes] each.
     std::vector<std::unique_ptr<uint8_t[]>> k_chunks_;
     std::vector<std::unique_ptr<uint8_t[]>> v_chunks_;
     int64_t n_chunks_max_ = 0;

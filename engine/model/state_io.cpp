@@ -12,8 +12,17 @@ constexpr size_t kHeaderBytes = 16;
 constexpr size_t kSectionHeaderBytes = 16;
 constexpr size_t kKvInfoBytes = 4 * 4 + 2 * 8;
 
-size_t elem_bytes(KvType type) {
-    return type == KvType::F32 ? 4 : 2;
+// The blob's kv type codes (state_io.h); never renumbered, since stored blobs keep them.
+uint32_t kv_type_code(KvType type) {
+    switch (type) {
+        case KvType::F32:
+            return 0;
+        case KvType::F16:
+            return 1;
+        case KvType::Q8_0:
+            return 2;
+    }
+    return 0;
 }
 
 // Writes into a buffer sized up front (the blob's size is known before the first byte).
@@ -122,8 +131,8 @@ ParsedKv parse_kv(std::span<const uint8_t> blob) {
                             StateSectionKind::WindowKvRows, &kind);
     ParsedKv p;
     const uint32_t type = r.u32("kv type");
-    if (type > 1) throw StateFormatError("state blob: unknown kv type " + std::to_string(type));
-    p.info.type = type == 0 ? KvType::F32 : KvType::F16;
+    if (type > 2) throw StateFormatError("state blob: unknown kv type " + std::to_string(type));
+    p.info.type = type == 0 ? KvType::F32 : type == 1 ? KvType::F16 : KvType::Q8_0;
     p.info.n_layer = r.u32("n_layer");
     p.info.k_width = r.u32("k_width");
     p.info.v_width = r.u32("v_width");
@@ -156,11 +165,12 @@ ParsedKv parse_kv(std::span<const uint8_t> blob) {
             ring_count += flags[l];
         }
     }
-    const uint64_t row_elems = static_cast<uint64_t>(p.info.k_width + p.info.v_width);
+    const uint64_t row_bytes = static_cast<uint64_t>(kv_row_bytes(p.info.type, p.info.k_width) +
+                                                     kv_row_bytes(p.info.type, p.info.v_width));
     const uint64_t positions =
         static_cast<uint64_t>(p.info.n_layer - ring_count) * static_cast<uint64_t>(p.info.count) +
         static_cast<uint64_t>(ring_count) * static_cast<uint64_t>(end - p.info.ring_begin);
-    const uint64_t expect = positions * row_elems * elem_bytes(p.info.type);
+    const uint64_t expect = positions * row_bytes;
     if (expect != r.remaining()) {
         throw StateFormatError("state blob: rows hold " + std::to_string(r.remaining()) +
                                " bytes, the header describes " + std::to_string(expect));
@@ -240,22 +250,22 @@ std::vector<uint8_t> serialize_kv_rows(const KvCache& kv, int64_t begin, int64_t
                                 std::to_string(end) + ") outside the cache length " +
                                 std::to_string(kv.length()));
     }
-    const size_t es = elem_bytes(kv.type());
     const bool windowed = kv.ring_positions() > 0;
     // Sliding layers: the rows their rings still hold.
     const int64_t ring_begin = windowed ? std::clamp(kv.ring_begin(), begin, end) : begin;
     int64_t positions = 0;  // rows over all layers
     for (int64_t l = 0; l < kv.n_layer(); ++l)
         positions += end - (kv.is_ring(l) ? ring_begin : begin);
-    const uint64_t rows_bytes =
-        static_cast<uint64_t>(positions * (kv.k_width() + kv.v_width())) * es;
+    const size_t k_bytes = static_cast<size_t>(kv.k_row_bytes());
+    const size_t v_bytes = static_cast<size_t>(kv.v_row_bytes());
+    const uint64_t rows_bytes = static_cast<uint64_t>(positions) * (k_bytes + v_bytes);
     const size_t info_bytes =
         kKvInfoBytes + (windowed ? 16 + static_cast<size_t>(kv.n_layer()) : 0);
     std::vector<uint8_t> out(kHeaderBytes + kSectionHeaderBytes + info_bytes + rows_bytes);
     Writer w(out);
     write_headers(w, windowed ? StateSectionKind::WindowKvRows : StateSectionKind::KvRows,
                   info_bytes + rows_bytes);
-    w.u32(kv.type() == KvType::F32 ? 0 : 1);
+    w.u32(kv_type_code(kv.type()));
     w.u32(static_cast<uint32_t>(kv.n_layer()));
     w.u32(static_cast<uint32_t>(kv.k_width()));
     w.u32(static_cast<uint32_t>(kv.v_width()));
@@ -270,12 +280,10 @@ std::vector<uint8_t> serialize_kv_rows(const KvCache& kv, int64_t begin, int64_t
             w.bytes(&flag, 1);
         }
     }
-    const size_t k_bytes = static_cast<size_t>(kv.k_width()) * es;
-    const size_t v_bytes = static_cast<size_t>(kv.v_width()) * es;
     for (int64_t l = 0; l < kv.n_layer(); ++l) {
         const int64_t first = kv.is_ring(l) ? ring_begin : begin;
-        for (int64_t pos = first; pos < end; ++pos) w.bytes(kv.k_row(l, pos), k_bytes);
-        for (int64_t pos = first; pos < end; ++pos) w.bytes(kv.v_row(l, pos), v_bytes);
+        for (int64_t pos = first; pos < end; ++pos) w.bytes(kv.k_data(l, pos), k_bytes);
+        for (int64_t pos = first; pos < end; ++pos) w.bytes(kv.v_data(l, pos), v_bytes);
     }
     return out;
 }
@@ -288,7 +296,8 @@ void apply_kv_rows(std::span<const uint8_t> blob, KvCache& kv, int64_t from, int
     const ParsedKv p = parse_kv(blob);
     const KvBlobInfo& b = p.info;
     if (b.type != kv.type()) {
-        throw StateFormatError("state blob: kv type differs from the cache's");
+        throw StateFormatError(std::string("state blob: kv type ") + kv_type_name(b.type) +
+                               " differs from the cache's " + kv_type_name(kv.type()));
     }
     if (b.n_layer != kv.n_layer() || b.k_width != kv.k_width() || b.v_width != kv.v_width()) {
         throw StateFormatError("state blob: shape (" + std::to_string(b.n_layer) + " layers, " +
@@ -311,9 +320,8 @@ void apply_kv_rows(std::span<const uint8_t> blob, KvCache& kv, int64_t from, int
                                " exceeds the context of " + std::to_string(kv.capacity()));
     }
     kv.reserve(to);
-    const size_t es = elem_bytes(b.type);
-    const size_t k_bytes = static_cast<size_t>(b.k_width) * es;
-    const size_t v_bytes = static_cast<size_t>(b.v_width) * es;
+    const size_t k_bytes = static_cast<size_t>(kv.k_row_bytes());
+    const size_t v_bytes = static_cast<size_t>(kv.v_row_bytes());
     const int64_t end = b.begin + b.count;
     // A sliding layer gets the blob's rows from ring_begin on, and of those only the last
     // ring's worth (earlier ones would be overwritten within this call anyway).
@@ -327,9 +335,9 @@ void apply_kv_rows(std::span<const uint8_t> blob, KvCache& kv, int64_t from, int
         const uint8_t* k_base = rows;
         const uint8_t* v_base = rows + static_cast<size_t>(held) * k_bytes;
         for (int64_t pos = ring ? ring_from : from; pos < to; ++pos) {
-            std::memcpy(kv.k_row(l, pos), k_base + static_cast<size_t>(pos - held_from) * k_bytes,
+            std::memcpy(kv.k_data(l, pos), k_base + static_cast<size_t>(pos - held_from) * k_bytes,
                         k_bytes);
-            std::memcpy(kv.v_row(l, pos), v_base + static_cast<size_t>(pos - held_from) * v_bytes,
+            std::memcpy(kv.v_data(l, pos), v_base + static_cast<size_t>(pos - held_from) * v_bytes,
                         v_bytes);
         }
         rows += static_cast<size_t>(held) * (k_bytes + v_bytes);

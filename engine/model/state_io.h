@@ -6,9 +6,10 @@
 //   header   magic "EMST", u32 format version, u32 section count, u32 reserved (0)
 //   section  u32 kind, u32 reserved (0), u64 payload bytes, payload
 // Section kinds:
-//   KvRows (1): u32 kv type (0 f32, 1 f16), u32 n_layer, u32 k_width, u32 v_width,
+//   KvRows (1): u32 kv type (0 f32, 1 f16, 2 q8_0), u32 n_layer, u32 k_width, u32 v_width,
 //               i64 begin, i64 count, then per layer: K rows [count x k_width] and
-//               V rows [count x v_width], elements exactly as the cache holds them.
+//               V rows [count x v_width], bytes exactly as the cache holds them (a q8_0 row
+//               is ceil(width / 32) Q8_0 blocks, kv_row_bytes()).
 //   WindowKvRows (3): the same for a cache with sliding-window layers (gemma3): the KvRows
 //               fields, then u32 window, u32 reserved (0), i64 ring_begin, one byte per layer
 //               (1: sliding), then per layer K rows and V rows over [begin, begin + count)

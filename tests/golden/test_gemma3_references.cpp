@@ -28,6 +28,7 @@
 #include "engine/model/state_io.h"
 #include "engine/util/thread_pool.h"
 #include "tests/support/fixtures.h"
+#include "tests/support/kv_precision.h"
 #include "tests/support/state_bytes.h"
 #include "tests/support/temp_dir.h"
 
@@ -99,10 +100,12 @@ protected:
     }
     void SetUp() override { EMBER_REQUIRE_FIXTURE(kGguf); }
 
-    // Feeds `ids` in batches of the given sizes (the last repeats); logits [ids x n_vocab].
-    std::vector<float> run_batches(const std::vector<int32_t>& ids, std::vector<int64_t> sizes) {
+    // Feeds `ids` in batches of the given sizes (the last repeats); logits [ids x n_vocab]
+    // (KV cache of `kv_type`).
+    std::vector<float> run_batches(const std::vector<int32_t>& ids, std::vector<int64_t> sizes,
+                                   KvType kv_type = KvType::F32) {
         const int64_t n_vocab = model_->config().n_vocab;
-        auto state = make_state(model_->config(), static_cast<int64_t>(ids.size()) + 64);
+        auto state = make_state(model_->config(), static_cast<int64_t>(ids.size()) + 64, kv_type);
         std::vector<float> all(ids.size() * static_cast<size_t>(n_vocab));
         size_t at = 0;
         for (size_t b = 0; at < ids.size(); ++b) {
@@ -173,6 +176,32 @@ TEST_F(Gemma3, LogitsWithin2e3HoweverTheTokensAreBatched) {
                     << name << ": batches of <= 17 differ from one by one";
             }
         }
+    }
+}
+
+// The KV types' fidelity (kv_precision.h): every sequence in one call (the long one wraps the
+// sliding layers' rings), and in batches of at most 17, which must give the one-by-one logits
+// bit for bit whatever the cache holds.
+TEST_F(Gemma3, EachKvTypeWithinItsTolerance) {
+    for (const KvType type : kAllKvTypes) {
+        double worst = 0;
+        for (const char* name : {"text", "chat", "long"}) {
+            const json& seq = (*ref_)["seqs"][name];
+            const std::vector<int32_t> ids = ids_of(seq);
+            const std::vector<float> all = run_batches(ids, {kMaxBatch}, type);
+            const double dev = deviation(all, seq);
+            EXPECT_LE(dev, kv_tolerance(type, "gemma3")) << name << " " << kv_type_name(type);
+            worst = std::max(worst, dev);
+            if (std::string(name) == "chat") {
+                const std::vector<float> small = run_batches(ids, {5, 3, 17, 2}, type);
+                const std::vector<float> single = run_batches(ids, {1}, type);
+                EXPECT_EQ(0, std::memcmp(small.data(), single.data(), small.size() * sizeof(float)))
+                    << name << " " << kv_type_name(type)
+                    << ": batches of <= 17 differ from one by one";
+            }
+        }
+        std::printf("[kv] gemma3 %s: max |dlogit| %.2e (tolerance %.2g)\n", kv_type_name(type),
+                    worst, kv_tolerance(type, "gemma3"));
     }
 }
 
@@ -267,7 +296,7 @@ constexpr int64_t kLong = 1300;
 TEST_F(Gemma3, RingsGiveWhatACacheOfEveryRowGives) {
     const ModelConfig& c = model_->config();
     const auto ids = some_tokens(kLong, c.n_vocab, 7);
-    for (const KvType type : {KvType::F32, KvType::F16}) {
+    for (const KvType type : kAllKvTypes) {
         auto ring = make_state(c, 2048, type);
         auto full = full_state(c, 2048, type);
         ASSERT_EQ(ring->kv.ring_positions(), 512);
@@ -275,16 +304,18 @@ TEST_F(Gemma3, RingsGiveWhatACacheOfEveryRowGives) {
         const auto b = feed(*model_, *full, pool_, ids, 97, LogitsWanted::Last);
         ASSERT_EQ(a.size(), b.size());
         EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * sizeof(float)))
-            << (type == KvType::F16 ? "f16" : "f32");
+            << kv_type_name(type);
         for (int64_t l = 0; l < c.n_layer; ++l) {
             for (int64_t p = kLong - 512; p < kLong; ++p) {
                 ASSERT_TRUE(kv_rows(*ring, l, p) == kv_rows(*full, l, p)) << l << " " << p;
             }
         }
         // O(W) memory: the two sliding layers hold 512 positions, the global one all 1,300.
-        EXPECT_EQ(ring->kv.allocated_bytes(),
-                  static_cast<uint64_t>((2 * 512 + 1536) * 2 * c.n_head_kv * c.head_dim) *
-                      (type == KvType::F16 ? 2 : 4));
+        // A row is n_head_kv * head_dim = 16 elements: 64 bytes of f32, 32 of f16, and one
+        // zero-padded 34-byte block of q8_0.
+        const uint64_t row_bytes = type == KvType::F32 ? 64 : type == KvType::F16 ? 32 : 34;
+        ASSERT_EQ(c.n_head_kv * c.head_dim, 16);
+        EXPECT_EQ(ring->kv.allocated_bytes(), (2 * 512 + 1536) * 2 * row_bytes);
         EXPECT_LT(ring->kv.allocated_bytes(), full->kv.allocated_bytes());
     }
 }

@@ -27,6 +27,7 @@
 #include "engine/model/state_io.h"
 #include "engine/util/thread_pool.h"
 #include "tests/support/fixtures.h"
+#include "tests/support/kv_precision.h"
 #include "tests/support/state_bytes.h"
 #include "tests/support/temp_dir.h"
 
@@ -114,11 +115,12 @@ protected:
     }
     void SetUp() override { EMBER_REQUIRE_FIXTURE(kGguf); }
 
-    // Feeds `ids` in batches of the given sizes (the last repeats); logits [ids x n_vocab].
+    // Feeds `ids` in batches of the given sizes (the last repeats); logits [ids x n_vocab]
+    // (KV cache of `kv_type`).
     std::vector<float> run_batches(const Model& model, const std::vector<int32_t>& ids,
-                                   std::vector<int64_t> sizes) {
+                                   std::vector<int64_t> sizes, KvType kv_type = KvType::F32) {
         const int64_t n_vocab = model.config().n_vocab;
-        auto state = make_state(model.config(), static_cast<int64_t>(ids.size()) + 64);
+        auto state = make_state(model.config(), static_cast<int64_t>(ids.size()) + 64, kv_type);
         std::vector<float> all(ids.size() * static_cast<size_t>(n_vocab));
         size_t at = 0;
         for (size_t b = 0; at < ids.size(); ++b) {
@@ -224,6 +226,32 @@ TEST_F(GptOss, LogitsWithin2e3HoweverTheTokensAreBatched) {
     }
 }
 
+// The KV types' fidelity (kv_precision.h): every sequence in one call (the long one wraps the
+// sliding layers' rings), and in batches of at most 17, which must give the one-by-one logits
+// bit for bit whatever the cache holds.
+TEST_F(GptOss, EachKvTypeWithinItsTolerance) {
+    for (const KvType type : kAllKvTypes) {
+        double worst = 0;
+        for (const char* name : {"text", "long"}) {
+            const json& seq = (*ref_)["seqs"][name];
+            const std::vector<int32_t> ids = ids_of(seq);
+            const std::vector<float> all = run_batches(*model_, ids, {kMaxBatch}, type);
+            const double dev = deviation(all, seq);
+            EXPECT_LE(dev, kv_tolerance(type, "gptoss")) << name << " " << kv_type_name(type);
+            worst = std::max(worst, dev);
+            if (std::string(name) == "text") {
+                const std::vector<float> small = run_batches(*model_, ids, {5, 3, 17, 2}, type);
+                const std::vector<float> single = run_batches(*model_, ids, {1}, type);
+                EXPECT_EQ(0, std::memcmp(small.data(), single.data(), small.size() * sizeof(float)))
+                    << name << " " << kv_type_name(type)
+                    << ": batches of <= 17 differ from one by one";
+            }
+        }
+        std::printf("[kv] gptoss %s: max |dlogit| %.2e (tolerance %.2g)\n", kv_type_name(type),
+                    worst, kv_tolerance(type, "gptoss"));
+    }
+}
+
 // The untied copy's output matrix holds the embedding's bytes: the same numbers, through the
 // output.weight path.
 TEST_F(GptOss, UntiedCopyGivesTheSameLogits) {
@@ -294,7 +322,7 @@ TEST_F(GptOss, BatchesUpToSeventeenAreBitIdenticalToSingleTokens) {
                          std::to_string(batch));
             const auto prompt = some_tokens(prompt_len, c.n_vocab, prompt_len);
             const auto draft = some_tokens(batch, c.n_vocab, 1000 + batch);
-            for (const KvType type : {KvType::F32, KvType::F16}) {
+            for (const KvType type : kAllKvTypes) {
                 auto one = make_state(c, 2048, type);
                 auto all = make_state(c, 2048, type);
                 forward(*model_, *one, pool_, prompt, LogitsWanted::Last);

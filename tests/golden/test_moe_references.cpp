@@ -23,6 +23,7 @@
 #include "engine/model/state_io.h"
 #include "engine/util/thread_pool.h"
 #include "tests/support/fixtures.h"
+#include "tests/support/kv_precision.h"
 
 namespace ember::test {
 namespace {
@@ -63,10 +64,11 @@ protected:
     }
 
     // Feeds `ids` in batches of the given sizes (the last repeats) and returns the logits of
-    // every position, [ids x n_vocab].
-    std::vector<float> run_batches(const std::vector<int32_t>& ids, std::vector<int64_t> sizes) {
+    // every position, [ids x n_vocab] (KV cache of `kv_type`).
+    std::vector<float> run_batches(const std::vector<int32_t>& ids, std::vector<int64_t> sizes,
+                                   KvType kv_type = KvType::F32) {
         const int64_t n_vocab = model_->config().n_vocab;
-        auto state = make_state(model_->config(), static_cast<int64_t>(ids.size()) + 64);
+        auto state = make_state(model_->config(), static_cast<int64_t>(ids.size()) + 64, kv_type);
         std::vector<float> all(ids.size() * static_cast<size_t>(n_vocab));
         size_t at = 0;
         for (size_t b = 0; at < ids.size(); ++b) {
@@ -132,6 +134,32 @@ TEST_F(MoeReference, LogitsWithin2e3HoweverTheTokensAreBatched) {
                     << name << ": batches of <= 17 tokens differ from one by one";
             }
         }
+    }
+}
+
+// The KV types' fidelity (kv_precision.h): every sequence in one call, and in batches of at
+// most 17, which must give the one-by-one logits bit for bit whatever the cache holds. The
+// heads are 8 wide, so q8_0 blocks span four heads and attention takes the scalar path.
+TEST_F(MoeReference, EachKvTypeWithinItsTolerance) {
+    for (const KvType type : kAllKvTypes) {
+        double worst = 0;
+        for (const char* name : {"text", "chat", "long"}) {
+            const json& seq = ref_["seqs"][name];
+            const std::vector<int32_t> ids = ids_of(seq);
+            const std::vector<float> all = run_batches(ids, {kMaxBatch}, type);
+            const double dev = deviation(all, seq);
+            EXPECT_LE(dev, kv_tolerance(type, "qwen3moe")) << name << " " << kv_type_name(type);
+            worst = std::max(worst, dev);
+            if (std::string(name) == "chat") {
+                const std::vector<float> small = run_batches(ids, {5, 3, 17, 2}, type);
+                const std::vector<float> single = run_batches(ids, {1}, type);
+                EXPECT_EQ(0, std::memcmp(small.data(), single.data(), small.size() * sizeof(float)))
+                    << name << " " << kv_type_name(type)
+                    << ": batches of <= 17 differ from one by one";
+            }
+        }
+        std::printf("[kv] qwen3moe %s: max |dlogit| %.2e (tolerance %.2g)\n", kv_type_name(type),
+                    worst, kv_tolerance(type, "qwen3moe"));
     }
 }
 

@@ -203,7 +203,7 @@ std::vector<Case> cases() {
          "--seed: must be a whole number from 0 to 18446744073709551615, not "
          "'18446744073709551616'"},
         {"SeedNegative", with(run, {"--seed", "-1"}), 2, "--seed: must be a whole number from 0"},
-        {"KvTypeUnknown", with(run, {"--kv-type", "q4"}), 2, "--kv-type: q4 not in {f32,f16}"},
+        {"KvTypeUnknown", with(run, {"--kv-type", "q4"}), 2, "--kv-type: q4 not in {f32,f16,q8_0}"},
         {"StateCapZero", with(chat, {"-p", "hi", "--db", "{db}", "--state-cap", "0"}), 2,
          "--state-cap: must be more than 0", Db::Seeded},
         {"StateCapNotASize", with(chat, {"-p", "hi", "--db", "{db}", "--state-cap", "12parsecs"}),

@@ -26,15 +26,11 @@ inline std::vector<int32_t> some_tokens(int64_t n, int64_t n_vocab, int64_t seed
 // Bytes of the K and V rows of cache layer `layer` at `pos`, as the cache holds them.
 inline std::vector<uint8_t> kv_rows(const InferenceState& st, int64_t layer, int64_t pos) {
     const KvCache& kv = st.kv;
-    const bool f16 = kv.type() == KvType::F16;
-    const size_t es = f16 ? 2 : 4;
-    const auto* k = f16 ? static_cast<const void*>(kv.k_row_f16(layer, pos))
-                        : static_cast<const void*>(kv.k_row(layer, pos));
-    const auto* v = f16 ? static_cast<const void*>(kv.v_row_f16(layer, pos))
-                        : static_cast<const void*>(kv.v_row(layer, pos));
-    std::vector<uint8_t> out(es * static_cast<size_t>(kv.k_width() + kv.v_width()));
-    std::memcpy(out.data(), k, es * static_cast<size_t>(kv.k_width()));
-    std::memcpy(out.data() + es * kv.k_width(), v, es * static_cast<size_t>(kv.v_width()));
+    const auto k_bytes = static_cast<size_t>(kv.k_row_bytes());
+    const auto v_bytes = static_cast<size_t>(kv.v_row_bytes());
+    std::vector<uint8_t> out(k_bytes + v_bytes);
+    std::memcpy(out.data(), kv.k_data(layer, pos), k_bytes);
+    std::memcpy(out.data() + k_bytes, kv.v_data(layer, pos), v_bytes);
     return out;
 }
 

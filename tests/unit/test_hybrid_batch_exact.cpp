@@ -36,10 +36,10 @@ void check_model(const std::string& fixture) {
     // Prefill lengths: short (the prompt itself runs token-serial), past the chunked-prefill
     // threshold, and ending just before an attention run boundary so the batch crosses it.
     for (const int64_t prompt_len : {int64_t{5}, int64_t{40}, int64_t{124}}) {
-        for (const KvType kv_type : {KvType::F32, KvType::F16}) {
+        for (const KvType kv_type : {KvType::F32, KvType::F16, KvType::Q8_0}) {
             for (const int64_t batch : kBatches) {
-                SCOPED_TRACE(fixture + " prompt=" + std::to_string(prompt_len) + " batch=" +
-                             std::to_string(batch) + (kv_type == KvType::F16 ? " f16" : " f32"));
+                SCOPED_TRACE(fixture + " prompt=" + std::to_string(prompt_len) +
+                             " batch=" + std::to_string(batch) + " " + kv_type_name(kv_type));
                 const auto prompt = some_tokens(prompt_len, c.n_vocab, prompt_len);
                 const auto draft = some_tokens(batch, c.n_vocab, 1000 + batch);
                 auto one = make_state(c, 256, kv_type);

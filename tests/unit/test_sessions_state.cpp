@@ -49,23 +49,14 @@ std::unique_ptr<InferenceState> evaluated_state(std::span<const int32_t> tokens,
     auto st = make_state(small_config(), 1024, type);
     KvCache& kv = st->kv;
     kv.reserve(static_cast<int64_t>(tokens.size()));
+    std::vector<float> k(static_cast<size_t>(kv.k_width())), v(static_cast<size_t>(kv.v_width()));
     for (int64_t l = 0; l < kv.n_layer(); ++l) {
         for (int64_t pos = 0; pos < static_cast<int64_t>(tokens.size()); ++pos) {
             for (int64_t i = 0; i < kv.k_width(); ++i) {
-                const float kval = element_value(tokens, pos, l, i, false);
-                const float vval = element_value(tokens, pos, l, i, true);
-                if (type == KvType::F32) {
-                    kv.k_row(l, pos)[i] = kval;
-                    kv.v_row(l, pos)[i] = vval;
-                } else {
-                    // Any bit pattern will do for the round trip: store the float's top half.
-                    uint32_t kb, vb;
-                    std::memcpy(&kb, &kval, 4);
-                    std::memcpy(&vb, &vval, 4);
-                    kv.k_row_f16(l, pos)[i] = static_cast<uint16_t>(kb >> 16);
-                    kv.v_row_f16(l, pos)[i] = static_cast<uint16_t>(vb >> 16);
-                }
+                k[static_cast<size_t>(i)] = element_value(tokens, pos, l, i, false);
+                v[static_cast<size_t>(i)] = element_value(tokens, pos, l, i, true);
             }
+            kv.store(l, pos, k.data(), v.data());  // as the forward pass writes, in `type`
         }
     }
     kv.set_length(static_cast<int64_t>(tokens.size()));
@@ -74,11 +65,12 @@ std::unique_ptr<InferenceState> evaluated_state(std::span<const int32_t> tokens,
 
 // Whether positions [0, n) of `a` and `b` hold the same bytes.
 bool same_rows(KvCache& a, KvCache& b, int64_t n) {
-    const size_t es = a.type() == KvType::F32 ? 4 : 2;
+    const auto k_bytes = static_cast<size_t>(a.k_row_bytes());
+    const auto v_bytes = static_cast<size_t>(a.v_row_bytes());
     for (int64_t l = 0; l < a.n_layer(); ++l) {
         for (int64_t pos = 0; pos < n; ++pos) {
-            if (std::memcmp(a.k_row(l, pos), b.k_row(l, pos), a.k_width() * es) != 0) return false;
-            if (std::memcmp(a.v_row(l, pos), b.v_row(l, pos), a.v_width() * es) != 0) return false;
+            if (std::memcmp(a.k_data(l, pos), b.k_data(l, pos), k_bytes) != 0) return false;
+            if (std::memcmp(a.v_data(l, pos), b.v_data(l, pos), v_bytes) != 0) return false;
         }
     }
     return true;
@@ -151,6 +143,40 @@ TEST(StateIo, RoundTripAndErrors) {
     EXPECT_THROW(apply_kv_rows(blob, dst->kv, 0, 30), StateFormatError);  // outside the blob
 }
 
+// A q8_0 blob: type code 2, rows of whole Q8_0 blocks (16 elements: one zero-padded block of
+// 34 bytes), applied byte for byte, and only to a q8_0 cache.
+TEST(StateIo, Q8RowsRoundTripAndKeepTheirType) {
+    const auto tokens = token_run(40, 3);
+    auto src = evaluated_state(tokens, KvType::Q8_0);
+    const auto blob = serialize_kv_rows(src->kv, 8, 30);
+    const KvBlobInfo info = inspect_kv_rows(blob);
+    EXPECT_EQ(info.type, KvType::Q8_0);
+    EXPECT_EQ(info.k_width, 16);
+    uint32_t code = 0;
+    std::memcpy(&code, blob.data() + 32, sizeof code);  // after the blob and section headers
+    EXPECT_EQ(code, 2u);
+    const auto f32_blob = serialize_kv_rows(evaluated_state(tokens)->kv, 8, 30);
+    EXPECT_EQ(f32_blob.size() - blob.size(), 22u * 3 * 2 * (16 * 4 - 34));
+    auto dst = make_state(small_config(), 1024, KvType::Q8_0);
+    apply_kv_rows(blob, dst->kv, 8, 30);
+    for (int64_t l = 0; l < 3; ++l) {
+        for (int64_t pos = 8; pos < 30; ++pos) {
+            ASSERT_EQ(std::memcmp(src->kv.k_data(l, pos), dst->kv.k_data(l, pos), 34), 0);
+            ASSERT_EQ(std::memcmp(src->kv.v_data(l, pos), dst->kv.v_data(l, pos), 34), 0);
+        }
+    }
+    for (const KvType other : {KvType::F32, KvType::F16}) {
+        auto cache = make_state(small_config(), 1024, other);
+        EXPECT_THROW(apply_kv_rows(blob, cache->kv, 8, 30), StateFormatError);
+        auto q8 = make_state(small_config(), 1024, KvType::Q8_0);
+        const auto foreign = serialize_kv_rows(evaluated_state(tokens, other)->kv, 8, 30);
+        EXPECT_THROW(apply_kv_rows(foreign, q8->kv, 8, 30), StateFormatError);
+    }
+    auto bad_type = blob;
+    bad_type[32] = 3;  // no such kv type
+    EXPECT_THROW(inspect_kv_rows(bad_type), StateFormatError);
+}
+
 TEST(BlobCodec, RoundTripAndCorruption) {
     std::vector<uint8_t> raw(10000);
     for (size_t i = 0; i < raw.size(); ++i) raw[i] = static_cast<uint8_t>(i * i % 251);
@@ -202,20 +228,27 @@ TEST(StateStore, RestoresExactlyAfterReopen) {
     EXPECT_EQ(st.tokens_restored, 75 + 45);
 }
 
-TEST(StateStore, F16CachesRoundTrip) {
+// f16 and q8_0 caches round-trip byte for byte, and a cache of any other type finds nothing
+// (the key chain's seed holds the KV type).
+TEST(StateStore, F16AndQ8CachesRoundTripAndStayApart) {
     TempDir dir;
-    Fixture f(dir.file("f16.db"));
+    Fixture f(dir.file("kv.db"));
     const auto tokens = token_run(40, 1);
-    auto src = evaluated_state(tokens, KvType::F16);
-    StateStore store = f.store("model-a", KvType::F16);
-    store.save(tokens, *src);
-    auto dst = make_state(small_config(), 1024, KvType::F16);
-    EXPECT_EQ(store.restore(tokens, 0, *dst), 40);
-    EXPECT_TRUE(same_rows(src->kv, dst->kv, 40));
-    // The same model with an f32 cache has other keys: nothing is restored.
+    for (const KvType type : {KvType::F16, KvType::Q8_0}) {
+        SCOPED_TRACE(kv_type_name(type));
+        auto src = evaluated_state(tokens, type);
+        StateStore store = f.store("model-a", type);
+        store.save(tokens, *src);
+        auto dst = make_state(small_config(), 1024, type);
+        EXPECT_EQ(store.restore(tokens, 0, *dst), 40);
+        EXPECT_TRUE(same_rows(src->kv, dst->kv, 40));
+    }
     StateStore f32 = f.store("model-a", KvType::F32);
     auto other = make_state(small_config(), 1024, KvType::F32);
     EXPECT_EQ(f32.restore(tokens, 0, *other), 0);
+    // Stored as f16 and as q8_0 only: neither restores into the other's cache, nor into f32.
+    EXPECT_NE(state_seed("model-a", KvType::F16, 16), state_seed("model-a", KvType::Q8_0, 16));
+    EXPECT_NE(state_seed("model-a", KvType::F32, 16), state_seed("model-a", KvType::Q8_0, 16));
 }
 
 TEST(StateStore, OtherFingerprintNeverRestores) {

@@ -33,12 +33,13 @@ void check_model(const std::string& fixture) {
     };
     // Prompts ending well inside the first attention run, and crossing into the second
     // (runs of 128 positions) while the batch is checked.
-    for (const Case cs :
-         {Case{9, 4, KvType::F32}, Case{9, 2, KvType::F16}, Case{126, 4, KvType::F32},
-          Case{30, 8, KvType::F16}, Case{125, 8, KvType::F32},
-          Case{9, kExactBatchTokens, KvType::F16}, Case{120, kExactBatchTokens, KvType::F32}}) {
-        SCOPED_TRACE(fixture + " prompt=" + std::to_string(cs.prompt) + " batch=" +
-                     std::to_string(cs.batch) + (cs.kv == KvType::F16 ? " f16" : " f32"));
+    for (const Case cs : {Case{9, 4, KvType::F32}, Case{9, 2, KvType::F16},
+                          Case{126, 4, KvType::F32}, Case{30, 8, KvType::F16},
+                          Case{125, 8, KvType::F32}, Case{9, kExactBatchTokens, KvType::F16},
+                          Case{120, kExactBatchTokens, KvType::F32}, Case{9, 4, KvType::Q8_0},
+                          Case{125, 8, KvType::Q8_0}, Case{120, kExactBatchTokens, KvType::Q8_0}}) {
+        SCOPED_TRACE(fixture + " prompt=" + std::to_string(cs.prompt) +
+                     " batch=" + std::to_string(cs.batch) + " " + kv_type_name(cs.kv));
         const auto prompt = some_tokens(cs.prompt, c.n_vocab, cs.prompt);
         const auto draft = some_tokens(cs.batch, c.n_vocab, 1000 + cs.batch);
         auto one = make_state(c, 256, cs.kv);

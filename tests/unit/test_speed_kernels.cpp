@@ -191,30 +191,63 @@ std::vector<double> reference_attention(const float* q, const std::vector<float>
     return out;
 }
 
+// A cache of n rows of `width` elements in `type`, from random floats, and the values it holds
+// as floats (`values`, [n x width]) for the reference.
+struct CacheRows {
+    std::vector<uint8_t> bytes;  // [n x kv_row_bytes(type, width)]
+    std::vector<float> values;   // [n x width]
+};
+
+CacheRows random_rows(KvType type, int64_t n, int64_t width, std::mt19937& rng) {
+    CacheRows c;
+    c.values = random_floats(n * width, rng);
+    const int64_t row_bytes = kv_row_bytes(type, width);
+    c.bytes.resize(static_cast<size_t>(n * row_bytes));
+    for (int64_t p = 0; p < n; ++p) {
+        float* x = c.values.data() + p * width;
+        uint8_t* out = c.bytes.data() + p * row_bytes;
+        if (type == KvType::F32) {
+            std::memcpy(out, x, static_cast<size_t>(width) * sizeof(float));
+        } else if (type == KvType::F16) {
+            to_f16(x, reinterpret_cast<uint16_t*>(out), width);
+            for (int64_t i = 0; i < width; ++i) {  // what the cache holds, for the reference
+                x[i] = fp16_to_fp32(reinterpret_cast<const uint16_t*>(out)[i]);
+            }
+        } else {
+            quantize_q8_0(x, out, width);
+            const auto* blocks = reinterpret_cast<const BlockQ8_0*>(out);
+            for (int64_t i = 0; i < width; ++i) {
+                x[i] =
+                    fp16_to_fp32(blocks[i / 32].d) * static_cast<float>(blocks[i / 32].qs[i % 32]);
+            }
+        }
+    }
+    return c;
+}
+
 TEST(SpeedKernels, SplitAttentionMatchesTheSoftmaxReference) {
     std::mt19937 rng(5);
     struct Case {
         int64_t n_q, hd, vd, n;
+        int64_t first = 0;  // element of the row where the head starts
     };
-    // Vector-friendly heads (AVX-512 path), odd ones (generic path), runs of 1..300 positions.
+    // Vector-friendly heads (AVX-512 path), odd ones (generic path), runs of 1..300 positions,
+    // and heads starting inside a q8_0 block (the second 16- or 8-wide head of a row).
     for (const Case cs : {Case{3, 64, 64, 1}, Case{3, 64, 64, 300}, Case{2, 128, 128, 77},
-                          Case{5, 80, 48, 33}, Case{1, 40, 24, 19}, Case{4, 16, 16, 16}}) {
-        for (bool f16 : {false, true}) {
+                          Case{5, 80, 48, 33}, Case{1, 40, 24, 19}, Case{4, 16, 16, 16},
+                          Case{2, 16, 16, 40, 16}, Case{2, 8, 8, 21, 8}, Case{1, 32, 32, 50, 32}}) {
+        for (const KvType type : {KvType::F32, KvType::F16, KvType::Q8_0}) {
             SCOPED_TRACE("n_q=" + std::to_string(cs.n_q) + " hd=" + std::to_string(cs.hd) +
-                         " n=" + std::to_string(cs.n) + (f16 ? " f16" : " f32"));
-            const int64_t stride = std::max(cs.hd, cs.vd) + 8;  // elements between positions
-            auto kf = random_floats(cs.n * stride, rng);
-            auto vf = random_floats(cs.n * stride, rng);
-            std::vector<uint16_t> kh(kf.size()), vh(vf.size());
-            if (f16) {
-                // Round the cache to f16 first so the reference sees the same values.
-                for (size_t i = 0; i < kf.size(); ++i) {
-                    kh[i] = fp32_to_fp16(kf[i]);
-                    kf[i] = fp16_to_fp32(kh[i]);
-                    vh[i] = fp32_to_fp16(vf[i]);
-                    vf[i] = fp16_to_fp32(vh[i]);
-                }
-            }
+                         " n=" + std::to_string(cs.n) + " first=" + std::to_string(cs.first) + " " +
+                         kv_type_name(type));
+            // Elements between positions: rows wider than the head, whole q8_0 blocks.
+            const int64_t stride =
+                kv_padded_width(KvType::Q8_0, cs.first + std::max(cs.hd, cs.vd) + 8);
+            const CacheRows k = random_rows(type, cs.n, stride, rng);
+            const CacheRows v = random_rows(type, cs.n, stride, rng);
+            // The reference reads the head's elements: rows from `first` on.
+            const std::vector<float> kf(k.values.begin() + cs.first, k.values.end());
+            const std::vector<float> vf(v.values.begin() + cs.first, v.values.end());
             const auto q = random_floats(cs.n_q * cs.hd, rng);
             const AttnShape shape{cs.n_q, cs.hd, cs.vd, cs.hd, 0.125f};
             const int64_t rec = attn_record_floats(cs.vd);
@@ -225,12 +258,15 @@ TEST(SpeedKernels, SplitAttentionMatchesTheSoftmaxReference) {
                 std::vector<float> scratch(
                     static_cast<size_t>(attn_run_scratch_floats(shape, run_len)));
                 for (int64_t r = 0; r < runs; ++r) {
+                    // As KvCache::run() builds it: q8_0 points at the head's block.
                     KvRun kv;
-                    kv.f16 = f16;
-                    kv.k = f16 ? static_cast<const void*>(kh.data() + r * run_len * stride)
-                               : static_cast<const void*>(kf.data() + r * run_len * stride);
-                    kv.v = f16 ? static_cast<const void*>(vh.data() + r * run_len * stride)
-                               : static_cast<const void*>(vf.data() + r * run_len * stride);
+                    kv.type = type;
+                    const int64_t block = type == KvType::Q8_0 ? 32 : 1;
+                    kv.k_first = kv.v_first = cs.first % block;
+                    const int64_t offset = r * run_len * kv_bytes(type, stride) +
+                                           kv_bytes(type, cs.first - kv.k_first);
+                    kv.k = k.bytes.data() + offset;
+                    kv.v = v.bytes.data() + offset;
                     kv.k_stride = kv.v_stride = stride;
                     kv.n = std::min(run_len, cs.n - r * run_len);
                     attend_run(shape, q.data(), kv, scratch.data(), records.data() + r * rec,
@@ -246,6 +282,46 @@ TEST(SpeedKernels, SplitAttentionMatchesTheSoftmaxReference) {
                             << "head " << g << " dim " << i << " run " << run_len;
                     }
                 }
+            }
+        }
+    }
+}
+
+// The KV cache's q8_0 rows are the weights' Q8_0 blocks: the same bytes as the reference
+// quantizer writes for whole blocks, and a zero-padded last block for a partial one.
+TEST(SpeedKernels, KvQ8RowsAreReferenceQ8_0Blocks) {
+    std::mt19937 rng(9);
+    for (const int64_t n : {int64_t{32}, int64_t{128}, int64_t{16}, int64_t{80}}) {
+        std::vector<float> x = random_floats(n, rng);
+        const int64_t padded = kv_padded_width(KvType::Q8_0, n);
+        std::vector<float> xp(static_cast<size_t>(padded), 0.0f);
+        std::copy(x.begin(), x.end(), xp.begin());
+        std::vector<uint8_t> ours(static_cast<size_t>(kv_row_bytes(KvType::Q8_0, n)));
+        std::vector<uint8_t> ref(ours.size());
+        quantize_q8_0(x.data(), ours.data(), n);
+        scalar_kernels()[TensorType::Q8_0].quantize_row(xp.data(), ref.data(), padded);
+        EXPECT_EQ(ours, ref) << n;
+    }
+}
+
+// The q8_0 dot and axpy kernels (AVX-512 where the CPU has it) against the values the blocks
+// hold, at every start inside a block and lengths that end anywhere.
+TEST(SpeedKernels, Q8DotAndAxpyReadTheBlocks) {
+    std::mt19937 rng(13);
+    const CacheRows row = random_rows(KvType::Q8_0, 1, 160, rng);
+    const std::vector<float> b = random_floats(160, rng);
+    for (const int64_t first : {0, 3, 8, 16, 31, 32, 48}) {
+        for (const int64_t n : {1, 8, 15, 16, 17, 40, 64, 100}) {
+            if (first + n > 160) continue;
+            double want = 0;
+            for (int64_t i = 0; i < n; ++i) want += double(row.values[first + i]) * b[i];
+            EXPECT_NEAR(dot_q8_0_f32(row.bytes.data(), first, b.data(), n), want,
+                        1e-4 * (1 + std::fabs(want)))
+                << first << " " << n;
+            std::vector<float> y(b.begin(), b.begin() + n);
+            axpy_q8_0(0.5f, row.bytes.data(), first, y.data(), n);
+            for (int64_t i = 0; i < n; ++i) {
+                ASSERT_NEAR(y[i], b[i] + 0.5f * row.values[first + i], 1e-5) << first << " " << n;
             }
         }
     }
