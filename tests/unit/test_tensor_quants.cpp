@@ -42,13 +42,20 @@ TEST(TensorKernels, TableCoversExactlyTheSupportedTypes) {
         EXPECT_EQ(k.dequantize_row != nullptr, supported) << raw;
         if (supported) {
             EXPECT_NE(k.quantize_row, nullptr) << raw;  // every supported type has one
+            // Float weights take f32 activations; MXFP4 (39) 16-bit ones, whose rounding is
+            // below the fixture references' tolerance; every other type 8-bit ones.
             const bool is_float = raw == 0 || raw == 1 || raw == 30;
-            EXPECT_EQ(k.act_format, is_float ? ActFormat::F32 : ActFormat::Q8_32) << raw;
+            const ActFormat want = is_float    ? ActFormat::F32
+                                   : raw == 39 ? ActFormat::Q16_32
+                                               : ActFormat::Q8_32;
+            EXPECT_EQ(k.act_format, want) << raw;
         }
     }
     EXPECT_NE(active_kernels().quantize_act[static_cast<size_t>(ActFormat::Q8_32)], nullptr);
     EXPECT_EQ(act_row_bytes(ActFormat::Q8_32, 256), 8 * sizeof(BlockQ8_32));
     EXPECT_EQ(act_row_bytes(ActFormat::F32, 10), 40u);
+    EXPECT_NE(active_kernels().quantize_act[static_cast<size_t>(ActFormat::Q16_32)], nullptr);
+    EXPECT_EQ(act_row_bytes(ActFormat::Q16_32, 256), 8 * sizeof(BlockQ16_32));
 }
 
 // ---- dequantization ------------------------------------------------------------------------
@@ -317,10 +324,24 @@ std::vector<double> prepared_values(ActFormat f, const std::vector<uint8_t>& act
         for (size_t i = 0; i < x.size(); ++i) out[i] = x[i];
         return out;
     }
+    if (f == ActFormat::Q16_32) {  // q = 256 * hi + lo (blocks.h)
+        const auto* a = reinterpret_cast<const BlockQ16_32*>(act.data());
+        for (size_t i = 0; i < x.size(); ++i) {
+            const auto& b = a[i / 32];
+            out[i] = static_cast<double>(b.d) * (256.0 * b.hi[i % 32] + b.lo[i % 32]);
+        }
+        return out;
+    }
     const auto* a = reinterpret_cast<const BlockQ8_32*>(act.data());
     for (size_t i = 0; i < x.size(); ++i)
         out[i] = static_cast<double>(a[i / 32].d) * a[i / 32].qs[i % 32];
     return out;
+}
+
+// The rounding step of prepared activation i: its block's d (Q8_32, Q16_32).
+double act_step(ActFormat f, const std::vector<uint8_t>& act, int64_t i) {
+    if (f == ActFormat::Q16_32) return reinterpret_cast<const BlockQ16_32*>(act.data())[i / 32].d;
+    return reinterpret_cast<const BlockQ8_32*>(act.data())[i / 32].d;
 }
 
 // ---- dot products ---------------------------------------------------------------------------
@@ -354,12 +375,11 @@ TEST(TensorKernels, DotEqualsDequantizedProduct) {
                 EXPECT_NEAR(got, want, 2e-6 * mag) << "n=" << n << " rep=" << rep;
                 // And against the unrounded activations: the activation rounding error is at
                 // most half a step (d/2) per element.
-                if (k.act_format == ActFormat::Q8_32) {
-                    const auto* ab = reinterpret_cast<const BlockQ8_32*>(act.data());
+                if (k.act_format != ActFormat::F32) {
                     double exact = 0, bound = 0;
                     for (int64_t i = 0; i < n; ++i) {
                         exact += w[i] * x[i];
-                        bound += std::fabs(w[i]) * ab[i / 32].d * 0.5;
+                        bound += std::fabs(w[i]) * act_step(k.act_format, act, i) * 0.5;
                     }
                     EXPECT_NEAR(got, exact, bound * 1.001 + 2e-6 * mag);
                 } else {
