@@ -24,6 +24,7 @@
 #include "engine/util/thread_pool.h"
 #include "tests/support/fixtures.h"
 #include "tests/support/kv_precision.h"
+#include "tests/support/reference_logits.h"
 
 namespace ember::test {
 namespace {
@@ -32,28 +33,6 @@ using json = nlohmann::json;
 
 constexpr double kTolerance = 2e-3;
 const char* const kFixture = "arch/qwen3moe/qwen3moe.gguf";
-
-std::vector<int32_t> ids_of(const json& seq, const char* field = "ids") {
-    std::vector<int32_t> ids;
-    for (const auto& id : seq[field]) ids.push_back(id.get<int32_t>());
-    return ids;
-}
-
-// Largest deviation of one position's logits from the reference's top-5 and logsumexp.
-double position_deviation(std::span<const float> logits, const json& seq, size_t pos) {
-    double worst = 0;
-    const auto& ids = seq["top5_ids"][pos];
-    const auto& ref = seq["top5_logits"][pos];
-    for (size_t i = 0; i < ids.size(); ++i) {
-        const double ours = logits[static_cast<size_t>(ids[i].get<int>())];
-        worst = std::max(worst, std::fabs(ours - ref[i].get<double>()));
-    }
-    const float max = *std::max_element(logits.begin(), logits.end());
-    double sum = 0;
-    for (float l : logits) sum += std::exp(static_cast<double>(l - max));
-    const double lse = max + std::log(sum);
-    return std::max(worst, std::fabs(lse - seq["logsumexp"][pos].get<double>()));
-}
 
 class MoeReference : public ::testing::Test {
 protected:
