@@ -165,6 +165,9 @@ void swiglu_inplace(float* gate, const float* up, int64_t n) {
 }
 
 void gelu_tanh_gate_inplace(float* gate, const float* up, int64_t n) {
+#if defined(__x86_64__)
+    if (use_avx512()) return avx512::gelu_tanh_gate(gate, up, n);
+#endif
     const float k = 0.7978845608028654f;  // sqrt(2/pi)
     for (int64_t i = 0; i < n; ++i) {
         const float x = gate[i];

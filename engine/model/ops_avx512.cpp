@@ -137,6 +137,30 @@ void swiglu(float* gate, const float* up, int64_t n) {
             gate + i, m, _mm512_mul_ps(_mm512_mul_ps(g, sig), _mm512_maskz_loadu_ps(m, up + i)));
     }
 }
+// gelu_tanh(g) * up: 0.5 g (1 + tanh(u)) equals g * sigmoid(2u), u = sqrt(2/pi) (g + 0.044715 g^3),
+// so one exp512 and a division per element instead of libm's tanhf (a fifth of gemma3's prefill).
+void gelu_tanh_gate(float* gate, const float* up, int64_t n) {
+    const __m512 one = _mm512_set1_ps(1.0f);
+    const __m512 minus_2k = _mm512_set1_ps(-2.0f * 0.7978845608028654f);
+    const __m512 cubic = _mm512_set1_ps(0.044715f);
+    const auto gelu = [&](__m512 g) {
+        const __m512 inner = _mm512_fmadd_ps(_mm512_mul_ps(cubic, g), _mm512_mul_ps(g, g), g);
+        const __m512 e = exp512(_mm512_mul_ps(minus_2k, inner));  // exp(-2u)
+        return _mm512_div_ps(g, _mm512_add_ps(one, e));
+    };
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        const __m512 g = _mm512_loadu_ps(gate + i);
+        _mm512_storeu_ps(gate + i, _mm512_mul_ps(gelu(g), _mm512_loadu_ps(up + i)));
+    }
+    if (i < n) {  // the tail through the same formula, as swiglu's
+        const __mmask16 m = static_cast<__mmask16>((1u << (n - i)) - 1);
+        const __m512 g = _mm512_maskz_loadu_ps(m, gate + i);
+        _mm512_mask_storeu_ps(gate + i, m,
+                              _mm512_mul_ps(gelu(g), _mm512_maskz_loadu_ps(m, up + i)));
+    }
+}
+
 float dot_f16(const uint16_t* a, const float* b, int64_t n) {
     __m512 acc = _mm512_setzero_ps();
     int64_t i = 0;

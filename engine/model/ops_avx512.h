@@ -11,6 +11,7 @@ float dot(const float* a, const float* b, int64_t n);
 void axpy(float a, const float* x, float* y, int64_t n);
 void softmax(float* x, int64_t n);
 void swiglu(float* gate, const float* up, int64_t n);
+void gelu_tanh_gate(float* gate, const float* up, int64_t n);
 // f16 KV cache rows (F16C conversions, round to nearest even like fp32_to_fp16).
 float dot_f16(const uint16_t* a, const float* b, int64_t n);
 void axpy_f16(float a, const uint16_t* x, float* y, int64_t n);

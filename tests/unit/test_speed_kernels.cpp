@@ -329,3 +329,50 @@ TEST(SpeedKernels, Q8DotAndAxpyReadTheBlocks) {
 
 }  // namespace
 }  // namespace ember
+
+namespace ember::test {
+namespace {
+
+// The gated activations against their float64 formulas: GELU (tanh approximation, gemma3) and
+// SiLU (swiglu), over a range that reaches both saturations, with lengths that leave vector
+// tails; an element's value must not depend on where it falls in the row (a batch's tokens
+// share one call).
+TEST(SpeedKernels, GatedActivationsMatchTheirFormulas) {
+    const auto gelu = [](double x) {
+        return 0.5 * x * (1.0 + std::tanh(0.7978845608028654 * (x + 0.044715 * x * x * x)));
+    };
+    const auto silu = [](double x) { return x / (1.0 + std::exp(-x)); };
+    std::mt19937 rng(11);
+    std::uniform_real_distribution<float> wide(-12.0f, 12.0f);
+    for (int64_t n : {1, 15, 16, 37, 256}) {
+        std::vector<float> g(static_cast<size_t>(n)), up(static_cast<size_t>(n));  // [n]
+        for (auto& v : g) v = wide(rng);
+        for (auto& v : up) v = wide(rng);
+        g[0] = -30.0f;  // deep saturation: the result must be a (signed) zero, not a NaN
+        for (const bool is_gelu : {true, false}) {
+            std::vector<float> out = g;
+            if (is_gelu) {
+                gelu_tanh_gate_inplace(out.data(), up.data(), n);
+            } else {
+                swiglu_inplace(out.data(), up.data(), n);
+            }
+            for (int64_t i = 0; i < n; ++i) {
+                const size_t k = static_cast<size_t>(i);
+                const double want = (is_gelu ? gelu(g[k]) : silu(g[k])) * up[k];
+                ASSERT_NEAR(out[k], want, 2e-6 * (std::fabs(want) + 1e-3))
+                    << (is_gelu ? "gelu" : "silu") << " n=" << n << " i=" << i << " x=" << g[k];
+                // The same element alone gives the same bits.
+                float one = g[k];
+                if (is_gelu) {
+                    gelu_tanh_gate_inplace(&one, &up[k], 1);
+                } else {
+                    swiglu_inplace(&one, &up[k], 1);
+                }
+                ASSERT_EQ(one, out[k]) << "n=" << n << " i=" << i;
+            }
+        }
+    }
+}
+
+}  // namespace
+}  // namespace ember::test
