@@ -333,7 +333,7 @@ TEST_F(RemoteLineMode, FullScreenStreamsARemoteReply) {
     std::string s;
     ASSERT_TRUE(wait_for([](const std::string& t) { return shows(t, "qwen-x"); }, s)) << s;
     type_line("Hello");
-    ASSERT_TRUE(wait_for([](const std::string& t) { return shows(t, "8 tokens"); }, s)) << s;
+    ASSERT_TRUE(wait_for([](const std::string& t) { return shows(t, "[8 tokens"); }, s)) << s;
     EXPECT_TRUE(shows(s, first_word)) << s;
     tmux_->keys("C-d");
     EXPECT_EQ(query_int(dir.file("chat.db"), "SELECT COUNT(*) FROM messages"), 2);

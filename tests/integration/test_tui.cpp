@@ -312,7 +312,7 @@ TEST_F(TuiTest, StreamsScrollsResizesCancelsAndManagesSessions) {
         tmux->wait_for([](const std::string& s) { return shows(s, "n-predict = 8"); }, screen))
         << screen;
     tmux->line("/regen");
-    ASSERT_TRUE(tmux->wait_for([](const std::string& s) { return shows(s, "8 tokens") && idle(s); },
+    ASSERT_TRUE(tmux->wait_for([](const std::string& s) { return shows(s, "[8 tokens") && idle(s); },
                                screen))
         << screen;
     EXPECT_FALSE(shows(screen, "cancelled]")) << "the old reply is still on screen\n" << screen;
@@ -329,7 +329,7 @@ TEST_F(TuiTest, StreamsScrollsResizesCancelsAndManagesSessions) {
     tmux->line("A different prompt");
     ASSERT_TRUE(tmux->wait_for(
         [](const std::string& s) {
-            return shows(s, "> A different prompt") && shows(s, "8 tokens") && idle(s);
+            return shows(s, "> A different prompt") && shows(s, "[8 tokens") && idle(s);
         },
         screen))
         << screen;
@@ -345,7 +345,7 @@ TEST_F(TuiTest, StreamsScrollsResizesCancelsAndManagesSessions) {
         [](const std::string& s) { return !shows(s, "A different prompt") && idle(s); }, screen))
         << screen;
     tmux->line("Second conversation");
-    ASSERT_TRUE(tmux->wait_for([](const std::string& s) { return shows(s, "8 tokens") && idle(s); },
+    ASSERT_TRUE(tmux->wait_for([](const std::string& s) { return shows(s, "[8 tokens") && idle(s); },
                                screen))
         << screen;
     ids = session_ids();
@@ -412,7 +412,7 @@ TEST_F(TuiTest, RendersMarkdownWideCharactersAndPastedText) {
         << screen;
     EXPECT_FALSE(shows(screen, "> ## Wide")) << "the paste was sent\n" << screen;
     tmux->keys("Enter");
-    ASSERT_TRUE(tmux->wait_for([](const std::string& s) { return shows(s, "4 tokens") && idle(s); },
+    ASSERT_TRUE(tmux->wait_for([](const std::string& s) { return shows(s, "[4 tokens") && idle(s); },
                                screen))
         << screen;
     // Markdown rendered: no markup characters, bullets, the code block's bar.
@@ -444,7 +444,7 @@ TEST_F(TuiTest, RendersMarkdownWideCharactersAndPastedText) {
     tmux->keys("Enter");
     ASSERT_TRUE(tmux->wait_for(
         [](const std::string& s) {
-            return shows(s, "> line one\n  line two") && count_of(s, "4 tokens") >= 2 && idle(s);
+            return shows(s, "> line one\n  line two") && count_of(s, "[4 tokens") >= 2 && idle(s);
         },
         screen))
         << screen;
