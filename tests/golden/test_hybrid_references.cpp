@@ -41,34 +41,15 @@ protected:
         ref_ = json::parse(read_file(fixture_path("arch/" + arch + "/ref.json")));
     }
 
-    // Feeds `ids` in batches of the given sizes (the last repeats) and returns the logits of
-    // every position, [ids x n_vocab] (KV cache of `kv_type`).
+    // Feeds `ids` in batches of the given sizes (the last repeats); logits [ids x n_vocab]
+    // (KV cache of `kv_type`).
     std::vector<float> run_batches(const std::vector<int32_t>& ids, std::vector<int64_t> sizes,
                                    KvType kv_type = KvType::F32) {
-        const int64_t n_vocab = model_->config().n_vocab;
-        auto state = make_state(model_->config(), static_cast<int64_t>(ids.size()) + 64, kv_type);
-        std::vector<float> all(ids.size() * static_cast<size_t>(n_vocab));
-        size_t at = 0;
-        for (size_t b = 0; at < ids.size(); ++b) {
-            const size_t len = std::min(static_cast<size_t>(sizes[std::min(b, sizes.size() - 1)]),
-                                        ids.size() - at);
-            auto logits =
-                forward(*model_, *state, pool_, std::span(ids).subspan(at, len), LogitsWanted::All);
-            std::copy(logits.begin(), logits.end(),
-                      all.begin() + static_cast<int64_t>(at) * n_vocab);
-            at += len;
-        }
-        return all;
+        return logits_in_batches(*model_, pool_, ids, sizes, kv_type);
     }
 
     double deviation(const std::vector<float>& all, const json& seq) {
-        const size_t n_vocab = static_cast<size_t>(model_->config().n_vocab);
-        double worst = 0;
-        for (size_t p = 0; p < seq["ids"].size(); ++p) {
-            worst = std::max(
-                worst, position_deviation(std::span(all).subspan(p * n_vocab, n_vocab), seq, p));
-        }
-        return worst;
+        return sequence_deviation(all, model_->config().n_vocab, seq);
     }
 
     std::string gguf_;

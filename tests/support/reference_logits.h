@@ -10,6 +10,11 @@
 #include <span>
 #include <vector>
 
+#include "engine/model/forward.h"
+#include "engine/model/model.h"
+#include "engine/model/state.h"
+#include "engine/util/thread_pool.h"
+
 namespace ember::test {
 
 // A sequence's token ids (`field` of the reference's sequence object).
@@ -35,6 +40,39 @@ inline double position_deviation(std::span<const float> logits, const nlohmann::
     for (float l : logits) sum += std::exp(static_cast<double>(l - max));
     const double lse = max + std::log(sum);
     return std::max(worst, std::fabs(lse - seq["logsumexp"][pos].get<double>()));
+}
+
+// Feeds `ids` to a fresh state (KV cache of `kv_type`) in batches of the given sizes (the last
+// size repeats) and returns the logits of every position, [ids x n_vocab].
+inline std::vector<float> logits_in_batches(const Model& model, ThreadPool& pool,
+                                            const std::vector<int32_t>& ids,
+                                            const std::vector<int64_t>& sizes,
+                                            KvType kv_type = KvType::F32) {
+    const int64_t n_vocab = model.config().n_vocab;
+    auto state = make_state(model.config(), static_cast<int64_t>(ids.size()) + 64, kv_type);
+    std::vector<float> all(ids.size() * static_cast<size_t>(n_vocab));
+    size_t at = 0;
+    for (size_t b = 0; at < ids.size(); ++b) {
+        const size_t len =
+            std::min(static_cast<size_t>(sizes[std::min(b, sizes.size() - 1)]), ids.size() - at);
+        auto logits =
+            forward(model, *state, pool, std::span(ids).subspan(at, len), LogitsWanted::All);
+        std::copy(logits.begin(), logits.end(), all.begin() + static_cast<int64_t>(at) * n_vocab);
+        at += len;
+    }
+    return all;
+}
+
+// Largest position_deviation over a sequence's logits ([ids x n_vocab]).
+inline double sequence_deviation(const std::vector<float>& all, int64_t n_vocab,
+                                 const nlohmann::json& seq) {
+    const size_t width = static_cast<size_t>(n_vocab);
+    double worst = 0;
+    for (size_t p = 0; p < seq["ids"].size(); ++p) {
+        worst =
+            std::max(worst, position_deviation(std::span(all).subspan(p * width, width), seq, p));
+    }
+    return worst;
 }
 
 }  // namespace ember::test
