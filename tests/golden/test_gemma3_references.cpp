@@ -143,26 +143,8 @@ TEST_F(Gemma3, LogitsWithin2e3HoweverTheTokensAreBatched) {
 // sliding layers' rings), and in batches of at most 17, which must give the one-by-one logits
 // bit for bit whatever the cache holds.
 TEST_F(Gemma3, EachKvTypeWithinItsTolerance) {
-    for (const KvType type : kAllKvTypes) {
-        double worst = 0;
-        for (const char* name : {"text", "chat", "long"}) {
-            const json& seq = (*ref_)["seqs"][name];
-            const std::vector<int32_t> ids = ids_of(seq);
-            const std::vector<float> all = run_batches(ids, {kMaxBatch}, type);
-            const double dev = deviation(all, seq);
-            EXPECT_LE(dev, kv_tolerance(type, "gemma3")) << name << " " << kv_type_name(type);
-            worst = std::max(worst, dev);
-            if (std::string(name) == "chat") {
-                const std::vector<float> small = run_batches(ids, {5, 3, 17, 2}, type);
-                const std::vector<float> single = run_batches(ids, {1}, type);
-                EXPECT_EQ(0, std::memcmp(small.data(), single.data(), small.size() * sizeof(float)))
-                    << name << " " << kv_type_name(type)
-                    << ": batches of <= 17 differ from one by one";
-            }
-        }
-        std::printf("[kv] gemma3 %s: max |dlogit| %.2e (tolerance %.2g)\n", kv_type_name(type),
-                    worst, kv_tolerance(type, "gemma3"));
-    }
+    check_each_kv_type(*model_, pool_, (*ref_)["seqs"], {"text", "chat", "long"}, "chat", "gemma3",
+                       kMaxBatch);
 }
 
 TEST_F(Gemma3, GreedyMatchesWhereTheMarginIsClear) {

@@ -190,26 +190,8 @@ TEST_F(GptOss, LogitsWithin2e3HoweverTheTokensAreBatched) {
 // sliding layers' rings), and in batches of at most 17, which must give the one-by-one logits
 // bit for bit whatever the cache holds.
 TEST_F(GptOss, EachKvTypeWithinItsTolerance) {
-    for (const KvType type : kAllKvTypes) {
-        double worst = 0;
-        for (const char* name : {"text", "long"}) {
-            const json& seq = (*ref_)["seqs"][name];
-            const std::vector<int32_t> ids = ids_of(seq);
-            const std::vector<float> all = run_batches(*model_, ids, {kMaxBatch}, type);
-            const double dev = deviation(all, seq);
-            EXPECT_LE(dev, kv_tolerance(type, "gptoss")) << name << " " << kv_type_name(type);
-            worst = std::max(worst, dev);
-            if (std::string(name) == "text") {
-                const std::vector<float> small = run_batches(*model_, ids, {5, 3, 17, 2}, type);
-                const std::vector<float> single = run_batches(*model_, ids, {1}, type);
-                EXPECT_EQ(0, std::memcmp(small.data(), single.data(), small.size() * sizeof(float)))
-                    << name << " " << kv_type_name(type)
-                    << ": batches of <= 17 differ from one by one";
-            }
-        }
-        std::printf("[kv] gptoss %s: max |dlogit| %.2e (tolerance %.2g)\n", kv_type_name(type),
-                    worst, kv_tolerance(type, "gptoss"));
-    }
+    check_each_kv_type(*model_, pool_, (*ref_)["seqs"], {"text", "long"}, "text", "gptoss",
+                       kMaxBatch);
 }
 
 // The untied copy's output matrix holds the embedding's bytes: the same numbers, through the

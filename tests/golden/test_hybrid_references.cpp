@@ -91,27 +91,8 @@ TEST_P(HybridReference, LogitsWithin2e3HoweverTheTokensAreBatched) {
 // The KV types' fidelity (kv_precision.h): every sequence in one call, and in batches of at
 // most 17, which must give the one-by-one logits bit for bit whatever the cache holds.
 TEST_P(HybridReference, EachKvTypeWithinItsTolerance) {
-    for (const KvType type : kAllKvTypes) {
-        double worst = 0;
-        for (const char* name : {"text", "chat", "long"}) {
-            const json& seq = ref_["seqs"][name];
-            const std::vector<int32_t> ids = ids_of(seq);
-            const std::vector<float> all = run_batches(ids, {kMaxBatch}, type);
-            const double dev = deviation(all, seq);
-            EXPECT_LE(dev, kv_tolerance(type, GetParam()))
-                << GetParam() << "/" << name << " " << kv_type_name(type);
-            worst = std::max(worst, dev);
-            if (std::string(name) == "chat") {
-                const std::vector<float> small = run_batches(ids, {5, 3, 17, 2}, type);
-                const std::vector<float> single = run_batches(ids, {1}, type);
-                EXPECT_EQ(0, std::memcmp(small.data(), single.data(), small.size() * sizeof(float)))
-                    << GetParam() << "/" << name << " " << kv_type_name(type)
-                    << ": batches of <= 17 differ from one by one";
-            }
-        }
-        std::printf("[kv] %s %s: max |dlogit| %.2e (tolerance %.2g)\n", GetParam().c_str(),
-                    kv_type_name(type), worst, kv_tolerance(type, GetParam()));
-    }
+    check_each_kv_type(*model_, pool_, ref_["seqs"], {"text", "chat", "long"}, "chat", GetParam(),
+                       kMaxBatch);
 }
 
 TEST_P(HybridReference, GreedyMatchesWhereTheMarginIsClear) {

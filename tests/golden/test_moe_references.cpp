@@ -101,26 +101,8 @@ TEST_F(MoeReference, LogitsWithin2e3HoweverTheTokensAreBatched) {
 // most 17, which must give the one-by-one logits bit for bit whatever the cache holds. The
 // heads are 8 wide, so q8_0 blocks span four heads and attention takes the scalar path.
 TEST_F(MoeReference, EachKvTypeWithinItsTolerance) {
-    for (const KvType type : kAllKvTypes) {
-        double worst = 0;
-        for (const char* name : {"text", "chat", "long"}) {
-            const json& seq = ref_["seqs"][name];
-            const std::vector<int32_t> ids = ids_of(seq);
-            const std::vector<float> all = run_batches(ids, {kMaxBatch}, type);
-            const double dev = deviation(all, seq);
-            EXPECT_LE(dev, kv_tolerance(type, "qwen3moe")) << name << " " << kv_type_name(type);
-            worst = std::max(worst, dev);
-            if (std::string(name) == "chat") {
-                const std::vector<float> small = run_batches(ids, {5, 3, 17, 2}, type);
-                const std::vector<float> single = run_batches(ids, {1}, type);
-                EXPECT_EQ(0, std::memcmp(small.data(), single.data(), small.size() * sizeof(float)))
-                    << name << " " << kv_type_name(type)
-                    << ": batches of <= 17 differ from one by one";
-            }
-        }
-        std::printf("[kv] qwen3moe %s: max |dlogit| %.2e (tolerance %.2g)\n", kv_type_name(type),
-                    worst, kv_tolerance(type, "qwen3moe"));
-    }
+    check_each_kv_type(*model_, pool_, ref_["seqs"], {"text", "chat", "long"}, "chat", "qwen3moe",
+                       kMaxBatch);
 }
 
 TEST_F(MoeReference, GreedyMatchesWhereTheMarginIsClear) {

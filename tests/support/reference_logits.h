@@ -3,17 +3,24 @@
 // golden tests of every family.
 #pragma once
 
+#include <gtest/gtest.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <initializer_list>
 #include <nlohmann/json.hpp>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "engine/model/forward.h"
 #include "engine/model/model.h"
 #include "engine/model/state.h"
 #include "engine/util/thread_pool.h"
+#include "tests/support/kv_precision.h"
 
 namespace ember::test {
 
@@ -73,6 +80,35 @@ inline double sequence_deviation(const std::vector<float>& all, int64_t n_vocab,
             std::max(worst, position_deviation(std::span(all).subspan(p * width, width), seq, p));
     }
     return worst;
+}
+
+// The KV types' fidelity (kv_precision.h): each named sequence of `seqs` in one call (batches
+// of `max_batch`) within kv_tolerance(type, model), and `exact_seq` in batches of at most 17
+// bit for bit the one-by-one logits whatever the cache holds. Prints one "[kv]" line per type.
+inline void check_each_kv_type(const Model& m, ThreadPool& pool, const nlohmann::json& seqs,
+                               std::initializer_list<const char*> names, const char* exact_seq,
+                               const std::string& model, int64_t max_batch) {
+    for (const KvType type : kAllKvTypes) {
+        double worst = 0;
+        for (const char* name : names) {
+            const nlohmann::json& seq = seqs[name];
+            const std::vector<int32_t> ids = ids_of(seq);
+            const std::vector<float> all = logits_in_batches(m, pool, ids, {max_batch}, type);
+            const double dev = sequence_deviation(all, m.config().n_vocab, seq);
+            EXPECT_LE(dev, kv_tolerance(type, model))
+                << model << "/" << name << " " << kv_type_name(type);
+            worst = std::max(worst, dev);
+            if (std::string(name) == exact_seq) {
+                const auto small = logits_in_batches(m, pool, ids, {5, 3, 17, 2}, type);
+                const auto single = logits_in_batches(m, pool, ids, {1}, type);
+                EXPECT_EQ(0, std::memcmp(small.data(), single.data(), small.size() * sizeof(float)))
+                    << model << "/" << name << " " << kv_type_name(type)
+                    << ": batches of <= 17 differ from one by one";
+            }
+        }
+        std::printf("[kv] %s %s: max |dlogit| %.2e (tolerance %.2g)\n", model.c_str(),
+                    kv_type_name(type), worst, kv_tolerance(type, model));
+    }
 }
 
 }  // namespace ember::test
