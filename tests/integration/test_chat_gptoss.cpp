@@ -9,6 +9,7 @@
 
 #include "tests/support/fixtures.h"
 #include "tests/support/process.h"
+#include "tests/support/scripted_chat.h"
 #include "tests/support/temp_dir.h"
 
 namespace ember::test {
@@ -20,26 +21,8 @@ const char* const kModel = "arch/gptoss/gptoss.gguf";
 const std::vector<std::string> kPrompts = {"Hello there", "What is two plus two?",
                                            "And three plus three?"};
 
-struct ChatRun {
-    int status = -1;
-    std::vector<json> turns;  // one JSON line per prompt
-    std::string err;
-};
-
-// Greedy scripted chat over `prompts`, with the extra flags (database, cache).
 ChatRun run_chat(const std::vector<std::string>& prompts, const std::vector<std::string>& extra) {
-    std::string input;
-    for (const auto& p : prompts) input += json{{"role", "user"}, {"content", p}}.dump() + "\n";
-    std::vector<std::string> argv = {ember_binary(), "chat",    "-m",     fixture_path(kModel),
-                                     "--script",     "--jsonl", "--temp", "0",
-                                     "-n",           "12",      "-t",     "2"};
-    argv.insert(argv.end(), extra.begin(), extra.end());
-    const auto r = run_command(argv, input);
-    ChatRun out;
-    out.status = r.status;
-    out.err = r.err;
-    for (const auto& line : split_lines(r.out)) out.turns.push_back(json::parse(line));
-    return out;
+    return run_scripted_chat(kModel, prompts, extra);
 }
 
 int64_t num(const json& turn, const char* key) {

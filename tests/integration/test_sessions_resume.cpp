@@ -13,6 +13,7 @@
 #include "sessions/sqlite.h"
 #include "tests/support/fixtures.h"
 #include "tests/support/process.h"
+#include "tests/support/scripted_chat.h"
 #include "tests/support/temp_dir.h"
 
 namespace ember::test {
@@ -26,28 +27,6 @@ const std::vector<std::string> kPrompts = {"Hello there", "What is two plus two?
 const char* const kSystem = "You are a helpful assistant.";
 
 using TempDir = ::ember::test::TempDir;
-
-struct ChatRun {
-    int status = -1;
-    std::vector<json> turns;
-    std::string err;
-};
-
-ChatRun run_chat(const std::string& model, const std::vector<std::string>& prompts,
-                 const std::vector<std::string>& extra) {
-    std::string input;
-    for (const auto& p : prompts) input += json{{"role", "user"}, {"content", p}}.dump() + "\n";
-    std::vector<std::string> argv = {ember_binary(), "chat",    "-m",     fixture_path(model),
-                                     "--script",     "--jsonl", "--temp", "0",
-                                     "-n",           "12",      "-t",     "2"};
-    argv.insert(argv.end(), extra.begin(), extra.end());
-    const auto r = run_command(argv, input);
-    ChatRun out;
-    out.status = r.status;
-    out.err = r.err;
-    for (const auto& line : split_lines(r.out)) out.turns.push_back(json::parse(line));
-    return out;
-}
 
 CommandResult sessions_cmd(const std::string& db, std::vector<std::string> args) {
     std::vector<std::string> argv = {ember_binary(), "sessions", "--db", db};
@@ -77,13 +56,14 @@ TEST_P(SessionsResume, RestartEvaluatesOnlyNewTokensAndMatchesCold) {
     EMBER_REQUIRE_FIXTURE(model);
     TempDir dir;
     const auto cold =
-        run_chat(model, kPrompts, {"--system", kSystem, "--no-db", "--no-prefix-cache"});
+        run_scripted_chat(model, kPrompts, {"--system", kSystem, "--no-db", "--no-prefix-cache"});
     // One process holding the whole conversation: what warm turns evaluate.
-    const auto warm = run_chat(model, kPrompts, {"--system", kSystem, "--db", dir.file("w.db")});
+    const auto warm =
+        run_scripted_chat(model, kPrompts, {"--system", kSystem, "--db", dir.file("w.db")});
     // The same conversation split over two processes.
     const std::string db = dir.file("split.db");
-    const auto first = run_chat(model, slice(0, 2), {"--system", kSystem, "--db", db});
-    const auto second = run_chat(model, slice(2, 4), {"--db", db, "--continue"});
+    const auto first = run_scripted_chat(model, slice(0, 2), {"--system", kSystem, "--db", db});
+    const auto second = run_scripted_chat(model, slice(2, 4), {"--db", db, "--continue"});
     ASSERT_EQ(cold.status, 0) << cold.err;
     ASSERT_EQ(first.status, 0) << first.err;
     ASSERT_EQ(second.status, 0) << second.err;
@@ -129,10 +109,10 @@ TEST_P(SessionsResume, SecondConversationWithSameSystemPromptStartsWarm) {
         system += " Rule " + std::to_string(i) + ": answer briefly, cite nothing, stay polite.";
     }
     const std::string db = dir.file("shared.db");
-    const auto one = run_chat(model, {"Hello there"}, {"--system", system, "--db", db});
-    const auto two = run_chat(model, {"Name a colour."}, {"--system", system, "--db", db});
-    const auto cold =
-        run_chat(model, {"Name a colour."}, {"--system", system, "--no-db", "--no-prefix-cache"});
+    const auto one = run_scripted_chat(model, {"Hello there"}, {"--system", system, "--db", db});
+    const auto two = run_scripted_chat(model, {"Name a colour."}, {"--system", system, "--db", db});
+    const auto cold = run_scripted_chat(model, {"Name a colour."},
+                                        {"--system", system, "--no-db", "--no-prefix-cache"});
     ASSERT_EQ(one.status, 0) << one.err;
     ASSERT_EQ(two.status, 0) << two.err;
     ASSERT_EQ(two.turns.size(), 1u);
@@ -152,15 +132,15 @@ TEST_P(SessionsResume, CorruptedStateIsDroppedRecomputedAndReported) {
     TempDir dir;
     const std::string db = dir.file("corrupt.db");
     const auto cold =
-        run_chat(model, kPrompts, {"--system", kSystem, "--no-db", "--no-prefix-cache"});
-    const auto first = run_chat(model, slice(0, 2), {"--system", kSystem, "--db", db});
+        run_scripted_chat(model, kPrompts, {"--system", kSystem, "--no-db", "--no-prefix-cache"});
+    const auto first = run_scripted_chat(model, slice(0, 2), {"--system", kSystem, "--db", db});
     ASSERT_EQ(first.status, 0) << first.err;
     ASSERT_GT(query_int(db, "SELECT COUNT(*) FROM state_blocks"), 0);
     {
         sessions::Database d(db);
         d.exec("UPDATE state_blobs SET state = randomblob(length(state))");
     }
-    const auto second = run_chat(model, slice(2, 4), {"--db", db, "--continue"});
+    const auto second = run_scripted_chat(model, slice(2, 4), {"--db", db, "--continue"});
     ASSERT_EQ(second.status, 0) << second.err;
     ASSERT_EQ(second.turns.size(), 2u);
     EXPECT_NE(second.err.find("warning"), std::string::npos) << second.err;
@@ -196,10 +176,10 @@ TEST(SessionsResumeSlidingWindow, ConversationLongerThanTheRingsResumesWarm) {
         system += " Rule " + std::to_string(i) + ": answer briefly, cite nothing, stay polite.";
     }
     const auto cold =
-        run_chat(model, kPrompts, {"--system", system, "--no-db", "--no-prefix-cache"});
+        run_scripted_chat(model, kPrompts, {"--system", system, "--no-db", "--no-prefix-cache"});
     const std::string db = dir.file("long.db");
-    const auto first = run_chat(model, slice(0, 2), {"--system", system, "--db", db});
-    const auto second = run_chat(model, slice(2, 4), {"--db", db, "--continue"});
+    const auto first = run_scripted_chat(model, slice(0, 2), {"--system", system, "--db", db});
+    const auto second = run_scripted_chat(model, slice(2, 4), {"--db", db, "--continue"});
     ASSERT_EQ(cold.status, 0) << cold.err;
     ASSERT_EQ(first.status, 0) << first.err;
     ASSERT_EQ(second.status, 0) << second.err;
@@ -225,7 +205,7 @@ TEST(SessionsStorage, GrowsWithTokensNotTurns) {
     const std::string db = dir.file("grow.db");
     std::vector<std::string> prompts;
     for (int i = 0; i < 8; ++i) prompts.push_back("Question number " + std::to_string(i) + "?");
-    const auto run = run_chat(model, prompts, {"--system", kSystem, "--db", db});
+    const auto run = run_scripted_chat(model, prompts, {"--system", kSystem, "--db", db});
     ASSERT_EQ(run.status, 0) << run.err;
     ASSERT_EQ(run.turns.size(), prompts.size());
     const json& last = run.turns.back();
@@ -250,9 +230,10 @@ TEST(SessionsStorage, OtherModelsStateIsNeverRestored) {
     EMBER_REQUIRE_FIXTURE("arch/qwen3/qwen3.gguf");
     TempDir dir;
     const std::string db = dir.file("models.db");
-    const auto first = run_chat("arch/llama/llama.gguf", slice(0, 2), {"--db", db});
+    const auto first = run_scripted_chat("arch/llama/llama.gguf", slice(0, 2), {"--db", db});
     ASSERT_EQ(first.status, 0) << first.err;
-    const auto other = run_chat("arch/qwen3/qwen3.gguf", slice(2, 3), {"--db", db, "--continue"});
+    const auto other =
+        run_scripted_chat("arch/qwen3/qwen3.gguf", slice(2, 3), {"--db", db, "--continue"});
     ASSERT_EQ(other.status, 0) << other.err;
     ASSERT_EQ(other.turns.size(), 1u);
     EXPECT_NE(other.err.find("recorded with llama.gguf"), std::string::npos) << other.err;
@@ -264,7 +245,8 @@ TEST(SessionsCommands, ListSearchExportRenameRemove) {
     EMBER_REQUIRE_FIXTURE("arch/llama/llama.gguf");
     TempDir dir;
     const std::string db = dir.file("cmds.db");
-    ASSERT_EQ(run_chat("arch/llama/llama.gguf", {"Tell me about marmalade"}, {"--db", db}).status,
+    ASSERT_EQ(run_scripted_chat("arch/llama/llama.gguf", {"Tell me about marmalade"}, {"--db", db})
+                  .status,
               0);
     sessions::Database d(db);
     auto s = d.prepare("SELECT public_id FROM conversations");
@@ -304,7 +286,7 @@ TEST(SessionsCommands, BadInputGivesClearErrors) {
         std::ofstream out(garbage, std::ios::binary);
         for (int i = 0; i < 400; ++i) out << "definitely not a database ";
     }
-    const auto bad_db = run_chat("arch/llama/llama.gguf", {"hi"}, {"--db", garbage});
+    const auto bad_db = run_scripted_chat("arch/llama/llama.gguf", {"hi"}, {"--db", garbage});
     EXPECT_NE(bad_db.status, 0);
     EXPECT_NE(bad_db.err.find(garbage), std::string::npos) << bad_db.err;
     EXPECT_NE(bad_db.err.find("not a database"), std::string::npos) << bad_db.err;
@@ -314,14 +296,16 @@ TEST(SessionsCommands, BadInputGivesClearErrors) {
 
     const std::string db = dir.file("empty.db");
     const auto unknown =
-        run_chat("arch/llama/llama.gguf", {"hi"}, {"--db", db, "--resume", "nope"});
+        run_scripted_chat("arch/llama/llama.gguf", {"hi"}, {"--db", db, "--resume", "nope"});
     EXPECT_NE(unknown.status, 0);
     EXPECT_NE(unknown.err.find("no saved conversation 'nope'"), std::string::npos) << unknown.err;
-    const auto nothing = run_chat("arch/llama/llama.gguf", {"hi"}, {"--db", db, "--continue"});
+    const auto nothing =
+        run_scripted_chat("arch/llama/llama.gguf", {"hi"}, {"--db", db, "--continue"});
     EXPECT_NE(nothing.status, 0);
     EXPECT_NE(nothing.err.find("no saved conversation to continue"), std::string::npos)
         << nothing.err;
-    const auto no_db = run_chat("arch/llama/llama.gguf", {"hi"}, {"--no-db", "--continue"});
+    const auto no_db =
+        run_scripted_chat("arch/llama/llama.gguf", {"hi"}, {"--no-db", "--continue"});
     EXPECT_NE(no_db.status, 0);
     for (const char* cmd : {"show", "rm", "export"}) {
         const auto r = sessions_cmd(db, {cmd, "nope"});
@@ -329,7 +313,7 @@ TEST(SessionsCommands, BadInputGivesClearErrors) {
         EXPECT_NE(r.err.find("no saved conversation 'nope'"), std::string::npos) << r.err;
     }
     const auto bad_cap =
-        run_chat("arch/llama/llama.gguf", {"hi"}, {"--db", db, "--state-cap", "lots"});
+        run_scripted_chat("arch/llama/llama.gguf", {"hi"}, {"--db", db, "--state-cap", "lots"});
     EXPECT_NE(bad_cap.status, 0);
     EXPECT_NE(bad_cap.err.find("'lots' is not a size"), std::string::npos) << bad_cap.err;
 }
