@@ -11,9 +11,11 @@ namespace ember::sessions {
 namespace {
 
 constexpr char kMagic[4] = {'E', 'M', 'B', 'Z'};
-constexpr size_t kHeaderBytes = 4 + 4 + 8 + 8;
+constexpr size_t kHeaderBytesV1 = 4 + 4 + 8 + 8;
+constexpr size_t kHeaderBytes = kHeaderBytesV1 + 4 + 4;
 // Refuse to allocate for an absurd size field (a corrupted header): no state block is this big.
 constexpr uint64_t kMaxRawBytes = uint64_t{1} << 34;
+constexpr uint32_t kMaxPlanes = 16;
 
 template <typename T>
 void put(std::vector<uint8_t>& out, T value) {
@@ -29,18 +31,94 @@ T get(const uint8_t* p) {
     return value;
 }
 
+// to[plane * groups + i] = from[i * P + plane] for the n / P whole groups; the tail is copied.
+template <int P>
+void split_planes(const uint8_t* from, uint8_t* to, size_t n) {
+    const size_t groups = n / P;
+    for (size_t i = 0; i < groups; ++i) {
+        for (int b = 0; b < P; ++b) to[static_cast<size_t>(b) * groups + i] = from[i * P + b];
+    }
+    std::memcpy(to + groups * P, from + groups * P, n - groups * P);
+}
+
+template <int P>
+void join_planes(const uint8_t* from, uint8_t* to, size_t n) {
+    const size_t groups = n / P;
+    for (size_t i = 0; i < groups; ++i) {
+        for (int b = 0; b < P; ++b) to[i * P + b] = from[static_cast<size_t>(b) * groups + i];
+    }
+    std::memcpy(to + groups * P, from + groups * P, n - groups * P);
+}
+
+void split_planes(const uint8_t* from, uint8_t* to, size_t n, uint32_t planes) {
+    switch (planes) {
+        case 2:
+            return split_planes<2>(from, to, n);
+        case 4:
+            return split_planes<4>(from, to, n);
+        default: {
+            const size_t groups = n / planes;
+            for (size_t i = 0; i < groups; ++i) {
+                for (uint32_t b = 0; b < planes; ++b) to[b * groups + i] = from[i * planes + b];
+            }
+            std::memcpy(to + groups * planes, from + groups * planes, n - groups * planes);
+        }
+    }
+}
+
+void join_planes(const uint8_t* from, uint8_t* to, size_t n, uint32_t planes) {
+    switch (planes) {
+        case 2:
+            return join_planes<2>(from, to, n);
+        case 4:
+            return join_planes<4>(from, to, n);
+        default: {
+            const size_t groups = n / planes;
+            for (size_t i = 0; i < groups; ++i) {
+                for (uint32_t b = 0; b < planes; ++b) to[i * planes + b] = from[b * groups + i];
+            }
+            std::memcpy(to + groups * planes, from + groups * planes, n - groups * planes);
+        }
+    }
+}
+
+void decompress_into(std::span<const uint8_t> frame, uint8_t* out, size_t raw_size) {
+    const unsigned long long content = ZSTD_getFrameContentSize(frame.data(), frame.size());
+    if (content == ZSTD_CONTENTSIZE_ERROR || content != raw_size) {
+        throw BlobError("state blob: compressed frame is damaged");
+    }
+    const size_t n = ZSTD_decompress(out, raw_size, frame.data(), frame.size());
+    if (ZSTD_isError(n) || n != raw_size) {
+        throw BlobError(std::string("state blob: decompression failed: ") +
+                        (ZSTD_isError(n) ? ZSTD_getErrorName(n) : "short output"));
+    }
+}
+
 }  // namespace
 
-std::vector<uint8_t> pack_blob(std::span<const uint8_t> raw, int level) {
+std::vector<uint8_t> pack_blob(std::span<const uint8_t> raw, int level, int planes) {
+    if (planes < 1 || planes > static_cast<int>(kMaxPlanes)) {
+        throw std::invalid_argument("pack_blob: planes must be from 1 to 16");
+    }
+    std::vector<uint8_t> split;
+    std::span<const uint8_t> source = raw;
+    if (planes > 1) {
+        split.resize(raw.size());
+        split_planes(raw.data(), split.data(), raw.size(), static_cast<uint32_t>(planes));
+        source = split;
+    }
     std::vector<uint8_t> out;
-    const size_t bound = ZSTD_compressBound(raw.size());
+    const size_t bound = ZSTD_compressBound(source.size());
     out.reserve(kHeaderBytes + bound);
     out.insert(out.end(), kMagic, kMagic + 4);
     put<uint32_t>(out, kBlobEnvelopeVersion);
     put<uint64_t>(out, raw.size());
     put<uint64_t>(out, XXH3_64bits(raw.data(), raw.size()));
+    put<uint32_t>(out, static_cast<uint32_t>(planes));
+    put<uint32_t>(out, 0);
     out.resize(kHeaderBytes + bound);
-    const size_t n = ZSTD_compress(out.data() + kHeaderBytes, bound, raw.data(), raw.size(), level);
+    const size_t n =
+        ZSTD_compress(out.data() + kHeaderBytes, bound, source.data(), source.size(), level);
     if (ZSTD_isError(n)) {
         throw BlobError(std::string("zstd compression failed: ") + ZSTD_getErrorName(n));
     }
@@ -49,32 +127,47 @@ std::vector<uint8_t> pack_blob(std::span<const uint8_t> raw, int level) {
 }
 
 std::vector<uint8_t> unpack_blob(std::span<const uint8_t> packed) {
-    if (packed.size() < kHeaderBytes || std::memcmp(packed.data(), kMagic, 4) != 0) {
+    std::vector<uint8_t> raw;
+    std::vector<uint8_t> split;
+    unpack_blob(packed, raw, split);
+    return raw;
+}
+
+void unpack_blob(std::span<const uint8_t> packed, std::vector<uint8_t>& raw,
+                 std::vector<uint8_t>& split) {
+    if (packed.size() < kHeaderBytesV1 || std::memcmp(packed.data(), kMagic, 4) != 0) {
         throw BlobError("state blob: missing or bad envelope header");
     }
     const auto version = get<uint32_t>(packed.data() + 4);
-    if (version != kBlobEnvelopeVersion) {
+    if (version != 1 && version != kBlobEnvelopeVersion) {
         throw BlobError("state blob: envelope version " + std::to_string(version) +
-                        ", this build reads " + std::to_string(kBlobEnvelopeVersion));
+                        ", this build reads 1 and " + std::to_string(kBlobEnvelopeVersion));
     }
     const auto raw_size = get<uint64_t>(packed.data() + 8);
     const auto checksum = get<uint64_t>(packed.data() + 16);
     if (raw_size > kMaxRawBytes) throw BlobError("state blob: size field out of bounds");
-    const auto frame = packed.subspan(kHeaderBytes);
-    const unsigned long long content = ZSTD_getFrameContentSize(frame.data(), frame.size());
-    if (content == ZSTD_CONTENTSIZE_ERROR || content != raw_size) {
-        throw BlobError("state blob: compressed frame is damaged");
+    uint32_t planes = 1;
+    size_t header = kHeaderBytesV1;
+    if (version >= 2) {
+        if (packed.size() < kHeaderBytes) throw BlobError("state blob: envelope header cut short");
+        planes = get<uint32_t>(packed.data() + 24);
+        if (planes < 1 || planes > kMaxPlanes) {
+            throw BlobError("state blob: byte planes field out of bounds");
+        }
+        header = kHeaderBytes;
     }
-    std::vector<uint8_t> raw(raw_size);
-    const size_t n = ZSTD_decompress(raw.data(), raw.size(), frame.data(), frame.size());
-    if (ZSTD_isError(n) || n != raw_size) {
-        throw BlobError(std::string("state blob: decompression failed: ") +
-                        (ZSTD_isError(n) ? ZSTD_getErrorName(n) : "short output"));
+    const auto frame = packed.subspan(header);
+    raw.resize(raw_size);
+    if (planes == 1) {
+        decompress_into(frame, raw.data(), raw_size);
+    } else {
+        split.resize(raw_size);
+        decompress_into(frame, split.data(), raw_size);
+        join_planes(split.data(), raw.data(), raw_size, planes);
     }
     if (XXH3_64bits(raw.data(), raw.size()) != checksum) {
         throw BlobError("state blob: checksum mismatch");
     }
-    return raw;
 }
 
 }  // namespace ember::sessions

@@ -193,6 +193,26 @@ std::vector<uint8_t> Statement::column_blob(int column) const {
     return std::vector<uint8_t>(data, data + size);
 }
 
+bool read_blob(Database& db, const char* table, const char* column, int64_t rowid,
+               std::vector<uint8_t>& out) {
+    sqlite3_blob* blob = nullptr;
+    const int rc = sqlite3_blob_open(db.handle(), "main", table, column, rowid, 0, &blob);
+    if (rc != SQLITE_OK) {
+        sqlite3_blob_close(blob);  // null-safe; a handle may be returned on failure
+        // No such row (evicted meanwhile by another process): SQLITE_ERROR with this message.
+        if (rc == SQLITE_ERROR && std::strstr(sqlite3_errmsg(db.handle()), "no such rowid")) {
+            return false;
+        }
+        db.fail(std::string("reading ") + table + "." + column);
+    }
+    const int size = sqlite3_blob_bytes(blob);
+    out.resize(static_cast<size_t>(size));
+    const int read = size > 0 ? sqlite3_blob_read(blob, out.data(), size, 0) : SQLITE_OK;
+    sqlite3_blob_close(blob);
+    if (read != SQLITE_OK) db.fail(std::string("reading ") + table + "." + column);
+    return true;
+}
+
 Transaction::Transaction(Database& db) : db_(db) {
     db_.exec("BEGIN IMMEDIATE");
 }

@@ -95,6 +95,14 @@ private:
 };
 
 // BEGIN IMMEDIATE ... COMMIT; rolls back when destroyed uncommitted (an exception).
+// Reads the whole BLOB in `column` of row `rowid` of `table` into `out` (resized, its capacity
+// reused) through SQLite's incremental blob I/O: one copy from the database pages, where a
+// column read allocates a buffer of the blob's size inside SQLite and another for the copy.
+// State blobs run to megabytes, and fresh buffers of that size cost a page fault per 4 KiB.
+// Returns false when there is no such row.
+bool read_blob(Database& db, const char* table, const char* column, int64_t rowid,
+               std::vector<uint8_t>& out);
+
 class Transaction {
 public:
     explicit Transaction(Database& db);

@@ -98,21 +98,68 @@ void attend_group_run(const AttentionJob& job, int64_t t, int64_t kvh, int64_t r
     attend_run(job.shape, q, run, scratch, records, heads_stride);
 }
 
-// One (token, head group) over all its runs, merged into s.attn.
-void attend_group(const AttentionJob& job, int64_t t, int64_t kvh, int worker) {
-    float* scratch = job.st->scratch.scores.data() + worker * job.worker_floats;
-    // [n_q x max_runs x record] after the run scores
-    float* records = scratch + attn_run_scratch_floats(job.shape, kAttnRun);
-    const int64_t runs = runs_for(job.pos0 + t + 1);
-    const int64_t heads_stride = job.max_runs * job.rec_stride;
-    for (int64_t r = 0; r < runs; ++r) {
-        attend_group_run(job, t, kvh, r, scratch, records + r * job.rec_stride, heads_stride);
-    }
+// Tokens per task of an unsplit batch: a task runs each run of the group's context for all
+// its tokens in turn, so the run's K/V rows (kAttnRun x head, 32 KiB at f16 and head 128)
+// come from L1/L2 for all but the first token instead of from memory for every token. A
+// prompt after a long conversation otherwise reads the whole cache once per new token.
+constexpr int64_t kAttnTokenBlock = 8;
+// ...but at most this many floats of partial records per task (long contexts have many runs).
+constexpr int64_t kAttnBlockRecordFloats = int64_t{1} << 20;
+
+int64_t attn_tokens_per_task(const AttentionJob& job) {
+    const int64_t per_token = job.shape.n_q * job.max_runs * job.rec_stride;
+    return std::clamp<int64_t>(kAttnBlockRecordFloats / std::max<int64_t>(1, per_token), 1,
+                               kAttnTokenBlock);
+}
+
+// Tokens [t0, t1) of head group `kvh` over all their runs, merged into s.attn. The records
+// of each (token, run) are the ones a task per token would compute, merged in the same order.
+// Where a run is whole for several tokens (every run but the last few of each token), their
+// heads go through attend_run as one group: each head's scores, softmax and values are
+// computed exactly as alone, but the run's keys are widened once for all of them and each
+// value row is loaded once per four heads.
+void attend_group_tokens(const AttentionJob& job, int64_t t0, int64_t t1, int64_t kvh, int worker) {
     const ModelConfig& c = *job.c;
-    for (int64_t g = 0; g < job.shape.n_q; ++g) {
-        const int64_t h = kvh * job.shape.n_q + g;
-        attend_merge(records + g * heads_stride, runs, job.rec_stride, c.value_dim,
-                     job.st->scratch.attn.data() + t * c.n_head * c.value_dim + h * c.value_dim);
+    const int64_t n_q = job.shape.n_q;
+    float* scratch = job.st->scratch.scores.data() + worker * job.worker_floats;
+    // [(t1 - t0) x n_q x head_dim] the tokens' queries of this group, side by side
+    float* queries = scratch + attn_run_scratch_floats(job.shape, kAttnRun) * (t1 - t0);
+    // [t1 - t0 x n_q x max_runs x record]
+    float* records = queries + (t1 - t0) * n_q * c.head_dim;
+    const int64_t heads_stride = job.max_runs * job.rec_stride;
+    const int64_t token_stride = n_q * heads_stride;
+    for (int64_t t = t0; t < t1; ++t) {
+        const float* q = job.st->scratch.q.data() + t * c.n_head * c.head_dim +
+                         kvh * n_q * c.head_dim;  // [n_q x head_dim]
+        std::copy(q, q + n_q * c.head_dim, queries + (t - t0) * n_q * c.head_dim);
+    }
+    KvCache& kv = job.st->kv;
+    const int64_t runs = runs_for(job.pos0 + t1);  // the last token sees the most
+    for (int64_t r = 0; r < runs; ++r) {
+        const int64_t p0 = r * kAttnRun;
+        // Tokens [whole, t1) see all of run r (later tokens see more).
+        const int64_t whole = std::clamp(p0 + kAttnRun - 1 - job.pos0, t0, t1);
+        if (whole < t1) {
+            AttnShape shape = job.shape;
+            shape.n_q = (t1 - whole) * n_q;
+            const KvRun run = kv.run(job.layer, p0, kAttnRun, kvh * c.head_dim, kvh * c.value_dim);
+            attend_run(shape, queries + (whole - t0) * n_q * c.head_dim, run, scratch,
+                       records + (whole - t0) * token_stride + r * job.rec_stride, heads_stride);
+        }
+        for (int64_t t = t0; t < whole; ++t) {
+            if (r >= runs_for(job.pos0 + t + 1)) continue;  // past its causal horizon
+            attend_group_run(job, t, kvh, r, scratch,
+                             records + (t - t0) * token_stride + r * job.rec_stride, heads_stride);
+        }
+    }
+    for (int64_t t = t0; t < t1; ++t) {
+        for (int64_t g = 0; g < n_q; ++g) {
+            const int64_t h = kvh * n_q + g;
+            attend_merge(
+                records + (t - t0) * token_stride + g * heads_stride, runs_for(job.pos0 + t + 1),
+                job.rec_stride, c.value_dim,
+                job.st->scratch.attn.data() + t * c.n_head * c.value_dim + h * c.value_dim);
+        }
     }
 }
 
@@ -135,15 +182,21 @@ void attention(const ModelConfig& c, InferenceState& st, ThreadPool& pool, int64
     job.max_runs = runs_for(pos0 + n);
     job.rec_stride = attn_record_floats(c.value_dim);
     job.split = n < kSplitBelowTokens;
-    // Per-worker floats rounded to a cache line so workers never share one.
-    job.worker_floats = (attn_run_scratch_floats(job.shape, kAttnRun) +
-                         job.shape.n_q * job.max_runs * job.rec_stride + 15) /
-                        16 * 16;
+    const int64_t block = job.split ? 1 : attn_tokens_per_task(job);
+    // Per-worker floats rounded to a cache line so workers never share one: run scratch for
+    // the block's heads together, their queries, their records.
+    job.worker_floats =
+        (attn_run_scratch_floats(job.shape, kAttnRun) * block + block * job.shape.n_q * c.head_dim +
+         block * job.shape.n_q * job.max_runs * job.rec_stride + 15) /
+        16 * 16;
     grow(s.scores, pool.size() * job.worker_floats);
     const AttentionJob* jp = &job;
     if (!job.split) {
-        pool.parallel_for(n * c.n_head_kv, [jp](int64_t task, int worker) {
-            attend_group(*jp, task / jp->c->n_head_kv, task % jp->c->n_head_kv, worker);
+        const int64_t blocks = (n + block - 1) / block;
+        pool.parallel_for(blocks * c.n_head_kv, [jp, block](int64_t task, int worker) {
+            const int64_t t0 = task / jp->c->n_head_kv * block;
+            attend_group_tokens(*jp, t0, std::min(jp->n, t0 + block), task % jp->c->n_head_kv,
+                                worker);
         });
         return;
     }

@@ -857,7 +857,7 @@ void gemv_c(const GemmArgs& g) {
     for (int64_t r0 = 0; r0 < g.rows; r0 += 16) {
         const int rows = static_cast<int>(g.rows - r0 < 16 ? g.rows - r0 : 16);
         const uint8_t* w = g.w + static_cast<size_t>(r0) * g.w_stride;
-        const uint8_t* next = r0 + 16 < g.rows ? w + 16 * g.w_stride : nullptr;
+        const uint8_t* next = r0 + 16 < g.rows ? w + 16 * g.w_stride : g.w_after;
         K::template fn<C>(w, g.w_stride, rows, units, tk, g.y + r0, g.ldy, next);
     }
 }

@@ -26,10 +26,11 @@ constexpr int64_t kGemmTasksPerWorker = 4;
 constexpr int64_t kParallelActTokens = 4;
 // Calls of at most this many tokens are decode-sized: they stream the weights from memory.
 constexpr int64_t kDecodeTokens = 8;
-// Weight bytes of one decode task (see gemm_rows_per_task). Each task's first panel is not
-// prefetched by the kernel before it is needed, so tasks must be several panels long: 48 KiB
-// (two Qwen3 panels) decoded 15-20% slower than 192 KiB here; with the in-order L2 prefetch,
-// 384 KiB decoded SmolLM2 / Qwen3 Q8_0 2-8% faster than 192 (Q4_K_M level), 768 no better.
+// Weight bytes of one decode task (see gemm_rows_per_task). A task's first panel is
+// prefetched by the worker's previous task (GemmArgs::w_after), as long as the workers keep
+// pace; tasks must still be several panels long: 48 KiB (two Qwen3 panels) decoded 15-20%
+// slower than 192 KiB here; with the in-order L2 prefetch, 384 KiB decoded SmolLM2 / Qwen3
+// Q8_0 2-8% faster than 192 (Q4_K_M level), 768 no better.
 // Several tokens (a speculative check) take more compute per byte, so a worker's last task
 // keeps the other waiting longer: there 384 KiB verified ~15% slower than 192 (SmolLM2 Q8_0).
 constexpr size_t kDecodeTaskBytes = 384 * 1024;
@@ -98,6 +99,7 @@ struct GemmJob {
     int n_parts = 0;
     uint8_t* scratch;  // [workers x scratch_stride], 64-byte aligned
     size_t scratch_stride;
+    int64_t workers = 1;
 };
 
 void run_gemm_task(const GemmJob& job, int64_t task, int worker) {
@@ -110,6 +112,12 @@ void run_gemm_task(const GemmJob& job, int64_t task, int worker) {
     a.w += static_cast<size_t>(r0) * a.w_stride;
     a.y += r0;
     a.scratch = job.scratch + static_cast<size_t>(worker) * job.scratch_stride;
+    // Tasks are handed out in order, so while the workers keep pace a worker's next task is
+    // this one plus the number of workers: its first panel is then not waited for.
+    const int64_t after = task + job.workers - part.first_task;
+    if (a.n_tokens == 1 && after * part.rows_per_task < part.all.rows) {
+        a.w_after = part.all.w + static_cast<size_t>(after * part.rows_per_task) * a.w_stride;
+    }
     part.gemm(a);
 }
 
@@ -309,6 +317,7 @@ void matmul_many(ThreadPool& pool, std::span<const MatmulOut> outs, const float*
         per_worker = std::max(per_worker, prep[i].kernels->gemm_scratch(cols));
     }
     job.scratch = gemm_scratch(per_worker, workers, scratch, &job.scratch_stride);
+    job.workers = workers;
     const GemmJob* jp = &job;
     pool.parallel_for(n_tasks,
                       [jp](int64_t task, int worker) { run_gemm_task(*jp, task, worker); });
@@ -328,6 +337,7 @@ struct GroupedJob {
     const uint8_t* act;                     // prepared activations, or nullptr for F32
     uint8_t* scratch;                       // [workers x scratch_stride]
     size_t scratch_stride;
+    int64_t workers;
 };
 
 // Whether group i takes the previous group's prepared activations.
@@ -357,6 +367,12 @@ void run_grouped_task(const GroupedJob& job, int64_t task, int worker) {
     a.w += static_cast<size_t>(r0) * a.w_stride;
     a.y += r0;
     a.scratch = job.scratch + static_cast<size_t>(worker) * job.scratch_stride;
+    // As run_gemm_task: the next task of this worker, if it lies in the same matrix.
+    const int64_t after = (task + job.workers - plans[g].first_task) * plans[g].rows_per_task;
+    if (a.n_tokens == 1 && after < grp.w.rows) {
+        a.w_after =
+            static_cast<const uint8_t*>(grp.w.data) + static_cast<size_t>(after) * a.w_stride;
+    }
     p.kernels->gemm(a);
 }
 
@@ -452,7 +468,7 @@ void matmul_grouped(ThreadPool& pool, std::span<const MatmulGroup> groups, Matmu
         plans[i].rows_per_task = gemm_rows_per_task(all, workers);
         n_tasks += (g.w.rows + plans[i].rows_per_task - 1) / plans[i].rows_per_task;
     }
-    GroupedJob job{groups, plans.data(), &first, act, nullptr, 0};
+    GroupedJob job{groups, plans.data(), &first, act, nullptr, 0, workers};
     job.scratch =
         gemm_scratch(first.kernels->gemm_scratch(cols), workers, scratch, &job.scratch_stride);
     const GroupedJob* jp = &job;

@@ -64,6 +64,10 @@ struct GemmArgs {
     float* y = nullptr;  // [n_tokens x ldy], already offset to the share's first row
     int64_t ldy = 0;
     uint8_t* scratch = nullptr;  // gemm_scratch(cols) bytes, 64-byte aligned, this worker's own
+    // Rows of the same matrix this worker will most likely read next (its next share), so a
+    // one-token kernel can prefetch their first panel while it computes its last; nullptr:
+    // none known.
+    const uint8_t* w_after = nullptr;
 };
 using GemmFn = void (*)(const GemmArgs& args);
 // Scratch bytes one worker's gemm call needs for rows of `cols` elements.
