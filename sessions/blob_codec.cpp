@@ -31,54 +31,36 @@ T get(const uint8_t* p) {
     return value;
 }
 
-// to[plane * groups + i] = from[i * P + plane] for the n / P whole groups; the tail is copied.
-template <int P>
-void split_planes(const uint8_t* from, uint8_t* to, size_t n) {
-    const size_t groups = n / P;
+// Byte planes of width p: the plane layout puts byte b of group i at b * groups + i, the
+// packed one at i * p + b, for the n / p whole groups; the tail is copied as it is. kSplit:
+// packed -> planes, else back. kP: the width as a constant (the common ones), 0: `p`.
+template <bool kSplit, uint32_t kP>
+void convert_planes(const uint8_t* from, uint8_t* to, size_t n, uint32_t p) {
+    if constexpr (kP != 0) p = kP;
+    const size_t groups = n / p;
     for (size_t i = 0; i < groups; ++i) {
-        for (int b = 0; b < P; ++b) to[static_cast<size_t>(b) * groups + i] = from[i * P + b];
-    }
-    std::memcpy(to + groups * P, from + groups * P, n - groups * P);
-}
-
-template <int P>
-void join_planes(const uint8_t* from, uint8_t* to, size_t n) {
-    const size_t groups = n / P;
-    for (size_t i = 0; i < groups; ++i) {
-        for (int b = 0; b < P; ++b) to[i * P + b] = from[static_cast<size_t>(b) * groups + i];
-    }
-    std::memcpy(to + groups * P, from + groups * P, n - groups * P);
-}
-
-void split_planes(const uint8_t* from, uint8_t* to, size_t n, uint32_t planes) {
-    switch (planes) {
-        case 2:
-            return split_planes<2>(from, to, n);
-        case 4:
-            return split_planes<4>(from, to, n);
-        default: {
-            const size_t groups = n / planes;
-            for (size_t i = 0; i < groups; ++i) {
-                for (uint32_t b = 0; b < planes; ++b) to[b * groups + i] = from[i * planes + b];
+        for (uint32_t b = 0; b < p; ++b) {
+            const size_t packed = i * p + b;
+            const size_t planar = b * groups + i;
+            if constexpr (kSplit) {
+                to[planar] = from[packed];
+            } else {
+                to[packed] = from[planar];
             }
-            std::memcpy(to + groups * planes, from + groups * planes, n - groups * planes);
         }
     }
+    std::memcpy(to + groups * p, from + groups * p, n - groups * p);
 }
 
-void join_planes(const uint8_t* from, uint8_t* to, size_t n, uint32_t planes) {
+template <bool kSplit>
+void convert_planes(const uint8_t* from, uint8_t* to, size_t n, uint32_t planes) {
     switch (planes) {
         case 2:
-            return join_planes<2>(from, to, n);
+            return convert_planes<kSplit, 2>(from, to, n, planes);
         case 4:
-            return join_planes<4>(from, to, n);
-        default: {
-            const size_t groups = n / planes;
-            for (size_t i = 0; i < groups; ++i) {
-                for (uint32_t b = 0; b < planes; ++b) to[i * planes + b] = from[b * groups + i];
-            }
-            std::memcpy(to + groups * planes, from + groups * planes, n - groups * planes);
-        }
+            return convert_planes<kSplit, 4>(from, to, n, planes);
+        default:
+            return convert_planes<kSplit, 0>(from, to, n, planes);
     }
 }
 
@@ -104,7 +86,7 @@ std::vector<uint8_t> pack_blob(std::span<const uint8_t> raw, int level, int plan
     std::span<const uint8_t> source = raw;
     if (planes > 1) {
         split.resize(raw.size());
-        split_planes(raw.data(), split.data(), raw.size(), static_cast<uint32_t>(planes));
+        convert_planes<true>(raw.data(), split.data(), raw.size(), static_cast<uint32_t>(planes));
         source = split;
     }
     std::vector<uint8_t> out;
@@ -163,7 +145,7 @@ void unpack_blob(std::span<const uint8_t> packed, std::vector<uint8_t>& raw,
     } else {
         split.resize(raw_size);
         decompress_into(frame, split.data(), raw_size);
-        join_planes(split.data(), raw.data(), raw_size, planes);
+        convert_planes<false>(split.data(), raw.data(), raw_size, planes);
     }
     if (XXH3_64bits(raw.data(), raw.size()) != checksum) {
         throw BlobError("state blob: checksum mismatch");

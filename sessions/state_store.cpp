@@ -449,7 +449,9 @@ int64_t StateStore::load_chain(const std::vector<BlockRow>& chain, int64_t have,
                       BlobError(b.unreadable));
             break;
         }
-        if (b.raw_bytes == 0) break;  // not reached: a thread stopped at an earlier block
+        // A thread stops at its first bad block, so every block it left undone lies after
+        // one of the breaks above; this guards that reasoning, it is not a case of its own.
+        if (b.raw_bytes == 0) break;
         totals.raw_bytes += b.raw_bytes;
         totals.stored_bytes += b.stored_bytes;
         restored = b.end;

@@ -102,6 +102,17 @@ struct GemmJob {
     int64_t workers = 1;
 };
 
+// GemmArgs::w_after for a one-token share: the first row of task `next` of a matrix of `rows`
+// rows split into tasks of `rows_per_task`, or nullptr past its end. Tasks are handed out in
+// order, so while the workers keep pace a worker's next task is its current one plus the
+// number of workers: its first panel is then not waited for.
+const uint8_t* likely_next_share(const uint8_t* w, size_t w_stride, int64_t rows, int64_t n_tokens,
+                                 int64_t rows_per_task, int64_t next) {
+    const int64_t r0 = next * rows_per_task;
+    if (n_tokens != 1 || r0 >= rows) return nullptr;
+    return w + static_cast<size_t>(r0) * w_stride;
+}
+
 void run_gemm_task(const GemmJob& job, int64_t task, int worker) {
     int p = 0;
     while (p + 1 < job.n_parts && task >= job.parts[p + 1].first_task) ++p;
@@ -112,12 +123,8 @@ void run_gemm_task(const GemmJob& job, int64_t task, int worker) {
     a.w += static_cast<size_t>(r0) * a.w_stride;
     a.y += r0;
     a.scratch = job.scratch + static_cast<size_t>(worker) * job.scratch_stride;
-    // Tasks are handed out in order, so while the workers keep pace a worker's next task is
-    // this one plus the number of workers: its first panel is then not waited for.
-    const int64_t after = task + job.workers - part.first_task;
-    if (a.n_tokens == 1 && after * part.rows_per_task < part.all.rows) {
-        a.w_after = part.all.w + static_cast<size_t>(after * part.rows_per_task) * a.w_stride;
-    }
+    a.w_after = likely_next_share(part.all.w, a.w_stride, part.all.rows, a.n_tokens,
+                                  part.rows_per_task, task + job.workers - part.first_task);
     part.gemm(a);
 }
 
@@ -367,12 +374,9 @@ void run_grouped_task(const GroupedJob& job, int64_t task, int worker) {
     a.w += static_cast<size_t>(r0) * a.w_stride;
     a.y += r0;
     a.scratch = job.scratch + static_cast<size_t>(worker) * job.scratch_stride;
-    // As run_gemm_task: the next task of this worker, if it lies in the same matrix.
-    const int64_t after = (task + job.workers - plans[g].first_task) * plans[g].rows_per_task;
-    if (a.n_tokens == 1 && after < grp.w.rows) {
-        a.w_after =
-            static_cast<const uint8_t*>(grp.w.data) + static_cast<size_t>(after) * a.w_stride;
-    }
+    a.w_after = likely_next_share(static_cast<const uint8_t*>(grp.w.data), a.w_stride, grp.w.rows,
+                                  a.n_tokens, plans[g].rows_per_task,
+                                  task + job.workers - plans[g].first_task);
     p.kernels->gemm(a);
 }
 
