@@ -138,6 +138,8 @@ int run_local_chat(ChatOptions& o) {
                                  " tokens the model was trained for");
     }
     copts.prefix_cache = !o.no_prefix_cache;
+    // A script reads each reply as one piece: it gets it before the state is stored.
+    copts.defer_state_save = scripted;
     copts.stop_strings = o.stops;
     copts.max_thinking_tokens = o.max_thinking_tokens;
     if (o.think != "auto") {

@@ -47,6 +47,9 @@ public:
     // server has not sent anything yet.
     virtual ChatReply respond(Sampler& sampler, const GenerateOptions& options,
                               const TextCallback& on_text, const StopRequested& stop_requested) = 0;
+    // Stores the state behind the last reply where the engine deferred that until the reply
+    // was shown (ConversationOptions::defer_state_save); a no-op otherwise.
+    virtual void store_pending_state() {}
 
     // Thinking on/off for later turns (the template's enable_thinking); `budget` < 0 keeps the
     // current budget. Throws std::invalid_argument where the engine cannot do it.
@@ -79,6 +82,7 @@ public:
     void pop_message() override { conversation_.pop_message(); }
     bool pop_assistant() override { return conversation_.pop_assistant(); }
     void clear() override { conversation_.clear(); }
+    void store_pending_state() override { conversation_.store_pending_state(); }
     ChatReply respond(Sampler& sampler, const GenerateOptions& options, const TextCallback& on_text,
                       const StopRequested& stop_requested) override;
     void set_thinking(bool on, int64_t budget) override { conversation_.set_thinking(on, budget); }

@@ -154,10 +154,15 @@ private:
     bool failed_ = false;
 };
 
+// Prints a committed reply (and its warnings) the way the options ask.
+TurnOutcome report_reply(const ChatReply& reply, PlainPrinter& printer, std::FILE* err,
+                         const ScriptedOptions& o);
+
 // One turn: add the user message, stream or collect the reply, print it. A prompt that
 // cannot fit the context, or that a remote server does not answer, is reported (and, in
 // JSONL, answered with an error object), taken back out of the conversation, and the run goes
 // on. A reply that broke off is kept, printed and reported.
+
 TurnOutcome answer(ChatEngine& conv, Sampler& sampler, const std::string& prompt, std::FILE* out,
                    std::FILE* err, const ScriptedOptions& o, Recorder& rec) {
     const ChatMessage user{"user", prompt, {}, {}};
@@ -191,6 +196,15 @@ TurnOutcome answer(ChatEngine& conv, Sampler& sampler, const std::string& prompt
     // The reply is complete (or cut short by a closed pipe or a lost server): commit it.
     const int64_t reply_id = rec.commit(conv.messages().back(), &r, user_id);
     if (reply_id != 0) rec.set_parent(reply_id);
+    const TurnOutcome outcome = report_reply(reply, printer, err, o);
+    // The state behind the reply is stored once the reply is out.
+    conv.store_pending_state();
+    return outcome;
+}
+
+TurnOutcome report_reply(const ChatReply& reply, PlainPrinter& printer, std::FILE* err,
+                         const ScriptedOptions& o) {
+    const TurnResult& r = reply.turn;
     if (printer.gone()) return TurnOutcome::OutputGone;
     for (const auto& warning : r.warnings) {
         TextWriter(err).raw("ember: warning: ").text(warning).raw("\n");

@@ -167,6 +167,7 @@ void Conversation::set_context(int64_t tokens) {
                                     std::to_string(model_.config().n_ctx_train) +
                                     " tokens at most");
     }
+    store_pending_state();  // the old state goes
     state_ = make_state(model_.config(), tokens, options_.kv_type);
     options_.context = tokens;
     cached_.clear();
@@ -391,6 +392,7 @@ size_t Conversation::reuse_prefix(const std::vector<int32_t>& tokens, TurnResult
 
 TurnResult Conversation::respond(Sampler& sampler, const GenerateOptions& options,
                                  const TextCallback& on_text) {
+    store_pending_state();
     TurnResult result;
     const std::string rendered = render_prompt();
     const bool starts_in_thinking = template_knows_thinking_ && prompt_opens_thinking(rendered);
@@ -438,19 +440,29 @@ void Conversation::remember_evaluated(const std::vector<int32_t>& tokens,
     cached_.insert(cached_.end(), result.ids.begin(), result.ids.end());
     cached_.resize(static_cast<size_t>(state_->kv.length()));
     if (snapshots_) snapshots_->save(kSnapshotReplyEnd, state_->recurrent);
-    if (store_ != nullptr && options_.prefix_cache) {
-        store_->save(cached_, *state_);
-        // The snapshots taken inside this prompt go to the store too (slot 0 may be one
-        // the reply would make useless to a later prompt: its thinking is dropped, say).
-        for (int slot : {kSnapshotPromptEnd, kSnapshotLastMessage}) {
-            if (snapshot_is_new_[static_cast<size_t>(slot)]) save_snapshot_to_store(slot, tokens);
-        }
+    if (store_ == nullptr || !options_.prefix_cache) return;
+    pending_prompt_ = tokens;
+    state_save_pending_ = true;
+    if (!options_.defer_state_save) store_pending_state();
+}
+
+void Conversation::store_pending_state() {
+    if (!state_save_pending_) return;
+    state_save_pending_ = false;
+    if (store_ == nullptr) return;
+    store_->save(cached_, *state_);
+    // The snapshots taken inside this prompt go to the store too (slot 0 may be one the reply
+    // would make useless to a later prompt: its thinking is dropped, say).
+    for (int slot : {kSnapshotPromptEnd, kSnapshotLastMessage}) {
+        if (snapshot_is_new_[static_cast<size_t>(slot)])
+            save_snapshot_to_store(slot, pending_prompt_);
     }
 }
 
 TurnResult Conversation::complete(const std::vector<int32_t>& tokens, Sampler& sampler,
                                   const GenerateOptions& options, const TextCallback& on_text) {
     if (tokens.empty()) throw std::invalid_argument("the prompt is empty (no tokens)");
+    store_pending_state();
     const int64_t room = options.max_tokens < 0 ? 1 : options.max_tokens;
     if (static_cast<int64_t>(tokens.size()) + room > options_.context) {
         throw ContextOverflow("the prompt needs " + std::to_string(tokens.size()) +

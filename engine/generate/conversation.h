@@ -58,6 +58,11 @@ struct ConversationOptions {
     // thinking loops, the block is closed with a short transition and the model answers.
     int64_t max_thinking_tokens = 4096;
     bool thinking_loop_check = true;
+    // respond() and complete() leave storing the evaluated state in the prefix store to
+    // store_pending_state(), so a front end can show the reply first: storing a block of
+    // rows (compressing it, writing and syncing the database) takes longer than evaluating a
+    // short turn. Whatever a turn left pending is stored before the next one starts.
+    bool defer_state_save = false;
 };
 
 struct TurnResult {
@@ -130,6 +135,10 @@ public:
     TurnResult respond(Sampler& sampler, const GenerateOptions& options,
                        const TextCallback& on_text);
 
+    // Stores in the prefix store what the last turn evaluated, if defer_state_save left that
+    // pending; a no-op otherwise. Failures are the store's warnings, as for any save.
+    void store_pending_state();
+
     // A raw completion (no chat template, messages untouched): `prompt` continues from the
     // longest prefix the state (or the prefix store) holds, and the reply follows it as plain
     // text (stop strings apply; no thinking block is recognized). The state keeps prompt and
@@ -154,7 +163,10 @@ public:
     // Tokens whose K/V rows the state holds, in order.
     const std::vector<int32_t>& cached_tokens() const { return cached_; }
     // An optional store of evaluated prefixes beyond the live state (not owned; may be null).
-    void set_prefix_store(PrefixStore* store) { store_ = store; }
+    void set_prefix_store(PrefixStore* store) {
+        store_pending_state();  // into the store that was set when the turn ran
+        store_ = store;
+    }
     PrefixStore* prefix_store() const { return store_; }
 
 private:
@@ -167,8 +179,11 @@ private:
                         const GenerateOptions& options, const TextCallback& on_text,
                         bool thinking_possible, bool starts_in_thinking, TurnResult& result);
     void prepare_speculation(const GenerateOptions& options, const std::vector<int32_t>& tokens);
-    // After a reply: what the state holds becomes cached_, and the store keeps it.
+    // After a reply: what the state holds becomes cached_, and the store keeps it (now, or
+    // when store_pending_state() is called).
     void remember_evaluated(const std::vector<int32_t>& tokens, const TurnResult& result);
+    bool state_save_pending_ = false;
+    std::vector<int32_t> pending_prompt_;  // the prompt of the turn whose state is pending
 
     const Model& model_;
     ThreadPool& pool_;

@@ -304,11 +304,42 @@ __mmask16 first_lanes(int64_t n) {
     return static_cast<__mmask16>(n >= 16 ? 0xffffu : (1u << n) - 1u);
 }
 
+// Scores of HT heads (q_h at q + h * q_stride) against the PT = 16 / HT widened keys of kbuf
+// rows [i0, i0 + PT), into out[h * out_stride + i] for the first `valid` of them. The HT x PT
+// dots accumulate side by side (each a chain of head_dim / 16 multiply-adds; sixteen chains
+// hide the latency, and each key or query vector loaded serves HT or PT of them), and
+// hsum16x16 reduces all sixteen at once. Every score is summed lane by lane in head order and
+// then by hsum16x16's one tree, whatever HT is: a head's scores do not depend on how many
+// heads share its tiles, which the exact-batch contract needs.
+template <int64_t HT, int64_t HD>
+void score_tile(const float* q, int64_t q_stride, const float* kbuf, int64_t hd, int64_t i0,
+                int64_t valid, __m512 scale, float* out, int64_t out_stride) {
+    constexpr int64_t PT = 16 / HT;
+    if constexpr (HD > 0) hd = HD;
+    __m512 acc[16];
+    for (int64_t a = 0; a < 16; ++a) acc[a] = _mm512_setzero_ps();
+    for (int64_t j = 0; j < hd; j += 16) {
+        __m512 keys[PT];
+        for (int64_t p = 0; p < PT; ++p) keys[p] = _mm512_loadu_ps(kbuf + (i0 + p) * hd + j);
+        for (int64_t h = 0; h < HT; ++h) {
+            const __m512 qv = _mm512_loadu_ps(q + h * q_stride + j);
+            for (int64_t p = 0; p < PT; ++p)
+                acc[h * PT + p] = _mm512_fmadd_ps(keys[p], qv, acc[h * PT + p]);
+        }
+    }
+    const __m512 sums = _mm512_mul_ps(hsum16x16(acc), scale);  // lane h * PT + p
+    const __mmask16 keep = first_lanes(std::min(PT, valid));
+    for (int64_t h = 0; h < HT; ++h) {
+        const auto lanes = static_cast<__mmask16>(((1u << PT) - 1u) << (h * PT));
+        _mm512_mask_storeu_ps(out + h * out_stride + i0, keep,
+                              _mm512_maskz_compress_ps(lanes, sums));
+    }
+}
+
 // scores[g][p] = scale * q_g . k_p for the run, 16 positions at a time: their keys are widened
-// once for all heads of the group (kbuf), each (head, position) dot is left as 16 lanes, and 16
-// positions are reduced together. HD > 0: the head size as a constant (the common sizes), so
-// the per-position loops over the head unroll: with a loop of a few iterations per dot, how
-// the loop happens to sit in the instruction cache otherwise shows in the run time.
+// once for all heads of the group (kbuf), then scored in tiles of four heads by four positions
+// (two by eight, one by sixteen for the heads left over). HD > 0: the head size as a constant
+// (the common sizes), so the loops over the head unroll.
 template <class L, int64_t HD>
 void run_scores(const AttnShape& sh, const float* q, const KvRun& kv, float* scores, float* kbuf) {
     const int64_t hd = HD > 0 ? HD : sh.head_dim;
@@ -319,38 +350,50 @@ void run_scores(const AttnShape& sh, const float* q, const KvRun& kv, float* sco
     const int64_t k_stride = kv.k_stride;
     const int64_t k_first = kv.k_first;
     const int64_t n = kv.n;
-    // A head's key is a short piece of each cached row (rows are all heads wide), too far
-    // apart for the hardware prefetcher: fetch the next 16 positions' pieces by hand.
+    const int64_t n_q = sh.n_q;
+    const int64_t q_stride = sh.q_stride;
+    // A head's key and value are short pieces of each cached row (rows are all heads wide),
+    // too far apart for the hardware prefetcher: fetch them by hand, the keys two tiles of 16
+    // positions ahead (one tile's work is shorter than a trip to memory) and the values of the
+    // same positions into L2 for the pass over the values that follows.
     const int64_t key_bytes = L::at(k, k_first + hd - 1) - L::at(k, k_first);
+    const int64_t value_bytes =
+        L::at(kv.v, kv.v_first + sh.value_dim - 1) - L::at(kv.v, kv.v_first);
+    const auto fetch = [&](int64_t from, int64_t to) {
+        for (int64_t p = from; p < std::min(to, n); ++p) {
+            const char* key = L::at(k, p * k_stride + k_first);
+            for (int64_t b = 0; b <= key_bytes; b += 64) _mm_prefetch(key + b, _MM_HINT_T0);
+            const char* value = L::at(kv.v, p * kv.v_stride + kv.v_first);
+            for (int64_t b = 0; b <= value_bytes; b += 64) _mm_prefetch(value + b, _MM_HINT_T1);
+        }
+    };
+    fetch(0, 32);
     for (int64_t p0 = 0; p0 < n; p0 += 16) {
         const int64_t c = std::min<int64_t>(16, n - p0);
-        for (int64_t i = 0; i < std::min<int64_t>(16, n - p0 - 16); ++i) {
-            const char* next = L::at(k, (p0 + 16 + i) * k_stride + k_first);
-            for (int64_t b = 0; b <= key_bytes; b += 64) _mm_prefetch(next + b, _MM_HINT_T0);
-        }
+        fetch(p0 + 32, p0 + 48);
         // The 16 positions' keys of this head, widened once for all heads of the group:
-        // kbuf [16 x head_dim], a tile that stays in L1.
+        // kbuf [16 x head_dim], a tile that stays in L1. Rows past the run are zeros (their
+        // scores are computed and not stored).
         for (int64_t i = 0; i < c; ++i) {
             const int64_t src = (p0 + i) * k_stride + k_first;
             for (int64_t j = 0; j < hd; j += 16)
                 _mm512_storeu_ps(kbuf + i * hd + j, L::load(k, src + j));
         }
-        for (int64_t g = 0; g < sh.n_q; ++g) {
-            const float* qg = q + g * sh.q_stride;  // [head_dim]
-            __m512 part[16];
-            for (int64_t i = 0; i < 16; ++i) {
-                __m512 a = _mm512_setzero_ps();
-                if (i < c) {
-                    for (int64_t j = 0; j < hd; j += 16) {
-                        a = _mm512_fmadd_ps(_mm512_loadu_ps(kbuf + i * hd + j),
-                                            _mm512_loadu_ps(qg + j), a);
-                    }
-                }
-                part[i] = a;
-            }
-            _mm512_mask_storeu_ps(scores + g * n + p0, first_lanes(c),
-                                  _mm512_mul_ps(hsum16x16(part), scale));
+        std::fill(kbuf + c * hd, kbuf + 16 * hd, 0.0f);
+        float* out = scores + p0;
+        int64_t g = 0;
+        for (; g + 4 <= n_q; g += 4) {
+            for (int64_t i0 = 0; i0 < c; i0 += 4)
+                score_tile<4, HD>(q + g * q_stride, q_stride, kbuf, hd, i0, c - i0, scale,
+                                  out + g * n, n);
         }
+        for (; g + 2 <= n_q; g += 2) {
+            for (int64_t i0 = 0; i0 < c; i0 += 8)
+                score_tile<2, HD>(q + g * q_stride, q_stride, kbuf, hd, i0, c - i0, scale,
+                                  out + g * n, n);
+        }
+        for (; g < n_q; ++g)
+            score_tile<1, HD>(q + g * q_stride, q_stride, kbuf, hd, 0, c, scale, out + g * n, n);
     }
 }
 

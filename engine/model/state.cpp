@@ -31,10 +31,9 @@ void KvCache::init(int64_t n_layer, int64_t k_width, int64_t v_width, int64_t ma
         const int64_t ring_chunks = (window_ + kRingSlack + kChunkPositions - 1) / kChunkPositions;
         ring_positions_ = std::min(ring_chunks, n_chunks_max_) * kChunkPositions;
     }
-    k_chunks_.clear();
-    v_chunks_.clear();
-    k_chunks_.resize(static_cast<size_t>(n_layer * n_chunks_max_));
-    v_chunks_.resize(static_cast<size_t>(n_layer * n_chunks_max_));
+    k_chunks_.assign(static_cast<size_t>(n_layer * n_chunks_max_), nullptr);
+    v_chunks_.assign(static_cast<size_t>(n_layer * n_chunks_max_), nullptr);
+    regions_.clear();
 }
 
 void KvCache::reserve(int64_t n) {
@@ -44,12 +43,22 @@ void KvCache::reserve(int64_t n) {
                                 std::to_string(max_positions_));
     }
     const int64_t need = (n + kChunkPositions - 1) / kChunkPositions;
+    const auto k_bytes = static_cast<size_t>(kChunkPositions * k_row_bytes());
+    const auto v_bytes = static_cast<size_t>(kChunkPositions * v_row_bytes());
     for (; n_chunks_allocated_ < need; ++n_chunks_allocated_) {
+        const int64_t c = n_chunks_allocated_;
+        int64_t layers = 0;  // that have a chunk c (a ring layer has only its ring's)
+        for (int64_t l = 0; l < n_layer_; ++l) layers += chunks_for(l, c + 1) > c ? 1 : 0;
+        if (layers == 0) continue;
+        PageRegion& region =
+            regions_.emplace_back(static_cast<size_t>(layers) * (k_bytes + v_bytes));
+        uint8_t* next = region.data();
         for (int64_t l = 0; l < n_layer_; ++l) {
-            if (is_ring(l) && n_chunks_allocated_ >= ring_positions_ / kChunkPositions) continue;
-            const size_t idx = static_cast<size_t>(l * n_chunks_max_ + n_chunks_allocated_);
-            k_chunks_[idx].reset(new uint8_t[static_cast<size_t>(kChunkPositions * k_row_bytes())]);
-            v_chunks_[idx].reset(new uint8_t[static_cast<size_t>(kChunkPositions * v_row_bytes())]);
+            if (chunks_for(l, c + 1) <= c) continue;
+            const size_t idx = static_cast<size_t>(l * n_chunks_max_ + c);
+            k_chunks_[idx] = next;
+            v_chunks_[idx] = next + k_bytes;
+            next += k_bytes + v_bytes;
         }
     }
 }
@@ -76,11 +85,11 @@ void KvCache::forget_ring_rows_before(int64_t pos) {
     ring_begin_ = std::max(ring_begin_, pos);
 }
 
-uint8_t* KvCache::row(const std::vector<std::unique_ptr<uint8_t[]>>& chunks, int64_t row_bytes,
-                      int64_t layer, int64_t pos) const {
+uint8_t* KvCache::row(const std::vector<uint8_t*>& chunks, int64_t row_bytes, int64_t layer,
+                      int64_t pos) const {
     if (is_ring(layer)) pos %= ring_positions_;
     const size_t idx = static_cast<size_t>(layer * n_chunks_max_ + pos / kChunkPositions);
-    return chunks[idx].get() + (pos % kChunkPositions) * row_bytes;
+    return chunks[idx] + (pos % kChunkPositions) * row_bytes;
 }
 
 void KvCache::store(int64_t layer, int64_t pos, const float* k, const float* v) {

@@ -27,6 +27,7 @@
 #include "engine/model/ops.h"
 #include "engine/model/recurrent_state.h"
 #include "engine/tensor/matmul.h"
+#include "engine/util/page_region.h"
 
 namespace ember {
 
@@ -113,8 +114,8 @@ public:
     uint64_t allocated_bytes() const;
 
 private:
-    uint8_t* row(const std::vector<std::unique_ptr<uint8_t[]>>& chunks, int64_t row_bytes,
-                 int64_t layer, int64_t pos) const;
+    uint8_t* row(const std::vector<uint8_t*>& chunks, int64_t row_bytes, int64_t layer,
+                 int64_t pos) const;
     int64_t chunks_for(int64_t layer, int64_t chunks) const;  // of the first `chunks`
     void require(KvType type) const;  // throws unless the cache is of `type`
 
@@ -124,9 +125,12 @@ private:
     int64_t max_positions_ = 0;
     int64_t length_ = 0;
     KvType type_ = KvType::F32;
-    // chunks[layer * n_chunks_max + chunk]: [kChunkPositions x row bytes] each.
-    std::vector<std::unique_ptr<uint8_t[]>> k_chunks_;
-    std::vector<std::unique_ptr<uint8_t[]>> v_chunks_;
+    // chunks[layer * n_chunks_max + chunk]: [kChunkPositions x row bytes] each, null until
+    // allocated. Chunk c of every layer lies in regions_[c] (K then V, layer by layer): one
+    // allocation per kChunkPositions positions, in huge pages where the kernel has them.
+    std::vector<uint8_t*> k_chunks_;
+    std::vector<uint8_t*> v_chunks_;
+    std::vector<PageRegion> regions_;
     int64_t n_chunks_max_ = 0;
     int64_t n_chunks_allocated_ = 0;  // of a full layer; a ring layer has at most its ring
     int64_t window_ = 0;

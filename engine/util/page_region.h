@@ -1,0 +1,37 @@
+// Anonymous memory in whole, aligned 2 MiB runs that the kernel is asked to back with huge
+// pages (MADV_HUGEPAGE; with transparent huge pages off or none free it falls back to 4 KiB
+// pages and nothing else changes). For memory read in scattered short pieces, as attention
+// reads one head's slice of every cached row: with 4 KiB pages nearly every row is a TLB miss,
+// and filling the memory takes a page fault per 4 KiB.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace ember {
+
+class PageRegion {
+public:
+    static constexpr size_t kHugePage = size_t{2} << 20;
+
+    PageRegion() = default;
+    // At least `bytes` bytes (rounded up to whole huge pages), uninitialized until written
+    // (then zero-filled by the kernel, page by page). Throws std::bad_alloc when the address
+    // space or the memory limit says no.
+    explicit PageRegion(size_t bytes);
+    ~PageRegion();
+    PageRegion(PageRegion&& other) noexcept;
+    PageRegion& operator=(PageRegion&& other) noexcept;
+    PageRegion(const PageRegion&) = delete;
+    PageRegion& operator=(const PageRegion&) = delete;
+
+    uint8_t* data() const { return data_; }
+    size_t size() const { return size_; }
+
+private:
+    void release();
+    uint8_t* data_ = nullptr;
+    size_t size_ = 0;
+};
+
+}  // namespace ember
