@@ -102,14 +102,22 @@ void attend_group_run(const AttentionJob& job, int64_t t, int64_t kvh, int64_t r
 // its tokens in turn, so the run's K/V rows (kAttnRun x head, 32 KiB at f16 and head 128)
 // come from L1/L2 for all but the first token instead of from memory for every token. A
 // prompt after a long conversation otherwise reads the whole cache once per new token.
-constexpr int64_t kAttnTokenBlock = 8;
+// Up to kAttnTokenBlock tokens, as long as the batch still makes kAttnTasksPerThread tasks
+// per thread (tasks are blocks times head groups, of equal work): a short prompt after a long
+// conversation then reads the cache once or twice rather than once per 8 tokens.
+constexpr int64_t kAttnTokenBlock = 32;
+constexpr int64_t kAttnTasksPerThread = 4;
 // ...but at most this many floats of partial records per task (long contexts have many runs).
 constexpr int64_t kAttnBlockRecordFloats = int64_t{1} << 20;
 
-int64_t attn_tokens_per_task(const AttentionJob& job) {
+int64_t attn_tokens_per_task(const AttentionJob& job, int64_t threads) {
     const int64_t per_token = job.shape.n_q * job.max_runs * job.rec_stride;
-    return std::clamp<int64_t>(kAttnBlockRecordFloats / std::max<int64_t>(1, per_token), 1,
-                               kAttnTokenBlock);
+    const int64_t wanted_blocks = (threads * kAttnTasksPerThread + job.c->n_head_kv - 1) /
+                                  job.c->n_head_kv;  // blocks for enough tasks
+    const int64_t for_tasks = std::max<int64_t>(8, job.n / std::max<int64_t>(1, wanted_blocks));
+    return std::clamp<int64_t>(
+        std::min(for_tasks, kAttnBlockRecordFloats / std::max<int64_t>(1, per_token)), 1,
+        kAttnTokenBlock);
 }
 
 // Tokens [t0, t1) of head group `kvh` over all their runs, merged into s.attn. The records
@@ -182,7 +190,7 @@ void attention(const ModelConfig& c, InferenceState& st, ThreadPool& pool, int64
     job.max_runs = runs_for(pos0 + n);
     job.rec_stride = attn_record_floats(c.value_dim);
     job.split = n < kSplitBelowTokens;
-    const int64_t block = job.split ? 1 : attn_tokens_per_task(job);
+    const int64_t block = job.split ? 1 : attn_tokens_per_task(job, pool.size());
     // Per-worker floats rounded to a cache line so workers never share one: run scratch for
     // the block's heads together, their queries, their records.
     job.worker_floats =
