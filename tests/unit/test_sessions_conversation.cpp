@@ -122,5 +122,62 @@ INSTANTIATE_TEST_SUITE_P(Models, SessionsConversation,
                              return fs::path(param_info.param).stem().string();
                          });
 
+// defer_state_save (scripted chat): a turn stores nothing until store_pending_state(), which
+// stores it once; a turn left pending is stored when the next one starts; and what a deferred
+// save stored restores in a new conversation exactly as an immediate save does.
+TEST_P(SessionsConversation, DeferredSaveStoresWhenAskedOrAtTheNextTurn) {
+    EMBER_REQUIRE_FIXTURE(GetParam());
+    TempDir dir;
+    ThreadPool pool(2);
+    Database db(dir.file("deferred.db"));
+    migrate(db);
+    auto model = Model::load(test::fixture_path(GetParam()));
+    StateStore store(db, *model, KvType::F16);
+    ConversationOptions options = small_context();
+    options.kv_type = KvType::F16;
+    options.defer_state_save = true;
+    Conversation conv(*model, pool, options);
+    conv.set_prefix_store(&store);
+    Sampler sampler = greedy();
+    GenerateOptions generation;
+    generation.max_tokens = 12;
+    const auto written = [&] { return read_state_stats(db).blocks_written; };
+
+    conv.add_message({"user", "Name three rivers of Europe.", {}, {}});
+    conv.respond(sampler, generation, nullptr);
+    EXPECT_EQ(written(), 0) << "stored before store_pending_state()";
+    conv.store_pending_state();
+    const int64_t after_first = written();
+    EXPECT_GT(after_first, 0);
+    conv.store_pending_state();  // nothing pending any more
+    EXPECT_EQ(written(), after_first);
+
+    conv.add_message({"user", "And three mountains?", {}, {}});
+    conv.respond(sampler, generation, nullptr);
+    EXPECT_EQ(written(), after_first) << "the second turn's state stored before it was asked";
+    conv.add_message({"user", "Which is the highest?", {}, {}});
+    const TurnResult third = conv.respond(sampler, generation, nullptr);
+    EXPECT_GT(written(), after_first) << "the second turn's state was never stored";
+    EXPECT_EQ(store.take_warning(), "");
+
+    // The first two turns' state, stored on the way, serves a new conversation over the
+    // same messages; its reply matches the one the live state gave.
+    std::vector<ChatMessage> history = conv.messages();
+    history.pop_back();  // the third reply: ask it again
+    ConversationOptions fresh_options = options;
+    fresh_options.defer_state_save = false;
+    Conversation fresh(*model, pool, fresh_options);
+    fresh.set_prefix_store(&store);
+    for (const auto& m : history) fresh.add_message(m);
+    Sampler fresh_sampler = greedy();
+    const TurnResult again = fresh.respond(fresh_sampler, generation, nullptr);
+    const bool hybrid = GetParam().find("qwen35") != std::string::npos ||
+                        GetParam().find("lfm2") != std::string::npos;
+    if (!hybrid) {
+        EXPECT_GT(again.tokens_restored, 0);
+    }
+    EXPECT_EQ(again.ids, third.ids);
+}
+
 }  // namespace
 }  // namespace ember::sessions
