@@ -50,8 +50,13 @@ void KvCache::reserve(int64_t n) {
         int64_t layers = 0;  // that have a chunk c (a ring layer has only its ring's)
         for (int64_t l = 0; l < n_layer_; ++l) layers += chunks_for(l, c + 1) > c ? 1 : 0;
         if (layers == 0) continue;
+        // Huge pages only for a chunk this call fills at least half of (a prompt, a restore):
+        // a huge page is resident whole once written, so a chunk opened by one decoded token
+        // would hold all its memory at once (each 2 MiB spans two layers' 256 positions).
+        const bool huge =
+            std::min(n, (c + 1) * kChunkPositions) - c * kChunkPositions >= kChunkPositions / 2;
         PageRegion& region =
-            regions_.emplace_back(static_cast<size_t>(layers) * (k_bytes + v_bytes));
+            regions_.emplace_back(static_cast<size_t>(layers) * (k_bytes + v_bytes), huge);
         uint8_t* next = region.data();
         for (int64_t l = 0; l < n_layer_; ++l) {
             if (chunks_for(l, c + 1) <= c) continue;

@@ -7,7 +7,7 @@
 
 namespace ember {
 
-PageRegion::PageRegion(size_t bytes) {
+PageRegion::PageRegion(size_t bytes, bool huge) {
     if (bytes == 0) return;
     const size_t size = (bytes + kHugePage - 1) / kHugePage * kHugePage;
     // Map one huge page more than needed and trim both ends, so the start is aligned: a huge
@@ -24,7 +24,7 @@ PageRegion::PageRegion(size_t bytes) {
     data_ = reinterpret_cast<uint8_t*>(aligned);
     size_ = size;
     // Advice only: without transparent huge pages the region works the same on small pages.
-    ::madvise(data_, size_, MADV_HUGEPAGE);
+    if (huge) ::madvise(data_, size_, MADV_HUGEPAGE);
 }
 
 PageRegion::~PageRegion() {

@@ -16,9 +16,10 @@ public:
 
     PageRegion() = default;
     // At least `bytes` bytes (rounded up to whole huge pages), uninitialized until written
-    // (then zero-filled by the kernel, page by page). Throws std::bad_alloc when the address
+    // (then zero-filled by the kernel, page by page); `huge`: ask for huge pages (a huge page
+    // is resident as a whole from its first write). Throws std::bad_alloc when the address
     // space or the memory limit says no.
-    explicit PageRegion(size_t bytes);
+    PageRegion(size_t bytes, bool huge);
     ~PageRegion();
     PageRegion(PageRegion&& other) noexcept;
     PageRegion& operator=(PageRegion&& other) noexcept;
