@@ -2,6 +2,7 @@
 #include <sched.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -11,6 +12,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 #include <string>
+#include <string_view>
 #include <thread>
 
 #include "app/cli_checks.h"
@@ -314,7 +316,11 @@ int run_info(const std::string& requested) {
 }  // namespace
 
 std::unique_ptr<Model> load_model(const std::string& path) {
-    auto model = Model::load(path);
+    LoadOptions options;
+    // EMBER_WEIGHT_PANELS=0 keeps the file's row layout (for measuring the two side by side).
+    const char* panels = std::getenv("EMBER_WEIGHT_PANELS");
+    options.weight_panels = panels == nullptr || std::string_view(panels) != "0";
+    auto model = Model::load(path, options);
     for (const std::string& w : model->load_warnings()) {
         // Warnings quote the file's metadata.
         ui::TextWriter(stderr).raw("ember: warning: ").text(w).raw("\n");

@@ -124,6 +124,13 @@ public:
     const std::vector<GgufTensorInfo>& tensors() const { return tensors_; }
     const GgufTensorInfo* find_tensor(std::string_view name) const;
 
+    // Tensor bytes [p, p + n) of this file's private mapping made writable (copy-on-write: the
+    // file itself never changes), for a load-time rewrite of a tensor's layout; nullptr when the
+    // file is not mapped (parsed from memory) or the range is not inside it. protect() makes the
+    // pages read-only again.
+    uint8_t* writable(const void* p, size_t n) const;
+    void protect(const void* p, size_t n) const;
+
 private:
     GgufFile() = default;
     // Parses from the mapping (fd < 0) or by reading the header from fd.

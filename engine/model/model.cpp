@@ -2,15 +2,20 @@
 // check its shape and type, and point MatrixViews into the mmap.
 #include "engine/model/model.h"
 
+
 #include <xxhash.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <optional>
 #include <sstream>
+#include <thread>
 
 #include "engine/model/gemma3.h"
+#include "engine/tensor/panels16.h"
+#include "engine/tensor/traits.h"
 #include "engine/model/gptoss.h"
 #include "engine/tokenizer/tokenizer.h"
 
@@ -559,7 +564,7 @@ int64_t ModelConfig::conv_channels() const {
 
 Model::~Model() = default;
 
-std::unique_ptr<Model> Model::load(const std::string& path) {
+std::unique_ptr<Model> Model::load(const std::string& path, const LoadOptions& options) {
     std::unique_ptr<Model> m(new Model());
     m->file_ = GgufFile::open(path);
     const GgufFile& f = *m->file_;
@@ -663,7 +668,8 @@ std::unique_ptr<Model> Model::load(const std::string& path) {
             L.attn_sinks = bind.vector(b + "attn_sinks.weight", c.n_head);
         }
     }
-    m->fingerprint_ = compute_fingerprint(f, c);
+    m->fingerprint_ = compute_fingerprint(f, c);  // from the file's bytes, before any rewrite
+    if (options.weight_panels) m->write_weight_panels();
     // The tokenizer holds its own copy of the vocabulary; the parsed metadata's would only
     // count against the memory bound (peak RSS <= file + state + 64 MiB).
     for (const char* key : {"tokenizer.ggml.tokens", "tokenizer.ggml.merges",
@@ -671,6 +677,34 @@ std::unique_ptr<Model> Model::load(const std::string& path) {
         m->file_->drop_metadata(key);
     }
     return m;
+}
+
+void Model::write_weight_panels() {
+    const KernelTable& table = active_kernels();
+    std::vector<MatrixView*> views;  // every view of the decode step, the tied output's twice
+    views.push_back(&output_);
+    if (config_.tied_output) views.push_back(&token_embd_);
+    for (auto& L : layers_) {
+        for (MatrixView* w : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down}) {
+            views.push_back(w);
+        }
+    }
+    const int threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    const void* done = nullptr;  // the tied output's data, rewritten once for both views
+    for (MatrixView* w : views) {
+        if (w->data == done && done != nullptr) {
+            w->layout = WeightLayout::Panels16;
+            continue;
+        }
+        if (w->data == nullptr || !can_use_panels16(*w, table)) continue;
+        const size_t bytes = static_cast<size_t>(w->rows) * w->row_stride;
+        uint8_t* data = file_->writable(w->data, bytes);
+        if (data == nullptr) continue;  // not mapped (or refused): the row layout serves as well
+        write_panels16(data, w->rows, w->row_stride, type_info(w->type).block_bytes, threads);
+        file_->protect(w->data, bytes);
+        w->layout = WeightLayout::Panels16;
+        if (w == &output_) done = w->data;
+    }
 }
 
 template <class F>

@@ -143,11 +143,20 @@ struct LayerWeights {
     MatrixView ssm_out;              // [n_embd x n_v*v_dim]
 };
 
+// How Model::load prepares the weights.
+struct LoadOptions {
+    // Rewrite the Q4_K / Q6_K matrices of the dense layers and the output into 16-row panels
+    // (WeightLayout::Panels16, in the file's private mapping) when the active kernels read that
+    // layout: decode then loads 16 rows' scales and quants as whole vectors. Same numbers
+    // either way; off only to compare the two.
+    bool weight_panels = true;
+};
+
 class Model {
 public:
     // Maps, validates and wires up `path`. Throws GgufError / std::runtime_error naming the
     // file and the offending field or tensor.
-    static std::unique_ptr<Model> load(const std::string& path);
+    static std::unique_ptr<Model> load(const std::string& path, const LoadOptions& options = {});
     ~Model();
 
     const ModelConfig& config() const { return config_; }
@@ -187,6 +196,8 @@ private:
     // Calls f(matrix, rows read per token) on every stacked expert matrix of the MoE layers.
     template <class F>
     void for_each_decode_expert_share(F&& f) const;
+    // LoadOptions::weight_panels: the matrices of a decode step that can take Panels16.
+    void write_weight_panels();
 
     std::unique_ptr<GgufFile> file_;
     ModelConfig config_;

@@ -4,6 +4,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "engine/tensor/panels16.h"
 #include "engine/tensor/traits.h"
 #include "engine/util/thread_pool.h"
 
@@ -191,12 +192,24 @@ struct Prepared {
     const TypeKernels* kernels;
     size_t w_stride;
     size_t act_stride;
+    GemmFn gemm;  // for the matrix's layout; nullptr: dot per row and token (Rows only)
 };
 
 Prepared prepare_out(const MatrixView& w, const KernelTable& table) {
     const TypeInfo& info = type_info(w.type);
     const TypeKernels& kernels = checked_kernels(table, info);
-    return {&kernels, checked_row_stride(w, info), act_row_bytes(kernels.act_format, w.cols)};
+    GemmFn gemm = kernels.gemm;
+    if (w.layout == WeightLayout::Panels16) {
+        gemm = kernels.gemm_panels16;
+        if (gemm == nullptr || w.rows % kPanelRows != 0) {
+            throw std::invalid_argument("a " + std::string(info.name) + " matrix of " +
+                                        std::to_string(w.rows) +
+                                        " rows in 16-row panels cannot be multiplied by the " +
+                                        table.isa + " kernels");
+        }
+    }
+    return {&kernels, checked_row_stride(w, info), act_row_bytes(kernels.act_format, w.cols),
+            gemm};
 }
 
 GemmArgs gemm_args(const MatmulOut& o, const Prepared& p, const uint8_t* act, int64_t n_tokens) {
@@ -220,17 +233,17 @@ void matmul_impl(ThreadPool* pool, const MatrixView& w, const float* x, int64_t 
     const MatmulOut out{&w, y, ldy};
     const Prepared p = prepare_out(w, table);
     const TypeKernels& kernels = *p.kernels;
-    if (pool != nullptr && kernels.gemm != nullptr) {
+    if (pool != nullptr && p.gemm != nullptr) {
         matmul_many(*pool, std::span<const MatmulOut>(&out, 1), x, n_tokens, scratch, table);
         return;
     }
     const uint8_t* act =
         prepare_activations(pool, table, kernels, x, n_tokens, w.cols, p.act_stride, scratch);
-    if (kernels.gemm != nullptr) {
+    if (p.gemm != nullptr) {
         GemmArgs all = gemm_args(out, p, act, n_tokens);
         size_t stride = 0;
         all.scratch = gemm_scratch(kernels.gemm_scratch(w.cols), 1, scratch, &stride);
-        kernels.gemm(all);
+        p.gemm(all);
         return;
     }
 
@@ -297,7 +310,7 @@ void matmul_many(ThreadPool& pool, std::span<const MatmulOut> outs, const float*
             throw std::invalid_argument("matmul_many: the matrices differ in columns");
         }
         // One prepared activation buffer serves the section: every type must share its format.
-        fused = fused && prep[i].kernels->gemm != nullptr &&
+        fused = fused && prep[i].gemm != nullptr &&
                 prep[i].kernels->act_format == prep[0].kernels->act_format;
     }
     if (!fused) {
@@ -316,7 +329,7 @@ void matmul_many(ThreadPool& pool, std::span<const MatmulOut> outs, const float*
     for (size_t i = 0; i < outs.size(); ++i) {
         if (outs[i].w->rows <= 0) continue;
         GemmPart& part = job.parts[job.n_parts++];
-        part.gemm = prep[i].kernels->gemm;
+        part.gemm = prep[i].gemm;
         part.all = gemm_args(outs[i], prep[i], act, n_tokens);
         part.rows_per_task = gemm_rows_per_task(part.all, workers);
         part.first_task = n_tasks;
@@ -367,8 +380,8 @@ void run_grouped_task(const GroupedJob& job, int64_t task, int worker) {
     const uint8_t* act = job.act != nullptr ? job.act + plans[g].act_offset
                                             : reinterpret_cast<const uint8_t*>(grp.x);
     const MatmulOut out{&grp.w, grp.y, grp.ldy};
-    GemmArgs a =
-        gemm_args(out, Prepared{p.kernels, plans[g].w_stride, p.act_stride}, act, grp.n_tokens);
+    GemmArgs a = gemm_args(out, Prepared{p.kernels, plans[g].w_stride, p.act_stride, p.gemm}, act,
+                           grp.n_tokens);
     const int64_t r0 = (task - plans[g].first_task) * plans[g].rows_per_task;
     a.rows = std::min(plans[g].rows_per_task, grp.w.rows - r0);
     a.w += static_cast<size_t>(r0) * a.w_stride;
@@ -377,7 +390,7 @@ void run_grouped_task(const GroupedJob& job, int64_t task, int worker) {
     a.w_after = likely_next_share(static_cast<const uint8_t*>(grp.w.data), a.w_stride, grp.w.rows,
                                   a.n_tokens, plans[g].rows_per_task,
                                   task + job.workers - plans[g].first_task);
-    p.kernels->gemm(a);
+    p.gemm(a);
 }
 
 }  // namespace
@@ -387,14 +400,14 @@ void matmul_grouped(ThreadPool& pool, std::span<const MatmulGroup> groups, Matmu
     if (groups.empty()) return;
     const int64_t cols = groups[0].w.cols;
     const Prepared first = prepare_out(groups[0].w, table);
-    bool fused = first.kernels->gemm != nullptr;
+    bool fused = first.gemm != nullptr;
     for (const MatmulGroup& g : groups) {
         if (g.w.cols != cols) {
             throw std::invalid_argument("matmul_grouped: the matrices differ in columns");
         }
         prepare_out(g.w, table);  // checks the type is supported and the columns fit its blocks
-        // One task loop calls one gemm: every group must have the first one's type.
-        fused = fused && g.w.type == groups[0].w.type;
+        // One task loop calls one gemm: every group must have the first one's type and layout.
+        fused = fused && g.w.type == groups[0].w.type && g.w.layout == groups[0].w.layout;
     }
     if (!fused) {
         for (const MatmulGroup& g : groups) {
@@ -492,6 +505,12 @@ void dequantize_row(const MatrixView& w, int64_t row, float* dst) {
                                 std::to_string(w.rows) + " rows");
     }
     const size_t stride = checked_row_stride(w, info);
+    if (w.layout == WeightLayout::Panels16) {
+        std::vector<uint8_t> bytes(stride);  // [stride] the row in the row layout
+        read_panels16_row(w, row, bytes.data());
+        kernels.dequantize_row(bytes.data(), dst, w.cols);
+        return;
+    }
     kernels.dequantize_row(static_cast<const uint8_t*>(w.data) + static_cast<size_t>(row) * stride,
                            dst, w.cols);
 }

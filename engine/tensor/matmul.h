@@ -18,13 +18,24 @@ namespace ember {
 class ThreadPool;
 struct KernelTable;
 
+// How a matrix's blocks lie in memory.
+//   Rows:     row r at data + r * row_stride, its blocks in column order (the GGUF layout).
+//   Panels16: rows in panels of 16 (rows % 16 == 0, densely packed); panel p at
+//             data + 16 * p * row_stride holds, per block column b, the 16 rows' blocks b
+//             interleaved by dwords (see panels16.h). Same bytes in all, so row_stride, sizes
+//             and the byte counts of a decode step are those of Rows. Written at load for the
+//             types whose one-token kernel reads 16 rows' dwords as one vector (no gathers or
+//             transposes per group); only a kernel table with gemm_panels16 multiplies it.
+enum class WeightLayout : uint8_t { Rows, Panels16 };
+
 // A 2-D weight matrix living in the mmap: `rows` rows of `cols` elements each.
 struct MatrixView {
     TensorType type = TensorType::F32;
     const void* data = nullptr;
     int64_t rows = 0;
     int64_t cols = 0;
-    size_t row_stride = 0;  // bytes between consecutive rows
+    size_t row_stride = 0;  // bytes between consecutive rows (Panels16: a row's bytes)
+    WeightLayout layout = WeightLayout::Rows;
 };
 
 // Reusable buffers, owned by the caller (per conversation state), so the decode loop does

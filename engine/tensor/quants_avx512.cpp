@@ -5,6 +5,7 @@
 #include <cstdlib>
 
 #include "engine/tensor/gemv_avx512.h"
+#include "engine/tensor/panels16_avx512.h"
 #include "engine/tensor/repack_avx512.h"
 #include "engine/tensor/simd_gemm.h"
 
@@ -102,6 +103,22 @@ struct Avx512 {
     EMBER_REPACK(TQ3_K, Family::C, repack512::repack_q3k)
     EMBER_REPACK(TQ2_K, Family::D, repack512::repack_q2k)
 #undef EMBER_REPACK
+    // The same panels from a matrix in WeightLayout::Panels16 (panels16_avx512.h).
+    static void repack_panels16(TQ4_K, const uint8_t* w, int64_t n_groups, uint8_t* panel,
+                                const uint8_t* next) {
+        repack512::repack_q45k<false>(repack512::X16Rows<sizeof(BlockQ4_K)>{w, next}, n_groups,
+                                      panel, kGroupBytes<Avx512, Family::B>);
+    }
+    static void repack_panels16(TQ6_K, const uint8_t* w, int64_t n_groups, uint8_t* panel,
+                                const uint8_t* next) {
+        repack512::repack_q6k(repack512::X16Rows<sizeof(BlockQ6_K)>{w, next}, n_groups, panel,
+                              kGroupBytes<Avx512, Family::C>);
+    }
+    template <class T>
+    requires gemv512::HasPanel16<T>
+    static void gemv_panels16(T, const GemmArgs& g) {
+        gemv512::gemv16<T>(g);
+    }
 
     // Up to kGemvTokens tokens straight from the weights' layout (gemv_avx512.h), for the types
     // gemv512 covers; the others go through panels.
@@ -169,7 +186,10 @@ struct Avx512 {
 }  // namespace tensor_avx512
 
 void install_avx512_kernels(KernelTable& table) {
-    tensor_avx512::install_all<tensor_avx512::Avx512>(table, "avx512");
+    using tensor_avx512::Avx512;
+    tensor_avx512::install_all<Avx512>(table, "avx512");
+    table[TensorType::Q4_K].gemm_panels16 = tensor_avx512::gemm_q<Avx512, tensor_avx512::TQ4_K, true>;
+    table[TensorType::Q6_K].gemm_panels16 = tensor_avx512::gemm_q<Avx512, tensor_avx512::TQ6_K, true>;
 }
 
 }  // namespace ember

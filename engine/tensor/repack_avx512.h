@@ -218,10 +218,9 @@ void repack_q5(const PanelRows& pr, int64_t n_groups, uint8_t* panel, size_t kG)
 }
 
 // Q4_K/Q5_K: d, dmin and the 8 (scale, min) pairs of 6 bits of 16 rows.
-inline void q4k_params(const PanelRows& pr, size_t off, uint8_t* panel, size_t kG) {
-    // The 16 bytes d, dmin, scales[12] of every row, one dword per vector.
-    __m512i v[4];
-    transpose16(pr, off, v);
+// Q4_K / Q5_K: the 16 bytes d, dmin, scales[12] of 16 rows (v[0..3], one dword per row and
+// lane) -> d_s = d * sc_s and m_s = -(dmin * mn_s) of the 8 groups, as the row's params.
+inline void q4k_scales(const __m512i v[4], __m512 d_s[8], __m512 m_s[8]) {
     const __m512i dd = v[0];
     const __m512i s0 = v[1];  // scales[0..3]
     const __m512i s1 = v[2];  // scales[4..7]
@@ -237,16 +236,29 @@ inline void q4k_params(const PanelRows& pr, size_t off, uint8_t* panel, size_t k
                                           _mm512_and_si512(_mm512_srli_epi32(s1, 2), top2));
     const __m512 neg = _mm512_set1_ps(-0.0f);
     for (int i = 0; i < 8; ++i) {
-        const GroupOut out{panel + i * kG};
         const __m512i sc = byte_u(i < 4 ? sc_lo : sc_hi, i % 4);
         const __m512i mn = byte_u(i < 4 ? mn_lo : mn_hi, i % 4);
-        out.f(0, _mm512_mul_ps(d, _mm512_cvtepi32_ps(sc)));
-        out.f(1, _mm512_xor_ps(_mm512_mul_ps(dmin, _mm512_cvtepi32_ps(mn)), neg));
+        d_s[i] = _mm512_mul_ps(d, _mm512_cvtepi32_ps(sc));
+        m_s[i] = _mm512_xor_ps(_mm512_mul_ps(dmin, _mm512_cvtepi32_ps(mn)), neg);
     }
 }
 
-template <bool kFive>
-void repack_q45k(const PanelRows& pr, int64_t n_groups, uint8_t* panel, size_t kG) {
+template <class Src>
+inline void q4k_params(const Src& pr, size_t off, uint8_t* panel, size_t kG) {
+    // The 16 bytes d, dmin, scales[12] of every row, one dword per vector.
+    __m512i v[4];
+    transpose16(pr, off, v);
+    __m512 d_s[8], m_s[8];
+    q4k_scales(v, d_s, m_s);
+    for (int i = 0; i < 8; ++i) {
+        const GroupOut out{panel + i * kG};
+        out.f(0, d_s[i]);
+        out.f(1, m_s[i]);
+    }
+}
+
+template <bool kFive, class Src>
+void repack_q45k(const Src& pr, int64_t n_groups, uint8_t* panel, size_t kG) {
     constexpr size_t B = kFive ? sizeof(BlockQ5_K) : sizeof(BlockQ4_K);
     constexpr size_t kQs = kFive ? 48 : 16;
     for (int64_t b = 0; b < n_groups / 8; ++b) {
@@ -277,7 +289,13 @@ void repack_q45k(const PanelRows& pr, int64_t n_groups, uint8_t* panel, size_t k
     }
 }
 
-inline void repack_q6k(const PanelRows& pr, int64_t n_groups, uint8_t* panel, size_t kG) {
+// Q6_K's d of 16 rows: the high half of the dword at 206 of each block (it ends the block).
+inline __m512 q6k_d(const PanelRows& pr, size_t block_off) {
+    return half_hi(pr.gather(block_off + 206));
+}
+
+template <class Src>
+void repack_q6k(const Src& pr, int64_t n_groups, uint8_t* panel, size_t kG) {
     constexpr size_t B = sizeof(BlockQ6_K);
     for (int64_t b = 0; b < n_groups / 8; ++b) {
         pr.prefetch_next(b * B, B);
@@ -285,7 +303,7 @@ inline void repack_q6k(const PanelRows& pr, int64_t n_groups, uint8_t* panel, si
         // Scales: 16 signed bytes at 192; d: the high half of the dword at 206.
         __m512i sc[4];
         transpose16(pr, b * B + 192, sc);
-        const __m512 d = half_hi(pr.gather(b * B + 206));
+        const __m512 d = q6k_d(pr, b * B);
         for (int s = 0; s < 8; ++s) {
             const GroupOut out{pb + s * kG};
             out.f(0, d);

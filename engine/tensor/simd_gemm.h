@@ -333,7 +333,20 @@ void run_micro(const MicroArgs& m, int64_t n_tokens, std::integer_sequence<int, 
 // Few tokens: each panel pair goes over K in chunks, the totals carried in a small buffer. While a
 // panel's chunk is repacked, the chunk repacked after it is prefetched into L2 (measured against
 // no software prefetch, prefetching the next pair in address order, and two chunks ahead).
-template <class Isa, class T>
+// A panel's chunk from a matrix in WeightLayout::Rows (kPanels16 false: the 16 rows at
+// stride `stride`, block column g0 at block_off(g0) of each) or in Panels16 (the panel's first
+// byte; block column g0 at W * block_off(g0)).
+template <class Isa, class T, bool kPanels16>
+void repack_any(const uint8_t* w, size_t stride, int rows, int64_t n_groups, uint8_t* panel,
+                const uint8_t* next) {
+    if constexpr (kPanels16) {
+        Isa::repack_panels16(T{}, w, n_groups, panel, next);
+    } else {
+        repack_panel<Isa, T>(w, stride, rows, n_groups, panel, next);
+    }
+}
+
+template <class Isa, class T, bool kPanels16 = false>
 void gemm_q_chunked(const GemmArgs& g) {
     constexpr int W = Isa::kW;
     constexpr int kTok = kTileTokens<Isa, T>;
@@ -341,7 +354,8 @@ void gemm_q_chunked(const GemmArgs& g) {
     const int64_t n_groups = g.cols / 32;
     const size_t panel_bytes = static_cast<size_t>(kChunkGroups) * kG;
     auto block_off = [](int64_t group) {
-        return static_cast<size_t>(group / T::kGroups) * sizeof(typename T::Block);
+        return static_cast<size_t>(group / T::kGroups) * sizeof(typename T::Block) *
+               (kPanels16 ? W : 1);
     };
     auto row_ptr = [&](int64_t r) { return g.w + static_cast<size_t>(r) * g.w_stride; };
     alignas(64) float carry[2 * kTok * W];
@@ -361,9 +375,9 @@ void gemm_q_chunked(const GemmArgs& g) {
                 } else if (r0 + 2 * W < g.rows) {
                     next = row_ptr(r0 + 2 * W);
                 }
-                repack_panel<Isa, T>(row_ptr(r0 + p * W) + block_off(g0), g.w_stride,
-                                     min_of(W, rows - p * W), ng, g.scratch + p * panel_bytes,
-                                     next);
+                repack_any<Isa, T, kPanels16>(row_ptr(r0 + p * W) + block_off(g0), g.w_stride,
+                                              min_of(W, rows - p * W), ng,
+                                              g.scratch + p * panel_bytes, next);
             }
             MicroArgs m{g.scratch,    panel_bytes, ng,    g.act + g0 * sizeof(ActBlock<T>),
                         g.act_stride, g.y + r0,    g.ldy, rows};
@@ -380,20 +394,26 @@ void gemm_q_chunked(const GemmArgs& g) {
 }
 
 // Two panels at a time: repack them, then every token passes over them while they are hot.
-template <class Isa, class T>
+// kPanels16: g.w is in WeightLayout::Panels16 (g.rows a multiple of W, g.w at a panel).
+template <class Isa, class T, bool kPanels16 = false>
 void gemm_q(const GemmArgs& g) {
     constexpr int W = Isa::kW;
     constexpr int kTok = kTileTokens<Isa, T>;
     // An ISA may have a kernel for one token (decode) or a few that needs no panels; its
     // results are bitwise the panels' (the canonical order), so the choice is speed alone.
-    if constexpr (requires { Isa::gemv(T{}, g); }) {
+    if constexpr (kPanels16) {
+        if (g.n_tokens <= Isa::gemv_max_tokens()) {
+            Isa::gemv_panels16(T{}, g);
+            return;
+        }
+    } else if constexpr (requires { Isa::gemv(T{}, g); }) {
         if (g.n_tokens <= Isa::gemv_max_tokens()) {
             Isa::gemv(T{}, g);
             return;
         }
     }
     if (g.n_tokens <= kTok) {
-        gemm_q_chunked<Isa, T>(g);
+        gemm_q_chunked<Isa, T, kPanels16>(g);
         return;
     }
     const int64_t n_groups = g.cols / 32;
@@ -405,9 +425,9 @@ void gemm_q(const GemmArgs& g) {
             const int64_t next_row = r0 + (p + 1) * W;
             const uint8_t* next =
                 next_row < g.rows ? g.w + static_cast<size_t>(next_row) * g.w_stride : nullptr;
-            repack_panel<Isa, T>(g.w + static_cast<size_t>(r0 + p * W) * g.w_stride, g.w_stride,
-                                 min_of(W, rows - p * W), n_groups, g.scratch + p * panel_bytes,
-                                 next);
+            repack_any<Isa, T, kPanels16>(g.w + static_cast<size_t>(r0 + p * W) * g.w_stride,
+                                          g.w_stride, min_of(W, rows - p * W), n_groups,
+                                          g.scratch + p * panel_bytes, next);
         }
         const MicroArgs m{g.scratch,    panel_bytes, n_groups, g.act,
                           g.act_stride, g.y + r0,    g.ldy,    rows};

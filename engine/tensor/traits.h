@@ -80,6 +80,9 @@ struct TypeKernels {
     DotFn dot = nullptr;                       // nullptr: type not supported
     GemmFn gemm = nullptr;                     // nullptr: matmul calls dot per row and token
     GemmScratchFn gemm_scratch = nullptr;      // set together with gemm
+    // The same product for a matrix in WeightLayout::Panels16 (GemmArgs::w at a panel's first
+    // row, rows a multiple of 16); nullptr: this table cannot read that layout.
+    GemmFn gemm_panels16 = nullptr;
 };
 
 // Raw GGUF type numbers go up to MXFP4 = 39.

@@ -3,7 +3,8 @@
 //   matvec/<type>/<level>     1536 x 576 weights x 1 token (decode shape; cache resident)
 //   matmul64/<type>/<level>   1536 x 576 weights x 64 tokens (prefill shape)
 // (768 columns for the K-quants, whose rows are multiples of 256)
-// on one thread, plus matvec/matmul64 of the active level on two threads. Bytes/s counts weight
+// on one thread, plus matvec/matmul64 of the active level on two threads; the types with a
+// 16-row-panel kernel also as matvec_panels16 / matvec_dram_panels16 (WeightLayout::Panels16). Bytes/s counts weight
 // bytes, items/s multiply-adds, so a regression in one kernel shows without a whole model.
 // Filter with --benchmark_filter, e.g. 'matmul64/q4_K'.
 #include <benchmark/benchmark.h>
@@ -18,6 +19,7 @@
 #include "engine/synth/membw.h"
 #include "engine/tensor/cpu_features.h"
 #include "engine/tensor/matmul.h"
+#include "engine/tensor/panels16.h"
 #include "engine/tensor/traits.h"
 #include "engine/tensor/types.h"
 #include "engine/util/thread_pool.h"
@@ -84,14 +86,25 @@ void bench_dot(benchmark::State& state, const KernelTable* table, TensorType t) 
     state.SetItemsProcessed(state.iterations() * n);
 }
 
+// The matrix in `layout`: Panels16 rewrites the row-layout bytes in place.
+MatrixView layout_view(TensorType t, std::vector<uint8_t>& w, int64_t rows, int64_t cols,
+                       WeightLayout layout) {
+    MatrixView view{t, w.data(), rows, cols, row_bytes(type_info(t), static_cast<uint64_t>(cols))};
+    if (layout == WeightLayout::Panels16) {
+        write_panels16(w.data(), rows, view.row_stride, type_info(t).block_bytes, 1);
+        view.layout = layout;
+    }
+    return view;
+}
+
 void bench_matmul(benchmark::State& state, const KernelTable* table, TensorType t, int64_t n_tokens,
-                  int threads) {
+                  int threads, WeightLayout layout = WeightLayout::Rows) {
     // 576 columns as in SmolLM2's projections; the K-quants need a multiple of 256.
     const int64_t rows = 1536, cols = type_info(t).block_elems == 256 ? 768 : 576;
-    const auto w = make_weights(t, rows, cols, 3);
+    auto w = make_weights(t, rows, cols, 3);
     const auto x = make_x(n_tokens * cols, 4);
     std::vector<float> y(static_cast<size_t>(n_tokens * rows));
-    const MatrixView view{t, w.data(), rows, cols, 0};
+    const MatrixView view = layout_view(t, w, rows, cols, layout);
     ThreadPool pool(threads);
     MatmulScratch scratch;
     for (auto _ : state) {
@@ -113,15 +126,15 @@ int64_t env_or(const char* name, int64_t fallback) {
 // the shape: EMBER_BENCH_DRAM_MB (machines with a larger L3), EMBER_BENCH_DRAM_COLS (a multiple
 // of 256) and EMBER_BENCH_DRAM_TOKENS (tokens per call: a speculative check verifies up to 8).
 void bench_matvec_dram(benchmark::State& state, const KernelTable* table, TensorType t,
-                       int threads) {
+                       int threads, WeightLayout layout = WeightLayout::Rows) {
     const int64_t cols = env_or("EMBER_BENCH_DRAM_COLS", 2304);
     const int64_t mb = env_or("EMBER_BENCH_DRAM_MB", 96);
     const int64_t n_tokens = env_or("EMBER_BENCH_DRAM_TOKENS", 1);
     const int64_t rows = (mb << 20) / static_cast<int64_t>(row_bytes(type_info(t), cols)) / 64 * 64;
-    const auto w = make_weights(t, rows, cols, 5);
+    auto w = make_weights(t, rows, cols, 5);
     const auto x = make_x(n_tokens * cols, 6);
     std::vector<float> y(static_cast<size_t>(rows * n_tokens));
-    const MatrixView view{t, w.data(), rows, cols, 0};
+    const MatrixView view = layout_view(t, w, rows, cols, layout);
     ThreadPool pool(threads);
     MatmulScratch scratch;
     for (auto _ : state) {
@@ -147,19 +160,19 @@ int main(int argc, char** argv) {
         for (TensorType t : bench_types()) {
             const std::string suffix = lower_name(t) + "/" + tp->isa;
             benchmark::RegisterBenchmark(("dot/" + suffix).c_str(), bench_dot, tp, t);
-            benchmark::RegisterBenchmark(("matvec/" + suffix).c_str(), bench_matmul, tp, t, 1, 1)
+            benchmark::RegisterBenchmark(("matvec/" + suffix).c_str(), bench_matmul, tp, t, 1, 1, WeightLayout::Rows)
                 ->Unit(benchmark::kMicrosecond);
-            benchmark::RegisterBenchmark(("matmul64/" + suffix).c_str(), bench_matmul, tp, t, 64, 1)
+            benchmark::RegisterBenchmark(("matmul64/" + suffix).c_str(), bench_matmul, tp, t, 64, 1, WeightLayout::Rows)
                 ->Unit(benchmark::kMicrosecond);
         }
     }
     const KernelTable* active = &active_kernels();
     for (TensorType t : bench_types()) {
         const std::string suffix = lower_name(t) + "/" + active->isa + "/2threads";
-        benchmark::RegisterBenchmark(("matvec/" + suffix).c_str(), bench_matmul, active, t, 1, 2)
+        benchmark::RegisterBenchmark(("matvec/" + suffix).c_str(), bench_matmul, active, t, 1, 2, WeightLayout::Rows)
             ->Unit(benchmark::kMicrosecond)
             ->UseRealTime();
-        benchmark::RegisterBenchmark(("matmul64/" + suffix).c_str(), bench_matmul, active, t, 64, 2)
+        benchmark::RegisterBenchmark(("matmul64/" + suffix).c_str(), bench_matmul, active, t, 64, 2, WeightLayout::Rows)
             ->Unit(benchmark::kMicrosecond)
             ->UseRealTime();
     }
@@ -167,7 +180,22 @@ int main(int argc, char** argv) {
         for (int threads : {1, 2}) {
             const std::string name = "matvec_dram/" + lower_name(t) + "/" + active->isa + "/" +
                                      std::to_string(threads) + "threads";
-            benchmark::RegisterBenchmark(name.c_str(), bench_matvec_dram, active, t, threads)
+            benchmark::RegisterBenchmark(name.c_str(), bench_matvec_dram, active, t, threads, WeightLayout::Rows)
+                ->Unit(benchmark::kMillisecond)
+                ->UseRealTime();
+        }
+    }
+    for (TensorType t : bench_types()) {
+        if (active->types[static_cast<uint32_t>(t)].gemm_panels16 == nullptr) continue;
+        const std::string suffix = lower_name(t) + "/" + active->isa;
+        benchmark::RegisterBenchmark(("matvec_panels16/" + suffix).c_str(), bench_matmul, active,
+                                     t, 1, 1, WeightLayout::Panels16)
+            ->Unit(benchmark::kMicrosecond);
+        for (int threads : {1, 2}) {
+            const std::string name =
+                "matvec_dram_panels16/" + suffix + "/" + std::to_string(threads) + "threads";
+            benchmark::RegisterBenchmark(name.c_str(), bench_matvec_dram, active, t, threads,
+                                         WeightLayout::Panels16)
                 ->Unit(benchmark::kMillisecond)
                 ->UseRealTime();
         }

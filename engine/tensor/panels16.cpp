@@ -1,0 +1,91 @@
+#include "engine/tensor/panels16.h"
+
+#include <algorithm>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "engine/tensor/traits.h"
+#include "engine/tensor/types.h"
+
+namespace ember {
+
+namespace {
+
+// Where byte `o` of row r's block lands inside its panel's block column (see panels16.h).
+inline size_t panel_offset(size_t block_bytes, int r, size_t o) {
+    const size_t full = block_bytes / 4 * 4;  // bytes carried as whole dwords
+    if (o < full) return 64 * (o / 4) + 4 * static_cast<size_t>(r) + o % 4;
+    const size_t tail = block_bytes - full;
+    return 16 * full + static_cast<size_t>(r) * tail + (o - full);
+}
+
+// One panel: 16 rows of row_bytes at `rows` (row layout) -> `panel` (Panels16).
+void interleave_panel(const uint8_t* rows, uint8_t* panel, size_t row_bytes, size_t block_bytes) {
+    const size_t n_blocks = row_bytes / block_bytes;
+    const size_t full = block_bytes / 4 * 4;
+    for (size_t b = 0; b < n_blocks; ++b) {
+        uint8_t* col = panel + 16 * b * block_bytes;  // [16 x block_bytes] block column b
+        for (int r = 0; r < kPanelRows; ++r) {
+            const uint8_t* src = rows + static_cast<size_t>(r) * row_bytes + b * block_bytes;
+            for (size_t o = 0; o < full; o += 4) std::memcpy(col + 64 * (o / 4) + 4 * r, src + o, 4);
+            for (size_t o = full; o < block_bytes; ++o) col[panel_offset(block_bytes, r, o)] = src[o];
+        }
+    }
+}
+
+}  // namespace
+
+bool can_use_panels16(const MatrixView& w, const KernelTable& table) {
+    if (w.layout != WeightLayout::Rows || w.rows <= 0 || w.rows % kPanelRows != 0) return false;
+    const TypeInfo& info = type_info(w.type);
+    if (table[w.type].gemm_panels16 == nullptr || info.block_elems == 0) return false;
+    if (w.cols % info.block_elems != 0) return false;
+    return w.row_stride == row_bytes(info, static_cast<uint64_t>(w.cols));
+}
+
+void write_panels16(uint8_t* data, int64_t rows, size_t row_bytes, size_t block_bytes,
+                    int threads) {
+    if (rows % kPanelRows != 0 || block_bytes == 0 || row_bytes % block_bytes != 0) {
+        throw std::invalid_argument("write_panels16: " + std::to_string(rows) + " rows of " +
+                                    std::to_string(row_bytes) + " bytes do not make panels of " +
+                                    std::to_string(kPanelRows) + " rows of " +
+                                    std::to_string(block_bytes) + "-byte blocks");
+    }
+    const int64_t panels = rows / kPanelRows;
+    const size_t panel_bytes = kPanelRows * row_bytes;
+    auto run = [=](int64_t p0, int64_t p1) {
+        std::vector<uint8_t> copy(panel_bytes);  // [16 x row_bytes] the panel as read
+        for (int64_t p = p0; p < p1; ++p) {
+            uint8_t* panel = data + static_cast<size_t>(p) * panel_bytes;
+            std::memcpy(copy.data(), panel, panel_bytes);
+            interleave_panel(copy.data(), panel, row_bytes, block_bytes);
+        }
+    };
+    // Below ~16 MB a thread costs more than it saves.
+    const int64_t n = std::clamp<int64_t>(
+        static_cast<int64_t>(panel_bytes) * panels / (16 << 20), 1, std::max(1, threads));
+    std::vector<std::thread> workers;
+    for (int64_t i = 1; i < n; ++i) workers.emplace_back(run, panels * i / n, panels * (i + 1) / n);
+    run(0, panels / n);
+    for (auto& t : workers) t.join();
+}
+
+void read_panels16_row(const MatrixView& w, int64_t row, uint8_t* dst) {
+    const TypeInfo& info = type_info(w.type);
+    const size_t block_bytes = info.block_bytes;
+    const size_t n_blocks = w.row_stride / block_bytes;
+    const uint8_t* panel = static_cast<const uint8_t*>(w.data) +
+                           static_cast<size_t>(row / kPanelRows) * kPanelRows * w.row_stride;
+    const int r = static_cast<int>(row % kPanelRows);
+    for (size_t b = 0; b < n_blocks; ++b) {
+        const uint8_t* col = panel + 16 * b * block_bytes;
+        for (size_t o = 0; o < block_bytes; ++o) {
+            dst[b * block_bytes + o] = col[panel_offset(block_bytes, r, o)];
+        }
+    }
+}
+
+}  // namespace ember
