@@ -124,12 +124,11 @@ public:
     const std::vector<GgufTensorInfo>& tensors() const { return tensors_; }
     const GgufTensorInfo* find_tensor(std::string_view name) const;
 
-    // Tensor bytes [p, p + n) of this file's private mapping made writable (copy-on-write: the
-    // file itself never changes), for a load-time rewrite of a tensor's layout; nullptr when the
-    // file is not mapped (parsed from memory) or the range is not inside it. protect() makes the
-    // pages read-only again.
-    uint8_t* writable(const void* p, size_t n) const;
-    void protect(const void* p, size_t n) const;
+    // Tells the kernel this process is done with the tensor bytes [p, p + n) of the mapping (a
+    // copy of them lives elsewhere now): the whole pages inside leave the process's resident
+    // set; read again, they would come back from the page cache unchanged. False when the file
+    // is not mapped (parsed from memory) or the range is not inside it.
+    bool release(const void* p, size_t n) const;
 
 private:
     GgufFile() = default;

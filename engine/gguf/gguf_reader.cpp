@@ -319,29 +319,16 @@ MappedFile::~MappedFile() {
     if (data_) ::munmap(const_cast<uint8_t*>(data_), size_);
 }
 
-namespace {
-
-// Sets the protection of the whole pages covering [p, p + n); false when the kernel refuses.
-bool protect_pages(const void* p, size_t n, int prot) {
-    const auto page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
-    const auto begin = reinterpret_cast<uintptr_t>(p) / page * page;
-    const auto end = (reinterpret_cast<uintptr_t>(p) + n + page - 1) / page * page;
-    return ::mprotect(reinterpret_cast<void*>(begin), end - begin, prot) == 0;
-}
-
-}  // namespace
-
-uint8_t* GgufFile::writable(const void* p, size_t n) const {
+bool GgufFile::release(const void* p, size_t n) const {
     const auto* b = static_cast<const uint8_t*>(p);
     if (!mapping_ || b < bytes_ || n > size_ || static_cast<uint64_t>(b - bytes_) > size_ - n) {
-        return nullptr;
+        return false;
     }
-    if (!protect_pages(p, n, PROT_READ | PROT_WRITE)) return nullptr;
-    return const_cast<uint8_t*>(b);  // the mapping is private: writes stay in this process
-}
-
-void GgufFile::protect(const void* p, size_t n) const {
-    protect_pages(p, n, PROT_READ);
+    const auto page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+    const uintptr_t begin = (reinterpret_cast<uintptr_t>(b) + page - 1) / page * page;
+    const uintptr_t end = (reinterpret_cast<uintptr_t>(b) + n) / page * page;
+    if (end > begin) ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
+    return true;
 }
 
 std::unique_ptr<GgufFile> GgufFile::open(const std::string& path) {

@@ -10,6 +10,7 @@
 
 #include "engine/gguf/gguf.h"
 #include "engine/tensor/matmul.h"
+#include "engine/util/page_region.h"
 
 namespace ember {
 
@@ -210,6 +211,7 @@ private:
     std::vector<LayerWeights> layers_;
     std::string fingerprint_;
     std::vector<std::string> load_warnings_;
+    PageRegion weight_panels_;  // the matrices rewritten in Panels16 (LoadOptions::weight_panels)
 };
 
 }  // namespace ember

@@ -22,16 +22,22 @@ inline size_t panel_offset(size_t block_bytes, int r, size_t o) {
     return 16 * full + static_cast<size_t>(r) * tail + (o - full);
 }
 
-// One panel: 16 rows of row_bytes at `rows` (row layout) -> `panel` (Panels16).
+// One panel: 16 rows of row_bytes at `rows` (row layout) -> `panel` (Panels16), written in
+// order (dword j of rows 0..15, then j + 1, ...) so the stores stream.
 void interleave_panel(const uint8_t* rows, uint8_t* panel, size_t row_bytes, size_t block_bytes) {
     const size_t n_blocks = row_bytes / block_bytes;
-    const size_t full = block_bytes / 4 * 4;
+    const size_t dwords = block_bytes / 4;
+    const size_t tail = block_bytes % 4;
+    uint8_t* out = panel;
     for (size_t b = 0; b < n_blocks; ++b) {
-        uint8_t* col = panel + 16 * b * block_bytes;  // [16 x block_bytes] block column b
-        for (int r = 0; r < kPanelRows; ++r) {
-            const uint8_t* src = rows + static_cast<size_t>(r) * row_bytes + b * block_bytes;
-            for (size_t o = 0; o < full; o += 4) std::memcpy(col + 64 * (o / 4) + 4 * r, src + o, 4);
-            for (size_t o = full; o < block_bytes; ++o) col[panel_offset(block_bytes, r, o)] = src[o];
+        const uint8_t* src = rows + b * block_bytes;  // row r's block b at src + r * row_bytes
+        for (size_t j = 0; j < dwords; ++j) {
+            for (int r = 0; r < kPanelRows; ++r, out += 4) {
+                std::memcpy(out, src + static_cast<size_t>(r) * row_bytes + 4 * j, 4);
+            }
+        }
+        for (int r = 0; r < kPanelRows; ++r, out += tail) {
+            std::memcpy(out, src + static_cast<size_t>(r) * row_bytes + 4 * dwords, tail);
         }
     }
 }
@@ -46,8 +52,8 @@ bool can_use_panels16(const MatrixView& w, const KernelTable& table) {
     return w.row_stride == row_bytes(info, static_cast<uint64_t>(w.cols));
 }
 
-void write_panels16(uint8_t* data, int64_t rows, size_t row_bytes, size_t block_bytes,
-                    int threads) {
+void write_panels16(const uint8_t* src, uint8_t* dst, int64_t rows, size_t row_bytes,
+                    size_t block_bytes, int threads) {
     if (rows % kPanelRows != 0 || block_bytes == 0 || row_bytes % block_bytes != 0) {
         throw std::invalid_argument("write_panels16: " + std::to_string(rows) + " rows of " +
                                     std::to_string(row_bytes) + " bytes do not make panels of " +
@@ -57,16 +63,14 @@ void write_panels16(uint8_t* data, int64_t rows, size_t row_bytes, size_t block_
     const int64_t panels = rows / kPanelRows;
     const size_t panel_bytes = kPanelRows * row_bytes;
     auto run = [=](int64_t p0, int64_t p1) {
-        std::vector<uint8_t> copy(panel_bytes);  // [16 x row_bytes] the panel as read
         for (int64_t p = p0; p < p1; ++p) {
-            uint8_t* panel = data + static_cast<size_t>(p) * panel_bytes;
-            std::memcpy(copy.data(), panel, panel_bytes);
-            interleave_panel(copy.data(), panel, row_bytes, block_bytes);
+            const size_t at = static_cast<size_t>(p) * panel_bytes;
+            interleave_panel(src + at, dst + at, row_bytes, block_bytes);
         }
     };
-    // Below ~16 MB a thread costs more than it saves.
-    const int64_t n = std::clamp<int64_t>(
-        static_cast<int64_t>(panel_bytes) * panels / (16 << 20), 1, std::max(1, threads));
+    // Below ~2 MB a thread costs more than it saves.
+    const int64_t n = std::clamp<int64_t>(static_cast<int64_t>(panel_bytes) * panels / (2 << 20), 1,
+                                          std::max(1, threads));
     std::vector<std::thread> workers;
     for (int64_t i = 1; i < n; ++i) workers.emplace_back(run, panels * i / n, panels * (i + 1) / n);
     run(0, panels / n);

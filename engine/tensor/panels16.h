@@ -23,10 +23,11 @@ constexpr int kPanelRows = 16;
 // read panels (gemm_panels16).
 bool can_use_panels16(const MatrixView& w, const KernelTable& table);
 
-// Rewrites the rows-layout matrix at `data` (rows x row_bytes, rows % 16 == 0, blocks of
-// block_bytes) into Panels16 in place, on up to `threads` threads.
-void write_panels16(uint8_t* data, int64_t rows, size_t row_bytes, size_t block_bytes,
-                    int threads);
+// Writes the rows-layout matrix at `src` (rows x row_bytes, rows % 16 == 0, blocks of
+// block_bytes) to `dst` (as many bytes, not overlapping src) in Panels16, on up to `threads`
+// threads.
+void write_panels16(const uint8_t* src, uint8_t* dst, int64_t rows, size_t row_bytes,
+                    size_t block_bytes, int threads);
 
 // Row `row` of a Panels16 matrix back in the row layout: dst[0 .. w.row_stride).
 void read_panels16_row(const MatrixView& w, int64_t row, uint8_t* dst);

@@ -86,12 +86,14 @@ void bench_dot(benchmark::State& state, const KernelTable* table, TensorType t) 
     state.SetItemsProcessed(state.iterations() * n);
 }
 
-// The matrix in `layout`: Panels16 rewrites the row-layout bytes in place.
+// The matrix in `layout`: Panels16 rewrites the row-layout bytes of w.
 MatrixView layout_view(TensorType t, std::vector<uint8_t>& w, int64_t rows, int64_t cols,
                        WeightLayout layout) {
     MatrixView view{t, w.data(), rows, cols, row_bytes(type_info(t), static_cast<uint64_t>(cols))};
     if (layout == WeightLayout::Panels16) {
-        write_panels16(w.data(), rows, view.row_stride, type_info(t).block_bytes, 1);
+        const std::vector<uint8_t> rows_layout = w;
+        write_panels16(rows_layout.data(), w.data(), rows, view.row_stride,
+                       type_info(t).block_bytes, 1);
         view.layout = layout;
     }
     return view;

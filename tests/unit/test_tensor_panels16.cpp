@@ -1,0 +1,163 @@
+// WeightLayout::Panels16 (engine/tensor/panels16.h): a matrix rewritten into 16-row panels
+// multiplies bit for bit as in the row layout - one token (the decode kernel), up to 8 (the
+// speculative check), the chunked panels, full prefill panels, on one thread and several - and
+// its rows read back byte for byte. Against the row layout's own results, which the SIMD and
+// golden suites check against the scalar reference and float64 references.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <random>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "engine/tensor/cpu_features.h"
+#include "engine/tensor/matmul.h"
+#include "engine/tensor/panels16.h"
+#include "engine/tensor/traits.h"
+#include "engine/tensor/types.h"
+#include "engine/util/thread_pool.h"
+#include "tests/unit/test_tensor_ref.h"
+
+namespace ember {
+namespace {
+
+// A random matrix of `rows` x `cols` in both layouts.
+struct TwoLayouts {
+    std::vector<uint8_t> rows_bytes;    // [rows x row_stride] the row layout
+    std::vector<uint8_t> panel_bytes;   // [rows x row_stride] the same in Panels16
+    MatrixView rows_view, panels_view;  // over the two
+};
+
+TwoLayouts make_matrix(TensorType t, int64_t rows, int64_t cols, uint32_t seed) {
+    std::mt19937 rng(seed);
+    TwoLayouts m;
+    for (int64_t r = 0; r < rows; ++r) {
+        const auto row = test::random_row(t, cols, rng);
+        m.rows_bytes.insert(m.rows_bytes.end(), row.begin(), row.end());
+    }
+    const size_t stride = row_bytes(type_info(t), static_cast<uint64_t>(cols));
+    m.panel_bytes.resize(m.rows_bytes.size());
+    write_panels16(m.rows_bytes.data(), m.panel_bytes.data(), rows, stride,
+                   type_info(t).block_bytes, 2);
+    m.rows_view = MatrixView{t, m.rows_bytes.data(), rows, cols, stride};
+    m.panels_view = m.rows_view;
+    m.panels_view.data = m.panel_bytes.data();
+    m.panels_view.layout = WeightLayout::Panels16;
+    return m;
+}
+
+std::vector<float> random_x(int64_t n, uint32_t seed) {
+    std::mt19937 rng(seed);
+    std::normal_distribution<float> nd;
+    std::vector<float> x(static_cast<size_t>(n));
+    for (float& v : x) v = nd(rng);
+    return x;
+}
+
+class Panels16 : public ::testing::TestWithParam<TensorType> {
+protected:
+    void SetUp() override {
+        if (active_kernels()[GetParam()].gemm_panels16 == nullptr) {
+            GTEST_SKIP() << "the active kernels (" << active_kernels().isa
+                         << ") have no 16-row-panel kernel for this type";
+        }
+    }
+};
+
+TEST_P(Panels16, MultipliesBitForBitAsTheRowLayout) {
+    const TensorType t = GetParam();
+    // 96 rows: 6 panels, so tasks of 32 rows split them across workers; 1024 columns: 4 blocks.
+    const int64_t rows = 96, cols = 1024;
+    const TwoLayouts m = make_matrix(t, rows, cols, 11);
+    ASSERT_NE(m.rows_bytes, m.panel_bytes);  // the layout did move the bytes
+    for (int threads : {1, 2, 3}) {
+        ThreadPool pool(threads);
+        MatmulScratch scratch;
+        // 1-8 tokens: the gemv kernels; 9, 17: the chunked panels; 64: the prefill panels.
+        for (int64_t n : {1, 2, 3, 5, 8, 9, 17, 64}) {
+            const auto x = random_x(n * cols, static_cast<uint32_t>(100 + n));
+            std::vector<float> want(static_cast<size_t>(n * rows)), got(want.size(), -1.0f);
+            matmul(pool, m.rows_view, x.data(), n, want.data(), rows, scratch);
+            matmul(pool, m.panels_view, x.data(), n, got.data(), rows, scratch);
+            ASSERT_EQ(0, std::memcmp(want.data(), got.data(), want.size() * sizeof(float)))
+                << n << " tokens on " << threads << " threads";
+            // The fused section of several outputs takes the same kernels.
+            std::vector<float> got2(want.size(), -1.0f);
+            const MatmulOut outs[] = {{&m.rows_view, want.data(), rows},
+                                      {&m.panels_view, got2.data(), rows}};
+            matmul_many(pool, outs, x.data(), n, scratch);
+            ASSERT_EQ(0, std::memcmp(want.data(), got2.data(), want.size() * sizeof(float)))
+                << n << " tokens, fused, on " << threads << " threads";
+        }
+    }
+}
+
+TEST_P(Panels16, RowsReadBackAndDequantizeAsTheRowLayout) {
+    const TensorType t = GetParam();
+    const int64_t rows = 48, cols = 512;
+    const TwoLayouts m = make_matrix(t, rows, cols, 12);
+    std::vector<uint8_t> row(m.rows_view.row_stride);
+    std::vector<float> want(static_cast<size_t>(cols)), got(want.size());
+    for (int64_t r = 0; r < rows; ++r) {
+        read_panels16_row(m.panels_view, r, row.data());
+        ASSERT_EQ(0, std::memcmp(row.data(), m.rows_bytes.data() + r * m.rows_view.row_stride,
+                                 row.size()))
+            << "row " << r;
+        dequantize_row(m.rows_view, r, want.data());
+        dequantize_row(m.panels_view, r, got.data());
+        ASSERT_EQ(0, std::memcmp(want.data(), got.data(), want.size() * sizeof(float)))
+            << "row " << r;
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(Types, Panels16, ::testing::Values(TensorType::Q4_K, TensorType::Q6_K),
+                         [](const auto& p) { return std::string(type_info(p.param).name); });
+
+TEST(Panels16Layout, OnlyWholePanelsOfAPanelKernelsTypeQualify) {
+    const KernelTable& table = active_kernels();
+    std::vector<uint8_t> bytes(64 * 144);
+    MatrixView w{TensorType::Q4_K, bytes.data(), 64, 256, 144};
+    EXPECT_EQ(can_use_panels16(w, table), table[TensorType::Q4_K].gemm_panels16 != nullptr);
+    MatrixView odd = w;
+    odd.rows = 40;  // two panels and a half
+    EXPECT_FALSE(can_use_panels16(odd, table));
+    MatrixView padded = w;
+    padded.row_stride = 160;  // rows not densely packed
+    EXPECT_FALSE(can_use_panels16(padded, table));
+    MatrixView q8 = w;
+    q8.type = TensorType::Q8_0;  // no panel kernel for this type
+    q8.row_stride = 272;
+    EXPECT_FALSE(can_use_panels16(q8, table));
+    MatrixView done = w;
+    done.layout = WeightLayout::Panels16;  // already rewritten
+    EXPECT_FALSE(can_use_panels16(done, table));
+    // Never for a table without the kernel, whatever the matrix.
+    EXPECT_FALSE(can_use_panels16(w, scalar_kernels()));
+}
+
+TEST(Panels16Layout, RefusesWhatItCannotMultiplyOrWrite) {
+    std::vector<uint8_t> bytes(40 * 144);
+    std::vector<uint8_t> out(bytes.size());
+    try {
+        write_panels16(bytes.data(), out.data(), 40, 144, 144, 1);
+        FAIL() << "40 rows are not whole panels";
+    } catch (const std::invalid_argument& e) {
+        EXPECT_NE(std::string(e.what()).find("40 rows"), std::string::npos) << e.what();
+    }
+    // A Panels16 matrix given to kernels that cannot read it: an error naming the kernels, not
+    // a product read in the wrong layout.
+    MatrixView w{TensorType::Q4_K, bytes.data(), 32, 256, 144, WeightLayout::Panels16};
+    const auto x = random_x(256, 1);
+    std::vector<float> y(32);
+    MatmulScratch scratch;
+    try {
+        matmul_serial(w, x.data(), 1, y.data(), 32, scratch, scalar_kernels());
+        FAIL() << "the scalar kernels have no panel kernel";
+    } catch (const std::invalid_argument& e) {
+        EXPECT_NE(std::string(e.what()).find("scalar"), std::string::npos) << e.what();
+    }
+}
+
+}  // namespace
+}  // namespace ember
