@@ -46,7 +46,7 @@ struct BenchResumeOptions {
     std::string keep_dir;         // keep the databases here instead of a temporary directory
 };
 
-constexpr double kTtftLimit = 0.10;  // warm TTFT must be at most this fraction of cold
+constexpr double kTtftLimit = 0.05;  // warm TTFT must be at most this fraction of cold (issue 15)
 constexpr int kChildTimeoutSeconds = 900;
 
 double since(Clock::time_point t) {

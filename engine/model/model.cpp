@@ -2,7 +2,6 @@
 // check its shape and type, and point MatrixViews into the mmap.
 #include "engine/model/model.h"
 
-
 #include <xxhash.h>
 
 #include <algorithm>
@@ -14,9 +13,9 @@
 #include <thread>
 
 #include "engine/model/gemma3.h"
+#include "engine/model/gptoss.h"
 #include "engine/tensor/panels16.h"
 #include "engine/tensor/traits.h"
-#include "engine/model/gptoss.h"
 #include "engine/tokenizer/tokenizer.h"
 
 namespace ember {

@@ -202,14 +202,12 @@ Prepared prepare_out(const MatrixView& w, const KernelTable& table) {
     if (w.layout == WeightLayout::Panels16) {
         gemm = kernels.gemm_panels16;
         if (gemm == nullptr || w.rows % kPanelRows != 0) {
-            throw std::invalid_argument("a " + std::string(info.name) + " matrix of " +
-                                        std::to_string(w.rows) +
-                                        " rows in 16-row panels cannot be multiplied by the " +
-                                        table.isa + " kernels");
+            throw std::invalid_argument(
+                "a " + std::string(info.name) + " matrix of " + std::to_string(w.rows) +
+                " rows in 16-row panels cannot be multiplied by the " + table.isa + " kernels");
         }
     }
-    return {&kernels, checked_row_stride(w, info), act_row_bytes(kernels.act_format, w.cols),
-            gemm};
+    return {&kernels, checked_row_stride(w, info), act_row_bytes(kernels.act_format, w.cols), gemm};
 }
 
 GemmArgs gemm_args(const MatmulOut& o, const Prepared& p, const uint8_t* act, int64_t n_tokens) {

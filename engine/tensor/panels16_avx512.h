@@ -96,9 +96,9 @@ void panel16_q4k(const uint8_t* w, int64_t n_blocks, const Tokens<C>& tk, float*
     for (int t = 0; t < C; ++t) tot[t] = _mm512_setzero_ps();
     for (int64_t b = 0; b < n_blocks; ++b) {
         const uint8_t* col = w + static_cast<size_t>(b) * kColumn;
-        ColumnPrefetcher pf{next != nullptr ? reinterpret_cast<const char*>(next) + (col - w)
-                                            : nullptr,
-                            kColumn, 4};
+        ColumnPrefetcher pf{
+            next != nullptr ? reinterpret_cast<const char*>(next) + (col - w) : nullptr, kColumn,
+            4};
         __m512i hdr[4];
         for (int i = 0; i < 4; ++i) hdr[i] = _mm512_loadu_si512(col + 64 * i);
         __m512 d_s[8], m_s[8];
@@ -144,9 +144,9 @@ void panel16_q6k(const uint8_t* w, int64_t n_blocks, const Tokens<C>& tk, float*
     for (int t = 0; t < C; ++t) tot[t] = _mm512_setzero_ps();
     for (int64_t b = 0; b < n_blocks; ++b) {
         const uint8_t* col = w + static_cast<size_t>(b) * kColumn;
-        ColumnPrefetcher pf{next != nullptr ? reinterpret_cast<const char*>(next) + (col - w)
-                                            : nullptr,
-                            kColumn, 8};
+        ColumnPrefetcher pf{
+            next != nullptr ? reinterpret_cast<const char*>(next) + (col - w) : nullptr, kColumn,
+            8};
         const __m512 d = _mm512_cvtph_ps(
             _mm256_loadu_si256(reinterpret_cast<const __m256i*>(repack512::q6k_tail(col))));
         __m512i sc0[8], sc1[8];  // group s's two 16-element scales, sign-extended
@@ -164,8 +164,8 @@ void panel16_q6k(const uint8_t* w, int64_t n_blocks, const Tokens<C>& tk, float*
             for (int v = 0; v < 8; ++v) {
                 const __m512i ql = _mm512_loadu_si512(col + 64 * (16 * n + 8 * (k % 2) + v));
                 const __m512i qh = _mm512_loadu_si512(col + 64 * (32 + 8 * n + v));
-                const __m512i lo =
-                    _mm512_and_si512(k >= 2 ? _mm512_srli_epi16(ql, 4) : ql, _mm512_set1_epi8(0x0f));
+                const __m512i lo = _mm512_and_si512(k >= 2 ? _mm512_srli_epi16(ql, 4) : ql,
+                                                    _mm512_set1_epi8(0x0f));
                 // Bits 2k, 2k+1 of each qh byte to bits 4, 5.
                 __m512i hs;
                 if constexpr (k == 0) {
@@ -215,7 +215,9 @@ struct Panel16Kernel<TQ6_K> {
     static constexpr auto fn = &panel16_q6k<C>;
 };
 template <class T>
-concept HasPanel16 = requires { Panel16Kernel<T>::template fn<1>; };
+concept HasPanel16 = requires {
+    Panel16Kernel<T>::template fn<1>;
+};
 
 template <class T, int C>
 void gemv16_c(const GemmArgs& g) {

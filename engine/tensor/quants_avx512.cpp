@@ -188,8 +188,10 @@ struct Avx512 {
 void install_avx512_kernels(KernelTable& table) {
     using tensor_avx512::Avx512;
     tensor_avx512::install_all<Avx512>(table, "avx512");
-    table[TensorType::Q4_K].gemm_panels16 = tensor_avx512::gemm_q<Avx512, tensor_avx512::TQ4_K, true>;
-    table[TensorType::Q6_K].gemm_panels16 = tensor_avx512::gemm_q<Avx512, tensor_avx512::TQ6_K, true>;
+    table[TensorType::Q4_K].gemm_panels16 =
+        tensor_avx512::gemm_q<Avx512, tensor_avx512::TQ4_K, true>;
+    table[TensorType::Q6_K].gemm_panels16 =
+        tensor_avx512::gemm_q<Avx512, tensor_avx512::TQ6_K, true>;
 }
 
 }  // namespace ember

@@ -4,9 +4,9 @@
 //   matmul64/<type>/<level>   1536 x 576 weights x 64 tokens (prefill shape)
 // (768 columns for the K-quants, whose rows are multiples of 256)
 // on one thread, plus matvec/matmul64 of the active level on two threads; the types with a
-// 16-row-panel kernel also as matvec_panels16 / matvec_dram_panels16 (WeightLayout::Panels16). Bytes/s counts weight
-// bytes, items/s multiply-adds, so a regression in one kernel shows without a whole model.
-// Filter with --benchmark_filter, e.g. 'matmul64/q4_K'.
+// 16-row-panel kernel also as matvec_panels16 / matvec_dram_panels16 (WeightLayout::Panels16).
+// Bytes/s counts weight bytes, items/s multiply-adds, so a regression in one kernel shows without a
+// whole model. Filter with --benchmark_filter, e.g. 'matmul64/q4_K'.
 #include <benchmark/benchmark.h>
 
 #include <cstdlib>
@@ -29,10 +29,11 @@ namespace {
 
 const std::vector<TensorType>& bench_types() {
     static const std::vector<TensorType> types = {
-        TensorType::F32,  TensorType::F16,  TensorType::BF16, TensorType::Q8_0,   TensorType::Q4_0,
-        TensorType::Q4_1, TensorType::Q5_0, TensorType::Q5_1, TensorType::IQ4_NL, TensorType::Q2_K,
-        TensorType::Q3_K, TensorType::Q4_K, TensorType::Q5_K, TensorType::Q6_K, TensorType::IQ4_XS,
-        TensorType::IQ3_S, TensorType::MXFP4};
+        TensorType::F32,    TensorType::F16,  TensorType::BF16,   TensorType::Q8_0,
+        TensorType::Q4_0,   TensorType::Q4_1, TensorType::Q5_0,   TensorType::Q5_1,
+        TensorType::IQ4_NL, TensorType::Q2_K, TensorType::Q3_K,   TensorType::Q4_K,
+        TensorType::Q5_K,   TensorType::Q6_K, TensorType::IQ4_XS, TensorType::IQ3_S,
+        TensorType::MXFP4};
     return types;
 }
 
@@ -127,8 +128,8 @@ int64_t env_or(const char* name, int64_t fallback) {
 // against the read bandwidth printed at start-up (decode's roofline). The environment overrides
 // the shape: EMBER_BENCH_DRAM_MB (machines with a larger L3), EMBER_BENCH_DRAM_COLS (a multiple
 // of 256) and EMBER_BENCH_DRAM_TOKENS (tokens per call: a speculative check verifies up to 8).
-void bench_matvec_dram(benchmark::State& state, const KernelTable* table, TensorType t,
-                       int threads, WeightLayout layout = WeightLayout::Rows) {
+void bench_matvec_dram(benchmark::State& state, const KernelTable* table, TensorType t, int threads,
+                       WeightLayout layout = WeightLayout::Rows) {
     const int64_t cols = env_or("EMBER_BENCH_DRAM_COLS", 2304);
     const int64_t mb = env_or("EMBER_BENCH_DRAM_MB", 96);
     const int64_t n_tokens = env_or("EMBER_BENCH_DRAM_TOKENS", 1);
@@ -162,19 +163,23 @@ int main(int argc, char** argv) {
         for (TensorType t : bench_types()) {
             const std::string suffix = lower_name(t) + "/" + tp->isa;
             benchmark::RegisterBenchmark(("dot/" + suffix).c_str(), bench_dot, tp, t);
-            benchmark::RegisterBenchmark(("matvec/" + suffix).c_str(), bench_matmul, tp, t, 1, 1, WeightLayout::Rows)
+            benchmark::RegisterBenchmark(("matvec/" + suffix).c_str(), bench_matmul, tp, t, 1, 1,
+                                         WeightLayout::Rows)
                 ->Unit(benchmark::kMicrosecond);
-            benchmark::RegisterBenchmark(("matmul64/" + suffix).c_str(), bench_matmul, tp, t, 64, 1, WeightLayout::Rows)
+            benchmark::RegisterBenchmark(("matmul64/" + suffix).c_str(), bench_matmul, tp, t, 64, 1,
+                                         WeightLayout::Rows)
                 ->Unit(benchmark::kMicrosecond);
         }
     }
     const KernelTable* active = &active_kernels();
     for (TensorType t : bench_types()) {
         const std::string suffix = lower_name(t) + "/" + active->isa + "/2threads";
-        benchmark::RegisterBenchmark(("matvec/" + suffix).c_str(), bench_matmul, active, t, 1, 2, WeightLayout::Rows)
+        benchmark::RegisterBenchmark(("matvec/" + suffix).c_str(), bench_matmul, active, t, 1, 2,
+                                     WeightLayout::Rows)
             ->Unit(benchmark::kMicrosecond)
             ->UseRealTime();
-        benchmark::RegisterBenchmark(("matmul64/" + suffix).c_str(), bench_matmul, active, t, 64, 2, WeightLayout::Rows)
+        benchmark::RegisterBenchmark(("matmul64/" + suffix).c_str(), bench_matmul, active, t, 64, 2,
+                                     WeightLayout::Rows)
             ->Unit(benchmark::kMicrosecond)
             ->UseRealTime();
     }
@@ -182,7 +187,8 @@ int main(int argc, char** argv) {
         for (int threads : {1, 2}) {
             const std::string name = "matvec_dram/" + lower_name(t) + "/" + active->isa + "/" +
                                      std::to_string(threads) + "threads";
-            benchmark::RegisterBenchmark(name.c_str(), bench_matvec_dram, active, t, threads, WeightLayout::Rows)
+            benchmark::RegisterBenchmark(name.c_str(), bench_matvec_dram, active, t, threads,
+                                         WeightLayout::Rows)
                 ->Unit(benchmark::kMillisecond)
                 ->UseRealTime();
         }
@@ -190,8 +196,8 @@ int main(int argc, char** argv) {
     for (TensorType t : bench_types()) {
         if (active->types[static_cast<uint32_t>(t)].gemm_panels16 == nullptr) continue;
         const std::string suffix = lower_name(t) + "/" + active->isa;
-        benchmark::RegisterBenchmark(("matvec_panels16/" + suffix).c_str(), bench_matmul, active,
-                                     t, 1, 1, WeightLayout::Panels16)
+        benchmark::RegisterBenchmark(("matvec_panels16/" + suffix).c_str(), bench_matmul, active, t,
+                                     1, 1, WeightLayout::Panels16)
             ->Unit(benchmark::kMicrosecond);
         for (int threads : {1, 2}) {
             const std::string name =

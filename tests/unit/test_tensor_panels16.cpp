@@ -11,12 +11,15 @@
 #include <string>
 #include <vector>
 
+#include "engine/model/model.h"
 #include "engine/tensor/cpu_features.h"
 #include "engine/tensor/matmul.h"
 #include "engine/tensor/panels16.h"
 #include "engine/tensor/traits.h"
 #include "engine/tensor/types.h"
 #include "engine/util/thread_pool.h"
+#include "tests/support/fixtures.h"
+#include "tests/support/reference_logits.h"
 #include "tests/unit/test_tensor_ref.h"
 
 namespace ember {
@@ -156,6 +159,39 @@ TEST(Panels16Layout, RefusesWhatItCannotMultiplyOrWrite) {
         FAIL() << "the scalar kernels have no panel kernel";
     } catch (const std::invalid_argument& e) {
         EXPECT_NE(std::string(e.what()).find("scalar"), std::string::npos) << e.what();
+    }
+}
+
+// A whole model (the Q4_K_M quant fixture: Q4_K and Q6_K matrices of 128-768 rows, a separate
+// Q6_K output) loaded with and without the panels: every logit the same bits, one token at a
+// time (the decode kernels) and in uneven batches (the panels), and the views really moved.
+TEST(Panels16Model, LogitsBitForBitWithAndWithoutPanels) {
+    const std::string rel = "quant/qfix-Q4_K_M.gguf";
+    EMBER_REQUIRE_FIXTURE(rel);
+    if (active_kernels()[TensorType::Q4_K].gemm_panels16 == nullptr) {
+        GTEST_SKIP() << "the active kernels (" << active_kernels().isa << ") have no panel kernel";
+    }
+    const auto with = Model::load(test::fixture_path(rel));
+    const auto without = Model::load(test::fixture_path(rel), LoadOptions{false});
+    int panels = 0;
+    for (const auto& L : with->layers()) {
+        for (const MatrixView* w : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down}) {
+            panels += w->layout == WeightLayout::Panels16;
+        }
+    }
+    EXPECT_EQ(panels, 7 * static_cast<int>(with->layers().size()));
+    EXPECT_EQ(with->output().layout, WeightLayout::Panels16);
+    EXPECT_EQ(without->output().layout, WeightLayout::Rows);
+    EXPECT_EQ(with->fingerprint(), without->fingerprint());  // same model, same saved state
+    std::vector<int32_t> ids;
+    for (int i = 0; i < 40; ++i) ids.push_back((i * 37 + 5) % 500 + 1);
+    ThreadPool pool(2);
+    for (const std::vector<int64_t>& sizes : std::vector<std::vector<int64_t>>{{1}, {17, 3, 9}}) {
+        const auto a = test::logits_in_batches(*with, pool, ids, sizes);
+        const auto b = test::logits_in_batches(*without, pool, ids, sizes);
+        ASSERT_EQ(a.size(), b.size());
+        EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * sizeof(float)))
+            << "batches of " << sizes[0];
     }
 }
 
