@@ -77,6 +77,13 @@ struct ColumnPrefetcher {
     size_t bytes;      // of the block column
     int steps;
     int done = 0;
+    // Block column b (`bytes` each) of the panel at next_panel (nullptr: none).
+    ColumnPrefetcher(const uint8_t* next_panel, int64_t b, size_t column_bytes, int n_steps)
+        : next(next_panel != nullptr ? reinterpret_cast<const char*>(next_panel) +
+                                           static_cast<size_t>(b) * column_bytes
+                                     : nullptr),
+          bytes(column_bytes),
+          steps(n_steps) {}
     void operator()() {
         if (next == nullptr) return;
         const size_t from = bytes * static_cast<size_t>(done) / static_cast<size_t>(steps);
@@ -96,9 +103,7 @@ void panel16_q4k(const uint8_t* w, int64_t n_blocks, const Tokens<C>& tk, float*
     for (int t = 0; t < C; ++t) tot[t] = _mm512_setzero_ps();
     for (int64_t b = 0; b < n_blocks; ++b) {
         const uint8_t* col = w + static_cast<size_t>(b) * kColumn;
-        ColumnPrefetcher pf{
-            next != nullptr ? reinterpret_cast<const char*>(next) + (col - w) : nullptr, kColumn,
-            4};
+        ColumnPrefetcher pf(next, b, kColumn, 4);
         __m512i hdr[4];
         for (int i = 0; i < 4; ++i) hdr[i] = _mm512_loadu_si512(col + 64 * i);
         __m512 d_s[8], m_s[8];
@@ -144,9 +149,7 @@ void panel16_q6k(const uint8_t* w, int64_t n_blocks, const Tokens<C>& tk, float*
     for (int t = 0; t < C; ++t) tot[t] = _mm512_setzero_ps();
     for (int64_t b = 0; b < n_blocks; ++b) {
         const uint8_t* col = w + static_cast<size_t>(b) * kColumn;
-        ColumnPrefetcher pf{
-            next != nullptr ? reinterpret_cast<const char*>(next) + (col - w) : nullptr, kColumn,
-            8};
+        ColumnPrefetcher pf(next, b, kColumn, 8);
         const __m512 d = _mm512_cvtph_ps(
             _mm256_loadu_si256(reinterpret_cast<const __m256i*>(repack512::q6k_tail(col))));
         __m512i sc0[8], sc1[8];  // group s's two 16-element scales, sign-extended
