@@ -502,30 +502,40 @@ struct KScalesC {  // Q6_K: x = d * sc_h * (q - 32) per 16-element half h
     __m512i sc1[8];
 };
 
-// Q4_K / Q5_K: as q4k_params for 16 rows at once.
-inline void q45k_scales(const PanelRows& pr, const uint8_t* blk, KScalesB* s) {
-    const __m512i dd = pr.gather(blk, 0);
-    const __m512i w0 = pr.gather(blk, 4), w1 = pr.gather(blk, 8), w2 = pr.gather(blk, 12);
+// Q4_K / Q5_K: the 16 bytes d, dmin, scales[12] of 16 rows (v[0..3], one dword per row and
+// lane) -> d_s = d * sc_s and m_s = -(dmin * mn_s) of the 8 groups, as q4k_params. Shared by
+// this gemv (gathered rows), the panel repacks and the Panels16 kernel (loaded vectors).
+inline void q4k_scales(const __m512i v[4], __m512 d_s[8], __m512 m_s[8]) {
+    const __m512i dd = v[0];
+    const __m512i s0 = v[1];  // scales[0..3]
+    const __m512i s1 = v[2];  // scales[4..7]
+    const __m512i s2 = v[3];  // scales[8..11]
     const __m512 d = half_lanes<false>(dd), dmin = half_lanes<true>(dd);
-    const __m512i m6 = _mm512_set1_epi32(63), m4 = _mm512_set1_epi32(15), m2 = _mm512_set1_epi32(3);
+    const __m512i m6 = _mm512_set1_epi8(0x3f), m4 = _mm512_set1_epi8(0x0f),
+                  top2 = _mm512_set1_epi8(0x30);
+    // Bytes i of these hold scale/min i (i < 4) and i + 4.
+    const __m512i sc_lo = _mm512_and_si512(s0, m6);
+    const __m512i mn_lo = _mm512_and_si512(s1, m6);
+    const __m512i sc_hi =
+        _mm512_or_si512(_mm512_and_si512(s2, m4), _mm512_and_si512(_mm512_srli_epi32(s0, 2), top2));
+    const __m512i mn_hi = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(s2, 4), m4),
+                                          _mm512_and_si512(_mm512_srli_epi32(s1, 2), top2));
     const __m512 neg = _mm512_set1_ps(-0.0f);
     for (int i = 0; i < 8; ++i) {
-        __m512i sc, mn;
-        if (i < 4) {
-            sc = _mm512_and_si512(_mm512_srli_epi32(w0, 8 * i), m6);
-            mn = _mm512_and_si512(_mm512_srli_epi32(w1, 8 * i), m6);
-        } else {
-            const int j = i - 4;
-            sc = _mm512_or_si512(
-                _mm512_and_si512(_mm512_srli_epi32(w2, 8 * j), m4),
-                _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(w0, 8 * j + 6), m2), 4));
-            mn = _mm512_or_si512(
-                _mm512_and_si512(_mm512_srli_epi32(w2, 8 * j + 4), m4),
-                _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(w1, 8 * j + 6), m2), 4));
-        }
-        s->d[i] = _mm512_mul_ps(d, _mm512_cvtepi32_ps(sc));
-        s->m[i] = _mm512_xor_ps(_mm512_mul_ps(dmin, _mm512_cvtepi32_ps(mn)), neg);
+        const __m512i byte = _mm512_set1_epi32(0xff);
+        const __m512i sc =
+            _mm512_and_si512(_mm512_srli_epi32(i < 4 ? sc_lo : sc_hi, 8 * (i % 4)), byte);
+        const __m512i mn =
+            _mm512_and_si512(_mm512_srli_epi32(i < 4 ? mn_lo : mn_hi, 8 * (i % 4)), byte);
+        d_s[i] = _mm512_mul_ps(d, _mm512_cvtepi32_ps(sc));
+        m_s[i] = _mm512_xor_ps(_mm512_mul_ps(dmin, _mm512_cvtepi32_ps(mn)), neg);
     }
+}
+
+inline void q45k_scales(const PanelRows& pr, const uint8_t* blk, KScalesB* s) {
+    const __m512i v[4] = {pr.gather(blk, 0), pr.gather(blk, 4), pr.gather(blk, 8),
+                          pr.gather(blk, 12)};
+    q4k_scales(v, s->d, s->m);
 }
 
 struct KQ4 {

@@ -107,7 +107,7 @@ void panel16_q4k(const uint8_t* w, int64_t n_blocks, const Tokens<C>& tk, float*
         __m512i hdr[4];
         for (int i = 0; i < 4; ++i) hdr[i] = _mm512_loadu_si512(col + 64 * i);
         __m512 d_s[8], m_s[8];
-        repack512::q4k_scales(hdr, d_s, m_s);
+        q4k_scales(hdr, d_s, m_s);
         for (int j = 0; j < 4; ++j) {
             pf();
             __m512i c[8];

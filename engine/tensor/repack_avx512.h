@@ -218,38 +218,13 @@ void repack_q5(const PanelRows& pr, int64_t n_groups, uint8_t* panel, size_t kG)
 }
 
 // Q4_K/Q5_K: d, dmin and the 8 (scale, min) pairs of 6 bits of 16 rows.
-// Q4_K / Q5_K: the 16 bytes d, dmin, scales[12] of 16 rows (v[0..3], one dword per row and
-// lane) -> d_s = d * sc_s and m_s = -(dmin * mn_s) of the 8 groups, as the row's params.
-inline void q4k_scales(const __m512i v[4], __m512 d_s[8], __m512 m_s[8]) {
-    const __m512i dd = v[0];
-    const __m512i s0 = v[1];  // scales[0..3]
-    const __m512i s1 = v[2];  // scales[4..7]
-    const __m512i s2 = v[3];  // scales[8..11]
-    const __m512 d = half_lo(dd), dmin = half_hi(dd);
-    const __m512i m6 = bytes(0x3f), m4 = bytes(0x0f), top2 = bytes(0x30);
-    // Bytes i of these hold scale/min i (i < 4) and i + 4.
-    const __m512i sc_lo = _mm512_and_si512(s0, m6);
-    const __m512i mn_lo = _mm512_and_si512(s1, m6);
-    const __m512i sc_hi =
-        _mm512_or_si512(_mm512_and_si512(s2, m4), _mm512_and_si512(_mm512_srli_epi32(s0, 2), top2));
-    const __m512i mn_hi = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(s2, 4), m4),
-                                          _mm512_and_si512(_mm512_srli_epi32(s1, 2), top2));
-    const __m512 neg = _mm512_set1_ps(-0.0f);
-    for (int i = 0; i < 8; ++i) {
-        const __m512i sc = byte_u(i < 4 ? sc_lo : sc_hi, i % 4);
-        const __m512i mn = byte_u(i < 4 ? mn_lo : mn_hi, i % 4);
-        d_s[i] = _mm512_mul_ps(d, _mm512_cvtepi32_ps(sc));
-        m_s[i] = _mm512_xor_ps(_mm512_mul_ps(dmin, _mm512_cvtepi32_ps(mn)), neg);
-    }
-}
-
 template <class Src>
 inline void q4k_params(const Src& pr, size_t off, uint8_t* panel, size_t kG) {
     // The 16 bytes d, dmin, scales[12] of every row, one dword per vector.
     __m512i v[4];
     transpose16(pr, off, v);
     __m512 d_s[8], m_s[8];
-    q4k_scales(v, d_s, m_s);
+    gemv512::q4k_scales(v, d_s, m_s);
     for (int i = 0; i < 8; ++i) {
         const GroupOut out{panel + i * kG};
         out.f(0, d_s[i]);
