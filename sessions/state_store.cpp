@@ -429,7 +429,7 @@ int64_t StateStore::load_chain(const std::vector<BlockRow>& chain, int64_t have,
                   std::min<unsigned>(kMaxRestoreThreads, static_cast<unsigned>(loads.size())));
     // The chunks, before threads write into them (a blob reaching past the context is
     // refused by apply_kv_rows and dropped).
-    kv.reserve(std::min(loads.back().end, kv.capacity()));
+    kv.reserve(std::min(loads.back().end, kv.capacity()), KvCache::Pages::SmallPages);
     std::mutex db_mutex;
     std::vector<std::thread> helpers;
     for (unsigned t = 1; t < threads; ++t) {

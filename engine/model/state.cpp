@@ -36,7 +36,7 @@ void KvCache::init(int64_t n_layer, int64_t k_width, int64_t v_width, int64_t ma
     regions_.clear();
 }
 
-void KvCache::reserve(int64_t n) {
+void KvCache::reserve(int64_t n, Pages pages) {
     if (n > max_positions_) {
         throw std::length_error("KV cache: " + std::to_string(n) +
                                 " positions exceed the context of " +
@@ -54,6 +54,7 @@ void KvCache::reserve(int64_t n) {
         // a huge page is resident whole once written, so a chunk opened by one decoded token
         // would hold all its memory at once (each 2 MiB spans two layers' 256 positions).
         const bool huge =
+            pages == Pages::HugeWhereFilled &&
             std::min(n, (c + 1) * kChunkPositions) - c * kChunkPositions >= kChunkPositions / 2;
         PageRegion& region =
             regions_.emplace_back(static_cast<size_t>(layers) * (k_bytes + v_bytes), huge);

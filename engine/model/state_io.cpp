@@ -319,7 +319,7 @@ void apply_kv_rows(std::span<const uint8_t> blob, KvCache& kv, int64_t from, int
         throw StateFormatError("state blob: position " + std::to_string(to) +
                                " exceeds the context of " + std::to_string(kv.capacity()));
     }
-    kv.reserve(to);
+    kv.reserve(to, KvCache::Pages::SmallPages);  // rows copied in: see Pages
     const size_t k_bytes = static_cast<size_t>(kv.k_row_bytes());
     const size_t v_bytes = static_cast<size_t>(kv.v_row_bytes());
     const int64_t end = b.begin + b.count;
