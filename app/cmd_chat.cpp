@@ -140,6 +140,8 @@ int run_local_chat(ChatOptions& o) {
     copts.prefix_cache = !o.no_prefix_cache;
     // A script reads each reply as one piece: it gets it before the state is stored.
     copts.defer_state_save = scripted;
+    // A chat's next turn follows this one: its start is evaluated once the reply is out.
+    copts.prepare_next_turn = true;
     copts.stop_strings = o.stops;
     copts.max_thinking_tokens = o.max_thinking_tokens;
     if (o.think != "auto") {

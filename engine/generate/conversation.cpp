@@ -167,7 +167,7 @@ void Conversation::set_context(int64_t tokens) {
                                     std::to_string(model_.config().n_ctx_train) +
                                     " tokens at most");
     }
-    store_pending_state();  // the old state goes
+    store_pending(/*prepare=*/false);  // the old state goes
     state_ = make_state(model_.config(), tokens, options_.kv_type);
     options_.context = tokens;
     cached_.clear();
@@ -392,7 +392,7 @@ size_t Conversation::reuse_prefix(const std::vector<int32_t>& tokens, TurnResult
 
 TurnResult Conversation::respond(Sampler& sampler, const GenerateOptions& options,
                                  const TextCallback& on_text) {
-    store_pending_state();
+    store_pending(/*prepare=*/false);  // this turn's prompt is here: no need to guess its start
     TurnResult result;
     const std::string rendered = render_prompt();
     const bool starts_in_thinking = template_knows_thinking_ && prompt_opens_thinking(rendered);
@@ -412,7 +412,6 @@ TurnResult Conversation::respond(Sampler& sampler, const GenerateOptions& option
     if (!state_->recurrent.empty()) evaluate_hybrid_prompt(tokens, reuse, prompt);
     const bool stop_cut = generate_reply(std::move(prompt), sampler, options, on_text,
                                          replies_think(), starts_in_thinking, result);
-    remember_evaluated(tokens, result);
     // The ids stand for the reply text only when they are exactly its tokens: no stop string
     // cut the text short and no thinking precedes it. A harmony reply's ids hold its channel
     // markup, and the template writes a past reply otherwise anyway (no analysis, <|end|>).
@@ -421,6 +420,9 @@ TurnResult Conversation::respond(Sampler& sampler, const GenerateOptions& option
     messages_.push_back(ChatMessage{"assistant", result.reply,
                                     ids_are_text ? result.ids : std::vector<int32_t>{},
                                     result.thinking});
+    // After the reply is a message: preparing the next turn renders the conversation.
+    next_turn_pending_ = options_.prepare_next_turn;
+    remember_evaluated(tokens, result);
     return result;
 }
 
@@ -440,13 +442,29 @@ void Conversation::remember_evaluated(const std::vector<int32_t>& tokens,
     cached_.insert(cached_.end(), result.ids.begin(), result.ids.end());
     cached_.resize(static_cast<size_t>(state_->kv.length()));
     if (snapshots_) snapshots_->save(kSnapshotReplyEnd, state_->recurrent);
-    if (store_ == nullptr || !options_.prefix_cache) return;
-    pending_prompt_ = tokens;
-    state_save_pending_ = true;
+    if (!options_.prefix_cache) {
+        next_turn_pending_ = false;  // every turn starts from scratch anyway
+        return;
+    }
+    if (store_ != nullptr) {
+        pending_prompt_ = tokens;
+        state_save_pending_ = true;
+    }
     if (!options_.defer_state_save) store_pending_state();
 }
 
 void Conversation::store_pending_state() {
+    store_pending(/*prepare=*/true);
+}
+
+void Conversation::store_pending(bool prepare) {
+    const bool prepare_now = prepare && next_turn_pending_;
+    next_turn_pending_ = false;
+    store_turn_state();
+    if (prepare_now) prepare_next_turn_prefix();
+}
+
+void Conversation::store_turn_state() {
     if (!state_save_pending_) return;
     state_save_pending_ = false;
     if (store_ == nullptr) return;
@@ -459,10 +477,62 @@ void Conversation::store_pending_state() {
     }
 }
 
+std::vector<int32_t> Conversation::next_turn_prefix() {
+    // The conversation with a new user message, for two messages that differ from their
+    // first character: where their tokens part is where the new message's own tokens begin
+    // (or a token before, where the tokenizer joins a message to the text before it).
+    std::array<std::vector<int32_t>, 2> probes;
+    const std::array<const char*, 2> texts = {"Hi", "Ok"};
+    for (size_t i = 0; i < probes.size(); ++i) {
+        messages_.push_back(ChatMessage{"user", texts[i], {}, {}});
+        try {
+            probes[i] = tokenize_prompt(render_prompt());
+        } catch (...) {
+            messages_.pop_back();
+            throw;
+        }
+        messages_.pop_back();
+    }
+    size_t shared = 0;
+    const size_t limit = std::min(probes[0].size(), probes[1].size());
+    while (shared < limit && probes[0][shared] == probes[1][shared]) ++shared;
+    probes[0].resize(shared);
+    return std::move(probes[0]);
+}
+
+void Conversation::prepare_next_turn_prefix() {
+    // Hybrids roll back only to snapshots of their recurrent state (taken at turn ends).
+    if (!state_->recurrent.empty() || messages_.empty()) return;
+    std::vector<int32_t> prefix;
+    try {
+        prefix = next_turn_prefix();
+    } catch (const std::exception&) {
+        return;  // a template that cannot render: the next turn reports it
+    }
+    // A conversation near the end of the context drops its oldest turns next time (the
+    // prefix would not be the next prompt's start); leave room for a message and its reply.
+    if (static_cast<int64_t>(prefix.size()) > options_.context * 3 / 4) return;
+    size_t keep = 0;
+    const size_t limit = std::min(cached_.size(), prefix.size());
+    while (keep < limit && cached_[keep] == prefix[keep]) ++keep;
+    if (keep == prefix.size() || !state_->kv.can_resume_at(static_cast<int64_t>(keep))) return;
+    state_->kv.set_length(static_cast<int64_t>(keep));
+    cached_.resize(keep);
+    try {
+        forward(model_, *state_, pool_,
+                std::span<const int32_t>(prefix.data() + keep, prefix.size() - keep),
+                LogitsWanted::None);
+    } catch (const std::exception&) {
+        return;  // the state is unchanged by a failed forward: it holds cached_ still
+    }
+    cached_ = std::move(prefix);
+    if (store_ != nullptr) store_->save(cached_, *state_);
+}
+
 TurnResult Conversation::complete(const std::vector<int32_t>& tokens, Sampler& sampler,
                                   const GenerateOptions& options, const TextCallback& on_text) {
     if (tokens.empty()) throw std::invalid_argument("the prompt is empty (no tokens)");
-    store_pending_state();
+    store_pending(/*prepare=*/false);
     const int64_t room = options.max_tokens < 0 ? 1 : options.max_tokens;
     if (static_cast<int64_t>(tokens.size()) + room > options_.context) {
         throw ContextOverflow("the prompt needs " + std::to_string(tokens.size()) +

@@ -63,6 +63,15 @@ struct ConversationOptions {
     // rows (compressing it, writing and syncing the database) takes longer than evaluating a
     // short turn. Whatever a turn left pending is stored before the next one starts.
     bool defer_state_save = false;
+    // After a reply is stored, evaluate the start every next turn's prompt shares: the
+    // history as the template writes past turns (Qwen3 drops an emptied thinking block,
+    // every ChatML template closes the reply and opens the next user message), which the
+    // state holds only up to where the generation prompt and the reply parted from it. The
+    // next turn, here or restored in a new process, then evaluates only its new message.
+    // The work is done when the turn's state is stored (store_pending_state() for a deferred
+    // save), after the reply is out, while the user reads and types; a chat front end wants
+    // it, a server answering independent requests does not.
+    bool prepare_next_turn = false;
 };
 
 struct TurnResult {
@@ -164,7 +173,7 @@ public:
     const std::vector<int32_t>& cached_tokens() const { return cached_; }
     // An optional store of evaluated prefixes beyond the live state (not owned; may be null).
     void set_prefix_store(PrefixStore* store) {
-        store_pending_state();  // into the store that was set when the turn ran
+        store_pending(/*prepare=*/false);  // into the store that was set when the turn ran
         store_ = store;
     }
     PrefixStore* prefix_store() const { return store_; }
@@ -182,7 +191,14 @@ private:
     // After a reply: what the state holds becomes cached_, and the store keeps it (now, or
     // when store_pending_state() is called).
     void remember_evaluated(const std::vector<int32_t>& tokens, const TurnResult& result);
+    // store_pending_state(), and with `prepare` the next turn's shared start after it
+    // (prepare_next_turn; not when the next turn is already here with its own prompt).
+    void store_pending(bool prepare);
+    void store_turn_state();
+    void prepare_next_turn_prefix();
+    std::vector<int32_t> next_turn_prefix();
     bool state_save_pending_ = false;
+    bool next_turn_pending_ = false;       // a reply whose next turn's start is not evaluated yet
     std::vector<int32_t> pending_prompt_;  // the prompt of the turn whose state is pending
 
     const Model& model_;

@@ -216,9 +216,11 @@ TEST(SessionsStorage, GrowsWithTokensNotTurns) {
         all_prompts += num(t, "tokens_reused") + num(t, "tokens_evaluated");
     const int64_t stored = query_int(db, "SELECT SUM(n_tokens) FROM state_blocks");
     // Each token's rows are stored once: the final conversation, give or take the last
-    // sampled token (never evaluated), and far less than every turn's prompt summed.
+    // sampled token (never evaluated), plus the start of the next turn the chat prepares
+    // (the reply's end-of-turn token and the next user header: 5 tokens in Llama 3's
+    // template), and far less than every turn's prompt summed.
     EXPECT_GE(stored, final_tokens - 1);
-    EXPECT_LE(stored, final_tokens);
+    EXPECT_LE(stored, final_tokens + 5);
     EXPECT_LT(stored * 3, all_prompts);
     const int64_t bytes = query_int(db, "SELECT SUM(raw_bytes) FROM state_blocks");
     const int64_t per_token = query_int(db, "SELECT MIN(raw_bytes / n_tokens) FROM state_blocks");

@@ -181,3 +181,86 @@ TEST_P(SessionsConversation, DeferredSaveStoresWhenAskedOrAtTheNextTurn) {
 
 }  // namespace
 }  // namespace ember::sessions
+
+namespace ember::sessions {
+namespace {
+
+// prepare_next_turn: once a turn's state is stored, the conversation evaluates the start
+// every next prompt shares (the reply's end of turn and the next user header; Qwen3 with
+// thinking off also renders a past reply without the empty think block its generation
+// prompt had), so the next turn - here, or restored by a new conversation over the same
+// store, as a new process would - evaluates only from the new message on, and answers what
+// a conversation without the preparation answers.
+class NextTurn : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(NextTurn, PreparedStartIsReusedHereAndRestoredElsewhere) {
+    EMBER_REQUIRE_FIXTURE(GetParam());
+    TempDir dir;
+    ThreadPool pool(2);
+    Database db(dir.file("next.db"));
+    migrate(db);
+    auto model = Model::load(test::fixture_path(GetParam()));
+    StateStore store(db, *model, KvType::F16);
+    ConversationOptions options = small_context();
+    options.kv_type = KvType::F16;
+    options.defer_state_save = true;
+    GenerateOptions generation;
+    generation.max_tokens = 10;
+    const ChatMessage first{"user", "Name three rivers of Europe.", {}, {}};
+    const ChatMessage second{"user", "And three mountains?", {}, {}};
+
+    options.prepare_next_turn = true;
+    Conversation prepared(*model, pool, options);
+    prepared.set_thinking(false);
+    prepared.set_prefix_store(&store);
+    Sampler sampler = greedy();
+    prepared.add_message(first);
+    prepared.respond(sampler, generation, nullptr);
+    const size_t after_reply = prepared.cached_tokens().size();
+    const std::vector<ChatMessage> history = prepared.messages();
+    prepared.store_pending_state();
+    const std::vector<int32_t> start = prepared.cached_tokens();
+    prepared.add_message(second);
+    const std::vector<int32_t> prompt = prepared.prompt_tokens();
+    ASSERT_LT(start.size(), prompt.size());
+    EXPECT_TRUE(std::equal(start.begin(), start.end(), prompt.begin()))
+        << "the prepared start is not where the next prompt starts";
+    const TurnResult here = prepared.respond(sampler, generation, nullptr);
+    EXPECT_EQ(here.tokens_reused, static_cast<int64_t>(start.size()));
+    EXPECT_EQ(here.tokens_reused + here.tokens_evaluated, static_cast<int64_t>(prompt.size()));
+
+    // Without the preparation the state keeps what the generation prompt and the reply
+    // left, which the next prompt leaves sooner.
+    options.prepare_next_turn = false;
+    Conversation plain(*model, pool, options);
+    plain.set_thinking(false);
+    Sampler plain_sampler = greedy();
+    plain.add_message(first);
+    plain.respond(plain_sampler, generation, nullptr);
+    EXPECT_EQ(plain.cached_tokens().size(), after_reply);
+    plain.add_message(second);
+    const TurnResult unprepared = plain.respond(plain_sampler, generation, nullptr);
+    EXPECT_LT(unprepared.tokens_reused, here.tokens_reused);
+    EXPECT_EQ(unprepared.ids, here.ids);
+
+    // A new conversation over the same store restores the prepared start whole.
+    Conversation resumed(*model, pool, options);
+    resumed.set_thinking(false);
+    resumed.set_prefix_store(&store);
+    for (const auto& m : history) resumed.add_message(m);
+    resumed.add_message(second);
+    Sampler resumed_sampler = greedy();
+    const TurnResult again = resumed.respond(resumed_sampler, generation, nullptr);
+    EXPECT_EQ(again.tokens_restored, static_cast<int64_t>(start.size()));
+    EXPECT_EQ(again.ids, here.ids);
+    EXPECT_EQ(store.take_warning(), "");
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, NextTurn,
+                         ::testing::Values("arch/llama/llama.gguf", "arch/qwen3/qwen3.gguf"),
+                         [](const auto& param_info) {
+                             return fs::path(param_info.param).stem().string();
+                         });
+
+}  // namespace
+}  // namespace ember::sessions
