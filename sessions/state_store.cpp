@@ -382,6 +382,7 @@ void load_blocks(Database& db, std::mutex& db_mutex, std::vector<BlockLoad>& loa
     std::vector<uint8_t> packed;
     std::vector<uint8_t> raw;
     std::vector<uint8_t> planes;
+    kv.populate(first, step);  // the chunks the blocks are about to fill, mapped in one go
     for (size_t i = first; i < loads.size(); i += step) {
         BlockLoad& b = loads[i];
         try {

@@ -69,6 +69,12 @@ void KvCache::reserve(int64_t n, Pages pages) {
     }
 }
 
+void KvCache::populate(size_t part, size_t parts) {
+    for (size_t i = part; i < regions_.size(); i += std::max<size_t>(parts, 1)) {
+        regions_[i].populate();
+    }
+}
+
 void KvCache::set_length(int64_t n) {
     if (n < 0 || n > n_chunks_allocated_ * kChunkPositions) {
         throw std::out_of_range("KV cache: length " + std::to_string(n) + " is outside the cache");

@@ -68,6 +68,10 @@ public:
     enum class Pages { HugeWhereFilled, SmallPages };
     // Makes room for positions [0, n); allocates chunks as needed.
     void reserve(int64_t n, Pages pages = Pages::HugeWhereFilled);
+    // Maps the pages of the allocated chunks ahead of a restore writing them (PageRegion::
+    // populate: ~15% less than faulting them in one by one), chunk `part`, `part + parts`,
+    // ... so that restoring threads share the work. Contents are unchanged.
+    void populate(size_t part, size_t parts);
     // Sets the number of valid positions (rollback, or commit after a forward pass or a
     // restore that wrote the rows [length(), n) of every layer).
     void set_length(int64_t n);

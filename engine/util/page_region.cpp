@@ -27,6 +27,14 @@ PageRegion::PageRegion(size_t bytes, bool huge) {
     if (huge) ::madvise(data_, size_, MADV_HUGEPAGE);
 }
 
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23  // Linux 5.14; older C libraries lack the name
+#endif
+
+void PageRegion::populate() {
+    if (data_ != nullptr) ::madvise(data_, size_, MADV_POPULATE_WRITE);
+}
+
 PageRegion::~PageRegion() {
     release();
 }
