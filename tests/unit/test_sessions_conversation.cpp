@@ -125,17 +125,32 @@ INSTANTIATE_TEST_SUITE_P(Models, SessionsConversation,
 // defer_state_save (scripted chat): a turn stores nothing until store_pending_state(), which
 // stores it once; a turn left pending is stored when the next one starts; and what a deferred
 // save stored restores in a new conversation exactly as an immediate save does.
+// A fixture model with an f16 prefix store over a fresh database, and conversation options
+// that defer the save (as a scripted chat does): what the tests below start from.
+struct DeferredF16Store {
+    explicit DeferredF16Store(const std::string& fixture)
+        : db(dir.file("conv.db")),
+          model((migrate(db), Model::load(test::fixture_path(fixture)))),
+          store(db, *model, KvType::F16) {
+        options.kv_type = KvType::F16;
+        options.defer_state_save = true;
+    }
+    TempDir dir;
+    ThreadPool pool{2};
+    Database db;
+    std::unique_ptr<Model> model;
+    StateStore store;
+    ConversationOptions options = small_context();
+};
+
 TEST_P(SessionsConversation, DeferredSaveStoresWhenAskedOrAtTheNextTurn) {
     EMBER_REQUIRE_FIXTURE(GetParam());
-    TempDir dir;
-    ThreadPool pool(2);
-    Database db(dir.file("deferred.db"));
-    migrate(db);
-    auto model = Model::load(test::fixture_path(GetParam()));
-    StateStore store(db, *model, KvType::F16);
-    ConversationOptions options = small_context();
-    options.kv_type = KvType::F16;
-    options.defer_state_save = true;
+    DeferredF16Store setup(GetParam());
+    Database& db = setup.db;
+    ThreadPool& pool = setup.pool;
+    const std::unique_ptr<Model>& model = setup.model;
+    StateStore& store = setup.store;
+    const ConversationOptions& options = setup.options;
     Conversation conv(*model, pool, options);
     conv.set_prefix_store(&store);
     Sampler sampler = greedy();
@@ -195,15 +210,11 @@ class NextTurn : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(NextTurn, PreparedStartIsReusedHereAndRestoredElsewhere) {
     EMBER_REQUIRE_FIXTURE(GetParam());
-    TempDir dir;
-    ThreadPool pool(2);
-    Database db(dir.file("next.db"));
-    migrate(db);
-    auto model = Model::load(test::fixture_path(GetParam()));
-    StateStore store(db, *model, KvType::F16);
-    ConversationOptions options = small_context();
-    options.kv_type = KvType::F16;
-    options.defer_state_save = true;
+    DeferredF16Store setup(GetParam());
+    ThreadPool& pool = setup.pool;
+    const std::unique_ptr<Model>& model = setup.model;
+    StateStore& store = setup.store;
+    ConversationOptions options = setup.options;
     GenerateOptions generation;
     generation.max_tokens = 10;
     const ChatMessage first{"user", "Name three rivers of Europe.", {}, {}};
