@@ -138,8 +138,9 @@ int run_local_chat(ChatOptions& o) {
                                  " tokens the model was trained for");
     }
     copts.prefix_cache = !o.no_prefix_cache;
-    // A script reads each reply as one piece: it gets it before the state is stored.
-    copts.defer_state_save = scripted;
+    // Every front end shows and commits the reply before the state behind it is stored (a
+    // script reads each reply as one piece; the controller commits, then stores).
+    copts.defer_state_save = true;
     // A chat's next turn follows this one: its start is evaluated once the reply is out.
     copts.prepare_next_turn = true;
     copts.stop_strings = o.stops;

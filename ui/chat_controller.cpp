@@ -287,6 +287,9 @@ ChatOutcome ChatController::run_turn(const TextCallback& on_text,
         if (!outcome.message.empty()) outcome.message += "; ";
         outcome.message += std::string("the reply was not saved: ") + e.what();
     }
+    // The state behind the reply (and the next turn's start, prepared) is stored once the
+    // reply is committed: the message is what must survive, the state is a cache.
+    engine_.store_pending_state();
     return outcome;
 }
 
