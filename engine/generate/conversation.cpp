@@ -36,6 +36,14 @@ std::string_view thinking_end_name(ThinkingEnd end) {
 
 namespace {
 
+// How many leading tokens `a` and `b` have in common.
+size_t shared_prefix(const std::vector<int32_t>& a, const std::vector<int32_t>& b) {
+    const size_t n = std::min(a.size(), b.size());
+    return static_cast<size_t>(
+        std::mismatch(a.begin(), a.begin() + static_cast<ptrdiff_t>(n), b.begin()).first -
+        a.begin());
+}
+
 std::string token_text_or_empty(const Tokenizer& tok, TokenId id) {
     return id == kNoToken ? std::string() : tok.token_to_piece(id, /*render_special=*/true);
 }
@@ -356,8 +364,7 @@ void Conversation::evaluate_hybrid_prompt(const std::vector<int32_t>& tokens, si
 size_t Conversation::reuse_prefix(const std::vector<int32_t>& tokens, TurnResult& result) {
     size_t reuse = 0;
     if (options_.prefix_cache) {
-        const size_t limit = std::min(cached_.size(), tokens.size());
-        while (reuse < limit && cached_[reuse] == tokens[reuse]) ++reuse;
+        reuse = shared_prefix(cached_, tokens);
         // At least one token must be evaluated to get logits for the first reply token.
         if (reuse == tokens.size()) --reuse;
         if (!state_->recurrent.empty()) reuse = rollback_recurrent(reuse);
@@ -493,10 +500,7 @@ std::vector<int32_t> Conversation::next_turn_prefix() {
         }
         messages_.pop_back();
     }
-    size_t shared = 0;
-    const size_t limit = std::min(probes[0].size(), probes[1].size());
-    while (shared < limit && probes[0][shared] == probes[1][shared]) ++shared;
-    probes[0].resize(shared);
+    probes[0].resize(shared_prefix(probes[0], probes[1]));
     return std::move(probes[0]);
 }
 
@@ -512,9 +516,7 @@ void Conversation::prepare_next_turn_prefix() {
     // A conversation near the end of the context drops its oldest turns next time (the
     // prefix would not be the next prompt's start); leave room for a message and its reply.
     if (static_cast<int64_t>(prefix.size()) > options_.context * 3 / 4) return;
-    size_t keep = 0;
-    const size_t limit = std::min(cached_.size(), prefix.size());
-    while (keep < limit && cached_[keep] == prefix[keep]) ++keep;
+    const size_t keep = shared_prefix(cached_, prefix);
     if (keep == prefix.size() || !state_->kv.can_resume_at(static_cast<int64_t>(keep))) return;
     state_->kv.set_length(static_cast<int64_t>(keep));
     cached_.resize(keep);

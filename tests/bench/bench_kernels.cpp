@@ -23,6 +23,7 @@
 #include "engine/tensor/traits.h"
 #include "engine/tensor/types.h"
 #include "engine/util/thread_pool.h"
+#include "tests/support/random_vectors.h"
 
 namespace ember {
 namespace {
@@ -57,14 +58,6 @@ std::vector<uint8_t> make_weights(TensorType t, int64_t rows, int64_t cols, uint
     return w;
 }
 
-std::vector<float> make_x(int64_t n, uint32_t seed) {
-    std::mt19937 rng(seed);
-    std::normal_distribution<float> nd;
-    std::vector<float> x(static_cast<size_t>(n));
-    for (auto& v : x) v = nd(rng);
-    return x;
-}
-
 std::string lower_name(TensorType t) {
     return std::string(type_info(t).name);
 }
@@ -72,7 +65,7 @@ std::string lower_name(TensorType t) {
 void bench_dot(benchmark::State& state, const KernelTable* table, TensorType t) {
     const int64_t n = 4096;
     const auto w = make_weights(t, 1, n, 1);
-    const auto x = make_x(n, 2);
+    const auto x = test::normal_floats(n, 2);
     const TypeKernels& k = (*table)[t];
     std::vector<uint8_t> act(act_row_bytes(k.act_format, n));
     const void* a = x.data();
@@ -105,7 +98,7 @@ void bench_matmul(benchmark::State& state, const KernelTable* table, TensorType 
     // 576 columns as in SmolLM2's projections; the K-quants need a multiple of 256.
     const int64_t rows = 1536, cols = type_info(t).block_elems == 256 ? 768 : 576;
     auto w = make_weights(t, rows, cols, 3);
-    const auto x = make_x(n_tokens * cols, 4);
+    const auto x = test::normal_floats(n_tokens * cols, 4);
     std::vector<float> y(static_cast<size_t>(n_tokens * rows));
     const MatrixView view = layout_view(t, w, rows, cols, layout);
     ThreadPool pool(threads);
@@ -135,7 +128,7 @@ void bench_matvec_dram(benchmark::State& state, const KernelTable* table, Tensor
     const int64_t n_tokens = env_or("EMBER_BENCH_DRAM_TOKENS", 1);
     const int64_t rows = (mb << 20) / static_cast<int64_t>(row_bytes(type_info(t), cols)) / 64 * 64;
     auto w = make_weights(t, rows, cols, 5);
-    const auto x = make_x(n_tokens * cols, 6);
+    const auto x = test::normal_floats(n_tokens * cols, 6);
     std::vector<float> y(static_cast<size_t>(rows * n_tokens));
     const MatrixView view = layout_view(t, w, rows, cols, layout);
     ThreadPool pool(threads);

@@ -19,6 +19,7 @@
 #include "engine/tensor/types.h"
 #include "engine/util/thread_pool.h"
 #include "tests/support/fixtures.h"
+#include "tests/support/random_vectors.h"
 #include "tests/support/reference_logits.h"
 #include "tests/unit/test_tensor_ref.h"
 
@@ -50,14 +51,6 @@ TwoLayouts make_matrix(TensorType t, int64_t rows, int64_t cols, uint32_t seed) 
     return m;
 }
 
-std::vector<float> random_x(int64_t n, uint32_t seed) {
-    std::mt19937 rng(seed);
-    std::normal_distribution<float> nd;
-    std::vector<float> x(static_cast<size_t>(n));
-    for (float& v : x) v = nd(rng);
-    return x;
-}
-
 class Panels16 : public ::testing::TestWithParam<TensorType> {
 protected:
     void SetUp() override {
@@ -79,7 +72,7 @@ TEST_P(Panels16, MultipliesBitForBitAsTheRowLayout) {
         MatmulScratch scratch;
         // 1-8 tokens: the gemv kernels; 9, 17: the chunked panels; 64: the prefill panels.
         for (int64_t n : {1, 2, 3, 5, 8, 9, 17, 64}) {
-            const auto x = random_x(n * cols, static_cast<uint32_t>(100 + n));
+            const auto x = test::normal_floats(n * cols, static_cast<uint32_t>(100 + n));
             std::vector<float> want(static_cast<size_t>(n * rows)), got(want.size(), -1.0f);
             matmul(pool, m.rows_view, x.data(), n, want.data(), rows, scratch);
             matmul(pool, m.panels_view, x.data(), n, got.data(), rows, scratch);
@@ -151,7 +144,7 @@ TEST(Panels16Layout, RefusesWhatItCannotMultiplyOrWrite) {
     // A Panels16 matrix given to kernels that cannot read it: an error naming the kernels, not
     // a product read in the wrong layout.
     MatrixView w{TensorType::Q4_K, bytes.data(), 32, 256, 144, WeightLayout::Panels16};
-    const auto x = random_x(256, 1);
+    const auto x = test::normal_floats(256, 1);
     std::vector<float> y(32);
     MatmulScratch scratch;
     try {
