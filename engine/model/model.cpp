@@ -681,12 +681,23 @@ std::unique_ptr<Model> Model::load(const std::string& path, const LoadOptions& o
 void Model::write_weight_panels() {
     const KernelTable& table = active_kernels();
     // Every matrix of the decode step that can take the layout, the tied output once (its
-    // embedding view follows it).
+    // embedding view follows it). A stacked expert matrix qualifies when every expert is whole
+    // panels, so that expert_rows() slices it at a panel boundary.
     std::vector<MatrixView*> views;
     if (can_use_panels16(output_, table)) views.push_back(&output_);
     for (auto& L : layers_) {
-        for (MatrixView* w : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down}) {
+        for (MatrixView* w : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down,
+                              &L.conv_in, &L.conv_out, &L.ssm_qkv, &L.ssm_z, &L.ssm_alpha,
+                              &L.ssm_beta, &L.ssm_out}) {
             if (w->data != nullptr && can_use_panels16(*w, table)) views.push_back(w);
+        }
+        if (!L.moe()) continue;
+        for (MatrixView* w : {&L.gate_exps, &L.up_exps, &L.down_exps}) {
+            const bool whole_experts = w->rows % config_.n_expert == 0 &&
+                                       w->rows / config_.n_expert % kPanelRows == 0;
+            if (w->data != nullptr && whole_experts && can_use_panels16(*w, table)) {
+                views.push_back(w);
+            }
         }
     }
     auto bytes_of = [](const MatrixView* w) {

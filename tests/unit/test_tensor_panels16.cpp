@@ -7,11 +7,13 @@
 
 #include <cstring>
 #include <random>
+#include <set>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "engine/model/model.h"
+#include "engine/synth/synth.h"
 #include "engine/tensor/cpu_features.h"
 #include "engine/tensor/matmul.h"
 #include "engine/tensor/panels16.h"
@@ -21,6 +23,7 @@
 #include "tests/support/fixtures.h"
 #include "tests/support/random_vectors.h"
 #include "tests/support/reference_logits.h"
+#include "tests/support/temp_dir.h"
 #include "tests/unit/test_tensor_ref.h"
 
 namespace ember {
@@ -155,6 +158,21 @@ TEST(Panels16Layout, RefusesWhatItCannotMultiplyOrWrite) {
     }
 }
 
+// Every logit of `a` and `b` the same bits on one sequence, one token at a time (the decode
+// kernels) and in uneven batches (the panels).
+void expect_same_logits(const Model& a, const Model& b) {
+    std::vector<int32_t> ids;
+    for (int i = 0; i < 40; ++i) ids.push_back((i * 37 + 5) % 500 + 1);
+    ThreadPool pool(2);
+    for (const std::vector<int64_t>& sizes : std::vector<std::vector<int64_t>>{{1}, {17, 3, 9}}) {
+        const auto la = test::logits_in_batches(a, pool, ids, sizes);
+        const auto lb = test::logits_in_batches(b, pool, ids, sizes);
+        ASSERT_EQ(la.size(), lb.size());
+        EXPECT_EQ(0, std::memcmp(la.data(), lb.data(), la.size() * sizeof(float)))
+            << "batches of " << sizes[0];
+    }
+}
+
 // A whole model (the Q4_K_M quant fixture: Q4_K and Q6_K matrices of 128-768 rows, a separate
 // Q6_K output) loaded with and without the panels: every logit the same bits, one token at a
 // time (the decode kernels) and in uneven batches (the panels), and the views really moved.
@@ -175,17 +193,52 @@ TEST(Panels16Model, LogitsBitForBitWithAndWithoutPanels) {
     EXPECT_EQ(panels, 7 * static_cast<int>(with->layers().size()));
     EXPECT_EQ(with->output().layout, WeightLayout::Panels16);
     EXPECT_EQ(without->output().layout, WeightLayout::Rows);
-    EXPECT_EQ(with->fingerprint(), without->fingerprint());  // same model, same saved state
-    std::vector<int32_t> ids;
-    for (int i = 0; i < 40; ++i) ids.push_back((i * 37 + 5) % 500 + 1);
-    ThreadPool pool(2);
-    for (const std::vector<int64_t>& sizes : std::vector<std::vector<int64_t>>{{1}, {17, 3, 9}}) {
-        const auto a = test::logits_in_batches(*with, pool, ids, sizes);
-        const auto b = test::logits_in_batches(*without, pool, ids, sizes);
-        ASSERT_EQ(a.size(), b.size());
-        EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * sizeof(float)))
-            << "batches of " << sizes[0];
+    expect_same_logits(*with, *without);
+}
+
+// A MoE model of Q4_K experts and Q6_K ones (Q4_K_M gives the last eighth of the layers a Q6_K
+// down projection), 16 rows a panel, 256 rows an expert: each expert is sliced out of
+// its stacked matrix in panels, alone for a decode step and several tokens to an expert in a
+// batch. Written by `ember synth` with the qwen3moe fixture's vocabulary.
+TEST(Panels16Model, MoeExpertsInPanelsGiveTheSameLogits) {
+    const std::string vocab = "arch/qwen3moe/qwen3moe.gguf";
+    EMBER_REQUIRE_FIXTURE(vocab);
+    if (active_kernels()[TensorType::Q4_K].gemm_panels16 == nullptr) {
+        GTEST_SKIP() << "the active kernels (" << active_kernels().isa << ") have no panel kernel";
     }
+    SynthShape tiny = *find_synth_shape("qwen3-30b-a3b");
+    tiny.n_embd = 256;
+    tiny.n_layer = 2;
+    tiny.n_head = 4;
+    tiny.n_head_kv = 2;
+    tiny.head_dim = 64;
+    tiny.n_ff = 256;
+    tiny.n_ff_exp = 256;
+    tiny.n_expert = 8;
+    tiny.n_expert_used = 2;
+    test::TempDir dir("ember-panels-moe");
+    SynthOptions o;
+    o.shape = &tiny;
+    o.recipe = SynthRecipe::Q4_K_M;
+    o.vocab_from = test::fixture_path(vocab);
+    o.output = dir.file("moe.gguf");
+    {
+        ThreadPool writer(2);
+        write_synth_model(o, writer);
+    }
+    const auto with = Model::load(o.output);
+    const auto without = Model::load(o.output, LoadOptions{false});
+    std::set<TensorType> expert_types;
+    for (const auto& L : with->layers()) {
+        for (const MatrixView* w : {&L.gate_exps, &L.up_exps, &L.down_exps}) {
+            EXPECT_EQ(w->layout, WeightLayout::Panels16);
+            expert_types.insert(w->type);
+        }
+    }
+    EXPECT_EQ(expert_types, (std::set<TensorType>{TensorType::Q4_K, TensorType::Q6_K}));
+    EXPECT_EQ(without->layers()[0].gate_exps.layout, WeightLayout::Rows);
+    EXPECT_EQ(with->fingerprint(), without->fingerprint());
+    expect_same_logits(*with, *without);
 }
 
 }  // namespace
