@@ -11,7 +11,14 @@
 # The reference engine is built from its public source under /tmp and never committed.
 #
 #   OUT=/tmp/out KIT=.devkit scripts/device_bench.sh qwen3-1.7b:q4_k_m:v_qwen3.gguf:16,8,4,2,1
+#
+# P and N (default 512 and 128) set the prompt and generated tokens of both engines;
+# EMBER_WEIGHT_PANELS=0 in the environment runs Ember on the file's row layout (recorded as
+# "panels" in each line).
 set -u
+P=${P:-512}
+N=${N:-128}
+PANELS=${EMBER_WEIGHT_PANELS:-1}
 K=$(cd "${KIT:-$(dirname "$0")}" && pwd)
 LD="$K/lib/ld-linux-x86-64.so.2 --library-path $K/lib"
 M=/tmp/models; mkdir -p $M
@@ -39,15 +46,15 @@ for spec in "$@"; do
   for t in ${threads//,/ }; do
     cpus=$(echo $CORES | tr ' ' '\n' | head -n $t | paste -sd,)
     s=$(date +%s)
-    e=$(taskset -c $cpus $LD $K/ember bench -m $f -t $t -p 512 -n 128 --reps 1 --json 2>/dev/null)
-    r=$(taskset -c $cpus $LD $K/llama-bench -m $f -t $t -p 512 -n 128 -r 1 -o json 2>/dev/null)
-    python3 - "$shape" "$type" "$t" "$e" "$r" >>$RES <<'PY'
+    e=$(taskset -c $cpus $LD $K/ember bench -m $f -t $t -p $P -n $N --reps 1 --json 2>/dev/null)
+    r=$(taskset -c $cpus $LD $K/llama-bench -m $f -t $t -p $P -n $N -r 1 -o json 2>/dev/null)
+    python3 - "$shape" "$type" "$t" "$e" "$r" "$PANELS" >>$RES <<'PY'
 import json,sys
-shape,typ,t,e,r=sys.argv[1:6]
+shape,typ,t,e,r,panels=sys.argv[1:7]
 e=json.loads(e); r=json.loads(r)
 pp=next(x["avg_ts"] for x in r if x["n_prompt"]>0 and x["n_gen"]==0)
 tg=next(x["avg_ts"] for x in r if x["n_gen"]>0 and x["n_prompt"]==0)
-row=dict(shape=shape,type=typ,threads=int(t),ember_prefill=e["prefill_tps"],ref_prefill=pp,ember_decode=e["decode_tps"],ref_decode=tg,roofline=e["roofline_fraction"],bw=e["bandwidth_gbs"],rss_mb=e.get("peak_rss_mb"))
+row=dict(shape=shape,type=typ,threads=int(t),panels=panels!="0",ember_prefill=e["prefill_tps"],ref_prefill=pp,ember_decode=e["decode_tps"],ref_decode=tg,roofline=e["roofline_fraction"],bw=e["bandwidth_gbs"],rss_mb=e.get("peak_rss_mb"))
 print(json.dumps(row))
 PY
     tail -1 $RES; echo "  ($(( $(date +%s) - s )) s)"

@@ -146,8 +146,8 @@ struct LayerWeights {
 
 // How Model::load prepares the weights.
 struct LoadOptions {
-    // Copy the Q4_K / Q6_K matrices of the layers (attention, FFN, each expert of a MoE layer,
-    // the recurrent layers' projections) and the output into 16-row panels
+    // Copy the Q4_K / Q6_K matrices of the layers (attention, dense FFN, the recurrent layers'
+    // projections; not MoE experts) and the output into 16-row panels
     // (WeightLayout::Panels16, in the model's own huge-page memory; the file's pages are
     // released) when the active kernels read that layout: decode then loads 16 rows' scales
     // and quants as whole vectors. Same numbers either way; off only to compare the two.

@@ -4,9 +4,12 @@
 // prompt, Ctrl-D leaving with the terminal restored, and the saved input history.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <functional>
+#include <memory>
 #include <regex>
 #include <sstream>
 #include <string>
@@ -109,6 +112,60 @@ public:
     }
 };
 
+// A shell in tmux with XDG_DATA_HOME in a fresh directory (removed at the end), at its prompt.
+// `skip` says why the test cannot run here (no fixture or no tmux outside CI; under CI=true
+// those are failures); `tmux` is null then and when the shell failed to start.
+struct LineModeTerminal {
+    std::unique_ptr<Tmux> tmux;
+    fs::path data_home;
+    std::string skip;
+
+    static LineModeTerminal open() {
+        LineModeTerminal t;
+        if (!fixture_exists(kModel)) {
+            if (running_in_ci()) ADD_FAILURE() << "fixture missing under CI=true: " << kModel;
+            t.skip = "fixture not found: " + fixture_path(kModel);
+            return t;
+        }
+        const std::string tmux_binary = find_in_path("tmux");
+        if (tmux_binary.empty()) {
+            if (running_in_ci()) ADD_FAILURE() << "tmux is required under CI=true";
+            t.skip = "tmux not found in PATH";
+            return t;
+        }
+        char dir_template[] = "/tmp/ember-line-mode-XXXXXX";
+        if (mkdtemp(dir_template) == nullptr) {
+            ADD_FAILURE() << "cannot create " << dir_template;
+            return t;
+        }
+        t.data_home = dir_template;
+        auto tmux = std::make_unique<Tmux>(tmux_binary);
+        const std::string shell = "env PS1=" + shell_quote(std::string(kShellPrompt) + " ") +
+                                  " XDG_DATA_HOME=" + shell_quote(t.data_home.string()) +
+                                  " /bin/sh";
+        const CommandResult started = tmux->start(shell);
+        if (started.status != 0) {
+            ADD_FAILURE() << started.err;
+            return t;
+        }
+        std::string screen;
+        if (!tmux->wait_for([](const std::string& s) { return last_line(s) == kShellPrompt; },
+                            screen)) {
+            ADD_FAILURE() << screen;
+            return t;
+        }
+        t.tmux = std::move(tmux);
+        return t;
+    }
+    LineModeTerminal() = default;
+    LineModeTerminal(LineModeTerminal&&) = default;
+    ~LineModeTerminal() {
+        tmux.reset();
+        std::error_code ignored;
+        if (!data_home.empty()) fs::remove_all(data_home, ignored);
+    }
+};
+
 bool at_prompt(const std::string& screen) {
     return last_line(screen) == ">";
 }
@@ -123,25 +180,12 @@ auto turn_done(size_t count) {
 }
 
 TEST(ChatLineMode, StreamsCancelsRegeneratesAndRestoresTheTerminal) {
-    EMBER_REQUIRE_FIXTURE(kModel);
-    const std::string tmux_binary = find_in_path("tmux");
-    if (tmux_binary.empty()) {
-        if (running_in_ci()) FAIL() << "tmux is required under CI=true";
-        GTEST_SKIP() << "tmux not found in PATH";
-    }
-    char dir_template[] = "/tmp/ember-line-mode-XXXXXX";
-    ASSERT_NE(mkdtemp(dir_template), nullptr);
-    const fs::path data_home = dir_template;
-
-    Tmux tmux(tmux_binary);
-    const std::string shell = "env PS1=" + shell_quote(std::string(kShellPrompt) + " ") +
-                              " XDG_DATA_HOME=" + shell_quote(data_home.string()) + " /bin/sh";
-    const CommandResult started = tmux.start(shell);
-    ASSERT_EQ(started.status, 0) << started.err;
+    const LineModeTerminal t = LineModeTerminal::open();
+    if (!t.skip.empty()) GTEST_SKIP() << t.skip;
+    ASSERT_TRUE(t.tmux);
+    const Tmux& tmux = *t.tmux;
+    const fs::path& data_home = t.data_home;
     std::string screen;
-    ASSERT_TRUE(
-        tmux.wait_for([](const std::string& s) { return last_line(s) == kShellPrompt; }, screen))
-        << screen;
 
     // Long replies (until the context is full) so that Ctrl-C lands mid-reply.
     tmux.type_line(shell_quote(ember_binary()) + " chat --plain -m " +
@@ -237,9 +281,48 @@ TEST(ChatLineMode, StreamsCancelsRegeneratesAndRestoresTheTerminal) {
     EXPECT_NE(history.find("and then?"), std::string::npos) << history;
     EXPECT_NE(history.find("/regen"), std::string::npos) << history;
     EXPECT_EQ(history.find("half typed"), std::string::npos) << history;
+}
 
-    std::error_code ignored;
-    fs::remove_all(data_home, ignored);
+// The next turn starts from the state prepared behind the last reply: its prompt evaluates only
+// the new message and what the template puts after it (the assistant header), counted here from
+// `ember render` and `ember tokenize` of a one-message conversation. Without the preparation it
+// would evaluate the reply's end-of-turn and the user header too.
+TEST(ChatLineMode, NextTurnEvaluatesOnlyTheNewMessage) {
+    const LineModeTerminal t = LineModeTerminal::open();
+    if (!t.skip.empty()) GTEST_SKIP() << t.skip;
+    ASSERT_TRUE(t.tmux);
+    const Tmux& tmux = *t.tmux;
+    std::string screen;
+    tmux.type_line(shell_quote(ember_binary()) + " chat --plain -m " +
+                   shell_quote(fixture_path(kModel)) + " -n 12 --ignore-eos -c 2048 -t 2");
+    ASSERT_TRUE(tmux.wait_for(at_prompt, screen)) << screen;
+    tmux.type_line("Hello there");
+    ASSERT_TRUE(tmux.wait_for(turn_done(1), screen)) << screen;
+    const std::string message = "Tell me more about it";
+    tmux.type_line(message);
+    ASSERT_TRUE(tmux.wait_for(turn_done(2), screen)) << screen;
+    const TurnStats first = stats_lines(screen).at(0);
+    const TurnStats second = stats_lines(screen).at(1);
+
+    // The message and the assistant header after it, as the template renders them.
+    const std::string messages = (t.data_home / "one.json").string();
+    std::ofstream(messages) << R"([{"role": "user", "content": ")" << message << R"("}])";
+    const CommandResult rendered =
+        run_command({ember_binary(), "render", "-m", fixture_path(kModel), "--messages", messages});
+    ASSERT_EQ(rendered.status, 0) << rendered.err;
+    const size_t at = rendered.out.find(message);
+    ASSERT_NE(at, std::string::npos) << rendered.out;
+    const CommandResult ids = run_command({ember_binary(), "tokenize", "-m", fixture_path(kModel),
+                                           "--special", rendered.out.substr(at)});
+    ASSERT_EQ(ids.status, 0) << ids.err;
+    const int64_t tail_tokens = std::count(ids.out.begin(), ids.out.end(), ',') + 1;
+    EXPECT_EQ(second.evaluated, tail_tokens) << ids.out << "\n" << screen;
+    // Everything before: the first prompt, the reply and the glue between the turns.
+    EXPECT_GT(second.reused, first.reused + first.evaluated + first.generated) << screen;
+    tmux.keys("C-d");
+    ASSERT_TRUE(
+        tmux.wait_for([](const std::string& s) { return last_line(s) == kShellPrompt; }, screen))
+        << screen;
 }
 
 }  // namespace

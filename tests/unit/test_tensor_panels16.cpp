@@ -196,11 +196,11 @@ TEST(Panels16Model, LogitsBitForBitWithAndWithoutPanels) {
     expect_same_logits(*with, *without);
 }
 
-// A MoE model of Q4_K experts and Q6_K ones (Q4_K_M gives the last eighth of the layers a Q6_K
-// down projection), 16 rows a panel, 256 rows an expert: each expert is sliced out of
-// its stacked matrix in panels, alone for a decode step and several tokens to an expert in a
-// batch. Written by `ember synth` with the qwen3moe fixture's vocabulary.
-TEST(Panels16Model, MoeExpertsInPanelsGiveTheSameLogits) {
+// A MoE model (Q4_K_M: Q4_K attention and experts, a Q6_K down projection in the last
+// layer): its attention and output go to panels, its experts keep the file's row layout (see
+// Model::write_weight_panels), and the logits are the same bits. Written by `ember synth` with
+// the qwen3moe fixture's vocabulary.
+TEST(Panels16Model, MoeModelPanelsItsAttentionNotItsExperts) {
     const std::string vocab = "arch/qwen3moe/qwen3moe.gguf";
     EMBER_REQUIRE_FIXTURE(vocab);
     if (active_kernels()[TensorType::Q4_K].gemm_panels16 == nullptr) {
@@ -230,13 +230,17 @@ TEST(Panels16Model, MoeExpertsInPanelsGiveTheSameLogits) {
     const auto without = Model::load(o.output, LoadOptions{false});
     std::set<TensorType> expert_types;
     for (const auto& L : with->layers()) {
-        for (const MatrixView* w : {&L.gate_exps, &L.up_exps, &L.down_exps}) {
+        for (const MatrixView* w : {&L.wq, &L.wk, &L.wv, &L.wo}) {
             EXPECT_EQ(w->layout, WeightLayout::Panels16);
+        }
+        for (const MatrixView* w : {&L.gate_exps, &L.up_exps, &L.down_exps}) {
+            EXPECT_EQ(w->layout, WeightLayout::Rows);
             expert_types.insert(w->type);
         }
     }
     EXPECT_EQ(expert_types, (std::set<TensorType>{TensorType::Q4_K, TensorType::Q6_K}));
-    EXPECT_EQ(without->layers()[0].gate_exps.layout, WeightLayout::Rows);
+    EXPECT_EQ(with->output().layout, WeightLayout::Panels16);
+    EXPECT_EQ(without->layers()[0].wq.layout, WeightLayout::Rows);
     EXPECT_EQ(with->fingerprint(), without->fingerprint());
     expect_same_logits(*with, *without);
 }
