@@ -1,6 +1,7 @@
 #include "engine/tensor/matmul.h"
 
 #include <algorithm>
+#include <array>
 #include <stdexcept>
 #include <string>
 
@@ -504,9 +505,19 @@ void dequantize_row(const MatrixView& w, int64_t row, float* dst) {
     }
     const size_t stride = checked_row_stride(w, info);
     if (w.layout == WeightLayout::Panels16) {
-        std::vector<uint8_t> bytes(stride);  // [stride] the row in the row layout
-        read_panels16_row(w, row, bytes.data());
-        kernels.dequantize_row(bytes.data(), dst, w.cols);
+        // A block at a time, gathered back into the row layout on the stack: an embedding
+        // lookup per token allocates nothing.
+        std::array<uint8_t, 512> block{};  // [info.block_bytes] one block in the row layout
+        if (info.block_bytes > block.size()) {
+            throw std::invalid_argument("dequantize_row: " + std::string(info.name) +
+                                        " blocks are too large for a panel row read");
+        }
+        const int64_t n_blocks = w.cols / static_cast<int64_t>(info.block_elems);
+        for (int64_t b = 0; b < n_blocks; ++b) {
+            read_panels16_block(w, row, b, block.data());
+            kernels.dequantize_row(block.data(), dst + b * static_cast<int64_t>(info.block_elems),
+                                   static_cast<int64_t>(info.block_elems));
+        }
         return;
     }
     kernels.dequantize_row(static_cast<const uint8_t*>(w.data) + static_cast<size_t>(row) * stride,

@@ -77,18 +77,20 @@ void write_panels16(const uint8_t* src, uint8_t* dst, int64_t rows, size_t row_b
     for (auto& t : workers) t.join();
 }
 
-void read_panels16_row(const MatrixView& w, int64_t row, uint8_t* dst) {
-    const TypeInfo& info = type_info(w.type);
-    const size_t block_bytes = info.block_bytes;
-    const size_t n_blocks = w.row_stride / block_bytes;
-    const uint8_t* panel = static_cast<const uint8_t*>(w.data) +
-                           static_cast<size_t>(row / kPanelRows) * kPanelRows * w.row_stride;
+void read_panels16_block(const MatrixView& w, int64_t row, int64_t block, uint8_t* dst) {
+    const size_t block_bytes = type_info(w.type).block_bytes;
+    const uint8_t* column = static_cast<const uint8_t*>(w.data) +
+                            static_cast<size_t>(row / kPanelRows) * kPanelRows * w.row_stride +
+                            static_cast<size_t>(block) * kPanelRows * block_bytes;
     const int r = static_cast<int>(row % kPanelRows);
-    for (size_t b = 0; b < n_blocks; ++b) {
-        const uint8_t* col = panel + 16 * b * block_bytes;
-        for (size_t o = 0; o < block_bytes; ++o) {
-            dst[b * block_bytes + o] = col[panel_offset(block_bytes, r, o)];
-        }
+    for (size_t o = 0; o < block_bytes; ++o) dst[o] = column[panel_offset(block_bytes, r, o)];
+}
+
+void read_panels16_row(const MatrixView& w, int64_t row, uint8_t* dst) {
+    const size_t block_bytes = type_info(w.type).block_bytes;
+    const auto n_blocks = static_cast<int64_t>(w.row_stride / block_bytes);
+    for (int64_t b = 0; b < n_blocks; ++b) {
+        read_panels16_block(w, row, b, dst + static_cast<size_t>(b) * block_bytes);
     }
 }
 

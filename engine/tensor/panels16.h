@@ -31,5 +31,7 @@ void write_panels16(const uint8_t* src, uint8_t* dst, int64_t rows, size_t row_b
 
 // Row `row` of a Panels16 matrix back in the row layout: dst[0 .. w.row_stride).
 void read_panels16_row(const MatrixView& w, int64_t row, uint8_t* dst);
+// Block `block` of that row: dst[0 .. the type's block bytes).
+void read_panels16_block(const MatrixView& w, int64_t row, int64_t block, uint8_t* dst);
 
 }  // namespace ember
