@@ -357,6 +357,7 @@ struct GroupedJob {
     uint8_t* scratch;                       // [workers x scratch_stride]
     size_t scratch_stride;
     int64_t workers;
+    int64_t n_tasks = 0;  // of every group together
 };
 
 // Whether group i takes the previous group's prepared activations.
@@ -364,16 +365,19 @@ bool shares_input(std::span<const MatmulGroup> groups, size_t i) {
     return i > 0 && groups[i].x == groups[i - 1].x && groups[i].n_tokens == groups[i - 1].n_tokens;
 }
 
+// The group of task `task`: the last whose first task is <= task.
+size_t group_of_task(const GroupedJob& job, int64_t task) {
+    const MatmulScratch::GroupPlan* plans = job.plans;
+    return static_cast<size_t>(std::upper_bound(plans, plans + job.groups.size(), task,
+                                                [](int64_t t, const MatmulScratch::GroupPlan& p) {
+                                                    return t < p.first_task;
+                                                }) -
+                               plans - 1);
+}
+
 void run_grouped_task(const GroupedJob& job, int64_t task, int worker) {
     const MatmulScratch::GroupPlan* plans = job.plans;
-    const size_t n = job.groups.size();
-    // The last group whose first task is <= task.
-    const size_t g =
-        static_cast<size_t>(std::upper_bound(plans, plans + n, task,
-                                             [](int64_t t, const MatmulScratch::GroupPlan& p) {
-                                                 return t < p.first_task;
-                                             }) -
-                            plans - 1);
+    const size_t g = group_of_task(job, task);
     const MatmulGroup& grp = job.groups[g];
     const Prepared& p = job.prep[0];
     const uint8_t* act = job.act != nullptr ? job.act + plans[g].act_offset
@@ -386,9 +390,19 @@ void run_grouped_task(const GroupedJob& job, int64_t task, int worker) {
     a.w += static_cast<size_t>(r0) * a.w_stride;
     a.y += r0;
     a.scratch = job.scratch + static_cast<size_t>(worker) * job.scratch_stride;
-    a.w_after = likely_next_share(static_cast<const uint8_t*>(grp.w.data), a.w_stride, grp.w.rows,
-                                  a.n_tokens, plans[g].rows_per_task,
-                                  task + job.workers - plans[g].first_task);
+    // The worker's likely next task may lie in a later group (a decode step's experts are
+    // groups of a few tasks each): its first panel is fetched all the same. Every group of a
+    // fused call has the same type and layout, so the kernel's prefetch pattern fits it.
+    const int64_t next = task + job.workers;
+    if (next < job.n_tasks) {
+        const size_t ng = group_of_task(job, next);
+        const MatmulGroup& next_grp = job.groups[ng];
+        a.w_after = next_grp.n_tokens == grp.n_tokens
+                        ? likely_next_share(static_cast<const uint8_t*>(next_grp.w.data),
+                                            plans[ng].w_stride, next_grp.w.rows, a.n_tokens,
+                                            plans[ng].rows_per_task, next - plans[ng].first_task)
+                        : nullptr;
+    }
     p.gemm(a);
 }
 
@@ -484,7 +498,7 @@ void matmul_grouped(ThreadPool& pool, std::span<const MatmulGroup> groups, Matmu
         plans[i].rows_per_task = gemm_rows_per_task(all, workers);
         n_tasks += (g.w.rows + plans[i].rows_per_task - 1) / plans[i].rows_per_task;
     }
-    GroupedJob job{groups, plans.data(), &first, act, nullptr, 0, workers};
+    GroupedJob job{groups, plans.data(), &first, act, nullptr, 0, workers, n_tasks};
     job.scratch =
         gemm_scratch(first.kernels->gemm_scratch(cols), workers, scratch, &job.scratch_stride);
     const GroupedJob* jp = &job;
