@@ -5,6 +5,7 @@
 #include <xxhash.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -527,6 +528,15 @@ std::string compute_fingerprint(const GgufFile& f, const ModelConfig& c) {
     return buf;
 }
 
+// The matrices of a layer that every decode step multiplies, the MoE router and experts aside
+// (zero-sized where the layer's kind has none). Layer: LayerWeights or const LayerWeights.
+template <class Layer>
+auto dense_decode_matrices(Layer& L) {
+    return std::array{&L.wq,    &L.wk,        &L.wv,       &L.wo,       &L.w_gate,
+                      &L.w_up,  &L.w_down,    &L.conv_in,  &L.conv_out, &L.ssm_qkv,
+                      &L.ssm_z, &L.ssm_alpha, &L.ssm_beta, &L.ssm_out};
+}
+
 }  // namespace
 
 std::string_view family_name(Family family) {
@@ -688,9 +698,7 @@ void Model::write_weight_panels() {
     std::vector<MatrixView*> views;
     if (can_use_panels16(output_, table)) views.push_back(&output_);
     for (auto& L : layers_) {
-        for (MatrixView* w :
-             {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down, &L.conv_in, &L.conv_out,
-              &L.ssm_qkv, &L.ssm_z, &L.ssm_alpha, &L.ssm_beta, &L.ssm_out}) {
+        for (MatrixView* w : dense_decode_matrices(L)) {
             if (w->data != nullptr && can_use_panels16(*w, table)) views.push_back(w);
         }
     }
@@ -733,12 +741,8 @@ template <class F>
 void Model::for_each_decode_matrix(F&& f) const {
     f(output_);
     for (const auto& L : layers_) {
-        for (const MatrixView* w :
-             {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down, &L.conv_in,
-              &L.conv_out,  // zero-sized for other kinds
-              &L.ssm_qkv, &L.ssm_z, &L.ssm_alpha, &L.ssm_beta, &L.ssm_out, &L.ffn_gate_inp}) {
-            f(*w);
-        }
+        for (const MatrixView* w : dense_decode_matrices(L)) f(*w);
+        f(L.ffn_gate_inp);
     }
 }
 
