@@ -103,7 +103,7 @@ double median(std::vector<double> v) {
 }
 
 int run_bench_spec(const BenchSpecArgs& a) {
-    auto model = load_model(a.model);
+    auto model = load_model(a.model, a.activations);
     ThreadPool pool(a.threads);
     json rows = json::array();
     bool all_equal = true;

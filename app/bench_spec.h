@@ -17,6 +17,7 @@ struct BenchSpecArgs {
     int reps = 3;  // off and ngram runs of each prompt, alternating; medians reported
     bool json_out = false;
     KvType kv_type = KvType::F16;
+    std::string activations = "auto";  // --activations
     SpeculationOptions speculation;  // enabled is set per row
 };
 

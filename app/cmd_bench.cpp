@@ -47,6 +47,7 @@ struct BenchArgs {
     int bw_passes = 5;  // per probe; one probe after the warm-up and after every rep
     // f16 by default: the reference engine's default cache, so the comparison is like for like.
     std::string kv_type = "f16";
+    std::string activations = "auto";  // --activations
     // Speculative-decoding check: forwards of this many tokens at once after the prompt (0: off),
     // timed against the one-token decode.
     int64_t verify = 0;
@@ -208,7 +209,7 @@ int run_bench(BenchArgs a) {
     }
     if (a.depth < 0) throw std::runtime_error("--depth must not be negative");
     const auto t_load = Clock::now();
-    auto model = load_model(a.model);
+    auto model = load_model(a.model, a.activations);
     const double load_s = seconds_since(t_load);
     const ModelConfig& c = model->config();
     const uint64_t file_bytes = std::filesystem::file_size(a.model);
@@ -314,6 +315,7 @@ int run_bench(BenchArgs a) {
     j["kv_mb"] = kv_mb;
     j["recurrent_mb"] = recurrent_mb;
     j["kv_type"] = a.kv_type;
+    j["activations"] = activations_name(model->activations());
     // decode_tps and roofline_fraction: decoding after `depth` tokens of context (an empty
     // cache at depth 0), as the reference's tg test; the same after the prompt. Both rooflines
     // count the weights and the K/V read per token.
@@ -401,6 +403,7 @@ void register_bench_command(CLI::App& app, std::vector<Command>& out) {
     reps_opt->capture_default_str();
     cmd->add_flag("--json", args->json_out, "Print one JSON object");
     add_kv_type_option(cmd, args->kv_type);
+    add_activations_option(cmd, args->activations);
     cmd->add_option("--verify", args->verify,
                     "Also time forwards of this many tokens at once after the prompt "
                     "(speculative-decoding check; 0: off)")
@@ -432,6 +435,7 @@ void register_bench_command(CLI::App& app, std::vector<Command>& out) {
                            if (reps_opt->count() > 0) spec_args.reps = args->reps;
                            spec_args.json_out = args->json_out;
                            spec_args.kv_type = kv_type_of(args->kv_type);
+                           spec_args.activations = args->activations;
                            spec_args.speculation.draft_max = args->draft_max;
                            return run_bench_spec(spec_args);
                        }

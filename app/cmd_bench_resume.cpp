@@ -43,6 +43,7 @@ struct BenchResumeOptions {
     int threads = 0;
     bool json_out = false;
     std::string kv_type = "f16";  // the chat processes' --kv-type (chat's default)
+    std::string activations = "auto";  // --activations
     std::string keep_dir;         // keep the databases here instead of a temporary directory
 };
 
@@ -207,7 +208,8 @@ std::vector<std::string> chat_args(const BenchResumeOptions& o, const std::strin
             "--think",   "off",
             "-n",        std::to_string(reply_tokens),
             "-t",        std::to_string(threads),
-            "--kv-type", o.kv_type};
+            "--kv-type", o.kv_type,
+            "--activations", o.activations};
 }
 
 int64_t num(const json& j, const char* key) {
@@ -323,7 +325,7 @@ json run_bench(const BenchResumeOptions& o, const std::string& dir) {
     const DbNumbers after = read_db(db);
 
     // What the new message costs alone: its tokens as the chat tokenizes message text.
-    auto model = load_model(model_path);
+    auto model = load_model(model_path, o.activations);
     EncodeOptions enc;
     const auto new_tokens = static_cast<int64_t>(model->tokenizer().encode(prompt, enc).size());
 
@@ -451,6 +453,7 @@ void register_bench_resume_command(CLI::App& app, std::vector<Command>& out) {
                        "Threads of the chat processes (default: the physical cores)");
     cmd->add_flag("--json", o->json_out, "Print the results as JSON");
     add_kv_type_option(cmd, o->kv_type);
+    add_activations_option(cmd, o->activations);
     cmd->add_option("--keep", o->keep_dir, "Keep the session databases in this directory");
     out.push_back({cmd, [o] { return run_bench_resume(*o); }});
 }

@@ -36,6 +36,7 @@ struct ChatOptions {
     int64_t n_predict = 512;
     int64_t ctx = 0;              // 0: default_context_size() of the model
     std::string kv_type = "f16";  // f32 | f16 | q8_0 (README: KV precision)
+    std::string activations = "auto";  // --activations
     int threads = 0;
     bool script = false;
     bool jsonl = false;
@@ -127,7 +128,7 @@ int run_local_chat(ChatOptions& o) {
         screen_options.history_path = ui::default_history_path();
         screen = ui::FullScreen::open(screen_options);
     }
-    auto model = load_model(model_path);
+    auto model = load_model(model_path, o.activations);
     ThreadPool pool(o.threads > 0 ? o.threads : default_threads());
     ConversationOptions copts;
     copts.kv_type = kv_type_of(o.kv_type);
@@ -249,6 +250,7 @@ void register_chat_command(CLI::App& app, std::vector<Command>& out) {
                     "2 GiB of KV cache)")
         ->check(whole_number(1, std::numeric_limits<int64_t>::max(), "at least 1"));
     add_kv_type_option(cmd, o->kv_type);
+    add_activations_option(cmd, o->activations);
     add_threads_option(cmd, o->threads, "Threads (default: the physical cores)");
     cmd->add_flag("--script", o->script, "Scripted mode: prompts from stdin, replies to stdout");
     cmd->add_flag("--jsonl", o->jsonl, "Scripted mode with JSON lines in and out");

@@ -18,6 +18,7 @@
 #include "app/cli_checks.h"
 #include "app/commands.h"
 #include "app/model_locator.h"
+#include "engine/generate/default_template.h"
 #include "engine/generate/generate.h"
 #include "engine/generate/ngram.h"
 #include "engine/model/forward.h"
@@ -46,6 +47,7 @@ struct RunOptions {
     bool no_bos = false;
     int64_t ctx = 0;              // 0: context_for() decides
     std::string kv_type = "f16";  // as chat
+    std::string activations = "auto";  // --activations
     bool no_spec = false;
     int draft_max = SpeculationOptions{}.draft_max;
 };
@@ -67,7 +69,7 @@ int64_t context_for(const Model& model, int64_t prompt, int64_t n_predict, int64
 }
 
 int run_completion(const RunOptions& o) {
-    auto model = load_model(model_path_for(o.model));
+    auto model = load_model(model_path_for(o.model), o.activations);
     const Tokenizer& tok = model->tokenizer();
     std::vector<int32_t> prompt;
     if (o.ids_given) {
@@ -182,10 +184,11 @@ struct EvalOptions {
     int threads = 0;
     // f32: eval reports logits for fidelity checks, so by default it keeps the cache exact.
     std::string kv_type = "f32";
+    std::string activations = "auto";  // --activations
 };
 
 int run_eval(const EvalOptions& o) {
-    auto model = load_model(model_path_for(o.model));
+    auto model = load_model(model_path_for(o.model), o.activations);
     const std::vector<int32_t> ids = parse_id_list(o.ids);
     if (ids.empty()) throw std::runtime_error("--ids is empty");
     const int64_t n_vocab = model->config().n_vocab;
@@ -307,16 +310,20 @@ int run_info(const std::string& requested) {
     std::printf("rms eps:       %g\noutput:        %s\n", c.rms_eps,
                 c.tied_output ? "tied to token embedding" : "separate");
     print_tensor_types(f);
+    std::printf("activations:   %s\n", activations_name(model->activations()));
     std::printf("chat template: %s\n",
-                f.find("tokenizer.chat_template") ? "from the model" : "none (ChatML fallback)");
+                out.shown(choose_chat_template(f, model->tokenizer()).description).c_str());
     std::printf("fingerprint:   %s\n", model->fingerprint().c_str());
     return 0;
 }
 
 }  // namespace
 
-std::unique_ptr<Model> load_model(const std::string& path) {
+std::unique_ptr<Model> load_model(const std::string& path, const std::string& activations) {
     LoadOptions options;
+    const std::optional<ActivationChoice> choice = parse_activation_choice(activations);
+    if (!choice) throw CLI::ValidationError("--activations", activations + " not in {auto,exact,quantized}");
+    options.activations = *choice;
     // EMBER_WEIGHT_PANELS=0 keeps the file's row layout (for measuring the two side by side).
     const char* panels = std::getenv("EMBER_WEIGHT_PANELS");
     options.weight_panels = panels == nullptr || std::string_view(panels) != "0";
@@ -380,6 +387,15 @@ void add_kv_type_option(CLI::App* cmd, std::string& kv_type) {
                     "about a quarter)")
         ->capture_default_str()
         ->check(CLI::IsMember({"f32", "f16", "q8_0"}));
+}
+
+void add_activations_option(CLI::App* cmd, std::string& activations) {
+    cmd->add_option("--activations", activations,
+                    "How quantized weights meet activations: exact (f32, the float reference's "
+                    "numbers), quantized (8-bit blocks, faster prefill) or auto (exact for Gemma "
+                    "files up to 2 GiB, whose activation outliers 8-bit blocks lose)")
+        ->capture_default_str()
+        ->check(CLI::IsMember({"auto", "exact", "quantized"}));
 }
 
 KvType kv_type_of(const std::string& kv_type) {
@@ -458,6 +474,7 @@ void register_model_commands(CLI::App& app, std::vector<Command>& out) {
                     "Context size (default: prompt + n, at least 4096, at most the model's)")
         ->check(whole_number(1, std::numeric_limits<int64_t>::max(), "at least 1"));
     add_kv_type_option(run, run_opts->kv_type);
+    add_activations_option(run, run_opts->activations);
     run->add_flag("--json", run_opts->json_out, "Print one JSON object at the end");
     run->add_flag("--ignore-eos", run_opts->ignore_eos, "Keep generating past end-of-text");
     run->add_flag("--no-bos", run_opts->no_bos, "Do not add the BOS token the model asks for");
@@ -483,6 +500,7 @@ void register_model_commands(CLI::App& app, std::vector<Command>& out) {
     eval->add_option("--top-k", eval_opts->top_k, "Logits per position")->capture_default_str();
     add_threads_option(eval, eval_opts->threads, "Threads (default: the physical cores)");
     add_kv_type_option(eval, eval_opts->kv_type);
+    add_activations_option(eval, eval_opts->activations);
     out.push_back({eval, [eval_opts] { return run_eval(*eval_opts); }});
 
     struct TokOpts {

@@ -7,7 +7,7 @@
 
 #include "app/commands.h"
 #include "engine/chat/template.h"
-#include "engine/generate/conversation.h"
+#include "engine/generate/default_template.h"
 #include "engine/gguf/gguf.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "ui/terminal_text.h"
@@ -42,13 +42,13 @@ int run_render(const RenderOptions& o, bool bos_given, bool eos_given) {
         source = slurp(o.template_file, "chat template");
     } else {
         auto file = GgufFile::open(o.model);
-        auto own = file->get_string("tokenizer.chat_template");
-        source = own ? *own : kChatMlTemplate;
-        if (!own) {
-            ui::TextWriter(stderr).raw("ember: ").text(o.model).raw(
-                " has no chat template; using ChatML\n");
-        }
         const Tokenizer tok(*file);
+        ChatTemplateChoice choice = choose_chat_template(*file, tok);
+        source = std::move(choice.source);
+        if (!choice.from_file) {
+            ui::TextWriter(stderr).raw("ember: ").text(o.model).raw(" has no chat template (")
+                .text(choice.description).raw(")\n");
+        }
         if (!bos_given && tok.bos_id() != kNoToken) bos = tok.token_to_piece(tok.bos_id(), true);
         if (!eos_given && tok.eos_id() != kNoToken) eos = tok.token_to_piece(tok.eos_id(), true);
     }

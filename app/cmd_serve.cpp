@@ -28,6 +28,7 @@ struct ServeOptions {
     int parallel = 4;
     int64_t ctx = 0;
     std::string kv_type = "f16";  // as chat
+    std::string activations = "auto";  // --activations
     int threads = 0;
     std::string db;
     bool no_db = false;
@@ -95,7 +96,7 @@ int run_serve(const ServeOptions& o) {
     signal(SIGPIPE, SIG_IGN);
 
     const std::string model_path = model_path_for(o.model);
-    auto model = load_model(model_path);
+    auto model = load_model(model_path, o.activations);
     ThreadPool pool(o.threads > 0 ? o.threads : default_threads());
     ConversationOptions copts;
     copts.kv_type = kv_type_of(o.kv_type);
@@ -163,6 +164,7 @@ void register_serve_command(CLI::App& app, std::vector<Command>& out) {
     cmd->add_option("-c,--ctx", o->ctx, "Context size per slot (default: as ember chat)")
         ->check(CLI::PositiveNumber);
     add_kv_type_option(cmd, o->kv_type);
+    add_activations_option(cmd, o->activations);
     add_threads_option(cmd, o->threads, "Threads (default: the physical cores)");
     cmd->add_option("--chat-template", o->template_file,
                     "Jinja chat template file overriding the model's")

@@ -57,6 +57,8 @@ void add_threads_option(CLI::App* cmd, int& threads, const std::string& help);
 // --kv-type f32|f16|q8_0, its default the value `kv_type` holds; kv_type_of() reads the value.
 void add_kv_type_option(CLI::App* cmd, std::string& kv_type);
 KvType kv_type_of(const std::string& kv_type);
+// --activations auto|exact|quantized (load_model's `activations`).
+void add_activations_option(CLI::App* cmd, std::string& activations);
 // A chat template file's text (--chat-template); throws naming the file.
 std::string read_template_file(const std::string& path);
 
@@ -66,7 +68,8 @@ std::vector<int32_t> parse_id_list(const std::string& text, const std::string& w
 
 // Model::load(path), printing the load's warnings (metadata the file disagrees with) to
 // stderr: every command loads models through this.
-std::unique_ptr<Model> load_model(const std::string& path);
+// `activations`: the --activations value (auto, exact, quantized; LoadOptions::activations).
+std::unique_ptr<Model> load_model(const std::string& path, const std::string& activations = "auto");
 
 // Default thread count: the physical cores among the CPUs this process may run on.
 int default_threads();

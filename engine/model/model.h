@@ -5,7 +5,9 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "engine/gguf/gguf.h"
@@ -145,6 +147,14 @@ struct LayerWeights {
 };
 
 // How Model::load prepares the weights.
+enum class ActivationChoice : uint8_t { Auto, Quantized, Exact };
+// "auto", "quantized" (8-bit), "exact" (f32); nullopt for anything else.
+std::optional<ActivationChoice> parse_activation_choice(std::string_view text);
+const char* activations_name(Activations activations);
+
+// What Auto picks for a file. See the definition for the rule and the measurements behind it.
+Activations default_activations(const GgufFile& file);
+
 struct LoadOptions {
     // Copy the Q4_K / Q6_K matrices of the layers (attention, dense FFN, the recurrent layers'
     // projections; not MoE experts) and the output into 16-row panels
@@ -152,6 +162,9 @@ struct LoadOptions {
     // released) when the active kernels read that layout: decode then loads 16 rows' scales
     // and quants as whole vectors. Same numbers either way; off only to compare the two.
     bool weight_panels = true;
+    // How quantized matrices take their activations (MatrixView::activations): Auto picks
+    // default_activations(file).
+    ActivationChoice activations = ActivationChoice::Auto;
 };
 
 class Model {
@@ -165,6 +178,8 @@ public:
     const GgufFile& gguf() const { return *file_; }
     const Tokenizer& tokenizer() const { return *tokenizer_; }
     const std::string& path() const { return file_->path(); }
+    // How the quantized matrices take their activations (LoadOptions::activations).
+    Activations activations() const { return activations_; }
 
     const MatrixView& token_embd() const { return token_embd_; }  // [n_vocab x n_embd]
     const MatrixView& output() const { return output_; }          // [n_vocab x n_embd]
@@ -212,6 +227,7 @@ private:
     std::vector<LayerWeights> layers_;
     std::string fingerprint_;
     std::vector<std::string> load_warnings_;
+    Activations activations_ = Activations::Quantized;  // of every matrix (LoadOptions)
     PageRegion weight_panels_;  // the matrices rewritten in Panels16 (LoadOptions::weight_panels)
 };
 

@@ -49,8 +49,10 @@ size_t checked_row_stride(const MatrixView& w, const TypeInfo& info) {
     return w.row_stride != 0 ? w.row_stride : static_cast<size_t>(row_bytes(info, w.cols));
 }
 
-const TypeKernels& checked_kernels(const KernelTable& table, const TypeInfo& info) {
-    const TypeKernels& k = table[info.type];
+const TypeKernels& checked_kernels(const KernelTable& table, const TypeInfo& info,
+                                   Activations activations) {
+    const TypeKernels& k =
+        activations == Activations::Exact ? table.exact_for(info.type) : table[info.type];
     if (k.dot == nullptr || k.dequantize_row == nullptr) {
         throw std::invalid_argument("tensor type " + std::string(info.name) +
                                     " is not supported for matrix multiplication");
@@ -198,7 +200,7 @@ struct Prepared {
 
 Prepared prepare_out(const MatrixView& w, const KernelTable& table) {
     const TypeInfo& info = type_info(w.type);
-    const TypeKernels& kernels = checked_kernels(table, info);
+    const TypeKernels& kernels = checked_kernels(table, info, w.activations);
     GemmFn gemm = kernels.gemm;
     if (w.layout == WeightLayout::Panels16) {
         gemm = kernels.gemm_panels16;
@@ -420,7 +422,8 @@ void matmul_grouped(ThreadPool& pool, std::span<const MatmulGroup> groups, Matmu
         }
         prepare_out(g.w, table);  // checks the type is supported and the columns fit its blocks
         // One task loop calls one gemm: every group must have the first one's type and layout.
-        fused = fused && g.w.type == groups[0].w.type && g.w.layout == groups[0].w.layout;
+        fused = fused && g.w.type == groups[0].w.type && g.w.layout == groups[0].w.layout &&
+                g.w.activations == groups[0].w.activations;
     }
     if (!fused) {
         for (const MatmulGroup& g : groups) {

@@ -28,6 +28,13 @@ struct KernelTable;
 //             transposes per group); only a kernel table with gemm_panels16 multiplies it.
 enum class WeightLayout : uint8_t { Rows, Panels16 };
 
+// How a matrix's activations are prepared.
+//   Quantized: as its type declares (8-bit blocks for most quantized types, f32 for float
+//              weights): the int8 dot products that make prefill fast.
+//   Exact:     f32 exactly as given for every type; quantized rows are dequantized first.
+//              Float weights are the same either way.
+enum class Activations : uint8_t { Quantized, Exact };
+
 // A 2-D weight matrix living in the mmap: `rows` rows of `cols` elements each.
 struct MatrixView {
     TensorType type = TensorType::F32;
@@ -36,6 +43,7 @@ struct MatrixView {
     int64_t cols = 0;
     size_t row_stride = 0;  // bytes between consecutive rows (Panels16: a row's bytes)
     WeightLayout layout = WeightLayout::Rows;
+    Activations activations = Activations::Quantized;
 };
 
 // Reusable buffers, owned by the caller (per conversation state), so the decode loop does

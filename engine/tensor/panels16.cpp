@@ -46,6 +46,8 @@ void interleave_panel(const uint8_t* rows, uint8_t* panel, size_t row_bytes, siz
 
 bool can_use_panels16(const MatrixView& w, const KernelTable& table) {
     if (w.layout != WeightLayout::Rows || w.rows <= 0 || w.rows % kPanelRows != 0) return false;
+    // The panel kernels take the type's own (quantized) activations only.
+    if (w.activations == Activations::Exact) return false;
     const TypeInfo& info = type_info(w.type);
     if (table[w.type].gemm_panels16 == nullptr || info.block_elems == 0) return false;
     if (w.cols % info.block_elems != 0) return false;

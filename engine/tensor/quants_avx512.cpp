@@ -168,6 +168,23 @@ struct Avx512 {
     static V16 fma16(V16 a, V16 b, V16 c) {
         return _mm512_fmadd_ps(a, b, c);
     }
+    static V16 set16(float v) {
+        return _mm512_set1_ps(v);
+    }
+    static V16 mul16(V16 a, V16 b) {
+        return _mm512_mul_ps(a, b);
+    }
+    static V16 add16(V16 a, V16 b) {
+        return _mm512_add_ps(a, b);
+    }
+    static V16 sub16(V16 a, V16 b) {
+        return _mm512_sub_ps(a, b);
+    }
+    // 16 unsigned bytes -> 16 floats of (u - off), exact.
+    static V16 bytes16_to_float(__m128i u8, int off) {
+        return _mm512_cvtepi32_ps(
+            _mm512_sub_epi32(_mm512_cvtepu8_epi32(u8), _mm512_set1_epi32(off)));
+    }
     static void store16_f32(float* p, V16 v) {
         _mm512_storeu_ps(p, v);
     }

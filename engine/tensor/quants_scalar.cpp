@@ -1010,6 +1010,41 @@ void quantize_row_iq3_s(const float* src, void* dst, int64_t n) {
     }
 }
 
+// Quantized rows against f32 activations (KernelTable::exact): each block dequantized as
+// dequantize_row does it, then accumulated in dot_f32's order.
+template <class Block, int64_t kElems, DequantizeRowFn Dequantize>
+float dot_exact(int64_t n, const void* w, const void* a) {
+    const auto* blocks = static_cast<const Block*>(w);  // [n / kElems]
+    const auto* x = static_cast<const float*>(a);       // [n]
+    float buf[kElems];                                  // one block, dequantized
+    float acc[8] = {};
+    for (int64_t b = 0; b < n / kElems; ++b) {
+        Dequantize(blocks + b, buf, kElems);
+        dot_accumulate(buf, x + b * kElems, kElems, acc);
+    }
+    return dot_finish(acc);
+}
+
+template <class Block, int64_t kElems, DequantizeRowFn Dequantize>
+void install_exact(KernelTable& table, TensorType type) {
+    TypeKernels k = table[type];
+    k.act_format = ActFormat::F32;
+    k.dot = dot_exact<Block, kElems, Dequantize>;
+    k.gemm = nullptr;
+    k.gemm_scratch = nullptr;
+    k.gemm_panels16 = nullptr;
+    table.exact_for(type) = k;
+}
+
+template <class Block>
+void install_exact_32(KernelTable& table, TensorType type) {
+    install_exact<Block, 32, dequantize_row_32<Block>>(table, type);
+}
+template <class Block>
+void install_exact_k(KernelTable& table, TensorType type) {
+    install_exact<Block, kQK_K, dequantize_row_k<Block>>(table, type);
+}
+
 }  // namespace
 
 void install_scalar_kernels(KernelTable& table) {
@@ -1051,6 +1086,24 @@ void install_scalar_kernels(KernelTable& table) {
                                  quantize_row_iq4_xs, dot_k<BlockIQ4_XS>};
     table[TensorType::IQ3_S] = {ActFormat::Q8_32, dequantize_row_k<BlockIQ3_S>, quantize_row_iq3_s,
                                 dot_k<BlockIQ3_S>};
+
+    for (TensorType t : {TensorType::F32, TensorType::F16, TensorType::BF16}) {
+        table.exact_for(t) = table[t];
+    }
+    install_exact_32<BlockQ8_0>(table, TensorType::Q8_0);
+    install_exact_32<BlockQ4_0>(table, TensorType::Q4_0);
+    install_exact_32<BlockQ4_1>(table, TensorType::Q4_1);
+    install_exact_32<BlockQ5_0>(table, TensorType::Q5_0);
+    install_exact_32<BlockQ5_1>(table, TensorType::Q5_1);
+    install_exact_32<BlockIQ4_NL>(table, TensorType::IQ4_NL);
+    install_exact_32<BlockMXFP4>(table, TensorType::MXFP4);
+    install_exact_k<BlockQ2_K>(table, TensorType::Q2_K);
+    install_exact_k<BlockQ3_K>(table, TensorType::Q3_K);
+    install_exact_k<BlockQ4_K>(table, TensorType::Q4_K);
+    install_exact_k<BlockQ5_K>(table, TensorType::Q5_K);
+    install_exact_k<BlockQ6_K>(table, TensorType::Q6_K);
+    install_exact_k<BlockIQ4_XS>(table, TensorType::IQ4_XS);
+    install_exact_k<BlockIQ3_S>(table, TensorType::IQ3_S);
 }
 
 }  // namespace ember

@@ -18,6 +18,10 @@
 //    most, Q16_32 (16-bit as two byte planes; see BlockQ16_32) for MXFP4, whose weights are
 //    accurate enough that 8-bit activations would dominate its error. Accumulation is int32
 //    inside a 32-element block and float across blocks.
+//  * A matrix marked Activations::Exact (see matmul.h) takes its type's `exact` entry instead:
+//    the rows are dequantized (exactly, as dequantize_row) and multiplied with f32 activations
+//    as given, as float weights are. Trained models with large activation outliers (Gemma) lose
+//    up to ~1.5 logits to 8-bit activations, and ~6e-3 to 16-bit ones; this loses nothing.
 // A SIMD replacement must keep the activation format it declares and compute the same sums
 // (order of float additions may differ).
 #pragma once
@@ -90,11 +94,16 @@ inline constexpr size_t kTypeSlots = 40;
 
 struct KernelTable {
     std::array<TypeKernels, kTypeSlots> types{};                // indexed by raw type number
+    // The same products against f32 activations exactly as given (Activations::Exact): every
+    // supported type with act_format F32, quantized rows dequantized before the float kernel.
+    std::array<TypeKernels, kTypeSlots> exact{};
     std::array<QuantizeActFn, kActFormatCount> quantize_act{};  // indexed by ActFormat
     const char* isa = "scalar";                                 // for logs and benchmarks
 
     const TypeKernels& operator[](TensorType t) const { return types[static_cast<uint32_t>(t)]; }
     TypeKernels& operator[](TensorType t) { return types[static_cast<uint32_t>(t)]; }
+    const TypeKernels& exact_for(TensorType t) const { return exact[static_cast<uint32_t>(t)]; }
+    TypeKernels& exact_for(TensorType t) { return exact[static_cast<uint32_t>(t)]; }
 };
 
 // The scalar reference kernels only (what tests compare SIMD variants against).
