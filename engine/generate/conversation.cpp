@@ -4,6 +4,7 @@
 #include <stdexcept>
 
 #include "engine/chat/template.h"
+#include "engine/generate/default_template.h"
 #include "engine/generate/harmony.h"
 #include "engine/generate/ngram.h"
 #include "engine/generate/reply_router.h"
@@ -126,12 +127,9 @@ Conversation::Conversation(const Model& model, ThreadPool& pool, ConversationOpt
     : model_(model), pool_(pool), options_(std::move(options)) {
     std::string source = options_.template_override;
     if (source.empty()) {
-        if (auto own = model_.gguf().get_string("tokenizer.chat_template")) {
-            source = *own;
-            uses_model_template_ = true;
-        } else {
-            source = kChatMlTemplate;
-        }
+        ChatTemplateChoice choice = choose_chat_template(model_.gguf(), model_.tokenizer());
+        source = std::move(choice.source);
+        uses_model_template_ = choice.from_file;
     }
     template_knows_thinking_ = source.find("<think>") != std::string::npos;
     template_ = std::make_unique<ChatTemplate>(source);
