@@ -24,7 +24,8 @@ namespace {
 using json = nlohmann::ordered_json;
 
 struct Workload {
-    const char* kind;
+    const char* kind;  // high-overlap (the reply copies the prompt) or no-overlap (fresh text)
+    const char* task;  // what the prompt asks for
     std::string prompt;
     // A presence penalty over the last 64 tokens: random-weight models fall into short loops
     // whatever the prompt, which makes every reply high-hit; penalized, they write fresh
@@ -43,20 +44,38 @@ std::vector<Workload> workloads() {
     const std::string code =
         "def mean(values):\n    total = 0\n    for v in values:\n        total += v\n"
         "    return total / len(values)\n";
+    const std::string list =
+        "1. Preheat the oven to 200 degrees.\n2. Cut the potatoes into wedges.\n3. Toss them "
+        "with olive oil and salt.\n4. Spread them on a baking tray.\n5. Roast for 35 minutes, "
+        "turning once.\n";
+    const std::string question =
+        "Why does the moon show phases, and why do we always see the same side of it?";
+    // Prompts a base model continues as well as a chat model answers: each ends where the
+    // copy should begin.
     return {
-        {"high-overlap",
+        {"high-overlap", "repeat a paragraph",
          "Repeat this paragraph exactly.\n\n" + paragraph + "\n\n" + paragraph + "\n\n"},
-        {"high-overlap", "Reformat this code with four-space indents.\n\n" + code + "\n" + code},
-        {"no-overlap",
+        {"high-overlap", "reindent code",
+         "Reformat this code with four-space indents.\n\n" + code + "\n" + code},
+        {"high-overlap", "edit a code block",
+         "Rename the function mean to average in this code.\n\nBefore:\n" + code +
+             "\nAfter:\n"},
+        {"high-overlap", "renumber a list",
+         "Renumber this list so that it starts at 10.\n\n" + list + "\nRenumbered:\n10."},
+        {"high-overlap", "quote the question",
+         "Answer the question, quoting it first.\n\nQuestion: " + question +
+             "\n\nAnswer: You asked: \""},
+        {"no-overlap", "write a story",
          "Write a short story about a lighthouse keeper who finds a message in a "
          "bottle on a stormy night."},
-        {"no-overlap", "Explain how a refrigerator keeps food cold, in plain words."},
-        {"no-overlap",
+        {"no-overlap", "explain",
+         "Explain how a refrigerator keeps food cold, in plain words."},
+        {"no-overlap", "write a story (penalized)",
          "Write a short story about a lighthouse keeper who finds a message in a "
          "bottle on a stormy night.",
          kFreshTextPenalty},
-        {"no-overlap", "Explain how a refrigerator keeps food cold, in plain words.",
-         kFreshTextPenalty},
+        {"no-overlap", "explain (penalized)",
+         "Explain how a refrigerator keeps food cold, in plain words.", kFreshTextPenalty},
     };
 }
 
@@ -131,6 +150,7 @@ int run_bench_spec(const BenchSpecArgs& a) {
         for (const auto* row : {&off, &on}) {
             rows.push_back(
                 {{"workload", w.kind},
+                 {"task", w.task},
                  {"prompt", w.prompt},
                  {"presence_penalty", w.presence_penalty},
                  {"spec", row == &off ? "off" : "ngram"},
@@ -156,11 +176,12 @@ int run_bench_spec(const BenchSpecArgs& a) {
                                 .dump()
                                 .c_str());
     } else {
-        std::printf("%-13s %-7s %-6s %10s %10s %8s  %s\n", "workload", "penalty", "spec",
-                    "decode t/s", "accept", "speedup", "reply loops");
+        std::printf("%-13s %-26s %-7s %-6s %10s %10s %8s  %s\n", "workload", "task", "penalty",
+                    "spec", "decode t/s", "accept", "speedup", "reply loops");
         for (const auto& r : rows) {
-            std::printf("%-13s %-7.1f %-6s %10.1f %10.2f %8.2f  %s\n",
+            std::printf("%-13s %-26s %-7.1f %-6s %10.1f %10.2f %8.2f  %s\n",
                         r["workload"].get<std::string>().c_str(),
+                        r["task"].get<std::string>().c_str(),
                         r["presence_penalty"].get<double>(), r["spec"].get<std::string>().c_str(),
                         r["decode_tps"].get<double>(), r["acceptance_rate"].get<double>(),
                         r["speedup"].get<double>(),

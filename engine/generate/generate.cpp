@@ -44,15 +44,24 @@ struct RollbackCosts {
 // A model whose weights fit in a core's caches is not memory-bound at all: a forward costs its
 // compute, so each drafted token adds a large share of a decode (stories260K, 1 MB: 0.3-0.45;
 // with the memory-bound estimate its rows ran at 0.64-0.80x of plain decoding).
+// Exact f32 activations (Activations::Exact) multiply 16 products per instruction where 8-bit
+// ones take 64, and decode the weights in registers: gemma-3-270m (1.06 bytes per weight, its
+// Q8_0 output a 262,144-row matrix every drafted token multiplies) measured ~0.44 of a decode
+// per draft (-t 2, rows of 1.00 acceptance at 1.93x), where kDraftComputePerWeight would say
+// 0.07 and the gate kept drafting fresh text at a loss (0.93x).
 double draft_cost(const Model& model, const SpeculationOptions& o) {
     if (o.draft_cost >= 0.0) return o.draft_cost;
     constexpr double kDraftComputePerWeight = 0.075;
+    constexpr double kDraftComputePerWeightExact = 0.42;
+    const double per_weight = model.activations() == Activations::Exact
+                                  ? kDraftComputePerWeightExact
+                                  : kDraftComputePerWeight;
     constexpr uint64_t kCacheResidentBytes = uint64_t{16} << 20;
     constexpr double kCacheResidentDraftCost = 0.45;
     const uint64_t weight_bytes = std::max<uint64_t>(1, model.weight_bytes_per_token());
     if (weight_bytes <= kCacheResidentBytes) return kCacheResidentDraftCost;
     const double weights = static_cast<double>(model.weight_elements_per_token());
-    return kDraftComputePerWeight * weights / static_cast<double>(weight_bytes);
+    return std::min(1.0, per_weight * weights / static_cast<double>(weight_bytes));
 }
 
 // Deterministic (timing-based costs would make seeded sampled runs depend on machine load):

@@ -762,30 +762,42 @@ void qx_micro(const uint8_t* w, size_t w_stride, const float* x, int64_t x_strid
     }
 }
 
-// Tokens up to which the weights are decoded in registers per token group (beyond, a tile of
-// rows is dequantized once into scratch and every token reuses it).
-constexpr int64_t kFusedExactTokens = 4;
+// Tokens up to which the weights are decoded in registers, once for all of them (a decode step,
+// a speculative verification); beyond, a tile of rows is dequantized once into scratch and every
+// token reuses it (prefill).
+constexpr int64_t kFusedExactTokens = 8;
 
-template <class Isa, class T, int C>
-void qx_rows(const GemmArgs& g, const float* x, int64_t x_stride, float* y) {
-    constexpr int R = 2;  // two rows' independent fma chains hide the fma latency
-    // Prefetch whole row pairs this far ahead (within the share, then the next share's rows).
-    const int64_t pairs_ahead = std::max<int64_t>(
+// Every row of the share times C tokens, R rows per micro-kernel call.
+template <class Isa, class T, int R, int C>
+void qx_rows(const GemmArgs& g, const float* x, int64_t x_stride) {
+    // Prefetch whole row groups this far ahead (within the share, then the next share's rows).
+    const int64_t groups_ahead = std::max<int64_t>(
         1, static_cast<int64_t>(kExactPrefetchBytes / std::max<size_t>(1, R * g.w_stride)));
     int64_t r = 0;
     for (; r + R <= g.rows; r += R) {
-        const int64_t next = r + R * pairs_ahead;
+        const int64_t next = r + R * groups_ahead;
         const uint8_t* ahead = next + R <= g.rows ? g.w + next * g.w_stride
                                : g.w_after != nullptr
                                    ? g.w_after + (next - g.rows) * static_cast<int64_t>(g.w_stride)
                                    : nullptr;
-        qx_micro<Isa, T, R, C>(g.w + r * g.w_stride, g.w_stride, x, x_stride, g.cols, y + r,
+        qx_micro<Isa, T, R, C>(g.w + r * g.w_stride, g.w_stride, x, x_stride, g.cols, g.y + r,
                                g.ldy, ahead);
     }
     for (; r < g.rows; ++r) {
-        qx_micro<Isa, T, 1, C>(g.w + r * g.w_stride, g.w_stride, x, x_stride, g.cols, y + r,
+        qx_micro<Isa, T, 1, C>(g.w + r * g.w_stride, g.w_stride, x, x_stride, g.cols, g.y + r,
                                g.ldy);
     }
+}
+
+// 1-2 tokens: two rows per call, so two rows' fma chains hide the fma latency; 3-8 tokens: one
+// row per call, its decoded weights shared by every token's chain.
+template <class Isa, class T, int... Cs>
+void qx_fused(const GemmArgs& g, const float* x, int64_t x_stride,
+              std::integer_sequence<int, Cs...>) {
+    using Fn = void (*)(const GemmArgs&, const float*, int64_t);
+    static constexpr Fn kFns[] = {(Cs + 1 <= 2 ? &qx_rows<Isa, T, 2, Cs + 1>
+                                                : &qx_rows<Isa, T, 1, Cs + 1>)...};
+    kFns[g.n_tokens - 1](g, x, x_stride);
 }
 
 template <class Isa, class T>
@@ -793,15 +805,7 @@ void gemm_qx(const GemmArgs& g) {
     const auto* x = reinterpret_cast<const float*>(g.act);  // [n_tokens x x_stride]
     const auto x_stride = static_cast<int64_t>(g.act_stride / sizeof(float));
     if (g.n_tokens <= kFusedExactTokens) {
-        for (int64_t t0 = 0; t0 < g.n_tokens; t0 += 2) {
-            const float* xt = x + t0 * x_stride;
-            float* yt = g.y + t0 * g.ldy;
-            if (g.n_tokens - t0 >= 2) {
-                qx_rows<Isa, T, 2>(g, xt, x_stride, yt);
-            } else {
-                qx_rows<Isa, T, 1>(g, xt, x_stride, yt);
-            }
-        }
+        qx_fused<Isa, T>(g, x, x_stride, std::make_integer_sequence<int, kFusedExactTokens>{});
         return;
     }
     auto* tile = reinterpret_cast<float*>(g.scratch);  // [kFloatTileRows x cols]
