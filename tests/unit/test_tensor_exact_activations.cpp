@@ -25,6 +25,7 @@
 #include "engine/tensor/traits.h"
 #include "engine/tensor/types.h"
 #include "engine/util/thread_pool.h"
+#include "tests/support/kernel_levels.h"
 #include "tests/support/random_vectors.h"
 
 namespace ember {
@@ -57,27 +58,8 @@ std::vector<TensorType> exact_types() {
     return types;
 }
 
-// The SIMD levels this CPU runs (none on a machine without AVX2).
-std::vector<KernelLevel> simd_levels() {
-    std::vector<KernelLevel> levels;
-    for (KernelLevel l : {KernelLevel::Avx2, KernelLevel::Avx512}) {
-        if (l <= max_kernel_level()) levels.push_back(l);
-    }
-    return levels;
-}
-
-// One table per level, built once (make_kernel_table builds a fresh one per call).
-const KernelTable& table_for(KernelLevel level) {
-    static const KernelTable avx2 = max_kernel_level() >= KernelLevel::Avx2
-                                        ? make_kernel_table(KernelLevel::Avx2)
-                                        : KernelTable{};
-    static const KernelTable avx512 = max_kernel_level() >= KernelLevel::Avx512
-                                          ? make_kernel_table(KernelLevel::Avx512)
-                                          : KernelTable{};
-    return level == KernelLevel::Avx512 ? avx512
-           : level == KernelLevel::Avx2 ? avx2
-                                        : scalar_kernels();
-}
+using test::simd_levels;
+using test::table_for;
 
 // A quantized matrix and its rows as the scalar reference dequantizes them.
 struct QMatrix {

@@ -18,6 +18,7 @@
 #include "engine/tensor/traits.h"
 #include "engine/tensor/types.h"
 #include "engine/util/thread_pool.h"
+#include "tests/support/kernel_levels.h"
 #include "tests/unit/test_tensor_ref.h"
 
 namespace ember {
@@ -39,26 +40,8 @@ std::vector<TensorType> all_types() {
     return types;
 }
 
-// The SIMD levels this machine can run.
-std::vector<KernelLevel> simd_levels() {
-    std::vector<KernelLevel> levels;
-    for (KernelLevel l : {KernelLevel::Avx2, KernelLevel::Avx512}) {
-        if (l <= max_kernel_level()) levels.push_back(l);
-    }
-    return levels;
-}
-
-const KernelTable& table_for(KernelLevel level) {
-    static const KernelTable avx2 = max_kernel_level() >= KernelLevel::Avx2
-                                        ? make_kernel_table(KernelLevel::Avx2)
-                                        : KernelTable{};
-    static const KernelTable avx512 = max_kernel_level() >= KernelLevel::Avx512
-                                          ? make_kernel_table(KernelLevel::Avx512)
-                                          : KernelTable{};
-    return level == KernelLevel::Avx512 ? avx512
-           : level == KernelLevel::Avx2 ? avx2
-                                        : scalar_kernels();
-}
+using test::simd_levels;
+using test::table_for;
 
 // Edge-case rows. Every block of a quantized row gets the same treatment.
 enum class Edge { Random, Zero, MaxScale, MinNormalScale, SubnormalScale, MaxQuants, MinQuants };
