@@ -43,7 +43,8 @@ std::string content_hash(std::span<const uint8_t> bytes);
 // identity is known there, else computed and cached. Throws SqliteError on database errors.
 std::string model_content_hash(Database& db, const Model& model);
 
-// What state keys are seeded with: the fingerprint and the full content hash.
+// What state keys are seeded with: the fingerprint, the full content hash and, for exact
+// activations, that they are exact.
 std::string model_state_identity(Database& db, const Model& model);
 
 }  // namespace ember::sessions
