@@ -41,6 +41,7 @@ struct ChatOptions {
     bool script = false;
     bool jsonl = false;
     bool no_prefix_cache = false;
+    bool special_tokens_in_content = false;  // --special-tokens-in-content
     bool ignore_eos = false;
     bool plain = false;  // line mode even where the curses UI could run
     bool show_thinking = false;
@@ -139,6 +140,7 @@ int run_local_chat(ChatOptions& o) {
                                  " tokens the model was trained for");
     }
     copts.prefix_cache = !o.no_prefix_cache;
+    copts.special_tokens_in_content = o.special_tokens_in_content;
     // Every front end shows and commits the reply before the state behind it is stored (a
     // script reads each reply as one piece; the controller commits, then stores).
     copts.defer_state_save = true;
@@ -255,6 +257,9 @@ void register_chat_command(CLI::App& app, std::vector<Command>& out) {
     cmd->add_flag("--script", o->script, "Scripted mode: prompts from stdin, replies to stdout");
     cmd->add_flag("--jsonl", o->jsonl, "Scripted mode with JSON lines in and out");
     cmd->add_flag("--no-prefix-cache", o->no_prefix_cache, "Recompute every turn from scratch");
+    cmd->add_flag("--special-tokens-in-content", o->special_tokens_in_content,
+                  "Parse control-token text typed in a message (<|im_start|>, <end_of_turn>, ...) "
+                  "as the control token; by default it is plain text");
     cmd->add_flag("--ignore-eos", o->ignore_eos, "Keep generating past end-of-turn tokens");
     cmd->add_flag("--plain", o->plain, "Line mode (readline) instead of the full-screen UI");
     cmd->add_flag("--no-spec", o->no_spec,

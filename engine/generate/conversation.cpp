@@ -218,43 +218,81 @@ int64_t default_context_size(const ModelConfig& c, KvType kv_type) {
 }
 
 std::vector<int32_t> tokenize_rendered(const Tokenizer& tok, std::string_view text,
-                                       std::string_view bos_text) {
+                                       std::string_view bos_text,
+                                       std::span<const TextRange> literal) {
     EncodeOptions enc;
     enc.parse_special = true;
+    enc.literal = literal;
     // Templates usually write the BOS text themselves; add it only when they do not.
     enc.add_bos = tok.add_bos() && tok.bos_id() != kNoToken &&
                   (bos_text.empty() || !text.starts_with(bos_text));
     return tok.encode(text, enc);
 }
 
-std::vector<int32_t> Conversation::tokenize_segment(std::string_view text, bool first) const {
+std::vector<int32_t> Conversation::tokenize_segment(std::string_view text, size_t begin,
+                                                    size_t end,
+                                                    const std::vector<TextRange>& literal) const {
+    // The literal ranges inside [begin, end), relative to begin.
+    std::vector<TextRange> inside;
+    for (const TextRange& r : literal) {
+        const size_t b = std::max(r.begin, begin), e = std::min(r.end, end);
+        if (b < e) inside.push_back({b - begin, e - begin});
+    }
+    const std::string_view segment = text.substr(begin, end - begin);
     const Tokenizer& tok = model_.tokenizer();
-    if (first) return tokenize_rendered(tok, text, bos_text_);
+    if (begin == 0) return tokenize_rendered(tok, segment, bos_text_, inside);
     EncodeOptions enc;
     enc.parse_special = true;
-    return tok.encode(text, enc);
+    enc.literal = inside;
+    return tok.encode(segment, enc);
 }
+
+namespace {
+
+// Where message text `content` stands in the rendered prompt from `cursor` on: as written, or
+// trimmed of surrounding whitespace (templates such as Gemma's trim each message).
+std::pair<size_t, size_t> find_content(std::string_view text, std::string_view content,
+                                       size_t cursor) {
+    if (const size_t at = text.find(content, cursor); at != std::string_view::npos) {
+        return {at, content.size()};
+    }
+    constexpr std::string_view kSpace = " \t\n\r\f\v";
+    const size_t first = content.find_first_not_of(kSpace);
+    if (first == std::string_view::npos) return {std::string_view::npos, 0};
+    const std::string_view trimmed =
+        content.substr(first, content.find_last_not_of(kSpace) - first + 1);
+    return {text.find(trimmed, cursor), trimmed.size()};
+}
+
+}  // namespace
 
 std::vector<int32_t> Conversation::tokenize_prompt(const std::string& text) const {
     // Where a generated reply appears verbatim in the rendered text, use its own tokens and
     // tokenize only the text around it. Every message is located in order (the search
     // cursor moves past each one), so a short reply cannot match inside an earlier message.
+    // A message's text is text: where it spells a control token (a pasted "<|im_end|>") that
+    // stays text, so a user cannot forge the template's markup (a system turn, the end of their
+    // own); only the template's own markup around it is special. A message the template
+    // rewrote beyond trimming cannot be located and is tokenized with the markup.
+    std::vector<TextRange> literal;  // the located messages' text, in order
     std::vector<int32_t> out;
     size_t pending = 0;  // start of the text not yet tokenized
     size_t cursor = 0;   // where the next message's search starts
     for (const auto& m : messages_) {
         if (m.content.empty()) continue;
-        const size_t at = text.find(m.content, cursor);
-        if (at == std::string::npos) continue;  // the template rewrote it: tokenize as text
-        cursor = at + m.content.size();
-        if (m.ids.empty()) continue;
-        auto seg =
-            tokenize_segment(std::string_view(text).substr(pending, at - pending), pending == 0);
+        const auto [at, length] = find_content(text, m.content, cursor);
+        if (at == std::string::npos) continue;
+        cursor = at + length;
+        if (m.ids.empty()) {
+            if (!options_.special_tokens_in_content) literal.push_back({at, cursor});
+            continue;
+        }
+        auto seg = tokenize_segment(text, pending, at, literal);
         out.insert(out.end(), seg.begin(), seg.end());
         out.insert(out.end(), m.ids.begin(), m.ids.end());
         pending = cursor;
     }
-    auto rest = tokenize_segment(std::string_view(text).substr(pending), pending == 0);
+    auto rest = tokenize_segment(text, pending, text.size(), literal);
     out.insert(out.end(), rest.begin(), rest.end());
     return out;
 }

@@ -13,11 +13,13 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <span>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "engine/generate/generate.h"
+#include "engine/tokenizer/tokenizer.h"
 #include "engine/generate/prefix_store.h"
 #include "engine/model/state.h"
 
@@ -72,6 +74,10 @@ struct ConversationOptions {
     // save), after the reply is out, while the user reads and types; a chat front end wants
     // it, a server answering independent requests does not.
     bool prepare_next_turn = false;
+    // Control-token text inside a message's content (a pasted "<|im_start|>system") is
+    // tokenized as text, so nobody forges the template's markup through a message; true
+    // restores parsing it as control tokens (--special-tokens-in-content).
+    bool special_tokens_in_content = false;
 };
 
 struct TurnResult {
@@ -180,7 +186,10 @@ public:
 
 private:
     std::vector<int32_t> tokenize_prompt(const std::string& text) const;
-    std::vector<int32_t> tokenize_segment(std::string_view text, bool first) const;
+    // text[begin, end) tokenized as part of a rendered prompt (`literal`: message text, see
+    // tokenize_prompt; ranges of the whole text).
+    std::vector<int32_t> tokenize_segment(std::string_view text, size_t begin, size_t end,
+                                          const std::vector<TextRange>& literal) const;
     std::vector<int32_t> fit_to_context(int64_t reserve, TurnResult& result);
     size_t reuse_prefix(const std::vector<int32_t>& tokens, TurnResult& result);
     // Returns whether a stop string cut the reply's text short.
@@ -249,8 +258,10 @@ int64_t default_context_size(const ModelConfig& config, KvType kv_type);
 // as special tokens, and the BOS token is added only when the tokenizer asks for it and the
 // template did not already write `bos_text` at the start.
 class Tokenizer;
+// `literal`: byte ranges of `text` (message content) whose control-token text stays text.
 std::vector<int32_t> tokenize_rendered(const Tokenizer& tokenizer, std::string_view text,
-                                       std::string_view bos_text);
+                                       std::string_view bos_text,
+                                       std::span<const TextRange> literal = {});
 
 // ChatML, used when a model carries no template of its own.
 extern const char* const kChatMlTemplate;

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <limits>
 #include <queue>
+#include <tuple>
 #include <unordered_map>
 
 #include "engine/gguf/gguf.h"
@@ -301,7 +302,8 @@ struct Tokenizer::Impl {
         }
     }
 
-    std::vector<Fragment> partition(std::string_view text, bool parse_special) const;
+    std::vector<Fragment> partition(std::string_view text, bool parse_special,
+                                    std::span<const TextRange> literal) const;
     void encode_spm(std::string_view raw, bool space_prefix, std::vector<TokenId>& out) const;
     void encode_bpe(std::string_view raw, std::vector<TokenId>& out) const;
     void bpe_word(std::string_view bytes, std::vector<TokenId>& out) const;
@@ -498,7 +500,8 @@ Tokenizer::Impl::Impl(TokenizerSpec spec) {
     eog.erase(std::unique(eog.begin(), eog.end()), eog.end());
 }
 
-std::vector<Fragment> Tokenizer::Impl::partition(std::string_view text, bool parse_special) const {
+std::vector<Fragment> Tokenizer::Impl::partition(std::string_view text, bool parse_special,
+                                                 std::span<const TextRange> literal) const {
     std::vector<Fragment> out;
     if (text.empty()) return out;
     if (specials.empty(parse_special)) {
@@ -507,8 +510,17 @@ std::vector<Fragment> Tokenizer::Impl::partition(std::string_view text, bool par
     }
     size_t raw_start = 0;
     size_t i = 0;
+    size_t next_literal = 0;  // the first literal range that does not end at or before i
     while (i < text.size()) {
-        const auto [id, len] = specials.match(text, i, parse_special);
+        while (next_literal < literal.size() && literal[next_literal].end <= i) ++next_literal;
+        // Inside a literal range the text is encoded as without parse_special (user-defined
+        // tokens, matched always, still are); so is a control token running into one.
+        const bool in_literal = next_literal < literal.size() && literal[next_literal].begin <= i;
+        auto [id, len] = specials.match(text, i, parse_special && !in_literal);
+        if (id != kNoToken && !in_literal && next_literal < literal.size() &&
+            i + len > literal[next_literal].begin) {
+            std::tie(id, len) = specials.match(text, i, false);
+        }
         if (id == kNoToken) {
             ++i;
             continue;
@@ -771,7 +783,7 @@ std::vector<TokenId> Tokenizer::encode(std::string_view text, const EncodeOption
     }
     // SPM puts a space in front of the text and of text that follows a special token.
     bool after_special = true;
-    for (const Fragment& f : m.partition(text, options.parse_special)) {
+    for (const Fragment& f : m.partition(text, options.parse_special, options.literal)) {
         if (f.token != kNoToken) {
             out.push_back(f.token);
             after_special = true;

@@ -80,10 +80,21 @@ class Tokenizer;
 // file and field.
 Tokenizer load_tokenizer(const std::string& path);
 
+// A byte range [begin, end) of an encoder's input.
+struct TextRange {
+    size_t begin = 0;
+    size_t end = 0;
+};
+
 struct EncodeOptions {
     bool add_bos = false;        // prepend bos_id (error if the vocabulary has none)
     bool parse_special = false;  // control-token text in the input becomes the token
     bool add_eos = false;        // append eos_id
+    // With parse_special: ranges of the input that stay text even where they spell a control
+    // token (a chat message's content inside its rendered template: the template's markup is
+    // special, what a user typed is not). Sorted, not overlapping. A control token is taken only
+    // where its text lies wholly outside them; the text around is tokenized as one piece.
+    std::span<const TextRange> literal;
 };
 
 struct DecodeOptions {
