@@ -28,6 +28,7 @@
 #include "engine/tokenizer/tokenizer.h"
 #include "sessions/sqlite.h"
 #include "sessions/state_store.h"
+#include "ui/terminal_text.h"
 
 namespace ember::app {
 
@@ -371,7 +372,9 @@ json run_bench(const BenchResumeOptions& o, const std::string& dir) {
 void print_text(const json& r) {
     const json& w = r["warm"];
     const json& c = r["cold"];
-    std::printf("model: %s (%d threads, KV %s)\n", r["model"].get<std::string>().c_str(),
+    // The model path is the file's name, which may hold an escape sequence: shown, not obeyed.
+    std::printf("model: %s (%d threads, KV %s)\n",
+                ui::TextWriter(stdout).shown(r["model"].get<std::string>()).c_str(),
                 r["threads"].get<int>(), r["kv_type"].get<std::string>().c_str());
     std::printf("conversation: %lld tokens in %d turns, built in %.1f s\n",
                 static_cast<long long>(r["conversation"]["tokens"].get<int64_t>()),

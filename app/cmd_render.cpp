@@ -35,6 +35,32 @@ std::string slurp(const std::string& path, const std::string& what) {
     return ss.str();
 }
 
+// Parses JSON given on the command line or in a file, refusing arrays and objects nested
+// deeper than the template engine accepts while parsing, so that the deep document is never
+// built: copying or converting one recurses once per level and a 100,000-deep one overflows
+// the stack. `what` names the file or flag in the one-line error.
+ojson parse_json_input(const std::string& text, const std::string& what) {
+    struct TooDeep {};
+    ojson j;
+    try {
+        // nlohmann reports, at each container's start, how many containers enclose it.
+        j = ojson::parse(
+            text,
+            [](int depth, ojson::parse_event_t event, ojson& /*parsed*/) {
+                const bool opens = event == ojson::parse_event_t::object_start ||
+                                   event == ojson::parse_event_t::array_start;
+                if (opens && depth >= kMaxTemplateValueDepth) throw TooDeep{};
+                return true;
+            },
+            /*allow_exceptions=*/false);
+    } catch (const TooDeep&) {
+        throw std::runtime_error(what + ": JSON nested deeper than " +
+                                 std::to_string(kMaxTemplateValueDepth) + " levels");
+    }
+    if (j.is_discarded()) throw std::runtime_error(what + ": not valid JSON");
+    return j;
+}
+
 int run_render(const RenderOptions& o, bool bos_given, bool eos_given) {
     std::string source;
     std::string bos = o.bos, eos = o.eos;
@@ -53,10 +79,7 @@ int run_render(const RenderOptions& o, bool bos_given, bool eos_given) {
         if (!eos_given && tok.eos_id() != kNoToken) eos = tok.token_to_piece(tok.eos_id(), true);
     }
     const std::string text = slurp(o.messages_file, "messages file");
-    ojson messages = ojson::parse(text, nullptr, false);
-    if (messages.is_discarded()) {
-        throw std::runtime_error(o.messages_file + ": not valid JSON");
-    }
+    ojson messages = parse_json_input(text, o.messages_file);
     ChatTemplateInputs in;
     if (messages.is_object() && messages.contains("messages")) {
         if (messages.contains("tools")) in.tools = messages["tools"];
@@ -75,10 +98,8 @@ int run_render(const RenderOptions& o, bool bos_given, bool eos_given) {
         if (eq == std::string::npos || eq == 0) {
             throw std::runtime_error("--var '" + v + "': expected NAME=JSON");
         }
-        ojson value = ojson::parse(v.substr(eq + 1), nullptr, false);
-        if (value.is_discarded()) {
-            throw std::runtime_error("--var '" + v + "': the value is not valid JSON");
-        }
+        // Named by NAME alone: the value may be a 100 KB one-line document.
+        const ojson value = parse_json_input(v.substr(eq + 1), "--var " + v.substr(0, eq));
         in.extra[v.substr(0, eq)] = value;
     }
     const ChatTemplate tmpl(source);

@@ -123,11 +123,15 @@ int run_serve(const ServeOptions& o) {
 
     serve::Server server(*model, pool, copts, state.get(), so);
     const int port = server.bind();
+    // The paths are whatever the files are called (a name may hold an escape sequence):
+    // shown, not obeyed, on a terminal.
+    const ui::TextWriter listening(stderr);
     std::fprintf(stderr,
                  "ember serve: listening on http://%s:%d (model %s, %d slots, context %lld, "
                  "state store %s)\n",
-                 o.host.c_str(), port, model_path.c_str(), o.parallel,
-                 static_cast<long long>(copts.context), db ? db->path().c_str() : "off");
+                 listening.shown(o.host).c_str(), port, listening.shown(model_path).c_str(),
+                 o.parallel, static_cast<long long>(copts.context),
+                 db ? listening.shown(db->path()).c_str() : "off");
     std::fflush(stderr);
 
     std::thread watcher([&server, stop_signals] {

@@ -31,12 +31,47 @@ constexpr StandIns kStandIns = make_stand_ins();
 constexpr std::string_view kDelete = "\u2421";       // ␡
 constexpr std::string_view kReplacement = "\uFFFD";  // �
 
-enum class Kind { Plain, C0, Delete, C1, Invalid, Truncated };
+// Invisible format characters that change what a terminal shows without showing themselves:
+// the bidirectional controls can reorder a line so that it reads differently from what it
+// holds ("Trojan Source", CVE-2021-42574), and zero-width ones hide inside words and names.
+// ZWJ (U+200D) and ZWNJ (U+200C) are left alone: emoji sequences and Persian and Indic
+// writing need them, and they cannot reorder text.
+struct FormatStandIn {
+    unsigned code_point;
+    std::string_view text;
+};
+constexpr FormatStandIn kFormatStandIns[] = {
+    {0x061C, "<U+061C>"},  // ARABIC LETTER MARK
+    {0x200B, "<U+200B>"},  // ZERO WIDTH SPACE
+    {0x200E, "<U+200E>"},  // LEFT-TO-RIGHT MARK
+    {0x200F, "<U+200F>"},  // RIGHT-TO-LEFT MARK
+    {0x202A, "<U+202A>"},  // LEFT-TO-RIGHT EMBEDDING
+    {0x202B, "<U+202B>"},  // RIGHT-TO-LEFT EMBEDDING
+    {0x202C, "<U+202C>"},  // POP DIRECTIONAL FORMATTING
+    {0x202D, "<U+202D>"},  // LEFT-TO-RIGHT OVERRIDE
+    {0x202E, "<U+202E>"},  // RIGHT-TO-LEFT OVERRIDE
+    {0x2060, "<U+2060>"},  // WORD JOINER
+    {0x2066, "<U+2066>"},  // LEFT-TO-RIGHT ISOLATE
+    {0x2067, "<U+2067>"},  // RIGHT-TO-LEFT ISOLATE
+    {0x2068, "<U+2068>"},  // FIRST STRONG ISOLATE
+    {0x2069, "<U+2069>"},  // POP DIRECTIONAL ISOLATE
+    {0xFEFF, "<U+FEFF>"},  // ZERO WIDTH NO-BREAK SPACE (byte order mark)
+};
+
+// The stand-in for a flagged format character, or an empty view.
+std::string_view format_stand_in(unsigned cp) {
+    for (const auto& f : kFormatStandIns) {
+        if (f.code_point == cp) return f.text;
+    }
+    return {};
+}
+
+enum class Kind { Plain, C0, Delete, C1, Format, Invalid, Truncated };
 
 struct Decoded {
     Kind kind = Kind::Plain;
     size_t length = 1;
-    unsigned value = 0;  // the byte (C0) or code point (C1)
+    unsigned value = 0;  // the byte (C0) or code point (C1, Format)
 };
 
 // One UTF-8 sequence (or one ill-formed part of one) at `offset`. The valid second bytes
@@ -72,10 +107,15 @@ Decoded decode_one(std::string_view text, size_t offset) {
         const bool fits = i == 1 ? (b >= low && b <= high) : (b >= 0x80 && b <= 0xBF);
         if (!fits) return {Kind::Invalid, i, 0};
     }
+    unsigned cp = 0;
     if (need == 2) {
-        const unsigned cp = ((b0 & 0x1F) << 6) | (byte(1) & 0x3F);
+        cp = ((b0 & 0x1F) << 6) | (byte(1) & 0x3F);
         if (cp < 0xA0) return {Kind::C1, 2, cp};
+    } else if (need == 3) {
+        cp = ((b0 & 0x0F) << 12) | ((byte(1) & 0x3F) << 6) | (byte(2) & 0x3F);
     }
+    // Every flagged format character is two or three bytes long (U+061C .. U+FEFF).
+    if (need <= 3 && !format_stand_in(cp).empty()) return {Kind::Format, need, cp};
     return {Kind::Plain, need, 0};
 }
 
@@ -91,6 +131,8 @@ TerminalPiece terminal_piece_at(std::string_view text, size_t offset) {
             return {1, kDelete, false};
         case Kind::C1:
             return {2, std::string_view(kStandIns.c1[d.value - 0x80], 8), false};
+        case Kind::Format:
+            return {d.length, format_stand_in(d.value), false};
         case Kind::Invalid:
             return {d.length, kReplacement, false};
         case Kind::Truncated:

@@ -4,12 +4,19 @@
 // title, write the clipboard (OSC 52). Every place that shows stored, model or user text on a
 // terminal passes it through here, so such text is seen, never obeyed.
 //
-// On a terminal, text passes as it is when it is valid UTF-8 without control characters; a
-// newline and a tab pass too. Everything else becomes a visible stand-in:
+// On a terminal, text passes as it is when it is valid UTF-8 without control characters or
+// invisible format characters; a newline and a tab pass too. Everything else becomes a
+// visible stand-in:
 //   C0 controls U+0000..U+001F (not '\n', '\t')  -> the Control Pictures U+2400..U+241F
 //                                                   (ESC -> "␛", BEL -> "␇", CR -> "␍")
 //   DEL U+007F                                   -> "␡" (U+2421)
 //   C1 controls U+0080..U+009F (CSI is U+009B)   -> "<U+0080>".."<U+009F>"
+//   invisible format characters: the bidi       -> "<U+202E>" and so on
+//   controls U+061C, U+200E, U+200F, U+202A..
+//   U+202E, U+2066..U+2069 (they can reorder a
+//   line), and the zero-width U+200B, U+2060,
+//   U+FEFF (ZWJ/ZWNJ pass: emoji and scripts
+//   need them)
 //   an ill-formed UTF-8 sequence (a lone 0x9B,   -> one U+FFFD per maximal ill-formed part,
 //   overlong forms, surrogates, past U+10FFFF)      as Unicode's conversion guideline says
 // Files and pipes get the exact bytes: callers decide with is_terminal() on the actual stream.
@@ -33,7 +40,8 @@ struct TerminalPiece {
 };
 
 // The piece of `text` starting at `offset` (< text.size()). A run of plain bytes (ASCII
-// without controls, '\n', '\t', valid multi-byte sequences that are not C1) is one piece.
+// without controls, '\n', '\t', valid multi-byte sequences that are neither C1 nor flagged
+// format characters) is one piece.
 TerminalPiece terminal_piece_at(std::string_view text, size_t offset);
 
 // Calls `visit(std::string_view piece, bool replaced)` for the text a terminal should show:

@@ -58,6 +58,13 @@ struct TemplateTime {
     int second = 0;
 };
 
+// Deepest nesting of arrays and objects accepted in template variables, and that tojson or
+// printing will walk. Real tool schemas nest a dozen levels; 512 leaves room for odd ones while
+// keeping the recursive conversion and printing far from the end of a thread's stack. Callers
+// parsing untrusted JSON should refuse deeper documents before building them
+// (nlohmann's parser callback reports the depth), since copying a json is recursive too.
+constexpr int kMaxTemplateValueDepth = 512;
+
 // The variables HF transformers passes to a chat template.
 struct ChatTemplateInputs {
     // [{"role": ..., "content": ...}, ...]; ordered_json keeps key order, which tojson shows.

@@ -278,6 +278,10 @@ Value f_indent(Interpreter&, const Value& v, CallArgs& args) {
     // Same steps as jinja2: a newline is appended so that splitlines() keeps a trailing
     // empty line.
     const std::vector<std::string> lines = py_splitlines(text_of(v) + "\n");
+    // Every line gains the indent: a long indent times many lines is checked before building.
+    check_size(static_cast<std::int64_t>(text_of(v).size()) +
+               static_cast<std::int64_t>(lines.size() + 1) *
+                   static_cast<std::int64_t>(indention.size()));
     std::string rv;
     if (a.get_bool(2, false)) {
         for (std::size_t i = 0; i < lines.size(); ++i) rv += (i ? "\n" + indention : "") + lines[i];
@@ -313,6 +317,7 @@ Value f_join(Interpreter&, const Value& v, CallArgs& args) {
         if (!first) out += sep;
         first = false;
         out += text_of(a.get(1) ? get_path(item, text_of(*a.get(1))) : item);
+        check_room(static_cast<std::int64_t>(out.size()));
     }
     return Value(std::move(out));
 }
@@ -422,8 +427,11 @@ Value f_rejectattr(Interpreter& in, const Value& v, CallArgs& a) {
 
 Value f_replace(Interpreter&, const Value& v, CallArgs& args) {
     ArgBinder a("replace", args, {"old", "new", "count"});
-    return Value(py_replace(text_of(v), text_of(a.get_or(0, Value(""))),
-                            text_of(a.get_or(1, Value(""))), a.get_int(2, -1)));
+    const std::string text = text_of(v);
+    const std::string old_text = text_of(a.get_or(0, Value("")));
+    const std::string new_text = text_of(a.get_or(1, Value("")));
+    check_replace_size(text, old_text, new_text, a.get_int(2, -1));
+    return Value(py_replace(text, old_text, new_text, a.get_int(2, -1)));
 }
 
 Value f_reverse(Interpreter&, const Value& v, CallArgs&) {

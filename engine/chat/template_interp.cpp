@@ -120,7 +120,67 @@ Value make_loop_object(const std::vector<Value>& items, std::size_t i,
     return loop;
 }
 
+thread_local RenderBudget* t_budget = nullptr;
+
+// Makes `budget` the thread's current one for as long as it lives.
+class BudgetScope {
+public:
+    explicit BudgetScope(RenderBudget* budget) : saved_(t_budget) { t_budget = budget; }
+    ~BudgetScope() { t_budget = saved_; }
+    BudgetScope(const BudgetScope&) = delete;
+    BudgetScope& operator=(const BudgetScope&) = delete;
+
+private:
+    RenderBudget* saved_;
+};
+
+// "10000000" -> "10,000,000": the limit reads at a glance in the error.
+std::string with_commas(std::int64_t n) {
+    const std::string digits = std::to_string(n);
+    std::string out;
+    for (std::size_t i = 0; i < digits.size(); ++i) {
+        if (i > 0 && (digits.size() - i) % 3 == 0) out.push_back(',');
+        out.push_back(digits[i]);
+    }
+    return out;
+}
+
+// Bytes of text in a value (what kRenderTextPerInputByte scales). Containers nest at most
+// kMaxTemplateValueDepth deep here: the variables came through from_json.
+std::int64_t text_bytes(const Value& v, int depth) {
+    if (depth > kMaxTemplateValueDepth) return 0;
+    if (v.is_string()) return static_cast<std::int64_t>(v.as_string().size());
+    std::int64_t n = 0;
+    if (v.is_array()) {
+        for (const auto& item : v.items()) n += text_bytes(item, depth + 1);
+    } else if (v.is_object()) {
+        for (const auto& [k, item] : v.object_data().entries) {
+            n += static_cast<std::int64_t>(k.size()) + text_bytes(item, depth + 1);
+        }
+    }
+    return n;
+}
+
 }  // namespace
+
+RenderBudget::RenderBudget(std::int64_t input_text_bytes)
+    : text_limit_(kRenderTextFloor +
+                  std::min(input_text_bytes, (INT64_MAX / 2) / kRenderTextPerInputByte) *
+                      kRenderTextPerInputByte) {}
+
+void RenderBudget::steps_exceeded() const {
+    fail("exceeded the budget of " + with_commas(kMaxRenderSteps) +
+         " evaluation steps (a runaway loop?)");
+}
+
+void RenderBudget::text_exceeded() const {
+    const std::int64_t mib = (text_limit_ + (std::int64_t{1} << 20) - 1) >> 20;
+    fail("exceeded the budget of " + with_commas(mib) + " MiB of text (a runaway string?)");
+}
+
+RenderBudget* current_budget() noexcept {
+    return t_budget;
+}
 
 const Value* Scope::find(std::string_view name) const {
     for (const auto& [k, v] : vars) {
@@ -151,6 +211,8 @@ std::string Interpreter::render(const Value& context) {
     if (context.is_object()) {
         for (const auto& [k, v] : context.object_data().entries) root->set(k, v);
     }
+    budget_ = RenderBudget(text_bytes(context, 0));
+    const BudgetScope current(&budget_);
     std::string out;
     exec_list(program_.body, root, out);
     return out;
@@ -175,13 +237,21 @@ Interpreter::Flow Interpreter::exec_list(const StmtList& body, const ScopePtr& s
 Interpreter::Flow Interpreter::exec(const Stmt& stmt, const ScopePtr& scope, std::string& out) {
     try {
         const DepthGuard guard(exec_depth_, kMaxExecDepth, "template nesting too deep");
+        budget_.step();
         switch (stmt.kind) {
-            case StmtKind::Output:
-                out += static_cast<const OutputStmt&>(stmt).text;
+            case StmtKind::Output: {
+                const std::string& text = static_cast<const OutputStmt&>(stmt).text;
+                budget_.charge_text(static_cast<std::int64_t>(text.size()));
+                out += text;
                 break;
-            case StmtKind::Print:
-                out += to_str(eval(*static_cast<const PrintStmt&>(stmt).expr, scope));
+            }
+            case StmtKind::Print: {
+                const std::string text =
+                    to_str(eval(*static_cast<const PrintStmt&>(stmt).expr, scope));
+                budget_.charge_text(static_cast<std::int64_t>(text.size()));
+                out += text;
                 break;
+            }
             case StmtKind::If:
                 return exec_if(static_cast<const IfStmt&>(stmt), scope, out);
             case StmtKind::For:
@@ -233,6 +303,7 @@ Interpreter::Flow Interpreter::exec_for(const ForStmt& node, const ScopePtr& sco
         // `for x in xs if cond` filters first; loop.index and loop.length count what is kept.
         std::vector<Value> kept;
         for (auto& item : items) {
+            budget_.step();
             auto frame = std::make_shared<Scope>(scope);
             assign(node.target, item, frame);
             if (eval(*node.filter, frame).truthy()) kept.push_back(std::move(item));
@@ -245,6 +316,8 @@ Interpreter::Flow Interpreter::exec_for(const ForStmt& node, const ScopePtr& sco
     }
     const auto changed = std::make_shared<ChangedCallable>();
     for (std::size_t i = 0; i < items.size(); ++i) {
+        // An iteration is a step even with an empty body, so empty nested loops end too.
+        budget_.step();
         // A fresh frame per iteration: jinja2 does not carry {% set %} across iterations.
         auto frame = std::make_shared<Scope>(scope);
         assign(node.target, items[i], frame);
@@ -404,6 +477,14 @@ CallArgs Interpreter::eval_args(const ArgExprs& args, const ScopePtr& scope) {
 }
 
 Value Interpreter::eval(const Expr& expr, const ScopePtr& scope) {
+    budget_.step();
+    Value v = eval_uncharged(expr, scope);
+    // Every string an expression yields is new text or a copy of one: either way, memory.
+    if (v.is_string()) budget_.charge_text(static_cast<std::int64_t>(v.as_string().size()));
+    return v;
+}
+
+Value Interpreter::eval_uncharged(const Expr& expr, const ScopePtr& scope) {
     switch (expr.kind) {
         case ExprKind::Literal:
             return static_cast<const LiteralExpr&>(expr).value;
@@ -510,7 +591,14 @@ Value Interpreter::eval_binary(const BinaryExpr& node, const ScopePtr& scope) {
     }
     const Value left = eval(*node.left, scope);
     const Value right = eval(*node.right, scope);
-    if (node.op == BinaryOp::Concat) return Value(to_str(left) + to_str(right));
+    if (node.op == BinaryOp::Concat) {
+        std::string a = to_str(left);
+        const std::string b = to_str(right);
+        // Checked before building: `s ~ s` doubles, and the doubled string is the allocation
+        // that must not happen once the budget is spent.
+        check_size(static_cast<std::int64_t>(a.size() + b.size()));
+        return Value(std::move(a) + b);
+    }
     return arithmetic(node.op, left, right);
 }
 

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "engine/chat/template_ast.h"
+#include "engine/chat/template_builtins.h"
 #include "engine/chat/template_strings.h"
 #include "engine/chat/template_value.h"
 
@@ -53,7 +54,9 @@ private:
     void bind_params(const std::string& name, const std::vector<MacroParam>& params, CallArgs& args,
                      const ScopePtr& frame);
 
+    // Evaluates and charges the budget: one step, and the length of a string result.
     Value eval(const Expr& expr, const ScopePtr& scope);
+    Value eval_uncharged(const Expr& expr, const ScopePtr& scope);
     Value eval_filter(const FilterExpr& node, const ScopePtr& scope);
     Value eval_binary(const BinaryExpr& node, const ScopePtr& scope);
     Value eval_compare(const CompareExpr& node, const ScopePtr& scope);
@@ -69,6 +72,7 @@ private:
     const Value* block_input_ = nullptr;
     int call_depth_ = 0;
     int exec_depth_ = 0;
+    RenderBudget budget_{0};
 };
 
 // Python's binary arithmetic (+ - * / // % **) with its type rules and error messages.

@@ -177,6 +177,11 @@ std::vector<Value> iterate(const Value& value) {
         case Value::Kind::Undefined:
             return out;
         case Value::Kind::Array:
+            // Iterating is work done for the template: count it, so loops over big lists or
+            // ranges spend the step budget even when their bodies are empty.
+            if (RenderBudget* b = current_budget()) {
+                b->step(static_cast<std::int64_t>(value.items().size()));
+            }
             return value.items();
         case Value::Kind::String:
             for (char32_t c : utf8_decode(value.as_string())) {
@@ -267,8 +272,29 @@ std::optional<std::string> ArgBinder::get_string(std::size_t i) const {
 void check_size(std::int64_t bytes) {
     if (bytes > kMaxTemplateString) {
         fail("result too large: " + std::to_string(bytes) + " bytes (limit " +
-             std::to_string(kMaxTemplateString) + ")");
+             std::to_string(kMaxTemplateString >> 20) + " MiB per string)");
     }
+    check_room(bytes);
+}
+
+void check_replace_size(std::string_view s, std::string_view old_text, std::string_view new_text,
+                        std::int64_t count) {
+    if (new_text.size() <= old_text.size()) return;
+    // Python inserts into an empty `old` between every code point and at both ends.
+    std::int64_t hits = 0;
+    if (old_text.empty()) {
+        hits = static_cast<std::int64_t>(utf8_length(s)) + 1;
+    } else {
+        for (std::size_t p = s.find(old_text); p != std::string_view::npos;
+             p = s.find(old_text, p + old_text.size())) {
+            ++hits;
+        }
+    }
+    if (count >= 0) hits = std::min(hits, count);
+    const auto growth = static_cast<std::int64_t>(new_text.size() - old_text.size());
+    const auto base = static_cast<std::int64_t>(s.size());
+    check_size(hits > (kMaxTemplateString - base) / growth ? kMaxTemplateString + 1
+                                                           : base + hits * growth);
 }
 
 std::string py_center(const std::string& s, std::int64_t width, const std::string& fill) {
@@ -372,8 +398,10 @@ Value string_method(const std::string& s, const std::string& name, CallArgs& arg
     if (name == "replace") {
         ArgBinder a(name, args, {"old", "new", "count"});
         if (!a.get(0) || !a.get(1)) fail("replace() expected at least 2 arguments");
-        return Value(py_replace(s, need_string(*a.get(0), "replace()"),
-                                need_string(*a.get(1), "replace()"), a.get_int(2, -1)));
+        const std::string old_text = need_string(*a.get(0), "replace()");
+        const std::string new_text = need_string(*a.get(1), "replace()");
+        check_replace_size(s, old_text, new_text, a.get_int(2, -1));
+        return Value(py_replace(s, old_text, new_text, a.get_int(2, -1)));
     }
     if (name == "upper") return Value(py_upper(s));
     if (name == "lower" || name == "casefold") return Value(py_lower(s));
@@ -419,6 +447,7 @@ Value string_method(const std::string& s, const std::string& name, CallArgs& arg
             }
             if (i > 0) out += s;
             out += items[i].as_string();
+            check_room(static_cast<std::int64_t>(out.size()));
         }
         return Value(std::move(out));
     }

@@ -106,11 +106,24 @@ Value float_arithmetic(BinaryOp op, double a, double b) {
     return Value();
 }
 
+// Bytes of the strings directly in a list: what copying its items copies.
+std::int64_t item_text_bytes(const Value& list) {
+    std::int64_t n = 0;
+    for (const auto& item : list.items()) {
+        if (item.is_string()) n += static_cast<std::int64_t>(item.as_string().size());
+    }
+    return n;
+}
+
 Value repeat(const Value& seq, std::int64_t n) {
     const auto unit =
         static_cast<std::int64_t>(seq.is_string() ? seq.as_string().size() : seq.items().size());
     if (n > 0 && unit > 0)
         check_size(n > kMaxTemplateString / unit ? kMaxTemplateString + 1 : n * unit);
+    if (n > 0 && seq.is_array()) {
+        const std::int64_t text = item_text_bytes(seq);
+        if (text > 0) check_room(n > kMaxTemplateString / text ? kMaxTemplateString + 1 : n * text);
+    }
     if (seq.is_string()) {
         std::string out;
         for (std::int64_t i = 0; i < n; ++i) out += seq.as_string();
@@ -138,8 +151,13 @@ Value arithmetic(BinaryOp op, const Value& a, const Value& b) {
     const bool a_seq = a.is_string() || a.is_array();
     const bool b_seq = b.is_string() || b.is_array();
     if (op == BinaryOp::Add) {
-        if (a.is_string() && b.is_string()) return Value(a.as_string() + b.as_string());
+        if (a.is_string() && b.is_string()) {
+            check_size(static_cast<std::int64_t>(a.as_string().size() + b.as_string().size()));
+            return Value(a.as_string() + b.as_string());
+        }
         if (a.is_array() && b.is_array() && a.is_tuple() == b.is_tuple()) {
+            // The items are copied, strings included.
+            check_room(item_text_bytes(a) + item_text_bytes(b));
             std::vector<Value> items = a.items();
             items.insert(items.end(), b.items().begin(), b.items().end());
             return Value::array(std::move(items), a.is_tuple());

@@ -6,9 +6,53 @@
 #include <cstdio>
 
 #include "engine/chat/template.h"
+#include "engine/chat/template_builtins.h"
 #include "engine/chat/template_strings.h"
 
 namespace ember::jinja {
+
+namespace {
+
+// Destroying a value destroys what it holds, one C++ call level per level of nesting: a list
+// nested a million deep (built by a template in a loop) would overflow the stack. Below
+// kDestroyDepth levels values are destroyed in place; deeper ones are moved to a queue that
+// the outermost destructor empties, so the stack never holds more than kDestroyDepth levels.
+constexpr int kDestroyDepth = 256;
+thread_local int t_destroy_depth = 0;
+thread_local std::vector<Value> t_destroy_later;
+
+template <class Release>
+void destroy_bounded(Release&& release) {
+    if (t_destroy_depth >= kDestroyDepth) {
+        release([](Value& v) { t_destroy_later.push_back(std::move(v)); });
+        return;
+    }
+    ++t_destroy_depth;
+    release([](Value& v) { v = Value(); });
+    --t_destroy_depth;
+    if (t_destroy_depth > 0) return;
+    while (!t_destroy_later.empty()) {
+        Value v = std::move(t_destroy_later.back());
+        t_destroy_later.pop_back();
+        ++t_destroy_depth;
+        v = Value();
+        --t_destroy_depth;
+    }
+}
+
+}  // namespace
+
+ArrayData::~ArrayData() {
+    destroy_bounded([this](auto&& drop) {
+        for (auto& v : items) drop(v);
+    });
+}
+
+ObjectData::~ObjectData() {
+    destroy_bounded([this](auto&& drop) {
+        for (auto& e : entries) drop(e.second);
+    });
+}
 
 Value Value::array(std::vector<Value> items, bool tuple) {
     auto data = std::make_shared<ArrayData>();
@@ -121,8 +165,27 @@ void fail_undefined(const Value& v) {
     fail(hint.empty() ? "value is undefined" : hint);
 }
 
+namespace {
+
+[[noreturn]] void too_deep() {
+    fail("value nested deeper than " + std::to_string(kMaxTemplateValueDepth) + " levels");
+}
+
+// A template can build lists nested as deep as its step budget allows ({% set ns.x = [ns.x] %}
+// in a loop); comparing, printing and destroying them must not recurse that deep.
+bool equal_at(const Value& a, const Value& b, int depth);
+
+}  // namespace
+
 bool values_equal(const Value& a, const Value& b) {
+    return equal_at(a, b, 0);
+}
+
+namespace {
+
+bool equal_at(const Value& a, const Value& b, int depth) {
     using K = Value::Kind;
+    if (depth > kMaxTemplateValueDepth) too_deep();
     if (a.is_number() && b.is_number()) {
         if (a.is_float() || b.is_float()) return a.as_double() == b.as_double();
         return a.as_integer() == b.as_integer();
@@ -137,7 +200,7 @@ bool values_equal(const Value& a, const Value& b) {
         case K::Array: {
             if (a.is_tuple() != b.is_tuple() || a.items().size() != b.items().size()) return false;
             for (std::size_t i = 0; i < a.items().size(); ++i) {
-                if (!values_equal(a.items()[i], b.items()[i])) return false;
+                if (!equal_at(a.items()[i], b.items()[i], depth + 1)) return false;
             }
             return true;
         }
@@ -149,7 +212,7 @@ bool values_equal(const Value& a, const Value& b) {
             if (ea.size() != b.object_data().entries.size()) return false;
             for (const auto& [k, v] : ea) {
                 const Value* other = b.object_data().find(k);
-                if (other == nullptr || !values_equal(v, *other)) return false;
+                if (other == nullptr || !equal_at(v, *other, depth + 1)) return false;
             }
             return true;
         }
@@ -160,7 +223,8 @@ bool values_equal(const Value& a, const Value& b) {
     }
 }
 
-int compare_values(const Value& a, const Value& b, std::string_view op) {
+int compare_at(const Value& a, const Value& b, std::string_view op, int depth) {
+    if (depth > kMaxTemplateValueDepth) too_deep();
     if (a.is_undefined()) fail_undefined(a);
     if (b.is_undefined()) fail_undefined(b);
     if (a.is_number() && b.is_number()) {
@@ -182,12 +246,18 @@ int compare_values(const Value& a, const Value& b, std::string_view op) {
         const auto& x = a.items();
         const auto& y = b.items();
         for (std::size_t i = 0; i < x.size() && i < y.size(); ++i) {
-            if (!values_equal(x[i], y[i])) return compare_values(x[i], y[i], op);
+            if (!equal_at(x[i], y[i], depth + 1)) return compare_at(x[i], y[i], op, depth + 1);
         }
         return x.size() < y.size() ? -1 : (x.size() > y.size() ? 1 : 0);
     }
     fail("'" + std::string(op) + "' not supported between instances of '" + a.type_name() +
          "' and '" + b.type_name() + "'");
+}
+
+}  // namespace
+
+int compare_values(const Value& a, const Value& b, std::string_view op) {
+    return compare_at(a, b, op, 0);
 }
 
 std::string format_float(double d) {
@@ -264,14 +334,26 @@ std::string repr_string(const std::string& s) {
     return out;
 }
 
-std::string repr_container(const Value& v) {
+std::string repr_container(const Value& v, int depth);
+
+// repr() of an item `depth` containers down.
+std::string repr_item(const Value& v, int depth) {
+    if (v.is_array() || v.is_object()) return repr_container(v, depth);
+    return to_repr(v);
+}
+
+std::string repr_container(const Value& v, int depth) {
+    // Bounded so that a self-containing namespace or a deeply built list ends in an error, not
+    // in a stack overflow; the text budget stops wide ones.
+    if (depth > kMaxTemplateValueDepth) too_deep();
     std::string out;
     if (v.is_array()) {
         out = v.is_tuple() ? "(" : "[";
         const auto& items = v.items();
         for (std::size_t i = 0; i < items.size(); ++i) {
             if (i > 0) out += ", ";
-            out += to_repr(items[i]);
+            out += repr_item(items[i], depth + 1);
+            check_room(static_cast<std::int64_t>(out.size()));
         }
         if (v.is_tuple() && items.size() == 1) out += ",";
         out += v.is_tuple() ? ")" : "]";
@@ -282,7 +364,8 @@ std::string repr_container(const Value& v) {
     for (const auto& [k, item] : v.object_data().entries) {
         if (!first) out += ", ";
         first = false;
-        out += repr_string(k) + ": " + to_repr(item);
+        out += repr_string(k) + ": " + repr_item(item, depth + 1);
+        check_room(static_cast<std::int64_t>(out.size()));
     }
     out += v.is_namespace() ? "}>" : "}";
     return out;
@@ -307,7 +390,7 @@ std::string to_str(const Value& v) {
             return v.as_string();
         case K::Array:
         case K::Object:
-            return repr_container(v);
+            return repr_container(v, 1);
         case K::Callable:
             return "<function " + v.callable().name() + ">";
     }
@@ -372,7 +455,11 @@ void json_string(std::string& out, const std::string& s, bool ensure_ascii) {
 
 void json_value(std::string& out, const Value& v, const JsonOptions& o, int level) {
     using K = Value::Kind;
+    if ((v.is_array() || v.is_object()) && level > kMaxTemplateValueDepth) too_deep();
     auto newline = [&](int lvl) {
+        // Each line repeats the indent: a long indent string times many items is the one way
+        // tojson output outgrows its input.
+        check_room(static_cast<std::int64_t>(out.size()));
         out.push_back('\n');
         for (int i = 0; i < lvl; ++i) out += *o.indent;
     };
@@ -454,7 +541,16 @@ std::string to_json(const Value& v, const JsonOptions& options) {
     return out;
 }
 
-Value from_json(const nlohmann::ordered_json& j) {
+namespace {
+
+// `depth`: how many arrays and objects enclose `j`.
+Value from_json_at(const nlohmann::ordered_json& j, int depth) {
+    // Checked before recursing: the conversion must not be the thing that overflows the stack.
+    if (j.is_structured() && depth > kMaxTemplateValueDepth) {
+        throw TemplateError(TemplateError::Kind::Render,
+                            "template variables nested deeper than " +
+                                std::to_string(kMaxTemplateValueDepth) + " levels");
+    }
     using T = nlohmann::ordered_json::value_t;
     switch (j.type()) {
         case T::null:
@@ -477,13 +573,15 @@ Value from_json(const nlohmann::ordered_json& j) {
         case T::array: {
             std::vector<Value> items;
             items.reserve(j.size());
-            for (const auto& e : j) items.push_back(from_json(e));
+            for (const auto& e : j) items.push_back(from_json_at(e, depth + 1));
             return Value::array(std::move(items));
         }
         case T::object: {
             Value obj = Value::object();
             auto& data = obj.mutable_object_data();
-            for (const auto& [k, e] : j.items()) data.entries.emplace_back(k, from_json(e));
+            for (const auto& [k, e] : j.items()) {
+                data.entries.emplace_back(k, from_json_at(e, depth + 1));
+            }
             return obj;
         }
         case T::binary:
@@ -492,6 +590,12 @@ Value from_json(const nlohmann::ordered_json& j) {
             return Value();
     }
     return Value();
+}
+
+}  // namespace
+
+Value from_json(const nlohmann::ordered_json& j) {
+    return from_json_at(j, 0);
 }
 
 }  // namespace ember::jinja

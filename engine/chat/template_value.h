@@ -118,13 +118,23 @@ private:
         v_;
 };
 
+// Both destroy what they hold without recursing deeper than a fixed bound (see
+// template_value.cpp): a template can nest lists far deeper than the stack allows.
 struct ArrayData {
+    ArrayData() = default;
+    ArrayData(const ArrayData&) = default;
+    ArrayData& operator=(const ArrayData&) = default;
+    ~ArrayData();
     std::vector<Value> items;
     bool is_tuple = false;
 };
 
 // A dict keeps insertion order, as Python's does (tojson and items() show it).
 struct ObjectData {
+    ObjectData() = default;
+    ObjectData(const ObjectData&) = default;
+    ObjectData& operator=(const ObjectData&) = default;
+    ~ObjectData();
     std::vector<std::pair<std::string, Value>> entries;
     bool is_namespace = false;
 
@@ -159,6 +169,9 @@ struct JsonOptions {
 // json.dumps(value, ...) byte for byte.
 std::string to_json(const Value& v, const JsonOptions& options);
 
+// Converts JSON to a value. Arrays and objects inside `j` may nest kMaxTemplateValueDepth
+// deep (j's own container not counted: it is the variables object); deeper ones throw
+// TemplateError instead of recursing further.
 Value from_json(const nlohmann::ordered_json& j);
 
 }  // namespace ember::jinja
