@@ -1,13 +1,18 @@
-// ember sessions: list, show, search, export, remove and rename saved conversations, and the
-// state store's sizes, hit rates and evictions.
+// ember sessions: list, show, search, export, remove and rename saved conversations, the
+// state store's sizes, hit rates and evictions, and a check (and repair) of the message trees.
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <optional>
 
 #include "app/cli_checks.h"
 #include "app/commands.h"
+#include "app/model_locator.h"
 #include "app/session_adapter.h"
+#include "engine/model/model.h"
+#include "sessions/integrity.h"
 #include "sessions/session_store.h"
 #include "sessions/state_store.h"
 #include "ui/terminal_text.h"
@@ -27,6 +32,8 @@ struct SessionsOptions {
     std::string format = "md";
     std::string output;
     std::string state_cap = kDefaultStateCap;
+    bool repair = false;
+    std::string model;  // check: the vocabulary to hold its conversations' reply ids to
 };
 
 std::string db_path(const SessionsOptions& o) {
@@ -91,6 +98,9 @@ int run_show(const SessionsOptions& o) {
     auto db = open_for_reading(o);
     sessions::SessionStore store(*db);
     const auto info = find_or_throw(store, o);
+    // Read before anything is printed: a damaged conversation is one error line, not a
+    // header followed by one.
+    const auto branch = store.branch(info);
     ui::TextWriter out(stdout);
     out.raw("id:      ").text(info.public_id).raw("\ntitle:   ").text(info.title);
     out.raw("\nmodel:   ").text(info.model).raw("\n");
@@ -99,7 +109,7 @@ int run_show(const SessionsOptions& o) {
     std::printf("turns:   %lld (%lld messages in all branches)\n",
                 static_cast<long long>(info.turns), static_cast<long long>(info.message_count));
     if (!info.system_prompt.empty()) out.raw("system:  ").text(info.system_prompt).raw("\n");
-    for (const auto& m : store.branch(info)) {
+    for (const auto& m : branch) {
         out.raw("\n[").text(m.role);
         std::printf(" #%lld]", static_cast<long long>(m.id));
         if (m.stats) {
@@ -208,6 +218,59 @@ int run_stats(const SessionsOptions& o) {
     return 0;
 }
 
+void print_problems(const std::vector<sessions::IntegrityProblem>& problems) {
+    ui::TextWriter out(stdout);
+    for (const auto& p : problems) {
+        out.raw("conversation ").text(p.public_id).raw(": ").text(p.detail).raw("\n");
+    }
+}
+
+size_t conversations_in(const std::vector<sessions::IntegrityProblem>& problems) {
+    std::vector<int64_t> ids;
+    for (const auto& p : problems) ids.push_back(p.conversation);
+    std::sort(ids.begin(), ids.end());
+    return static_cast<size_t>(std::unique(ids.begin(), ids.end()) - ids.begin());
+}
+
+int run_check(const SessionsOptions& o) {
+    std::optional<sessions::VocabularyCheck> vocabulary;
+    if (!o.model.empty()) {
+        const auto model = load_model(model_path_for(o.model));
+        vocabulary = sessions::VocabularyCheck{
+            model->fingerprint(),
+            std::min<int64_t>(model->config().n_vocab,
+                              static_cast<int64_t>(model->tokenizer().vocab_size()))};
+    }
+    const sessions::VocabularyCheck* vocab = vocabulary ? &*vocabulary : nullptr;
+    auto db = open_for_reading(o);
+    auto problems = sessions::check_integrity(*db, vocab);
+    ui::TextWriter out(stdout);
+    if (problems.empty()) {
+        out.raw("no problems found in ").text(db_path(o)).raw("\n");
+        return 0;
+    }
+    print_problems(problems);
+    std::printf("%zu problem%s in %zu conversation%s\n", problems.size(),
+                problems.size() == 1 ? "" : "s", conversations_in(problems),
+                conversations_in(problems) == 1 ? "" : "s");
+    if (!o.repair) {
+        std::printf("ember sessions check --repair fixes them (after backing the file up)\n");
+        return 1;
+    }
+    const std::string backup = sessions::backup_database(*db);
+    out.raw("backup of the damaged database: ").text(backup).raw("\n");
+    sessions::repair_integrity(*db, problems);
+    // Checked again: a repair that left something (or found more) says so and fails.
+    problems = sessions::check_integrity(*db, vocab);
+    if (!problems.empty()) {
+        print_problems(problems);
+        throw std::runtime_error("the repair left " + std::to_string(problems.size()) +
+                                 " problem(s) in " + db_path(o));
+    }
+    out.raw("repaired; no problems left in ").text(db_path(o)).raw("\n");
+    return 0;
+}
+
 }  // namespace
 
 void register_sessions_command(CLI::App& app, std::vector<Command>& out) {
@@ -246,6 +309,21 @@ void register_sessions_command(CLI::App& app, std::vector<Command>& out) {
     rename->add_option("id", o->id, "Conversation id")->required();
     rename->add_option("title", o->title, "New title")->required();
     out.push_back({rename, [o] { return run_rename(*o); }});
+
+    auto* check = cmd->add_subcommand(
+        "check",
+        "Look for damaged conversations: parent chains that loop, missing parents or current "
+        "messages, bad token ids. Exits 1 when it finds any");
+    check->add_flag("--repair", o->repair,
+                    "Fix them, after copying the database file to <db>.backup-<UTC time> next "
+                    "to it: a message with a looping or missing parent becomes a root (nothing "
+                    "is deleted; in a loop, its oldest message), a lost current message is set "
+                    "to the newest one, bad token ids are cleared (the reply is tokenized from "
+                    "its text). Exits 0 when nothing is left to fix");
+    check->add_option("-m,--model", o->model,
+                      "Also hold the reply ids of conversations recorded with this model to its "
+                      "vocabulary (without it, only ids no vocabulary has are reported)");
+    out.push_back({check, [o] { return run_check(*o); }});
 
     auto* stats = cmd->add_subcommand("stats", "Sizes, restore hit rates and evictions");
     stats->add_option("--state-cap", o->state_cap, "Cap to report against")

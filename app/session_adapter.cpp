@@ -1,5 +1,6 @@
 #include "app/session_adapter.h"
 
+#include <algorithm>
 #include <cctype>
 #include <filesystem>
 #include <fstream>
@@ -180,7 +181,11 @@ std::optional<ui::LoadedSession> SqliteSessionBackend::load(const std::string& i
         message.role = m.role;
         message.content = std::move(m.content);
         message.thinking = std::move(m.thinking);
-        if (same_model) message.ids = std::move(m.token_ids);
+        // Damaged ids (not a list of ids, or past the vocabulary) would fail the turn that
+        // feeds them to the model, every time: the text is tokenized again instead.
+        if (same_model && sessions::token_ids_fit(m, defaults_.vocab_size)) {
+            message.ids = std::move(m.token_ids);
+        }
         loaded.messages.push_back(std::move(message));
         loaded.message_ids.push_back(m.id);
     }
@@ -310,6 +315,8 @@ ChatSessions::ChatSessions(const ChatSessionOptions& o, const Model& model,
     defaults.model = fs::path(model.path()).filename().string();
     defaults.model_fingerprint = model.fingerprint();
     defaults.sampling_json = chat_settings_json(o.sampling, conversation.options(), o.max_tokens);
+    defaults.vocab_size = std::min<int64_t>(model.config().n_vocab,
+                                            static_cast<int64_t>(model.tokenizer().vocab_size()));
     set_up_backend(o, std::move(defaults), false);
 }
 

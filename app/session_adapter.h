@@ -43,6 +43,9 @@ struct SessionDefaults {
     std::string model;  // the model file's name
     std::string model_fingerprint;
     std::string sampling_json = "{}";
+    // Stored reply ids with one at or past this are damaged and not reused (0: a remote
+    // model, whose ids are never reused anyway).
+    int64_t vocab_size = 0;
 };
 
 class SqliteSessionBackend final : public ui::SessionBackend {

@@ -7,6 +7,7 @@
 #include <ctime>
 #include <nlohmann/json.hpp>
 #include <random>
+#include <unordered_set>
 
 namespace ember::sessions {
 
@@ -103,7 +104,12 @@ StoredMessage read_message(Database& db, Statement& s) {
     m.role = s.column_text(2);
     m.content = s.column_text(3);
     m.thinking = s.column_text(4);
-    m.token_ids = blob_to_tokens(s.column_blob(5));
+    const std::vector<uint8_t> blob = s.column_blob(5);
+    m.token_ids = blob_to_tokens(blob);
+    // A length that is not a whole number of ids cannot be a list the chat wrote; the range
+    // of the ids is only known with the model (token_ids_fit).
+    m.token_ids_damaged = blob.size() % 4 != 0;
+    if (m.token_ids_damaged) m.token_ids.clear();
     m.created_at = s.column_text(6);
     if (m.role == "assistant") m.stats = read_stats(db, m.id);
     return m;
@@ -122,6 +128,13 @@ nlohmann::ordered_json stats_json(const ReplyStats& r) {
 }
 
 }  // namespace
+
+bool token_ids_fit(const StoredMessage& m, int64_t vocab_size) {
+    if (m.token_ids_damaged) return false;
+    if (vocab_size <= 0) return true;
+    return std::all_of(m.token_ids.begin(), m.token_ids.end(),
+                       [&](int32_t id) { return id >= 0 && id < vocab_size; });
+}
 
 std::string local_time(const std::string& utc) {
     std::tm tm{};
@@ -153,10 +166,12 @@ ConversationInfo SessionStore::read_info(Statement& s) {
 
 int64_t SessionStore::count_turns(int64_t leaf) {
     if (leaf == 0) return 0;
+    // UNION, not UNION ALL: a row already on the path is not added again, so a parent chain
+    // that loops (a damaged file) ends after each message once instead of running forever.
     Statement s = db_.prepare(
         "WITH RECURSIVE path(id, parent_id, role) AS ("
         " SELECT id, parent_id, role FROM messages WHERE id = ?"
-        " UNION ALL SELECT m.id, m.parent_id, m.role FROM messages m"
+        " UNION SELECT m.id, m.parent_id, m.role FROM messages m"
         " JOIN path p ON m.id = p.parent_id)"
         " SELECT COUNT(*) FROM path WHERE role = 'user'");
     s.bind(1, leaf);
@@ -284,6 +299,12 @@ void SessionStore::rename(int64_t conversation_id, const std::string& title) {
 
 void SessionStore::remove(int64_t conversation_id) {
     Transaction tx(db_);
+    // A damaged file can give a message of another conversation a parent in this one; the
+    // cascade below would delete it with its parent, so it is made a root first.
+    Statement detach = db_.prepare(
+        "UPDATE messages SET parent_id = NULL WHERE conversation_id != ?1 AND parent_id IN "
+        "(SELECT id FROM messages WHERE conversation_id = ?1)");
+    detach.bind(1, conversation_id).run();
     // Messages, their stats and search entries go with it (ON DELETE CASCADE, triggers).
     Statement s = db_.prepare("DELETE FROM conversations WHERE id = ?");
     s.bind(1, conversation_id).run();
@@ -327,9 +348,27 @@ std::vector<StoredMessage> SessionStore::branch(const ConversationInfo& c, int64
         "SELECT id, COALESCE(parent_id, 0), role, content, thinking, token_ids, created_at "
         "FROM messages "
         "WHERE id = ? AND conversation_id = ?");
+    // Every message is visited at most once: a parent chain that comes back to a message
+    // already on the path is a cycle (a damaged file), reported instead of followed forever.
+    std::unordered_set<int64_t> seen;
     for (int64_t id = leaf; id != 0;) {
+        if (!seen.insert(id).second) {
+            const std::string at = std::to_string(path.back().id);
+            throw DamagedConversation(c.public_id, path.back().id == id
+                                                       ? "message " + at + " is its own parent"
+                                                       : "the parents of message " + at +
+                                                             " loop back to message " +
+                                                             std::to_string(id));
+        }
         s.bind(1, id).bind(2, c.id);
-        if (!s.step()) break;
+        if (!s.step()) {
+            // The leaf itself missing is an empty branch, as before; a missing parent means
+            // the root and everything above it are lost.
+            if (path.empty()) break;
+            throw DamagedConversation(c.public_id, "message " + std::to_string(path.back().id) +
+                                                       " has a parent (" + std::to_string(id) +
+                                                       ") that is not in the conversation");
+        }
         path.push_back(read_message(db_, s));
         id = path.back().parent_id;
         s.reset();

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <optional>
 #include <span>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -25,6 +26,21 @@ struct ReplyStats {
     double decode_seconds = 0;
     double ttft_seconds = 0;
     std::string finish;
+};
+
+// A conversation whose messages do not form a tree (a parent chain that loops, or a parent
+// that is missing or in another conversation). Reading its branch throws this, naming it, so
+// one damaged conversation is an error about that one while the others still work.
+class DamagedConversation : public std::runtime_error {
+public:
+    DamagedConversation(const std::string& public_id, const std::string& what)
+        : std::runtime_error("conversation " + public_id + " is damaged: " + what +
+                             " (ember sessions check --repair fixes it)"),
+          public_id_(public_id) {}
+    const std::string& public_id() const { return public_id_; }
+
+private:
+    std::string public_id_;
 };
 
 struct ConversationInfo {
@@ -49,6 +65,9 @@ struct StoredMessage {
     std::string content;
     std::string thinking;            // a thinking model's reasoning, not part of content
     std::vector<int32_t> token_ids;  // the model's own tokens for a generated reply
+    // The stored ids were not a whole number of int32s (a damaged row): token_ids is empty
+    // then, and the reply is tokenized again from its text.
+    bool token_ids_damaged = false;
     std::string created_at;
     std::optional<ReplyStats> stats;
 };
@@ -97,7 +116,8 @@ public:
     // prefix is ambiguous.
     std::optional<ConversationInfo> find(const std::string& id);
     std::optional<ConversationInfo> most_recent();
-    // The path from the root to `leaf` (default: the current leaf), root first.
+    // The path from the root to `leaf` (default: the current leaf), root first. Throws
+    // DamagedConversation when the parents loop or one is missing: the walk is bounded.
     std::vector<StoredMessage> branch(const ConversationInfo& conversation, int64_t leaf = -1);
     std::vector<StoredMessage> all_messages(int64_t conversation_id);
     // Full-text search over message contents (words, all of which must occur).
@@ -115,6 +135,10 @@ private:
 
     Database& db_;
 };
+
+// Whether stored reply ids can be fed to a model with `vocab_size` tokens (0: unknown, only
+// the length is checked): a damaged row can hold any int32, negative ones included.
+bool token_ids_fit(const StoredMessage& message, int64_t vocab_size);
 
 // "2026-01-02T03:04:05.678Z" as local time, "2026-01-02 04:04"; the input when unparsable.
 std::string local_time(const std::string& utc_iso8601);
