@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <limits>
+#include <vector>
 
 namespace ember::serve {
 
@@ -69,16 +70,88 @@ void check_nesting(const std::string& body, int64_t max_depth) {
     }
 }
 
+// One open object or array while parsing: the key last seen, or the element's index.
+struct JsonFrame {
+    bool array = false;
+    std::string key;
+    size_t index = 0;
+};
+
+void track_json_path(std::vector<JsonFrame>& frames, json::parse_event_t event,
+                     const json& parsed) {
+    using E = json::parse_event_t;
+    // A finished value moves its array on to the next index.
+    auto element_done = [&frames] {
+        if (!frames.empty() && frames.back().array) ++frames.back().index;
+    };
+    switch (event) {
+        case E::object_start:
+            frames.push_back({false, {}, 0});
+            break;
+        case E::array_start:
+            frames.push_back({true, {}, 0});
+            break;
+        case E::key:
+            if (!frames.empty() && parsed.is_string())
+                frames.back().key = parsed.get<std::string>();
+            break;
+        case E::object_end:
+        case E::array_end:
+            if (!frames.empty()) frames.pop_back();
+            element_done();
+            break;
+        case E::value:
+            element_done();
+            break;
+    }
+}
+
+std::string json_path(const std::vector<JsonFrame>& frames) {
+    std::string path;
+    for (const auto& f : frames) {
+        if (f.array) {
+            path += "[" + std::to_string(f.index) + "]";
+        } else if (!f.key.empty()) {
+            path += (path.empty() ? "" : ".") + f.key;
+        }
+    }
+    return path;
+}
+
 json parse_body(const std::string& body, const RequestLimits& limits) {
     if (body.empty()) throw ApiError(400, "the request body is empty (a JSON object is expected)");
     check_nesting(body, limits.max_nesting);
     json j;
+    // Where the parser is, as a field path ("messages[2].content"): nlohmann reports a number
+    // too large for a double (1e309) without a position, so the error would not name the
+    // field otherwise.
+    std::vector<JsonFrame> where;
     try {
-        j = json::parse(body);
+        j = json::parse(body, [&where](int, json::parse_event_t event, json& parsed) {
+            track_json_path(where, event, parsed);
+            return true;
+        });
     } catch (const json::parse_error& e) {
         // e.byte is 1-based: the offset where parsing failed.
         throw ApiError(400, "the request body is not valid JSON (at byte " +
                                 std::to_string(e.byte) + "): " + e.what());
+    } catch (const json::out_of_range& e) {
+        // Only number overflow (406) is thrown while parsing; its message quotes the number.
+        const std::string field = json_path(where);
+        std::string number = e.what();
+        const size_t open = number.find('\'');
+        const size_t close = number.rfind('\'');
+        number = open != std::string::npos && close > open
+                     ? number.substr(open + 1, close - open - 1)
+                     : std::string();
+        if (number.size() > 40) number = number.substr(0, 40) + "...";
+        throw ApiError(400,
+                       (field.empty() ? std::string("a number in the body") : "'" + field + "'") +
+                           " is out of range (" + (number.empty() ? "a number" : number) +
+                           " overflows a double)",
+                       field);
+    } catch (const json::exception& e) {
+        throw ApiError(400, std::string("the request body cannot be read as JSON: ") + e.what());
     }
     if (!j.is_object()) throw ApiError(400, "the request body must be a JSON object");
     return j;

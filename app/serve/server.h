@@ -33,7 +33,7 @@ struct ServerOptions {
     std::string api_key;      // empty: no key needed; otherwise "Authorization: Bearer KEY"
     int parallel = 1;         // slots
     size_t max_waiting = 64;  // requests waiting for a slot at most; more get 503
-    int http_threads = 0;     // connections served at once; 0: from `parallel`
+    int http_threads = 0;     // connections served at once; 0: from parallel + max_waiting
     size_t max_body_bytes = size_t{4} << 20;
     int read_timeout_seconds = 10;  // a request that stalls longer is dropped
     std::string model_id;           // the name /v1/models lists and requests must use
