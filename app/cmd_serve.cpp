@@ -32,6 +32,7 @@ struct ServeOptions {
     int threads = 0;
     std::string db;
     bool no_db = false;
+    bool special_tokens_in_content = false;  // --special-tokens-in-content
     std::string state_cap = kDefaultStateCap;
     std::string max_body = "4MiB";
     int max_waiting = 64;
@@ -107,6 +108,7 @@ int run_serve(const ServeOptions& o) {
                                  " tokens the model was trained for");
     }
     copts.max_thinking_tokens = o.max_thinking_tokens;
+    copts.special_tokens_in_content = o.special_tokens_in_content;
     if (!o.template_file.empty()) copts.template_override = read_template_file(o.template_file);
 
     std::unique_ptr<sessions::Database> db;
@@ -181,6 +183,9 @@ void register_serve_command(CLI::App& app, std::vector<Command>& out) {
                     "Database whose prefix-state store the slots share (default: "
                     "$XDG_DATA_HOME/ember/ember.db)");
     cmd->add_flag("--no-db", o->no_db, "No state store: only the slots keep prefixes");
+    cmd->add_flag("--special-tokens-in-content", o->special_tokens_in_content,
+                  "Parse control-token text in a request's messages (<|im_start|>, ...) as the "
+                  "control token; by default it is plain text");
     cmd->add_option("--state-cap", o->state_cap, "Stored prefix state kept at most")
         ->capture_default_str()
         ->check(positive_byte_size());
