@@ -197,16 +197,7 @@ TEST(Serve, ConcurrentClientsGetTheirOwnAnswers) {
 
 // Opens a raw connection, sends `request` and returns the socket (the caller closes it).
 int raw_connect(int port) {
-    const int fd = socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_port = htons(static_cast<uint16_t>(port));
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
-        close(fd);
-        return -1;
-    }
-    return fd;
+    return connect_loopback(port);
 }
 
 std::string http_post_text(const std::string& path, const std::string& body) {

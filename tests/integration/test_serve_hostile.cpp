@@ -32,15 +32,8 @@ using json = nlohmann::json;
 // connection). Reads until the server closes or `timeout_ms` passes.
 int send_raw(int port, const std::string& raw, int timeout_ms = 10000, int pause_after_bytes = -1,
              int pause_ms = 0) {
-    const int fd = socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_port = htons(static_cast<uint16_t>(port));
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
-        close(fd);
-        return -1;
-    }
+    const int fd = connect_loopback(port);
+    if (fd < 0) return -1;
     size_t sent = 0;
     const size_t first =
         pause_after_bytes >= 0 ? static_cast<size_t>(pause_after_bytes) : raw.size();

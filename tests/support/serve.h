@@ -1,8 +1,12 @@
 // A real `ember serve` on a free loopback port, for the server's tests (no mock servers).
 #pragma once
 
+#include <arpa/inet.h>
 #include <httplib.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -44,6 +48,20 @@ private:
 };
 
 // The JSON objects of a server-sent-event body ("data: {...}" lines, [DONE] excluded).
+// A raw TCP connection to 127.0.0.1:`port` (the caller closes it); -1 when it cannot connect.
+inline int connect_loopback(int port) {
+    const int fd = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(static_cast<uint16_t>(port));
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
 inline std::vector<nlohmann::json> sse_events(const std::string& body) {
     std::vector<nlohmann::json> events;
     for (const auto& line : split_lines(body)) {
