@@ -5,6 +5,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "engine/model/attention.h"
 #include "engine/model/gemma3.h"
 #include "engine/model/model.h"
 #include "engine/model/ops.h"
@@ -19,148 +20,17 @@ void grow(std::vector<float>& v, int64_t n) {
     if (static_cast<int64_t>(v.size()) < n) v.resize(static_cast<size_t>(n));
 }
 
-// Positions per attention run. Runs start at multiples of kAttnRun (a window's first run
-// starts inside one), so how a context is cut into runs, and with it the rounding of the
-// merged result, depends only on the query's position, never on the batch it came in.
-constexpr int64_t kAttnRun = 128;
-static_assert(KvCache::kChunkPositions % kAttnRun == 0, "a run must lie inside one cache chunk");
-// Batches of fewer tokens split each (token, head group) into one task per run (decode has
-// too few groups to keep the threads busy); the records and their merge are the same.
-constexpr int64_t kSplitBelowTokens = 4;
-
-// Positions [first, end) the token at `pos` attends to in `layer`.
-struct Visible {
-    int64_t first;
-    int64_t end;
-    int64_t first_run() const { return first / kAttnRun; }
-    int64_t runs() const { return (end + kAttnRun - 1) / kAttnRun - first_run(); }
-};
-
-Visible visible(const ModelConfig& c, int64_t layer, int64_t pos) {
-    const int64_t first =
-        c.is_sliding(layer) ? std::max<int64_t>(0, pos - c.sliding_window + 1) : 0;
-    return {first, pos + 1};
-}
-
-struct AttentionJob {
-    const ModelConfig* c;
-    InferenceState* st;
-    AttnShape shape;  // one GQA group
-    int64_t layer, pos0;
-    int64_t max_runs;       // runs of the widest visible range in the batch
-    int64_t rec_stride;     // floats of one partial record
-    int64_t run_floats;     // per-worker floats of one run's scores
-    int64_t worker_floats;  // per-worker scratch: run scores, then (unsplit) the records
-    const float* sinks;     // [n_head] gpt-oss sink logits, or null
-};
-
-// attend_merge, with head h's sink logit joining the denominator when the job has sinks:
-// out = sum_p exp(s_p - m) v_p / (exp(sink - m) + sum_p exp(s_p - m)), m the largest of all.
-void merge_head(const AttentionJob& job, int64_t h, const float* records, int64_t n_runs,
-                float* out) {
-    const int64_t stride = job.rec_stride;
-    const int64_t value_dim = job.c->value_dim;
-    if (job.sinks == nullptr) return attend_merge(records, n_runs, stride, value_dim, out);
-    const float sink = job.sinks[h];
-    float m = sink;
-    for (int64_t r = 0; r < n_runs; ++r) m = std::max(m, records[r * stride]);
-    float l = std::exp(sink - m);
-    std::fill(out, out + value_dim, 0.0f);
-    for (int64_t r = 0; r < n_runs; ++r) {
-        const float* rec = records + r * stride;
-        const float w = std::exp(rec[0] - m);  // the run's numerators, to the common maximum
-        l += w * rec[1];
-        for (int64_t i = 0; i < value_dim; ++i) out[i] += w * rec[2 + i];
-    }
-    const float inv = 1.0f / l;
-    for (int64_t i = 0; i < value_dim; ++i) out[i] *= inv;
-}
-
-// Token t, head group kvh, run i of its visible range: the group's partial records at
-// `records` (head g's at records + g * heads_stride).
-void attend_group_run(const AttentionJob& job, int64_t t, int64_t kvh, int64_t i, float* scratch,
-                      float* records, int64_t heads_stride) {
-    const ModelConfig& c = *job.c;
-    KvCache& kv = job.st->kv;
-    const Visible vis = visible(c, job.layer, job.pos0 + t);
-    const int64_t run_start = (vis.first_run() + i) * kAttnRun;
-    const int64_t p0 = std::max(run_start, vis.first);
-    // A run lies inside one chunk, whose rows are contiguous (a ring is whole chunks).
-    const KvRun run = kv.run(job.layer, p0, std::min(run_start + kAttnRun, vis.end) - p0,
-                             kvh * c.head_dim, kvh * c.value_dim);
-    const float* q = job.st->scratch.q.data() + t * c.n_head * c.head_dim +
-                     kvh * job.shape.n_q * c.head_dim;  // [n_q x head_dim]
-    attend_run(job.shape, q, run, scratch, records, heads_stride);
-}
-
 }  // namespace
 
 void windowed_attention(const ModelConfig& c, InferenceState& st, ThreadPool& pool, int64_t layer,
                         int64_t pos0, int64_t n, const float* sinks) {
-    ForwardScratch& s = st.scratch;
-    AttentionJob job{};
-    job.c = &c;
-    job.st = &st;
-    job.sinks = sinks;
-    job.shape.n_q = c.n_head / c.n_head_kv;
-    job.shape.head_dim = c.head_dim;
-    job.shape.value_dim = c.value_dim;
-    job.shape.q_stride = c.head_dim;
-    job.shape.scale = static_cast<float>(c.attn_scale);
-    job.layer = layer;
-    job.pos0 = pos0;
-    for (int64_t t = 0; t < n; ++t) {
-        job.max_runs = std::max(job.max_runs, visible(c, layer, pos0 + t).runs());
-    }
-    job.rec_stride = attn_record_floats(c.value_dim);
-    job.run_floats = attn_run_scratch_floats(job.shape, kAttnRun);
-    const bool split = n < kSplitBelowTokens;
-    const int64_t head_records = job.max_runs * job.rec_stride;
-    // Cache-line rounded, so workers never share one.
-    job.worker_floats =
-        (job.run_floats + (split ? 0 : job.shape.n_q * head_records) + 15) / 16 * 16;
-    grow(s.scores, pool.size() * job.worker_floats);
-    const AttentionJob* jp = &job;  // one pointer: the std::function does not allocate
-    if (!split) {
-        pool.parallel_for(n * c.n_head_kv, [jp, head_records](int64_t task, int worker) {
-            const AttentionJob& j = *jp;
-            const ModelConfig& cfg = *j.c;
-            const int64_t t = task / cfg.n_head_kv;
-            const int64_t kvh = task % cfg.n_head_kv;
-            float* work = j.st->scratch.scores.data() + worker * j.worker_floats;
-            float* records = work + j.run_floats;  // [n_q x max_runs x record]
-            const int64_t runs = visible(cfg, j.layer, j.pos0 + t).runs();
-            for (int64_t i = 0; i < runs; ++i) {
-                attend_group_run(j, t, kvh, i, work, records + i * j.rec_stride, head_records);
-            }
-            for (int64_t g = 0; g < j.shape.n_q; ++g) {
-                const int64_t h = kvh * j.shape.n_q + g;
-                merge_head(j, h, records + g * head_records, runs,
-                           j.st->scratch.attn.data() + (t * cfg.n_head + h) * cfg.value_dim);
-            }
-        });
-        return;
-    }
-    // Split: one task per (token, group, run); records [n x n_head x max_runs x record].
-    grow(s.attn_runs, n * c.n_head * head_records);
-    pool.parallel_for(n * c.n_head_kv * job.max_runs, [jp, head_records](int64_t task, int worker) {
-        const AttentionJob& j = *jp;
-        const int64_t i = task % j.max_runs;
-        const int64_t kvh = task / j.max_runs % j.c->n_head_kv;
-        const int64_t t = task / j.max_runs / j.c->n_head_kv;
-        if (i >= visible(*j.c, j.layer, j.pos0 + t).runs()) return;  // past this token's range
-        float* records = j.st->scratch.attn_runs.data() +
-                         (t * j.c->n_head + kvh * j.shape.n_q) * head_records + i * j.rec_stride;
-        attend_group_run(j, t, kvh, i, j.st->scratch.scores.data() + worker * j.worker_floats,
-                         records, head_records);
-    });
-    for (int64_t t = 0; t < n; ++t) {
-        const int64_t runs = visible(c, layer, pos0 + t).runs();
-        for (int64_t h = 0; h < c.n_head; ++h) {
-            merge_head(job, h, s.attn_runs.data() + (t * c.n_head + h) * head_records, runs,
-                       s.attn.data() + (t * c.n_head + h) * c.value_dim);
-        }
-    }
+    AttentionSettings settings;
+    settings.cache_layer = layer;
+    settings.window = c.is_sliding(layer) ? c.sliding_window : 0;
+    settings.scale = static_cast<float>(c.attn_scale);
+    settings.sinks = sinks;
+    attend_cached(attention_heads(c), settings, st.kv, pool, st.scratch.q.data(), pos0, n,
+                  st.scratch.attention, st.scratch.attn.data());
 }
 
 namespace {

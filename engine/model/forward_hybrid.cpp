@@ -6,6 +6,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "engine/model/attention.h"
 #include "engine/model/model.h"
 #include "engine/model/ops.h"
 #include "engine/model/state.h"
@@ -49,129 +50,6 @@ void causal_conv(const float* in, float* history, const float* taps, int64_t ker
 }
 
 namespace {
-
-// Positions per attention run; a run never straddles a KV cache chunk.
-constexpr int64_t kAttnRun = 128;
-static_assert(KvCache::kChunkPositions % kAttnRun == 0, "a run must lie inside one cache chunk");
-// Fewer tokens than this split each head group's context into one task per run (decode has
-// too few (token, group) tasks for the threads otherwise).
-constexpr int64_t kSplitBelowTokens = 4;
-
-int64_t runs_for(int64_t positions) {
-    return (positions + kAttnRun - 1) / kAttnRun;
-}
-
-// cos/sin of the batch's positions: [n x rope_dims/2], in double for long contexts.
-void rope_tables(const Batch& b) {
-    const ModelConfig& c = b.model->config();
-    HybridScratch& s = scratch(b);
-    const int64_t half = c.rope_dims / 2;
-    grow(s.rope_cos, b.n * half);
-    grow(s.rope_sin, b.n * half);
-    const auto& inv_freq = b.model->rope_inv_freq();
-    for (int64_t t = 0; t < b.n; ++t) {
-        const double pos = static_cast<double>(b.pos0 + t) * c.rope_freq_scale;
-        for (int64_t i = 0; i < half; ++i) {
-            const double angle = pos * inv_freq[static_cast<size_t>(i)];
-            s.rope_cos[static_cast<size_t>(t * half + i)] = static_cast<float>(std::cos(angle));
-            s.rope_sin[static_cast<size_t>(t * half + i)] = static_cast<float>(std::sin(angle));
-        }
-    }
-}
-
-struct AttendJob {
-    const Batch* b;
-    int64_t slot;  // KV cache layer
-    AttnShape shape;
-    int64_t max_runs;
-    int64_t rec_stride;
-    int64_t worker_floats;
-    int64_t run_floats;    // per-worker floats of one run's scores
-    int64_t head_records;  // floats of one head's records over all runs
-};
-
-// Token t, KV head kvh, run r: partial records of the group's heads at records (head g at
-// records + g * heads_stride).
-void attend_run_of(const AttendJob& j, int64_t t, int64_t kvh, int64_t r, float* work,
-                   float* records, int64_t heads_stride) {
-    const ModelConfig& c = j.b->model->config();
-    KvCache& kv = j.b->st->kv;
-    const int64_t p0 = r * kAttnRun;
-    const int64_t n = std::min(kAttnRun, j.b->pos0 + t + 1 - p0);  // causal horizon
-    const KvRun run = kv.run(j.slot, p0, n, kvh * c.head_dim, kvh * c.value_dim);
-    const float* q = scratch(*j.b).q.data() + t * c.n_head * c.head_dim +
-                     kvh * j.shape.n_q * c.head_dim;  // [n_q x head_dim]
-    attend_run(j.shape, q, run, work, records, heads_stride);
-}
-
-// Causal attention of the batch's queries (s.q) over cache slot `slot`; out: s.attn.
-void attend_cached(const Batch& b, int64_t slot) {
-    const ModelConfig& c = b.model->config();
-    HybridScratch& s = scratch(b);
-    AttendJob job{};
-    job.b = &b;
-    job.slot = slot;
-    job.shape.n_q = c.n_head / c.n_head_kv;
-    job.shape.head_dim = c.head_dim;
-    job.shape.value_dim = c.value_dim;
-    job.shape.q_stride = c.head_dim;
-    job.shape.scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
-    job.max_runs = runs_for(b.pos0 + b.n);
-    job.rec_stride = attn_record_floats(c.value_dim);
-    const int64_t run_floats = attn_run_scratch_floats(job.shape, kAttnRun);
-    const bool split = b.n < kSplitBelowTokens;
-    // Per worker: run scores, then (unsplit) the records of all runs; cache-line rounded.
-    job.worker_floats =
-        (run_floats + (split ? 0 : job.shape.n_q * job.max_runs * job.rec_stride) + 15) / 16 * 16;
-    grow(s.scores, b.pool->size() * job.worker_floats);
-    const int64_t head_records = job.max_runs * job.rec_stride;
-    job.run_floats = run_floats;
-    job.head_records = head_records;
-    // The task lambdas capture one pointer, so std::function does not allocate per layer.
-    const AttendJob* jp = &job;
-    if (!split) {
-        b.pool->parallel_for(b.n * c.n_head_kv, [jp](int64_t task, int worker) {
-            const AttendJob& j = *jp;
-            const ModelConfig& cfg = j.b->model->config();
-            const int64_t t = task / cfg.n_head_kv;
-            const int64_t kvh = task % cfg.n_head_kv;
-            float* work = scratch(*j.b).scores.data() + worker * j.worker_floats;
-            float* records = work + j.run_floats;  // [n_q x max_runs x record]
-            const int64_t runs = runs_for(j.b->pos0 + t + 1);
-            for (int64_t r = 0; r < runs; ++r) {
-                attend_run_of(j, t, kvh, r, work, records + r * j.rec_stride, j.head_records);
-            }
-            for (int64_t g = 0; g < j.shape.n_q; ++g) {
-                const int64_t h = kvh * j.shape.n_q + g;
-                attend_merge(records + g * j.head_records, runs, j.rec_stride, cfg.value_dim,
-                             scratch(*j.b).attn.data() + (t * cfg.n_head + h) * cfg.value_dim);
-            }
-        });
-        return;
-    }
-    // Split: one task per (token, group, run); records [n x n_head x max_runs x record].
-    grow(s.attn_runs, b.n * c.n_head * head_records);
-    b.pool->parallel_for(b.n * c.n_head_kv * job.max_runs, [jp](int64_t task, int worker) {
-        const AttendJob& j = *jp;
-        const int64_t records_per_head = j.head_records;
-        const ModelConfig& cfg = j.b->model->config();
-        const int64_t r = task % j.max_runs;
-        const int64_t kvh = task / j.max_runs % cfg.n_head_kv;
-        const int64_t t = task / j.max_runs / cfg.n_head_kv;
-        if (r >= runs_for(j.b->pos0 + t + 1)) return;  // past this token's causal horizon
-        float* records = scratch(*j.b).attn_runs.data() +
-                         (t * cfg.n_head + kvh * j.shape.n_q) * records_per_head + r * j.rec_stride;
-        attend_run_of(j, t, kvh, r, scratch(*j.b).scores.data() + worker * j.worker_floats, records,
-                      records_per_head);
-    });
-    for (int64_t t = 0; t < b.n; ++t) {
-        for (int64_t h = 0; h < c.n_head; ++h) {
-            attend_merge(s.attn_runs.data() + (t * c.n_head + h) * head_records,
-                         runs_for(b.pos0 + t + 1), job.rec_stride, c.value_dim,
-                         s.attn.data() + (t * c.n_head + h) * c.value_dim);
-        }
-    }
-}
 
 float sigmoid(float x) {
     return 1.0f / (1.0f + std::exp(-x));
@@ -222,7 +100,11 @@ void attention_layer(const Batch& b, const LayerWeights& L, int64_t layer) {
         }
         kv.store(slot, b.pos0 + t, k, v);
     }
-    attend_cached(b, slot);
+    AttentionSettings settings;
+    settings.cache_layer = slot;
+    settings.scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+    attend_cached(attention_heads(c), settings, kv, *b.pool, s.q.data(), b.pos0, b.n, s.attention,
+                  s.attn.data());
     const int64_t attn_dim = c.n_head * c.value_dim;
     if (c.attn_output_gate) {
         for (int64_t i = 0; i < b.n * attn_dim; ++i) s.attn[i] *= sigmoid(s.gate[i]);
@@ -273,7 +155,10 @@ void forward_batch(const Batch& b, std::span<const int32_t> tokens, int64_t firs
     HybridScratch& s = scratch(b);
     b.st->kv.reserve(b.pos0 + b.n);
     prepare_scratch(b);
-    rope_tables(b);
+    grow(s.rope_cos, b.n * c.rope_dims / 2);
+    grow(s.rope_sin, b.n * c.rope_dims / 2);
+    rope_table(model.rope_inv_freq(), c.rope_freq_scale, b.pos0, b.n, s.rope_cos.data(),
+               s.rope_sin.data());
     for (int64_t t = 0; t < b.n; ++t) {
         dequantize_row(model.token_embd(), tokens[static_cast<size_t>(t)],
                        s.x.data() + t * c.n_embd);

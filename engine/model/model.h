@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "engine/gguf/gguf.h"
+#include "engine/model/attention.h"
 #include "engine/tensor/matmul.h"
 #include "engine/util/page_region.h"
 
@@ -100,6 +101,11 @@ struct ModelConfig {
     // Channels of the qwen35 conv (q, k and v concatenated) or the lfm2 conv (n_embd).
     int64_t conv_channels() const;
 };
+
+// The attention heads of the model's attention layers.
+inline AttentionHeads attention_heads(const ModelConfig& c) {
+    return {c.n_head, c.n_head_kv, c.head_dim, c.value_dim};
+}
 
 struct LayerWeights {
     std::vector<float> attn_norm;       // [n_embd]

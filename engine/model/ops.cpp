@@ -46,6 +46,19 @@ void rope(float* head, const float* cos, const float* sin, int64_t dims, bool ha
     }
 }
 
+void rope_table(const std::vector<double>& inv_freq, double freq_scale, int64_t pos0, int64_t n,
+                float* cos, float* sin) {
+    const int64_t half = static_cast<int64_t>(inv_freq.size());
+    for (int64_t t = 0; t < n; ++t) {
+        const double pos = static_cast<double>(pos0 + t) * freq_scale;
+        for (int64_t i = 0; i < half; ++i) {
+            const double angle = pos * inv_freq[static_cast<size_t>(i)];
+            cos[t * half + i] = static_cast<float>(std::cos(angle));
+            sin[t * half + i] = static_cast<float>(std::sin(angle));
+        }
+    }
+}
+
 void softmax_inplace(float* x, int64_t n) {
 #if defined(__x86_64__)
     if (use_avx512()) return avx512::softmax(x, n);

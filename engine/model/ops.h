@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "engine/model/kv_type.h"
 
@@ -13,6 +14,11 @@ void rms_norm(const float* x, const float* weight, float* out, int64_t n, float 
 // Rotates pairs of a head in place: (i, i + dims/2) when `halves`, else (2i, 2i+1).
 // cos/sin: [dims/2]. Dimensions past `dims` are left as they are (partial rotary).
 void rope(float* head, const float* cos, const float* sin, int64_t dims, bool halves);
+// RoPE's cos/sin for positions pos0..pos0+n-1: cos, sin [n x inv_freq.size()], angle of pair i
+// at position p = (p * freq_scale) * inv_freq[i], computed in double so long contexts keep
+// their precision.
+void rope_table(const std::vector<double>& inv_freq, double freq_scale, int64_t pos0, int64_t n,
+                float* cos, float* sin);
 // Numerically stable softmax over x[0..n).
 void softmax_inplace(float* x, int64_t n);
 float dot_f32(const float* a, const float* b, int64_t n);

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "engine/model/attention.h"
 #include "engine/tensor/matmul.h"
 
 namespace ember {
@@ -103,8 +104,7 @@ struct HybridScratch {
     std::vector<float> attn;       // [batch x n_head*value_dim]
     std::vector<float> ffn_gate;   // [batch x n_ff]
     std::vector<float> ffn_up;     // [batch x n_ff]
-    std::vector<float> scores;     // [threads x per-worker floats] attention runs
-    std::vector<float> attn_runs;  // [batch x n_head x runs x record] split decode attention
+    AttentionScratch attention;    // attention.h
     std::vector<float> rope_cos, rope_sin;  // [batch x rope_dims/2]
     std::vector<float> logits;              // [rows x n_vocab]
     MatmulScratch mm;

@@ -22,6 +22,7 @@
 #include <memory>
 #include <vector>
 
+#include "engine/model/attention.h"
 #include "engine/model/kv_type.h"
 #include "engine/model/moe.h"
 #include "engine/model/ops.h"
@@ -164,11 +165,7 @@ struct ForwardScratch {
     std::vector<float> gate;  // [batch x n_ff] (dense FFN layers only)
     std::vector<float> up;    // [batch x n_ff]
     MoeScratch moe;           // the FFN of MoE layers (moe.h)
-    // Per worker: attention scores and partial records of its (token, head group) task
-    // ([n_threads x per-worker floats], see forward.cpp's attention()).
-    std::vector<float> scores;
-    // Partial attention records of split decode tasks: [tokens x n_head x runs x record].
-    std::vector<float> attn_runs;
+    AttentionScratch attention;  // attention.h
     std::vector<float> rope_cos, rope_sin;  // [batch x rope_dims/2]
     std::vector<float> logits;              // [rows x n_vocab]
     // gemma3's sliding layers rotate with their own base: [batch x rope_dims/2].
