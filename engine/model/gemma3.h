@@ -45,30 +45,4 @@ bool read_sliding_window(const GgufFile& f, ModelConfig& c, int64_t global_every
 // file and key for a sliding window of 0 or past the context, or a pattern of the wrong size.
 void read_gemma3_config(const GgufFile& f, ModelConfig& c);
 
-// Attention of the batch's n queries (state.scratch.q [n x n_head*head_dim], rotated) at
-// positions pos0.. over the cache of `layer` (their K/V rows written), over the last
-// c.sliding_window positions when the layer slides, else over all; query scale c.attn_scale.
-// sinks: [n_head] logits that join each head's softmax denominator with no value (gpt-oss),
-// or null. Out: state.scratch.attn [n x n_head*value_dim]. Batches of up to kExactBatchTokens
-// give bit for bit what single tokens give (runs are cut by position, not by batch).
-void windowed_attention(const ModelConfig& c, InferenceState& state, ThreadPool& pool,
-                        int64_t layer, int64_t pos0, int64_t n, const float* sinks = nullptr);
-
-// One batch of a family with sliding layers (n <= kMaxBatch <= KvCache::kRingSlack): appends
-// the rows, writes logits of rows [first_out, n) to out.
-using WindowedBatchFn = void (*)(const Model& model, InferenceState& state, ThreadPool& pool,
-                                 std::span<const int32_t> tokens, int64_t first_out, float* out);
-
-// The batching of such a family: splits `tokens` into batches of kMaxBatch for batch_fn and
-// keeps the ring state consistent when one throws. Throws std::logic_error when the cache was
-// cut back behind a sliding layer's window (KvCache::can_resume_at).
-std::span<const float> forward_windowed(const Model& model, InferenceState& state, ThreadPool& pool,
-                                        std::span<const int32_t> tokens, LogitsWanted wanted,
-                                        WindowedBatchFn batch_fn);
-
-// Called by forward() once it has checked the tokens. Throws std::logic_error when the cache
-// was cut back behind a sliding layer's window (KvCache::can_resume_at).
-std::span<const float> forward_gemma3(const Model& model, InferenceState& state, ThreadPool& pool,
-                                      std::span<const int32_t> tokens, LogitsWanted wanted);
-
 }  // namespace ember

@@ -59,6 +59,9 @@ bool read_sliding_window(const GgufFile& f, ModelConfig& c, int64_t global_every
 void read_gemma3_config(const GgufFile& f, ModelConfig& c) {
     const std::string p = c.arch + ".";
     read_sliding_window(f, c, kGemma3GlobalEvery);
+    c.embedding_scale = std::sqrt(static_cast<double>(c.n_embd));
+    c.ffn_activation = GatedActivation::GeluTanh;
+    c.local_rope = true;
     c.rope_base_local = f.get_float(p + "rope.freq_base_swa").value_or(10000.0);
     if (!(c.rope_base_local > 0)) {
         throw GgufError(f.path() + ": metadata '" + p + "rope.freq_base_swa' must be > 0");

@@ -54,9 +54,4 @@ void read_gptoss_config(const GgufFile& f, ModelConfig& c);
 // YaRN's inverse frequencies [rope_dims/2] for `c` (see above), in double.
 std::vector<double> yarn_inv_freq(const ModelConfig& c);
 
-// Called by forward() once it has checked the tokens. Throws std::logic_error when the cache
-// was cut back behind a sliding layer's window (KvCache::can_resume_at).
-std::span<const float> forward_gptoss(const Model& model, InferenceState& state, ThreadPool& pool,
-                                      std::span<const int32_t> tokens, LogitsWanted wanted);
-
 }  // namespace ember

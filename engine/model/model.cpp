@@ -649,7 +649,7 @@ std::unique_ptr<Model> Model::load(const std::string& path, const LoadOptions& o
             std::pow(c.rope_base, -2.0 * static_cast<double>(i) / static_cast<double>(c.rope_dims));
         if (!factors.empty()) freq /= factors[static_cast<size_t>(i)];
         m->rope_inv_freq_.push_back(freq);
-        if (c.sliding_window > 0) {
+        if (c.local_rope) {
             m->rope_inv_freq_local_.push_back(
                 std::pow(c.rope_base_local,
                          -2.0 * static_cast<double>(i) / static_cast<double>(c.rope_dims)));

@@ -12,6 +12,7 @@
 
 #include "engine/gguf/gguf.h"
 #include "engine/model/attention.h"
+#include "engine/model/backend.h"
 #include "engine/tensor/matmul.h"
 #include "engine/util/page_region.h"
 
@@ -56,6 +57,8 @@ struct ModelConfig {
     bool tied_output = false;
     bool qkv_bias = false;
     bool qk_norm = false;
+    double embedding_scale = 1.0;  // embeddings are multiplied by it (gemma3: sqrt(n_embd))
+    GatedActivation ffn_activation = GatedActivation::Silu;  // of the dense FFN layers
 
     // ---- hybrid families (lfm2, qwen35); empty / zero for the others ----
     std::vector<LayerKind> layer_kinds;  // [n_layer]
@@ -74,6 +77,7 @@ struct ModelConfig {
     // sliding_window); the others attend to everything. [n_layer], empty without a window.
     int64_t sliding_window = 0;
     std::vector<bool> sliding;
+    bool local_rope = false;           // the sliding layers rotate with rope_base_local
     double rope_base_local = 10000.0;  // RoPE base of the sliding layers (unscaled)
     double attn_scale = 0.0;           // query scale; 0: 1/sqrt(head_dim)
     double final_logit_softcap = 0.0;  // logits = cap * tanh(logits / cap) when > 0

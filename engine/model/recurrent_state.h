@@ -10,8 +10,6 @@
 #include <cstdint>
 #include <vector>
 
-#include "engine/model/attention.h"
-#include "engine/tensor/matmul.h"
 
 namespace ember {
 
@@ -80,34 +78,6 @@ private:
         int64_t position = -1;
     };
     std::vector<Slot> slots_;
-};
-
-// Scratch of the hybrid forward passes (forward_hybrid.h), for up to `batch` tokens; grown on
-// demand and never shrunk, so decode does not allocate. Kept apart from ForwardScratch so
-// the two forward passes can change their buffers independently.
-struct HybridScratch {
-    std::vector<float> x;          // [batch x n_embd] residual stream
-    std::vector<float> xn;         // [batch x n_embd] normed input / block output
-    std::vector<float> proj;       // [batch x max(3*n_embd, conv_channels, 2*n_head*head_dim)]
-    std::vector<float> conv_in;    // [batch x n_embd] lfm2 conv input B*x
-    std::vector<float> conv_out;   // [batch x conv_channels]
-    std::vector<float> conv_ext;   // [(conv_kernel-1 + batch) x conv_channels] history + input
-    std::vector<float> z;          // [batch x n_v*v_dim] delta-net output gate
-    std::vector<float> decay;      // [batch x n_v] alpha projection, then the log decay g
-    std::vector<float> beta;       // [batch x n_v] beta projection, then sigmoid(beta)
-    std::vector<float> core;       // [batch x n_v*v_dim] delta-rule output
-    std::vector<float> chunk;      // [threads x per-worker floats] chunked delta-rule work
-    std::vector<float> q;          // [batch x n_head*head_dim]
-    std::vector<float> gate;       // [batch x n_head*head_dim] attention output gate (qwen35)
-    std::vector<float> k;          // [batch x n_head_kv*head_dim]
-    std::vector<float> v;          // [batch x n_head_kv*value_dim]
-    std::vector<float> attn;       // [batch x n_head*value_dim]
-    std::vector<float> ffn_gate;   // [batch x n_ff]
-    std::vector<float> ffn_up;     // [batch x n_ff]
-    AttentionScratch attention;    // attention.h
-    std::vector<float> rope_cos, rope_sin;  // [batch x rope_dims/2]
-    std::vector<float> logits;              // [rows x n_vocab]
-    MatmulScratch mm;
 };
 
 }  // namespace ember

@@ -152,24 +152,37 @@ private:
     int64_t ring_begin_ = 0;
 };
 
-// Scratch for one forward pass over up to `batch` tokens; grown on demand, never shrunk, so
-// the decode loop runs without allocating.
+// Scratch of the CPU backend for one forward pass over up to `batch` tokens (a family's
+// batch limit); grown on demand, never shrunk, so the decode loop runs without allocating.
+// Buffers a model has no use for stay empty.
 struct ForwardScratch {
-    int64_t batch_capacity = 0;
     std::vector<float> x;     // [batch x n_embd] residual stream
-    std::vector<float> xn;    // [batch x n_embd] normed input
+    std::vector<float> xn;    // [batch x n_embd] normed input, then a sub-block's output
     std::vector<float> q;     // [batch x n_head*head_dim]
     std::vector<float> k;     // [batch x n_head_kv*head_dim]
     std::vector<float> v;     // [batch x n_head_kv*value_dim]
     std::vector<float> attn;  // [batch x n_head*value_dim]
-    std::vector<float> gate;  // [batch x n_ff] (dense FFN layers only)
-    std::vector<float> up;    // [batch x n_ff]
-    MoeScratch moe;           // the FFN of MoE layers (moe.h)
-    AttentionScratch attention;  // attention.h
+    // [batch x max(2*n_head*head_dim gated attention, 3*n_embd lfm2 conv gates, conv channels
+    // of qwen35)]: the projections before a split
+    std::vector<float> proj;
+    std::vector<float> q_gate;    // [batch x n_head*head_dim] gated attention (qwen35)
+    std::vector<float> ffn_gate;  // [batch x n_ff] (dense FFN layers only)
+    std::vector<float> ffn_up;    // [batch x n_ff]
+    MoeScratch moe;               // the FFN of MoE layers (moe.h)
+    AttentionScratch attention;   // attention.h
     std::vector<float> rope_cos, rope_sin;  // [batch x rope_dims/2]
-    std::vector<float> logits;              // [rows x n_vocab]
     // gemma3's sliding layers rotate with their own base: [batch x rope_dims/2].
     std::vector<float> rope_cos_local, rope_sin_local;
+    std::vector<float> logits;  // [rows x n_vocab]
+    // ---- the recurrent mixers of the hybrids (cpu/mixers.h) ----
+    std::vector<float> conv_in;     // [batch x n_embd] lfm2 conv input B*x
+    std::vector<float> conv_out;    // [batch x conv channels]
+    std::vector<float> conv_ext;    // [(conv_kernel-1 + batch) x conv channels] history + input
+    std::vector<float> z;           // [batch x n_v*v_dim] delta-net output gate
+    std::vector<float> decay;       // [batch x n_v] alpha projection, then the log decay g
+    std::vector<float> beta;        // [batch x n_v] beta projection, then sigmoid(beta)
+    std::vector<float> core;        // [batch x n_v*v_dim] delta-rule output
+    std::vector<float> delta_work;  // [threads x per-worker floats] chunked delta-rule work
     MatmulScratch mm;
 };
 
@@ -178,7 +191,6 @@ struct InferenceState {
     // Hybrids: conv / delta-rule state beside the KV cache; empty for other families.
     RecurrentState recurrent;
     ForwardScratch scratch;
-    HybridScratch hybrid_scratch;  // buffers of the hybrid forward passes
     int64_t n_past() const { return kv.length(); }
 };
 

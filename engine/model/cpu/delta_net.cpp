@@ -1,6 +1,4 @@
-// qwen35 (Qwen3.5 text): GatedDeltaNet linear-attention layers with, every
-// full_attention_interval-th layer, gated softmax attention (per-head sigmoid output gate,
-// q/k RMS norm, RoPE on the first rope_dims of each head); each followed by a SwiGLU FFN.
+// qwen35's recurrent mixer on the CPU: GatedDeltaNet linear attention.
 //
 // A GatedDeltaNet layer, per token t:
 //   [q | k | v] = silu(causal_conv(W_qkv · h))        depthwise conv, K taps, own history
@@ -17,13 +15,14 @@
 #include <algorithm>
 #include <cmath>
 
-#include "engine/model/forward_hybrid.h"
+#include "engine/model/cpu/mixers.h"
+#include "engine/model/forward.h"
 #include "engine/model/model.h"
 #include "engine/model/ops.h"
 #include "engine/model/state.h"
 #include "engine/util/thread_pool.h"
 
-namespace ember::hybrid {
+namespace ember::cpu {
 
 namespace {
 
@@ -153,35 +152,31 @@ void delta_rule_chunked(const DeltaHead& h, int64_t n, float* work) {
     }
 }
 
-void qwen35_prepare(const Batch& b) {
-    const ModelConfig& c = b.model->config();
-    HybridScratch& s = scratch(b);
-    const int64_t inner = c.ssm_n_v_heads * c.ssm_v_dim;
-    grow(s.z, b.n * inner);
-    grow(s.core, b.n * inner);
-    grow(s.decay, b.n * c.ssm_n_v_heads);
-    grow(s.beta, b.n * c.ssm_n_v_heads);
-    grow(s.chunk, b.pool->size() * delta_work_floats(c.ssm_k_dim, c.ssm_v_dim));
-}
-
 namespace {
 
 // Reads s.xn (normed input), adds the layer's output to s.x.
-void delta_net_layer(const Batch& b, const LayerWeights& L, int64_t layer) {
-    const ModelConfig& c = b.model->config();
-    HybridScratch& s = scratch(b);
+void delta_net_layer(const MixerPass& p, const LayerWeights& L, int64_t layer) {
+    const ModelConfig& c = p.c;
+    ForwardScratch& s = p.st.scratch;
     const int64_t nk = c.ssm_n_k_heads, nv = c.ssm_n_v_heads, dk = c.ssm_k_dim, dv = c.ssm_v_dim;
     const int64_t channels = c.conv_channels();  // [q: nk*dk | k: nk*dk | v: nv*dv]
     const int64_t inner = nv * dv;
+    grow(s.z, p.n * inner);
+    grow(s.core, p.n * inner);
+    grow(s.decay, p.n * nv);
+    grow(s.beta, p.n * nv);
+    grow(s.delta_work, p.pool.size() * delta_work_floats(dk, dv));
+    grow(s.conv_out, p.n * channels);
+    grow(s.conv_ext, (c.conv_kernel - 1 + p.n) * channels);
     const MatmulOut proj[] = {{&L.ssm_qkv, s.proj.data(), channels},
                               {&L.ssm_z, s.z.data(), inner},
                               {&L.ssm_alpha, s.decay.data(), nv},
                               {&L.ssm_beta, s.beta.data(), nv}};
-    matmul_many(*b.pool, proj, s.xn.data(), b.n, s.mm);
-    causal_conv(s.proj.data(), b.st->recurrent.conv(layer), L.conv_taps.data(), c.conv_kernel,
-                channels, b.n, s.conv_ext.data(), s.conv_out.data());
+    matmul_many(p.pool, proj, s.xn.data(), p.n, s.mm);
+    causal_conv(s.proj.data(), p.st.recurrent.conv(layer), L.conv_taps.data(), c.conv_kernel,
+                channels, p.n, s.conv_ext.data(), s.conv_out.data());
     const float q_scale = 1.0f / std::sqrt(static_cast<float>(dk));
-    for (int64_t t = 0; t < b.n; ++t) {
+    for (int64_t t = 0; t < p.n; ++t) {
         float* row = s.conv_out.data() + t * channels;
         for (int64_t i = 0; i < channels; ++i) row[i] = silu(row[i]);
         for (int64_t kh = 0; kh < nk; ++kh) {
@@ -199,13 +194,13 @@ void delta_net_layer(const Batch& b, const LayerWeights& L, int64_t layer) {
     // What the head tasks share; the lambda captures one pointer to it, so std::function
     // keeps it in its small buffer and decode does not allocate.
     struct HeadsJob {
-        const Batch* b;
+        const MixerPass* p;
         float* state;  // [nv x dk x dv]
         int64_t nk, nv, dk, dv, channels, inner, work_floats;
         bool chunked;
     };
-    const HeadsJob job{&b,
-                       b.st->recurrent.delta(layer),
+    const HeadsJob job{&p,
+                       p.st.recurrent.delta(layer),
                        nk,
                        nv,
                        dk,
@@ -213,11 +208,11 @@ void delta_net_layer(const Batch& b, const LayerWeights& L, int64_t layer) {
                        channels,
                        inner,
                        delta_work_floats(dk, dv),
-                       b.n >= kChunkFromTokens};
+                       p.n >= kChunkFromTokens};
     const HeadsJob* jp = &job;
-    b.pool->parallel_for(nv, [jp](int64_t h, int worker) {
+    p.pool.parallel_for(nv, [jp](int64_t h, int worker) {
         const HeadsJob& j = *jp;
-        HybridScratch& sc = scratch(*j.b);
+        ForwardScratch& sc = j.p->st.scratch;
         const int64_t kh = h % j.nk;  // v heads are tiled over the k heads
         DeltaHead head{};
         head.q = sc.conv_out.data() + kh * j.dk;
@@ -232,15 +227,15 @@ void delta_net_layer(const Batch& b, const LayerWeights& L, int64_t layer) {
         head.state = j.state + h * j.dk * j.dv;
         head.k_dim = j.dk;
         head.v_dim = j.dv;
-        float* work = sc.chunk.data() + worker * j.work_floats;
+        float* work = sc.delta_work.data() + worker * j.work_floats;
         if (j.chunked) {
-            delta_rule_chunked(head, j.b->n, work);
+            delta_rule_chunked(head, j.p->n, work);
         } else {
-            delta_rule_serial(head, j.b->n, work);
+            delta_rule_serial(head, j.p->n, work);
         }
     });
     const float eps = static_cast<float>(c.rms_eps);
-    for (int64_t t = 0; t < b.n; ++t) {
+    for (int64_t t = 0; t < p.n; ++t) {
         for (int64_t h = 0; h < nv; ++h) {
             float* o = s.core.data() + t * inner + h * dv;
             const float* z = s.z.data() + t * inner + h * dv;
@@ -248,25 +243,14 @@ void delta_net_layer(const Batch& b, const LayerWeights& L, int64_t layer) {
             for (int64_t j = 0; j < dv; ++j) o[j] *= silu(z[j]);
         }
     }
-    matmul(*b.pool, L.ssm_out, s.core.data(), b.n, s.xn.data(), c.n_embd, s.mm);
-    add_inplace(s.x.data(), s.xn.data(), b.n * c.n_embd);
+    matmul(p.pool, L.ssm_out, s.core.data(), p.n, s.xn.data(), c.n_embd, s.mm);
+    add_inplace(s.x.data(), s.xn.data(), p.n * c.n_embd);
 }
 
 }  // namespace
 
-void qwen35_layers(const Batch& b) {
-    const Model& model = *b.model;
-    HybridScratch& s = scratch(b);
-    for (int64_t l = 0; l < model.config().n_layer; ++l) {
-        const LayerWeights& L = model.layers()[static_cast<size_t>(l)];
-        norm_rows(b, s.x.data(), L.attn_norm, s.xn.data());
-        if (L.kind == LayerKind::DeltaNet) {
-            delta_net_layer(b, L, l);
-        } else {
-            attention_layer(b, L, l);
-        }
-        ffn_layer(b, L);
-    }
+void delta_net_mixer(const MixerPass& p, const LayerWeights& L, int64_t layer) {
+    delta_net_layer(p, L, layer);
 }
 
-}  // namespace ember::hybrid
+}  // namespace ember::cpu

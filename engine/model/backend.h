@@ -1,0 +1,101 @@
+// The seam between the layer math of the families and the kernels that run it.
+//
+// A layer (layers.cpp, the family files in families/) is written as calls to these blocks on
+// the batch's buffers: it never reads or writes the numbers itself and names no instruction
+// set. A backend owns those buffers (host memory for the CPU; a GPU backend keeps them, the
+// KV cache and the recurrent state in device memory) and runs each block with its kernels.
+// The CPU backend (cpu/cpu_backend.h) is the engine's kernels: engine/tensor's matmuls and
+// ops.h's vector operations, dispatched at run time from what the CPU allows.
+//
+// One backend object serves one forward() call on one conversation's state.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "engine/model/attention.h"
+#include "engine/tensor/matmul.h"
+
+namespace ember {
+
+struct LayerWeights;
+
+// The gated activation of a dense FFN: act(gate) * up.
+enum class GatedActivation : uint8_t {
+    Silu,      // SwiGLU: silu(gate) * up (llama, qwen, lfm2, qwen35)
+    GeluTanh,  // GeGLU with GELU's tanh approximation (gemma3)
+};
+
+// The buffers of a batch of n tokens, in the backend's memory. Null where the model has no use
+// for one (q_proj / q_gate without gated attention, the FFN's without dense FFN layers).
+struct BatchBuffers {
+    float* x = nullptr;         // [n x n_embd] residual stream
+    float* xn = nullptr;        // [n x n_embd] normed input, then a sub-block's output
+    float* q = nullptr;         // [n x n_head*head_dim]
+    float* k = nullptr;         // [n x n_head_kv*head_dim]
+    float* v = nullptr;         // [n x n_head_kv*value_dim]
+    float* attn = nullptr;      // [n x n_head*value_dim]
+    float* q_proj = nullptr;    // [n x n_head*2*head_dim] gated attention: [query | gate] per head
+    float* q_gate = nullptr;    // [n x n_head*head_dim] gated attention's output gates
+    float* ffn_gate = nullptr;  // [n x n_ff]
+    float* ffn_up = nullptr;    // [n x n_ff]
+};
+
+// What happens to a batch's projected heads before they are stored and attended: biases,
+// per-head RMS norms of q and k, RoPE (the model's layout and rotated dimensions).
+struct HeadPrep {
+    const float* q_bias = nullptr;  // [n_head*head_dim], or null
+    const float* k_bias = nullptr;  // [n_head_kv*head_dim], or null
+    const float* v_bias = nullptr;  // [n_head_kv*value_dim], or null
+    const float* q_norm = nullptr;  // [head_dim], or null
+    const float* k_norm = nullptr;  // [head_dim], or null
+    bool local_rope = false;        // the sliding layers' own RoPE frequencies (gemma3)
+};
+
+class Backend {
+public:
+    virtual ~Backend() = default;
+
+    // Sizes the buffers for n tokens at positions pos0.. (n <= the family's batch limit) and
+    // computes their RoPE tables.
+    virtual BatchBuffers& begin_batch(int64_t pos0, int64_t n) = 0;
+
+    // x [tokens x n_embd] = rows of the embedding table, times the model's embedding scale.
+    virtual void embed(std::span<const int32_t> tokens, float* x) = 0;
+    // out[r] = rms_norm(x[r]) * weight for `rows` rows of weight.size(); out may alias x.
+    virtual void rms_norm_rows(const float* x, const std::vector<float>& weight, float* out,
+                               int64_t rows) = 0;
+    // y[0..n) += x[0..n)
+    virtual void add(float* y, const float* x, int64_t n) = 0;
+    // Each of `rows` rows of y (bias.size() wide) += bias.
+    virtual void add_bias_rows(float* y, const std::vector<float>& bias, int64_t rows) = 0;
+    // out [n x w.rows] = x [n x w.cols] · w^T
+    virtual void matmul(const MatrixView& w, const float* x, int64_t n, float* out) = 0;
+    // Several matrices of the same width times the same x, in one pass (Q/K/V, gate/up).
+    virtual void matmul_many(std::span<const MatmulOut> outs, const float* x, int64_t n) = 0;
+    // gate[0..n) = act(gate) * up
+    virtual void gated_activation(GatedActivation act, float* gate, const float* up,
+                                  int64_t n) = 0;
+    // x[0..n) *= sigmoid(gate)
+    virtual void sigmoid_gate(float* x, const float* gate, int64_t n) = 0;
+    // Gated attention's projection [n x n_head x (query | gate)] into q and gate [n x n_head*hd].
+    virtual void split_query_gate(const float* q_proj, float* q, float* gate, int64_t n) = 0;
+    // Biases, q/k norms and RoPE of the batch's heads (positions of begin_batch), in place.
+    virtual void prepare_heads(const HeadPrep& prep, float* q, float* k, float* v, int64_t n) = 0;
+    // Writes the batch's K/V rows into the cache at positions pos0.. (begin_batch's).
+    virtual void store_kv(int64_t cache_layer, const float* k, const float* v, int64_t n) = 0;
+    // Attention of the batch's queries over the cache (attention.h); out [n x n_head*value_dim].
+    virtual void attend(const AttentionSettings& settings, const float* q, int64_t n,
+                        float* out) = 0;
+    // x += moe(ffn_norm(x)) for a mixture-of-experts layer; xn is scratch (moe.h).
+    virtual void moe_ffn(const LayerWeights& layer, float* x, float* xn, int64_t n) = 0;
+    // The recurrent mixers of the hybrids: read xn (the normed input), add their output to x,
+    // carry the layer's recurrent state forward.
+    virtual void short_conv_mixer(const LayerWeights& layer, int64_t index, int64_t n) = 0;
+    virtual void delta_net_mixer(const LayerWeights& layer, int64_t index, int64_t n) = 0;
+    // x[0..n) = cap * tanh(x / cap)
+    virtual void soft_cap(float* x, int64_t n, float cap) = 0;
+};
+
+}  // namespace ember

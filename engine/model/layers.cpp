@@ -1,0 +1,91 @@
+// The shared layers (layers.h).
+#include "engine/model/layers.h"
+
+#include <cmath>
+
+#include "engine/model/backend.h"
+#include "engine/model/model.h"
+
+namespace ember {
+
+namespace {
+
+const float* or_null(const std::vector<float>& v) {
+    return v.empty() ? nullptr : v.data();
+}
+
+// x += post_attn_norm(Wo · attention(q, k, v of xn) + bo): what is absent from the layer's
+// weights is skipped.
+void attention_sublayer(const LayerPass& p, const LayerWeights& L, int64_t layer) {
+    const ModelConfig& c = p.model.config();
+    Backend& be = p.backend;
+    BatchBuffers& b = p.buffers;
+    const int64_t q_dim = c.n_head * c.head_dim;
+    const bool gated = c.attn_output_gate;  // qwen35: a sigmoid gate per query head
+    const MatmulOut qkv[] = {{&L.wq, gated ? b.q_proj : b.q, gated ? 2 * q_dim : q_dim},
+                             {&L.wk, b.k, c.n_head_kv * c.head_dim},
+                             {&L.wv, b.v, c.n_head_kv * c.value_dim}};
+    be.matmul_many(qkv, b.xn, p.n);
+    if (gated) be.split_query_gate(b.q_proj, b.q, b.q_gate, p.n);
+    const bool sliding = c.is_sliding(layer);
+    HeadPrep prep;
+    prep.q_bias = or_null(L.bq);
+    prep.k_bias = or_null(L.bk);
+    prep.v_bias = or_null(L.bv);
+    prep.q_norm = or_null(L.q_norm);
+    prep.k_norm = or_null(L.k_norm);
+    prep.local_rope = sliding && !p.model.rope_inv_freq_local().empty();
+    be.prepare_heads(prep, b.q, b.k, b.v, p.n);
+    AttentionSettings settings;
+    settings.cache_layer = c.kv_slot.empty() ? layer : c.kv_slot[static_cast<size_t>(layer)];
+    settings.window = sliding ? c.sliding_window : 0;
+    settings.scale = c.attn_scale > 0 ? static_cast<float>(c.attn_scale)
+                                      : 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+    settings.sinks = or_null(L.attn_sinks);
+    be.store_kv(settings.cache_layer, b.k, b.v, p.n);
+    be.attend(settings, b.q, p.n, b.attn);
+    if (gated) be.sigmoid_gate(b.attn, b.q_gate, p.n * c.n_head * c.value_dim);
+    be.matmul(L.wo, b.attn, p.n, b.xn);
+    if (!L.bo.empty()) be.add_bias_rows(b.xn, L.bo, p.n);
+    if (!L.post_attn_norm.empty()) be.rms_norm_rows(b.xn, L.post_attn_norm, b.xn, p.n);
+    be.add(b.x, b.xn, p.n * c.n_embd);
+}
+
+// x += post_ffn_norm(W_down (act(W_gate h) * W_up h)), h = ffn_norm(x); or the experts.
+void ffn_sublayer(const LayerPass& p, const LayerWeights& L) {
+    const ModelConfig& c = p.model.config();
+    Backend& be = p.backend;
+    BatchBuffers& b = p.buffers;
+    if (L.moe()) return be.moe_ffn(L, b.x, b.xn, p.n);  // norms with L.ffn_norm itself
+    be.rms_norm_rows(b.x, L.ffn_norm, b.xn, p.n);
+    const MatmulOut gate_up[] = {{&L.w_gate, b.ffn_gate, c.n_ff}, {&L.w_up, b.ffn_up, c.n_ff}};
+    be.matmul_many(gate_up, b.xn, p.n);
+    be.gated_activation(c.ffn_activation, b.ffn_gate, b.ffn_up, p.n * c.n_ff);
+    be.matmul(L.w_down, b.ffn_gate, p.n, b.xn);
+    if (!L.post_ffn_norm.empty()) be.rms_norm_rows(b.xn, L.post_ffn_norm, b.xn, p.n);
+    be.add(b.x, b.xn, p.n * c.n_embd);
+}
+
+}  // namespace
+
+void run_layers(const LayerPass& p) {
+    const auto& layers = p.model.layers();
+    for (int64_t l = 0; l < static_cast<int64_t>(layers.size()); ++l) {
+        const LayerWeights& L = layers[static_cast<size_t>(l)];
+        p.backend.rms_norm_rows(p.buffers.x, L.attn_norm, p.buffers.xn, p.n);
+        switch (L.kind) {
+            case LayerKind::Attention:
+                attention_sublayer(p, L, l);
+                break;
+            case LayerKind::ShortConv:
+                p.backend.short_conv_mixer(L, l, p.n);
+                break;
+            case LayerKind::DeltaNet:
+                p.backend.delta_net_mixer(L, l, p.n);
+                break;
+        }
+        ffn_sublayer(p, L);
+    }
+}
+
+}  // namespace ember
