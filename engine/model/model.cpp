@@ -7,14 +7,15 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <numbers>
 #include <cstdio>
 #include <cstring>
 #include <optional>
 #include <sstream>
 #include <thread>
 
-#include "engine/model/gemma3.h"
-#include "engine/model/gptoss.h"
+#include "engine/model/binder.h"
+#include "engine/model/family.h"
 #include "engine/tensor/panels16.h"
 #include "engine/tensor/traits.h"
 #include "engine/tokenizer/tokenizer.h"
@@ -23,113 +24,8 @@ namespace ember {
 
 namespace {
 
-class ModelError : public GgufError {
-public:
-    using GgufError::GgufError;
-};
-
-std::string shape_string(const std::vector<int64_t>& dims) {
-    std::string s = "[";
-    for (size_t i = 0; i < dims.size(); ++i) s += (i ? ", " : "") + std::to_string(dims[i]);
-    return s + "]";
-}
-
-// Looks up tensors by name and checks them against the shape the family expects.
-class TensorBinder {
-public:
-    TensorBinder(const GgufFile& file, Activations activations)
-        : file_(file), activations_(activations) {}
-
-    Activations activations() const { return activations_; }
-
-    const GgufTensorInfo* find(const std::string& name) const { return file_.find_tensor(name); }
-
-    const GgufTensorInfo& require(const std::string& name, const std::vector<int64_t>& dims) const {
-        const GgufTensorInfo* t = file_.find_tensor(name);
-        if (!t) throw ModelError(file_.path() + ": missing tensor '" + name + "'");
-        check_shape(*t, dims);
-        return *t;
-    }
-
-    void check_shape(const GgufTensorInfo& t, const std::vector<int64_t>& dims) const {
-        // Trailing dimensions of 1 are equivalent; compare the rest exactly.
-        std::vector<int64_t> have = t.dims;
-        while (have.size() > dims.size() && have.back() == 1) have.pop_back();
-        if (have != dims) {
-            throw ModelError(file_.path() + ": tensor '" + t.name + "' has shape " +
-                             shape_string(t.dims) + ", expected " + shape_string(dims));
-        }
-    }
-
-    MatrixView matrix(const std::string& name, int64_t rows, int64_t cols) const {
-        const GgufTensorInfo& t = require(name, {cols, rows});
-        MatrixView m;
-        m.type = t.type;
-        m.data = t.data;
-        m.rows = rows;
-        m.cols = cols;
-        m.row_stride = row_bytes(type_info(t.type), static_cast<uint64_t>(cols));
-        m.activations = activations_;
-        return m;
-    }
-
-    // Small vectors (norm weights, biases) are dequantized to f32 once: a few KB per layer.
-    std::vector<float> vector(const std::string& name, int64_t n) const {
-        const GgufTensorInfo& t = require(name, {n});
-        return to_f32(t, n);
-    }
-
-    // A small 2-D tensor [rows x row_len] (ne0 = row_len) as f32, rows concatenated.
-    std::vector<float> vector_2d(const std::string& name, int64_t row_len, int64_t rows) const {
-        const GgufTensorInfo& t = require(name, {row_len, rows});
-        return to_f32(t, row_len * rows);
-    }
-
-    std::vector<float> optional_vector(const std::string& name, int64_t n) const {
-        const GgufTensorInfo* t = find(name);
-        if (!t) return {};
-        check_shape(*t, {n});
-        return to_f32(*t, n);
-    }
-
-private:
-    std::vector<float> to_f32(const GgufTensorInfo& t, int64_t n) const {
-        MatrixView m;
-        m.type = t.type;
-        m.data = t.data;
-        m.rows = 1;
-        m.cols = n;
-        m.row_stride = t.n_bytes;
-        std::vector<float> out(static_cast<size_t>(n));
-        dequantize_row(m, 0, out.data());
-        return out;
-    }
-
-    const GgufFile& file_;
-    Activations activations_;
-};
-
-int64_t require_int(const GgufFile& f, const std::string& key) {
-    auto v = f.get_int(key);
-    if (!v) throw ModelError(f.path() + ": missing metadata '" + key + "'");
-    return *v;
-}
-
-int64_t positive(const GgufFile& f, const std::string& key, int64_t v, int64_t max) {
-    if (v <= 0 || v > max) {
-        throw ModelError(f.path() + ": metadata '" + key + "' = " + std::to_string(v) +
-                         " is out of range (1.." + std::to_string(max) + ")");
-    }
-    return v;
-}
-
 // attention.head_count_kv is a number, or (lfm2) one number per layer with 0 for the layers
 // without attention; every attention layer must then have the same count.
-const GgufArray* optional_array(const GgufFile& f, const std::string& key) {
-    const GgufValue* v = f.find(key);
-    return v && v->type == GgufValueType::ARRAY ? f.get_array(key) : nullptr;
-}
-
 int64_t head_count_kv(const GgufFile& f, const std::string& p, const ModelConfig& c) {
     const std::string key = p + "attention.head_count_kv";
     if (const GgufArray* per_layer = optional_array(f, key)) {
@@ -151,72 +47,22 @@ int64_t head_count_kv(const GgufFile& f, const std::string& p, const ModelConfig
     return f.get_int(key).value_or(c.n_head);
 }
 
-// Expert counts and routing of the qwen3moe family: softmax over every expert's router logit,
-// the top expert_used_count, their weights rescaled to sum to 1 (Qwen3 MoE's norm_topk_prob;
-// the converter does not write expert_weights_norm for it, so a file that lacks the key gets
-// the family's rule).
-void read_moe_config(const GgufFile& f, ModelConfig& c) {
-    const std::string p = c.arch + ".";
-    c.n_expert = positive(f, p + "expert_count", require_int(f, p + "expert_count"), 4096);
-    c.n_expert_used =
-        positive(f, p + "expert_used_count", require_int(f, p + "expert_used_count"), c.n_expert);
-    c.n_ff_exp = positive(f, p + "expert_feed_forward_length",
-                          require_int(f, p + "expert_feed_forward_length"), 1 << 20);
-    c.expert_weights_norm = f.get_bool(p + "expert_weights_norm").value_or(true);
-    // 1 = softmax (the reference engine's numbering); sigmoid routers are other families'.
-    // gpt-oss's softmax over the chosen logits (3) equals a softmax renormalized over them.
-    const auto gating = f.get_int(p + "expert_gating_func");
-    const bool chosen_softmax = c.family == Family::GptOss && gating && *gating == 3;
-    if (gating && *gating != 1 && !chosen_softmax) {
-        throw ModelError(f.path() + ": metadata '" + p + "expert_gating_func' = " +
-                         std::to_string(*gating) + " is not supported (only 1, softmax" +
-                         (c.family == Family::GptOss ? ", or 3, softmax of the chosen)" : ")"));
-    }
-}
-
 ModelConfig read_config(const GgufFile& f) {
     ModelConfig c;
     auto arch = f.get_string("general.architecture");
     if (!arch) throw ModelError(f.path() + ": missing metadata 'general.architecture'");
     c.arch = *arch;
-    if (c.arch == "llama") {
-        c.family = Family::Llama;
-        c.rope_layout = RopeLayout::Adjacent;
-    } else if (c.arch == "qwen2") {
-        c.family = Family::Qwen2;
-        c.rope_layout = RopeLayout::Halves;
-        c.qkv_bias = true;
-    } else if (c.arch == "qwen3") {
-        c.family = Family::Qwen3;
-        c.rope_layout = RopeLayout::Halves;
-        c.qk_norm = true;
-    } else if (c.arch == "lfm2") {
-        c.family = Family::Lfm2;
-        c.rope_layout = RopeLayout::Halves;
-        c.qk_norm = true;
-    } else if (c.arch == "qwen35") {
-        c.family = Family::Qwen35;
-        c.rope_layout = RopeLayout::Halves;
-        c.qk_norm = true;
-        c.attn_output_gate = true;
-    } else if (c.arch == "gemma3") {
-        c.family = Family::Gemma3;
-        c.rope_layout = RopeLayout::Halves;
-        c.qk_norm = true;
-        c.post_norms = true;
-    } else if (c.arch == "qwen3moe") {
-        c.family = Family::Qwen3Moe;
-        c.rope_layout = RopeLayout::Halves;
-        c.qk_norm = true;
-    } else if (c.arch == "gpt-oss") {
-        c.family = Family::GptOss;
-        c.rope_layout = RopeLayout::Halves;
-        c.qkv_bias = true;
-    } else {
+    const FamilySpec* spec = find_family(c.arch);
+    if (spec == nullptr) {
         throw ModelError(f.path() + ": architecture '" + c.arch +
-                         "' is not supported (supported: llama, qwen2, qwen3, qwen3moe, lfm2, "
-                         "qwen35, gemma3, gpt-oss)");
+                         "' is not supported (supported: " + supported_architectures() + ")");
     }
+    c.family = spec->family;
+    c.rope_layout = spec->rope_layout;
+    c.qkv_bias = spec->qkv_bias;
+    c.qk_norm = spec->qk_norm;
+    c.attn_output_gate = spec->attn_output_gate;
+    c.post_norms = spec->post_norms;
     const std::string p = c.arch + ".";
     constexpr int64_t kMaxDim = 1 << 20;
     c.n_embd = positive(f, p + "embedding_length", require_int(f, p + "embedding_length"), kMaxDim);
@@ -253,48 +99,18 @@ ModelConfig read_config(const GgufFile& f) {
     if (!(c.rms_eps > 0) || !(c.rope_base > 0)) {
         throw ModelError(f.path() + ": layer_norm_rms_epsilon and rope.freq_base must be > 0");
     }
-    if (c.family == Family::Lfm2) {
-        c.conv_kernel =
-            positive(f, p + "shortconv.l_cache", require_int(f, p + "shortconv.l_cache"), 64);
-    } else if (c.family == Family::Qwen35) {
-        c.conv_kernel =
-            positive(f, p + "ssm.conv_kernel", require_int(f, p + "ssm.conv_kernel"), 64);
-        c.ssm_k_dim = positive(f, p + "ssm.state_size", require_int(f, p + "ssm.state_size"), 4096);
-        c.ssm_n_k_heads =
-            positive(f, p + "ssm.group_count", require_int(f, p + "ssm.group_count"), 4096);
-        c.ssm_n_v_heads =
-            positive(f, p + "ssm.time_step_rank", require_int(f, p + "ssm.time_step_rank"), 4096);
-        const int64_t inner =
-            positive(f, p + "ssm.inner_size", require_int(f, p + "ssm.inner_size"), kMaxDim);
-        if (inner % c.ssm_n_v_heads != 0 || c.ssm_n_v_heads % c.ssm_n_k_heads != 0) {
-            throw ModelError(f.path() + ": ssm.inner_size " + std::to_string(inner) +
-                             " / time_step_rank " + std::to_string(c.ssm_n_v_heads) +
-                             " / group_count " + std::to_string(c.ssm_n_k_heads) +
-                             " do not divide evenly");
-        }
-        c.ssm_v_dim = inner / c.ssm_n_v_heads;
-    } else if (c.family == Family::Gemma3) {
-        read_gemma3_config(f, c);
-    } else if (c.family == Family::Qwen3Moe) {
-        read_moe_config(f, c);
-    } else if (c.family == Family::GptOss) {
-        read_moe_config(f, c);
-        read_gptoss_config(f, c);
-    }
+    if (spec->read_config != nullptr) spec->read_config(f, c);
     return c;
 }
 
 // What a layer's tensors say it is: Attention or the family's recurrent kind when exactly
 // one of the two kinds' projection tensors is present, nullopt when both or neither are.
-std::optional<LayerKind> kind_from_tensors(const GgufFile& f, const ModelConfig& c, int64_t i) {
+std::optional<LayerKind> kind_from_tensors(const GgufFile& f, const FamilySpec& spec, int64_t i) {
     const std::string b = "blk." + std::to_string(i) + ".";
     const bool attn = f.find_tensor(b + "attn_q.weight") != nullptr;
-    const LayerKind recurrent =
-        c.family == Family::Lfm2 ? LayerKind::ShortConv : LayerKind::DeltaNet;
-    const bool rec = f.find_tensor(b + (c.family == Family::Lfm2 ? "shortconv.in_proj.weight"
-                                                                 : "attn_qkv.weight")) != nullptr;
+    const bool rec = f.find_tensor(b + std::string(spec.recurrent_tensor)) != nullptr;
     if (attn == rec) return std::nullopt;
-    return attn ? LayerKind::Attention : recurrent;
+    return attn ? LayerKind::Attention : spec.recurrent_kind;
 }
 
 // "1, 3": the layers marked true, or "(none)".
@@ -316,44 +132,28 @@ std::string layer_list(const std::vector<bool>& marked) {
 // the layers. A layer with both kinds' tensors is refused; one with neither takes the
 // metadata's kind (binding then names the missing tensor).
 void assign_layer_kinds(const GgufFile& f, ModelConfig& c, std::vector<std::string>& warnings) {
-    const std::string p = c.arch + ".";
+    const FamilySpec& spec = family_spec(c.family);
     c.layer_kinds.assign(static_cast<size_t>(c.n_layer), LayerKind::Attention);
     c.kv_slot.assign(static_cast<size_t>(c.n_layer), -1);
     c.n_kv_layers = 0;
     std::string meta_key;  // the key that states the kinds, empty if none does
     std::vector<bool> meta_attn(static_cast<size_t>(c.n_layer), true);
-    if (c.family == Family::Lfm2) {
-        const GgufArray* kv_heads = optional_array(f, p + "attention.head_count_kv");
-        if (kv_heads && kv_heads->ints.size() == static_cast<size_t>(c.n_layer)) {
-            meta_key = p + "attention.head_count_kv";
-            for (size_t i = 0; i < meta_attn.size(); ++i) meta_attn[i] = kv_heads->ints[i] > 0;
-        }
-    } else if (c.family == Family::Qwen35) {
-        const int64_t interval = f.get_int(p + "full_attention_interval").value_or(0);
-        if (interval > 0) {
-            meta_key = p + "full_attention_interval = " + std::to_string(interval);
-            for (size_t i = 0; i < meta_attn.size(); ++i) {
-                meta_attn[i] = (static_cast<int64_t>(i) + 1) % interval == 0;
-            }
-        }
-    }
+    if (spec.metadata_attention != nullptr) spec.metadata_attention(f, c, meta_key, meta_attn);
+    const bool hybrid = spec.recurrent_kind != LayerKind::Attention;
     std::vector<bool> attn(static_cast<size_t>(c.n_layer), false);  // the kinds chosen
     bool disagree = false;
     for (int64_t i = 0; i < c.n_layer; ++i) {
         const size_t li = static_cast<size_t>(i);
         LayerKind kind = LayerKind::Attention;
-        if (is_hybrid(c.family)) {
-            const std::optional<LayerKind> seen = kind_from_tensors(f, c, i);
+        if (hybrid) {
+            const std::optional<LayerKind> seen = kind_from_tensors(f, spec, i);
             const std::string b = "blk." + std::to_string(i) + ".";
             if (!seen && f.find_tensor(b + "attn_q.weight")) {
                 throw ModelError(f.path() + ": layer " + std::to_string(i) +
                                  " has both attention and recurrent tensors, so its kind is "
                                  "ambiguous");
             }
-            const LayerKind meta_kind =
-                meta_attn[li]
-                    ? LayerKind::Attention
-                    : (c.family == Family::Lfm2 ? LayerKind::ShortConv : LayerKind::DeltaNet);
+            const LayerKind meta_kind = meta_attn[li] ? LayerKind::Attention : spec.recurrent_kind;
             kind = seen.value_or(meta_kind);
             if (!meta_key.empty() && kind != meta_kind) disagree = true;
         }
@@ -367,33 +167,6 @@ void assign_layer_kinds(const GgufFile& f, ModelConfig& c, std::vector<std::stri
                            layer_list(attn) +
                            " attention and the others recurrent: following the tensors");
     }
-}
-
-// Conv taps are stored [channels][K] (ne0 = K): kept as f32, a few KB per layer.
-std::vector<float> conv_taps(const TensorBinder& bind, const std::string& name, int64_t channels,
-                             int64_t kernel) {
-    return bind.vector_2d(name, kernel, channels);
-}
-
-void bind_short_conv(const TensorBinder& bind, const std::string& b, const ModelConfig& c,
-                     LayerWeights& L) {
-    L.conv_in = bind.matrix(b + "shortconv.in_proj.weight", 3 * c.n_embd, c.n_embd);
-    L.conv_taps = conv_taps(bind, b + "shortconv.conv.weight", c.n_embd, c.conv_kernel);
-    L.conv_out = bind.matrix(b + "shortconv.out_proj.weight", c.n_embd, c.n_embd);
-}
-
-void bind_delta_net(const TensorBinder& bind, const std::string& b, const ModelConfig& c,
-                    LayerWeights& L) {
-    const int64_t inner = c.ssm_n_v_heads * c.ssm_v_dim;
-    L.ssm_qkv = bind.matrix(b + "attn_qkv.weight", c.conv_channels(), c.n_embd);
-    L.ssm_z = bind.matrix(b + "attn_gate.weight", inner, c.n_embd);
-    L.ssm_alpha = bind.matrix(b + "ssm_alpha.weight", c.ssm_n_v_heads, c.n_embd);
-    L.ssm_beta = bind.matrix(b + "ssm_beta.weight", c.ssm_n_v_heads, c.n_embd);
-    L.ssm_a = bind.vector(b + "ssm_a", c.ssm_n_v_heads);
-    L.ssm_dt_bias = bind.vector(b + "ssm_dt.bias", c.ssm_n_v_heads);
-    L.conv_taps = conv_taps(bind, b + "ssm_conv1d.weight", c.conv_channels(), c.conv_kernel);
-    L.ssm_norm = bind.vector(b + "ssm_norm.weight", c.ssm_v_dim);
-    L.ssm_out = bind.matrix(b + "ssm_out.weight", c.n_embd, inner);
 }
 
 // One stacked expert tensor, [cols, rows_per_expert, n_expert] in GGUF order, as a matrix of
@@ -440,12 +213,6 @@ void bind_moe(const GgufFile& f, const TensorBinder& bind, const std::string& b,
                               "expert_feed_forward_length", c.n_embd, c);
     L.down_exps = expert_matrix(f, bind, b + "ffn_down_exps.weight", c.n_embd, "embedding_length",
                                 c.n_ff_exp, c);
-    if (c.family == Family::GptOss) {  // biases on the router and every expert projection
-        L.ffn_gate_inp_b = bind.vector(b + "ffn_gate_inp.bias", c.n_expert);
-        L.gate_exps_b = bind.vector_2d(b + "ffn_gate_exps.bias", c.n_ff_exp, c.n_expert);
-        L.up_exps_b = bind.vector_2d(b + "ffn_up_exps.bias", c.n_ff_exp, c.n_expert);
-        L.down_exps_b = bind.vector_2d(b + "ffn_down_exps.bias", c.n_embd, c.n_expert);
-    }
 }
 
 std::string compute_fingerprint(const GgufFile& f, const ModelConfig& c) {
@@ -467,36 +234,12 @@ std::string compute_fingerprint(const GgufFile& f, const ModelConfig& c) {
         const int64_t moe[] = {c.n_expert, c.n_expert_used, c.n_ff_exp, c.expert_weights_norm};
         add(moe, sizeof moe);
     }
-    if (is_hybrid(c.family)) {  // only for hybrids, so other families keep their fingerprints
-        const int64_t hy[] = {c.conv_kernel, c.ssm_n_k_heads, c.ssm_n_v_heads,
-                              c.ssm_k_dim,   c.ssm_v_dim,     c.attn_output_gate};
-        add(hy, sizeof hy);
-        for (LayerKind k : c.layer_kinds) {
-            const uint32_t v = static_cast<uint32_t>(k);
-            add(&v, sizeof v);
-        }
-    }
-    if (c.family == Family::Gemma3) {  // likewise only for gemma3
-        const double g[] = {static_cast<double>(c.sliding_window), c.rope_base_local, c.attn_scale,
-                            c.final_logit_softcap};
-        add(g, sizeof g);
-        for (bool slides : c.sliding) {
-            const uint8_t v = slides ? 1 : 0;
-            add(&v, sizeof v);
-        }
-    }
-    if (c.family == Family::GptOss) {  // likewise only for gpt-oss
-        const double g[] = {static_cast<double>(c.sliding_window),
-                            c.rope_yarn_factor,
-                            static_cast<double>(c.rope_yarn_orig_ctx),
-                            c.rope_yarn_beta_fast,
-                            c.rope_yarn_beta_slow,
-                            c.attn_scale};
-        add(g, sizeof g);
-        for (bool slides : c.sliding) {
-            const uint8_t v = slides ? 1 : 0;
-            add(&v, sizeof v);
-        }
+    // A family's own hyper-parameters (only for the families that have any, so the others
+    // keep their fingerprints).
+    if (const FamilySpec& spec = family_spec(c.family); spec.fingerprint != nullptr) {
+        std::vector<uint8_t> bytes;
+        spec.fingerprint(c, bytes);
+        add(bytes.data(), bytes.size());
     }
     for (const auto& t : f.tensors()) {
         add_str(t.name);
@@ -543,37 +286,107 @@ auto dense_decode_matrices(Layer& L) {
                       &L.ssm_z, &L.ssm_alpha, &L.ssm_beta, &L.ssm_out};
 }
 
+// The tensors of layer i: norms, the FFN (dense or experts), attention for attention layers,
+// then the family's own.
+void bind_layer(const TensorBinder& bind, const FamilySpec& spec, const ModelConfig& c,
+                int64_t i, LayerWeights& L) {
+    const std::string b = "blk." + std::to_string(i) + ".";
+    L.kind = c.layer_kinds[static_cast<size_t>(i)];
+    L.attn_norm = bind.vector(b + "attn_norm.weight", c.n_embd);
+    L.ffn_norm = bind.vector(b + std::string(spec.ffn_norm), c.n_embd);
+    if (c.post_norms) {  // gemma3: the norm after attention keeps the qwen35 name
+        L.post_attn_norm = bind.vector(b + "post_attention_norm.weight", c.n_embd);
+        L.post_ffn_norm = bind.vector(b + "post_ffw_norm.weight", c.n_embd);
+    }
+    // qwen3moe: a layer with a router is sparse, one without (mlp_only_layers) dense; every
+    // gpt-oss layer is sparse (binding names a missing router or expert tensor).
+    if (c.n_expert > 0 && (spec.every_layer_moe || bind.find(b + "ffn_gate_inp.weight") ||
+                           bind.find(b + "ffn_gate_exps.weight"))) {
+        bind_moe(bind.file(), bind, b, c, L);
+    } else {
+        L.w_gate = bind.matrix(b + "ffn_gate.weight", c.n_ff, c.n_embd);
+        L.w_up = bind.matrix(b + "ffn_up.weight", c.n_ff, c.n_embd);
+        L.w_down = bind.matrix(b + "ffn_down.weight", c.n_embd, c.n_ff);
+    }
+    if (L.kind == LayerKind::Attention) {
+        // The gated attention of qwen35 projects a query and a gate per head.
+        const int64_t q_dim = c.n_head * c.head_dim * (c.attn_output_gate ? 2 : 1);
+        const int64_t k_dim = c.n_head_kv * c.head_dim;
+        const int64_t v_dim = c.n_head_kv * c.value_dim;
+        L.wq = bind.matrix(b + "attn_q.weight", q_dim, c.n_embd);
+        L.wk = bind.matrix(b + "attn_k.weight", k_dim, c.n_embd);
+        L.wv = bind.matrix(b + "attn_v.weight", v_dim, c.n_embd);
+        L.wo = bind.matrix(b + "attn_output.weight", c.n_embd, c.n_head * c.value_dim);
+        if (c.qkv_bias) {
+            L.bq = bind.vector(b + "attn_q.bias", q_dim);
+            L.bk = bind.vector(b + "attn_k.bias", k_dim);
+            L.bv = bind.vector(b + "attn_v.bias", v_dim);
+        }
+        if (c.qk_norm) {
+            L.q_norm = bind.vector(b + "attn_q_norm.weight", c.head_dim);
+            L.k_norm = bind.vector(b + "attn_k_norm.weight", c.head_dim);
+        }
+    }
+    if (spec.bind_layer != nullptr) spec.bind_layer(bind, b, c, L);
+}
+
+// YaRN (HF's "yarn" rope type; see families/gptoss.cpp): pair i of d rotated dimensions
+// rotates with interp_i * ramp_i + extrap_i * (1 - ramp_i), extrap_i = base^(-2i/d),
+// interp_i = extrap_i / factor, ramp_i = clamp((i - low) / (high - low), 0, 1).
+std::vector<double> yarn_inv_freq(const ModelConfig& c) {
+    const int64_t half = c.rope_dims / 2;
+    const double dims = static_cast<double>(c.rope_dims);
+    std::vector<double> inv_freq(static_cast<size_t>(half));
+    // The dimension at which a pair makes `rotations` turns over the original context.
+    auto correction_dim = [&](double rotations) {
+        return dims *
+               std::log(static_cast<double>(c.rope_yarn_orig_ctx) /
+                        (rotations * 2.0 * std::numbers::pi)) /
+               (2.0 * std::log(c.rope_base));
+    };
+    const double low = std::max(0.0, correction_dim(c.rope_yarn_beta_fast));
+    double high = std::min(dims - 1.0, correction_dim(c.rope_yarn_beta_slow));
+    if (high == low) high += 0.001;  // as HF: no division by zero
+    for (int64_t i = 0; i < half; ++i) {
+        const double extrap = std::pow(c.rope_base, -2.0 * static_cast<double>(i) / dims);
+        const double interp = extrap / c.rope_yarn_factor;
+        const double ramp = std::clamp((static_cast<double>(i) - low) / (high - low), 0.0, 1.0);
+        inv_freq[static_cast<size_t>(i)] = interp * ramp + extrap * (1.0 - ramp);
+    }
+    return inv_freq;
+}
+
+
+// RoPE's angular frequency of each rotated pair [rope_dims/2]: base^(-2i/rope_dims), divided
+// by llama 3's per-dimension long-context factors when the file has them; YaRN's when the
+// file says so.
+std::vector<double> rope_frequencies(const ModelConfig& c, const std::vector<float>& factors) {
+    if (c.rope_yarn_factor > 0) return yarn_inv_freq(c);
+    std::vector<double> inv_freq;
+    for (int64_t i = 0; i < c.rope_dims / 2; ++i) {
+        double freq =
+            std::pow(c.rope_base, -2.0 * static_cast<double>(i) / static_cast<double>(c.rope_dims));
+        if (!factors.empty()) freq /= factors[static_cast<size_t>(i)];
+        inv_freq.push_back(freq);
+    }
+    return inv_freq;
+}
+
+// gemma3's sliding layers: the local base, without scaling factors.
+std::vector<double> local_rope_frequencies(const ModelConfig& c) {
+    std::vector<double> inv_freq;
+    for (int64_t i = 0; i < c.rope_dims / 2; ++i) {
+        inv_freq.push_back(std::pow(c.rope_base_local, -2.0 * static_cast<double>(i) /
+                                                           static_cast<double>(c.rope_dims)));
+    }
+    return inv_freq;
+}
+
 }  // namespace
 
-std::string_view family_name(Family family) {
-    switch (family) {
-        case Family::Llama:
-            return "llama";
-        case Family::Qwen2:
-            return "qwen2";
-        case Family::Qwen3:
-            return "qwen3";
-        case Family::Lfm2:
-            return "lfm2";
-        case Family::Qwen35:
-            return "qwen35";
-        case Family::Gemma3:
-            return "gemma3";
-        case Family::Qwen3Moe:
-            return "qwen3moe";
-        case Family::GptOss:
-            return "gpt-oss";
-    }
-    return "unknown";
-}
-
-bool is_hybrid(Family family) {
-    return family == Family::Lfm2 || family == Family::Qwen35;
-}
-
 int64_t ModelConfig::conv_channels() const {
-    if (family == Family::Qwen35) return 2 * ssm_n_k_heads * ssm_k_dim + ssm_n_v_heads * ssm_v_dim;
-    if (family == Family::Lfm2) return n_embd;
+    if (ssm_n_v_heads > 0) return 2 * ssm_n_k_heads * ssm_k_dim + ssm_n_v_heads * ssm_v_dim;
+    if (conv_kernel > 0) return n_embd;  // lfm2's conv runs over the embedding
     return 0;
 }
 
@@ -637,82 +450,17 @@ std::unique_ptr<Model> Model::load(const std::string& path, const LoadOptions& o
                          std::to_string(m->tokenizer_->vocab_size()) + " tokens");
     }
     m->token_embd_ = bind.matrix("token_embd.weight", c.n_vocab, c.n_embd);
-    // lfm2's final norm is named after the embedding (the converter's name for it).
-    m->output_norm_ = c.family == Family::Lfm2 ? bind.vector("token_embd_norm.weight", c.n_embd)
-                                               : bind.vector("output_norm.weight", c.n_embd);
+    const FamilySpec& spec = family_spec(c.family);
+    m->output_norm_ = bind.vector(std::string(spec.output_norm), c.n_embd);
     assign_layer_kinds(f, c, m->load_warnings_);
     c.tied_output = bind.find("output.weight") == nullptr;
     m->output_ = c.tied_output ? m->token_embd_ : bind.matrix("output.weight", c.n_vocab, c.n_embd);
     const std::vector<float> factors = bind.optional_vector("rope_freqs.weight", c.rope_dims / 2);
-    for (int64_t i = 0; i < c.rope_dims / 2; ++i) {
-        double freq =
-            std::pow(c.rope_base, -2.0 * static_cast<double>(i) / static_cast<double>(c.rope_dims));
-        if (!factors.empty()) freq /= factors[static_cast<size_t>(i)];
-        m->rope_inv_freq_.push_back(freq);
-        if (c.local_rope) {
-            m->rope_inv_freq_local_.push_back(
-                std::pow(c.rope_base_local,
-                         -2.0 * static_cast<double>(i) / static_cast<double>(c.rope_dims)));
-        }
-    }
-    if (c.rope_yarn_factor > 0) m->rope_inv_freq_ = yarn_inv_freq(c);
-
-    // The gated attention of qwen35 projects a query and a gate per head.
-    const int64_t q_dim = c.n_head * c.head_dim * (c.attn_output_gate ? 2 : 1);
-    const int64_t k_dim = c.n_head_kv * c.head_dim;
-    const int64_t v_dim = c.n_head_kv * c.value_dim;
+    m->rope_inv_freq_ = rope_frequencies(c, factors);
+    if (c.local_rope) m->rope_inv_freq_local_ = local_rope_frequencies(c);
     m->layers_.resize(static_cast<size_t>(c.n_layer));
     for (int64_t i = 0; i < c.n_layer; ++i) {
-        const std::string b = "blk." + std::to_string(i) + ".";
-        LayerWeights& L = m->layers_[static_cast<size_t>(i)];
-        L.kind =
-            c.layer_kinds.empty() ? LayerKind::Attention : c.layer_kinds[static_cast<size_t>(i)];
-        L.attn_norm = bind.vector(b + "attn_norm.weight", c.n_embd);
-        // qwen35 names the norm before the FFN after its place, behind the mixer.
-        // So does gpt-oss's converter.
-        const std::string ffn_norm_name = c.family == Family::Qwen35 || c.family == Family::GptOss
-                                              ? "post_attention_norm.weight"
-                                              : "ffn_norm.weight";
-        L.ffn_norm = bind.vector(b + ffn_norm_name, c.n_embd);
-        if (c.post_norms) {  // gemma3: the norm after attention keeps the qwen35 name
-            L.post_attn_norm = bind.vector(b + "post_attention_norm.weight", c.n_embd);
-            L.post_ffn_norm = bind.vector(b + "post_ffw_norm.weight", c.n_embd);
-        }
-        // qwen3moe: a layer with a router is sparse, one without (mlp_only_layers) dense;
-        // every gpt-oss layer is sparse (binding names a missing router or expert tensor).
-        if (c.n_expert > 0 && (c.family == Family::GptOss || bind.find(b + "ffn_gate_inp.weight") ||
-                               bind.find(b + "ffn_gate_exps.weight"))) {
-            bind_moe(f, bind, b, c, L);
-        } else {
-            L.w_gate = bind.matrix(b + "ffn_gate.weight", c.n_ff, c.n_embd);
-            L.w_up = bind.matrix(b + "ffn_up.weight", c.n_ff, c.n_embd);
-            L.w_down = bind.matrix(b + "ffn_down.weight", c.n_embd, c.n_ff);
-        }
-        if (L.kind == LayerKind::ShortConv) {
-            bind_short_conv(bind, b, c, L);
-            continue;
-        }
-        if (L.kind == LayerKind::DeltaNet) {
-            bind_delta_net(bind, b, c, L);
-            continue;
-        }
-        L.wq = bind.matrix(b + "attn_q.weight", q_dim, c.n_embd);
-        L.wk = bind.matrix(b + "attn_k.weight", k_dim, c.n_embd);
-        L.wv = bind.matrix(b + "attn_v.weight", v_dim, c.n_embd);
-        L.wo = bind.matrix(b + "attn_output.weight", c.n_embd, c.n_head * c.value_dim);
-        if (c.qkv_bias) {
-            L.bq = bind.vector(b + "attn_q.bias", q_dim);
-            L.bk = bind.vector(b + "attn_k.bias", k_dim);
-            L.bv = bind.vector(b + "attn_v.bias", v_dim);
-        }
-        if (c.qk_norm) {
-            L.q_norm = bind.vector(b + "attn_q_norm.weight", c.head_dim);
-            L.k_norm = bind.vector(b + "attn_k_norm.weight", c.head_dim);
-        }
-        if (c.family == Family::GptOss) {
-            L.bo = bind.vector(b + "attn_output.bias", c.n_embd);
-            L.attn_sinks = bind.vector(b + "attn_sinks.weight", c.n_head);
-        }
+        bind_layer(bind, spec, c, i, m->layers_[static_cast<size_t>(i)]);
     }
     m->fingerprint_ = compute_fingerprint(f, c);  // from the file's bytes, before any rewrite
     if (options.weight_panels) m->write_weight_panels();

@@ -96,7 +96,7 @@ struct ModelConfig {
     bool clamped_swiglu = false;
     float swiglu_limit = 0.0f;
     float swiglu_alpha = 0.0f;
-    // ---- gpt-oss: YaRN RoPE and learned attention sinks; see gptoss.h ----
+    // ---- gpt-oss: YaRN RoPE and learned attention sinks; see families/gptoss.cpp ----
     double rope_yarn_factor = 0.0;  // rope.scaling.factor of a YaRN file; 0: no YaRN
     int64_t rope_yarn_orig_ctx = 0;
     double rope_yarn_beta_fast = 0.0;

@@ -20,7 +20,7 @@ void RecurrentState::init(const ModelConfig& c) {
         return;
     }
     conv_floats_ = (c.conv_kernel - 1) * c.conv_channels();
-    if (c.family == Family::Qwen35) delta_floats_ = c.ssm_n_v_heads * c.ssm_k_dim * c.ssm_v_dim;
+    if (c.ssm_n_v_heads > 0) delta_floats_ = c.ssm_n_v_heads * c.ssm_k_dim * c.ssm_v_dim;
     int64_t total = 0;
     for (size_t l = 0; l < n_layer; ++l) {
         const LayerKind kind = c.layer_kinds[l];

@@ -21,7 +21,7 @@
 
 #include "engine/gguf/gguf.h"
 #include "engine/model/forward.h"
-#include "engine/model/gptoss.h"
+#include "engine/model/model.h"
 #include "engine/model/model.h"
 #include "engine/model/state.h"
 #include "engine/model/state_io.h"

@@ -1,9 +1,10 @@
-// gemma3's hyper-parameters beyond the common ones (see gemma3.h).
-#include <cmath>
+// Configuration pieces more than one family reads (shared.h).
+#include "engine/model/families/shared.h"
+
 #include <string>
 
 #include "engine/gguf/gguf.h"
-#include "engine/model/gemma3.h"
+#include "engine/model/binder.h"
 #include "engine/model/model.h"
 
 namespace ember {
@@ -56,30 +57,36 @@ bool read_sliding_window(const GgufFile& f, ModelConfig& c, int64_t global_every
     return true;
 }
 
-void read_gemma3_config(const GgufFile& f, ModelConfig& c) {
+// Expert counts and routing of the qwen3moe family: softmax over every expert's router logit,
+// the top expert_used_count, their weights rescaled to sum to 1 (Qwen3 MoE's norm_topk_prob;
+// the converter does not write expert_weights_norm for it, so a file that lacks the key gets
+// the family's rule).
+void read_expert_config(const GgufFile& f, ModelConfig& c, bool chosen_softmax_ok) {
     const std::string p = c.arch + ".";
-    read_sliding_window(f, c, kGemma3GlobalEvery);
-    c.embedding_scale = std::sqrt(static_cast<double>(c.n_embd));
-    c.ffn_activation = GatedActivation::GeluTanh;
-    c.local_rope = true;
-    c.rope_base_local = f.get_float(p + "rope.freq_base_swa").value_or(10000.0);
-    if (!(c.rope_base_local > 0)) {
-        throw GgufError(f.path() + ": metadata '" + p + "rope.freq_base_swa' must be > 0");
+    c.n_expert = positive(f, p + "expert_count", require_int(f, p + "expert_count"), 4096);
+    c.n_expert_used =
+        positive(f, p + "expert_used_count", require_int(f, p + "expert_used_count"), c.n_expert);
+    c.n_ff_exp = positive(f, p + "expert_feed_forward_length",
+                          require_int(f, p + "expert_feed_forward_length"), 1 << 20);
+    c.expert_weights_norm = f.get_bool(p + "expert_weights_norm").value_or(true);
+    // 1 = softmax (the reference engine's numbering); sigmoid routers are other families'.
+    // gpt-oss's softmax over the chosen logits (3) equals a softmax renormalized over them.
+    const auto gating = f.get_int(p + "expert_gating_func");
+    const bool chosen_softmax = chosen_softmax_ok && gating && *gating == 3;
+    if (gating && *gating != 1 && !chosen_softmax) {
+        throw ModelError(f.path() + ": metadata '" + p + "expert_gating_func' = " +
+                         std::to_string(*gating) + " is not supported (only 1, softmax" +
+                         (chosen_softmax_ok ? ", or 3, softmax of the chosen)" : ")"));
     }
-    // The query scale is 1/sqrt(query_pre_attn_scalar), which the converter does not write:
-    // it is the head size in the published models except the 27B (5376 wide), whose scalar
-    // is n_embd / n_head = 168 over heads of 128.
-    const double scalar = c.n_embd == 5376 && c.n_head == 32
-                              ? static_cast<double>(c.n_embd / c.n_head)
-                              : static_cast<double>(c.head_dim);
-    c.attn_scale = f.get_float(p + "attention.scale").value_or(1.0 / std::sqrt(scalar));
-    c.final_logit_softcap = f.get_float(p + "final_logit_softcapping").value_or(0.0);
-    if (c.final_logit_softcap < 0 || !std::isfinite(c.final_logit_softcap)) {
-        throw GgufError(f.path() + ": metadata '" + p + "final_logit_softcapping' must be >= 0");
-    }
-    if (f.get_float(p + "attn_logit_softcapping").value_or(0.0) != 0.0) {
-        throw GgufError(f.path() + ": metadata '" + p +
-                        "attn_logit_softcapping' (attention score soft-capping) is not supported");
+}
+
+void hybrid_fingerprint(const ModelConfig& c, std::vector<uint8_t>& bytes) {
+    const int64_t sizes[] = {c.conv_kernel, c.ssm_n_k_heads, c.ssm_n_v_heads,
+                             c.ssm_k_dim,   c.ssm_v_dim,     c.attn_output_gate};
+    append_bytes(bytes, sizes);
+    for (LayerKind kind : c.layer_kinds) {
+        const uint32_t v[] = {static_cast<uint32_t>(kind)};
+        append_bytes(bytes, v);
     }
 }
 
