@@ -22,7 +22,7 @@ BUILD_DIR=${1:-build}
 # What the `ember` target needs: CMakeLists.txt's find_package/pkg_check_modules (top level,
 # engine, sessions, ui, app) and a compiler. Nothing here is only for the tests.
 RUNTIME_PACKAGES=(cmake g++ make pkg-config
-                  libcli11-dev libeigen3-dev nlohmann-json3-dev libxxhash-dev libzstd-dev
+                  libcli11-dev nlohmann-json3-dev libxxhash-dev libzstd-dev
                   libpcre2-dev libutf8proc-dev libmd4c-dev libsqlite3-dev libncurses-dev
                   libreadline-dev libcpp-httplib-dev python3-pip)
 # Only for the test suite, the benchmarks and the developer tools (python3-venv: the tests'

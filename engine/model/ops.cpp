@@ -5,26 +5,11 @@
 
 #include "engine/model/ops_avx512.h"
 #include "engine/tensor/blocks.h"
+#include "engine/tensor/cpu_features.h"
 #include "engine/tensor/traits.h"
 #include "engine/tensor/types.h"
 
 namespace ember {
-
-namespace {
-
-#if defined(__x86_64__)
-// The AVX-512 versions live in ops_avx512.cpp (compiled with -mavx512f); they run only where
-// the CPU and the OS enable AVX-512 (libgcc's check reads XCR0 too).
-bool use_avx512() {
-    static const bool enabled = __builtin_cpu_supports("avx512f") &&
-                                __builtin_cpu_supports("avx512vl") &&
-                                __builtin_cpu_supports("avx512dq");
-    return enabled;
-}
-#endif
-
-}  // namespace
-
 void rms_norm(const float* x, const float* weight, float* out, int64_t n, float eps) {
     // Accumulate in double: the sum of squares of thousands of activations loses digits in
     // float, and the references are float64.
@@ -59,96 +44,6 @@ void rope_table(const std::vector<double>& inv_freq, double freq_scale, int64_t 
     }
 }
 
-void softmax_inplace(float* x, int64_t n) {
-#if defined(__x86_64__)
-    if (use_avx512()) return avx512::softmax(x, n);
-#endif
-    float max = x[0];
-    for (int64_t i = 1; i < n; ++i) max = std::max(max, x[i]);
-    float sum = 0.0f;
-    for (int64_t i = 0; i < n; ++i) {
-        x[i] = std::exp(x[i] - max);
-        sum += x[i];
-    }
-    const float inv = 1.0f / sum;
-    for (int64_t i = 0; i < n; ++i) x[i] *= inv;
-}
-
-float dot_f32(const float* a, const float* b, int64_t n) {
-#if defined(__x86_64__)
-    if (use_avx512()) return avx512::dot(a, b, n);
-#endif
-    // Eight independent partial sums so the compiler can vectorize without -ffast-math.
-    float acc[8] = {};
-    int64_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        for (int j = 0; j < 8; ++j) acc[j] += a[i + j] * b[i + j];
-    }
-    float sum = 0.0f;
-    for (; i < n; ++i) sum += a[i] * b[i];
-    for (float v : acc) sum += v;
-    return sum;
-}
-
-void axpy_f32(float a, const float* x, float* y, int64_t n) {
-#if defined(__x86_64__)
-    if (use_avx512()) return avx512::axpy(a, x, y, n);
-#endif
-    for (int64_t i = 0; i < n; ++i) y[i] += a * x[i];
-}
-
-float dot_f16_f32(const uint16_t* a, const float* b, int64_t n) {
-#if defined(__x86_64__)
-    if (use_avx512()) return avx512::dot_f16(a, b, n);
-#endif
-    float sum = 0.0f;
-    for (int64_t i = 0; i < n; ++i) sum += fp16_to_fp32(a[i]) * b[i];
-    return sum;
-}
-
-void axpy_f16(float a, const uint16_t* x, float* y, int64_t n) {
-#if defined(__x86_64__)
-    if (use_avx512()) return avx512::axpy_f16(a, x, y, n);
-#endif
-    for (int64_t i = 0; i < n; ++i) y[i] += a * fp16_to_fp32(x[i]);
-}
-
-void to_f16(const float* x, uint16_t* out, int64_t n) {
-#if defined(__x86_64__)
-    if (use_avx512()) return avx512::to_f16(x, out, n);
-#endif
-    for (int64_t i = 0; i < n; ++i) out[i] = fp32_to_fp16(x[i]);
-}
-
-namespace {
-
-// Element i of a q8_0 row as a float: scale times quant (exact in f32: an 11-bit fp16
-// mantissa times a 7-bit integer).
-float q8_0_at(const BlockQ8_0* blocks, int64_t i) {
-    const BlockQ8_0& b = blocks[i / kQK];
-    return fp16_to_fp32(b.d) * static_cast<float>(b.qs[i % kQK]);
-}
-
-}  // namespace
-
-float dot_q8_0_f32(const void* blocks, int64_t first, const float* b, int64_t n) {
-#if defined(__x86_64__)
-    if (use_avx512()) return avx512::dot_q8_0(blocks, first, b, n);
-#endif
-    const auto* q = static_cast<const BlockQ8_0*>(blocks);
-    float sum = 0.0f;
-    for (int64_t i = 0; i < n; ++i) sum += q8_0_at(q, first + i) * b[i];
-    return sum;
-}
-
-void axpy_q8_0(float a, const void* blocks, int64_t first, float* y, int64_t n) {
-#if defined(__x86_64__)
-    if (use_avx512()) return avx512::axpy_q8_0(a, blocks, first, y, n);
-#endif
-    const auto* q = static_cast<const BlockQ8_0*>(blocks);
-    for (int64_t i = 0; i < n; ++i) y[i] += a * q8_0_at(q, first + i);
-}
-
 void quantize_q8_0(const float* x, void* blocks, int64_t n) {
     // The weights' reference quantizer (engine/tensor), so the cache's blocks are exactly the
     // Q8_0 a GGUF file would hold; a row is quantized once, when it is written, and one code
@@ -167,25 +62,147 @@ void add_inplace(float* y, const float* x, int64_t n) {
     for (int64_t i = 0; i < n; ++i) y[i] += x[i];
 }
 
-void swiglu_inplace(float* gate, const float* up, int64_t n) {
-#if defined(__x86_64__)
-    if (use_avx512()) return avx512::swiglu(gate, up, n);
-#endif
+namespace {
+
+void scalar_softmax(float* x, int64_t n) {
+    float max = x[0];
+    for (int64_t i = 1; i < n; ++i) max = std::max(max, x[i]);
+    float sum = 0.0f;
+    for (int64_t i = 0; i < n; ++i) {
+        x[i] = std::exp(x[i] - max);
+        sum += x[i];
+    }
+    const float inv = 1.0f / sum;
+    for (int64_t i = 0; i < n; ++i) x[i] *= inv;
+}
+
+float scalar_dot(const float* a, const float* b, int64_t n) {
+    // Eight independent partial sums so the compiler can vectorize without -ffast-math.
+    float acc[8] = {};
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        for (int j = 0; j < 8; ++j) acc[j] += a[i + j] * b[i + j];
+    }
+    float sum = 0.0f;
+    for (; i < n; ++i) sum += a[i] * b[i];
+    for (float v : acc) sum += v;
+    return sum;
+}
+
+void scalar_axpy(float a, const float* x, float* y, int64_t n) {
+    for (int64_t i = 0; i < n; ++i) y[i] += a * x[i];
+}
+
+float scalar_dot_f16(const uint16_t* a, const float* b, int64_t n) {
+    float sum = 0.0f;
+    for (int64_t i = 0; i < n; ++i) sum += fp16_to_fp32(a[i]) * b[i];
+    return sum;
+}
+
+void scalar_axpy_f16(float a, const uint16_t* x, float* y, int64_t n) {
+    for (int64_t i = 0; i < n; ++i) y[i] += a * fp16_to_fp32(x[i]);
+}
+
+void scalar_to_f16(const float* x, uint16_t* out, int64_t n) {
+    for (int64_t i = 0; i < n; ++i) out[i] = fp32_to_fp16(x[i]);
+}
+
+// Element i of a q8_0 row as a float: scale times quant (exact in f32: an 11-bit fp16
+// mantissa times a 7-bit integer).
+float q8_0_at(const BlockQ8_0* blocks, int64_t i) {
+    const BlockQ8_0& b = blocks[i / kQK];
+    return fp16_to_fp32(b.d) * static_cast<float>(b.qs[i % kQK]);
+}
+
+float scalar_dot_q8_0(const void* blocks, int64_t first, const float* b, int64_t n) {
+    const auto* q = static_cast<const BlockQ8_0*>(blocks);
+    float sum = 0.0f;
+    for (int64_t i = 0; i < n; ++i) sum += q8_0_at(q, first + i) * b[i];
+    return sum;
+}
+
+void scalar_axpy_q8_0(float a, const void* blocks, int64_t first, float* y, int64_t n) {
+    const auto* q = static_cast<const BlockQ8_0*>(blocks);
+    for (int64_t i = 0; i < n; ++i) y[i] += a * q8_0_at(q, first + i);
+}
+
+void scalar_swiglu(float* gate, const float* up, int64_t n) {
     for (int64_t i = 0; i < n; ++i) {
         const float g = gate[i];
         gate[i] = g / (1.0f + std::exp(-g)) * up[i];
     }
 }
 
-void gelu_tanh_gate_inplace(float* gate, const float* up, int64_t n) {
-#if defined(__x86_64__)
-    if (use_avx512()) return avx512::gelu_tanh_gate(gate, up, n);
-#endif
+void scalar_gelu_tanh_gate(float* gate, const float* up, int64_t n) {
     const float k = 0.7978845608028654f;  // sqrt(2/pi)
     for (int64_t i = 0; i < n; ++i) {
         const float x = gate[i];
         gate[i] = 0.5f * x * (1.0f + std::tanh(k * (x + 0.044715f * x * x * x))) * up[i];
     }
+}
+
+OpsTable make_scalar_ops() {
+    OpsTable t;
+    t.dot = scalar_dot;
+    t.axpy = scalar_axpy;
+    t.softmax = scalar_softmax;
+    t.swiglu = scalar_swiglu;
+    t.gelu_tanh_gate = scalar_gelu_tanh_gate;
+    t.dot_f16 = scalar_dot_f16;
+    t.axpy_f16 = scalar_axpy_f16;
+    t.to_f16 = scalar_to_f16;
+    t.dot_q8_0 = scalar_dot_q8_0;
+    t.axpy_q8_0 = scalar_axpy_q8_0;
+    return t;
+}
+
+}  // namespace
+
+OpsTable make_ops_table(KernelLevel level) {
+    OpsTable t = make_scalar_ops();
+#if defined(__x86_64__)
+    // ops_avx512.cpp is compiled with the Avx512 level's flags, so it runs at that level only.
+    if (level >= KernelLevel::Avx512) avx512::install_ops(t);
+#else
+    (void)level;
+#endif
+    return t;
+}
+
+const OpsTable& active_ops() {
+    static const OpsTable table = make_ops_table(kernel_level());
+    return table;
+}
+
+float dot_f32(const float* a, const float* b, int64_t n) {
+    return active_ops().dot(a, b, n);
+}
+void axpy_f32(float a, const float* x, float* y, int64_t n) {
+    active_ops().axpy(a, x, y, n);
+}
+void softmax_inplace(float* x, int64_t n) {
+    active_ops().softmax(x, n);
+}
+void swiglu_inplace(float* gate, const float* up, int64_t n) {
+    active_ops().swiglu(gate, up, n);
+}
+void gelu_tanh_gate_inplace(float* gate, const float* up, int64_t n) {
+    active_ops().gelu_tanh_gate(gate, up, n);
+}
+float dot_f16_f32(const uint16_t* a, const float* b, int64_t n) {
+    return active_ops().dot_f16(a, b, n);
+}
+void axpy_f16(float a, const uint16_t* x, float* y, int64_t n) {
+    active_ops().axpy_f16(a, x, y, n);
+}
+void to_f16(const float* x, uint16_t* out, int64_t n) {
+    active_ops().to_f16(x, out, n);
+}
+float dot_q8_0_f32(const void* blocks, int64_t first, const float* b, int64_t n) {
+    return active_ops().dot_q8_0(blocks, first, b, n);
+}
+void axpy_q8_0(float a, const void* blocks, int64_t first, float* y, int64_t n) {
+    active_ops().axpy_q8_0(a, blocks, first, y, n);
 }
 
 namespace {
@@ -245,13 +262,6 @@ void attend_run_generic(const AttnShape& sh, const float* q, const KvRun& kv, fl
     }
 }
 
-#if defined(__x86_64__)
-// The AVX-512 run works on whole 16-float vectors of a head.
-bool avx512_attention(const AttnShape& sh) {
-    return use_avx512() && sh.head_dim % 16 == 0 && sh.value_dim % 16 == 0;
-}
-#endif
-
 }  // namespace
 
 int64_t attn_run_scratch_floats(const AttnShape& sh, int64_t n) {
@@ -262,11 +272,11 @@ int64_t attn_run_scratch_floats(const AttnShape& sh, int64_t n) {
 void attend_run(const AttnShape& sh, const float* q, const KvRun& kv, float* scores, float* records,
                 int64_t record_stride) {
     if (kv.n <= 0) return;
-#if defined(__x86_64__)
-    if (avx512_attention(sh)) {
-        return avx512::attend_run(sh, q, kv, scores, records, record_stride);
+    // The SIMD runs work on whole 16-float vectors of a head.
+    const OpsTable& ops = active_ops();
+    if (ops.attend_run_16 != nullptr && sh.head_dim % 16 == 0 && sh.value_dim % 16 == 0) {
+        return ops.attend_run_16(sh, q, kv, scores, records, record_stride);
     }
-#endif
     attend_run_generic(sh, q, kv, scores, records, record_stride);
 }
 

@@ -1,11 +1,15 @@
-// Small vector operations of the forward pass. Plain loops the compiler vectorizes; the
-// heavy lifting (matmul) lives in engine/tensor.
+// Small vector operations of the forward pass; the heavy lifting (matmul) lives in
+// engine/tensor. The ones below the first line that say "dispatched" go through one table per
+// ISA level (OpsTable), chosen once like the tensor kernels (cpu_features.h: the strongest
+// level the CPU and OS allow, lowered by EMBER_KERNELS): plain loops the compiler vectorizes,
+// or their AVX-512 versions (ops_avx512.cpp).
 #pragma once
 
 #include <cstdint>
 #include <vector>
 
 #include "engine/model/kv_type.h"
+#include "engine/tensor/cpu_features.h"
 
 namespace ember {
 
@@ -24,7 +28,8 @@ void softmax_inplace(float* x, int64_t n);
 float dot_f32(const float* a, const float* b, int64_t n);
 // y += a * x
 void axpy_f32(float a, const float* x, float* y, int64_t n);
-// Half-precision KV cache rows: a is [n] fp16 bits.
+// Half-precision KV cache rows (dispatched, as are dot/axpy/softmax/swiglu/gelu above and the
+// q8_0 rows below): a is [n] fp16 bits.
 float dot_f16_f32(const uint16_t* a, const float* b, int64_t n);
 void axpy_f16(float a, const uint16_t* x, float* y, int64_t n);
 void to_f16(const float* x, uint16_t* out, int64_t n);
@@ -87,5 +92,27 @@ int64_t attn_run_scratch_floats(const AttnShape& shape, int64_t n);
 // out[value_dim] from the records of one head's runs: records [n_runs x stride].
 void attend_merge(const float* records, int64_t n_runs, int64_t stride, int64_t value_dim,
                   float* out);
+
+// ---- dispatch -------------------------------------------------------------------------------
+
+struct OpsTable {
+    float (*dot)(const float* a, const float* b, int64_t n) = nullptr;
+    void (*axpy)(float a, const float* x, float* y, int64_t n) = nullptr;
+    void (*softmax)(float* x, int64_t n) = nullptr;
+    void (*swiglu)(float* gate, const float* up, int64_t n) = nullptr;
+    void (*gelu_tanh_gate)(float* gate, const float* up, int64_t n) = nullptr;
+    float (*dot_f16)(const uint16_t* a, const float* b, int64_t n) = nullptr;
+    void (*axpy_f16)(float a, const uint16_t* x, float* y, int64_t n) = nullptr;
+    void (*to_f16)(const float* x, uint16_t* out, int64_t n) = nullptr;
+    float (*dot_q8_0)(const void* blocks, int64_t first, const float* b, int64_t n) = nullptr;
+    void (*axpy_q8_0)(float a, const void* blocks, int64_t first, float* y, int64_t n) = nullptr;
+    // attend_run for head_dim and value_dim multiples of 16, or null (the generic run then).
+    void (*attend_run_16)(const AttnShape& shape, const float* q, const KvRun& kv, float* scores,
+                          float* records, int64_t record_stride) = nullptr;
+};
+
+// The table of one level (tests compare levels); active_ops(): kernel_level()'s, built once.
+OpsTable make_ops_table(KernelLevel level);
+const OpsTable& active_ops();
 
 }  // namespace ember

@@ -531,4 +531,18 @@ void attend_run(const AttnShape& shape, const float* q, const KvRun& kv, float* 
     attend_run_t<KvF32>(shape, q, kv, scores, records, record_stride);
 }
 
+void install_ops(OpsTable& table) {
+    table.dot = dot;
+    table.axpy = axpy;
+    table.softmax = softmax;
+    table.swiglu = swiglu;
+    table.gelu_tanh_gate = gelu_tanh_gate;
+    table.dot_f16 = dot_f16;
+    table.axpy_f16 = axpy_f16;
+    table.to_f16 = to_f16;
+    table.dot_q8_0 = dot_q8_0;
+    table.axpy_q8_0 = axpy_q8_0;
+    table.attend_run_16 = attend_run;
+}
+
 }  // namespace ember::avx512

@@ -1,4 +1,5 @@
-// AVX-512 variants of ops.h; callers must check the CPU first (ops.cpp does).
+// AVX-512 variants of ops.h, compiled with the Avx512 kernel level's flags: make_ops_table
+// installs them for that level only.
 #pragma once
 
 #include <cstdint>
@@ -6,6 +7,9 @@
 #include "engine/model/ops.h"
 
 namespace ember::avx512 {
+
+// Puts the functions below into `table`.
+void install_ops(OpsTable& table);
 
 float dot(const float* a, const float* b, int64_t n);
 void axpy(float a, const float* x, float* y, int64_t n);
