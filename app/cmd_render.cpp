@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "app/commands.h"
+#include "engine/chat/json_depth.h"
 #include "engine/chat/template.h"
 #include "engine/generate/default_template.h"
 #include "engine/gguf/gguf.h"
@@ -40,25 +41,13 @@ std::string slurp(const std::string& path, const std::string& what) {
 // built: copying or converting one recurses once per level and a 100,000-deep one overflows
 // the stack. `what` names the file or flag in the one-line error.
 ojson parse_json_input(const std::string& text, const std::string& what) {
-    struct TooDeep {};
-    ojson j;
-    try {
-        // nlohmann reports, at each container's start, how many containers enclose it.
-        j = ojson::parse(
-            text,
-            [](int depth, ojson::parse_event_t event, ojson& /*parsed*/) {
-                const bool opens = event == ojson::parse_event_t::object_start ||
-                                   event == ojson::parse_event_t::array_start;
-                if (opens && depth >= kMaxTemplateValueDepth) throw TooDeep{};
-                return true;
-            },
-            /*allow_exceptions=*/false);
-    } catch (const TooDeep&) {
+    auto j = parse_json_bounded(text, kMaxTemplateValueDepth);
+    if (j.too_deep) {
         throw std::runtime_error(what + ": JSON nested deeper than " +
                                  std::to_string(kMaxTemplateValueDepth) + " levels");
     }
-    if (j.is_discarded()) throw std::runtime_error(what + ": not valid JSON");
-    return j;
+    if (j.value.is_discarded()) throw std::runtime_error(what + ": not valid JSON");
+    return std::move(j.value);
 }
 
 int run_render(const RenderOptions& o, bool bos_given, bool eos_given) {

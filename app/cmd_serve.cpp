@@ -3,8 +3,13 @@
 #include <pthread.h>
 #include <signal.h>
 
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <ctime>
 #include <thread>
 
 #include "app/cli_checks.h"
@@ -36,7 +41,10 @@ struct ServeOptions {
     std::string state_cap = kDefaultStateCap;
     std::string max_body = "4MiB";
     int max_waiting = 64;
+    int max_connections = 512;
     int read_timeout = 10;
+    int body_timeout = 30;
+    int stop_timeout = 5;
     bool no_spec = false;
     int draft_max = 6;
     std::string model_id;
@@ -46,12 +54,57 @@ struct ServeOptions {
     SamplingParams sampling;
 };
 
+// The first SIGINT/SIGTERM stops the server: no new connections, the waiting requests
+// refused, every generation cancelled at its next token; a second signal, or `stop_timeout`
+// seconds without the server done, ends the process at once (128 + the signal's number, as
+// if it had killed it; the session database is left as a crash leaves it, which SQLite's
+// journal makes whole again). Returns once `finished` is set and the thread is signalled.
+void watch_signals(serve::Server& server, const std::atomic<bool>& finished,
+                   const sigset_t& stop_signals, int stop_timeout) {
+    int signal_number = 0;
+    sigwait(&stop_signals, &signal_number);
+    if (finished) return;
+    std::fprintf(stderr,
+                 "ember serve: stopping (signal %d): generations cancelled; a second signal "
+                 "exits at once\n",
+                 signal_number);
+    server.stop();
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(stop_timeout);
+    for (;;) {
+        const auto left = deadline - std::chrono::steady_clock::now();
+        if (left <= std::chrono::steady_clock::duration::zero()) {
+            std::fprintf(stderr, "ember serve: not stopped after %d s; exiting now\n",
+                         stop_timeout);
+            std::fflush(stderr);
+            _exit(128 + signal_number);
+        }
+        const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(left).count();
+        const timespec wait{static_cast<time_t>(ns / 1000000000),
+                            static_cast<long>(ns % 1000000000)};
+        const int got = sigtimedwait(&stop_signals, nullptr, &wait);
+        if (finished) return;
+        if (got > 0) {
+            std::fprintf(stderr, "ember serve: second signal (%d); exiting now\n", got);
+            std::fflush(stderr);
+            _exit(128 + got);
+        }
+    }
+}
+
 bool is_loopback(const std::string& host) {
     return host == "127.0.0.1" || host == "localhost" || host == "::1" || host.starts_with("127.");
 }
 
 int run_serve(const ServeOptions& o) {
     o.sampling.validate();
+    if (static_cast<int64_t>(o.max_connections) <=
+        static_cast<int64_t>(o.parallel) + o.max_waiting) {
+        throw CLI::ValidationError(
+            "--max-connections",
+            std::to_string(o.max_connections) + " leaves no room beside --parallel " +
+                std::to_string(o.parallel) + " and --max-waiting " +
+                std::to_string(o.max_waiting) + " (each request holds a connection)");
+    }
     serve::ServerOptions so;
     so.host = o.host;
     so.port = o.port;
@@ -59,6 +112,8 @@ int run_serve(const ServeOptions& o) {
     so.max_waiting = static_cast<size_t>(o.max_waiting);
     so.max_body_bytes = parse_byte_size(o.max_body);
     so.read_timeout_seconds = o.read_timeout;
+    so.body_timeout_seconds = o.body_timeout;
+    so.max_connections = static_cast<size_t>(o.max_connections);
     so.speculation = !o.no_spec;
     so.draft_max = o.draft_max;
     so.model_id = o.model_id;
@@ -136,13 +191,13 @@ int run_serve(const ServeOptions& o) {
                  db ? listening.shown(db->path()).c_str() : "off");
     std::fflush(stderr);
 
-    std::thread watcher([&server, stop_signals] {
-        int signal_number = 0;
-        sigwait(&stop_signals, &signal_number);
-        server.stop();
+    std::atomic<bool> finished{false};
+    std::thread watcher([&server, &finished, stop_signals, stop_timeout = o.stop_timeout] {
+        watch_signals(server, finished, stop_signals, stop_timeout);
     });
     server.run();
     // The server may have stopped by itself: wake the watcher so it can be joined.
+    finished = true;
     pthread_kill(watcher.native_handle(), SIGTERM);
     watcher.join();
     std::fprintf(stderr, "ember serve: stopped\n");
@@ -195,8 +250,21 @@ void register_serve_command(CLI::App& app, std::vector<Command>& out) {
                     "Requests that may wait for a slot; more are refused with 503")
         ->capture_default_str()
         ->check(CLI::Range(0, 100000));
+    cmd->add_option("--max-connections", o->max_connections,
+                    "Connections served at once; more are refused at once with 503")
+        ->capture_default_str()
+        ->check(CLI::Range(1, 100000));
     cmd->add_option("--read-timeout", o->read_timeout,
-                    "Seconds a client may stall while sending a request")
+                    "Seconds a client may stall while sending a request, and may take to send "
+                    "its headers")
+        ->capture_default_str()
+        ->check(CLI::Range(1, 3600));
+    cmd->add_option("--body-timeout", o->body_timeout,
+                    "Seconds a request's body may take to arrive after its headers (then 408)")
+        ->capture_default_str()
+        ->check(CLI::Range(1, 3600));
+    cmd->add_option("--stop-timeout", o->stop_timeout,
+                    "Seconds the first SIGINT/SIGTERM waits for requests to end before exiting")
         ->capture_default_str()
         ->check(CLI::Range(1, 3600));
     cmd->add_flag("--no-spec", o->no_spec, "No n-gram speculative decoding");

@@ -1,26 +1,15 @@
 #include "app/serve/server.h"
 
-#include <dirent.h>
 #include <httplib.h>
-#include <netdb.h>
-#include <netinet/in.h>
-#include <poll.h>
-#include <sys/socket.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <ctime>
 #include <filesystem>
-#include <map>
 #include <mutex>
-#include <set>
-#include <string_view>
-#include <thread>
 
+#include "app/serve/front_door.h"
 #include "app/serve/slots.h"
 #include "engine/model/model.h"
 #include "engine/tokenizer/tokenizer.h"
@@ -35,6 +24,8 @@ constexpr const char* kJson = "application/json";
 
 void send_error(httplib::Response& res, const ApiError& e) {
     res.status = e.status();
+    // Every 503 is a passing state (too many requests waiting, or the server stopping).
+    if (e.status() == 503) res.set_header("Retry-After", "1");
     res.set_content(dump_json(error_json(e)), kJson);
 }
 
@@ -47,223 +38,17 @@ bool same_secret(const std::string& a, const std::string& b) {
     return diff == 0;
 }
 
+// An idle kept-alive connection is held this long (seconds).
+constexpr int kKeepAliveSeconds = 5;
+
 std::string sse_event(const json& j) {
     return "data: " + dump_json(j) + "\n\n";
 }
 
-// An address and port as httplib writes them into a Request (numeric host, port).
-bool same_endpoint(const sockaddr_storage& addr, socklen_t len, const std::string& host, int port) {
-    char name[NI_MAXHOST];
-    char service[NI_MAXSERV];
-    if (getnameinfo(reinterpret_cast<const sockaddr*>(&addr), len, name, sizeof name, service,
-                    sizeof service, NI_NUMERICHOST | NI_NUMERICSERV) != 0) {
-        return false;
-    }
-    return host == name && port == std::atoi(service);
-}
-
-// The socket a request arrived on, or -1. httplib 0.11 gives a handler neither the socket
-// nor a way to ask whether the client is still there, so the socket is found among this
-// process's descriptors by its two endpoints. The match is unique (a TCP connection is
-// its pair of endpoints) and stays valid while the handler runs: httplib closes the socket
-// on this same thread, after the handler returns.
-int request_socket(const httplib::Request& req) {
-    DIR* dir = opendir("/proc/self/fd");
-    if (dir == nullptr) return -1;
-    int found = -1;
-    const int dir_fd = dirfd(dir);
-    while (const dirent* entry = readdir(dir)) {
-        const int fd = std::atoi(entry->d_name);
-        if (entry->d_name[0] < '0' || entry->d_name[0] > '9' || fd == dir_fd) continue;
-        struct stat st {};
-        if (fstat(fd, &st) != 0 || !S_ISSOCK(st.st_mode)) continue;
-        sockaddr_storage local{}, peer{};
-        socklen_t local_len = sizeof local, peer_len = sizeof peer;
-        if (getsockname(fd, reinterpret_cast<sockaddr*>(&local), &local_len) != 0 ||
-            getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &peer_len) != 0) {
-            continue;
-        }
-        if (same_endpoint(local, local_len, req.local_addr, req.local_port) &&
-            same_endpoint(peer, peer_len, req.remote_addr, req.remote_port)) {
-            found = fd;
-            break;
-        }
-    }
-    closedir(dir);
-    return found;
-}
-
-// httplib holds an idle kept-alive connection this long (seconds).
-constexpr int kKeepAliveSeconds = 5;
-
-// A connected socket's peer as httplib writes it into Request::remote_addr/remote_port.
-std::string peer_text(const sockaddr_storage& addr, socklen_t len) {
-    char name[NI_MAXHOST];
-    char service[NI_MAXSERV];
-    if (getnameinfo(reinterpret_cast<const sockaddr*>(&addr), len, name, sizeof name, service,
-                    sizeof service, NI_NUMERICHOST | NI_NUMERICSERV) != 0) {
-        return {};
-    }
-    return std::string(name) + " " + service;
-}
-
-// Ends connections that take too long to get a request's headers through. httplib 0.11's
-// read timeout applies to each read, so a client sending a header line every few seconds
-// (slowloris) holds a server thread for as long as it likes, and a few dozen such clients
-// hold them all: nothing else, /health included, is answered. httplib gives no hook while
-// it reads headers, so a watcher thread looks at the server's sockets once a second: a
-// connection that is not inside a request (from its acceptance, or its last response, to
-// its next request's headers) for longer than `limit` is shut down, which ends httplib's
-// read on it.
-class HeaderDeadline {
-public:
-    explicit HeaderDeadline(std::chrono::seconds limit) : limit_(limit) {}
-    ~HeaderDeadline() { stop(); }
-
-    void start(int port) {
-        port_ = port;
-        thread_ = std::thread([this] {
-            std::unique_lock lock(mutex_);
-            while (!stopping_) {
-                wake_.wait_for(lock, std::chrono::seconds(1));
-                if (!stopping_) sweep();
-            }
-        });
-    }
-
-    void stop() {
-        {
-            std::lock_guard lock(mutex_);
-            stopping_ = true;
-        }
-        wake_.notify_all();
-        if (thread_.joinable()) thread_.join();
-    }
-
-    // The request's headers are in: its connection is busy until the response is written.
-    void request_started(const httplib::Request& req) {
-        std::lock_guard lock(mutex_);
-        busy_.insert(key(req));
-    }
-
-    // The response is written: the connection may now wait for its next request.
-    void request_done(const httplib::Request& req) {
-        std::lock_guard lock(mutex_);
-        const std::string k = key(req);
-        busy_.erase(k);
-        idle_since_[k] = std::chrono::steady_clock::now();
-    }
-
-private:
-    bool headers_waiting(int fd) {
-        const ssize_t n = recv(fd, peek_.data(), peek_.size(), MSG_PEEK | MSG_DONTWAIT);
-        return n > 0 && std::string_view(peek_.data(), static_cast<size_t>(n)).find("\r\n\r\n") !=
-                            std::string_view::npos;
-    }
-
-    static std::string key(const httplib::Request& req) {
-        return req.remote_addr + " " + std::to_string(req.remote_port);
-    }
-
-    void sweep() {
-        DIR* dir = opendir("/proc/self/fd");
-        if (dir == nullptr) return;
-        const auto now = std::chrono::steady_clock::now();
-        std::map<std::string, std::chrono::steady_clock::time_point> still_open;
-        const int dir_fd = dirfd(dir);
-        while (const dirent* entry = readdir(dir)) {
-            if (entry->d_name[0] < '0' || entry->d_name[0] > '9') continue;
-            const int fd = std::atoi(entry->d_name);
-            struct stat st {};
-            if (fd == dir_fd || fstat(fd, &st) != 0 || !S_ISSOCK(st.st_mode)) continue;
-            sockaddr_storage local{}, peer{};
-            socklen_t local_len = sizeof local, peer_len = sizeof peer;
-            // The listening socket has no peer; other sockets are not the server's.
-            if (getsockname(fd, reinterpret_cast<sockaddr*>(&local), &local_len) != 0 ||
-                getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &peer_len) != 0) {
-                continue;
-            }
-            const auto* local_in = reinterpret_cast<const sockaddr_in*>(&local);
-            if ((local.ss_family != AF_INET && local.ss_family != AF_INET6) ||
-                ntohs(local_in->sin_port) != port_) {  // sin6_port lies at the same offset
-                continue;
-            }
-            const std::string k = peer_text(peer, peer_len);
-            if (k.empty() || busy_.count(k) != 0) continue;
-            auto since = idle_since_.find(k);
-            const auto idle_from = since != idle_since_.end() ? since->second : now;
-            // A connection still waiting for a free thread holds its request unread: if the
-            // headers are all there, the client is not slow, the server is busy.
-            if (now - idle_from > limit_ && !headers_waiting(fd)) {
-                shutdown(fd, SHUT_RDWR);
-                continue;
-            }
-            still_open[k] = idle_from;
-        }
-        closedir(dir);
-        idle_since_ = std::move(still_open);  // forgets closed connections
-    }
-
-    const std::chrono::steady_clock::duration limit_;
-    int port_ = 0;
-    std::mutex mutex_;
-    std::condition_variable wake_;
-    bool stopping_ = false;
-    std::set<std::string> busy_;
-    std::map<std::string, std::chrono::steady_clock::time_point> idle_since_;
-    std::thread thread_;
-    std::vector<char> peek_ = std::vector<char>(64 * 1024);  // used by the watcher thread only
-};
-
-// Set by a handler that refused a body it did not read to the end; the logger, which httplib
-// calls on the same thread once the response is written, then ends the connection.
-thread_local bool t_end_connection = false;
-
-// httplib 0.11 keeps a connection open whatever the response's Connection header says, and
-// would parse the unread rest of a refused body as the next request (and buffer a line of
-// it without bound). So: send FIN after the response, discard what the client still sends
-// for a moment (closing a socket with unread data resets it, which can destroy the
-// response before the client reads it), then put a descriptor that reads end-of-file in
-// the socket's place. httplib's next read on it ends the connection quietly, and httplib
-// closes that descriptor as it would have closed the socket.
-void end_connection(int fd) {
-    if (fd < 0) return;
-    shutdown(fd, SHUT_WR);
-    char discard[16384];
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(500);
-    size_t drained = 0;
-    while (std::chrono::steady_clock::now() < deadline && drained < (size_t{16} << 20)) {
-        pollfd p{fd, POLLIN, 0};
-        if (poll(&p, 1, 50) <= 0) continue;
-        const ssize_t n = recv(fd, discard, sizeof discard, MSG_DONTWAIT);
-        if (n <= 0) break;
-        drained += static_cast<size_t>(n);
-    }
-    int pair[2];
-    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pair) != 0) {
-        shutdown(fd, SHUT_RD);
-        return;
-    }
-    close(pair[1]);  // pair[0] now reads end-of-file
-    dup2(pair[0], fd);
-    close(pair[0]);
-}
-
-// Whether the client of a request still waiting for its (non-streamed) answer has closed
-// the connection: the socket reads end-of-file, or fails. Bytes waiting to be read (a
-// pipelined request) mean it is still there. A client that only shuts down its sending
-// side also reads as gone: HTTP clients close, rather than half-close, a connection
-// they are done with.
-bool client_closed(int fd) {
-    if (fd < 0) return false;
-    pollfd p{fd, POLLIN | POLLRDHUP, 0};
-    if (poll(&p, 1, 0) <= 0) return false;
-    if ((p.revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0) return true;
-    char byte;
-    return recv(fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT) == 0;
-}
-
 }  // namespace
+
+// Thrown when a request's client hangs up while it waits for a slot.
+struct ClientLeft {};
 
 // One generation request after parsing: what to run and how.
 struct Job {
@@ -286,17 +71,13 @@ struct Server::Impl {
     ConversationOptions conversation_options;
     PrefixStore* store;
     ServerOptions options;
-    httplib::Server http;
+    FrontDoor http;
     std::unique_ptr<Conversation> renderer;  // renders and tokenizes prompts (under its mutex)
     std::mutex renderer_mutex;
     std::unique_ptr<SlotPool> slots;
     ReplyIds reply_ids{1024};
     std::atomic<uint64_t> next_id{0};
     std::string file_name;
-    // Once a kept-alive connection's idle wait is over, its next request's headers get
-    // the read timeout too.
-    HeaderDeadline header_deadline{
-        std::chrono::seconds(kKeepAliveSeconds + std::max(1, options.read_timeout_seconds))};
     int port = 0;
 
     Impl(const Model& m, ThreadPool& p, ConversationOptions co, PrefixStore* s, ServerOptions o)
@@ -391,9 +172,10 @@ struct Server::Impl {
         gen.speculation.draft_max = options.draft_max;
         // Text goes to the client with the turn given up, so a slow reader holds up no one,
         // and the other generating slots take their turns in between.
+        // A server told to stop cancels every generation at its next piece of text.
         auto pass_turn = [&](const std::string& text, TextKind kind) {
             turn.release();
-            const bool go_on = on_text(text, kind);
+            const bool go_on = !http.stopping() && on_text(text, kind);
             turn.acquire();
             return go_on;
         };
@@ -413,12 +195,23 @@ struct Server::Impl {
     }
 
     SlotLease take_slot(const std::vector<int32_t>& prompt) {
-        std::optional<SlotLease> lease = slots->acquire(prompt);
+        Connection* conn = current_connection();
+        bool gone = false;
+        std::optional<SlotLease> lease = slots->acquire(prompt, [conn, &gone] {
+            gone = conn != nullptr && conn->client_closed();
+            return gone;
+        });
+        if (!lease && slots->closed()) throw shutting_down();
+        if (!lease && gone) throw ClientLeft{};
         if (!lease) {
             throw ApiError(503, "the server is busy: " + std::to_string(options.max_waiting) +
                                     " requests already wait for a slot; retry later");
         }
         return std::move(*lease);
+    }
+
+    static ApiError shutting_down() {
+        return ApiError(503, "the server is shutting down; the request was cancelled");
     }
 
     json choice_json(const Job& job, const TurnResult& r) const {
@@ -442,16 +235,21 @@ struct Server::Impl {
                     {"model", options.model_id}};
     }
 
-    void respond_plain(Job& job, const httplib::Request& req, httplib::Response& res) {
+    void respond_plain(Job& job, httplib::Response& res) {
         SlotLease lease = take_slot(job.prompt);
         // Nothing is written until the reply is done, so a client that hangs up is only
         // seen by looking at its socket; each piece of text is a chance to stop.
-        const int fd = request_socket(req);
+        Connection* conn = current_connection();
         bool client_gone = false;
         const TurnResult r = generate(job, lease, [&](const std::string&, TextKind) {
-            client_gone = client_closed(fd);
+            client_gone = conn != nullptr && conn->client_closed();
             return !client_gone;
         });
+        if (r.finish == FinishReason::Cancelled && !client_gone && http.stopping()) {
+            log(job.id + " cancelled after " + std::to_string(r.ids.size()) +
+                " tokens: the server is stopping (slot " + std::to_string(lease.index()) + ")");
+            throw shutting_down();
+        }
         if (client_gone) {
             log(job.id + " client disconnected after " + std::to_string(r.ids.size()) +
                 " tokens; generation cancelled (slot " + std::to_string(lease.index()) + ")");
@@ -524,6 +322,15 @@ struct Server::Impl {
                 " tokens; generation cancelled (slot " + std::to_string(lease.index()) + ")");
             return false;
         }
+        if (r.finish == FinishReason::Cancelled && http.stopping()) {
+            // What was sent stands; the stream ends with an error saying why it is cut short.
+            log(job.id + " cancelled after " + std::to_string(r.ids.size()) +
+                " tokens: the server is stopping (slot " + std::to_string(lease.index()) + ")");
+            send(sse_event(error_json(shutting_down())));
+            send("data: [DONE]\n\n");
+            sink.done();
+            return true;
+        }
         send(sse_event(delta_chunk(job, json::object(), finish_reason_text(r.finish))));
         if (job.include_usage) {
             json chunk = envelope(job, true);
@@ -545,7 +352,7 @@ struct Server::Impl {
             std::to_string(r.ids.size()) + " generated, " + finish_reason_text(r.finish));
     }
 
-    void handle_chat(const httplib::Request& req, const std::string& body, httplib::Response& res) {
+    void handle_chat(const httplib::Request&, const std::string& body, httplib::Response& res) {
         ChatRequest r = parse_chat_request(body, options.limits);
         check_model(r.model);
         auto job = std::make_shared<Job>(make_job(true, r.sampling));
@@ -556,11 +363,11 @@ struct Server::Impl {
         if (job->stream) {
             respond_stream(job, res);
         } else {
-            respond_plain(*job, req, res);
+            respond_plain(*job, res);
         }
     }
 
-    void handle_completion(const httplib::Request& req, const std::string& body,
+    void handle_completion(const httplib::Request&, const std::string& body,
                            httplib::Response& res) {
         CompletionRequest r = parse_completion_request(body, options.limits);
         check_model(r.model);
@@ -570,7 +377,7 @@ struct Server::Impl {
         if (job->stream) {
             respond_stream(job, res);
         } else {
-            respond_plain(*job, req, res);
+            respond_plain(*job, res);
         }
     }
 
@@ -599,6 +406,10 @@ struct Server::Impl {
                 handler(req, res);
             } catch (const ApiError& e) {
                 send_error(res, e);
+            } catch (const ClientLeft&) {
+                // Gone while waiting for a slot: its place went to the next in line. 499
+                // (nginx's "client closed request") makes the request log say so.
+                res.status = 499;
             } catch (const ContextOverflow& e) {
                 send_error(res, ApiError(400, e.what(), "messages", "context_length_exceeded"));
             } catch (const std::bad_alloc&) {
@@ -624,17 +435,24 @@ struct Server::Impl {
             body.append(data, n);
             return true;
         });
+        Connection* conn = current_connection();
         // 413 from httplib: a Content-Length over its payload limit (the same limit).
         if (too_large || res.status == 413) {
             // The unread rest of the body would be taken for the next request.
             res.set_header("Connection", "close");
-            t_end_connection = true;
+            if (conn != nullptr) conn->close_after_response();
             throw ApiError(413, "the request body is larger than the server's limit of " +
                                     std::to_string(limit) + " bytes");
         }
         if (!complete) {
             res.set_header("Connection", "close");
-            t_end_connection = true;
+            if (conn != nullptr) conn->close_after_response();
+            if (http.stopping()) throw shutting_down();
+            if (conn != nullptr && conn->timed_out()) {
+                throw ApiError(408, "the request body did not arrive within " +
+                                        std::to_string(options.body_timeout_seconds) +
+                                        " s (--body-timeout)");
+            }
             throw ApiError(400,
                            "the request body could not be read (malformed chunked "
                            "encoding, or the client stopped sending)");
@@ -678,19 +496,21 @@ struct Server::Impl {
         // algorithm the body waits for the client's delayed ACK of the headers, about 40 ms
         // on every request after the first on a kept-alive connection.
         http.set_tcp_nodelay(true);
-        // A connection holds a thread while its request generates or waits for a slot, so
-        // every slot and every waiting request may hold one; 32 more answer /health, the
-        // models list, the 503s past --max-waiting and idle kept-alive clients meanwhile.
-        const size_t wanted = static_cast<size_t>(options.parallel) + options.max_waiting + 32;
-        const int threads = options.http_threads > 0
-                                ? options.http_threads
-                                : static_cast<int>(std::min<size_t>(wanted, 1024));
-        http.new_task_queue = [threads] {
-            return new httplib::ThreadPool(static_cast<size_t>(threads));
-        };
+        // Each connection has its own thread (a request that generates or waits for a slot
+        // holds one), so /health and the 503s past --max-waiting never queue behind them.
+        FrontDoorLimits limits;
+        limits.header_time = std::chrono::seconds(options.read_timeout_seconds);
+        limits.body_time = std::chrono::seconds(options.body_timeout_seconds);
+        limits.stall = std::chrono::seconds(options.read_timeout_seconds);
+        limits.keep_alive = std::chrono::seconds(kKeepAliveSeconds);
+        limits.max_body = options.max_body_bytes;
+        limits.max_connections = options.max_connections;
+        http.set_limits(limits);
+        http.set_refusal_body(dump_json(error_json(
+            ApiError(503, "the server has " + std::to_string(options.max_connections) +
+                              " connections open (--max-connections); retry later"))));
         // Called once a request's headers are in, before its body is read.
         http.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
-            header_deadline.request_started(req);
             if (!options.api_key.empty()) {
                 const std::string given = req.get_header_value("Authorization");
                 if (same_secret(given, "Bearer " + options.api_key)) {
@@ -721,20 +541,21 @@ struct Server::Impl {
         http.Post("/health", wrong_method("GET"));
         // Whatever httplib refuses itself (no route, a body too large, a malformed request
         // line) gets the API's error shape too.
-        http.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
-            if (!res.body.empty()) return;
+        http.set_error_handler([this](const httplib::Request& req, httplib::Response& res) {
+            if (!res.body.empty() || res.status == 499) return;  // 499: no one is listening
             std::string message = "no such endpoint: " + req.method + " " + req.path;
             if (res.status == 413) message = "the request body is too large";
             if (res.status == 400) message = "malformed HTTP request";
+            const Connection* conn = current_connection();
+            if (conn != nullptr && conn->headers_too_long()) {
+                res.status = 431;
+                message = "the request line and headers are longer than " +
+                          std::to_string(conn->limits().header_bytes) + " bytes";
+            }
             send_error(res, ApiError(res.status, message));
         });
         http.set_logger([this](const httplib::Request& req, const httplib::Response& res) {
             log(req.method + " " + req.path + " " + std::to_string(res.status));
-            header_deadline.request_done(req);
-            if (t_end_connection) {
-                t_end_connection = false;
-                end_connection(request_socket(req));
-            }
         });
     }
 };
@@ -756,18 +577,19 @@ int Server::bind() {
         throw std::runtime_error("cannot listen on " + o.host + ":" + std::to_string(port) +
                                  " (in use, or not an address of this machine)");
     }
+    impl_->http.widen_listen_queue();
     impl_->port = port;
     return port;
 }
 
 void Server::run() {
-    impl_->header_deadline.start(impl_->port);
     impl_->http.listen_after_bind();
-    impl_->header_deadline.stop();
 }
 
 void Server::stop() {
-    impl_->http.stop();
+    // No new connection, no new slot; every generation stops at its next piece of text.
+    impl_->slots->close();
+    impl_->http.begin_stop();
 }
 
 }  // namespace ember::serve

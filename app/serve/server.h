@@ -5,9 +5,9 @@
 //   GET  /v1/models, /health
 //
 // Requests are parsed by api.h, scheduled by slots.h; errors are OpenAI's JSON shape with
-// their status (400 bad request, 401 missing key, 404 unknown model or path, 413 body too
-// large, 503 too many waiting). The engine knows nothing of HTTP; this file knows nothing of
-// the command line.
+// their status (400 bad request, 401 missing key, 404 unknown model or path, 408 body too
+// slow, 413 body too large, 431 headers too long, 503 too many waiting or stopping). The
+// engine knows nothing of HTTP; this file knows nothing of the command line.
 #pragma once
 
 #include <cstdint>
@@ -33,9 +33,10 @@ struct ServerOptions {
     std::string api_key;      // empty: no key needed; otherwise "Authorization: Bearer KEY"
     int parallel = 1;         // slots
     size_t max_waiting = 64;  // requests waiting for a slot at most; more get 503
-    int http_threads = 0;     // connections served at once; 0: from parallel + max_waiting
+    size_t max_connections = 512;  // connections served at once; more get 503 unread
     size_t max_body_bytes = size_t{4} << 20;
-    int read_timeout_seconds = 10;  // a request that stalls longer is dropped
+    int read_timeout_seconds = 10;  // a read that stalls longer, or headers slower, drop it
+    int body_timeout_seconds = 30;  // a body must arrive within this of its headers: 408
     std::string model_id;           // the name /v1/models lists and requests must use
     SamplingParams sampling;        // defaults for fields a request leaves out
     bool speculation = true;
@@ -59,6 +60,9 @@ public:
     int bind();
     // Serves until stop() (from another thread or a signal-watching thread).
     void run();
+    // Stops accepting, refuses the requests waiting for a slot (503) and cancels every
+    // generation at its next piece of text (a stream ends with an error event); run()
+    // returns once the requests being answered have their answers.
     void stop();
 
 private:

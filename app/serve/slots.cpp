@@ -1,6 +1,7 @@
 #include "app/serve/slots.h"
 
 #include <algorithm>
+#include <chrono>
 
 namespace ember::serve {
 
@@ -55,15 +56,18 @@ SlotPool::SlotPool(int n_slots, size_t max_waiting,
     for (auto& s : slots_) s.conversation = make();
 }
 
-std::optional<SlotLease> SlotPool::acquire(const std::vector<int32_t>& prompt) {
+std::optional<SlotLease> SlotPool::acquire(const std::vector<int32_t>& prompt,
+                                           const std::function<bool()>& abandoned) {
     std::unique_lock lock(mutex_);
     const bool any_free =
         std::any_of(slots_.begin(), slots_.end(), [](const Slot& s) { return !s.busy; });
-    if (!any_free && waiting_.size() >= max_waiting_) return std::nullopt;
+    if (closed_ || (!any_free && waiting_.size() >= max_waiting_)) return std::nullopt;
     const uint64_t ticket = next_ticket_++;
     waiting_.push_back(ticket);
     int best = -1;
-    cv_.wait(lock, [&] {
+    bool gone = false;
+    const auto ready = [&] {
+        if (closed_) return true;
         if (waiting_.front() != ticket) return false;
         best = -1;
         size_t best_common = 0;
@@ -82,7 +86,30 @@ std::optional<SlotLease> SlotPool::acquire(const std::vector<int32_t>& prompt) {
             }
         }
         return best >= 0;
-    });
+    };
+    // A waiting client that hangs up gives its place back (its socket is looked at between
+    // waits, with the lock released).
+    auto next_look = std::chrono::steady_clock::now() + std::chrono::milliseconds(100);
+    while (!ready()) {
+        if (!abandoned) {
+            cv_.wait(lock);
+            continue;
+        }
+        cv_.wait_until(lock, next_look);
+        if (std::chrono::steady_clock::now() >= next_look) {
+            lock.unlock();
+            gone = abandoned();
+            lock.lock();
+            if (gone) break;
+            next_look = std::chrono::steady_clock::now() + std::chrono::milliseconds(100);
+        }
+    }
+    if (closed_ || gone) {
+        waiting_.erase(std::find(waiting_.begin(), waiting_.end(), ticket));
+        lock.unlock();
+        cv_.notify_all();
+        return std::nullopt;
+    }
     waiting_.pop_front();
     Slot& slot = slots_[static_cast<size_t>(best)];
     slot.busy = true;
@@ -100,6 +127,19 @@ void SlotPool::release(int index) {
         slot.busy = false;
     }
     cv_.notify_all();
+}
+
+void SlotPool::close() {
+    {
+        std::lock_guard lock(mutex_);
+        closed_ = true;
+    }
+    cv_.notify_all();
+}
+
+bool SlotPool::closed() {
+    std::lock_guard lock(mutex_);
+    return closed_;
 }
 
 SlotPoolStats SlotPool::stats() {

@@ -13,6 +13,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <list>
 #include <memory>
 #include <mutex>
@@ -93,8 +94,13 @@ public:
              const std::function<std::unique_ptr<Conversation>()>& make);
 
     // Waits for a free slot (in arrival order) and takes the one sharing the longest prefix
-    // with `prompt`; nullopt when `max_waiting` requests already wait.
-    std::optional<SlotLease> acquire(const std::vector<int32_t>& prompt);
+    // with `prompt`; nullopt when `max_waiting` requests already wait, once closed, or when
+    // `abandoned` (asked every 100 ms while waiting) says the client has gone.
+    std::optional<SlotLease> acquire(const std::vector<int32_t>& prompt,
+                                     const std::function<bool()>& abandoned = {});
+    // No slot is handed out any more; the requests waiting get nullopt now.
+    void close();
+    bool closed();
 
     // The turn at the engine (see the file comment).
     TicketLock& engine_turn() { return engine_turn_; }
@@ -119,6 +125,7 @@ private:
     uint64_t next_ticket_ = 0;
     uint64_t clock_ = 0;
     size_t max_waiting_;
+    bool closed_ = false;
     TicketLock engine_turn_;
 };
 
