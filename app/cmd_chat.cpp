@@ -1,6 +1,7 @@
 // ember chat: a conversation with the model's chat template, warm across turns.
 #include <unistd.h>
 
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <limits>
@@ -9,10 +10,12 @@
 #include "app/cli_checks.h"
 #include "app/commands.h"
 #include "app/model_locator.h"
+#include "app/recorded_model.h"
 #include "app/remote_chat.h"
 #include "app/serve/client.h"
 #include "app/session_adapter.h"
 #include "engine/generate/conversation.h"
+#include "engine/generate/default_template.h"
 #include "engine/model/model.h"
 #include "engine/util/thread_pool.h"
 #include "ui/chat_controller.h"
@@ -20,11 +23,14 @@
 #include "ui/line_mode.h"
 #include "ui/scripted.h"
 #include "ui/session_backend.h"
+#include "ui/terminal_text.h"
 #include "ui/tui/full_screen.h"
 
 namespace ember::app {
 
 namespace {
+
+namespace fs = std::filesystem;
 
 struct ChatOptions {
     std::string model;
@@ -33,7 +39,8 @@ struct ChatOptions {
     std::string template_file;
     std::vector<std::string> stops;
     SamplingParams sampling;
-    int64_t n_predict = 512;
+    bool seed_given = false;      // --seed or the config's seed: replies from it, else fresh seeds
+    int64_t n_predict = -1;       // to the end of the turn or the context
     int64_t ctx = 0;              // 0: default_context_size() of the model
     std::string kv_type = "f16";  // f32 | f16 | q8_0 (README: KV precision)
     std::string activations = "auto";  // --activations
@@ -43,7 +50,8 @@ struct ChatOptions {
     bool no_prefix_cache = false;
     bool special_tokens_in_content = false;  // --special-tokens-in-content
     bool ignore_eos = false;
-    bool plain = false;  // line mode even where the curses UI could run
+    bool plain = false;    // line mode even where the curses UI could run
+    bool verbose = false;  // a line of numbers after each reply (/set stats)
     bool show_thinking = false;
     bool no_spec = false;
     int draft_max = 6;
@@ -71,7 +79,36 @@ ChatSessionOptions session_options_for(const ChatOptions& o, bool scripted) {
     session_options.state_cap = o.state_cap;
     session_options.sampling = o.sampling;
     session_options.max_tokens = o.n_predict;
+    session_options.speculation.enabled = !o.no_spec;
+    session_options.speculation.draft_max = o.draft_max;
     return session_options;
+}
+
+// What the first interactive run (the one that creates the database) says about it.
+std::string first_run_notice(const ChatSessions& sessions, const ChatOptions& o) {
+    if (!sessions.created()) return {};
+    return "conversations and model state are saved in " + sessions.path() + " (state kept under " +
+           o.state_cap +
+           ", least recently used first: --state-cap; ember sessions stats shows the sizes)";
+}
+
+// On leaving: how to come back to the conversation.
+void print_way_back(const std::string& id, const ChatOptions& o) {
+    if (id.empty()) return;
+    std::string db;
+    if (!o.db.empty()) {
+        // Quoted for a shell where it needs to be.
+        const bool plain = o.db.find_first_not_of(
+                               "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRS"
+                               "TUVWXYZ0123456789/._-+:@%,=") == std::string::npos;
+        std::string quoted = "'";
+        for (char c : o.db) quoted += c == '\'' ? std::string("'\\''") : std::string(1, c);
+        db = " --db " + (plain ? o.db : quoted + "'");
+    }
+    const ui::TextWriter out(stdout);
+    std::printf("conversation %s saved: ember chat%s --continue (or --resume %s)\n",
+                out.shown(id).c_str(), out.shown(db).c_str(), out.shown(id).c_str());
+    std::fflush(stdout);
 }
 
 // The chat itself, the same whichever engine answers: scripted, the full-screen UI (when
@@ -86,6 +123,7 @@ int run_front_end(ui::ChatEngine& engine, Sampler& sampler, ChatSessions& sessio
     so.show_thinking = o.show_thinking;
     so.generation.speculation.enabled = !o.no_spec;
     so.generation.speculation.draft_max = o.draft_max;
+    if (o.seed_given) so.seed = o.sampling.seed;
     if (scripted) {
         // Turns are committed as they complete; a resumed conversation continues its branch.
         so.sessions = &sessions.backend();
@@ -102,23 +140,44 @@ int run_front_end(ui::ChatEngine& engine, Sampler& sampler, ChatSessions& sessio
     }
     // A terminal: the full-screen UI, or line mode.
     ui::ChatController controller(engine, sampler, sessions.backend(), so.generation);
+    controller.set_seeds(ui::ReplySeeds(so.seed));
+    controller.set_show_stats(o.verbose);
     if (!sessions.resume_id().empty()) {
         const ui::ChatOutcome loaded = controller.load_session(sessions.resume_id());
         if (loaded.error) throw std::runtime_error(loaded.message);
     }
-    if (screen != nullptr) return screen->run(controller);
-    ui::LineModeOptions line_options;
-    line_options.history_path = ui::default_history_path();
-    line_options.color = ui::stdout_wants_color();
-    return ui::run_line_mode(controller, line_options);
+    const std::string notice = first_run_notice(sessions, o);
+    int status = 0;
+    if (screen != nullptr) {
+        if (!notice.empty()) screen->add_notice(notice);
+        status = screen->run(controller);
+    } else {
+        if (!notice.empty()) ui::TextWriter(stdout).text(notice).raw("\n");
+        ui::LineModeOptions line_options;
+        line_options.history_path = ui::default_history_path();
+        line_options.color = ui::stdout_wants_color();
+        status = ui::run_line_mode(controller, line_options);
+    }
+    print_way_back(controller.session_id(), o);
+    return status;
 }
 
 bool chat_is_scripted(const ChatOptions& o) {
     return !o.prompt.empty() || o.script || !isatty(STDIN_FILENO);
 }
 
+// -m, else the resumed conversation's own model, else the default one (model_locator.h).
+std::string chat_model_path(const ChatOptions& o) {
+    const bool resuming = o.continue_last || !o.resume.empty();
+    if (!o.model.empty() || !resuming || o.no_db) return model_path_for(o.model);
+    const sessions::ConversationInfo info = conversation_to_resume(o.db, o.resume);
+    // A conversation held with a remote model has no file here.
+    if (parse_remote_fingerprint(info.model_fingerprint)) return model_path_for(o.model);
+    return recorded_model_path(info, stderr);
+}
+
 int run_local_chat(ChatOptions& o) {
-    const std::string model_path = model_path_for(o.model);
+    const std::string model_path = chat_model_path(o);
     const bool scripted = chat_is_scripted(o);
     // The full-screen UI takes the terminal before the model loads, so the load shows at once;
     // line mode is for --plain and for terminals curses cannot drive (no screen then).
@@ -158,6 +217,21 @@ int run_local_chat(ChatOptions& o) {
     if (!o.template_file.empty()) copts.template_override = read_template_file(o.template_file);
     Conversation conv(*model, pool, copts);
     if (!o.system.empty()) conv.set_system(o.system);
+    if (!scripted && o.template_file.empty() && !conv.uses_model_template()) {
+        // A base model without a template may not answer as a chat: the interactive chat
+        // says so once (scripted runs keep stderr for errors).
+        std::string used = choose_chat_template(model->gguf(), model->tokenizer()).description;
+        if (used.starts_with("none in the file; ")) used.erase(0, 18);
+        const std::string warning = fs::path(model_path).filename().string() +
+                                    " has no chat template; prompts use " + used +
+                                    " (--chat-template FILE gives one; ember run completes "
+                                    "plain text)";
+        if (screen) {
+            screen->add_notice("warning: " + warning);
+        } else {
+            ui::TextWriter(stderr).raw("ember: warning: ").text(warning).raw("\n");
+        }
+    }
     Sampler sampler(o.sampling);
 
     ChatSessionOptions session_options = session_options_for(o, scripted);
@@ -244,7 +318,7 @@ void register_chat_command(CLI::App& app, std::vector<Command>& out) {
         ->check(CLI::ExistingFile);
     cmd->add_option("--stop", o->stops, "Stop generating at this text (repeatable)");
     cmd->add_option("-n,--n-predict", o->n_predict,
-                    "Tokens per reply at most (-1: as many as the context holds)")
+                    "Tokens per reply at most (-1: to the end of the turn or of the context)")
         ->capture_default_str()
         ->check(token_count());
     cmd->add_option("-c,--ctx", o->ctx,
@@ -262,6 +336,8 @@ void register_chat_command(CLI::App& app, std::vector<Command>& out) {
                   "as the control token; by default it is plain text");
     cmd->add_flag("--ignore-eos", o->ignore_eos, "Keep generating past end-of-turn tokens");
     cmd->add_flag("--plain", o->plain, "Line mode (readline) instead of the full-screen UI");
+    cmd->add_flag("-v,--verbose", o->verbose,
+                  "A line of numbers (tokens, speeds, reuse) after each reply (/set stats)");
     cmd->add_flag("--no-spec", o->no_spec,
                   "No n-gram speculative decoding (on by default; a gate turns it off where it "
                   "does not pay)");
@@ -304,7 +380,11 @@ void register_chat_command(CLI::App& app, std::vector<Command>& out) {
     add_sampling_options(cmd, o->sampling);
     out.push_back({cmd, [o, cmd] {
                        // Default sampling settings from the config file, under the flags.
-                       apply_config_sampling(load_config(), *cmd, o->sampling);
+                       const nlohmann::json config = load_config();
+                       apply_config_sampling(config, *cmd, o->sampling);
+                       o->seed_given =
+                           cmd->count("--seed") > 0 ||
+                           (config.contains("sampling") && config["sampling"].contains("seed"));
                        return run_chat(*o);
                    }});
 }

@@ -26,6 +26,7 @@
 #include "engine/model/state.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "engine/util/thread_pool.h"
+#include "ui/chat_engine.h"
 #include "ui/terminal_text.h"
 
 namespace ember::app {
@@ -146,6 +147,7 @@ int run_completion(const RunOptions& o) {
         j["ids"] = result.ids;
         j["text"] = text;
         j["finish"] = std::string(finish_reason_name(result.finish));
+        j["seed"] = o.sampling.seed;
         const SpeculationStats& spec = result.stats.speculation;
         j["decode_tps"] = result.stats.decode_seconds > 0 && result.stats.generated_tokens > 1
                               ? static_cast<double>(result.stats.generated_tokens - 1) /
@@ -372,8 +374,9 @@ void add_sampling_options(CLI::App* cmd, SamplingParams& sampling) {
         ->check(whole_number(
             0, SamplingParams::kMaxPenaltyLastN,
             "from 0 to " + std::to_string(SamplingParams::kMaxPenaltyLastN) + " (0 = off)"));
-    cmd->add_option("--seed", sampling.seed, "Random seed")
-        ->capture_default_str()
+    cmd->add_option("--seed", sampling.seed,
+                    "Random seed (default: a fresh one each run, in chat each reply; serve: "
+                    "each request without a seed)")
         ->check(seed_number());
 }
 
@@ -484,11 +487,15 @@ void register_model_commands(CLI::App& app, std::vector<Command>& out) {
     run->add_option("--draft-max", run_opts->draft_max, "Drafted tokens per verification at most")
         ->capture_default_str()
         ->check(CLI::Range(1, 16));
-    out.push_back({run, [run_opts, prompt_opt, ids_opt] {
+    out.push_back({run, [run_opts, run, prompt_opt, ids_opt] {
                        if (prompt_opt->count() == 0 && ids_opt->count() == 0) {
                            throw CLI::ValidationError("give a prompt with -p TEXT or --ids 1,2,3");
                        }
                        run_opts->ids_given = ids_opt->count() > 0;
+                       // Sampled output differs from run to run unless --seed is given.
+                       if (run->count("--seed") == 0) {
+                           run_opts->sampling.seed = ui::ReplySeeds().take();
+                       }
                        return run_completion(*run_opts);
                    }});
 

@@ -2,6 +2,7 @@
 // state store's sizes, hit rates and evictions, and a check (and repair) of the message trees.
 #include <algorithm>
 #include <cstdio>
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -33,7 +34,9 @@ struct SessionsOptions {
     std::string output;
     std::string state_cap = kDefaultStateCap;
     bool repair = false;
-    std::string model;  // check: the vocabulary to hold its conversations' reply ids to
+    bool prune_state = false;  // prune: the state blobs
+    std::string older_than;    // prune: only what was not used for this long ("7d")
+    std::string model;         // check: the vocabulary to hold its conversations' reply ids to
 };
 
 std::string db_path(const SessionsOptions& o) {
@@ -45,6 +48,7 @@ std::string db_path(const SessionsOptions& o) {
 std::unique_ptr<sessions::Database> open_for_reading(const SessionsOptions& o) {
     const std::string path = db_path(o);
     std::error_code ec;
+    check_db_path(path);  // a URI or a device is refused as chat refuses it
     if (path != ":memory:" && !fs::exists(path, ec)) return open_session_db(":memory:");
     return open_session_db(path);
 }
@@ -192,18 +196,40 @@ int run_rename(const SessionsOptions& o) {
     return 0;
 }
 
+std::string mib(double bytes) {
+    char text[32];
+    std::snprintf(text, sizeof text, "%.1f MiB", bytes / (1 << 20));
+    return text;
+}
+
+uint64_t file_bytes(const std::string& path) {
+    std::error_code ec;
+    const auto bytes = fs::file_size(path, ec);
+    return ec ? 0 : bytes;
+}
+
 int run_stats(const SessionsOptions& o) {
     const uint64_t cap = parse_byte_size(o.state_cap);
     auto db = open_for_reading(o);
     const std::string path = db_path(o);
-    int64_t conversations = 0, messages = 0;
+    int64_t conversations = 0, messages = 0, message_bytes = 0, free_bytes = 0;
     {
+        // Messages: their text, thinking and token ids, as stored.
         auto s = db->prepare(
-            "SELECT (SELECT COUNT(*) FROM conversations), (SELECT COUNT(*) FROM messages)");
+            "SELECT (SELECT COUNT(*) FROM conversations), (SELECT COUNT(*) FROM messages), "
+            "(SELECT COALESCE(SUM(LENGTH(CAST(content AS BLOB)) + LENGTH(CAST(thinking AS BLOB)) "
+            "+ COALESCE(LENGTH(token_ids), 0)), 0) FROM messages)");
         s.step();
         conversations = s.column_int(0);
         messages = s.column_int(1);
+        message_bytes = s.column_int(2);
+        auto f = db->prepare(
+            "SELECT (SELECT freelist_count FROM pragma_freelist_count) * "
+            "(SELECT page_size FROM pragma_page_size)");
+        f.step();
+        free_bytes = f.column_int(0);
     }
+    const sessions::StateStats state = sessions::read_state_stats(*db);
     std::error_code ec;
     const auto file_bytes = fs::exists(path, ec) ? fs::file_size(path, ec) : 0;
     const auto wal_bytes = fs::exists(path + "-wal", ec) ? fs::file_size(path + "-wal", ec) : 0;
@@ -214,7 +240,92 @@ int run_stats(const SessionsOptions& o) {
                 static_cast<double>(wal_bytes) / (1 << 20));
     std::printf("conversations: %lld, messages: %lld\n", static_cast<long long>(conversations),
                 static_cast<long long>(messages));
-    out.text(sessions::format_state_stats(sessions::read_state_stats(*db), cap));
+    std::printf("messages: %lld bytes (%s: text, thinking, token ids)\n",
+                static_cast<long long>(message_bytes),
+                mib(static_cast<double>(message_bytes)).c_str());
+    std::printf(
+        "state:    %lld bytes (%s: KV blocks and snapshots, a cache; ember sessions prune "
+        "--state trims it, messages stay)\n",
+        static_cast<long long>(state.stored_bytes),
+        mib(static_cast<double>(state.stored_bytes)).c_str());
+    if (free_bytes > 0) {
+        std::printf("free:     %lld bytes inside the file (reused by later writes)\n",
+                    static_cast<long long>(free_bytes));
+    }
+    out.text(sessions::format_state_stats(state, cap));
+    return 0;
+}
+
+// "30m", "12h", "7d", "2w" (a bare number: days) as seconds; throws naming the option.
+int64_t duration_seconds(const std::string& text) {
+    size_t used = 0;
+    double value = -1;
+    try {
+        value = std::stod(text, &used);
+    } catch (const std::exception&) {
+        used = 0;
+    }
+    const std::string unit = text.substr(used);
+    const double scale = unit.empty() || unit == "d" ? 86400.0
+                         : unit == "h"               ? 3600.0
+                         : unit == "m"               ? 60.0
+                         : unit == "w"               ? 7 * 86400.0
+                                                     : 0.0;
+    if (used == 0 || scale == 0 || !(value >= 0) || value * scale > 1e11) {
+        throw CLI::ValidationError("--older-than", "'" + text +
+                                                       "' is not a duration (a number with m, h, "
+                                                       "d or w, e.g. 7d)");
+    }
+    return static_cast<int64_t>(value * scale);
+}
+
+std::string utc_seconds_ago(int64_t seconds) {
+    const std::time_t t = std::time(nullptr) - static_cast<std::time_t>(seconds);
+    std::tm tm{};
+    gmtime_r(&t, &tm);
+    char buf[32];
+    std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+    return buf;
+}
+
+int run_prune(const SessionsOptions& o) {
+    if (!o.prune_state) {
+        throw CLI::ValidationError("prune", "say what to prune: --state (the stored KV state)");
+    }
+    std::optional<std::string> since;
+    if (!o.older_than.empty()) since = utc_seconds_ago(duration_seconds(o.older_than));
+    const std::string path = db_path(o);
+    check_db_path(path);
+    std::error_code ec;
+    if (path == ":memory:" || !fs::exists(path, ec)) {
+        throw std::runtime_error("no session database at " + path);
+    }
+    auto db = open_session_db(path);
+    if (db->read_only()) {
+        throw std::runtime_error("session database '" + path + "' cannot be written");
+    }
+    const uint64_t before = file_bytes(path) + file_bytes(path + "-wal");
+    const sessions::PruneResult pruned = sessions::prune_state(*db, since);
+    ui::TextWriter out(stdout);
+    std::printf("pruned %lld state blocks (%s stored)%s; messages untouched\n",
+                static_cast<long long>(pruned.blocks),
+                mib(static_cast<double>(pruned.stored_bytes)).c_str(),
+                since ? (" not used since " + *since).c_str() : "");
+    // The freed pages go back to the file system only when the file is rewritten.
+    try {
+        db->exec_retrying_busy("VACUUM");
+        db->exec_retrying_busy("PRAGMA wal_checkpoint(TRUNCATE)");
+    } catch (const std::exception& e) {
+        out.raw("the file keeps its size for now (VACUUM: ")
+            .text(e.what())
+            .raw(
+                "); later state reuses the space, and prune run again while no chat is open "
+                "shrinks it\n");
+        return 0;
+    }
+    const uint64_t after = file_bytes(path) + file_bytes(path + "-wal");
+    std::printf("file: %s -> %s (VACUUM)\n", mib(static_cast<double>(before)).c_str(),
+                mib(static_cast<double>(after)).c_str());
     return 0;
 }
 
@@ -330,6 +441,15 @@ void register_sessions_command(CLI::App& app, std::vector<Command>& out) {
         ->capture_default_str()
         ->check(positive_byte_size());
     out.push_back({stats, [o] { return run_stats(*o); }});
+
+    auto* prune = cmd->add_subcommand(
+        "prune",
+        "Delete stored state to free space (never messages; conversations resume cold), then "
+        "VACUUM the file");
+    prune->add_flag("--state", o->prune_state, "The KV state blocks and snapshots");
+    prune->add_option("--older-than", o->older_than,
+                      "Only state not used for this long: 30m, 12h, 7d (a number alone: days), 2w");
+    out.push_back({prune, [o] { return run_prune(*o); }});
 }
 
 }  // namespace ember::app

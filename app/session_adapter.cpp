@@ -53,7 +53,34 @@ uint64_t parse_byte_size(const std::string& text) {
     return static_cast<uint64_t>(value * scale);
 }
 
+// What a --db path may name: a database file (or none yet), or ":memory:". SQLite would also
+// take a "file:" URI (Debian builds it with URIs on) and a device: /dev/null as a database
+// fails at the first commit and leaves a /dev/null-journal beside the device. Every command
+// refuses both alike, before SQLite sees them.
+void check_db_path(const std::string& path) {
+    if (path == ":memory:") return;
+    if (path.starts_with("file:")) {
+        throw std::runtime_error("session database '" + path +
+                                 "': SQLite URIs are not taken; give the file's path (./" +
+                                 path + " for a file whose name starts with file:)");
+    }
+    std::error_code ec;
+    const fs::file_status st = fs::status(path, ec);
+    if (ec || st.type() == fs::file_type::not_found || st.type() == fs::file_type::regular ||
+        st.type() == fs::file_type::directory) {
+        return;  // a directory has its own message below; other failures are SQLite's
+    }
+    const char* kind = st.type() == fs::file_type::character || st.type() == fs::file_type::block
+                           ? "a device"
+                       : st.type() == fs::file_type::fifo ? "a FIFO"
+                       : st.type() == fs::file_type::socket ? "a socket"
+                                                             : "not a regular file";
+    throw std::runtime_error("session database '" + path + "' is " + kind +
+                             ", not a database file (--no-db chats without saving)");
+}
+
 std::unique_ptr<sessions::Database> open_session_db(const std::string& path) {
+    check_db_path(path);
     if (path != ":memory:") {
         const fs::path dir = fs::path(path).parent_path();
         std::error_code ec;
@@ -112,6 +139,7 @@ int64_t SqliteSessionBackend::record(const ChatMessage& message, int64_t parent_
         sessions::NewConversation n;
         n.model = defaults_.model;
         n.model_fingerprint = defaults_.model_fingerprint;
+        n.model_path = defaults_.model_path;
         n.system_prompt = pending_system_;
         n.sampling_json = defaults_.sampling_json;
         current_ = store_.create(n);
@@ -129,6 +157,7 @@ int64_t SqliteSessionBackend::record(const ChatMessage& message, int64_t parent_
         stats.decode_seconds = turn->stats.decode_seconds;
         stats.ttft_seconds = turn->stats.ttft_seconds;
         stats.finish = std::string(finish_reason_name(turn->finish));
+        stats.seed = turn->seed;
     }
     sessions::NewMessage m;
     m.role = message.role;
@@ -216,7 +245,7 @@ std::optional<std::string> SqliteSessionBackend::most_recent_id() {
 }
 
 std::string chat_settings_json(const SamplingParams& p, const ConversationOptions& c,
-                               int64_t max_tokens) {
+                               int64_t max_tokens, const SpeculationOptions& speculation) {
     nlohmann::ordered_json j = {{"temperature", p.temperature},
                                 {"top_k", p.top_k},
                                 {"top_p", p.top_p},
@@ -232,7 +261,9 @@ std::string chat_settings_json(const SamplingParams& p, const ConversationOption
                  {"context", c.context},
                  {"kv_type", kv_type_name(c.kv_type)},
                  {"template_override", !c.template_override.empty()},
-                 {"max_tokens", max_tokens}};
+                 {"max_tokens", max_tokens},
+                 {"speculation",
+                  {{"enabled", speculation.enabled}, {"draft_max", speculation.draft_max}}}};
     return j.dump();
 }
 
@@ -247,6 +278,8 @@ bool ChatSessions::open_database(const ChatSessionOptions& o) {
     if (o.scripted && o.db_path.empty() && !resuming) return false;
     path_ = o.db_path.empty() ? default_db_path() : o.db_path;
     cap_ = parse_byte_size(o.state_cap);
+    std::error_code ec;
+    created_ = path_ != ":memory:" && !fs::exists(path_, ec);
     db_ = open_session_db(path_);
     // Refused before the model answers, rather than a reply that is then not saved.
     if (db_->read_only()) {
@@ -313,8 +346,12 @@ ChatSessions::ChatSessions(const ChatSessionOptions& o, const Model& model,
 
     SessionDefaults defaults;
     defaults.model = fs::path(model.path()).filename().string();
+    std::error_code ec;
+    const fs::path absolute = fs::absolute(model.path(), ec);
+    defaults.model_path = ec ? model.path() : absolute.lexically_normal().string();
     defaults.model_fingerprint = model.fingerprint();
-    defaults.sampling_json = chat_settings_json(o.sampling, conversation.options(), o.max_tokens);
+    defaults.sampling_json =
+        chat_settings_json(o.sampling, conversation.options(), o.max_tokens, o.speculation);
     defaults.vocab_size = std::min<int64_t>(model.config().n_vocab,
                                             static_cast<int64_t>(model.tokenizer().vocab_size()));
     set_up_backend(o, std::move(defaults), false);

@@ -35,13 +35,18 @@ std::string default_db_path();
 // "2GiB", "512M", "1.5g", "4096": bytes. Throws std::invalid_argument naming the text.
 uint64_t parse_byte_size(const std::string& text);
 
-// Opens and migrates the database at `path`, creating its directory when missing.
+// Throws for a --db that names no database file: a "file:" URI or a device, FIFO or socket
+// (the same refusal in every command).
+void check_db_path(const std::string& path);
+// Opens and migrates the database at `path` (check_db_path first), creating its directory
+// when missing.
 std::unique_ptr<sessions::Database> open_session_db(const std::string& path);
 
 // What a new conversation records about how it was made.
 struct SessionDefaults {
     std::string model;  // the model file's name
     std::string model_fingerprint;
+    std::string model_path;  // absolute (empty: a remote model)
     std::string sampling_json = "{}";
     // Stored reply ids with one at or past this are damaged and not reused (0: a remote
     // model, whose ids are never reused anyway).
@@ -85,7 +90,7 @@ private:
 // conversation so `ember replay --regenerate` can run its turns again the way they were
 // generated.
 std::string chat_settings_json(const SamplingParams& sampling, const ConversationOptions& chat,
-                               int64_t max_tokens);
+                               int64_t max_tokens, const SpeculationOptions& speculation = {});
 
 // A summary line for `ember sessions list` and /sessions.
 ui::SessionSummary summarize(const sessions::ConversationInfo& info);
@@ -100,7 +105,8 @@ struct ChatSessionOptions {
     std::string state_cap = kDefaultStateCap;
     KvType kv_type = KvType::F32;
     SamplingParams sampling;
-    int64_t max_tokens = 0;  // the chat's -n (recorded for replay)
+    int64_t max_tokens = 0;          // the chat's -n (recorded for replay)
+    SpeculationOptions speculation;  // recorded too: a sampled reply's draws depend on it
 };
 
 class ChatSessions {
@@ -119,6 +125,11 @@ public:
     bool enabled() const { return db_ != nullptr; }
     // The conversation to resume (--resume/--continue), resolved to its full id; empty: none.
     const std::string& resume_id() const { return resume_id_; }
+    // Where the database is and the state cap ("" and 0 without one); whether this run
+    // created the file (the first run: the chat says where it keeps things).
+    const std::string& path() const { return path_; }
+    uint64_t state_cap() const { return cap_; }
+    bool created() const { return created_; }
     // Loads the resumed conversation into `conversation` (scripted mode; the interactive
     // front end loads it through its controller) and returns the id of its last message.
     int64_t load_into(ui::ChatEngine& conversation);
@@ -136,6 +147,7 @@ private:
     std::string resume_id_;
     std::string path_;
     uint64_t cap_ = 0;
+    bool created_ = false;
     std::FILE* err_;
     std::string last_state_warning_;  // the state store's last warning, not printed twice
 };

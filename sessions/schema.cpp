@@ -142,7 +142,18 @@ CREATE TABLE state_snapshots (
 );
 )sql";
 
-constexpr const char* kMigrations[] = {kVersion1, kVersion2, kVersion3, kVersion4};
+// Version 5: where a conversation's model file was (its absolute path, beside the file name
+// and fingerprint), so --continue, --resume and replay reopen it without -m; the seed each
+// reply was sampled with, so replay samples it again; when a state block was last used
+// (UTC, for `ember sessions prune --state --older-than`; NULL: not since it was written).
+// Older rows keep '' and NULL.
+constexpr const char* kVersion5 = R"sql(
+ALTER TABLE conversations ADD COLUMN model_path TEXT NOT NULL DEFAULT '';
+ALTER TABLE reply_stats ADD COLUMN seed INTEGER;
+ALTER TABLE state_blocks ADD COLUMN used_at TEXT;
+)sql";
+
+constexpr const char* kMigrations[] = {kVersion1, kVersion2, kVersion3, kVersion4, kVersion5};
 static_assert(std::size(kMigrations) == kSchemaVersion);
 
 }  // namespace

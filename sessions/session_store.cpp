@@ -9,6 +9,8 @@
 #include <random>
 #include <unordered_set>
 
+#include "engine/chat/json_depth.h"
+
 namespace ember::sessions {
 
 namespace {
@@ -16,7 +18,8 @@ namespace {
 constexpr const char* kInfoColumns =
     "SELECT c.id, c.public_id, c.title, c.model, c.model_fingerprint, c.system_prompt, "
     "c.sampling, COALESCE(c.current_leaf, 0), c.created_at, c.updated_at, "
-    "(SELECT COUNT(*) FROM messages m WHERE m.conversation_id = c.id) FROM conversations c ";
+    "(SELECT COUNT(*) FROM messages m WHERE m.conversation_id = c.id), c.model_path "
+    "FROM conversations c ";
 
 std::string now_utc() {
     using namespace std::chrono;
@@ -80,7 +83,7 @@ std::string fts_query(const std::string& text) {
 std::optional<ReplyStats> read_stats(Database& db, int64_t message_id) {
     Statement s = db.prepare(
         "SELECT prompt_tokens, tokens_reused, tokens_restored, tokens_evaluated, "
-        "tokens_generated, prefill_seconds, decode_seconds, ttft_seconds, finish "
+        "tokens_generated, prefill_seconds, decode_seconds, ttft_seconds, finish, seed "
         "FROM reply_stats WHERE message_id = ?");
     s.bind(1, message_id);
     if (!s.step()) return std::nullopt;
@@ -94,6 +97,8 @@ std::optional<ReplyStats> read_stats(Database& db, int64_t message_id) {
     r.decode_seconds = s.column_double(6);
     r.ttft_seconds = s.column_double(7);
     r.finish = s.column_text(8);
+    // Stored as SQLite's signed 64 bits; the seed is the same bits unsigned.
+    if (!s.is_null(9)) r.seed = static_cast<uint64_t>(s.column_int(9));
     return r;
 }
 
@@ -160,6 +165,7 @@ ConversationInfo SessionStore::read_info(Statement& s) {
     c.created_at = s.column_text(8);
     c.updated_at = s.column_text(9);
     c.message_count = s.column_int(10);
+    c.model_path = s.column_text(11);
     c.turns = count_turns(c.current_leaf);
     return c;
 }
@@ -199,10 +205,11 @@ ConversationInfo SessionStore::create(const NewConversation& n) {
     const std::string now = now_utc();
     Statement s = db_.prepare(
         "INSERT INTO conversations(public_id, title, model, model_fingerprint, system_prompt, "
-        "sampling, created_at, updated_at, activity) VALUES (?,?,?,?,?,?,?,?, "
-        "(SELECT COALESCE(MAX(activity), 0) + 1 FROM conversations))");
+        "sampling, created_at, updated_at, activity, model_path) VALUES (?,?,?,?,?,?,?,?, "
+        "(SELECT COALESCE(MAX(activity), 0) + 1 FROM conversations), ?)");
     s.bind(1, public_id).bind(2, n.title).bind(3, n.model).bind(4, n.model_fingerprint);
-    s.bind(5, n.system_prompt).bind(6, n.sampling_json).bind(7, now).bind(8, now).run();
+    s.bind(5, n.system_prompt).bind(6, n.sampling_json).bind(7, now).bind(8, now);
+    s.bind(9, n.model_path).run();
     const int64_t id = db_.last_insert_id();
     tx.commit();
     ConversationInfo c;
@@ -211,6 +218,7 @@ ConversationInfo SessionStore::create(const NewConversation& n) {
     c.title = n.title;
     c.model = n.model;
     c.model_fingerprint = n.model_fingerprint;
+    c.model_path = n.model_path;
     c.system_prompt = n.system_prompt;
     c.sampling_json = n.sampling_json;
     c.created_at = c.updated_at = now;
@@ -250,11 +258,17 @@ int64_t SessionStore::add_message(int64_t conversation_id, int64_t parent_id, co
         Statement st = db_.prepare(
             "INSERT INTO reply_stats(message_id, prompt_tokens, tokens_reused, tokens_restored, "
             "tokens_evaluated, tokens_generated, prefill_seconds, decode_seconds, ttft_seconds, "
-            "finish) VALUES (?,?,?,?,?,?,?,?,?,?)");
+            "finish, seed) VALUES (?,?,?,?,?,?,?,?,?,?,?)");
         st.bind(1, id).bind(2, r.prompt_tokens).bind(3, r.tokens_reused);
         st.bind(4, r.tokens_restored).bind(5, r.tokens_evaluated).bind(6, r.tokens_generated);
         st.bind(7, r.prefill_seconds).bind(8, r.decode_seconds).bind(9, r.ttft_seconds);
-        st.bind(10, r.finish).run();
+        st.bind(10, r.finish);
+        if (r.seed) {
+            st.bind(11, static_cast<int64_t>(*r.seed));
+        } else {
+            st.bind_null(11);
+        }
+        st.run();
     }
     Statement c = db_.prepare(
         "UPDATE conversations SET current_leaf = ?, "
@@ -427,12 +441,22 @@ std::string SessionStore::export_markdown(const ConversationInfo& c) {
 
 std::string SessionStore::export_json(const ConversationInfo& c, bool ascii_only) {
     using json = nlohmann::ordered_json;
-    json sampling = json::parse(c.sampling_json, nullptr, /*allow_exceptions=*/false);
+    // The column is text anyone with the file can edit: a document nested deeper than the
+    // limit is refused before it is built (dumping it would recurse once per level).
+    auto parsed = parse_json_bounded(c.sampling_json);
+    if (parsed.too_deep) {
+        throw std::runtime_error("conversation " + c.public_id +
+                                 ": its stored settings (the sampling column) are JSON nested "
+                                 "deeper than " +
+                                 std::to_string(kMaxTemplateValueDepth) + " levels");
+    }
+    json sampling = std::move(parsed.value);
     if (sampling.is_discarded()) sampling = c.sampling_json;
     json out = {{"id", c.public_id},
                 {"title", c.title},
                 {"model", c.model},
                 {"model_fingerprint", c.model_fingerprint},
+                {"model_path", c.model_path},
                 {"system_prompt", c.system_prompt},
                 {"sampling", sampling},
                 {"created_at", c.created_at},

@@ -26,6 +26,7 @@ struct ReplyStats {
     double decode_seconds = 0;
     double ttft_seconds = 0;
     std::string finish;
+    std::optional<uint64_t> seed;  // the seed the reply was sampled from (none before v5)
 };
 
 // A conversation whose messages do not form a tree (a parent chain that loops, or a parent
@@ -49,6 +50,7 @@ struct ConversationInfo {
     std::string title;
     std::string model;
     std::string model_fingerprint;
+    std::string model_path;  // absolute; empty in conversations saved before schema 5
     std::string system_prompt;
     std::string sampling_json;
     int64_t current_leaf = 0;   // 0: no messages yet
@@ -76,6 +78,7 @@ struct NewConversation {
     std::string title;  // empty: taken from the first user message
     std::string model;
     std::string model_fingerprint;
+    std::string model_path;
     std::string system_prompt;
     std::string sampling_json = "{}";
 };

@@ -144,6 +144,32 @@ StateStats read_state_stats(Database& db) {
     return st;
 }
 
+PruneResult prune_state(Database& db, const std::optional<std::string>& unused_since) {
+    PruneResult r;
+    const std::string where =
+        unused_since ? " WHERE COALESCE(used_at, created_at) < ?" : std::string();
+    {
+        Transaction tx(db);
+        // Counted with the recurrent snapshots their blocks hold; a block's descendants go
+        // with it (ON DELETE CASCADE): a chain is of no use without its start.
+        Statement count = db.prepare(
+            "SELECT COUNT(*), COALESCE(SUM(stored_bytes), 0) + COALESCE((SELECT "
+            "SUM(stored_bytes) FROM state_snapshots), 0) FROM state_blocks");
+        count.step();
+        const int64_t blocks_before = count.column_int(0);
+        const int64_t bytes_before = count.column_int(1);
+        Statement del = db.prepare("DELETE FROM state_blocks" + where);
+        if (unused_since) del.bind(1, *unused_since);
+        del.run();
+        count.reset();
+        count.step();
+        r.blocks = blocks_before - count.column_int(0);
+        r.stored_bytes = bytes_before - count.column_int(1);
+        tx.commit();
+    }
+    return r;
+}
+
 std::string format_state_stats(const StateStats& s, uint64_t cap_bytes) {
     std::string out;
     auto line = [&](const std::string& text) { out += text + "\n"; };
@@ -227,9 +253,10 @@ int64_t StateStore::next_tick() {
 }
 
 void StateStore::touch(const std::vector<int64_t>& ids, int64_t tick) {
-    Statement s = db_.prepare("UPDATE state_blocks SET last_used = ? WHERE id = ?");
+    Statement s = db_.prepare("UPDATE state_blocks SET last_used = ?, used_at = ? WHERE id = ?");
+    const std::string now = now_iso8601();
     for (int64_t id : ids) {
-        s.bind(1, tick).bind(2, id).run();
+        s.bind(1, tick).bind(2, now).bind(3, id).run();
         s.reset();
     }
 }

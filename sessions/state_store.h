@@ -79,6 +79,15 @@ struct StateStats {
 StateStats read_state_stats(Database& db);
 std::string format_state_stats(const StateStats& stats, uint64_t cap_bytes);
 
+// Deletes stored state (blocks, their blobs and snapshots; never messages): every block, or
+// those not used since `unused_since` (UTC, "YYYY-MM-DDTHH:MM:SSZ"), with the blocks that
+// continue them. The file keeps its size until VACUUM.
+struct PruneResult {
+    int64_t blocks = 0;
+    int64_t stored_bytes = 0;
+};
+PruneResult prune_state(Database& db, const std::optional<std::string>& unused_since);
+
 class StateStore final : public PrefixStore {
 public:
     // `db` (and `model`) must outlive the store, and `db` must be migrated (schema.h). Keys

@@ -18,7 +18,7 @@ namespace {
 constexpr int64_t kSessionListLimit = 20;
 
 const char* const kSettingNames =
-    "temp, top-k, top-p, min-p, repeat-penalty, seed, n-predict, ignore-eos, think, "
+    "temp, top-k, top-p, min-p, repeat-penalty, seed, n-predict, ignore-eos, stats, think, "
     "thinking-budget, reasoning-effort, ctx";
 
 std::string trim(const std::string& s) {
@@ -110,7 +110,11 @@ std::string rule_of(const std::invalid_argument& e) {
 
 ChatController::ChatController(ChatEngine& engine, Sampler& sampler, SessionBackend& backend,
                                GenerateOptions generation)
-    : engine_(engine), sampler_(sampler), backend_(backend), generation_(generation) {
+    : engine_(engine),
+      sampler_(sampler),
+      backend_(backend),
+      generation_(generation),
+      seeds_(sampler.params().seed) {
     // Messages already in the conversation (other than the system prompt) were never
     // committed; they count as unsaved, with 0 standing for "no id".
     for (const auto& m : engine_.messages()) {
@@ -129,6 +133,7 @@ std::string ChatController::help_text() {
            "  /help               this list\n"
            "  /new                start a new conversation (the system prompt stays)\n"
            "  /regen              answer the last prompt again (the old reply stays saved)\n"
+           "  /continue           go on with a reply that was cut short\n"
            "  /edit TEXT          replace the last prompt with TEXT and answer it\n"
            "  /branch [TITLE]     go on in a copy of this conversation (the original stays)\n"
            "  /system [TEXT]      set the system prompt, or show it\n"
@@ -144,15 +149,15 @@ std::string ChatController::help_text() {
 
 const std::vector<std::string>& ChatController::command_names() {
     static const std::vector<std::string> names = {
-        "/branch", "/edit",   "/export", "/help",     "/load",  "/new",   "/quit",
-        "/regen",  "/rename", "/set",    "/sessions", "/stats", "/system"};
+        "/branch", "/continue", "/edit",   "/export", "/help",     "/load",  "/new",
+        "/quit",   "/regen",    "/rename", "/set",    "/sessions", "/stats", "/system"};
     return names;
 }
 
 const std::vector<std::string>& ChatController::setting_names() {
     static const std::vector<std::string> names = {
-        "temp",      "top-k",      "top-p", "min-p",           "repeat-penalty",   "seed",
-        "n-predict", "ignore-eos", "think", "thinking-budget", "reasoning-effort", "ctx"};
+        "temp",       "top-k", "top-p", "min-p",           "repeat-penalty",   "seed", "n-predict",
+        "ignore-eos", "stats", "think", "thinking-budget", "reasoning-effort", "ctx"};
     return names;
 }
 
@@ -174,6 +179,23 @@ std::string ChatController::turn_summary(const TurnResult& turn) {
         line += format(" [context full: dropped the oldest %lld messages, %lld tokens]",
                        static_cast<long long>(turn.messages_dropped),
                        static_cast<long long>(turn.tokens_dropped));
+    }
+    return line;
+}
+
+std::string ChatController::turn_notes(const TurnResult& turn) {
+    std::string line;
+    for (const auto& warning : turn.warnings) {
+        line += std::string(line.empty() ? "" : " ") + "[warning: " + warning + "]";
+    }
+    if (turn.tokens_dropped > 0) {
+        line += format("%s[context full: dropped the oldest %lld messages, %lld tokens]",
+                       line.empty() ? "" : " ", static_cast<long long>(turn.messages_dropped),
+                       static_cast<long long>(turn.tokens_dropped));
+    }
+    if (turn.finish == FinishReason::Length) {
+        line += line.empty() ? "" : " ";
+        line += "[cut at the token limit: /continue goes on]";
     }
     return line;
 }
@@ -200,6 +222,10 @@ std::string ChatController::turn_details(const TurnResult& turn) {
     text += format("  decode: %.1f tok/s (%lld tokens in %.3f s)",
                    per_second(decoded_after_first(turn), turn.stats.decode_seconds),
                    static_cast<long long>(decoded_after_first(turn)), turn.stats.decode_seconds);
+    if (turn.seed) {
+        text += format("\n  seed: %llu (ember replay --regenerate samples it again)",
+                       static_cast<unsigned long long>(*turn.seed));
+    }
     if (turn.tokens_dropped > 0) {
         text += format("\n  context full: dropped the oldest %lld messages (%lld tokens)",
                        static_cast<long long>(turn.messages_dropped),
@@ -240,19 +266,26 @@ bool ChatController::stop_requested() const {
 
 ChatOutcome ChatController::run_turn(const TextCallback& on_text,
                                      const std::vector<ChatMessage>& restore_messages,
-                                     const std::vector<int64_t>& restore_ids) {
+                                     const std::vector<int64_t>& restore_ids, bool continuing) {
     cancel_requested_.store(false, std::memory_order_relaxed);
     const int64_t parent = current_parent();
     ChatOutcome outcome;
     std::string interruption;
     try {
-        ChatReply reply = engine_.respond(
-            sampler_, generation_,
-            [&](const std::string& text, TextKind kind) {
-                const bool keep_going = !on_text || on_text(text, kind);
-                return keep_going && !stop_requested();
-            },
-            [this] { return stop_requested(); });
+        const TextCallback checked = [&](const std::string& text, TextKind kind) {
+            const bool keep_going = !on_text || on_text(text, kind);
+            return keep_going && !stop_requested();
+        };
+        const StopRequested stop = [this] { return stop_requested(); };
+        ChatReply reply;
+        if (continuing) {
+            const uint64_t seed = seeds_.take();
+            sampler_.reset(seed);
+            reply = engine_.continue_reply(sampler_, generation_, checked, stop);
+            reply.turn.seed = seed;
+        } else {
+            reply = respond_seeded(engine_, sampler_, seeds_, generation_, checked, stop);
+        }
         TurnResult& turn = reply.turn;
         interruption = std::move(reply.interruption);
         // Messages dropped to fit the context are the oldest after the system prompt.
@@ -317,6 +350,7 @@ ChatOutcome ChatController::handle_command(const std::string& line, const TextCa
         }
         if (name == "/new") return command_new();
         if (name == "/regen") return command_regen(on_text);
+        if (name == "/continue") return command_continue(on_text);
         if (name == "/edit") return command_edit(args, on_text);
         if (name == "/system") return command_system(args);
         if (name == "/set") return command_set(args);
@@ -363,6 +397,31 @@ ChatOutcome ChatController::command_regen(const TextCallback& on_text) {
     return run_turn(on_text, saved_messages, saved_ids);
 }
 
+ChatOutcome ChatController::command_continue(const TextCallback& on_text) {
+    const ChatMessage* last = last_non_system();
+    if (last == nullptr || last->role != "assistant") {
+        return failure("/continue: there is no reply to continue");
+    }
+    if (last_turn_ && last_turn_->finish == FinishReason::Stop) {
+        return failure(
+            "/continue: the last reply is complete (it ended its turn); /regen "
+            "answers again");
+    }
+    if (last_turn_ && last_turn_->finish == FinishReason::Context) {
+        return failure("/continue: the context is full (/set ctx N makes it larger)");
+    }
+    const auto saved_messages = engine_.messages();
+    const auto saved_ids = message_ids_;
+    // The longer reply is saved beside the cut one, under the same prompt.
+    message_ids_.pop_back();
+    ChatOutcome outcome = run_turn(on_text, saved_messages, saved_ids, /*continuing=*/true);
+    if (outcome.error && !outcome.turn) {
+        // Nothing generated: the conversation is as it was (run_turn restored it).
+        outcome.message = "/continue: " + outcome.message.substr(outcome.message.find(": ") + 2);
+    }
+    return outcome;
+}
+
 ChatOutcome ChatController::command_edit(const std::string& text, const TextCallback& on_text) {
     if (text.empty()) return failure("usage: /edit TEXT (replaces your last prompt)");
     const auto saved_messages = engine_.messages();
@@ -407,20 +466,36 @@ ChatOutcome ChatController::command_system(const std::string& text) {
 std::string ChatController::settings_text() const {
     const SamplingParams& p = sampler_.params();
     std::ostringstream text;
-    text << "temp " << p.temperature << ", top-k " << p.top_k << ", top-p " << p.top_p << ", min-p "
-         << p.min_p << ", repeat-penalty " << p.repeat_penalty << ", seed " << p.seed
-         << ", n-predict " << generation_.max_tokens << ", ignore-eos "
-         << (generation_.ignore_eos ? "on" : "off") << ", ctx ";
+    text << "settings (/set NAME VALUE changes one):\n";
+    text << "  temp " << p.temperature << ", top-k " << p.top_k << ", top-p " << p.top_p
+         << ", min-p " << p.min_p << ", repeat-penalty " << p.repeat_penalty << ", seed ";
+    if (seeds_.next()) {
+        text << *seeds_.next() << " (the next reply's)";
+    } else {
+        text << "random (a fresh one per reply)";
+    }
+    text << "\n  n-predict " << generation_.max_tokens
+         << (generation_.max_tokens < 0 ? " (to the end of the turn or the context)" : "")
+         << ", ignore-eos " << (generation_.ignore_eos ? "on" : "off") << ", stats "
+         << (show_stats_ ? "on" : "off") << "\n  think ";
+    if (const std::optional<bool> think = engine_.thinking()) {
+        text << (*think ? "on" : "off");
+    } else {
+        text << "auto (the template's default)";
+    }
+    text << ", thinking-budget ";
+    if (engine_.thinking_budget() >= 0) {
+        text << engine_.thinking_budget();
+    } else {
+        text << "(the server's)";
+    }
+    text << ", reasoning-effort ";
+    const std::string effort = engine_.reasoning_effort();
+    text << (effort.empty() ? std::string("(the template's default)") : effort) << ", ctx ";
     if (engine_.context_size() > 0) {
         text << engine_.context_size();
     } else {
         text << "(the server's)";
-    }
-    if (const std::optional<bool> think = engine_.thinking()) {
-        text << ", think " << (*think ? "on" : "off");
-    }
-    if (const std::string effort = engine_.reasoning_effort(); !effort.empty()) {
-        text << ", reasoning-effort " << effort;
     }
     return text.str();
 }
@@ -460,7 +535,8 @@ ChatOutcome ChatController::command_set(const std::string& args) {
         const auto v = parse_number<uint64_t>(value);
         if (!v) return not_a("a whole number >= 0");
         sampler_.reset(*v);
-        return info("seed = " + std::to_string(*v) + " (sampler reseeded)");
+        seeds_.fix(*v);
+        return info("seed = " + std::to_string(*v) + " (the next reply starts from it)");
     } else if (name == "n-predict" || name == "n" || name == "max-tokens") {
         const auto v = parse_number<int64_t>(value);
         if (!v) return not_a("a whole number");
@@ -469,6 +545,12 @@ ChatOutcome ChatController::command_set(const std::string& args) {
         }
         generation_.max_tokens = *v;
         return info("n-predict = " + value);
+    } else if (name == "stats") {
+        const auto v = parse_switch(value);
+        if (!v) return not_a("on or off");
+        show_stats_ = *v;
+        return info(*v ? "stats = on (a line of numbers after each reply)"
+                       : "stats = off (the status line keeps the numbers)");
     } else if (name == "ignore-eos") {
         const auto v = parse_switch(value);
         if (!v) return not_a("on or off");

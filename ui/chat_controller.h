@@ -57,6 +57,13 @@ public:
     // a remote server has sent nothing yet. Must outlive the controller; null: none.
     void stop_also_on(const std::atomic<bool>* flag) { outside_stop_ = flag; }
 
+    // The seeds replies are sampled with (default: fixed from the sampler's seed).
+    void set_seeds(ReplySeeds seeds) { seeds_ = seeds; }
+    // Whether a line of numbers follows each reply (--verbose, /set stats); the status line
+    // shows them either way.
+    bool show_stats() const { return show_stats_; }
+    void set_show_stats(bool on) { show_stats_ = on; }
+
     ChatEngine& engine() { return engine_; }
     const Sampler& sampler() const { return sampler_; }
     const GenerateOptions& generation() const { return generation_; }
@@ -77,6 +84,9 @@ public:
     static std::string help_text();
     // One short line after a reply: tokens, speed, time to first token, why it ended.
     static std::string turn_summary(const TurnResult& turn);
+    // What must be said after a reply even without the stats line: warnings, turns dropped
+    // to fit the context, a reply cut at the token limit; empty when nothing.
+    static std::string turn_notes(const TurnResult& turn);
     // The fuller account /stats gives of a turn.
     static std::string turn_details(const TurnResult& turn);
 
@@ -84,9 +94,10 @@ private:
     // Generates a reply to the conversation as it stands and commits it under the last
     // message's id. If generation fails, the conversation and ids become `restore_*` (what
     // they were before the caller changed them for this turn).
+    // `continuing`: extend the last reply (/continue) instead of answering.
     ChatOutcome run_turn(const TextCallback& on_text,
                          const std::vector<ChatMessage>& restore_messages,
-                         const std::vector<int64_t>& restore_ids);
+                         const std::vector<int64_t>& restore_ids, bool continuing = false);
     // Adds a user message to the conversation and commits it at once.
     void add_user_message(const std::string& text);
     void replace_messages(const std::vector<ChatMessage>& messages);
@@ -96,6 +107,7 @@ private:
 
     ChatOutcome command_new();
     ChatOutcome command_regen(const TextCallback& on_text);
+    ChatOutcome command_continue(const TextCallback& on_text);
     ChatOutcome command_edit(const std::string& text, const TextCallback& on_text);
     ChatOutcome command_system(const std::string& text);
     ChatOutcome command_set(const std::string& args);
@@ -112,6 +124,8 @@ private:
     Sampler& sampler_;
     SessionBackend& backend_;
     GenerateOptions generation_;
+    ReplySeeds seeds_;
+    bool show_stats_ = false;
     std::vector<int64_t> message_ids_;
     std::optional<TurnResult> last_turn_;
     std::atomic<bool> cancel_requested_{false};

@@ -1,6 +1,26 @@
 #include "ui/chat_engine.h"
 
+#include <random>
+#include <stdexcept>
+
 namespace ember::ui {
+
+uint64_t ReplySeeds::take() {
+    if (next_) return (*next_)++;
+    std::random_device device;
+    // 63 bits: a seed also goes to OpenAI-compatible servers, which take a signed 64-bit one.
+    return ((static_cast<uint64_t>(device()) << 32) ^ device()) & 0x7fffffffffffffffull;
+}
+
+ChatReply respond_seeded(ChatEngine& engine, Sampler& sampler, ReplySeeds& seeds,
+                         const GenerateOptions& options, const TextCallback& on_text,
+                         const StopRequested& stop_requested) {
+    const uint64_t seed = seeds.take();
+    sampler.reset(seed);
+    ChatReply reply = engine.respond(sampler, options, on_text, stop_requested);
+    reply.turn.seed = seed;
+    return reply;
+}
 
 ChatReply LocalChatEngine::respond(Sampler& sampler, const GenerateOptions& options,
                                    const TextCallback& on_text,
@@ -14,6 +34,60 @@ ChatReply LocalChatEngine::respond(Sampler& sampler, const GenerateOptions& opti
     ChatReply reply;
     reply.turn = conversation_.respond(sampler, options, checked);
     return reply;
+}
+
+ChatReply ChatEngine::continue_reply(Sampler&, const GenerateOptions&, const TextCallback&,
+                                     const StopRequested&) {
+    throw std::invalid_argument("a remote model's reply cannot be continued; /regen answers again");
+}
+
+ChatReply LocalChatEngine::continue_reply(Sampler& sampler, const GenerateOptions& options,
+                                          const TextCallback& on_text,
+                                          const StopRequested& stop_requested) {
+    const auto& messages = conversation_.messages();
+    if (messages.empty() || messages.back().role != "assistant") {
+        throw std::invalid_argument("there is no reply to continue");
+    }
+    ChatMessage last = messages.back();
+    if (conversation_.harmony()) {
+        throw std::invalid_argument("a gpt-oss reply cannot be continued; /regen answers again");
+    }
+    if (last.ids.empty()) {
+        throw std::invalid_argument(
+            "the reply's tokens are not known (saved with another model); /regen answers again");
+    }
+    if (last.content.empty() && !last.thinking.empty()) {
+        throw std::invalid_argument("the reply was cut while thinking; /regen answers again");
+    }
+    const TextCallback checked = [&](const std::string& text, TextKind kind) {
+        const bool keep_going = !on_text || on_text(text, kind);
+        return keep_going && !(stop_requested && stop_requested());
+    };
+    // The prompt the reply was generated from, then the reply's own tokens: what the state
+    // held when it stopped, so nothing is evaluated again and generation goes on from there.
+    conversation_.pop_message();
+    ChatReply reply;
+    try {
+        std::vector<int32_t> tokens = conversation_.prompt_tokens();
+        tokens.insert(tokens.end(), last.ids.begin(), last.ids.end());
+        reply.turn = conversation_.complete(tokens, sampler, options, checked);
+    } catch (...) {
+        conversation_.add_message(std::move(last));
+        throw;
+    }
+    last.content += reply.turn.reply;
+    last.ids.insert(last.ids.end(), reply.turn.ids.begin(), reply.turn.ids.end());
+    conversation_.add_message(std::move(last));
+    return reply;
+}
+
+int64_t LocalChatEngine::context_needed() const {
+    if (conversation_.messages().empty()) return 0;
+    try {
+        return static_cast<int64_t>(conversation_.prompt_tokens().size());
+    } catch (const std::exception&) {
+        return 0;
+    }
 }
 
 std::optional<bool> LocalChatEngine::thinking() const {

@@ -24,6 +24,24 @@ struct ChatReply {
     std::string interruption;
 };
 
+// The seed each reply is sampled with. From a fixed seed S (--seed, /set seed) a run's
+// replies take S, S+1, S+2, ... (so /regen draws anew, and the same command line gives the
+// same replies); without one each reply takes a fresh random seed. The front ends reset the
+// sampler to a reply's seed before it starts (Sampler::reset) and store the seed with the
+// reply, so that seed alone samples it again (ember replay --regenerate).
+class ReplySeeds {
+public:
+    explicit ReplySeeds(std::optional<uint64_t> fixed = std::nullopt) : next_(fixed) {}
+    void fix(uint64_t seed) { next_ = seed; }
+    // The next reply's seed when fixed; nullopt: a fresh random one.
+    const std::optional<uint64_t>& next() const { return next_; }
+    // The next reply's seed.
+    uint64_t take();
+
+private:
+    std::optional<uint64_t> next_;
+};
+
 // Asked from another thread while a reply is being produced: true once the user wants it
 // stopped. Must be cheap and thread-safe (it reads atomics).
 using StopRequested = std::function<bool()>;
@@ -47,6 +65,14 @@ public:
     // server has not sent anything yet.
     virtual ChatReply respond(Sampler& sampler, const GenerateOptions& options,
                               const TextCallback& on_text, const StopRequested& stop_requested) = 0;
+    // Extends the last message, a reply cut short (by the token limit or the user), from
+    // where it stopped: the new text streams through `on_text` and is appended to it; the
+    // turn's numbers are the extension's. Throws std::invalid_argument when it cannot (no
+    // reply last, its tokens unknown, an engine that cannot); the messages are then as they
+    // were.
+    virtual ChatReply continue_reply(Sampler& sampler, const GenerateOptions& options,
+                                     const TextCallback& on_text,
+                                     const StopRequested& stop_requested);
     // Stores the state behind the last reply where the engine deferred that until the reply
     // was shown (ConversationOptions::defer_state_save); a no-op otherwise.
     virtual void store_pending_state() {}
@@ -61,13 +87,24 @@ public:
     virtual void set_reasoning_effort(const std::string& effort) = 0;
     // As last set; empty: the default.
     virtual std::string reasoning_effort() const = 0;
+    // Tokens a reply may spend thinking; -1: unknown (a remote server decides).
+    virtual int64_t thinking_budget() const { return -1; }
     // A new context size for later turns; std::invalid_argument where it cannot change.
     virtual void set_context(int64_t tokens) = 0;
     // Tokens the context holds; 0: unknown (a remote server decides).
     virtual int64_t context_size() const = 0;
     // Tokens of the context in use after the last reply (a remote one: as the server counted).
     virtual int64_t context_used() const = 0;
+    // Tokens the conversation as it stands takes (after /load, --continue, /new: before any
+    // of it is evaluated); by default what context_used() says.
+    virtual int64_t context_needed() const { return context_used(); }
 };
+
+// Resets `sampler` to the next seed of `seeds`, asks `engine` for the reply and records the
+// seed in it: what every chat front end does for a reply.
+ChatReply respond_seeded(ChatEngine& engine, Sampler& sampler, ReplySeeds& seeds,
+                         const GenerateOptions& options, const TextCallback& on_text,
+                         const StopRequested& stop_requested);
 
 // The in-process engine: a Conversation (not owned) with its live inference state.
 class LocalChatEngine final : public ChatEngine {
@@ -85,6 +122,10 @@ public:
     void store_pending_state() override { conversation_.store_pending_state(); }
     ChatReply respond(Sampler& sampler, const GenerateOptions& options, const TextCallback& on_text,
                       const StopRequested& stop_requested) override;
+    ChatReply continue_reply(Sampler& sampler, const GenerateOptions& options,
+                             const TextCallback& on_text,
+                             const StopRequested& stop_requested) override;
+    int64_t thinking_budget() const override { return conversation_.options().max_thinking_tokens; }
     void set_thinking(bool on, int64_t budget) override { conversation_.set_thinking(on, budget); }
     std::optional<bool> thinking() const override;
     void set_reasoning_effort(const std::string& effort) override {
@@ -96,6 +137,8 @@ public:
     int64_t context_used() const override {
         return static_cast<int64_t>(conversation_.cached_tokens().size());
     }
+    // The conversation rendered and tokenized as the next turn's prompt.
+    int64_t context_needed() const override;
 
     Conversation& conversation() { return conversation_; }
 

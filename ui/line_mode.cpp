@@ -310,7 +310,12 @@ void print_transcript(const ChatEngine& conversation) {
 void show_outcome(const ChatOutcome& outcome, const std::string& input, bool color,
                   ChatController& controller) {
     const bool dim_stderr = color && isatty(STDERR_FILENO);
-    if (outcome.turn) print_note(ChatController::turn_summary(*outcome.turn), dim_stderr);
+    if (outcome.turn) {
+        const std::string note = controller.show_stats()
+                                     ? ChatController::turn_summary(*outcome.turn)
+                                     : ChatController::turn_notes(*outcome.turn);
+        if (!note.empty()) print_note(note, dim_stderr);
+    }
     if (outcome.error) {
         print_note(outcome.message, false);
         return;

@@ -54,6 +54,7 @@ json turn_json(const TurnResult& r, bool show_thinking) {
     j["spec_accepted"] = spec.accepted;
     j["acceptance_rate"] = spec.acceptance_rate();
     j["finish"] = std::string(finish_reason_name(r.finish));
+    if (r.seed) j["seed"] = *r.seed;
     if (!r.warnings.empty()) j["warnings"] = r.warnings;
     if (r.tokens_dropped > 0) {
         j["context_dropped_tokens"] = r.tokens_dropped;
@@ -163,8 +164,8 @@ TurnOutcome report_reply(const ChatReply& reply, PlainPrinter& printer, std::FIL
 // JSONL, answered with an error object), taken back out of the conversation, and the run goes
 // on. A reply that broke off is kept, printed and reported.
 
-TurnOutcome answer(ChatEngine& conv, Sampler& sampler, const std::string& prompt, std::FILE* out,
-                   std::FILE* err, const ScriptedOptions& o, Recorder& rec) {
+TurnOutcome answer(ChatEngine& conv, Sampler& sampler, ReplySeeds& seeds, const std::string& prompt,
+                   std::FILE* out, std::FILE* err, const ScriptedOptions& o, Recorder& rec) {
     const ChatMessage user{"user", prompt, {}, {}};
     conv.add_message(user);
     rec.sync_system(conv);
@@ -173,7 +174,7 @@ TurnOutcome answer(ChatEngine& conv, Sampler& sampler, const std::string& prompt
     PlainPrinter printer(out, o);
     ChatReply reply;
     try {
-        reply = conv.respond(sampler, o.generation, std::ref(printer), nullptr);
+        reply = respond_seeded(conv, sampler, seeds, o.generation, std::ref(printer), nullptr);
     } catch (const std::exception& e) {
         const bool overflow = dynamic_cast<const ContextOverflow*>(&e) != nullptr;
         conv.pop_message();
@@ -255,7 +256,13 @@ std::optional<std::string> jsonl_prompt(const std::string& line, int64_t line_no
     }
     const json role = j.value("role", json("user"));
     if (role == "system") {
-        conv.set_system(j["content"].get<std::string>());
+        // Refused as a prompt holding one is (see run_scripted), not stored.
+        const std::string system = j["content"].get<std::string>();
+        if (const size_t nul = system.find('\0'); nul != std::string::npos) {
+            return complain("the system message holds a NUL byte (byte " +
+                            std::to_string(nul + 1) + ")");
+        }
+        conv.set_system(system);
         return std::nullopt;
     }
     if (role != "user") return complain("role " + role.dump() + " is not \"user\" or \"system\"");
@@ -267,7 +274,9 @@ std::optional<std::string> jsonl_prompt(const std::string& line, int64_t line_no
 int run_single_prompt(ChatEngine& conversation, Sampler& sampler, const std::string& prompt,
                       std::FILE* out, std::FILE* err, const ScriptedOptions& options) {
     Recorder rec(options, err);
-    const TurnOutcome outcome = answer(conversation, sampler, prompt, out, err, options, rec);
+    ReplySeeds seeds(options.seed);
+    const TurnOutcome outcome =
+        answer(conversation, sampler, seeds, prompt, out, err, options, rec);
     return outcome == TurnOutcome::Failed || rec.failed() ? 1 : 0;
 }
 
@@ -277,6 +286,7 @@ int run_scripted(ChatEngine& conversation, Sampler& sampler, std::istream& in, s
     int64_t line_no = 0;
     bool any_failed = false;
     Recorder rec(options, err);
+    ReplySeeds seeds(options.seed);
     while (std::getline(in, line)) {
         ++line_no;
         if (!line.empty() && line.back() == '\r') line.pop_back();
@@ -300,7 +310,8 @@ int run_scripted(ChatEngine& conversation, Sampler& sampler, std::istream& in, s
             any_failed = true;
             continue;
         }
-        const TurnOutcome outcome = answer(conversation, sampler, *prompt, out, err, options, rec);
+        const TurnOutcome outcome =
+            answer(conversation, sampler, seeds, *prompt, out, err, options, rec);
         if (outcome == TurnOutcome::OutputGone) break;
         if (outcome == TurnOutcome::Failed) any_failed = true;
     }

@@ -4,6 +4,7 @@
 
 #include <cstdio>
 #include <istream>
+#include <optional>
 #include <string>
 
 #include "engine/generate/conversation.h"
@@ -21,6 +22,9 @@ struct ScriptedOptions {
     // prompt answers to (the leaf of a resumed conversation, 0 for a new one).
     SessionBackend* sessions = nullptr;
     int64_t parent_id = 0;
+    // The first reply's seed (later replies take the next numbers); nullopt: a fresh random
+    // seed per reply (ReplySeeds).
+    std::optional<uint64_t> seed;
     bool show_thinking = false;  // print the reasoning (plain: before the answer, dimmed
                                  // nowhere; JSONL: in "thinking") instead of omitting it
 };

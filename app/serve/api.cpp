@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <limits>
+#include <random>
 #include <vector>
 
 namespace ember::serve {
@@ -353,7 +354,9 @@ SamplingParams sampling_for(const SamplingRequest& r, const SamplingParams& defa
     if (r.frequency_penalty) p.frequency_penalty = static_cast<float>(*r.frequency_penalty);
     if (r.repeat_penalty) p.repeat_penalty = static_cast<float>(*r.repeat_penalty);
     if (r.top_k) p.top_k = static_cast<int32_t>(*r.top_k);
-    if (r.seed) p.seed = *r.seed;
+    // Without a seed in the request each request samples afresh (as OpenAI's API does).
+    p.seed = r.seed ? *r.seed : (static_cast<uint64_t>(std::random_device{}()) << 32) ^
+                                    std::random_device{}();
     try {
         p.validate();
     } catch (const std::invalid_argument& e) {

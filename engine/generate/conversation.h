@@ -97,6 +97,9 @@ struct TurnResult {
     // Output that broke the model's chat format (harmony), shown as plain text instead.
     std::vector<std::string> warnings;
     GenerateStats stats;
+    // The seed the sampler was reset to for this reply (set by the chat front ends, which
+    // start each reply from its own seed so it can be sampled again); nullopt: not reseeded.
+    std::optional<uint64_t> seed;
 };
 
 // Which part of a reply a piece of text belongs to: a thinking model's reasoning (between

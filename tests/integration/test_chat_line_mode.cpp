@@ -47,7 +47,7 @@ std::string last_line(const std::string& screen) {
     return lines.empty() ? std::string() : lines.back();
 }
 
-// One reply's stats line, as line mode prints it after every reply.
+// One reply's stats line, as line mode prints it after every reply with --verbose.
 struct TurnStats {
     size_t line = 0;  // index in screen_lines()
     int64_t generated = 0;
@@ -188,7 +188,8 @@ TEST(ChatLineMode, StreamsCancelsRegeneratesAndRestoresTheTerminal) {
     std::string screen;
 
     // Long replies (until the context is full) so that Ctrl-C lands mid-reply.
-    tmux.type_line(shell_quote(ember_binary()) + " chat --plain -m " +
+    // --verbose: the stats line after each reply, which the test reads.
+    tmux.type_line(shell_quote(ember_binary()) + " chat --plain --verbose -m " +
                    shell_quote(fixture_path(kModel)) + " -n 100000 --ignore-eos -c 2048 -t 2");
     ASSERT_TRUE(tmux.wait_for(at_prompt, screen)) << screen;
     EXPECT_TRUE(shows(screen, "/help")) << screen;
@@ -293,7 +294,7 @@ TEST(ChatLineMode, NextTurnEvaluatesOnlyTheNewMessage) {
     ASSERT_TRUE(t.tmux);
     const Tmux& tmux = *t.tmux;
     std::string screen;
-    tmux.type_line(shell_quote(ember_binary()) + " chat --plain -m " +
+    tmux.type_line(shell_quote(ember_binary()) + " chat --plain --verbose -m " +
                    shell_quote(fixture_path(kModel)) + " -n 12 --ignore-eos -c 2048 -t 2");
     ASSERT_TRUE(tmux.wait_for(at_prompt, screen)) << screen;
     tmux.type_line("Hello there");

@@ -263,7 +263,7 @@ TEST_F(RemoteLineMode, CancelRegenEditAndExportAgainstTheServer) {
     const std::string command = "env XDG_DATA_HOME=" + shell_quote(dir.path().string()) + " " +
                                 shell_quote(ember_binary()) + " chat --plain --remote " +
                                 shell_quote(server.url() + "/v1") + " --db " + shell_quote(db) +
-                                " --temp 0 -n 3000 --ignore-eos; sleep 30";
+                                " --temp 0 -n 3000 --ignore-eos --verbose; sleep 30";
     ASSERT_EQ(tmux_->start(command, 100, 30).status, 0);
     std::string s;
     ASSERT_TRUE(wait_for([](const std::string& t) { return shows(t, "Ctrl-D to leave"); }, s)) << s;
@@ -328,7 +328,7 @@ TEST_F(RemoteLineMode, FullScreenStreamsARemoteReply) {
     const std::string command =
         "env TERM=xterm-256color XDG_DATA_HOME=" + shell_quote(dir.path().string()) + " " +
         shell_quote(ember_binary()) + " chat --remote " + shell_quote(server.url()) +
-        " --temp 0 -n 8 --db " + shell_quote(dir.file("chat.db")) + "; sleep 30";
+        " --temp 0 -n 8 --verbose --db " + shell_quote(dir.file("chat.db")) + "; sleep 30";
     ASSERT_EQ(tmux_->start(command, 100, 30).status, 0);
     std::string s;
     ASSERT_TRUE(wait_for([](const std::string& t) { return shows(t, "qwen-x"); }, s)) << s;

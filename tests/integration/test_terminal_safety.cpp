@@ -530,7 +530,7 @@ TEST_F(TerminalSafety, LineModeShowsLoadedAndStreamedTextSafely) {
         std::error_code ignored;
         fs::copy_file(db_ + suffix, db + suffix, fs::copy_options::overwrite_existing, ignored);
     }
-    std::vector<std::string> argv = chat({"--plain"});
+    std::vector<std::string> argv = chat({"--plain", "--verbose"});
     for (auto& a : argv) {
         if (a == db_) a = db;
     }

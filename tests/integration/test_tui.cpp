@@ -236,7 +236,8 @@ TEST_F(TuiTest, StreamsScrollsResizesCancelsAndManagesSessions) {
     auto tmux = start_shell("main");
     std::string screen;
     // Bare `ember -m` opens the chat. Replies run until the context is full, a few seconds.
-    tmux->line(ember(model, "-n 100000 --ignore-eos -c 4096"));
+    // --verbose: a stats line under each reply ("[8 tokens, ..."), which the test waits for.
+    tmux->line(ember(model, "-n 100000 --ignore-eos -c 4096 --verbose"));
     ASSERT_TRUE(tmux->wait_for(idle, screen)) << screen;
     expect_consistent(screen, kWidth, "qwen2.gguf");
 
@@ -390,7 +391,7 @@ TEST_F(TuiTest, RendersMarkdownWideCharactersAndPastedText) {
     auto tmux = start_shell("render");
     std::string screen;
     tmux->line(shell_quote(ember_binary()) + " chat -m " + shell_quote(fixture_path(model)) +
-               " --db " + shell_quote(db_) + " -n 4 -t 1");
+               " --db " + shell_quote(db_) + " -n 4 -t 1 --verbose");
     ASSERT_TRUE(tmux->wait_for(idle, screen)) << screen;
 
     // Tab completes a command.

@@ -93,6 +93,56 @@ TEST(SessionsSchema, MigratesVersionOneDatabaseAndIndexesOldMessages) {
     EXPECT_EQ(path_now.back().stats->finish, "stop");
 }
 
+TEST(SessionsSchema, VersionFourStoreKeepsItsRepliesAndGainsPathsAndSeeds) {
+    TempDir dir;
+    const std::string path = dir.file("v4.db");
+    {
+        Database db(path);
+        migrate(db, 4);  // what an ember of schema version 4 wrote: no path, no seeds
+        db.exec(
+            "INSERT INTO conversations(public_id, title, model, model_fingerprint, created_at, "
+            "updated_at) VALUES ('4444abcd', 'v4 chat', 'qwen3.gguf', 'f00d', "
+            "'2026-01-01T00:00:00.000Z', '2026-01-01T00:00:00.000Z');"
+            "INSERT INTO messages(conversation_id, parent_id, role, content, created_at) VALUES "
+            "(1, NULL, 'user', 'hello', '2026-01-01T00:00:00.000Z'), "
+            "(1, 1, 'assistant', 'hi there', '2026-01-01T00:00:01.000Z');"
+            "INSERT INTO reply_stats VALUES (2, 10, 0, 0, 10, 3, 0.1, 0.2, 0.1, 'stop');"
+            "UPDATE conversations SET current_leaf = 2;");
+    }
+    OpenDb o(path);
+    EXPECT_EQ(o.db.user_version(), kSchemaVersion);
+    SessionStore store(o.db);
+    const auto info = store.find("4444abcd");
+    ASSERT_TRUE(info);
+    EXPECT_EQ(info->model, "qwen3.gguf");
+    EXPECT_EQ(info->model_fingerprint, "f00d");
+    EXPECT_EQ(info->model_path, "");  // found again by name and fingerprint
+    const auto branch = store.branch(*info);
+    ASSERT_EQ(branch.size(), 2u);
+    EXPECT_EQ(branch[1].content, "hi there");
+    ASSERT_TRUE(branch[1].stats);
+    EXPECT_EQ(branch[1].stats->tokens_generated, 3);
+    EXPECT_FALSE(branch[1].stats->seed);
+    // New conversations record both; a seed past INT64_MAX comes back whole.
+    NewConversation n;
+    n.model = "m.gguf";
+    n.model_path = "/models/m.gguf";
+    const auto created = store.create(n);
+    ReplyStats stats;
+    stats.finish = "length";
+    stats.seed = 0xfedcba9876543210ull;
+    NewMessage reply = msg("assistant", "sampled");
+    reply.stats = &stats;
+    store.add_message(created.id, store.add_message(created.id, 0, msg("user", "q")), reply);
+    const auto again = store.find(created.public_id);
+    ASSERT_TRUE(again);
+    EXPECT_EQ(again->model_path, "/models/m.gguf");
+    const auto stored = store.branch(*again);
+    ASSERT_EQ(stored.size(), 2u);
+    ASSERT_TRUE(stored[1].stats && stored[1].stats->seed);
+    EXPECT_EQ(*stored[1].stats->seed, 0xfedcba9876543210ull);
+}
+
 TEST(SessionsSchema, NewerSchemaIsRefusedByName) {
     TempDir dir;
     const std::string path = dir.file("future.db");

@@ -2,6 +2,8 @@
 // wrapping, Markdown to styled lines, and transcript layout.
 #include <gtest/gtest.h>
 
+#include <cctype>
+
 #include <string>
 #include <vector>
 
@@ -222,6 +224,45 @@ TEST(TuiStatus, ShowsContextSpeedsAndReuse) {
     info.busy = true;
     info.streamed = 7;
     EXPECT_NE(status_text(info).right.find("replying 7 tok"), std::string::npos);
+}
+
+TEST(TuiStatus, NarrowLinesShortenNamesAndLabelsNeverNumbers) {
+    StatusInfo info;
+    info.model = "a-rather-long-model-name-q4_k_m.gguf";
+    info.context_used = 1191;
+    info.context_total = 18432;
+    TurnResult turn;
+    turn.stats.generated_tokens = 123;
+    turn.stats.decode_seconds = 1.0;
+    turn.stats.prefill_seconds = 0.5;
+    turn.tokens_evaluated = 400;
+    info.last_turn = turn;
+    info.title = "a conversation about lighthouses";
+    for (int width = 16; width <= 160; ++width) {
+        info.width = width;
+        const StatusText text = status_text(info);
+        const int used = display_width(text.left) + display_width(text.right);
+        if (width >= 24) EXPECT_LE(used, width) << width << ": " << text.left;
+        // The context's numbers are always there whole, whatever else had to go.
+        EXPECT_NE(text.left.find(" 1191/18432"), std::string::npos) << width << ": " << text.left;
+        // Any number shown is whole: the ones it could show are these.
+        std::string digits;
+        for (char c : text.left + " ") {
+            if (std::isdigit(static_cast<unsigned char>(c))) {
+                digits += c;
+            } else if (!digits.empty()) {
+                EXPECT_TRUE(digits == "1191" || digits == "18432" || digits == "123" ||
+                            digits == "800" || digits == "122.0" || digits == "122" ||
+                            digits == "4" || digits == "0")
+                    << width << ": " << digits << " in " << text.left;
+                digits.clear();
+            }
+        }
+    }
+    info.width = 0;  // no limit: everything in full
+    EXPECT_NE(status_text(info).left.find("lighthouses"), std::string::npos);
+    info.width = 200;
+    EXPECT_NE(status_text(info).left.find("prefill 800 tok/s"), std::string::npos);
 }
 
 }  // namespace

@@ -24,7 +24,9 @@ namespace fs = std::filesystem;
 constexpr auto kFrameInterval = 16ms;
 // After a lone ESC byte, how long to wait for the rest of an escape sequence.
 constexpr auto kEscapeWait = 30ms;
-constexpr auto kMessageTime = 6s;
+constexpr auto kMessageTime = 5s;
+// A second Ctrl-C on an empty input within this time leaves.
+constexpr auto kDoubleCtrlC = 1s;
 constexpr int kWheelRows = 3;
 constexpr int64_t kSessionLimit = 50;
 constexpr size_t kHistoryLimit = 1000;
@@ -39,7 +41,7 @@ const char* const kKeysHelp =
     "  Ctrl-Left/Right, Alt-B/F: word moves\n"
     "  PgUp/PgDn, mouse wheel: scroll · Ctrl-Home/End (Home/End on an empty input): top/bottom\n"
     "  Ctrl-T: show or hide thinking · Ctrl-O or F2: sessions · Ctrl-L: redraw\n"
-    "  Esc or Ctrl-C: stop the reply · Ctrl-C on an empty input, Ctrl-D, /quit: leave\n"
+    "  Esc or Ctrl-C: stop the reply · Ctrl-D, /quit (or Ctrl-C twice on an empty input): leave\n"
     "  /edit alone puts your last prompt in the input box to change and resend";
 
 void ensure_utf8_locale() {
@@ -126,6 +128,10 @@ int FullScreen::run(ChatController& controller) {
     return impl_->run(controller);
 }
 
+void FullScreen::add_notice(std::string text) {
+    impl_->start_notices.push_back(std::move(text));
+}
+
 void FullScreen::Impl::abort_loading(int signal_number) {
     // The model is still loading on the main thread and cannot be interrupted: give the
     // terminal back and end the way the signal (or Ctrl-C) would have without us.
@@ -169,7 +175,8 @@ int FullScreen::Impl::run(ChatController& c) {
     controller = &c;
     worker = std::make_unique<tui::Worker>();
     context_total = c.engine().context_size();
-    context_used = c.engine().context_used();
+    // A resumed conversation is not evaluated yet: what it takes.
+    context_used = c.engine().context_needed();
     rebuild_transcript(c.engine().messages());
     try {
         sessions = c.list_sessions(kSessionLimit);
@@ -185,6 +192,8 @@ int FullScreen::Impl::run(ChatController& c) {
     } else {
         show_message("resumed '" + session_title() + "'", false);
     }
+    for (auto& notice : start_notices) transcript.add({tui::EntryKind::Notice, std::move(notice)});
+    start_notices.clear();
     for (const auto& key : typed_while_loading) handle_key(key);
     typed_while_loading.clear();
 
@@ -283,6 +292,16 @@ void FullScreen::Impl::show_message(std::string text, bool error) {
     message_error = error;
     message_until = Clock::now() + kMessageTime;
     dirty = true;
+}
+
+void FullScreen::Impl::ctrl_c_on_idle() {
+    const auto now = Clock::now();
+    if (ctrl_c_at && now - *ctrl_c_at <= kDoubleCtrlC) {
+        quit = true;
+        return;
+    }
+    ctrl_c_at = now;
+    show_message("Ctrl-C again to leave (or Ctrl-D, /quit)", false);
 }
 
 void FullScreen::Impl::scroll_by(int rows) {
@@ -453,7 +472,7 @@ void FullScreen::Impl::handle_key(const tui::KeyEvent& key) {
                         input.take();
                         editing_last = false;
                     } else {
-                        quit = true;
+                        ctrl_c_on_idle();
                     }
                     break;
                 case 'd':
@@ -556,6 +575,8 @@ void FullScreen::Impl::run_command(const std::string& line) {
         start_job(JobKind::Edit, line);
     } else if (name == "/regen") {
         start_job(JobKind::Regenerate, line);
+    } else if (name == "/continue") {
+        start_job(JobKind::Continue, line);
     } else {
         start_job(JobKind::Command, line);
     }

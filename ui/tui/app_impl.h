@@ -25,7 +25,7 @@ namespace ember::ui {
 using Clock = std::chrono::steady_clock;
 
 // What the job running on the worker is, for what the UI does when it ends.
-enum class JobKind { None, Reply, Regenerate, Edit, Command, Refresh };
+enum class JobKind { None, Reply, Regenerate, Edit, Continue, Command, Refresh };
 
 struct FullScreen::Impl {
     FullScreenOptions options;
@@ -78,6 +78,10 @@ struct FullScreen::Impl {
 
     bool quit = false;
     int exit_status = 0;
+    // Ctrl-C on an empty input leaves only when pressed again within a second.
+    std::optional<Clock::time_point> ctrl_c_at;
+    // Notices added to the transcript when the chat starts (FullScreen::add_notice).
+    std::vector<std::string> start_notices;
     bool dirty = true;
     bool key_pressed = false;  // draw without waiting for the frame interval
     Clock::time_point last_frame;
@@ -101,6 +105,7 @@ struct FullScreen::Impl {
     void rebuild_transcript(const std::vector<ChatMessage>& messages);
     void complete_input();
     void show_message(std::string text, bool error);
+    void ctrl_c_on_idle();
     void open_picker();
     void load_history();
     void save_history_entry(const std::string& entry);

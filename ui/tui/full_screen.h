@@ -35,9 +35,13 @@ public:
     FullScreen(const FullScreen&) = delete;
     FullScreen& operator=(const FullScreen&) = delete;
 
-    // Runs the chat until /quit, Ctrl-D, Ctrl-C on an empty input or a terminating signal;
+    // Runs the chat until /quit, Ctrl-D, Ctrl-C twice within a second on an empty input or a
+    // terminating signal;
     // returns the exit status (128 + the signal's number after a signal).
     int run(ChatController& controller);
+    // A notice added to the transcript when run() starts (what the load or the store has to
+    // say; stderr is the screen's while it runs).
+    void add_notice(std::string text);
 
     struct Impl;
 

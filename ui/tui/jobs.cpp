@@ -43,6 +43,13 @@ void FullScreen::Impl::start_job(JobKind kind, const std::string& line) {
             space == std::string::npos ? line.size() : line.find_first_not_of(" \n", space);
         transcript.add(
             {tui::EntryKind::User, text == std::string::npos ? std::string() : line.substr(text)});
+    } else if (kind == JobKind::Continue && !transcript.empty() &&
+               transcript.entries().back().kind == tui::EntryKind::Assistant) {
+        // The cut reply grows in place.
+        transcript.update(transcript.size() - 1, [](tui::Entry& e) {
+            e.streaming = true;
+            e.footer.clear();
+        });
     }
     if (kind == JobKind::Reply || kind == JobKind::Regenerate || kind == JobKind::Edit) {
         tui::Entry reply{tui::EntryKind::Assistant};
@@ -68,8 +75,12 @@ void FullScreen::Impl::start_job(JobKind kind, const std::string& line) {
         }
         // A snapshot for the UI thread, which does not touch the controller.
         done.messages = controller->engine().messages();
-        done.context_used = controller->engine().context_used();
+        // A conversation replaced (/load, /new) is not evaluated yet: what it will take.
+        const bool replaced = done.outcome.conversation_replaced && !done.outcome.turn;
+        done.context_used =
+            replaced ? controller->engine().context_needed() : controller->engine().context_used();
         done.context_total = controller->engine().context_size();
+        done.show_stats = controller->show_stats();
         try {
             done.sessions = controller->list_sessions(kSessionLimit);
             done.session_id = controller->session_id();
@@ -114,8 +125,8 @@ void FullScreen::Impl::apply(tui::DoneEvent& event) {
     job = JobKind::None;
     reply_thinking = false;
     const ChatOutcome& outcome = event.outcome;
-    const bool generating =
-        kind == JobKind::Reply || kind == JobKind::Regenerate || kind == JobKind::Edit;
+    const bool generating = kind == JobKind::Reply || kind == JobKind::Regenerate ||
+                            kind == JobKind::Edit || kind == JobKind::Continue;
     // /edit always reports the conversation replaced; the transcript already shows the edit.
     const bool rebuild =
         (outcome.conversation_replaced && !(kind == JobKind::Edit && !outcome.error)) ||
@@ -135,8 +146,11 @@ void FullScreen::Impl::apply(tui::DoneEvent& event) {
         last_turn = outcome.turn;
         for (size_t i = transcript.size(); i-- > 0;) {
             if (transcript.entries()[i].kind != tui::EntryKind::Assistant) continue;
-            transcript.update(
-                i, [&](tui::Entry& e) { e.footer = ChatController::turn_summary(*outcome.turn); });
+            // The numbers stay in the status line; the transcript gets them on request.
+            transcript.update(i, [&](tui::Entry& e) {
+                e.footer = event.show_stats ? ChatController::turn_summary(*outcome.turn)
+                                            : ChatController::turn_notes(*outcome.turn);
+            });
             break;
         }
     } else if (outcome.conversation_replaced && !outcome.error) {

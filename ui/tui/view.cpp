@@ -5,6 +5,8 @@
 
 #include <cmath>
 #include <cstdio>
+#include <string_view>
+#include <vector>
 
 #include "ui/tui/app_impl.h"
 #include "ui/tui/text.h"
@@ -27,48 +29,112 @@ std::string format_rate(double count, double seconds) {
 
 }  // namespace
 
-StatusText status_text(const StatusInfo& info) {
-    StatusText out;
-    out.left = " " + info.model;
-    out.left += kSeparator;
-    // A remote server does not say how large its context is.
-    out.left += "ctx ";
-    out.left += std::to_string(info.context_used);
-    if (info.context_total > 0) {
-        out.left += '/';
-        out.left += std::to_string(info.context_total);
+namespace {
+
+// One piece of the status line: its text in full and briefly (labels shortened, never the
+// numbers), and when it goes as the line narrows (higher first; 0: never).
+struct Piece {
+    std::string full;
+    std::string brief;
+    int drop_rank = 0;
+};
+
+int pieces_width(const std::vector<Piece>& pieces, bool brief) {
+    int width = 0;
+    for (const auto& p : pieces) {
+        width += display_width(" │ ") + display_width(brief ? p.brief : p.full);
     }
+    return width;
+}
+
+std::string join_pieces(const std::vector<Piece>& pieces, bool brief) {
+    std::string out;
+    for (const auto& p : pieces) {
+        out += out.empty() ? " " : kSeparator;
+        out += brief ? p.brief : p.full;
+    }
+    return out;
+}
+
+// `name` cut to `columns` with an ellipsis.
+std::string shortened(const std::string& name, int columns) {
+    if (display_width(name) <= columns) return name;
+    return std::string(fit_prefix(name, std::max(1, columns - 1))) + "…";
+}
+
+std::vector<Piece> status_pieces(const StatusInfo& info) {
+    std::vector<Piece> pieces;
+    pieces.push_back({info.model, info.model, 6});
+    // A remote server does not say how large its context is.
+    std::string ctx = std::to_string(info.context_used);
+    if (info.context_total > 0) {
+        ctx += '/';  // appended in two steps: GCC 12 warns (-Wrestrict) about "/" + string
+        ctx += std::to_string(info.context_total);
+    }
+    // Its label goes last of all (fit_left).
+    pieces.push_back({"ctx " + ctx, "ctx " + ctx, 0});
     if (info.last_turn) {
         const TurnResult& t = *info.last_turn;
         const int64_t decoded = std::max<int64_t>(0, t.stats.generated_tokens - 1);
-        out.left += kSeparator;
-        out.left += std::to_string(t.stats.generated_tokens) + " tok";
-        out.left += kSeparator;
-        out.left += "prefill " +
-                    format_rate(static_cast<double>(t.tokens_evaluated), t.stats.prefill_seconds) +
-                    " tok/s";
-        out.left += kSeparator;
-        out.left += "decode " + format_rate(static_cast<double>(decoded), t.stats.decode_seconds) +
-                    " tok/s";
+        pieces.push_back({std::to_string(t.stats.generated_tokens) + " tok",
+                          std::to_string(t.stats.generated_tokens) + " tok", 3});
+        const std::string prefill =
+            format_rate(static_cast<double>(t.tokens_evaluated), t.stats.prefill_seconds);
+        pieces.push_back({"prefill " + prefill + " tok/s", "pp " + prefill, 4});
+        const std::string decode =
+            format_rate(static_cast<double>(decoded), t.stats.decode_seconds);
+        pieces.push_back({"decode " + decode + " tok/s", "tg " + decode, 2});
         const SpeculationStats& spec = t.stats.speculation;
         if (spec.drafted > 0) {
             // Share of drafted tokens the model kept (n-gram speculation).
-            out.left += kSeparator;
-            out.left += "spec " +
-                        std::to_string(static_cast<int>(spec.acceptance_rate() * 100.0 + 0.5)) +
-                        "%";
+            const std::string share =
+                std::to_string(static_cast<int>(spec.acceptance_rate() * 100.0 + 0.5)) + "%";
+            pieces.push_back({"spec " + share, "spec " + share, 5});
         }
-        out.left += kSeparator;
-        out.left += t.tokens_reused > 0 ? "warm, " + std::to_string(t.tokens_reused) + " reused"
-                                        : std::string("cold");
+        pieces.push_back({t.tokens_reused > 0
+                              ? "warm, " + std::to_string(t.tokens_reused) + " reused"
+                              : std::string("cold"),
+                          t.tokens_reused > 0 ? "warm" : "cold", 5});
     }
     if (!info.title.empty()) {
-        out.left += kSeparator;
-        out.left += sanitize(info.title);
-        for (char& c : out.left) {
+        std::string title = sanitize(info.title);
+        for (char& c : title) {
             if (c == '\n') c = ' ';
         }
+        pieces.push_back({title, title, 7});
     }
+    return pieces;
+}
+
+// The left part within `width` columns (0: any): the title goes first, then the model's name
+// is shortened, then labels, then whole pieces, least useful first; a number is never cut.
+std::string fit_left(std::vector<Piece> pieces, int width) {
+    if (width <= 0 || pieces_width(pieces, false) <= width) return join_pieces(pieces, false);
+    const auto drop = [&](int rank) {
+        std::erase_if(pieces, [&](const Piece& p) { return p.drop_rank == rank; });
+    };
+    drop(7);  // the title
+    if (pieces_width(pieces, false) <= width) return join_pieces(pieces, false);
+    for (auto& p : pieces) {
+        if (p.drop_rank == 6) p.full = p.brief = shortened(p.full, 16);
+    }
+    if (pieces_width(pieces, false) <= width) return join_pieces(pieces, false);
+    for (int rank : {5, 4, 3, 2, 6}) {
+        if (pieces_width(pieces, true) <= width) break;
+        drop(rank);
+    }
+    if (pieces_width(pieces, true) > width) {
+        for (auto& p : pieces) {
+            if (p.brief.starts_with("ctx ")) p.brief.erase(0, 4);
+        }
+    }
+    return join_pieces(pieces, true);
+}
+
+}  // namespace
+
+StatusText status_text(const StatusInfo& info) {
+    StatusText out;
     if (info.scrolled_rows > 0) {
         out.right = "↓ " + std::to_string(info.scrolled_rows) + " more · End ";
     }
@@ -77,7 +143,14 @@ StatusText status_text(const StatusInfo& info) {
         std::snprintf(seconds, sizeof seconds, "%.0fs", std::floor(info.busy_seconds));
         out.right += std::string(info.thinking ? "thinking " : "replying ") +
                      std::to_string(info.streamed) + " tok " + seconds + " · Esc stops ";
+        // A narrow line keeps the numbers.
+        if (info.width > 0 && display_width(out.right) * 2 > info.width) {
+            out.right = std::to_string(info.streamed) + " tok " + seconds + " ";
+        }
     }
+    const int left_width =
+        info.width > 0 ? std::max(1, info.width - display_width(out.right) - 1) : 0;
+    out.left = fit_left(status_pieces(info), left_width);
     return out;
 }
 
@@ -100,6 +173,28 @@ std::string size_text(const std::string& path) {
 
 tui::Spans one(std::string text, tui::Style s) {
     return {{std::move(text), s}};
+}
+
+// `text` (sanitized, one line) in rows of `width` columns, broken at spaces where it can,
+// at most `max_rows` of them (the last one then ends in "…").
+std::vector<std::string> wrap_message(const std::string& text, int width, size_t max_rows) {
+    std::vector<std::string> rows;
+    std::string_view rest = text;
+    while (!rest.empty() && rows.size() < max_rows) {
+        std::string_view piece = tui::fit_prefix(rest, width);
+        if (piece.empty()) break;  // a wide character in a one-column row
+        if (piece.size() < rest.size()) {
+            const size_t space = piece.rfind(' ');
+            if (space != std::string_view::npos && space > 0) piece = piece.substr(0, space);
+        }
+        rows.emplace_back(piece);
+        rest.remove_prefix(piece.size());
+        while (!rest.empty() && rest.front() == ' ') rest.remove_prefix(1);
+    }
+    if (!rest.empty() && !rows.empty()) {
+        rows.back() = std::string(tui::fit_prefix(rows.back(), std::max(1, width - 1))) + "…";
+    }
+    return rows;
 }
 
 }  // namespace
@@ -150,13 +245,19 @@ void FullScreen::Impl::draw() {
     const int most_input_rows = rows < 4 ? 1 : std::max(1, (rows - 1) / 3);
     const int input_height = std::clamp(static_cast<int>(layout.rows.size()), 1, most_input_rows);
     const int status_row = rows - input_height - 1;  // -1: no room for it
-    const bool with_message = !message.empty() && status_row >= 2;
-    const int transcript_height = std::max(0, status_row - (with_message ? 1 : 0));
+    // The message above the status line wraps (up to a few rows) rather than being cut.
+    std::vector<std::string> message_rows;
+    if (!message.empty() && status_row >= 2) {
+        const size_t most = static_cast<size_t>(std::clamp(status_row / 3, 1, 4));
+        message_rows = wrap_message(tui::sanitize(message), std::max(1, cols - 1), most);
+    }
+    const int message_height = static_cast<int>(message_rows.size());
+    const int transcript_height = std::max(0, status_row - message_height);
     draw_transcript(0, transcript_height);
-    if (with_message) {
-        const tui::Style s = message_error ? tui::style::kError : tui::style::kNotice;
-        screen->draw(status_row - 1, 0, one(std::string(" ").append(tui::sanitize(message)), s),
-                     cols);
+    const tui::Style message_style = message_error ? tui::style::kError : tui::style::kNotice;
+    for (int i = 0; i < message_height; ++i) {
+        screen->draw(status_row - message_height + i, 0,
+                     one(std::string(" ").append(message_rows[i]), message_style), cols);
     }
     if (status_row >= 0) draw_status(status_row);
     draw_input(rows - input_height, input_height, layout);
@@ -203,6 +304,7 @@ void FullScreen::Impl::draw_status(int row) {
     info.context_used = context_used + (info.busy ? streamed : 0);
     info.busy_seconds = std::chrono::duration<double>(Clock::now() - job_started).count();
     info.scrolled_rows = follow ? 0 : std::max(0, view_total - view_top - view_height);
+    info.width = cols;
     const tui::StatusText text = tui::status_text(info);
     screen->fill(row, 0, cols, tui::style::kStatus);
     const int right_width = tui::display_width(text.right);

@@ -20,6 +20,8 @@ struct StatusInfo {
     int64_t streamed = 0;   // tokens of the reply being written (about)
     double busy_seconds = 0;
     int scrolled_rows = 0;  // rows below the view when the user scrolled back; 0: follows
+    // Columns the line has (0: any): names shorten and labels go before any number is cut.
+    int width = 0;
 };
 
 // " llama.gguf │ ctx 530/4096 │ 16 tok │ prefill 812 tok/s │ decode 85.3 tok/s │ warm 120

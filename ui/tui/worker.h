@@ -33,6 +33,7 @@ struct DoneEvent {
     std::string session_id;
     int64_t context_used = 0;   // tokens the inference state holds
     int64_t context_total = 0;  // the context size
+    bool show_stats = false;    // a line of numbers under each reply (/set stats)
 };
 
 using Event = std::variant<StreamEvent, DoneEvent>;
