@@ -6,8 +6,8 @@
 #include <sstream>
 
 #include "app/commands.h"
-#include "engine/chat/json_depth.h"
-#include "engine/chat/template.h"
+#include "engine/template/json_depth.h"
+#include "engine/template/template.h"
 #include "engine/generate/default_template.h"
 #include "engine/gguf/gguf.h"
 #include "engine/tokenizer/tokenizer.h"

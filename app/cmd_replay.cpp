@@ -32,7 +32,7 @@
 #include "app/remote_chat.h"
 #include "app/serve/client.h"
 #include "app/session_adapter.h"
-#include "engine/chat/json_depth.h"
+#include "engine/template/json_depth.h"
 #include "engine/generate/conversation.h"
 #include "engine/model/model.h"
 #include "engine/util/thread_pool.h"

@@ -9,7 +9,7 @@
 #include <random>
 #include <unordered_set>
 
-#include "engine/chat/json_depth.h"
+#include "engine/template/json_depth.h"
 
 namespace ember::sessions {
 

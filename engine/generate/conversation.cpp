@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <stdexcept>
 
-#include "engine/chat/template.h"
+#include "engine/template/template.h"
 #include "engine/generate/default_template.h"
 #include "engine/generate/harmony.h"
 #include "engine/generate/ngram.h"

@@ -11,7 +11,7 @@
 #include <thread>
 #include <vector>
 
-#include "engine/chat/template.h"
+#include "engine/template/template.h"
 
 namespace ember {
 namespace {

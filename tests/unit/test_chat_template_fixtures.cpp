@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/chat/template.h"
+#include "engine/template/template.h"
 #include "engine/generate/conversation.h"
 #include "engine/gguf/gguf.h"
 #include "engine/tokenizer/tokenizer.h"

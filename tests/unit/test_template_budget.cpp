@@ -11,7 +11,7 @@
 #include <string>
 #include <string_view>
 
-#include "engine/chat/template.h"
+#include "engine/template/template.h"
 
 namespace ember {
 namespace {

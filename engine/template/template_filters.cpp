@@ -5,9 +5,9 @@
 #include <cstdio>
 #include <cstdlib>
 
-#include "engine/chat/template_builtins.h"
-#include "engine/chat/template_interp.h"
-#include "engine/chat/template_strings.h"
+#include "engine/template/template_builtins.h"
+#include "engine/template/template_interp.h"
+#include "engine/template/template_strings.h"
 
 namespace ember::jinja {
 

@@ -1,9 +1,9 @@
-#include "engine/chat/template.h"
+#include "engine/template/template.h"
 
 #include <ctime>
 
-#include "engine/chat/template_interp.h"
-#include "engine/chat/template_parser.h"
+#include "engine/template/template_interp.h"
+#include "engine/template/template_parser.h"
 
 namespace ember {
 

@@ -7,10 +7,10 @@
 #include <utility>
 #include <vector>
 
-#include "engine/chat/template_ast.h"
-#include "engine/chat/template_builtins.h"
-#include "engine/chat/template_strings.h"
-#include "engine/chat/template_value.h"
+#include "engine/template/template_ast.h"
+#include "engine/template/template_builtins.h"
+#include "engine/template/template_strings.h"
+#include "engine/template/template_value.h"
 
 namespace ember::jinja {
 

@@ -8,7 +8,7 @@
 #include <utility>
 #include <vector>
 
-#include "engine/chat/template_value.h"
+#include "engine/template/template_value.h"
 
 namespace ember::jinja {
 

@@ -5,7 +5,7 @@
 #include <memory>
 #include <string_view>
 
-#include "engine/chat/template_ast.h"
+#include "engine/template/template_ast.h"
 
 namespace ember::jinja {
 

@@ -8,7 +8,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
-#include "engine/chat/template.h"
+#include "engine/template/template.h"
 
 namespace ember {
 

@@ -1,13 +1,13 @@
-#include "engine/chat/template_value.h"
+#include "engine/template/template_value.h"
 
 #include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstdio>
 
-#include "engine/chat/template.h"
-#include "engine/chat/template_builtins.h"
-#include "engine/chat/template_strings.h"
+#include "engine/template/template.h"
+#include "engine/template/template_builtins.h"
+#include "engine/template/template_strings.h"
 
 namespace ember::jinja {
 

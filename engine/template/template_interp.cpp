@@ -1,9 +1,9 @@
-#include "engine/chat/template_interp.h"
+#include "engine/template/template_interp.h"
 
 #include <algorithm>
 
-#include "engine/chat/template.h"
-#include "engine/chat/template_builtins.h"
+#include "engine/template/template.h"
+#include "engine/template/template_builtins.h"
 
 namespace ember::jinja {
 

@@ -1,11 +1,11 @@
-#include "engine/chat/template_lexer.h"
+#include "engine/template/template_lexer.h"
 
 #include <array>
 #include <cctype>
 #include <cstdlib>
 
-#include "engine/chat/template.h"
-#include "engine/chat/template_strings.h"
+#include "engine/template/template.h"
+#include "engine/template/template_strings.h"
 
 namespace ember::jinja {
 

@@ -1,10 +1,10 @@
-#include "engine/chat/template_parser.h"
+#include "engine/template/template_parser.h"
 
 #include <algorithm>
 
-#include "engine/chat/template.h"
-#include "engine/chat/template_builtins.h"
-#include "engine/chat/template_lexer.h"
+#include "engine/template/template.h"
+#include "engine/template/template_builtins.h"
+#include "engine/template/template_lexer.h"
 
 namespace ember::jinja {
 

@@ -1,4 +1,4 @@
-#include "engine/chat/template_strings.h"
+#include "engine/template/template_strings.h"
 
 #include <algorithm>
 #include <array>

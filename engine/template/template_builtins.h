@@ -9,7 +9,7 @@
 #include <string_view>
 #include <vector>
 
-#include "engine/chat/template_value.h"
+#include "engine/template/template_value.h"
 
 namespace ember::jinja {
 

@@ -2,10 +2,10 @@
 #include <algorithm>
 #include <array>
 
-#include "engine/chat/template.h"
-#include "engine/chat/template_builtins.h"
-#include "engine/chat/template_interp.h"
-#include "engine/chat/template_strings.h"
+#include "engine/template/template.h"
+#include "engine/template/template_builtins.h"
+#include "engine/template/template_interp.h"
+#include "engine/template/template_strings.h"
 
 namespace ember::jinja {
 
