@@ -6,6 +6,7 @@
 
 #include "engine/model/ops.h"
 #include "engine/model/state.h"
+#include "engine/util/grow.h"
 #include "engine/util/thread_pool.h"
 
 namespace ember {
@@ -23,10 +24,6 @@ constexpr int64_t kTasksPerThread = 4;
 // ...and at most this many floats of partial records per task (long contexts have many runs).
 constexpr int64_t kBlockRecordFloats = int64_t{1} << 20;
 
-template <class T>
-void grow(std::vector<T>& v, int64_t n) {
-    if (static_cast<int64_t>(v.size()) < n) v.resize(static_cast<size_t>(n));
-}
 
 // Positions [first, end) a query sees.
 struct Visible {

@@ -1,4 +1,4 @@
-// The forward pass of the transformer families (llama, qwen2, qwen3, qwen3moe).
+// The forward pass of every family (forward.cpp; the layers in layers.h, on a backend).
 #pragma once
 
 #include <cstdint>

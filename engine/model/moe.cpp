@@ -5,6 +5,7 @@
 
 #include "engine/model/model.h"
 #include "engine/model/ops.h"
+#include "engine/util/grow.h"
 #include "engine/util/thread_pool.h"
 
 namespace ember {
@@ -16,10 +17,6 @@ namespace {
 // each is still streamed once per batch; a chunk holds at least one expert.
 constexpr int64_t kChunkPairs = 512;
 
-template <class T>
-void grow(std::vector<T>& v, int64_t n) {
-    if (static_cast<int64_t>(v.size()) < n) v.resize(static_cast<size_t>(n));
-}
 
 // gpt-oss's activation (HF GptOssExperts): gate clamped above at `limit`, up to [-limit,
 // limit], gate[i] = gate * sigmoid(alpha * gate) * (up + 1).

@@ -34,49 +34,6 @@ int connect_to(int port) {
     return connect_loopback(port);
 }
 
-bool send_all(int fd, const std::string& data) {
-    size_t sent = 0;
-    while (sent < data.size()) {
-        const ssize_t n = send(fd, data.data() + sent, data.size() - sent, MSG_NOSIGNAL);
-        if (n <= 0) return false;
-        sent += static_cast<size_t>(n);
-    }
-    return true;
-}
-
-// Reads one response with a Content-Length from `fd` (empty when the connection closes or
-// `timeout_ms` passes first). Bytes read past it are kept in `carry` for the next call.
-std::string read_response(int fd, int timeout_ms, std::string* carry = nullptr) {
-    std::string got;
-    if (carry != nullptr) got.swap(*carry);
-    char buf[8192];
-    const auto deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
-    while (Clock::now() < deadline) {
-        const size_t head_end = got.find("\r\n\r\n");
-        if (head_end != std::string::npos) {
-            const size_t cl = got.find("Content-Length: ");
-            if (cl != std::string::npos && cl < head_end &&
-                got.size() >= head_end + 4 + std::stoul(got.substr(cl + 16))) {
-                const size_t end = head_end + 4 + std::stoul(got.substr(cl + 16));
-                if (carry != nullptr) *carry = got.substr(end);
-                got.resize(end);
-                return got;
-            }
-        }
-        pollfd p{fd, POLLIN, 0};
-        if (poll(&p, 1, 20) <= 0) continue;
-        const ssize_t n = recv(fd, buf, sizeof buf, 0);
-        if (n <= 0) break;
-        got.append(buf, static_cast<size_t>(n));
-    }
-    return {};
-}
-
-std::string post_raw(const std::string& path, const std::string& body) {
-    return "POST " + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n" +
-           "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
-}
-
 std::vector<std::string> base_args() {
     return {"-m",      fixture_path("models/stories260K.gguf"),
             "--no-db", "-t",

@@ -33,47 +33,8 @@ double seconds_since(Clock::time_point t0) {
     return std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
-bool send_all(int fd, const std::string& data) {
-    size_t sent = 0;
-    while (sent < data.size()) {
-        const ssize_t n = send(fd, data.data() + sent, data.size() - sent, MSG_NOSIGNAL);
-        if (n <= 0) return false;
-        sent += static_cast<size_t>(n);
-    }
-    return true;
-}
-
-// Reads one response (headers and a Content-Length body), or what came before the
-// connection closed or `timeout_ms` passed.
-std::string read_response(int fd, int timeout_ms) {
-    std::string got;
-    char buf[8192];
-    const auto deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
-    while (Clock::now() < deadline) {
-        const size_t head_end = got.find("\r\n\r\n");
-        if (head_end != std::string::npos) {
-            const size_t cl = got.find("Content-Length: ");
-            if (cl != std::string::npos && cl < head_end &&
-                got.size() >= head_end + 4 + std::stoul(got.substr(cl + 16))) {
-                break;
-            }
-        }
-        pollfd p{fd, POLLIN, 0};
-        if (poll(&p, 1, 20) <= 0) continue;
-        const ssize_t n = recv(fd, buf, sizeof buf, 0);
-        if (n <= 0) break;
-        got.append(buf, static_cast<size_t>(n));
-    }
-    return got;
-}
-
 int status_of(const std::string& response) {
     return response.rfind("HTTP/1.1 ", 0) == 0 ? std::atoi(response.c_str() + 9) : 0;
-}
-
-std::string post_raw(const std::string& path, const std::string& body) {
-    return "POST " + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n" +
-           "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
 }
 
 // GET /health on a new connection: the response and how long it took.

@@ -62,31 +62,6 @@ long rss_kib(int pid) {
     return status_field(pid);
 }
 
-bool send_all(int fd, const std::string& data) {
-    size_t sent = 0;
-    while (sent < data.size()) {
-        const ssize_t n = send(fd, data.data() + sent, data.size() - sent, MSG_NOSIGNAL);
-        if (n <= 0) return false;
-        sent += static_cast<size_t>(n);
-    }
-    return true;
-}
-
-// Reads until the server closes the connection, `timeout_ms` passes, or `enough` says so.
-std::string read_all(int fd, int timeout_ms) {
-    std::string got;
-    char buf[8192];
-    const auto deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
-    while (Clock::now() < deadline) {
-        pollfd p{fd, POLLIN, 0};
-        if (poll(&p, 1, 50) <= 0) continue;
-        const ssize_t n = recv(fd, buf, sizeof buf, 0);
-        if (n <= 0) break;
-        got.append(buf, static_cast<size_t>(n));
-    }
-    return got;
-}
-
 const std::vector<std::string> kPrompts = {"Once upon a time", "The cat sat", "Tom went to",
                                            "She saw a bird",   "A big dog",   "In the park",
                                            "The sun was hot",  "Lily and Ben"};
@@ -169,7 +144,7 @@ public:
                     if (fd >= 0) close(fd);
                     continue;
                 }
-                const std::string text = streamed_text(read_all(fd, 120000));
+                const std::string text = streamed_text(read_until_closed(fd, 120000));
                 close(fd);
                 if (text == "!error") {
                     ++t.failed;
@@ -244,9 +219,9 @@ public:
             for (int i = 0; i < 64 && response.empty(); ++i) {  // up to 2 MiB
                 if (!send_all(fd, chunk)) break;
                 pollfd p{fd, POLLIN, 0};
-                if (poll(&p, 1, 0) > 0) response = read_all(fd, 2000);
+                if (poll(&p, 1, 0) > 0) response = read_until_closed(fd, 2000);
             }
-            if (response.empty()) response = read_all(fd, 5000);
+            if (response.empty()) response = read_until_closed(fd, 5000);
             close(fd);
             response.rfind("HTTP/1.1 413", 0) == 0 ? ++t.oversized_413 : ++t.oversized_other;
             std::this_thread::sleep_for(std::chrono::milliseconds(200 + rng() % 300));
@@ -275,7 +250,7 @@ json health_of(int port, double* seconds = nullptr) {
     const int fd = connect_loopback(port);
     if (fd < 0) return json();
     send_all(fd, "GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
-    const std::string r = read_all(fd, 10000);
+    const std::string r = read_until_closed(fd, 10000);
     close(fd);
     if (seconds != nullptr) *seconds = seconds_since(t0);
     const size_t body = r.find("\r\n\r\n");

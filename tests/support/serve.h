@@ -4,10 +4,12 @@
 #include <arpa/inet.h>
 #include <httplib.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -69,6 +71,69 @@ inline std::vector<nlohmann::json> sse_events(const std::string& body) {
         events.push_back(nlohmann::json::parse(line.substr(6)));
     }
     return events;
+}
+
+
+// A POST request of a JSON `body` to `path`, as raw HTTP/1.1 bytes.
+inline std::string post_raw(const std::string& path, const std::string& body) {
+    return "POST " + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n" +
+           "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
+}
+
+// Sends all of `data` on `fd`; false when the peer closed or reset first.
+inline bool send_all(int fd, const std::string& data) {
+    size_t sent = 0;
+    while (sent < data.size()) {
+        const ssize_t n = send(fd, data.data() + sent, data.size() - sent, MSG_NOSIGNAL);
+        if (n <= 0) return false;
+        sent += static_cast<size_t>(n);
+    }
+    return true;
+}
+
+// Everything the server sends on `fd` until it closes the connection or `timeout_ms` passes.
+inline std::string read_until_closed(int fd, int timeout_ms) {
+    std::string got;
+    char buf[8192];
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+    while (std::chrono::steady_clock::now() < deadline) {
+        pollfd p{fd, POLLIN, 0};
+        if (poll(&p, 1, 20) <= 0) continue;
+        const ssize_t n = recv(fd, buf, sizeof buf, 0);
+        if (n <= 0) break;
+        got.append(buf, static_cast<size_t>(n));
+    }
+    return got;
+}
+
+// One response with a Content-Length from `fd`; what came before the connection closed or
+// `timeout_ms` passed when it is not complete by then. Bytes read past a complete response
+// are kept in `carry` for the next call.
+inline std::string read_response(int fd, int timeout_ms, std::string* carry = nullptr) {
+    std::string got;
+    if (carry != nullptr) got.swap(*carry);
+    char buf[8192];
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+    while (std::chrono::steady_clock::now() < deadline) {
+        const size_t head_end = got.find("\r\n\r\n");
+        if (head_end != std::string::npos) {
+            const size_t cl = got.find("Content-Length: ");
+            if (cl != std::string::npos && cl < head_end) {
+                const size_t end = head_end + 4 + std::stoul(got.substr(cl + 16));
+                if (got.size() >= end) {
+                    if (carry != nullptr) *carry = got.substr(end);
+                    got.resize(end);
+                    return got;
+                }
+            }
+        }
+        pollfd p{fd, POLLIN, 0};
+        if (poll(&p, 1, 20) <= 0) continue;
+        const ssize_t n = recv(fd, buf, sizeof buf, 0);
+        if (n <= 0) break;
+        got.append(buf, static_cast<size_t>(n));
+    }
+    return got;
 }
 
 }  // namespace ember::test

@@ -9,6 +9,7 @@
 #include "engine/model/moe.h"
 #include "engine/model/ops.h"
 #include "engine/model/state.h"
+#include "engine/util/grow.h"
 #include "engine/util/thread_pool.h"
 
 namespace ember {
@@ -42,7 +43,6 @@ CpuBackend::CpuBackend(const Model& model, InferenceState& state, ThreadPool& po
     : model_(model), c_(model.config()), st_(state), pool_(pool) {}
 
 BatchBuffers& CpuBackend::begin_batch(int64_t pos0, int64_t n) {
-    using cpu::grow;
     const ModelConfig& c = c_;
     ForwardScratch& s = st_.scratch;
     pos0_ = pos0;

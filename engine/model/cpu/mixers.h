@@ -7,6 +7,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "engine/util/grow.h"
+
 namespace ember {
 
 class ThreadPool;
@@ -27,10 +29,6 @@ struct MixerPass {
 void short_conv_mixer(const MixerPass& p, const LayerWeights& layer, int64_t index);
 void delta_net_mixer(const MixerPass& p, const LayerWeights& layer, int64_t index);
 
-template <class T>
-void grow(std::vector<T>& v, int64_t n) {
-    if (static_cast<int64_t>(v.size()) < n) v.resize(static_cast<size_t>(n));
-}
 
 // Depthwise causal convolution over time, continuing from `history`:
 //   out[t][c] = sum_k taps[c*K + k] * in_ext[t + k][c], in_ext = history rows ++ in rows.
