@@ -18,9 +18,11 @@
 #include "engine/generate/default_template.h"
 #include "engine/model/model.h"
 #include "engine/util/thread_pool.h"
+#include "ui/attachments.h"
 #include "ui/chat_controller.h"
 #include "ui/chat_engine.h"
 #include "ui/line_mode.h"
+#include "ui/presets.h"
 #include "ui/scripted.h"
 #include "ui/session_backend.h"
 #include "ui/terminal_text.h"
@@ -35,6 +37,8 @@ namespace fs = std::filesystem;
 struct ChatOptions {
     std::string model;
     std::string prompt;
+    std::vector<std::string> files;           // -f: attached before the prompt
+    std::vector<ui::Attachment> attachments;  // scripted: -f's files and stdin with -p
     std::string system;
     std::string template_file;
     std::vector<std::string> stops;
@@ -65,6 +69,8 @@ struct ChatOptions {
     std::string state_cap = kDefaultStateCap;
     std::string remote;  // an OpenAI-compatible API's URL: replies come from there
     std::string api_key_env;
+    std::string preset;   // --preset: a named preset of the config file
+    ui::Presets presets;  // the config file's, for --preset and /preset
     std::string remote_model;
 };
 
@@ -124,6 +130,7 @@ int run_front_end(ui::ChatEngine& engine, Sampler& sampler, ChatSessions& sessio
     so.generation.speculation.enabled = !o.no_spec;
     so.generation.speculation.draft_max = o.draft_max;
     if (o.seed_given) so.seed = o.sampling.seed;
+    so.attachments = o.attachments;
     if (scripted) {
         // Turns are committed as they complete; a resumed conversation continues its branch.
         so.sessions = &sessions.backend();
@@ -146,7 +153,16 @@ int run_front_end(ui::ChatEngine& engine, Sampler& sampler, ChatSessions& sessio
         const ui::ChatOutcome loaded = controller.load_session(sessions.resume_id());
         if (loaded.error) throw std::runtime_error(loaded.message);
     }
-    const std::string notice = first_run_notice(sessions, o);
+    std::string notice = first_run_notice(sessions, o);
+    for (const std::string& file : o.files) {
+        // -f in an interactive chat: as /file, for the first message.
+        const ui::ChatOutcome attached = controller.handle_command("/file " + file, {});
+        if (attached.error) {
+            const std::string& m = attached.message;
+            throw std::runtime_error("-f: " + (m.starts_with("/file: ") ? m.substr(7) : m));
+        }
+        notice += (notice.empty() ? "" : "\n") + attached.message;
+    }
     int status = 0;
     if (screen != nullptr) {
         if (!notice.empty()) screen->add_notice(notice);
@@ -186,6 +202,8 @@ int run_local_chat(ChatOptions& o) {
         ui::FullScreenOptions screen_options;
         screen_options.model_path = model_path;
         screen_options.history_path = ui::default_history_path();
+        screen_options.presets = o.presets;
+        screen_options.config_path = config_path();
         screen = ui::FullScreen::open(screen_options);
     }
     auto model = load_model(model_path, o.activations);
@@ -266,6 +284,8 @@ int run_remote_chat(ChatOptions& o) {
         ui::FullScreenOptions screen_options;
         screen_options.model_name = model;
         screen_options.history_path = ui::default_history_path();
+        screen_options.presets = o.presets;
+        screen_options.config_path = config_path();
         screen = ui::FullScreen::open(screen_options);
     }
     RemoteChatOptions remote_options;
@@ -293,7 +313,20 @@ int run_remote_chat(ChatOptions& o) {
 
 int run_chat(ChatOptions& o) {
     o.sampling.validate();
+    // Read before the model loads, so a file that is not text fails at once; stdin is
+    // attached only with -p (without it, scripted prompts come from stdin).
+    if (chat_is_scripted(o)) {
+        o.attachments = ui::command_line_attachments(o.files, !o.prompt.empty());
+    }
     return o.remote.empty() ? run_local_chat(o) : run_remote_chat(o);
+}
+
+// --preset: its sampling over the config's (under the flags), its system prompt unless --system.
+void apply_preset(ChatOptions& o, const CLI::App& cmd) {
+    const ui::Preset& preset = ui::find_preset(o.presets, o.preset, config_path());
+    apply_config_sampling(nlohmann::json{{"sampling", preset.sampling}}, cmd, o.sampling);
+    o.seed_given = o.seed_given || preset.sampling.contains("seed");
+    if (preset.system && cmd.count("--system") == 0) o.system = *preset.system;
 }
 
 }  // namespace
@@ -312,6 +345,9 @@ void register_chat_command(CLI::App& app, std::vector<Command>& out) {
         app.add_subcommand("chat", "Chat with a model (scripted when stdin is not a terminal)");
     add_model_option(cmd, o->model);
     cmd->add_option("-p,--prompt", o->prompt, "Answer this one prompt and exit");
+    cmd->add_option("-f,--file", o->files,
+                    "Attach a text file before the prompt (repeatable; with -p, stdin that is "
+                    "not a terminal is attached too)");
     cmd->add_option("--system", o->system, "System prompt");
     cmd->add_option("--chat-template", o->template_file,
                     "Jinja chat template file overriding the model's")
@@ -378,6 +414,10 @@ void register_chat_command(CLI::App& app, std::vector<Command>& out) {
                     "With --remote: the model to ask for (default: the server's first)")
         ->needs(remote);
     add_sampling_options(cmd, o->sampling);
+    cmd->add_option("--preset", o->preset,
+                    "A named preset of the config file (\"presets\": {NAME: {\"system\": ..., "
+                    "\"sampling\": {...}}}), under the flags")
+        ->type_name("NAME");
     out.push_back({cmd, [o, cmd] {
                        // Default sampling settings from the config file, under the flags.
                        const nlohmann::json config = load_config();
@@ -385,6 +425,8 @@ void register_chat_command(CLI::App& app, std::vector<Command>& out) {
                        o->seed_given =
                            cmd->count("--seed") > 0 ||
                            (config.contains("sampling") && config["sampling"].contains("seed"));
+                       o->presets = ui::parse_presets(config, config_path());
+                       if (!o->preset.empty()) apply_preset(*o, *cmd);
                        return run_chat(*o);
                    }});
 }

@@ -26,6 +26,7 @@
 #include "engine/model/state.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "engine/util/thread_pool.h"
+#include "ui/attachments.h"
 #include "ui/chat_engine.h"
 #include "ui/terminal_text.h"
 
@@ -38,6 +39,8 @@ using json = nlohmann::json;
 struct RunOptions {
     std::string model;
     std::string prompt;
+    // -f: attached before the prompt (ui/attachments.h).
+    std::vector<std::string> files;
     std::string ids;
     bool ids_given = false;  // --ids was on the command line (even as an empty list)
     int64_t n_predict = 128;
@@ -467,6 +470,10 @@ void register_model_commands(CLI::App& app, std::vector<Command>& out) {
     auto* prompt_opt = run->add_option("-p,--prompt", run_opts->prompt, "Prompt text");
     auto* ids_opt = run->add_option("--ids", run_opts->ids, "Prompt as token ids: 1,2,3");
     prompt_opt->excludes(ids_opt);
+    auto* file_opt = run->add_option("-f,--file", run_opts->files,
+                                     "Attach a text file before the prompt (repeatable; with "
+                                     "-p, stdin that is not a terminal is attached too)");
+    file_opt->excludes(ids_opt);
     run->add_option("-n,--n-predict", run_opts->n_predict,
                     "Tokens to generate (-1: until the context is full)")
         ->capture_default_str()
@@ -487,9 +494,17 @@ void register_model_commands(CLI::App& app, std::vector<Command>& out) {
     run->add_option("--draft-max", run_opts->draft_max, "Drafted tokens per verification at most")
         ->capture_default_str()
         ->check(CLI::Range(1, 16));
-    out.push_back({run, [run_opts, run, prompt_opt, ids_opt] {
-                       if (prompt_opt->count() == 0 && ids_opt->count() == 0) {
+    out.push_back({run, [run_opts, run, prompt_opt, ids_opt, file_opt] {
+                       if (prompt_opt->count() == 0 && ids_opt->count() == 0 &&
+                           file_opt->count() == 0) {
                            throw CLI::ValidationError("give a prompt with -p TEXT or --ids 1,2,3");
+                       }
+                       if (ids_opt->count() == 0) {
+                           // Files, then stdin with -p, then the prompt (ui/attachments.h).
+                           run_opts->prompt = ui::join_attachments(
+                               ui::command_line_attachments(run_opts->files,
+                                                            prompt_opt->count() > 0),
+                               run_opts->prompt);
                        }
                        run_opts->ids_given = ids_opt->count() > 0;
                        // Sampled output differs from run to run unless --seed is given.

@@ -16,16 +16,17 @@ int main(int argc, char** argv) {
     app.require_subcommand(1);
     app.set_version_flag("--version", "ember 0.1.0");
     std::vector<ember::app::Command> commands;
-    ember::app::register_model_commands(app, commands);
-    ember::app::register_synth_command(app, commands);
-    ember::app::register_bench_command(app, commands);
+    // --help lists the commands in this order: the chat first, then what a user of it needs.
     ember::app::register_chat_command(app, commands);
-    ember::app::register_render_command(app, commands);
     ember::app::register_sessions_command(app, commands);
     ember::app::register_replay_command(app, commands);
-    ember::app::register_bench_resume_command(app, commands);
     ember::app::register_models_command(app, commands);
     ember::app::register_serve_command(app, commands);
+    ember::app::register_model_commands(app, commands);
+    ember::app::register_render_command(app, commands);
+    ember::app::register_synth_command(app, commands);
+    ember::app::register_bench_command(app, commands);
+    ember::app::register_bench_resume_command(app, commands);
     ember::app::register_bench_serve_command(app, commands);
     // Bare `ember` and `ember -m MODEL ...` (options first, no subcommand) mean `ember chat`.
     std::vector<std::string> args(argv + 1, argv + argc);

@@ -143,14 +143,16 @@ std::string ChatController::help_text() {
            "  /load ID            open a saved conversation\n"
            "  /rename TITLE       rename this conversation\n"
            "  /export PATH        write this conversation as Markdown\n"
+           "  /file PATH          attach a text file to your next message\n"
+           "  /run CMD            attach a command's output to your next message (asks first)\n"
            "  /quit               leave (Ctrl-D does too)\n"
            "Start a line with // to send a prompt that begins with /.";
 }
 
 const std::vector<std::string>& ChatController::command_names() {
     static const std::vector<std::string> names = {
-        "/branch", "/continue", "/edit",   "/export", "/help",     "/load",  "/new",
-        "/quit",   "/regen",    "/rename", "/set",    "/sessions", "/stats", "/system"};
+        "/branch", "/continue", "/edit",   "/export", "/file", "/help",     "/load",  "/new",
+        "/quit",   "/regen",    "/rename", "/run",    "/set",  "/sessions", "/stats", "/system"};
     return names;
 }
 
@@ -327,8 +329,12 @@ ChatOutcome ChatController::run_turn(const TextCallback& on_text,
 }
 
 ChatOutcome ChatController::submit(const std::string& prompt, const TextCallback& on_text) {
-    const std::string text = prompt.starts_with("//") ? prompt.substr(1) : prompt;
-    if (trim(text).empty()) return failure("nothing to send: the prompt is empty");
+    if (run_asked_) return answer_run(prompt);
+    const std::string typed = prompt.starts_with("//") ? prompt.substr(1) : prompt;
+    if (trim(typed).empty()) return failure("nothing to send: the prompt is empty");
+    // Attached files and command output go first (ui/attachments.h), so a conversation
+    // opened on the same file shares its prompt prefix.
+    const std::string text = join_attachments(attachments_, typed);
     const auto saved_messages = engine_.messages();
     const auto saved_ids = message_ids_;
     try {
@@ -336,13 +342,18 @@ ChatOutcome ChatController::submit(const std::string& prompt, const TextCallback
     } catch (const std::exception& e) {
         return failure(std::string("could not save the prompt: ") + e.what());
     }
-    return run_turn(on_text, saved_messages, saved_ids);
+    ChatOutcome outcome = run_turn(on_text, saved_messages, saved_ids);
+    if (outcome.turn) attachments_.clear();
+    return outcome;
 }
 
 ChatOutcome ChatController::handle_command(const std::string& line, const TextCallback& on_text) {
+    if (run_asked_) return answer_run(line);
     const auto [name, args] = split_command(line);
     try {
         if (name == "/help" || name == "/?") return info(help_text());
+        if (name == "/file") return command_file(args);
+        if (name == "/run") return command_run(args);
         if (name == "/quit" || name == "/exit" || name == "/q") {
             ChatOutcome outcome;
             outcome.quit = true;

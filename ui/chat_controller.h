@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "engine/generate/conversation.h"
+#include "ui/attachments.h"
 #include "ui/chat_engine.h"
 #include "ui/session_backend.h"
 
@@ -27,6 +28,9 @@ struct ChatOutcome {
     // The conversation was replaced (/new, /load) or rewritten: redraw it from messages().
     bool conversation_replaced = false;
     std::optional<TurnResult> turn;  // set when a reply was generated (even if cancelled)
+    // `message` asks a yes/no question (/run's): the next line the user enters, whatever it
+    // is, answers it (handle_command or submit); only "y" or "yes" says yes.
+    bool confirm = false;
 };
 
 class ChatController {
@@ -116,6 +120,11 @@ private:
     ChatOutcome command_rename(const std::string& title);
     ChatOutcome command_export(const std::string& path);
     ChatOutcome command_branch(const std::string& title);
+    // /file and /run (ui/chat_attachments.cpp): attach to the next prompt.
+    ChatOutcome command_file(const std::string& path);
+    ChatOutcome command_run(const std::string& command);
+    ChatOutcome answer_run(const std::string& answer);
+    ChatOutcome attach(Attachment attachment, const std::string& what);
     std::string settings_text() const;
 
     bool stop_requested() const;
@@ -128,6 +137,8 @@ private:
     bool show_stats_ = false;
     std::vector<int64_t> message_ids_;
     std::optional<TurnResult> last_turn_;
+    std::vector<Attachment> attachments_;   // joined before the next prompt
+    std::optional<std::string> run_asked_;  // the /run command waiting for its yes
     std::atomic<bool> cancel_requested_{false};
     const std::atomic<bool>* outside_stop_ = nullptr;
     static_assert(std::atomic<bool>::is_always_lock_free, "request_cancel must be signal-safe");

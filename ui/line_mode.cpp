@@ -415,6 +415,13 @@ int run_line_mode(ChatController& controller, const LineModeOptions& options) {
         // A Ctrl-C that stopped the reply is spent; it must not also clear the next prompt.
         editor.clear_interrupt();
         show_outcome(outcome, command ? complete->text : std::string(), options.color, controller);
+        if (outcome.confirm) {
+            // /run's question: this line answers it (Enter alone or Ctrl-D: no).
+            const LineEditor::Read answer = editor.read_line("run it? [y/N] ");
+            const bool given = answer.status == LineEditor::Status::Line;
+            show_outcome(controller.handle_command(given ? answer.line : "n", on_text),
+                         std::string(), options.color, controller);
+        }
         if (outcome.quit) break;
     }
     std::fflush(stdout);

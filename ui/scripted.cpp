@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 
+#include "ui/attachments.h"
 #include "ui/terminal_text.h"
 
 namespace ember::ui {
@@ -276,7 +277,8 @@ int run_single_prompt(ChatEngine& conversation, Sampler& sampler, const std::str
     Recorder rec(options, err);
     ReplySeeds seeds(options.seed);
     const TurnOutcome outcome =
-        answer(conversation, sampler, seeds, prompt, out, err, options, rec);
+        answer(conversation, sampler, seeds, join_attachments(options.attachments, prompt), out,
+               err, options, rec);
     return outcome == TurnOutcome::Failed || rec.failed() ? 1 : 0;
 }
 
@@ -285,6 +287,7 @@ int run_scripted(ChatEngine& conversation, Sampler& sampler, std::istream& in, s
     std::string line;
     int64_t line_no = 0;
     bool any_failed = false;
+    bool attached = false;
     Recorder rec(options, err);
     ReplySeeds seeds(options.seed);
     while (std::getline(in, line)) {
@@ -309,6 +312,11 @@ int run_scripted(ChatEngine& conversation, Sampler& sampler, std::istream& in, s
                          static_cast<long long>(line_no), nul + 1);
             any_failed = true;
             continue;
+        }
+        if (!attached) {
+            // -f FILE: before the first prompt (ui/attachments.h).
+            *prompt = join_attachments(options.attachments, *prompt);
+            attached = true;
         }
         const TurnOutcome outcome =
             answer(conversation, sampler, seeds, *prompt, out, err, options, rec);

@@ -6,8 +6,10 @@
 #include <istream>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "engine/generate/conversation.h"
+#include "ui/attachments.h"
 #include "ui/chat_engine.h"
 #include "ui/session_backend.h"
 
@@ -25,6 +27,8 @@ struct ScriptedOptions {
     // The first reply's seed (later replies take the next numbers); nullopt: a fresh random
     // seed per reply (ReplySeeds).
     std::optional<uint64_t> seed;
+    // Joined before the first prompt (-f FILE, stdin with -p; ui/attachments.h).
+    std::vector<Attachment> attachments;
     bool show_thinking = false;  // print the reasoning (plain: before the answer, dimmed
                                  // nowhere; JSONL: in "thinking") instead of omitting it
 };

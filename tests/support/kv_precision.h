@@ -1,7 +1,7 @@
 // The fidelity each KV cache type is held to against the fixtures' float64 references (max
 // |delta| of any reference top-5 logit or logsumexp): f32 as before, f16 and q8_0 as issue 15
 // asks. The fidelity tests print one "[kv] <model>/<sequence> <type>: ..." line per case;
-// README's "KV precision" table is those lines.
+// docs/engine.md's "KV precision" table is those lines.
 #pragma once
 
 #include <array>
@@ -14,7 +14,7 @@ namespace ember::test {
 inline constexpr std::array<KvType, 3> kAllKvTypes = {KvType::F32, KvType::F16, KvType::Q8_0};
 
 // `model`: the fixture's directory name under arch/. q8_0 is held to the issue's 3e-2 except
-// on qwen3moe (measured 0.33; README, "KV precision"): its tokens pick 2 of 128 experts with
+// on qwen3moe (measured 0.33; docs/engine.md, KV precision): its tokens pick 2 of 128 experts with
 // near-tied router scores, and q8_0's noise flips an expert choice at some positions (seen in
 // the routing itself, not only in the logits). A flip is a jump, not a small error: in the
 // chat sequence the only two positions past 3e-2 are the two where a choice flipped (the rest

@@ -242,7 +242,9 @@ TEST(TuiStatus, NarrowLinesShortenNamesAndLabelsNeverNumbers) {
         info.width = width;
         const StatusText text = status_text(info);
         const int used = display_width(text.left) + display_width(text.right);
-        if (width >= 24) EXPECT_LE(used, width) << width << ": " << text.left;
+        if (width >= 24) {
+            EXPECT_LE(used, width) << width << ": " << text.left;
+        }
         // The context's numbers are always there whole, whatever else had to go.
         EXPECT_NE(text.left.find(" 1191/18432"), std::string::npos) << width << ": " << text.left;
         // Any number shown is whole: the ones it could show are these.

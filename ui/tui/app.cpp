@@ -41,6 +41,8 @@ const char* const kKeysHelp =
     "  Ctrl-Left/Right, Alt-B/F: word moves\n"
     "  PgUp/PgDn, mouse wheel: scroll · Ctrl-Home/End (Home/End on an empty input): top/bottom\n"
     "  Ctrl-T: show or hide thinking · Ctrl-O or F2: sessions · Ctrl-L: redraw\n"
+    "  Ctrl-X Ctrl-E: write the message in $EDITOR · /copy [N]: the last reply (or its Nth code "
+    "block) to the clipboard · /preset [NAME]: a preset of the config file\n"
     "  Esc or Ctrl-C: stop the reply · Ctrl-D, /quit (or Ctrl-C twice on an empty input): leave\n"
     "  /edit alone puts your last prompt in the input box to change and resend";
 
@@ -378,6 +380,13 @@ bool FullScreen::Impl::handle_picker_key(const tui::KeyEvent& key) {
 void FullScreen::Impl::handle_key(const tui::KeyEvent& key) {
     dirty = true;
     if (picker_open && handle_picker_key(key)) return;
+    if (ctrl_x_pending) {
+        ctrl_x_pending = false;
+        if (key.key == tui::Key::Control && key.letter == 'e') {
+            compose_in_editor();
+            return;
+        }
+    }
     const bool busy = job != JobKind::None;
     const auto stop_reply = [&] {
         cancel.store(true);
@@ -518,6 +527,9 @@ void FullScreen::Impl::handle_key(const tui::KeyEvent& key) {
                 case 'l':
                     screen->invalidate();
                     break;
+                case 'x':
+                    ctrl_x_pending = true;
+                    break;
                 default:
                     break;
             }
@@ -533,6 +545,14 @@ void FullScreen::Impl::send_input() {
         return;
     }
     const std::string text = input.text();
+    if (confirming) {
+        // The answer to /run's question goes to the controller as it is, not as a prompt
+        // (an empty one says no).
+        confirming = false;
+        input.take();
+        start_job(JobKind::Command, text.empty() ? "n" : text);
+        return;
+    }
     if (text.find_first_not_of(" \n") == std::string::npos) return;
     input.remember(text);
     save_history_entry(text);
@@ -556,6 +576,10 @@ void FullScreen::Impl::run_command(const std::string& line) {
         quit = true;
     } else if (name == "/sessions") {
         open_picker();
+    } else if (name == "/copy") {
+        copy_reply(args);
+    } else if (name == "/preset") {
+        apply_preset(args);
     } else if (name == "/help" || name == "/?") {
         transcript.add({tui::EntryKind::Notice, ChatController::help_text() + "\n" + kKeysHelp});
     } else if (name == "/edit" && args.empty()) {
@@ -605,6 +629,8 @@ void FullScreen::Impl::complete_input() {
     tui::CompletionSources sources;
     sources.commands = ChatController::command_names();
     sources.commands.push_back("/quit");
+    // The full-screen chat's own commands (line mode has none of them).
+    for (const char* own : {"/copy", "/preset"}) sources.commands.push_back(own);
     for (const auto& s : sessions) sources.session_ids.push_back(s.id);
     sources.settings = ChatController::setting_names();
     const tui::Completion done = tui::complete_line(input.text(), sources);

@@ -51,7 +51,9 @@ struct FullScreen::Impl {
 
     tui::Transcript transcript;
     tui::InputEditor input;
-    bool editing_last = false;  // the input holds the last prompt for /edit
+    bool editing_last = false;    // the input holds the last prompt for /edit
+    bool ctrl_x_pending = false;  // Ctrl-X was pressed: Ctrl-E next composes in $EDITOR
+    bool confirming = false;      // the next input answers a yes/no question (/run)
 
     // Scrolling: the view follows the end unless the user scrolled back.
     bool follow = true;
@@ -110,6 +112,11 @@ struct FullScreen::Impl {
     void load_history();
     void save_history_entry(const std::string& entry);
     std::string session_title() const;
+
+    // compose.cpp
+    void compose_in_editor();
+    void copy_reply(const std::string& args);
+    void apply_preset(const std::string& name);
 
     // view.cpp
     void draw();

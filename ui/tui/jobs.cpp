@@ -173,6 +173,7 @@ void FullScreen::Impl::apply(tui::DoneEvent& event) {
         outcome.message.empty()) {
         show_message("reply stopped; what was written is kept", false);
     }
+    if (outcome.confirm) confirming = true;
     if (outcome.quit) quit = true;
 }
 

@@ -55,8 +55,7 @@ extern "C" void on_terminate_signal(int signal_number) {
     errno = saved;
 }
 
-void write_all(int fd, const char* text) {
-    size_t left = std::strlen(text);
+void write_all(int fd, const char* text, size_t left) {
     while (left > 0) {
         const ssize_t n = write(fd, text, left);
         if (n < 0 && errno == EINTR) continue;
@@ -64,6 +63,10 @@ void write_all(int fd, const char* text) {
         text += n;
         left -= static_cast<size_t>(n);
     }
+}
+
+void write_all(int fd, const char* text) {
+    write_all(fd, text, std::strlen(text));
 }
 
 }  // namespace
@@ -204,6 +207,38 @@ void Screen::update_size() {
 
 void Screen::invalidate() {
     clearok(curscr, TRUE);
+}
+
+void Screen::suspend() {
+    if (!active_) return;
+    std::fflush(stdout);
+    write_all(STDOUT_FILENO, kModesOff);
+    curs_set(1);
+    endwin();
+    std::fflush(stdout);
+    if (saved_stderr_ >= 0 && suspended_stderr_ < 0) {
+        suspended_stderr_ = fcntl(STDERR_FILENO, F_DUPFD_CLOEXEC, 3);
+        dup2(saved_stderr_, STDERR_FILENO);
+    }
+}
+
+void Screen::resume() {
+    if (!active_) return;
+    if (suspended_stderr_ >= 0) {
+        dup2(suspended_stderr_, STDERR_FILENO);
+        close(suspended_stderr_);
+        suspended_stderr_ = -1;
+    }
+    refresh();  // back to curses' modes after endwin()
+    write_all(STDOUT_FILENO, kModesOn);
+    cursor_visible_ = true;
+    update_size();
+    clearok(curscr, TRUE);
+}
+
+void Screen::write_raw(const std::string& bytes) {
+    std::fflush(stdout);
+    write_all(STDOUT_FILENO, bytes.data(), bytes.size());
 }
 
 void Screen::begin_frame() {

@@ -44,6 +44,12 @@ public:
     void update_size();
     // Draws the next frame from scratch (after Ctrl-L).
     void invalidate();
+    // Hands the terminal to another program for a while (the user's editor): curses and our
+    // modes off, stderr back on the terminal. resume() takes it back and redraws whole.
+    void suspend();
+    void resume();
+    // Writes raw bytes to the terminal between frames (an OSC 52 clipboard sequence).
+    void write_raw(const std::string& bytes);
 
     // A frame: begin, draw, end; end writes it to the terminal in one update.
     void begin_frame();
@@ -78,6 +84,7 @@ private:
     int cursor_column_ = 0;
     void* curses_screen_ = nullptr;  // SCREEN*, kept opaque to keep curses out of this header
     int saved_stderr_ = -1;
+    int suspended_stderr_ = -1;  // the capture pipe's write end while suspended
     int stderr_read_ = -1;
     std::string stderr_partial_;
     std::vector<std::string> stderr_lines_;  // repeated on the real stderr at restore
