@@ -229,6 +229,7 @@ void attend_cached(const AttentionHeads& heads, const AttentionSettings& setting
     job.shape.value_dim = heads.value_dim;
     job.shape.q_stride = heads.head_dim;
     job.shape.scale = settings.scale;
+    job.shape.softcap = settings.softcap;
     job.pos0 = pos0;
     job.n = n;
     job.rec_stride = attn_record_floats(heads.value_dim);

@@ -1,6 +1,6 @@
 // Softmax attention over the KV cache, written once for every family: causal, optionally over
-// a sliding window (gemma3, gpt-oss), with per-head sink logits (gpt-oss) and any query
-// scale. The families differ only in the AttentionSettings they pass.
+// a sliding window (gemma3, gpt-oss), with per-head sink logits (gpt-oss), any query scale and
+// soft-capped scores. The families differ only in the AttentionSettings they pass.
 //
 // How the work is cut (attention.cpp): a query's visible positions are split into runs of
 // kAttnRunPositions that start at multiples of it (a window's first run starts inside one), so
@@ -40,6 +40,7 @@ struct AttentionSettings {
     int64_t cache_layer = 0;       // layer of the KV cache (a hybrid's attention slot)
     int64_t window = 0;            // 0: every earlier position; W: the last W, itself included
     float scale = 1.0f;            // query scale (scores = scale * q . k)
+    float softcap = 0.0f;          // > 0: scores = softcap * tanh(scores / softcap)
     const float* sinks = nullptr;  // [n_head] logits joining each softmax's denominator, or null
 };
 

@@ -247,6 +247,9 @@ void attend_run_generic(const AttnShape& sh, const float* q, const KvRun& kv, fl
         const float* qg = q + g * sh.q_stride;  // [head_dim]
         float* s = scores + g * kv.n;           // [n]
         for (int64_t p = 0; p < kv.n; ++p) s[p] = sh.scale * key_dot(kv, p, qg, sh.head_dim);
+        if (sh.softcap > 0) {
+            for (int64_t p = 0; p < kv.n; ++p) s[p] = sh.softcap * std::tanh(s[p] / sh.softcap);
+        }
         const float m = *std::max_element(s, s + kv.n);
         float l = 0.0f;
         for (int64_t p = 0; p < kv.n; ++p) {
@@ -274,7 +277,9 @@ void attend_run(const AttnShape& sh, const float* q, const KvRun& kv, float* sco
     if (kv.n <= 0) return;
     // The SIMD runs work on whole 16-float vectors of a head.
     const OpsTable& ops = active_ops();
-    if (ops.attend_run_16 != nullptr && sh.head_dim % 16 == 0 && sh.value_dim % 16 == 0) {
+    // Soft-capped scores take the generic run (no family Ember runs caps them today).
+    if (ops.attend_run_16 != nullptr && sh.softcap == 0 && sh.head_dim % 16 == 0 &&
+        sh.value_dim % 16 == 0) {
         return ops.attend_run_16(sh, q, kv, scores, records, record_stride);
     }
     attend_run_generic(sh, q, kv, scores, records, record_stride);

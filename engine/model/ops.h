@@ -78,6 +78,7 @@ struct AttnShape {
     int64_t value_dim = 0;
     int64_t q_stride = 0;  // floats between consecutive query heads
     float scale = 1.0f;
+    float softcap = 0.0f;  // > 0: scores = softcap * tanh(scores / softcap) (Gemma 2's)
 };
 
 // Floats of one partial record: m, l, then o.
