@@ -122,7 +122,7 @@ double median(std::vector<double> v) {
 }
 
 int run_bench_spec(const BenchSpecArgs& a) {
-    auto model = load_model(a.model, a.activations);
+    auto model = load_model(a.model, a.activations, a.gpu);
     ThreadPool pool(a.threads);
     json rows = json::array();
     bool all_equal = true;

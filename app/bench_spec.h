@@ -18,6 +18,7 @@ struct BenchSpecArgs {
     bool json_out = false;
     KvType kv_type = KvType::F16;
     std::string activations = "auto";  // --activations
+    std::string gpu = "auto";          // --gpu
     SpeculationOptions speculation;  // enabled is set per row
 };
 

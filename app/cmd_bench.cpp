@@ -48,6 +48,7 @@ struct BenchArgs {
     // f16 by default: the reference engine's default cache, so the comparison is like for like.
     std::string kv_type = "f16";
     std::string activations = "auto";  // --activations
+    std::string gpu = "auto";          // --gpu
     // Speculative-decoding check: forwards of this many tokens at once after the prompt (0: off),
     // timed against the one-token decode.
     int64_t verify = 0;
@@ -209,7 +210,7 @@ int run_bench(BenchArgs a) {
     }
     if (a.depth < 0) throw std::runtime_error("--depth must not be negative");
     const auto t_load = Clock::now();
-    auto model = load_model(a.model, a.activations);
+    auto model = load_model(a.model, a.activations, a.gpu);
     const double load_s = seconds_since(t_load);
     const ModelConfig& c = model->config();
     const uint64_t file_bytes = std::filesystem::file_size(a.model);
@@ -404,6 +405,7 @@ void register_bench_command(CLI::App& app, std::vector<Command>& out) {
     cmd->add_flag("--json", args->json_out, "Print one JSON object");
     add_kv_type_option(cmd, args->kv_type);
     add_activations_option(cmd, args->activations);
+    add_gpu_option(cmd, args->gpu);
     cmd->add_option("--verify", args->verify,
                     "Also time forwards of this many tokens at once after the prompt "
                     "(speculative-decoding check; 0: off)")
@@ -436,6 +438,7 @@ void register_bench_command(CLI::App& app, std::vector<Command>& out) {
                            spec_args.json_out = args->json_out;
                            spec_args.kv_type = kv_type_of(args->kv_type);
                            spec_args.activations = args->activations;
+                           spec_args.gpu = args->gpu;
                            spec_args.speculation.draft_max = args->draft_max;
                            return run_bench_spec(spec_args);
                        }

@@ -45,6 +45,7 @@ struct BenchResumeOptions {
     bool json_out = false;
     std::string kv_type = "f16";  // the chat processes' --kv-type (chat's default)
     std::string activations = "auto";  // --activations
+    std::string gpu = "auto";          // --gpu
     std::string keep_dir;         // keep the databases here instead of a temporary directory
 };
 
@@ -326,7 +327,7 @@ json run_bench(const BenchResumeOptions& o, const std::string& dir) {
     const DbNumbers after = read_db(db);
 
     // What the new message costs alone: its tokens as the chat tokenizes message text.
-    auto model = load_model(model_path, o.activations);
+    auto model = load_model(model_path, o.activations, o.gpu);
     EncodeOptions enc;
     const auto new_tokens = static_cast<int64_t>(model->tokenizer().encode(prompt, enc).size());
 
@@ -457,6 +458,7 @@ void register_bench_resume_command(CLI::App& app, std::vector<Command>& out) {
     cmd->add_flag("--json", o->json_out, "Print the results as JSON");
     add_kv_type_option(cmd, o->kv_type);
     add_activations_option(cmd, o->activations);
+    add_gpu_option(cmd, o->gpu);
     cmd->add_option("--keep", o->keep_dir, "Keep the session databases in this directory");
     out.push_back({cmd, [o] { return run_bench_resume(*o); }});
 }

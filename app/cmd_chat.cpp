@@ -48,6 +48,7 @@ struct ChatOptions {
     int64_t ctx = 0;              // 0: default_context_size() of the model
     std::string kv_type = "f16";  // f32 | f16 | q8_0 (README: KV precision)
     std::string activations = "auto";  // --activations
+    std::string gpu = "auto";          // --gpu
     int threads = 0;
     bool script = false;
     bool jsonl = false;
@@ -206,7 +207,13 @@ int run_local_chat(ChatOptions& o) {
         screen_options.config_path = config_path();
         screen = ui::FullScreen::open(screen_options);
     }
-    auto model = load_model(model_path, o.activations);
+    auto model = load_model(model_path, o.activations, o.gpu);
+    if (screen) {
+        // "GPU 0: NVIDIA H100 80GB HBM3" in the transcript, "GPU 0" in the status line.
+        const std::string where = model_placement(*model);
+        screen->set_placement(where.substr(0, where.find(':')));
+        if (model->device()) screen->add_notice("running on " + where);
+    }
     ThreadPool pool(o.threads > 0 ? o.threads : default_threads());
     ConversationOptions copts;
     copts.kv_type = kv_type_of(o.kv_type);
@@ -363,6 +370,7 @@ void register_chat_command(CLI::App& app, std::vector<Command>& out) {
         ->check(whole_number(1, std::numeric_limits<int64_t>::max(), "at least 1"));
     add_kv_type_option(cmd, o->kv_type);
     add_activations_option(cmd, o->activations);
+    add_gpu_option(cmd, o->gpu);
     add_threads_option(cmd, o->threads, "Threads (default: the physical cores)");
     cmd->add_flag("--script", o->script, "Scripted mode: prompts from stdin, replies to stdout");
     cmd->add_flag("--jsonl", o->jsonl, "Scripted mode with JSON lines in and out");

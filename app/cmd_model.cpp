@@ -18,10 +18,12 @@
 #include "app/cli_checks.h"
 #include "app/commands.h"
 #include "app/model_locator.h"
+#include "engine/generate/conversation.h"
 #include "engine/generate/default_template.h"
 #include "engine/generate/generate.h"
 #include "engine/generate/ngram.h"
 #include "engine/model/forward.h"
+#include "engine/model/gpu.h"
 #include "engine/model/model.h"
 #include "engine/model/state.h"
 #include "engine/tokenizer/tokenizer.h"
@@ -52,6 +54,7 @@ struct RunOptions {
     int64_t ctx = 0;              // 0: context_for() decides
     std::string kv_type = "f16";  // as chat
     std::string activations = "auto";  // --activations
+    std::string gpu = "auto";          // --gpu
     bool no_spec = false;
     int draft_max = SpeculationOptions{}.draft_max;
 };
@@ -73,7 +76,7 @@ int64_t context_for(const Model& model, int64_t prompt, int64_t n_predict, int64
 }
 
 int run_completion(const RunOptions& o) {
-    auto model = load_model(model_path_for(o.model), o.activations);
+    auto model = load_model(model_path_for(o.model), o.activations, o.gpu);
     const Tokenizer& tok = model->tokenizer();
     std::vector<int32_t> prompt;
     if (o.ids_given) {
@@ -190,10 +193,11 @@ struct EvalOptions {
     // f32: eval reports logits for fidelity checks, so by default it keeps the cache exact.
     std::string kv_type = "f32";
     std::string activations = "auto";  // --activations
+    std::string gpu = "auto";          // --gpu
 };
 
 int run_eval(const EvalOptions& o) {
-    auto model = load_model(model_path_for(o.model), o.activations);
+    auto model = load_model(model_path_for(o.model), o.activations, o.gpu);
     const std::vector<int32_t> ids = parse_id_list(o.ids);
     if (ids.empty()) throw std::runtime_error("--ids is empty");
     const int64_t n_vocab = model->config().n_vocab;
@@ -267,13 +271,13 @@ int run_info_vocabulary_only(const std::string& path, const GgufFile& f) {
     return 0;
 }
 
-int run_info(const std::string& requested) {
+int run_info(const std::string& requested, const std::string& gpu) {
     const std::string path = model_path_for(requested);
     // The header alone first: a file without weights is described, not refused.
     if (const auto header = GgufFile::open_metadata(path); header->tensors().empty()) {
         return run_info_vocabulary_only(path, *header);
     }
-    auto model = load_model(path);
+    auto model = load_model(path, "auto", gpu);
     const ModelConfig& c = model->config();
     const GgufFile& f = model->gguf();
     const ui::TextWriter out(stdout);  // metadata strings are the file's: shown, not obeyed
@@ -319,25 +323,49 @@ int run_info(const std::string& requested) {
     std::printf("chat template: %s\n",
                 out.shown(choose_chat_template(f, model->tokenizer()).description).c_str());
     std::printf("fingerprint:   %s\n", model->fingerprint().c_str());
+    std::printf("runs on:       %s\n", model_placement(*model).c_str());
     return 0;
 }
 
 }  // namespace
 
-std::unique_ptr<Model> load_model(const std::string& path, const std::string& activations) {
+std::unique_ptr<Model> load_model(const std::string& path, const std::string& activations,
+                                  const std::string& gpu) {
     LoadOptions options;
     const std::optional<ActivationChoice> choice = parse_activation_choice(activations);
     if (!choice) throw CLI::ValidationError("--activations", activations + " not in {auto,exact,quantized}");
     options.activations = *choice;
-    // EMBER_WEIGHT_PANELS=0 keeps the file's row layout (for measuring the two side by side).
+    const std::optional<GpuRequest> request = parse_gpu_request(gpu);
+    if (!request) throw CLI::ValidationError("--gpu", gpu + " is not auto, off or a GPU number");
+    // EMBER_WEIGHT_PANELS=0 keeps the file's row layout (for measuring the two side by side);
+    // a model that may go to a GPU keeps it too (the GPU reads rows).
     const char* panels = std::getenv("EMBER_WEIGHT_PANELS");
-    options.weight_panels = panels == nullptr || std::string_view(panels) != "0";
+    options.weight_panels = (panels == nullptr || std::string_view(panels) != "0") &&
+                            !gpu_may_run(*request);
     auto model = Model::load(path, options);
     for (const std::string& w : model->load_warnings()) {
         // Warnings quote the file's metadata.
         ui::TextWriter(stderr).raw("ember: warning: ").text(w).raw("\n");
     }
+    // The KV cache of the default context at f16 counts against the card's free memory.
+    const ModelConfig& c = model->config();
+    const auto kv_bytes = static_cast<uint64_t>(default_context_size(c, KvType::F16)) *
+                          static_cast<uint64_t>(c.n_layer * c.n_head_kv * (c.head_dim + c.value_dim)) *
+                          2;
+    const GpuPlacement placed = place_model(*model, *request, kv_bytes);
+    if (!placed.note.empty()) ui::TextWriter(stderr).raw("ember: note: ").text(placed.note).raw("\n");
     return model;
+}
+
+std::string model_placement(const Model& model) {
+    return model.device() ? model.device()->description() : "CPU";
+}
+
+void add_gpu_option(CLI::App* cmd, std::string& gpu) {
+    cmd->add_option("--gpu", gpu,
+                    "Where the model runs: auto (a GPU when there is one and the model fits "
+                    "there), off (the CPU), or a GPU number")
+        ->capture_default_str();
 }
 
 void add_model_option(CLI::App* cmd, std::string& model) {
@@ -485,6 +513,7 @@ void register_model_commands(CLI::App& app, std::vector<Command>& out) {
         ->check(whole_number(1, std::numeric_limits<int64_t>::max(), "at least 1"));
     add_kv_type_option(run, run_opts->kv_type);
     add_activations_option(run, run_opts->activations);
+    add_gpu_option(run, run_opts->gpu);
     run->add_flag("--json", run_opts->json_out, "Print one JSON object at the end");
     run->add_flag("--ignore-eos", run_opts->ignore_eos, "Keep generating past end-of-text");
     run->add_flag("--no-bos", run_opts->no_bos, "Do not add the BOS token the model asks for");
@@ -523,6 +552,7 @@ void register_model_commands(CLI::App& app, std::vector<Command>& out) {
     add_threads_option(eval, eval_opts->threads, "Threads (default: the physical cores)");
     add_kv_type_option(eval, eval_opts->kv_type);
     add_activations_option(eval, eval_opts->activations);
+    add_gpu_option(eval, eval_opts->gpu);
     out.push_back({eval, [eval_opts] { return run_eval(*eval_opts); }});
 
     struct TokOpts {
@@ -558,9 +588,12 @@ void register_model_commands(CLI::App& app, std::vector<Command>& out) {
                    }});
 
     auto info_path = std::make_shared<std::string>();
-    auto* info = app.add_subcommand("info", "Family, hyper-parameters, tensor types, fingerprint");
+    auto info_gpu = std::make_shared<std::string>("auto");
+    auto* info = app.add_subcommand(
+        "info", "Family, hyper-parameters, tensor types, fingerprint, where it runs");
     add_model_option(info, *info_path);
-    out.push_back({info, [info_path] { return run_info(*info_path); }});
+    add_gpu_option(info, *info_gpu);
+    out.push_back({info, [info_path, info_gpu] { return run_info(*info_path, *info_gpu); }});
 }
 
 }  // namespace ember::app

@@ -34,6 +34,7 @@ struct ServeOptions {
     int64_t ctx = 0;
     std::string kv_type = "f16";  // as chat
     std::string activations = "auto";  // --activations
+    std::string gpu = "auto";          // --gpu
     int threads = 0;
     std::string db;
     bool no_db = false;
@@ -152,7 +153,7 @@ int run_serve(const ServeOptions& o) {
     signal(SIGPIPE, SIG_IGN);
 
     const std::string model_path = model_path_for(o.model);
-    auto model = load_model(model_path, o.activations);
+    auto model = load_model(model_path, o.activations, o.gpu);
     ThreadPool pool(o.threads > 0 ? o.threads : default_threads());
     ConversationOptions copts;
     copts.kv_type = kv_type_of(o.kv_type);
@@ -226,6 +227,7 @@ void register_serve_command(CLI::App& app, std::vector<Command>& out) {
         ->check(CLI::PositiveNumber);
     add_kv_type_option(cmd, o->kv_type);
     add_activations_option(cmd, o->activations);
+    add_gpu_option(cmd, o->gpu);
     add_threads_option(cmd, o->threads, "Threads (default: the physical cores)");
     cmd->add_option("--chat-template", o->template_file,
                     "Jinja chat template file overriding the model's")

@@ -69,7 +69,14 @@ std::vector<int32_t> parse_id_list(const std::string& text, const std::string& w
 // Model::load(path), printing the load's warnings (metadata the file disagrees with) to
 // stderr: every command loads models through this.
 // `activations`: the --activations value (auto, exact, quantized; LoadOptions::activations).
-std::unique_ptr<Model> load_model(const std::string& path, const std::string& activations = "auto");
+// `gpu`: the --gpu value (auto, off, N; engine/model/gpu.h): the model is placed there, and
+// why `auto` left it on the CPU is printed as a note.
+std::unique_ptr<Model> load_model(const std::string& path, const std::string& activations = "auto",
+                                  const std::string& gpu = "auto");
+// --gpu auto|off|N (load_model's `gpu`).
+void add_gpu_option(CLI::App* cmd, std::string& gpu);
+// Where the model runs: "CPU" or the GPU's description.
+std::string model_placement(const Model& model);
 
 // Default thread count: the physical cores among the CPUs this process may run on.
 int default_threads();

@@ -96,6 +96,11 @@ public:
     virtual void delta_net_mixer(const LayerWeights& layer, int64_t index, int64_t n) = 0;
     // x[0..n) = cap * tanh(x / cap)
     virtual void soft_cap(float* x, int64_t n, float cap) = 0;
+
+    // Where `rows` rows of logits are computed: host_out itself, or the backend's own memory,
+    // from which publish_logits() copies `count` floats to host_out.
+    virtual float* logits_buffer(float* host_out, int64_t /*rows*/) { return host_out; }
+    virtual void publish_logits(const float* /*logits*/, float* /*host_out*/, int64_t /*count*/) {}
 };
 
 }  // namespace ember

@@ -3,6 +3,7 @@
 #include "engine/model/forward.h"
 
 #include <algorithm>
+#include <memory>
 #include <stdexcept>
 #include <string>
 
@@ -35,11 +36,14 @@ void forward_batch(const Model& model, InferenceState& st, Backend& backend,
     run_layers({model, backend, b, pos0, n});
     const int64_t n_out = n - first_out;
     if (n_out > 0) {
+        float* logits = backend.logits_buffer(out, n_out);  // [n_out x n_vocab]
         backend.rms_norm_rows(b.x + first_out * c.n_embd, model.output_norm(), b.xn, n_out);
-        backend.matmul(model.output(), b.xn, n_out, out);
+        backend.matmul(model.output(), b.xn, n_out, logits);
         if (c.final_logit_softcap > 0) {
-            backend.soft_cap(out, n_out * c.n_vocab, static_cast<float>(c.final_logit_softcap));
+            backend.soft_cap(logits, n_out * c.n_vocab,
+                             static_cast<float>(c.final_logit_softcap));
         }
+        backend.publish_logits(logits, out, n_out * c.n_vocab);
     }
     st.kv.set_length(pos0 + n);
     if (is_hybrid(c.family)) st.recurrent.set_position(pos0 + n);
@@ -112,7 +116,10 @@ std::span<const float> forward(const Model& model, InferenceState& st, ThreadPoo
     if (static_cast<int64_t>(logits.size()) < rows * c.n_vocab) {
         logits.resize(static_cast<size_t>(rows * c.n_vocab));
     }
-    CpuBackend backend(model, st, pool);
+    std::unique_ptr<Backend> device_backend;
+    if (model.device()) device_backend = model.device()->make_backend(st);
+    CpuBackend cpu_backend(model, st, pool);
+    Backend& backend = device_backend ? *device_backend : cpu_backend;
     try {
         for (int64_t b = 0; b < n; b += max_batch) {
             const int64_t len = std::min(max_batch, n - b);

@@ -8,11 +8,13 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "engine/gguf/gguf.h"
 #include "engine/model/attention.h"
 #include "engine/model/backend.h"
+#include "engine/model/compute_device.h"
 #include "engine/tensor/matmul.h"
 #include "engine/util/page_region.h"
 
@@ -206,6 +208,11 @@ public:
     // them.
     const std::vector<std::string>& load_warnings() const { return load_warnings_; }
 
+    // Where forward() runs the layers: null on the CPU (compute_device.h). Attached once, after
+    // load, before the first forward pass.
+    ComputeDevice* device() const { return device_.get(); }
+    void attach_device(std::shared_ptr<ComputeDevice> device) { device_ = std::move(device); }
+
     // Hex digest covering architecture, hyper-parameters, tensor table and sampled tensor
     // bytes, and tokenizer: state saved under another fingerprint is never reused.
     const std::string& fingerprint() const { return fingerprint_; }
@@ -239,6 +246,7 @@ private:
     std::vector<std::string> load_warnings_;
     Activations activations_ = Activations::Quantized;  // of every matrix (LoadOptions)
     PageRegion weight_panels_;  // the matrices rewritten in Panels16 (LoadOptions::weight_panels)
+    std::shared_ptr<ComputeDevice> device_;
 };
 
 }  // namespace ember

@@ -140,10 +140,23 @@ KvRun KvCache::run(int64_t layer, int64_t p0, int64_t n, int64_t k_offset, int64
 }
 
 uint8_t* KvCache::k_data(int64_t layer, int64_t pos) {
+    note_host_write(pos);
     return row(k_chunks_, k_row_bytes(), layer, pos);
 }
 uint8_t* KvCache::v_data(int64_t layer, int64_t pos) {
+    note_host_write(pos);
     return row(v_chunks_, v_row_bytes(), layer, pos);
+}
+
+void KvCache::note_host_write(int64_t pos) {
+    int64_t seen = host_written_from_.load(std::memory_order_relaxed);
+    while (pos < seen &&
+           !host_written_from_.compare_exchange_weak(seen, pos, std::memory_order_relaxed)) {
+    }
+}
+
+int64_t KvCache::take_host_writes() {
+    return host_written_from_.exchange(kNoHostWrites, std::memory_order_relaxed);
 }
 const uint8_t* KvCache::k_data(int64_t layer, int64_t pos) const {
     return row(k_chunks_, k_row_bytes(), layer, pos);

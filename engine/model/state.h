@@ -18,6 +18,7 @@
 // global rows and the sliding rows the ring held when it was saved) or the start.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -35,6 +36,17 @@ namespace ember {
 struct ModelConfig;
 
 // Which layers of a cache slide, and how far they see.
+// A copy of a cache's rows kept in another memory (a GPU's), which may hold rows the host
+// rows do not have yet. The cache asks it to bring the host rows up to date before they are
+// read on the host (serializing).
+class KvMirror {
+public:
+    virtual void bring_host_up_to_date() = 0;
+
+protected:
+    ~KvMirror() = default;
+};
+
 struct KvWindow {
     int64_t positions = 0;     // W: positions a sliding layer attends to; 0: no sliding layers
     std::vector<bool> layers;  // [n_layer] true: sliding
@@ -122,6 +134,19 @@ public:
     const uint16_t* k_row_f16(int64_t layer, int64_t pos) const;
     const uint16_t* v_row_f16(int64_t layer, int64_t pos) const;
 
+    // ---- a mirror in device memory (KvMirror) ----
+    // Rows written through the mutable accessors (store, a restore) since the last call: the
+    // lowest such position, or kNoHostWrites; resets the mark. The mirror learns from it which
+    // of its rows the host has replaced.
+    static constexpr int64_t kNoHostWrites = INT64_MAX;
+    int64_t take_host_writes();
+    // Non-owning; the mirror clears it when it goes.
+    void set_mirror(KvMirror* mirror) { mirror_ = mirror; }
+    // Before reading rows on the host: the mirror's newer rows are copied in (no-op without).
+    void sync_host() const {
+        if (mirror_) mirror_->bring_host_up_to_date();
+    }
+
     // Bytes one position occupies across all layers (K and V).
     uint64_t bytes_per_position() const;
     uint64_t allocated_bytes() const;
@@ -150,6 +175,10 @@ private:
     int64_t ring_positions_ = 0;    // slots of a sliding layer's ring (whole chunks); 0: none
     std::vector<bool> ring_layer_;  // [n_layer]
     int64_t ring_begin_ = 0;
+    // take_host_writes(); atomic: a restore writes rows from several threads.
+    std::atomic<int64_t> host_written_from_{kNoHostWrites};
+    void note_host_write(int64_t pos);
+    KvMirror* mirror_ = nullptr;
 };
 
 // Scratch of the CPU backend for one forward pass over up to `batch` tokens (a family's
@@ -186,11 +215,21 @@ struct ForwardScratch {
     MatmulScratch mm;
 };
 
+// What a compute device (compute_device.h) keeps for one conversation: its copy of the KV
+// cache, its buffers. Declared after `kv` in InferenceState, so it goes first.
+class DeviceState {
+public:
+    virtual ~DeviceState() = default;
+};
+
 struct InferenceState {
     KvCache kv;  // hybrids: attention layers only (ModelConfig::kv_slot maps layer -> slot)
     // Hybrids: conv / delta-rule state beside the KV cache; empty for other families.
     RecurrentState recurrent;
     ForwardScratch scratch;
+    // The device's share of the state when the model runs on one (its KV rows are mirrored
+    // into `kv` on demand: KvCache::sync_host); null on the CPU.
+    std::unique_ptr<DeviceState> device;
     int64_t n_past() const { return kv.length(); }
 };
 

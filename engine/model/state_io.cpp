@@ -250,6 +250,7 @@ std::vector<uint8_t> serialize_kv_rows(const KvCache& kv, int64_t begin, int64_t
                                 std::to_string(end) + ") outside the cache length " +
                                 std::to_string(kv.length()));
     }
+    kv.sync_host();  // rows a GPU computed
     const bool windowed = kv.ring_positions() > 0;
     // Sliding layers: the rows their rings still hold.
     const int64_t ring_begin = windowed ? std::clamp(kv.ring_begin(), begin, end) : begin;

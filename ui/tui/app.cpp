@@ -134,6 +134,10 @@ void FullScreen::add_notice(std::string text) {
     impl_->start_notices.push_back(std::move(text));
 }
 
+void FullScreen::set_placement(const std::string& where) {
+    impl_->model_name += " · " + where;
+}
+
 void FullScreen::Impl::abort_loading(int signal_number) {
     // The model is still loading on the main thread and cannot be interrupted: give the
     // terminal back and end the way the signal (or Ctrl-C) would have without us.

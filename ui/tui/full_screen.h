@@ -45,6 +45,8 @@ public:
     // A notice added to the transcript when run() starts (what the load or the store has to
     // say; stderr is the screen's while it runs).
     void add_notice(std::string text);
+    // Where the model runs ("CPU", "GPU 0"), shown after its name in the status line.
+    void set_placement(const std::string& where);
 
     struct Impl;
 

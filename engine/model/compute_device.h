@@ -1,0 +1,26 @@
+// A device other than the CPU that a model's layers run on (a GPU): it holds the model's
+// weights in its own memory and makes the backend (backend.h) of one forward pass over a
+// conversation's state. Model::attach_device() hands a model to one; forward() then runs there.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+namespace ember {
+
+class Backend;
+struct InferenceState;
+
+class ComputeDevice {
+public:
+    virtual ~ComputeDevice() = default;
+    // Where the model runs, for `ember info` and the status line: "GPU 0: NVIDIA H100 80GB HBM3".
+    virtual std::string description() const = 0;
+    // The backend of one forward pass on `state` (creating the state's DeviceState on first use).
+    virtual std::unique_ptr<Backend> make_backend(InferenceState& state) = 0;
+    // Bytes of device memory the weights take.
+    virtual uint64_t weight_bytes() const = 0;
+};
+
+}  // namespace ember

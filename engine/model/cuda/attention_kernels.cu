@@ -1,0 +1,266 @@
+// KV-cache writes and attention of the CUDA backend (layer_kernels.cuh).
+//
+// Attention is split like the CPU's (attention.h): a query's visible positions are cut into
+// chunks of kChunk positions that start at multiples of kChunk, one block per (chunk, head,
+// token) computes a partial softmax record, and a second kernel merges a head's records in
+// chunk order (with the head's sink logit). The cut depends only on the query's position, so a
+// token gives the same bits in any batch, and nothing is summed by atomics.
+#include <cuda_fp16.h>
+
+#include <cmath>
+#include <limits>
+
+#include "engine/model/cuda/cuda_check.cuh"
+#include "engine/model/cuda/layer_kernels.cuh"
+#include "engine/model/cuda/reduce.cuh"
+
+namespace ember::cuda {
+
+namespace {
+
+constexpr int64_t kChunk = 256;      // positions per partial record
+constexpr int kWarps = 4;            // warps of a partial block, each taking every 4th position
+constexpr int kMaxPerLane = 8;       // head or value elements a lane holds: dims up to 256
+constexpr int kMaxValueDim = 32 * kMaxPerLane;
+
+// Element i of a cached row in the cache's type.
+template <KvType T>
+__device__ inline float row_element(const uint8_t* row, int64_t i) {
+    if constexpr (T == KvType::F32) {
+        return reinterpret_cast<const float*>(row)[i];
+    } else if constexpr (T == KvType::F16) {
+        return __half2float(reinterpret_cast<const __half*>(row)[i]);
+    } else {
+        const uint8_t* block = row + (i / kKvQ8Block) * kKvQ8BlockBytes;  // fp16 d, 32 int8
+        const float d = __half2float(*reinterpret_cast<const __half*>(block));
+        return d * static_cast<float>(static_cast<int8_t>(block[2 + i % kKvQ8Block]));
+    }
+}
+
+__device__ inline int64_t slot_of(const KvLayerView& layer, int64_t pos) {
+    return layer.ring ? pos % layer.slots : pos;
+}
+
+// Block (token, K or V): converts one row. q8_0: one warp per block of 32 elements, the scale
+// the smallest fp16 at least amax / 127 (as the CPU's quantizer), quants rounded to nearest.
+__global__ void store_kv_kernel(KvLayerView layer, int64_t k_row_bytes, int64_t v_row_bytes,
+                                const float* k, const float* v, int64_t pos0) {
+    const int64_t t = blockIdx.x;
+    const bool is_v = blockIdx.y == 1;
+    const int64_t width = is_v ? layer.v_width : layer.k_width;
+    const int64_t row_bytes = is_v ? v_row_bytes : k_row_bytes;
+    const float* src = (is_v ? v : k) + t * width;  // [width]
+    uint8_t* dst = (is_v ? layer.v : layer.k) + slot_of(layer, pos0 + t) * row_bytes;
+    switch (layer.type) {
+        case KvType::F32:
+            for (int64_t i = threadIdx.x; i < width; i += blockDim.x) {
+                reinterpret_cast<float*>(dst)[i] = src[i];
+            }
+            return;
+        case KvType::F16:
+            for (int64_t i = threadIdx.x; i < width; i += blockDim.x) {
+                reinterpret_cast<__half*>(dst)[i] = __float2half_rn(src[i]);
+            }
+            return;
+        case KvType::Q8_0: {
+            const int64_t blocks = (width + kKvQ8Block - 1) / kKvQ8Block;
+            const unsigned lane = threadIdx.x % 32;
+            for (int64_t b = threadIdx.x / 32; b < blocks; b += blockDim.x / 32) {
+                const int64_t i = b * kKvQ8Block + lane;
+                const float x = i < width ? src[i] : 0.0f;  // the last block zero-padded
+                const float amax = warp_max(fabsf(x));
+                const __half dh = __float2half_ru(amax / 127.0f);
+                const float d = __half2float(dh);
+                const int q = d != 0.0f ? max(-127, min(127, __float2int_rn(x / d))) : 0;
+                uint8_t* block = dst + b * kKvQ8BlockBytes;
+                if (lane == 0) *reinterpret_cast<__half*>(block) = dh;
+                block[2 + lane] = static_cast<uint8_t>(static_cast<int8_t>(q));
+            }
+            return;
+        }
+    }
+}
+
+struct Visible {
+    int64_t first = 0;  // first visible position
+    int64_t last = 0;   // the query's own position
+};
+
+__device__ inline Visible visible_of(int64_t position, int64_t window) {
+    const int64_t first = window > 0 && position - window + 1 > 0 ? position - window + 1 : 0;
+    return {first, position};
+}
+
+// Record layout: [m, s, acc[value_dim]] per (token, head, chunk).
+template <class Floats>  // float* or const float*
+__device__ inline Floats record_of(Floats partials, const AttendShape& shape, int64_t chunks,
+                                   int64_t t, int64_t head, int64_t chunk) {
+    return partials + ((t * shape.n_head + head) * chunks + chunk) * (2 + shape.value_dim);
+}
+
+template <KvType T>
+__global__ void attend_partial_kernel(AttendShape shape, KvLayerView layer, int64_t k_row_bytes,
+                                      int64_t v_row_bytes, const float* q, int64_t pos0,
+                                      int64_t chunks, float* partials) {
+    const int64_t chunk = blockIdx.x;
+    const int64_t head = blockIdx.y;
+    const int64_t t = blockIdx.z;
+    const Visible vis = visible_of(pos0 + t, shape.window);
+    const int64_t begin = max(vis.first, chunk * kChunk);
+    const int64_t end = min(vis.last + 1, (chunk + 1) * kChunk);
+    if (begin >= end) return;  // not this query's chunk: the merge never reads it
+    const int64_t kv_head = head / (shape.n_head / shape.n_head_kv);
+    const unsigned lane = threadIdx.x % 32;
+    const unsigned warp = threadIdx.x / 32;
+    const float* qh = q + (t * shape.n_head + head) * shape.head_dim;  // [head_dim]
+    float q_lane[kMaxPerLane];
+#pragma unroll
+    for (int j = 0; j < kMaxPerLane; ++j) {
+        const int64_t d = lane + 32 * j;
+        q_lane[j] = d < shape.head_dim ? qh[d] : 0.0f;
+    }
+    float m = -INFINITY;
+    float s = 0.0f;
+    float acc[kMaxPerLane] = {};
+    const int64_t k_base = kv_head * shape.head_dim;
+    const int64_t v_base = kv_head * shape.value_dim;
+    for (int64_t pos = begin + warp; pos < end; pos += kWarps) {
+        const int64_t slot = slot_of(layer, pos);
+        const uint8_t* k_row = layer.k + slot * k_row_bytes;
+        const uint8_t* v_row = layer.v + slot * v_row_bytes;
+        float dot = 0.0f;
+#pragma unroll
+        for (int j = 0; j < kMaxPerLane; ++j) {
+            const int64_t d = lane + 32 * j;
+            if (d < shape.head_dim) dot += q_lane[j] * row_element<T>(k_row, k_base + d);
+        }
+        float score = warp_sum(dot) * shape.scale;
+        if (shape.softcap > 0.0f) score = shape.softcap * tanhf(score / shape.softcap);
+        const float m_new = fmaxf(m, score);
+        const float correction = expf(m - m_new);
+        const float p = expf(score - m_new);
+        s = s * correction + p;
+#pragma unroll
+        for (int j = 0; j < kMaxPerLane; ++j) {
+            const int64_t d = lane + 32 * j;
+            const float vd = d < shape.value_dim ? row_element<T>(v_row, v_base + d) : 0.0f;
+            acc[j] = acc[j] * correction + p * vd;
+        }
+        m = m_new;
+    }
+    // The warps' records merged in warp order.
+    __shared__ float warp_m[kWarps];
+    __shared__ float warp_s[kWarps];
+    __shared__ float warp_acc[kWarps][kMaxValueDim];
+    if (lane == 0) {
+        warp_m[warp] = m;
+        warp_s[warp] = s;
+    }
+#pragma unroll
+    for (int j = 0; j < kMaxPerLane; ++j) {
+        const int64_t d = lane + 32 * j;
+        if (d < shape.value_dim) warp_acc[warp][d] = acc[j];
+    }
+    __syncthreads();
+    float top = -INFINITY;
+    for (int w = 0; w < kWarps; ++w) top = fmaxf(top, warp_m[w]);
+    float* record = record_of(partials, shape, chunks, t, head, chunk);
+    for (int64_t d = threadIdx.x; d < shape.value_dim; d += blockDim.x) {
+        float sum = 0.0f;
+        for (int w = 0; w < kWarps; ++w) {
+            if (warp_m[w] > -INFINITY) sum += warp_acc[w][d] * expf(warp_m[w] - top);
+        }
+        record[2 + d] = sum;
+    }
+    if (threadIdx.x == 0) {
+        float total = 0.0f;
+        for (int w = 0; w < kWarps; ++w) {
+            if (warp_m[w] > -INFINITY) total += warp_s[w] * expf(warp_m[w] - top);
+        }
+        record[0] = top;
+        record[1] = total;
+    }
+}
+
+// Block (head, token): the head's chunk records in order, the sink in the denominator.
+__global__ void attend_merge_kernel(AttendShape shape, const float* partials, int64_t pos0,
+                                    int64_t chunks, float* out) {
+    const int64_t head = blockIdx.x;
+    const int64_t t = blockIdx.y;
+    const Visible vis = visible_of(pos0 + t, shape.window);
+    const int64_t first = vis.first / kChunk;
+    const int64_t last = vis.last / kChunk;
+    float top = shape.sinks ? shape.sinks[head] : -INFINITY;
+    for (int64_t c = first; c <= last; ++c) {
+        top = fmaxf(top, record_of(partials, shape, chunks, t, head, c)[0]);
+    }
+    float denominator = shape.sinks ? expf(shape.sinks[head] - top) : 0.0f;
+    for (int64_t c = first; c <= last; ++c) {
+        const float* r = record_of(partials, shape, chunks, t, head, c);
+        denominator += r[1] * expf(r[0] - top);
+    }
+    float* dst = out + (t * shape.n_head + head) * shape.value_dim;  // [value_dim]
+    for (int64_t d = threadIdx.x; d < shape.value_dim; d += blockDim.x) {
+        float sum = 0.0f;
+        for (int64_t c = first; c <= last; ++c) {
+            const float* r = record_of(partials, shape, chunks, t, head, c);
+            sum += r[2 + d] * expf(r[0] - top);
+        }
+        dst[d] = sum / denominator;
+    }
+}
+
+int64_t chunks_through(int64_t last_position) {
+    return last_position / kChunk + 1;
+}
+
+template <KvType T>
+void launch_attend(const AttendShape& shape, const KvLayerView& layer, const float* q,
+                   int64_t pos0, int64_t n, float* partials, float* out, cudaStream_t stream) {
+    const int64_t chunks = chunks_through(pos0 + n - 1);
+    const int64_t k_row_bytes = kv_row_bytes(layer.type, layer.k_width);
+    const int64_t v_row_bytes = kv_row_bytes(layer.type, layer.v_width);
+    const dim3 grid(static_cast<unsigned>(chunks), static_cast<unsigned>(shape.n_head),
+                    static_cast<unsigned>(n));
+    attend_partial_kernel<T><<<grid, 32 * kWarps, 0, stream>>>(
+        shape, layer, k_row_bytes, v_row_bytes, q, pos0, chunks, partials);
+    check_launch("attend_partial");
+    const dim3 merge_grid(static_cast<unsigned>(shape.n_head), static_cast<unsigned>(n));
+    attend_merge_kernel<<<merge_grid, 128, 0, stream>>>(shape, partials, pos0, chunks, out);
+    check_launch("attend_merge");
+}
+
+}  // namespace
+
+void store_kv(const KvLayerView& layer, const float* k, const float* v, int64_t pos0, int64_t n,
+              cudaStream_t stream) {
+    if (n <= 0) return;
+    const int64_t k_row_bytes = kv_row_bytes(layer.type, layer.k_width);
+    const int64_t v_row_bytes = kv_row_bytes(layer.type, layer.v_width);
+    store_kv_kernel<<<dim3(static_cast<unsigned>(n), 2), 256, 0, stream>>>(
+        layer, k_row_bytes, v_row_bytes, k, v, pos0);
+    check_launch("store_kv");
+}
+
+int64_t attention_partials_floats(const AttendShape& shape, int64_t n, int64_t last_position) {
+    return n * shape.n_head * chunks_through(last_position) * (2 + shape.value_dim);
+}
+
+void attend(const AttendShape& shape, const KvLayerView& layer, const float* q, int64_t pos0,
+            int64_t n, float* partials, float* out, cudaStream_t stream) {
+    if (n <= 0) return;
+    if (shape.head_dim > kMaxValueDim || shape.value_dim > kMaxValueDim) {
+        throw std::invalid_argument("CUDA attention: heads over " + std::to_string(kMaxValueDim) +
+                                    " elements are not supported");
+    }
+    switch (layer.type) {
+        case KvType::F32:
+            return launch_attend<KvType::F32>(shape, layer, q, pos0, n, partials, out, stream);
+        case KvType::F16:
+            return launch_attend<KvType::F16>(shape, layer, q, pos0, n, partials, out, stream);
+        case KvType::Q8_0:
+            return launch_attend<KvType::Q8_0>(shape, layer, q, pos0, n, partials, out, stream);
+    }
+}
+
+}  // namespace ember::cuda

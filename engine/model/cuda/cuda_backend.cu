@@ -1,0 +1,230 @@
+// The layer blocks of backend.h on the GPU (cuda_backend.cuh).
+#include <algorithm>
+
+#include "engine/model/cuda/cuda_backend.cuh"
+#include "engine/model/cuda/cuda_check.cuh"
+#include "engine/model/model.h"
+
+namespace ember::cuda {
+
+namespace {
+
+// Most f32 elements of a weight dequantized at once for cuBLAS (64 MiB): a matrix larger than
+// that goes through in slices of rows, so the scratch stays a few percent of the weights.
+constexpr int64_t kDequantizedCap = int64_t{16} << 20;
+
+bool is_float_type(TensorType type) {
+    return type == TensorType::F32 || type == TensorType::F16 || type == TensorType::BF16;
+}
+
+class CudaBackend final : public Backend {
+public:
+    CudaBackend(const CudaDevice& device, InferenceState& state, CudaState& gpu)
+        : dev_(device), c_(device.model().config()), st_(state), gpu_(gpu) {}
+
+    BatchBuffers& begin_batch(int64_t pos0, int64_t n) override {
+        pos0_ = pos0;
+        st_.kv.reserve(pos0 + n);
+        gpu_.prepare_forward();
+        gpu_.rows_written(pos0, pos0 + n);
+        buffers_ = BatchBuffers{gpu_.x.as<float>(),      gpu_.xn.as<float>(),
+                                gpu_.q.as<float>(),      gpu_.k.as<float>(),
+                                gpu_.v.as<float>(),      gpu_.attn.as<float>(),
+                                gpu_.q_proj.as<float>(), gpu_.q_gate.as<float>(),
+                                gpu_.ffn_gate.as<float>(), gpu_.ffn_up.as<float>()};
+        return buffers_;
+    }
+
+    void embed(std::span<const int32_t> tokens, float* x) override {
+        const auto n = static_cast<int64_t>(tokens.size());
+        int32_t* ids = gpu_.token_ids.as<int32_t>();
+        EMBER_CUDA_CHECK(cudaMemcpyAsync(ids, tokens.data(), tokens.size_bytes(),
+                                         cudaMemcpyHostToDevice, stream()));
+        embed_rows(dev_.matrix(dev_.model().token_embd()), ids, n,
+                   static_cast<float>(c_.embedding_scale), x, stream());
+        check_launch("embed_rows");
+    }
+
+    void rms_norm_rows(const float* x, const std::vector<float>& weight, float* out,
+                       int64_t rows) override {
+        cuda::rms_norm_rows(x, dev_.vector(weight), out, rows,
+                            static_cast<int64_t>(weight.size()), static_cast<float>(c_.rms_eps),
+                            stream());
+    }
+
+    void add(float* y, const float* x, int64_t n) override { cuda::add(y, x, n, stream()); }
+
+    void add_bias_rows(float* y, const std::vector<float>& bias, int64_t rows) override {
+        cuda::add_bias_rows(y, dev_.vector(bias), rows, static_cast<int64_t>(bias.size()),
+                            stream());
+    }
+
+    void matmul(const MatrixView& w, const float* x, int64_t n, float* out) override {
+        const DeviceMatrix& m = dev_.matrix(w);
+        if (n <= kGemvMaxTokens) {
+            gemv(m, x, m.cols, n, out, m.rows, stream());
+            check_launch("gemv");
+        } else {
+            gemm(m, x, n, out);
+        }
+    }
+
+    void matmul_many(std::span<const MatmulOut> outs, const float* x, int64_t n) override {
+        if (n > kGemvMaxTokens || outs.size() > static_cast<size_t>(kMaxGemvOuts)) {
+            for (const MatmulOut& o : outs) matmul(*o.w, x, n, o.y);
+            return;
+        }
+        GemvOut list[kMaxGemvOuts];
+        for (size_t i = 0; i < outs.size(); ++i) {
+            list[i] = GemvOut{dev_.matrix(*outs[i].w), outs[i].y, outs[i].ldy};
+        }
+        gemv_many(list, static_cast<int>(outs.size()), x, list[0].w.cols, n, stream());
+        check_launch("gemv_many");
+    }
+
+    void gated_activation(GatedActivation act, float* gate, const float* up,
+                          int64_t n) override {
+        switch (act) {
+            case GatedActivation::Silu:
+                return swiglu(gate, up, n, stream());
+            case GatedActivation::GeluTanh:
+                return gelu_tanh_gate(gate, up, n, stream());
+        }
+    }
+
+    void sigmoid_gate(float* x, const float* gate, int64_t n) override {
+        cuda::sigmoid_gate(x, gate, n, stream());
+    }
+
+    void split_query_gate(const float* q_proj, float* q, float* gate, int64_t n) override {
+        cuda::split_query_gate(q_proj, q, gate, n, c_.n_head, c_.head_dim, stream());
+    }
+
+    void prepare_heads(const HeadPrep& prep, float* q, float* k, float* v, int64_t n) override {
+        const int64_t q_dim = c_.n_head * c_.head_dim;
+        const int64_t k_dim = c_.n_head_kv * c_.head_dim;
+        const int64_t v_dim = c_.n_head_kv * c_.value_dim;
+        if (prep.q_bias) cuda::add_bias_rows(q, device_of(prep.q_bias, q_dim), n, q_dim, stream());
+        if (prep.k_bias) cuda::add_bias_rows(k, device_of(prep.k_bias, k_dim), n, k_dim, stream());
+        if (prep.v_bias) cuda::add_bias_rows(v, device_of(prep.v_bias, v_dim), n, v_dim, stream());
+        HeadShape shape;
+        shape.n_head = c_.n_head;
+        shape.n_head_kv = c_.n_head_kv;
+        shape.head_dim = c_.head_dim;
+        shape.rope_dims = c_.rope_dims;
+        shape.rope_halves = c_.rope_layout == RopeLayout::Halves;
+        shape.eps = static_cast<float>(c_.rms_eps);
+        const bool local = prep.local_rope;
+        norm_rope_heads(shape, q, k, prep.q_norm ? device_of(prep.q_norm, c_.head_dim) : nullptr,
+                        prep.k_norm ? device_of(prep.k_norm, c_.head_dim) : nullptr,
+                        local ? dev_.rope_inv_freq_local() : dev_.rope_inv_freq(),
+                        local ? 1.0 : c_.rope_freq_scale, pos0_, n, stream());
+    }
+
+    void store_kv(int64_t cache_layer, const float* k, const float* v, int64_t n) override {
+        cuda::store_kv(gpu_.layer(cache_layer), k, v, pos0_, n, stream());
+    }
+
+    void attend(const AttentionSettings& settings, const float* q, int64_t n,
+                float* out) override {
+        AttendShape shape;
+        shape.n_head = c_.n_head;
+        shape.n_head_kv = c_.n_head_kv;
+        shape.head_dim = c_.head_dim;
+        shape.value_dim = c_.value_dim;
+        shape.window = settings.window;
+        shape.scale = settings.scale;
+        shape.softcap = settings.softcap;
+        shape.sinks = settings.sinks ? device_of(settings.sinks, c_.n_head) : nullptr;
+        const int64_t need = attention_partials_floats(shape, n, pos0_ + n - 1);
+        gpu_.partials.grow(static_cast<size_t>(need) * sizeof(float));
+        cuda::attend(shape, gpu_.layer(settings.cache_layer), q, pos0_, n,
+                     gpu_.partials.as<float>(), out, stream());
+    }
+
+    void moe_ffn(const LayerWeights&, float*, float*, int64_t) override { cpu_only("MoE"); }
+    void short_conv_mixer(const LayerWeights&, int64_t, int64_t) override {
+        cpu_only("short-conv");
+    }
+    void delta_net_mixer(const LayerWeights&, int64_t, int64_t) override {
+        cpu_only("delta-net");
+    }
+
+    void soft_cap(float* x, int64_t n, float cap) override { cuda::soft_cap(x, n, cap, stream()); }
+
+    float* logits_buffer(float*, int64_t rows) override {
+        gpu_.logits.grow(static_cast<size_t>(rows * c_.n_vocab) * sizeof(float));
+        return gpu_.logits.as<float>();
+    }
+
+    void publish_logits(const float* logits, float* host_out, int64_t count) override {
+        EMBER_CUDA_CHECK(cudaMemcpyAsync(host_out, logits, static_cast<size_t>(count) * sizeof(float),
+                                         cudaMemcpyDeviceToHost, stream()));
+        EMBER_CUDA_CHECK(cudaStreamSynchronize(stream()));
+    }
+
+private:
+    cudaStream_t stream() const { return gpu_.stream(); }
+
+    // HeadPrep and AttentionSettings carry the host vectors' data pointers.
+    const float* device_of(const float* host, int64_t /*size*/) const {
+        // The vectors are uploaded whole; a view of one is found by its data pointer.
+        return dev_.vector_at(host);
+    }
+
+    [[noreturn]] static void cpu_only(const char* what) {
+        throw std::logic_error(std::string("CUDA backend: ") + what +
+                               " layers run on the CPU; this model should not be on the GPU");
+    }
+
+    // out [n x w.rows] = x [n x w.cols] · w^T through cuBLAS, the weight dequantized to f32 in
+    // slices of rows. Float weights keep f32 arithmetic (the fixtures' 2e-3 of float64);
+    // quantized ones use TF32, whose rounding is far below the quantization's own.
+    void gemm(const DeviceMatrix& w, const float* x, int64_t n, float* out) {
+        const float alpha = 1.0f;
+        const float beta = 0.0f;
+        const cublasComputeType_t compute =
+            is_float_type(w.type) ? CUBLAS_COMPUTE_32F : CUBLAS_COMPUTE_32F_FAST_TF32;
+        const int64_t slice = std::clamp<int64_t>(kDequantizedCap / w.cols, 1, w.rows);
+        const bool direct = w.type == TensorType::F32 &&
+                            w.row_stride == static_cast<size_t>(w.cols) * sizeof(float);
+        if (!direct) gpu_.dequantized.grow(static_cast<size_t>(slice * w.cols) * sizeof(float));
+        for (int64_t row0 = 0; row0 < w.rows; row0 += slice) {
+            const int64_t rows = std::min(slice, w.rows - row0);
+            const float* a = direct ? static_cast<const float*>(w.data) + row0 * w.cols
+                                    : gpu_.dequantized.as<float>();
+            if (!direct) {
+                dequantize_rows(w, row0, rows, gpu_.dequantized.as<float>(), stream());
+                check_launch("dequantize_rows");
+            }
+            // Column-major view: C [rows x n] = A^T [rows x cols] · B [cols x n].
+            EMBER_CUBLAS_CHECK(cublasGemmEx(
+                gpu_.blas(), CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(rows), static_cast<int>(n),
+                static_cast<int>(w.cols), &alpha, a, CUDA_R_32F, static_cast<int>(w.cols), x,
+                CUDA_R_32F, static_cast<int>(w.cols), &beta, out + row0, CUDA_R_32F,
+                static_cast<int>(w.rows), compute, CUBLAS_GEMM_DEFAULT));
+        }
+    }
+
+    const CudaDevice& dev_;
+    const ModelConfig& c_;
+    InferenceState& st_;
+    CudaState& gpu_;
+    BatchBuffers buffers_;
+    int64_t pos0_ = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> CudaDevice::make_backend(InferenceState& state) {
+    EMBER_CUDA_CHECK(cudaSetDevice(device_));
+    auto* gpu = dynamic_cast<CudaState*>(state.device.get());
+    if (!gpu) {
+        auto created = std::make_unique<CudaState>(*this, state);
+        gpu = created.get();
+        state.device = std::move(created);
+    }
+    return std::make_unique<CudaBackend>(*this, state, *gpu);
+}
+
+}  // namespace ember::cuda

@@ -1,0 +1,127 @@
+// The CUDA backend: the model's weights in GPU memory (CudaDevice), a conversation's KV cache
+// and batch buffers there (CudaState), and the layer blocks of backend.h run by this folder's
+// kernels and cuBLAS (CudaBackend).
+#pragma once
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "engine/model/backend.h"
+#include "engine/model/compute_device.h"
+#include "engine/model/cuda/layer_kernels.cuh"
+#include "engine/model/cuda/quant_kernels.cuh"
+#include "engine/model/state.h"
+
+namespace ember {
+class Model;
+struct ModelConfig;
+}  // namespace ember
+
+namespace ember::cuda {
+
+// A cudaMalloc'd block, freed with its owner.
+class DeviceBuffer {
+public:
+    DeviceBuffer() = default;
+    explicit DeviceBuffer(size_t bytes);
+    DeviceBuffer(DeviceBuffer&& other) noexcept;
+    DeviceBuffer& operator=(DeviceBuffer&& other) noexcept;
+    DeviceBuffer(const DeviceBuffer&) = delete;
+    DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+    ~DeviceBuffer();
+
+    void* get() const { return ptr_; }
+    template <class T>
+    T* as() const {
+        return static_cast<T*>(ptr_);
+    }
+    size_t bytes() const { return bytes_; }
+    // Reallocates (contents lost) when smaller than `bytes`.
+    void grow(size_t bytes);
+
+private:
+    void* ptr_ = nullptr;
+    size_t bytes_ = 0;
+};
+
+// The model's weights on one GPU, found by the host address the model's views hold.
+class CudaDevice final : public ComputeDevice {
+public:
+    // Uploads every weight the dense families' layers read; throws std::runtime_error naming
+    // what failed (out of memory, an unsupported layout).
+    CudaDevice(const Model& model, int device);
+
+    std::string description() const override { return description_; }
+    std::unique_ptr<Backend> make_backend(InferenceState& state) override;
+    uint64_t weight_bytes() const override { return weight_bytes_; }
+
+    int device() const { return device_; }
+    const Model& model() const { return model_; }
+    const DeviceMatrix& matrix(const MatrixView& view) const;
+    const float* vector(const std::vector<float>& host) const;  // null for an empty vector
+    const float* vector_at(const float* host_data) const;        // by the vector's data()
+    const double* rope_inv_freq() const { return inv_freq_.as<double>(); }
+    const double* rope_inv_freq_local() const { return inv_freq_local_.as<double>(); }
+    // Matrices converted to f32 at load because the kernels do not read their type.
+    const std::vector<std::string>& notes() const { return notes_; }
+
+private:
+    void upload_matrix(const MatrixView& view, const char* name);
+    void upload_vector(const std::vector<float>& host);
+
+    const Model& model_;
+    int device_ = 0;
+    std::string description_;
+    uint64_t weight_bytes_ = 0;
+    std::vector<DeviceBuffer> blocks_;
+    std::unordered_map<const void*, DeviceMatrix> matrices_;
+    std::unordered_map<const float*, const float*> vectors_;
+    DeviceBuffer inv_freq_, inv_freq_local_;
+    std::vector<std::string> notes_;
+};
+
+// One conversation's share of the GPU: its KV rows (mirroring the host KvCache: the host rows
+// are brought up to date only when read, KvCache::sync_host), the batch buffers, a stream and a
+// cuBLAS handle of its own.
+class CudaState final : public DeviceState, public KvMirror {
+public:
+    CudaState(const CudaDevice& device, InferenceState& state);
+    ~CudaState() override;
+
+    void bring_host_up_to_date() override;
+    // Before a forward pass: rows the host wrote (a restore) go to the device.
+    void prepare_forward();
+    // After a batch wrote rows [pos0, end) on the device.
+    void rows_written(int64_t pos0, int64_t end);
+
+    cudaStream_t stream() const { return stream_; }
+    cublasHandle_t blas() const { return blas_; }
+    KvLayerView layer(int64_t cache_layer) const;
+
+    // Batch buffers for up to kMaxBatch tokens, [tokens x width] each.
+    DeviceBuffer x, xn, q, k, v, attn, q_proj, q_gate, ffn_gate, ffn_up;
+    DeviceBuffer token_ids;     // [kMaxBatch] int32
+    DeviceBuffer logits;        // [rows x n_vocab], grown on demand
+    DeviceBuffer partials;      // attention records, grown on demand
+    DeviceBuffer dequantized;   // f32 rows of a weight for cuBLAS, grown up to a cap
+
+private:
+    enum class Direction { ToHost, ToDevice };
+    void reconcile();
+    void copy_rows(Direction direction, int64_t begin, int64_t end);
+
+    KvCache& kv_;
+    cudaStream_t stream_ = nullptr;
+    cublasHandle_t blas_ = nullptr;
+    std::vector<DeviceBuffer> k_layers_, v_layers_;  // [slots x row bytes] per cache layer
+    int64_t device_valid_ = 0;  // device rows [0, device_valid_) are the state's
+    int64_t host_valid_ = 0;    // host rows [0, host_valid_) are the state's
+};
+
+}  // namespace ember::cuda

@@ -1,0 +1,143 @@
+// The model's weights on the GPU (cuda_backend.cuh: CudaDevice) and the device buffer type.
+#include <algorithm>
+#include <utility>
+
+#include "engine/model/cuda/cuda_backend.cuh"
+#include "engine/model/cuda/cuda_check.cuh"
+#include "engine/model/model.h"
+
+namespace ember::cuda {
+
+DeviceBuffer::DeviceBuffer(size_t bytes) {
+    grow(bytes);
+}
+
+DeviceBuffer::DeviceBuffer(DeviceBuffer&& other) noexcept
+    : ptr_(std::exchange(other.ptr_, nullptr)), bytes_(std::exchange(other.bytes_, 0)) {}
+
+DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& other) noexcept {
+    if (this != &other) {
+        if (ptr_) cudaFree(ptr_);
+        ptr_ = std::exchange(other.ptr_, nullptr);
+        bytes_ = std::exchange(other.bytes_, 0);
+    }
+    return *this;
+}
+
+DeviceBuffer::~DeviceBuffer() {
+    if (ptr_) cudaFree(ptr_);
+}
+
+void DeviceBuffer::grow(size_t bytes) {
+    if (bytes <= bytes_) return;
+    if (ptr_) {
+        // Work queued on the buffer may still read it: wait before freeing.
+        EMBER_CUDA_CHECK(cudaDeviceSynchronize());
+        cudaFree(ptr_);
+        ptr_ = nullptr;
+        bytes_ = 0;
+    }
+    const cudaError_t err = cudaMalloc(&ptr_, bytes);
+    if (err != cudaSuccess) {
+        ptr_ = nullptr;
+        throw std::runtime_error("CUDA: out of GPU memory allocating " +
+                                 std::to_string(bytes >> 20) + " MiB (" + cudaGetErrorString(err) +
+                                 ")");
+    }
+    bytes_ = bytes;
+}
+
+namespace {
+
+template <class T>
+DeviceBuffer upload(const T* data, size_t count) {
+    DeviceBuffer buffer(std::max<size_t>(count * sizeof(T), 1));
+    if (count > 0) {
+        EMBER_CUDA_CHECK(cudaMemcpy(buffer.get(), data, count * sizeof(T), cudaMemcpyHostToDevice));
+    }
+    return buffer;
+}
+
+}  // namespace
+
+CudaDevice::CudaDevice(const Model& model, int device) : model_(model), device_(device) {
+    EMBER_CUDA_CHECK(cudaSetDevice(device));
+    cudaDeviceProp prop{};
+    EMBER_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
+    description_ = "GPU " + std::to_string(device) + ": " + prop.name;
+    upload_matrix(model.token_embd(), "token_embd");
+    upload_matrix(model.output(), "output");
+    upload_vector(model.output_norm());
+    for (const LayerWeights& L : model.layers()) {
+        for (const MatrixView* m : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down}) {
+            upload_matrix(*m, "layer");
+        }
+        for (const std::vector<float>* v :
+             {&L.attn_norm, &L.bq, &L.bk, &L.bv, &L.bo, &L.attn_sinks, &L.q_norm, &L.k_norm,
+              &L.ffn_norm, &L.post_attn_norm, &L.post_ffn_norm}) {
+            upload_vector(*v);
+        }
+    }
+    inv_freq_ = upload(model.rope_inv_freq().data(), model.rope_inv_freq().size());
+    inv_freq_local_ =
+        upload(model.rope_inv_freq_local().data(), model.rope_inv_freq_local().size());
+}
+
+void CudaDevice::upload_matrix(const MatrixView& view, const char* name) {
+    if (view.rows == 0 || matrices_.count(view.data)) return;  // absent, or tied and uploaded
+    if (view.layout != WeightLayout::Rows) {
+        throw std::logic_error(std::string("CUDA backend: matrix ") + name +
+                               " is in the CPU's panel layout; load the model for the GPU");
+    }
+    DeviceMatrix m{view.type, nullptr, view.rows, view.cols, view.row_stride};
+    DeviceBuffer block;
+    if (gemv_supports(view.type)) {
+        block = upload(static_cast<const uint8_t*>(view.data),
+                       static_cast<size_t>(view.rows) * view.row_stride);
+    } else {
+        // Read by no kernel here: exact f32, a note says so.
+        std::vector<float> rows(static_cast<size_t>(view.rows * view.cols));  // [rows x cols]
+        for (int64_t r = 0; r < view.rows; ++r) dequantize_row(view, r, rows.data() + r * view.cols);
+        block = upload(rows.data(), rows.size());
+        m.type = TensorType::F32;
+        m.row_stride = static_cast<size_t>(view.cols) * sizeof(float);
+        const std::string note = std::string(type_info(view.type).name) +
+                                 " matrices converted to f32 on the GPU (no kernel reads " +
+                                 std::string(type_info(view.type).name) + " there)";
+        if (std::find(notes_.begin(), notes_.end(), note) == notes_.end()) notes_.push_back(note);
+    }
+    m.data = block.get();
+    weight_bytes_ += block.bytes();
+    matrices_.emplace(view.data, m);
+    blocks_.push_back(std::move(block));
+}
+
+void CudaDevice::upload_vector(const std::vector<float>& host) {
+    if (host.empty() || vectors_.count(host.data())) return;
+    DeviceBuffer block = upload(host.data(), host.size());
+    weight_bytes_ += block.bytes();
+    vectors_.emplace(host.data(), block.as<float>());
+    blocks_.push_back(std::move(block));
+}
+
+const DeviceMatrix& CudaDevice::matrix(const MatrixView& view) const {
+    const auto it = matrices_.find(view.data);
+    if (it == matrices_.end()) {
+        throw std::logic_error("CUDA backend: a matrix the layers read was not uploaded");
+    }
+    return it->second;
+}
+
+const float* CudaDevice::vector(const std::vector<float>& host) const {
+    return host.empty() ? nullptr : vector_at(host.data());
+}
+
+const float* CudaDevice::vector_at(const float* host_data) const {
+    const auto it = vectors_.find(host_data);
+    if (it == vectors_.end()) {
+        throw std::logic_error("CUDA backend: a weight vector the layers read was not uploaded");
+    }
+    return it->second;
+}
+
+}  // namespace ember::cuda

@@ -1,0 +1,142 @@
+// A conversation's share of the GPU (cuda_backend.cuh: CudaState): the KV mirror and buffers.
+#include <algorithm>
+
+#include "engine/model/cuda/cuda_backend.cuh"
+#include "engine/model/cuda/cuda_check.cuh"
+#include "engine/model/forward.h"
+#include "engine/model/model.h"
+
+namespace ember::cuda {
+
+namespace {
+
+size_t floats(int64_t n) {
+    return static_cast<size_t>(std::max<int64_t>(n, 1)) * sizeof(float);
+}
+
+}  // namespace
+
+CudaState::CudaState(const CudaDevice& device, InferenceState& state) : kv_(state.kv) {
+    const ModelConfig& c = device.model().config();
+    EMBER_CUDA_CHECK(cudaSetDevice(device.device()));
+    EMBER_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    EMBER_CUBLAS_CHECK(cublasCreate(&blas_));
+    EMBER_CUBLAS_CHECK(cublasSetStream(blas_, stream_));
+    const int64_t slots_full = kv_.capacity();
+    for (int64_t l = 0; l < kv_.n_layer(); ++l) {
+        const int64_t slots = kv_.is_ring(l) ? kv_.ring_positions() : slots_full;
+        k_layers_.emplace_back(static_cast<size_t>(slots * kv_.k_row_bytes()));
+        v_layers_.emplace_back(static_cast<size_t>(slots * kv_.v_row_bytes()));
+    }
+    const int64_t b = kMaxBatch;
+    x = DeviceBuffer(floats(b * c.n_embd));
+    xn = DeviceBuffer(floats(b * c.n_embd));
+    q = DeviceBuffer(floats(b * c.n_head * c.head_dim));
+    k = DeviceBuffer(floats(b * c.n_head_kv * c.head_dim));
+    v = DeviceBuffer(floats(b * c.n_head_kv * c.value_dim));
+    attn = DeviceBuffer(floats(b * c.n_head * c.value_dim));
+    if (c.attn_output_gate) {
+        q_proj = DeviceBuffer(floats(b * 2 * c.n_head * c.head_dim));
+        q_gate = DeviceBuffer(floats(b * c.n_head * c.head_dim));
+    }
+    ffn_gate = DeviceBuffer(floats(b * c.n_ff));
+    ffn_up = DeviceBuffer(floats(b * c.n_ff));
+    token_ids = DeviceBuffer(static_cast<size_t>(b) * sizeof(int32_t));
+    host_valid_ = kv_.length();  // the host rows are the state until the device computes any
+    kv_.set_mirror(this);
+}
+
+CudaState::~CudaState() {
+    kv_.set_mirror(nullptr);
+    if (blas_) cublasDestroy(blas_);
+    if (stream_) {
+        cudaStreamSynchronize(stream_);
+        cudaStreamDestroy(stream_);
+    }
+}
+
+KvLayerView CudaState::layer(int64_t cache_layer) const {
+    KvLayerView view;
+    view.k = k_layers_[static_cast<size_t>(cache_layer)].as<uint8_t>();
+    view.v = v_layers_[static_cast<size_t>(cache_layer)].as<uint8_t>();
+    view.ring = kv_.is_ring(cache_layer);
+    view.slots = view.ring ? kv_.ring_positions() : kv_.capacity();
+    view.type = kv_.type();
+    view.k_width = kv_.k_width();
+    view.v_width = kv_.v_width();
+    return view;
+}
+
+// Which side holds which rows after the host was written to (a restore writes the rows from
+// its prefix on, after cutting the cache back to that prefix): rows below the write that only
+// the device holds come to the host first, the device's rows from the write on are stale.
+void CudaState::reconcile() {
+    const int64_t length = kv_.length();
+    device_valid_ = std::min(device_valid_, length);
+    host_valid_ = std::min(host_valid_, length);
+    const int64_t written = kv_.take_host_writes();
+    if (written == KvCache::kNoHostWrites) return;
+    const int64_t below = std::min(device_valid_, written);
+    if (host_valid_ < below) copy_rows(Direction::ToHost, host_valid_, below);
+    kv_.take_host_writes();  // the marks of that copy
+    host_valid_ = length;
+    device_valid_ = std::min(device_valid_, written);
+}
+
+void CudaState::prepare_forward() {
+    reconcile();
+    const int64_t length = kv_.length();
+    if (device_valid_ < length) copy_rows(Direction::ToDevice, device_valid_, length);
+    device_valid_ = length;
+}
+
+void CudaState::rows_written(int64_t pos0, int64_t end) {
+    device_valid_ = end;
+    host_valid_ = std::min(host_valid_, pos0);
+}
+
+void CudaState::bring_host_up_to_date() {
+    reconcile();
+    const int64_t end = std::min(device_valid_, kv_.length());
+    if (host_valid_ < end) {
+        copy_rows(Direction::ToHost, host_valid_, end);
+        kv_.take_host_writes();
+        host_valid_ = end;
+    }
+}
+
+// Rows [begin, end) of every layer, in runs that stay inside one host chunk and one stretch
+// of a ring (a ring is a whole number of chunks, so both cut at multiples of kChunkPositions).
+void CudaState::copy_rows(Direction direction, int64_t begin, int64_t end) {
+    const int64_t chunk = KvCache::kChunkPositions;
+    const auto k_bytes = static_cast<size_t>(kv_.k_row_bytes());
+    const auto v_bytes = static_cast<size_t>(kv_.v_row_bytes());
+    for (int64_t l = 0; l < kv_.n_layer(); ++l) {
+        const KvLayerView view = layer(l);
+        const int64_t first = view.ring ? std::max(begin, end - view.slots) : begin;
+        for (int64_t pos = first; pos < end;) {
+            const int64_t slot = view.ring ? pos % view.slots : pos;
+            const int64_t run = std::min(end - pos, chunk - pos % chunk);
+            uint8_t* dk = view.k + static_cast<size_t>(slot) * k_bytes;
+            uint8_t* dv = view.v + static_cast<size_t>(slot) * v_bytes;
+            const auto run_k = static_cast<size_t>(run) * k_bytes;
+            const auto run_v = static_cast<size_t>(run) * v_bytes;
+            if (direction == Direction::ToHost) {
+                EMBER_CUDA_CHECK(cudaMemcpyAsync(kv_.k_data(l, pos), dk, run_k,
+                                                 cudaMemcpyDeviceToHost, stream_));
+                EMBER_CUDA_CHECK(cudaMemcpyAsync(kv_.v_data(l, pos), dv, run_v,
+                                                 cudaMemcpyDeviceToHost, stream_));
+            } else {
+                const KvCache& host = kv_;
+                EMBER_CUDA_CHECK(cudaMemcpyAsync(dk, host.k_data(l, pos), run_k,
+                                                 cudaMemcpyHostToDevice, stream_));
+                EMBER_CUDA_CHECK(cudaMemcpyAsync(dv, host.v_data(l, pos), run_v,
+                                                 cudaMemcpyHostToDevice, stream_));
+            }
+            pos += run;
+        }
+    }
+    EMBER_CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
+
+}  // namespace ember::cuda

@@ -1,0 +1,109 @@
+// Placing a model on a GPU (gpu.h) with the CUDA backend built.
+#include <algorithm>
+#include <unordered_set>
+
+#include "engine/model/cuda/cuda_backend.cuh"
+#include "engine/model/cuda/cuda_check.cuh"
+#include "engine/model/gpu.h"
+#include "engine/model/model.h"
+
+namespace ember {
+
+namespace {
+
+// Headroom for the batch buffers, attention records and cuBLAS's workspace.
+constexpr uint64_t kScratchBytes = uint64_t{384} << 20;
+
+// Why the family cannot run on the GPU yet, or empty.
+std::string family_blocker(const Model& model) {
+    const ModelConfig& c = model.config();
+    if (is_hybrid(c.family)) return std::string(family_name(c.family)) + " (hybrid layers)";
+    const auto& layers = model.layers();
+    if (std::any_of(layers.begin(), layers.end(), [](const LayerWeights& L) { return L.moe(); })) {
+        return std::string(family_name(c.family)) + " (mixture of experts)";
+    }
+    return "";
+}
+
+// Device bytes of the weights: every matrix once (tied ones once), f32 where the kernels do
+// not read the type, and the vectors.
+uint64_t planned_weight_bytes(const Model& model) {
+    std::unordered_set<const void*> seen;
+    uint64_t bytes = 0;
+    const auto matrix = [&](const MatrixView& m) {
+        if (m.rows == 0 || !seen.insert(m.data).second) return;
+        bytes += cuda::gemv_supports(m.type)
+                     ? static_cast<uint64_t>(m.rows) * m.row_stride
+                     : static_cast<uint64_t>(m.rows * m.cols) * sizeof(float);
+    };
+    matrix(model.token_embd());
+    matrix(model.output());
+    for (const LayerWeights& L : model.layers()) {
+        for (const MatrixView* m : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down}) {
+            matrix(*m);
+        }
+        bytes += (L.attn_norm.size() + L.ffn_norm.size() + L.q_norm.size() + L.k_norm.size() +
+                  L.bq.size() + L.bk.size() + L.bv.size() + L.post_attn_norm.size() +
+                  L.post_ffn_norm.size()) * sizeof(float);
+    }
+    return bytes;
+}
+
+std::string mib(uint64_t bytes) {
+    return std::to_string((bytes + (1 << 20) - 1) >> 20) + " MiB";
+}
+
+}  // namespace
+
+int gpu_count() {
+    int count = 0;
+    if (cudaGetDeviceCount(&count) != cudaSuccess) {
+        cudaGetLastError();  // no driver or no card: not an error to carry on with
+        return 0;
+    }
+    return count;
+}
+
+bool gpu_may_run(const GpuRequest& request) {
+    return request.mode == GpuRequest::Mode::Index ||
+           (request.mode == GpuRequest::Mode::Auto && gpu_count() > 0);
+}
+
+GpuPlacement place_model(Model& model, const GpuRequest& request, uint64_t kv_bytes) {
+    if (request.mode == GpuRequest::Mode::Off) return {false, "CPU", ""};
+    const bool strict = request.mode == GpuRequest::Mode::Index;
+    const int count = gpu_count();
+    const int index = strict ? request.index : 0;
+    const auto refuse = [&](const std::string& why) -> GpuPlacement {
+        if (strict) throw std::runtime_error("--gpu " + std::to_string(index) + ": " + why);
+        return {false, "CPU", "running on the CPU: " + why};
+    };
+    if (count == 0) {
+        if (strict) return refuse("no CUDA GPU found");
+        return {false, "CPU", ""};  // nothing to explain on a machine without a GPU
+    }
+    if (index >= count) {
+        return refuse("there " + std::string(count == 1 ? "is 1 GPU" : "are " +
+                      std::to_string(count) + " GPUs") + " (numbered from 0)");
+    }
+    if (const std::string family = family_blocker(model); !family.empty()) {
+        return refuse(family + " runs on the CPU only for now");
+    }
+    EMBER_CUDA_CHECK(cudaSetDevice(index));
+    size_t free_bytes = 0, total_bytes = 0;
+    EMBER_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
+    const uint64_t need = planned_weight_bytes(model) + kv_bytes + kScratchBytes;
+    if (need > free_bytes) {
+        return refuse("the model needs " + mib(need) + " of GPU memory, " + mib(free_bytes) +
+                      " are free on GPU " + std::to_string(index));
+    }
+    auto device = std::make_shared<cuda::CudaDevice>(model, index);
+    GpuPlacement placement{true, device->description(), ""};
+    for (const std::string& note : device->notes()) {
+        placement.note += (placement.note.empty() ? "" : "; ") + note;
+    }
+    model.attach_device(std::move(device));
+    return placement;
+}
+
+}  // namespace ember

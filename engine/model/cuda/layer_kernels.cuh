@@ -1,0 +1,83 @@
+// The CUDA backend's vector kernels: norms, residual adds, activations, head preparation
+// (biases, q/k norms, RoPE), KV-cache writes and attention. Each launcher enqueues on `stream`
+// and checks the launch. Every sum runs in a fixed order (no atomics): the same input gives
+// the same bits run to run, and a token's results do not depend on the batch it came in.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "engine/model/kv_type.h"
+
+namespace ember::cuda {
+
+// out[r] = x[r] * weight / rms(x[r]) for `rows` rows of `width`; out may alias x. The sum of
+// squares in double, as the CPU's rms_norm.
+void rms_norm_rows(const float* x, const float* weight, float* out, int64_t rows, int64_t width,
+                   float eps, cudaStream_t stream);
+// y[i] += x[i]
+void add(float* y, const float* x, int64_t n, cudaStream_t stream);
+// y[r * width + i] += bias[i]
+void add_bias_rows(float* y, const float* bias, int64_t rows, int64_t width, cudaStream_t stream);
+// gate[i] = silu(gate[i]) * up[i]  or  gelu_tanh(gate[i]) * up[i]
+void swiglu(float* gate, const float* up, int64_t n, cudaStream_t stream);
+void gelu_tanh_gate(float* gate, const float* up, int64_t n, cudaStream_t stream);
+// x[i] *= sigmoid(gate[i])
+void sigmoid_gate(float* x, const float* gate, int64_t n, cudaStream_t stream);
+// [n x n_head x (query | gate)] -> q, gate [n x n_head*head_dim]
+void split_query_gate(const float* q_proj, float* q, float* gate, int64_t n, int64_t n_head,
+                      int64_t head_dim, cudaStream_t stream);
+// x[i] = cap * tanh(x[i] / cap)
+void soft_cap(float* x, int64_t n, float cap, cudaStream_t stream);
+
+// The heads of a batch: per-head RMS norm (weights or null) and RoPE of q [n x n_head x
+// head_dim] and k [n x n_head_kv x head_dim], in place. Token t is at position pos0 + t; the
+// angle of pair i is (position * freq_scale) * inv_freq[i], in double as the CPU's table.
+struct HeadShape {
+    int64_t n_head = 0;
+    int64_t n_head_kv = 0;
+    int64_t head_dim = 0;
+    int64_t rope_dims = 0;
+    bool rope_halves = false;  // pairs (i, i + dims/2), else (2i, 2i + 1)
+    float eps = 1e-6f;
+};
+void norm_rope_heads(const HeadShape& shape, float* q, float* k, const float* q_norm,
+                     const float* k_norm, const double* inv_freq, double freq_scale, int64_t pos0,
+                     int64_t n, cudaStream_t stream);
+
+// One layer of the device KV cache: `slots` rows of K and V in the cache's type (a sliding
+// layer's ring: position p in slot p % slots; a full layer: slots = capacity).
+struct KvLayerView {
+    uint8_t* k = nullptr;  // [slots x k_row_bytes]
+    uint8_t* v = nullptr;  // [slots x v_row_bytes]
+    int64_t slots = 0;
+    bool ring = false;
+    KvType type = KvType::F16;
+    int64_t k_width = 0;  // elements of a row (n_head_kv * head_dim)
+    int64_t v_width = 0;
+};
+// Writes the rows of positions pos0.. from f32 k [n x k_width], v [n x v_width], converted as
+// the CPU's KvCache::store does (f16 round to nearest even; q8_0 blocks per row).
+void store_kv(const KvLayerView& layer, const float* k, const float* v, int64_t pos0, int64_t n,
+              cudaStream_t stream);
+
+// Attention of n queries at positions pos0.. over `layer` (rows stored already), causal,
+// optionally over the last `window` positions, scores scaled, soft-capped, with sink logits
+// per head. q [n x n_head*head_dim], out [n x n_head*value_dim]; `partials` is scratch of
+// attention_partials_floats() floats.
+struct AttendShape {
+    int64_t n_head = 0;
+    int64_t n_head_kv = 0;
+    int64_t head_dim = 0;
+    int64_t value_dim = 0;
+    int64_t window = 0;
+    float scale = 1.0f;
+    float softcap = 0.0f;
+    const float* sinks = nullptr;  // device [n_head], or null
+};
+int64_t attention_partials_floats(const AttendShape& shape, int64_t n, int64_t last_position);
+void attend(const AttendShape& shape, const KvLayerView& layer, const float* q, int64_t pos0,
+            int64_t n, float* partials, float* out, cudaStream_t stream);
+
+}  // namespace ember::cuda

@@ -1,0 +1,385 @@
+// Device-side readers of the GGUF weight formats, for the kernels of quant_kernels.cu.
+//
+// Every format is read in "units": the piece of a row one lane handles at a time. A unit of a
+// quantized type is 32 elements in two runs of 16 contiguous elements (each run has one scale
+// and one offset); a unit of a float type is 8 contiguous elements. Each unit is read in
+// four steps, so that the loads of several units and rows can be in flight together:
+//   Raw  = load(block, k)       the unit's bytes, straight from global memory (no use yet)
+//   Unit = unpack(raw, k)       quants as bytes, per-run scale and offset (integer work)
+//   chunk<C>(unit, w)           8 dequantized f32 weights, elements chunk_pos(k, C) + 0..7
+// where k is the unit's index inside its block. The values are those of the CPU's
+// dequantize_row bit for bit: every K-quant product d * sc and ds * q is exact in f32, so
+// fma(ds, q, -dm) rounds once, like ds * q - dm.
+#pragma once
+
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace ember::cuda::blocks {
+
+// ---------------------------------------------------------------------------------------------
+// Loads.
+
+// 16 bytes from a 16-byte aligned address, through the read-only path.
+__device__ __forceinline__ uint4 load16(const uint8_t* p) {
+    return __ldg(reinterpret_cast<const uint4*>(p));
+}
+
+__device__ __forceinline__ uint32_t load_u16(const uint8_t* p) {
+    return __ldg(reinterpret_cast<const unsigned short*>(p));
+}
+
+// The aligned 16-byte words covering bytes [p, p + 16 * N) of any address: N + 1 words, the
+// last one a repeat of word N - 1 when p is aligned (so no word past the data is read).
+template <int N>
+struct Window {
+    uint32_t w[4 * (N + 1)];
+    uint32_t shift;  // p % 16
+};
+
+template <int N>
+__device__ __forceinline__ Window<N> load_window(const uint8_t* p) {
+    Window<N> win;
+    const uintptr_t a = reinterpret_cast<uintptr_t>(p);
+    const auto* base = reinterpret_cast<const uint4*>(a & ~uintptr_t{15});
+    win.shift = static_cast<uint32_t>(a & 15);
+#pragma unroll
+    for (int i = 0; i <= N; ++i) {
+        const int word = (i == N && win.shift == 0) ? N - 1 : i;
+        const uint4 v = __ldg(base + word);
+        win.w[4 * i + 0] = v.x;
+        win.w[4 * i + 1] = v.y;
+        win.w[4 * i + 2] = v.z;
+        win.w[4 * i + 3] = v.w;
+    }
+    return win;
+}
+
+// The 4N words starting at byte `shift` of the window: the word shift (shift / 4) by two
+// levels of selects (constant register indices only), the byte shift by funnel shifts.
+template <int N>
+__device__ __forceinline__ void extract(const Window<N>& win, uint32_t* out) {
+    constexpr int kWords = 4 * (N + 1);
+    const uint32_t words = win.shift >> 2;
+    const uint32_t bits = 8 * (win.shift & 3);
+    uint32_t by2[kWords - 2];
+#pragma unroll
+    for (int i = 0; i < kWords - 2; ++i) by2[i] = (words & 2) ? win.w[i + 2] : win.w[i];
+    uint32_t by1[kWords - 3];
+#pragma unroll
+    for (int i = 0; i < kWords - 3; ++i) by1[i] = (words & 1) ? by2[i + 1] : by2[i];
+#pragma unroll
+    for (int i = 0; i < 4 * N; ++i) out[i] = __funnelshift_r(by1[i], by1[i + 1], bits);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Conversions.
+
+// fp16 bits -> f32 exactly as blocks.h's fp16_to_fp32, NaN payloads included (the hardware
+// conversion is exact for every other input).
+__device__ __forceinline__ float fp16_bits_to_float(uint32_t h) {
+    const float f = __half2float(__ushort_as_half(static_cast<unsigned short>(h)));
+    if ((h & 0x7fffu) > 0x7c00u) {
+        return __uint_as_float(((h & 0x8000u) << 16) | 0x7f800000u | ((h & 0x3ffu) << 13));
+    }
+    return f;
+}
+
+// Byte J of `word` (0..255) as the f32 value byte - kBias, exactly: the byte becomes the low
+// mantissa bits of 2^23 (one byte permute) and one subtraction removes 2^23 + kBias. Cheaper
+// than an integer-to-float conversion, which runs at a quarter of the FMA rate.
+template <int J, int kBias>
+__device__ __forceinline__ float byte_value(uint32_t word) {
+    const uint32_t magic = __byte_perm(word, 0x4b000000u, 0x7440u + J);
+    return __uint_as_float(magic) - (8388608.0f + static_cast<float>(kBias));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Quantized units: 32 quants as bytes (run 0 in q[0..3], run 1 in q[4..7]) and each run's
+// scale and offset: w = fma(scale, q - kBias, -offset).
+
+struct QuantUnit {
+    uint32_t q[8];
+    float scale[2];
+    float offset[2];
+};
+
+// Chunk C (0..3) = run C / 2, elements 8 * (C % 2) .. + 7 of the run.
+template <int C, int kBias>
+__device__ __forceinline__ void quant_chunk(const QuantUnit& u, float* w) {
+    constexpr int kRun = C / 2;
+    const float scale = u.scale[kRun];
+    const float neg_offset = -u.offset[kRun];
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+        const uint32_t word = u.q[4 * kRun + 2 * (C % 2) + half];
+        w[4 * half + 0] = __fmaf_rn(scale, byte_value<0, kBias>(word), neg_offset);
+        w[4 * half + 1] = __fmaf_rn(scale, byte_value<1, kBias>(word), neg_offset);
+        w[4 * half + 2] = __fmaf_rn(scale, byte_value<2, kBias>(word), neg_offset);
+        w[4 * half + 3] = __fmaf_rn(scale, byte_value<3, kBias>(word), neg_offset);
+    }
+}
+
+// Q8_0 (34 bytes, 2-byte aligned): one unit per block, runs = elements 0..15 and 16..31.
+struct FmtQ8_0 {
+    static constexpr int kBlockBytes = 34, kBlockElems = 32, kUnitsPerBlock = 1, kChunks = 4;
+    static constexpr int kBias = 128;  // int8 stored as byte ^ 0x80 in 0..255
+    struct Raw {
+        uint32_t d;
+        Window<2> qs;
+    };
+    using Unit = QuantUnit;
+    static __device__ __forceinline__ Raw load(const uint8_t* block, int) {
+        return {load_u16(block), load_window<2>(block + 2)};
+    }
+    static __device__ __forceinline__ Unit unpack(const Raw& raw, int) {
+        Unit u;
+        extract<2>(raw.qs, u.q);
+#pragma unroll
+        for (int i = 0; i < 8; ++i) u.q[i] ^= 0x80808080u;  // signed -> biased unsigned
+        u.scale[0] = u.scale[1] = fp16_bits_to_float(raw.d);
+        u.offset[0] = u.offset[1] = 0.0f;
+        return u;
+    }
+    static __device__ __forceinline__ int chunk_pos(int, int c) { return 8 * c; }
+    template <int C>
+    static __device__ __forceinline__ void chunk(const Unit& u, float* w) {
+        quant_chunk<C, kBias>(u, w);
+    }
+};
+
+// Q4_0 (18 bytes, 2-byte aligned): one unit per block; run 0 = low nibbles = elements 0..15,
+// run 1 = high nibbles = elements 16..31.
+struct FmtQ4_0 {
+    static constexpr int kBlockBytes = 18, kBlockElems = 32, kUnitsPerBlock = 1, kChunks = 4;
+    static constexpr int kBias = 8;
+    struct Raw {
+        uint32_t d;
+        Window<1> qs;
+    };
+    using Unit = QuantUnit;
+    static __device__ __forceinline__ Raw load(const uint8_t* block, int) {
+        return {load_u16(block), load_window<1>(block + 2)};
+    }
+    static __device__ __forceinline__ Unit unpack(const Raw& raw, int) {
+        Unit u;
+        uint32_t qs[4];
+        extract<1>(raw.qs, qs);
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            u.q[i] = qs[i] & 0x0f0f0f0fu;
+            u.q[4 + i] = (qs[i] >> 4) & 0x0f0f0f0fu;
+        }
+        u.scale[0] = u.scale[1] = fp16_bits_to_float(raw.d);
+        u.offset[0] = u.offset[1] = 0.0f;
+        return u;
+    }
+    static __device__ __forceinline__ int chunk_pos(int, int c) { return 8 * c; }
+    template <int C>
+    static __device__ __forceinline__ void chunk(const Unit& u, float* w) {
+        quant_chunk<C, kBias>(u, w);
+    }
+};
+
+// Byte i (0..11) of the 12 scale bytes of Q4_K/Q5_K, held in words 1..3 of the header.
+__device__ __forceinline__ uint32_t scale_byte(const uint4& head, int i) {
+    const uint32_t word = i < 4 ? head.y : (i < 8 ? head.z : head.w);
+    return (word >> (8 * (i & 3))) & 0xffu;
+}
+
+// Q4_K/Q5_K sub-block i's (scale, min) as f32 products with the super-block scales: exact.
+__device__ __forceinline__ void k_scale_min(const uint4& head, int i, float* scale,
+                                            float* offset) {
+    uint32_t sc, mn;
+    if (i < 4) {
+        sc = scale_byte(head, i) & 63u;
+        mn = scale_byte(head, i + 4) & 63u;
+    } else {
+        sc = (scale_byte(head, i + 4) & 0x0fu) | (scale_byte(head, i - 4) >> 6) << 4;
+        mn = (scale_byte(head, i + 4) >> 4) | (scale_byte(head, i) >> 6) << 4;
+    }
+    const float d = fp16_bits_to_float(head.x & 0xffffu);
+    const float dmin = fp16_bits_to_float(head.x >> 16);
+    *scale = __fmul_rn(d, static_cast<float>(sc));
+    *offset = __fmul_rn(dmin, static_cast<float>(mn));
+}
+
+// Q4_K (144 bytes, always 16-byte aligned given an aligned row start): unit k (0..7) is
+// qs[16k .. 16k+15]; with j = k / 2, h = k % 2: run 0 = low nibbles = elements 64j + 16h + l
+// (sub-block 2j), run 1 = high nibbles = elements 64j + 32 + 16h + l (sub-block 2j + 1).
+struct FmtQ4_K {
+    static constexpr int kBlockBytes = 144, kBlockElems = 256, kUnitsPerBlock = 8, kChunks = 4;
+    static constexpr int kBias = 0;
+    struct Raw {
+        uint4 head;  // d, dmin, scales[12]
+        uint4 qs;
+    };
+    using Unit = QuantUnit;
+    static __device__ __forceinline__ Raw load(const uint8_t* block, int k) {
+        return {load16(block), load16(block + 16 + 16 * k)};
+    }
+    static __device__ __forceinline__ Unit unpack(const Raw& raw, int k) {
+        Unit u;
+        const uint32_t qs[4] = {raw.qs.x, raw.qs.y, raw.qs.z, raw.qs.w};
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            u.q[i] = qs[i] & 0x0f0f0f0fu;
+            u.q[4 + i] = (qs[i] >> 4) & 0x0f0f0f0fu;
+        }
+        const int j = k >> 1;
+        k_scale_min(raw.head, 2 * j, &u.scale[0], &u.offset[0]);
+        k_scale_min(raw.head, 2 * j + 1, &u.scale[1], &u.offset[1]);
+        return u;
+    }
+    static __device__ __forceinline__ int chunk_pos(int k, int c) {
+        return 64 * (k >> 1) + 16 * (k & 1) + 32 * (c >> 1) + 8 * (c & 1);
+    }
+    template <int C>
+    static __device__ __forceinline__ void chunk(const Unit& u, float* w) {
+        quant_chunk<C, kBias>(u, w);
+    }
+};
+
+// Q5_K (176 bytes, 16-byte aligned): as Q4_K, qs at 48; the fifth bits of unit k are
+// qh[16h .. 16h+15] (h = k % 2), bit 2j for run 0 and bit 2j + 1 for run 1.
+struct FmtQ5_K {
+    static constexpr int kBlockBytes = 176, kBlockElems = 256, kUnitsPerBlock = 8, kChunks = 4;
+    static constexpr int kBias = 0;
+    struct Raw {
+        uint4 head;
+        uint4 qh;
+        uint4 qs;
+    };
+    using Unit = QuantUnit;
+    static __device__ __forceinline__ Raw load(const uint8_t* block, int k) {
+        return {load16(block), load16(block + 16 + 16 * (k & 1)), load16(block + 48 + 16 * k)};
+    }
+    static __device__ __forceinline__ Unit unpack(const Raw& raw, int k) {
+        Unit u;
+        const uint32_t qs[4] = {raw.qs.x, raw.qs.y, raw.qs.z, raw.qs.w};
+        const uint32_t qh[4] = {raw.qh.x, raw.qh.y, raw.qh.z, raw.qh.w};
+        const int j = k >> 1;
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            u.q[i] = (qs[i] & 0x0f0f0f0fu) | ((qh[i] >> (2 * j)) & 0x01010101u) << 4;
+            u.q[4 + i] = ((qs[i] >> 4) & 0x0f0f0f0fu) | ((qh[i] >> (2 * j + 1)) & 0x01010101u) << 4;
+        }
+        k_scale_min(raw.head, 2 * j, &u.scale[0], &u.offset[0]);
+        k_scale_min(raw.head, 2 * j + 1, &u.scale[1], &u.offset[1]);
+        return u;
+    }
+    static __device__ __forceinline__ int chunk_pos(int k, int c) {
+        return FmtQ4_K::chunk_pos(k, c);
+    }
+    template <int C>
+    static __device__ __forceinline__ void chunk(const Unit& u, float* w) {
+        quant_chunk<C, kBias>(u, w);
+    }
+};
+
+// Q6_K (210 bytes, 2-byte aligned): unit k (0..7) is ql[16k .. 16k+15]; with n = k / 4,
+// p = (k / 2) % 2, l0 = 16 (k % 2): run 0 = low nibbles = elements 128n + 32p + l0 + l,
+// run 1 = high nibbles = elements 128n + 32(p + 2) + l0 + l; their high bits are bits 2p and
+// 2(p + 2) of qh[32n + l0 + l]; their scales are scales[8n + 2p + k % 2] and the one 4 later.
+struct FmtQ6_K {
+    static constexpr int kBlockBytes = 210, kBlockElems = 256, kUnitsPerBlock = 8, kChunks = 4;
+    static constexpr int kBias = 32;
+    struct Raw {
+        Window<1> ql;
+        Window<1> qh;
+        int32_t scale0, scale1;
+        uint32_t d;
+    };
+    using Unit = QuantUnit;
+    static __device__ __forceinline__ int group0(int k) {
+        return 8 * (k >> 2) + 2 * ((k >> 1) & 1) + (k & 1);
+    }
+    static __device__ __forceinline__ Raw load(const uint8_t* block, int k) {
+        const auto* scales = reinterpret_cast<const int8_t*>(block + 192);
+        return {load_window<1>(block + 16 * k),
+                load_window<1>(block + 128 + 32 * (k >> 2) + 16 * (k & 1)),
+                __ldg(scales + group0(k)), __ldg(scales + group0(k) + 4), load_u16(block + 208)};
+    }
+    static __device__ __forceinline__ Unit unpack(const Raw& raw, int k) {
+        Unit u;
+        uint32_t ql[4], qh[4];
+        extract<1>(raw.ql, ql);
+        extract<1>(raw.qh, qh);
+        const int p = (k >> 1) & 1;
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            u.q[i] = (ql[i] & 0x0f0f0f0fu) | ((qh[i] >> (2 * p)) & 0x03030303u) << 4;
+            u.q[4 + i] = ((ql[i] >> 4) & 0x0f0f0f0fu) | ((qh[i] >> (2 * p + 4)) & 0x03030303u) << 4;
+        }
+        const float d = fp16_bits_to_float(raw.d);
+        u.scale[0] = __fmul_rn(d, static_cast<float>(raw.scale0));
+        u.scale[1] = __fmul_rn(d, static_cast<float>(raw.scale1));
+        u.offset[0] = u.offset[1] = 0.0f;
+        return u;
+    }
+    static __device__ __forceinline__ int chunk_pos(int k, int c) {
+        return 128 * (k >> 2) + 32 * ((k >> 1) & 1) + 16 * (k & 1) + 64 * (c >> 1) + 8 * (c & 1);
+    }
+    template <int C>
+    static __device__ __forceinline__ void chunk(const Unit& u, float* w) {
+        quant_chunk<C, kBias>(u, w);
+    }
+};
+
+// ---------------------------------------------------------------------------------------------
+// Float types: "blocks" of 8 elements, one unit each, read with aligned 16-byte loads.
+
+struct FloatUnit {
+    float w[8];
+};
+
+struct FmtF32 {
+    static constexpr int kBlockBytes = 32, kBlockElems = 8, kUnitsPerBlock = 1, kChunks = 1;
+    struct Raw {
+        uint4 lo, hi;
+    };
+    using Unit = FloatUnit;
+    static __device__ __forceinline__ Raw load(const uint8_t* block, int) {
+        return {load16(block), load16(block + 16)};
+    }
+    static __device__ __forceinline__ Unit unpack(const Raw& raw, int) {
+        return {{__uint_as_float(raw.lo.x), __uint_as_float(raw.lo.y), __uint_as_float(raw.lo.z),
+                 __uint_as_float(raw.lo.w), __uint_as_float(raw.hi.x), __uint_as_float(raw.hi.y),
+                 __uint_as_float(raw.hi.z), __uint_as_float(raw.hi.w)}};
+    }
+    static __device__ __forceinline__ int chunk_pos(int, int) { return 0; }
+    template <int C>
+    static __device__ __forceinline__ void chunk(const Unit& u, float* w) {
+#pragma unroll
+        for (int i = 0; i < 8; ++i) w[i] = u.w[i];
+    }
+};
+
+// F16 and BF16: 8 half-precision values in one 16-byte load.
+template <bool kBf16>
+struct FmtHalf {
+    static constexpr int kBlockBytes = 16, kBlockElems = 8, kUnitsPerBlock = 1, kChunks = 1;
+    using Raw = uint4;
+    using Unit = uint4;  // converted per chunk: the conversion is cheap, the registers are not
+    static __device__ __forceinline__ Raw load(const uint8_t* block, int) { return load16(block); }
+    static __device__ __forceinline__ Unit unpack(const Raw& raw, int) { return raw; }
+    static __device__ __forceinline__ int chunk_pos(int, int) { return 0; }
+    static __device__ __forceinline__ float widen(uint32_t bits) {
+        return kBf16 ? __uint_as_float(bits << 16) : fp16_bits_to_float(bits);
+    }
+    template <int C>
+    static __device__ __forceinline__ void chunk(const Unit& u, float* w) {
+        const uint32_t words[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            w[2 * i] = widen(words[i] & 0xffffu);
+            w[2 * i + 1] = widen(words[i] >> 16);
+        }
+    }
+};
+using FmtF16 = FmtHalf<false>;
+using FmtBF16 = FmtHalf<true>;
+
+}  // namespace ember::cuda::blocks

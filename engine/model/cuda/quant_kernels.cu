@@ -1,0 +1,444 @@
+// The weight kernels of the CUDA backend: gemv over the GGUF formats read in place, and the
+// dequantizations for cuBLAS and the embedding lookup. The formats' readers are in
+// quant_blocks.cuh.
+//
+// gemv layout. A block of kWarps warps; each warp owns R consecutive rows. Lane l of a warp
+// handles units l, l + 32, l + 64, ... of each of its rows (a unit: 32 elements of a quantized
+// type, 8 of a float type), so the loads of a warp are contiguous pieces of a row (coalesced
+// 16-byte loads), and the row's weights are read exactly once per launch whatever the number
+// of tokens: each unit is dequantized once into registers and multiplied with the activations
+// of every token. Per (row, token) a lane's sum runs over its units in order and over each
+// unit's elements in order with explicit fma (no contraction left to the compiler), then a
+// fixed xor-butterfly over the 32 lanes: the arithmetic of an output depends on neither the
+// number of tokens nor R, so a token's bits are the same alone or in a batch of 17.
+#include "engine/model/cuda/quant_kernels.cuh"
+
+#include <algorithm>
+#include <stdexcept>
+#include <string>
+#include <utility>
+
+#include "engine/model/cuda/quant_blocks.cuh"
+#include "engine/tensor/types.h"
+
+namespace ember::cuda {
+
+namespace {
+
+using namespace blocks;
+
+constexpr int kWarps = 4;
+constexpr int kThreads = 32 * kWarps;
+
+// ---------------------------------------------------------------------------------------------
+// gemv kernel.
+
+// Up to kMaxGemvOuts matrices of one type and width; block b serves matrix m for
+// block_begin[m] <= b < block_begin[m + 1].
+struct GemvArgs {
+    const uint8_t* data[kMaxGemvOuts];
+    size_t row_stride[kMaxGemvOuts];
+    int64_t rows[kMaxGemvOuts];
+    float* y[kMaxGemvOuts];
+    int64_t ldy[kMaxGemvOuts];
+    int64_t block_begin[kMaxGemvOuts + 1];
+    int count;
+    int64_t cols;
+    const float* x;
+    int64_t ldx;
+    int n_tokens;
+};
+
+// One matrix of GemvArgs, picked with constant indices only (a run-time index into the
+// kernel's parameters would copy them to local memory).
+struct GemvTarget {
+    const uint8_t* data;
+    size_t row_stride;
+    int64_t rows;
+    float* y;
+    int64_t ldy;
+    int64_t block_begin;
+};
+
+__device__ __forceinline__ GemvTarget pick_target(const GemvArgs& a) {
+    GemvTarget t{a.data[0], a.row_stride[0], a.rows[0], a.y[0], a.ldy[0], a.block_begin[0]};
+    const int64_t block = blockIdx.x;
+#pragma unroll
+    for (int m = 1; m < kMaxGemvOuts; ++m) {
+        if (m < a.count && block >= a.block_begin[m]) {
+            t = {a.data[m], a.row_stride[m], a.rows[m], a.y[m], a.ldy[m], a.block_begin[m]};
+        }
+    }
+    return t;
+}
+
+// Adds unit u of R rows (already loaded) times every token's activations to acc: per chunk of
+// 8 elements a product chain of its own (short dependency chains), then one add into acc.
+template <class F, int kTokens, int R>
+__device__ __forceinline__ void accumulate_unit(const typename F::Raw (&raw)[R], int u,
+                                                const float* __restrict__ x, int64_t ldx,
+                                                float (&acc)[R][kTokens]) {
+    const int k = u % F::kUnitsPerBlock;
+    const int64_t block_elem0 = static_cast<int64_t>(u / F::kUnitsPerBlock) * F::kBlockElems;
+    typename F::Unit unit[R];
+#pragma unroll
+    for (int r = 0; r < R; ++r) unit[r] = F::unpack(raw[r], k);
+#pragma unroll
+    for (int c = 0; c < F::kChunks; ++c) {
+        float w[R][8];
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+            // c is a constant after unrolling; the switch turns it into the template argument.
+            switch (c) {
+                case 0: F::template chunk<0>(unit[r], w[r]); break;
+                case 1: F::template chunk<1 % F::kChunks>(unit[r], w[r]); break;
+                case 2: F::template chunk<2 % F::kChunks>(unit[r], w[r]); break;
+                default: F::template chunk<3 % F::kChunks>(unit[r], w[r]); break;
+            }
+        }
+        const float* xc = x + block_elem0 + F::chunk_pos(k, c);
+        // No token guard: every load below is unconditional, so the compiler can issue them
+        // all ahead of the arithmetic.
+#pragma unroll
+        for (int t = 0; t < kTokens; ++t) {
+            const float4 lo = __ldg(reinterpret_cast<const float4*>(xc + t * ldx));
+            const float4 hi = __ldg(reinterpret_cast<const float4*>(xc + t * ldx + 4));
+            const float xv[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
+#pragma unroll
+            for (int r = 0; r < R; ++r) {
+                float part = __fmul_rn(w[r][0], xv[0]);
+#pragma unroll
+                for (int i = 1; i < 8; ++i) part = __fmaf_rn(w[r][i], xv[i], part);
+                acc[r][t] = __fadd_rn(acc[r][t], part);
+            }
+        }
+    }
+}
+
+// kTokens: the number of tokens (one instance each, so no loop has a run-time bound);
+// R: rows per warp (activations loaded once serve R rows); U: units per lane whose loads are
+// issued together (more bytes in flight where R alone gives too few).
+template <class F, int kTokens, int R, int U>
+__global__ void __launch_bounds__(kThreads) gemv_kernel(const GemvArgs args) {
+    const int lane = threadIdx.x & 31;
+    const int warp = threadIdx.x >> 5;
+    const GemvTarget target = pick_target(args);
+    const int64_t row0 = (blockIdx.x - target.block_begin) * (kWarps * R) + warp * R;
+    if (row0 >= target.rows) return;  // the whole warp: no shuffle is left waiting
+
+    // Rows past the end read the last row (valid memory) and store nothing.
+    const uint8_t* row_data[R];
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+        const int64_t row = min(row0 + r, target.rows - 1);
+        row_data[r] = target.data + static_cast<size_t>(row) * target.row_stride;
+    }
+
+    float acc[R][kTokens];
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+#pragma unroll
+        for (int t = 0; t < kTokens; ++t) acc[r][t] = 0.0f;
+    }
+
+    const int units = static_cast<int>(args.cols / (F::kBlockElems / F::kUnitsPerBlock));
+    for (int base = lane; base < units; base += 32 * U) {
+        typename F::Raw raw[U][R];
+#pragma unroll
+        for (int j = 0; j < U; ++j) {
+            const int u = min(base + 32 * j, units - 1);
+#pragma unroll
+            for (int r = 0; r < R; ++r) {
+                const uint8_t* block = row_data[r] + static_cast<size_t>(u / F::kUnitsPerBlock) *
+                                                         F::kBlockBytes;
+                raw[j][r] = F::load(block, u % F::kUnitsPerBlock);
+            }
+        }
+#pragma unroll
+        for (int j = 0; j < U; ++j) {
+            const int u = base + 32 * j;
+            if (j == 0 || u < units) {
+                accumulate_unit<F, kTokens, R>(raw[j], u, args.x, args.ldx, acc);
+            }
+        }
+    }
+
+    // Butterfly: every lane ends with the same bits (each step adds the same two values).
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+#pragma unroll
+        for (int t = 0; t < kTokens; ++t) {
+#pragma unroll
+            for (int offset = 16; offset > 0; offset >>= 1) {
+                acc[r][t] += __shfl_xor_sync(0xffffffffu, acc[r][t], offset);
+            }
+        }
+    }
+    // Spread the stores over the lanes.
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+#pragma unroll
+        for (int t = 0; t < kTokens; ++t) {
+            if (row0 + r < target.rows && lane == (r * kTokens + t) % 32) {
+                target.y[t * target.ldy + row0 + r] = acc[r][t];
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Dequantization kernel: one thread per unit of an output row.
+
+// Output row i is source row ids[i] (embedding) or row0 + i; times scale when ids is given.
+struct DequantArgs {
+    const uint8_t* data;
+    size_t row_stride;
+    int64_t rows;  // of the matrix, to check ids
+    int64_t cols;
+    int64_t row0;
+    const int32_t* ids;
+    int64_t n;  // output rows
+    float scale;
+    float* out;
+};
+
+template <class F>
+__global__ void __launch_bounds__(kThreads) dequantize_kernel(const DequantArgs a) {
+    const int64_t units = a.cols / (F::kBlockElems / F::kUnitsPerBlock);
+    const int64_t index = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
+    if (index >= a.n * units) return;
+    const int64_t i = index / units;
+    const int u = static_cast<int>(index % units);
+    float* out_row = a.out + i * a.cols;
+    const int k = u % F::kUnitsPerBlock;
+    const int64_t block_elem0 = static_cast<int64_t>(u / F::kUnitsPerBlock) * F::kBlockElems;
+
+    int64_t row = a.row0 + i;
+    if (a.ids != nullptr) {
+        row = a.ids[i];
+        if (row < 0 || row >= a.rows) {  // a bad id shows as NaN rather than reading out of bounds
+#pragma unroll
+            for (int c = 0; c < F::kChunks; ++c) {
+                float* o = out_row + block_elem0 + F::chunk_pos(k, c);
+                for (int e = 0; e < 8; ++e) o[e] = __int_as_float(0x7fffffff);
+            }
+            return;
+        }
+    }
+    const uint8_t* block = a.data + static_cast<size_t>(row) * a.row_stride +
+                           static_cast<size_t>(u / F::kUnitsPerBlock) * F::kBlockBytes;
+    const typename F::Unit unit = F::unpack(F::load(block, k), k);
+#pragma unroll
+    for (int c = 0; c < F::kChunks; ++c) {
+        float w[8];
+        switch (c) {
+            case 0: F::template chunk<0>(unit, w); break;
+            case 1: F::template chunk<1 % F::kChunks>(unit, w); break;
+            case 2: F::template chunk<2 % F::kChunks>(unit, w); break;
+            default: F::template chunk<3 % F::kChunks>(unit, w); break;
+        }
+        if (a.ids != nullptr) {
+#pragma unroll
+            for (int e = 0; e < 8; ++e) w[e] = __fmul_rn(w[e], a.scale);
+        }
+        auto* o = reinterpret_cast<float4*>(out_row + block_elem0 + F::chunk_pos(k, c));
+        o[0] = make_float4(w[0], w[1], w[2], w[3]);
+        o[1] = make_float4(w[4], w[5], w[6], w[7]);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Host side.
+
+// Calls fn(Fmt{}) with the format struct of `type`; false when the type has none.
+template <class Fn>
+bool with_format(TensorType type, Fn&& fn) {
+    switch (type) {
+        case TensorType::F32: fn(FmtF32{}); return true;
+        case TensorType::F16: fn(FmtF16{}); return true;
+        case TensorType::BF16: fn(FmtBF16{}); return true;
+        case TensorType::Q4_0: fn(FmtQ4_0{}); return true;
+        case TensorType::Q8_0: fn(FmtQ8_0{}); return true;
+        case TensorType::Q4_K: fn(FmtQ4_K{}); return true;
+        case TensorType::Q5_K: fn(FmtQ5_K{}); return true;
+        case TensorType::Q6_K: fn(FmtQ6_K{}); return true;
+        default: return false;
+    }
+}
+
+[[noreturn]] void fail(const std::string& what) {
+    throw std::invalid_argument("cuda quant kernels: " + what);
+}
+
+bool aligned(const void* p, size_t to) { return reinterpret_cast<uintptr_t>(p) % to == 0; }
+
+// The requirements of the readers: whole blocks (8 elements for the float types), rows at
+// least a row's bytes apart; 16-byte aligned rows for the formats read with aligned 16-byte
+// loads, 2-byte aligned ones for those read through windows (Q4_0, Q8_0, Q6_K: fp16 scales).
+void check_matrix(const DeviceMatrix& w) {
+    bool ok = false;
+    int block_elems = 0, block_bytes = 0;
+    with_format(w.type, [&](auto fmt) {
+        using F = decltype(fmt);
+        ok = true;
+        block_elems = F::kBlockElems;
+        block_bytes = F::kBlockBytes;
+    });
+    if (!ok) fail("unsupported weight type " + std::to_string(static_cast<unsigned>(w.type)));
+    if (w.rows < 0 || w.cols <= 0 || w.cols % block_elems != 0) {
+        fail("matrix width " + std::to_string(w.cols) + " is not a positive multiple of " +
+             std::to_string(block_elems));
+    }
+    if (w.row_stride < static_cast<size_t>(w.cols / block_elems * block_bytes)) {
+        fail("row_stride shorter than a row");
+    }
+    const bool windowed = w.type == TensorType::Q4_0 || w.type == TensorType::Q8_0 ||
+                          w.type == TensorType::Q6_K;
+    const size_t alignment = windowed ? 2 : 16;
+    if (!aligned(w.data, alignment) || w.row_stride % alignment != 0) {
+        fail("matrix data or row_stride not " + std::to_string(alignment) + "-byte aligned");
+    }
+}
+
+void check_tokens(int64_t n_tokens) {
+    if (n_tokens < 1 || n_tokens > kGemvMaxTokens) {
+        fail("n_tokens " + std::to_string(n_tokens) + " outside 1.." +
+             std::to_string(kGemvMaxTokens));
+    }
+}
+
+void check_activations(const float* x, int64_t ldx, int64_t cols, int64_t n_tokens) {
+    if (!aligned(x, 16) || ldx % 4 != 0 || (n_tokens > 1 && ldx < cols)) {
+        fail("activations must be 16-byte aligned with ldx a multiple of 4, at least cols");
+    }
+}
+
+// One instance per token count. Rows per warp (measured on an H100): two for one or two tokens
+// (activation loads shared by two rows: 1.2-1.6 TB/s on the 8B shapes where one row per warp
+// gave 0.9), four from three tokens (each activation load feeds four rows' FMAs; at 16-17
+// tokens the K-quants spill a little, still 2-3x faster than two rows per warp).
+template <class F, int kTokens>
+void launch_gemv_tokens(GemvArgs& args, cudaStream_t stream) {
+    constexpr int R = kTokens <= 2 ? 2 : 4;
+    constexpr int U = 1;
+    constexpr int64_t rows_per_block = kWarps * R;
+    int64_t blocks = 0;
+    for (int m = 0; m < args.count; ++m) {
+        args.block_begin[m] = blocks;
+        blocks += (args.rows[m] + rows_per_block - 1) / rows_per_block;
+    }
+    for (int m = args.count; m <= kMaxGemvOuts; ++m) args.block_begin[m] = blocks;
+    if (blocks == 0) return;
+    gemv_kernel<F, kTokens, R, U><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(args);
+}
+
+template <class F, int... kCounts>
+void launch_gemv_for(GemvArgs& args, cudaStream_t stream,
+                     std::integer_sequence<int, kCounts...>) {
+    ((args.n_tokens == kCounts + 1 ? launch_gemv_tokens<F, kCounts + 1>(args, stream) : void()),
+     ...);
+}
+
+void launch_gemv(TensorType type, GemvArgs& args, cudaStream_t stream) {
+    with_format(type, [&](auto fmt) {
+        launch_gemv_for<decltype(fmt)>(args, stream,
+                                       std::make_integer_sequence<int, kGemvMaxTokens>{});
+    });
+}
+
+void launch_dequantize(const DeviceMatrix& w, DequantArgs args, cudaStream_t stream) {
+    check_matrix(w);
+    if (!aligned(args.out, 16)) fail("dequantization output not 16-byte aligned");
+    if (args.n <= 0) return;
+    with_format(w.type, [&](auto fmt) {
+        using F = decltype(fmt);
+        const int64_t units = w.cols / (F::kBlockElems / F::kUnitsPerBlock);
+        const int64_t blocks = (args.n * units + kThreads - 1) / kThreads;
+        dequantize_kernel<F><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(args);
+    });
+}
+
+}  // namespace
+
+bool gemv_supports(TensorType type) {
+    return with_format(type, [](auto) {});
+}
+
+void gemv(const DeviceMatrix& w, const float* x, int64_t ldx, int64_t n_tokens, float* y,
+          int64_t ldy, cudaStream_t stream) {
+    GemvOut out;
+    out.w = w;
+    out.y = y;
+    out.ldy = ldy;
+    gemv_many(&out, 1, x, ldx, n_tokens, stream);
+}
+
+// Matrices of one type share a launch; a group of mixed types (a Q6_K V beside Q4_K Q and K)
+// takes one launch per type. Each row's arithmetic is that of gemv(), whatever the grouping.
+void gemv_many(const GemvOut* outs, int count, const float* x, int64_t ldx, int64_t n_tokens,
+               cudaStream_t stream) {
+    if (count < 1 || count > kMaxGemvOuts) fail("gemv_many takes 1.." + std::to_string(kMaxGemvOuts));
+    check_tokens(n_tokens);
+    for (int i = 0; i < count; ++i) {
+        check_matrix(outs[i].w);
+        if (outs[i].w.cols != outs[0].w.cols) fail("gemv_many matrices differ in width");
+        if (n_tokens > 1 && outs[i].ldy < outs[i].w.rows) fail("ldy shorter than the rows");
+    }
+    check_activations(x, ldx, outs[0].w.cols, n_tokens);
+
+    bool done[kMaxGemvOuts] = {};
+    for (int first = 0; first < count; ++first) {
+        if (done[first]) continue;
+        GemvArgs args{};
+        args.cols = outs[first].w.cols;
+        args.x = x;
+        args.ldx = ldx;
+        args.n_tokens = static_cast<int>(n_tokens);
+        for (int i = first; i < count; ++i) {
+            if (done[i] || outs[i].w.type != outs[first].w.type) continue;
+            const int m = args.count++;
+            args.data[m] = static_cast<const uint8_t*>(outs[i].w.data);
+            args.row_stride[m] = outs[i].w.row_stride;
+            args.rows[m] = outs[i].w.rows;
+            args.y[m] = outs[i].y;
+            args.ldy[m] = outs[i].ldy;
+            done[i] = true;
+        }
+        launch_gemv(outs[first].w.type, args, stream);
+    }
+}
+
+void dequantize_rows(const DeviceMatrix& w, int64_t row0, int64_t rows, float* out,
+                     cudaStream_t stream) {
+    if (row0 < 0 || rows < 0 || row0 + rows > w.rows) fail("dequantize_rows: rows out of range");
+    DequantArgs args{};
+    args.data = static_cast<const uint8_t*>(w.data);
+    args.row_stride = w.row_stride;
+    args.rows = w.rows;
+    args.cols = w.cols;
+    args.row0 = row0;
+    args.ids = nullptr;
+    args.n = rows;
+    args.scale = 1.0f;
+    args.out = out;
+    launch_dequantize(w, args, stream);
+}
+
+void embed_rows(const DeviceMatrix& w, const int32_t* ids, int64_t n, float scale, float* out,
+                cudaStream_t stream) {
+    if (n < 0) fail("embed_rows: negative count");
+    if (n > 0 && ids == nullptr) fail("embed_rows: no ids");
+    DequantArgs args{};
+    args.data = static_cast<const uint8_t*>(w.data);
+    args.row_stride = w.row_stride;
+    args.rows = w.rows;
+    args.cols = w.cols;
+    args.row0 = 0;
+    args.ids = ids;
+    args.n = n;
+    args.scale = scale;
+    args.out = out;
+    launch_dequantize(w, args, stream);
+}
+
+}  // namespace ember::cuda

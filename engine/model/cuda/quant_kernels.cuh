@@ -1,0 +1,62 @@
+// The weight kernels of the CUDA backend: products of a weight matrix in its GGUF type with f32
+// activations, read quantized straight from device memory, and the dequantizations that feed
+// cuBLAS and the embedding lookup.
+//
+// Every kernel here is deterministic (no atomics, a fixed order of every sum), so the same input
+// gives bit-identical output run to run.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "engine/tensor/types.h"
+
+namespace ember::cuda {
+
+// A weight matrix in device memory: `rows` rows of `cols` elements in the file's layout (row r
+// at data + r * row_stride bytes, its blocks in column order).
+struct DeviceMatrix {
+    TensorType type = TensorType::F32;
+    const void* data = nullptr;
+    int64_t rows = 0;
+    int64_t cols = 0;
+    size_t row_stride = 0;
+};
+
+// Most tokens gemv() takes: the longest batch whose outputs must equal those of the tokens one
+// at a time, bit for bit (forward.h kExactBatchTokens: speculative verification).
+inline constexpr int64_t kGemvMaxTokens = 17;
+
+// Types the kernels read directly: F32, F16, BF16, Q4_0, Q8_0, Q4_K, Q5_K, Q6_K. The device
+// model converts matrices of other types at load.
+bool gemv_supports(TensorType type);
+
+// y[t * ldy + r] = sum_k W[r][k] * x[t * ldx + k] for t < n_tokens (1..kGemvMaxTokens), r < rows.
+// Weights dequantized to f32 in registers, f32 products and sums. An output's value does not
+// depend on n_tokens: evaluating tokens together or one by one gives the same bits.
+void gemv(const DeviceMatrix& w, const float* x, int64_t ldx, int64_t n_tokens, float* y,
+          int64_t ldy, cudaStream_t stream);
+
+// Several matrices of the same width times the same x in one launch (Q/K/V, gate/up); the same
+// bits as one gemv() per matrix.
+struct GemvOut {
+    DeviceMatrix w;
+    float* y = nullptr;
+    int64_t ldy = 0;
+};
+inline constexpr int kMaxGemvOuts = 4;
+void gemv_many(const GemvOut* outs, int count, const float* x, int64_t ldx, int64_t n_tokens,
+               cudaStream_t stream);
+
+// out[(r - row0) * cols + k] = W[r][k] for r in [row0, row0 + rows): exact f32 (the input of a
+// cuBLAS product for batches longer than kGemvMaxTokens).
+void dequantize_rows(const DeviceMatrix& w, int64_t row0, int64_t rows, float* out,
+                     cudaStream_t stream);
+
+// out[t * cols + k] = W[ids[t]][k] * scale for t < n: the embedding lookup (ids in device memory).
+void embed_rows(const DeviceMatrix& w, const int32_t* ids, int64_t n, float scale, float* out,
+                cudaStream_t stream);
+
+}  // namespace ember::cuda

@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# The GPU tests and a short bench on a machine with an NVIDIA GPU.
+#
+# The GPU machine of this workplace has CUDA, CMake and ninja but none of Debian's -dev
+# packages, and each call there carries at most 64 MiB. So the build happens here and the
+# results travel as a kit:
+#   scripts/gpu_test.sh pack                 here: build ember and test_gpu (EMBER_CUDA), strip
+#                                             them, add their shared libraries (not the CUDA
+#                                             ones: the GPU machine has those), glibc's loader and
+#                                             the fixtures the GPU tests read, as .gpukit/kit.tar.xz
+#                                             (git-ignored; ~35 MiB)
+#   scripts/gpu_test.sh run [gtest filter]   there: run test_gpu against the kit's fixtures,
+#                                             then `ember bench` on a synthetic Qwen3-1.7B Q4_K_M
+# Where the machine has everything (a developer's own box
+# with a GPU), plain `cmake --build build && build/tests/test_gpu` is the same test.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+KIT=.gpukit
+mode=${1:-run}
+
+pack() {
+    local fixtures=${EMBER_FIXTURES_DIR:-../shared/fixtures}
+    cmake -S . -B build >/dev/null
+    flock /tmp/ember-build.lock cmake --build build -j2 --target ember test_gpu
+    rm -rf "$KIT" && mkdir -p "$KIT/stage/lib" "$KIT/stage/fixtures"
+    strip -o "$KIT/stage/ember" build/app/ember
+    strip -o "$KIT/stage/test_gpu" build/tests/test_gpu
+    for bin in "$KIT/stage/ember" "$KIT/stage/test_gpu"; do
+        ldd "$bin" | awk '/=> \// {print $3}' | grep -v -E 'libcuda|libcublas|libcudart' |
+            xargs -r -I{} cp -L {} "$KIT/stage/lib/"
+    done
+    cp -L /lib64/ld-linux-x86-64.so.2 "$KIT/stage/lib/"
+    local files=()
+    for a in llama qwen2 qwen3 gemma3; do files+=("arch/$a/$a.gguf" "arch/$a/ref.json"); done
+    # Within the 64 MiB a call carries: the types the kernels read, and three converted at load.
+    for t in F16 Q8_0 Q4_0 Q6_K Q4_K_M Q5_K_M Q4_1 Q3_K_M IQ4_NL; do
+        files+=("quant/qfix-$t.gguf" "quant/qfix-$t.gguf.ref.json")
+    done
+    tar -C "$fixtures" -cf - "${files[@]}" | tar -C "$KIT/stage/fixtures" -xf -
+    # xz: the fixtures' bf16 weights on a 1/1024 grid shrink to a third (gzip: to 0.9).
+    tar -C "$KIT/stage" -cf - . | xz -6 -T2 >"$KIT/kit.tar.xz"
+    rm -rf "$KIT/stage"
+    du -sh "$KIT/kit.tar.xz"
+}
+
+run() {
+    local filter=${1:-*}
+    local out=${OUT:-/tmp/gpu_out}
+    local k=/tmp/gpukit
+    mkdir -p "$out" "$k"
+    python3 -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])' \
+        "$KIT/kit.tar.xz" "$k"
+    local cuda_lib
+    cuda_lib=$(dirname "$(ls /usr/local/cuda/lib64/libcublas.so.* 2>/dev/null | head -1)")
+    local loader="$k/lib/ld-linux-x86-64.so.2 --library-path $k/lib:$cuda_lib"
+    nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
+    local status=0
+    EMBER_FIXTURES_DIR=$k/fixtures $loader "$k/test_gpu" --gtest_filter="$filter" \
+        >"$out/test_gpu.log" 2>&1 || status=$?
+    grep -E '^\[  FAILED  \]|^\[(kv|gpu|ref)\]|Failure|^\[==========\]|^\[  PASSED' "$out/test_gpu.log" | head -80
+    # A short bench: a synthetic Qwen3-1.7B Q4_K_M (the qwen3 fixture's vocabulary).
+    local model=/tmp/qwen3-1.7b-q4km.gguf
+    $loader "$k/ember" synth --shape qwen3-1.7b --type q4_k_m \
+        --vocab-from "$k/fixtures/arch/qwen3/qwen3.gguf" -o "$model" -t 16 >/dev/null
+    $loader "$k/ember" bench -m "$model" --gpu 0 -p 512 -n 128 --reps 3 --json | tee "$out/bench.json"
+    return $status
+}
+
+case $mode in
+    pack) pack ;;
+    run) run "${2:-*}" ;;
+    *) echo "usage: scripts/gpu_test.sh pack | run [gtest filter]" >&2; exit 2 ;;
+esac

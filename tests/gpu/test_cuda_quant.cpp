@@ -1,0 +1,319 @@
+// The CUDA weight kernels (engine/model/cuda/quant_kernels.cuh) against the CPU's
+// dequantize_row: gemv within 1e-5 of a float64 reference (relative to the sum of |w * x|),
+// the same bits for a token alone or in a batch, gemv_many equal to separate gemv calls,
+// dequantize_rows and embed_rows bit-equal to the CPU. Skipped where no CUDA device is found.
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "engine/model/cuda/quant_kernels.cuh"
+#include "engine/tensor/blocks.h"
+#include "engine/tensor/matmul.h"
+#include "engine/tensor/quantize_scalar.h"
+#include "engine/tensor/types.h"
+
+namespace ember::cuda {
+namespace {
+
+#define CUDA_OK(call) ASSERT_EQ((call), cudaSuccess) << #call
+
+bool has_device() {
+    int count = 0;
+    return cudaGetDeviceCount(&count) == cudaSuccess && count > 0;
+}
+
+// A device buffer freed on scope exit.
+struct DeviceBuffer {
+    void* ptr = nullptr;
+    explicit DeviceBuffer(size_t bytes) {
+        if (cudaMalloc(&ptr, bytes == 0 ? 1 : bytes) != cudaSuccess) ptr = nullptr;
+    }
+    ~DeviceBuffer() { cudaFree(ptr); }
+    DeviceBuffer(const DeviceBuffer&) = delete;
+    DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+    template <class T>
+    T* as() const {
+        return static_cast<T*>(ptr);
+    }
+};
+
+// A weight matrix on the host (file layout) and on the device.
+struct TestMatrix {
+    TensorType type;
+    int64_t rows, cols;
+    size_t row_stride;
+    std::vector<uint8_t> host;
+    std::unique_ptr<DeviceBuffer> device;
+
+    MatrixView view() const {
+        MatrixView v;
+        v.type = type;
+        v.data = host.data();
+        v.rows = rows;
+        v.cols = cols;
+        v.row_stride = row_stride;
+        return v;
+    }
+    DeviceMatrix device_matrix() const {
+        return {type, device->ptr, rows, cols, row_stride};
+    }
+    std::vector<float> dequantized_row(int64_t r) const {
+        std::vector<float> out(static_cast<size_t>(cols));
+        dequantize_row(view(), r, out.data());
+        return out;
+    }
+};
+
+using QuantizeFn = void (*)(const float*, void*, int64_t);
+
+QuantizeFn quantizer(TensorType type) {
+    switch (type) {
+        case TensorType::Q4_0: return scalar::quantize_row_q4_0;
+        case TensorType::Q8_0: return scalar::quantize_row_q8_0;
+        case TensorType::Q4_K: return scalar::quantize_row_q4_k;
+        case TensorType::Q5_K: return scalar::quantize_row_q5_k;
+        case TensorType::Q6_K: return scalar::quantize_row_q6_k;
+        default: return nullptr;
+    }
+}
+
+// Random values with a spread of magnitudes across rows and blocks, so that scales differ.
+TestMatrix make_matrix(TensorType type, int64_t rows, int64_t cols, std::mt19937& rng) {
+    const TypeInfo& info = type_info(type);
+    TestMatrix m{type, rows, cols, row_bytes(info, static_cast<uint64_t>(cols)), {}, nullptr};
+    m.host.resize(m.row_stride * static_cast<size_t>(rows));
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    std::uniform_real_distribution<float> magnitude(0.05f, 2.0f);
+    std::vector<float> row(static_cast<size_t>(cols));
+    for (int64_t r = 0; r < rows; ++r) {
+        float block_magnitude = 1.0f;
+        for (int64_t k = 0; k < cols; ++k) {
+            if (k % 32 == 0) block_magnitude = magnitude(rng);  // scales differ block to block
+            row[k] = normal(rng) * block_magnitude;
+        }
+        uint8_t* dst = m.host.data() + m.row_stride * static_cast<size_t>(r);
+        if (type == TensorType::F32) {
+            std::memcpy(dst, row.data(), row.size() * sizeof(float));
+        } else if (type == TensorType::F16 || type == TensorType::BF16) {
+            for (int64_t k = 0; k < cols; ++k) {
+                const uint16_t h = type == TensorType::F16 ? fp32_to_fp16(row[k]) : fp32_to_bf16(row[k]);
+                std::memcpy(dst + 2 * k, &h, 2);
+            }
+        } else {
+            quantizer(type)(row.data(), dst, cols);
+        }
+    }
+    m.device = std::make_unique<DeviceBuffer>(m.host.size());
+    EXPECT_NE(m.device->ptr, nullptr);
+    EXPECT_EQ(cudaMemcpy(m.device->ptr, m.host.data(), m.host.size(), cudaMemcpyHostToDevice),
+              cudaSuccess);
+    return m;
+}
+
+std::vector<float> random_activations(int64_t n, int64_t ld, std::mt19937& rng) {
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    std::vector<float> x(static_cast<size_t>(n * ld));
+    for (float& v : x) v = normal(rng);
+    return x;
+}
+
+uint32_t bits(float f) {
+    uint32_t b;
+    std::memcpy(&b, &f, 4);
+    return b;
+}
+
+// Runs gemv for n tokens of x (device, row stride ldx) and returns y [n x rows] (ldy = rows),
+// poisoned with NaN before the launch.
+std::vector<float> run_gemv(const TestMatrix& m, const float* x_dev, int64_t ldx, int64_t n) {
+    DeviceBuffer y(static_cast<size_t>(n * m.rows) * sizeof(float));
+    EXPECT_EQ(cudaMemset(y.ptr, 0xff, static_cast<size_t>(n * m.rows) * sizeof(float)),
+              cudaSuccess);
+    gemv(m.device_matrix(), x_dev, ldx, n, y.as<float>(), m.rows, nullptr);
+    EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+    std::vector<float> out(static_cast<size_t>(n * m.rows));
+    EXPECT_EQ(cudaMemcpy(out.data(), y.ptr, out.size() * sizeof(float), cudaMemcpyDeviceToHost),
+              cudaSuccess);
+    return out;
+}
+
+struct Shape {
+    int64_t rows, cols;
+};
+
+class CudaQuant : public ::testing::TestWithParam<TensorType> {
+protected:
+    void SetUp() override {
+        if (!has_device()) GTEST_SKIP() << "no CUDA device";
+    }
+    static std::vector<Shape> shapes(TensorType type) {
+        std::vector<Shape> s = {{333, 768}, {2048, 2048}, {77, 1536}, {1, 256}};
+        if (type_info(type).block_elems == 32 || type_info(type).block_elems == 1) {
+            s.push_back({45, 96});  // a width that is no multiple of 256
+        }
+        return s;
+    }
+};
+
+TEST_P(CudaQuant, GemvMatchesReferenceAndIsBatchInvariant) {
+    std::mt19937 rng(1234 + static_cast<int>(GetParam()));
+    for (const Shape& shape : shapes(GetParam())) {
+        SCOPED_TRACE("shape " + std::to_string(shape.rows) + "x" + std::to_string(shape.cols));
+        const TestMatrix m = make_matrix(GetParam(), shape.rows, shape.cols, rng);
+        const int64_t ldx = shape.cols + 4;  // a padded activation row
+        const std::vector<float> x = random_activations(kGemvMaxTokens, ldx, rng);
+        DeviceBuffer x_dev(x.size() * sizeof(float));
+        CUDA_OK(cudaMemcpy(x_dev.ptr, x.data(), x.size() * sizeof(float), cudaMemcpyHostToDevice));
+
+        // Each token alone: the bits every batch must reproduce.
+        std::vector<std::vector<float>> alone(kGemvMaxTokens);
+        for (int64_t t = 0; t < kGemvMaxTokens; ++t) {
+            alone[t] = run_gemv(m, x_dev.as<float>() + t * ldx, ldx, 1);
+        }
+
+        // Reference: float64 dot products of the CPU's dequantized rows.
+        for (int64_t r = 0; r < shape.rows; ++r) {
+            const std::vector<float> w = m.dequantized_row(r);
+            for (int64_t t = 0; t < kGemvMaxTokens; ++t) {
+                double sum = 0.0, abs_sum = 0.0;
+                for (int64_t k = 0; k < shape.cols; ++k) {
+                    const double p = static_cast<double>(w[k]) * x[t * ldx + k];
+                    sum += p;
+                    abs_sum += std::fabs(p);
+                }
+                const float got = alone[t][r];
+                ASSERT_FALSE(std::isnan(got)) << "row " << r << " token " << t << " not written";
+                ASSERT_LE(std::fabs(got - sum), 1e-5 * abs_sum + 1e-30)
+                    << "row " << r << " token " << t << ": " << got << " vs " << sum;
+            }
+        }
+
+        for (int64_t n = 2; n <= kGemvMaxTokens; ++n) {
+            const std::vector<float> y = run_gemv(m, x_dev.as<float>(), ldx, n);
+            for (int64_t t = 0; t < n; ++t) {
+                for (int64_t r = 0; r < shape.rows; ++r) {
+                    ASSERT_EQ(bits(y[t * shape.rows + r]), bits(alone[t][r]))
+                        << "n " << n << " token " << t << " row " << r;
+                }
+            }
+        }
+    }
+}
+
+TEST_P(CudaQuant, DequantizeRowsIsBitExact) {
+    std::mt19937 rng(99 + static_cast<int>(GetParam()));
+    const TestMatrix m = make_matrix(GetParam(), 333, 768, rng);
+    const int64_t row0 = 17, rows = 300;
+    DeviceBuffer out(static_cast<size_t>(rows * m.cols) * sizeof(float));
+    CUDA_OK(cudaMemset(out.ptr, 0xff, static_cast<size_t>(rows * m.cols) * sizeof(float)));
+    dequantize_rows(m.device_matrix(), row0, rows, out.as<float>(), nullptr);
+    CUDA_OK(cudaGetLastError());
+    std::vector<float> got(static_cast<size_t>(rows * m.cols));
+    CUDA_OK(cudaMemcpy(got.data(), out.ptr, got.size() * sizeof(float), cudaMemcpyDeviceToHost));
+    for (int64_t i = 0; i < rows; ++i) {
+        const std::vector<float> want = m.dequantized_row(row0 + i);
+        for (int64_t k = 0; k < m.cols; ++k) {
+            ASSERT_EQ(bits(got[i * m.cols + k]), bits(want[k])) << "row " << row0 + i << " col " << k;
+        }
+    }
+}
+
+TEST_P(CudaQuant, EmbedRowsScalesTheRows) {
+    std::mt19937 rng(7 + static_cast<int>(GetParam()));
+    const TestMatrix m = make_matrix(GetParam(), 1000, 512, rng);
+    const std::vector<int32_t> ids = {5, 999, 0, 5, 123, 640, 1, 998};
+    const float scale = 3.7f;
+    DeviceBuffer ids_dev(ids.size() * sizeof(int32_t));
+    CUDA_OK(cudaMemcpy(ids_dev.ptr, ids.data(), ids.size() * sizeof(int32_t), cudaMemcpyHostToDevice));
+    const size_t count = ids.size() * static_cast<size_t>(m.cols);
+    DeviceBuffer out(count * sizeof(float));
+    CUDA_OK(cudaMemset(out.ptr, 0xff, count * sizeof(float)));
+    embed_rows(m.device_matrix(), ids_dev.as<int32_t>(), static_cast<int64_t>(ids.size()), scale,
+               out.as<float>(), nullptr);
+    CUDA_OK(cudaGetLastError());
+    std::vector<float> got(count);
+    CUDA_OK(cudaMemcpy(got.data(), out.ptr, count * sizeof(float), cudaMemcpyDeviceToHost));
+    for (size_t t = 0; t < ids.size(); ++t) {
+        const std::vector<float> want = m.dequantized_row(ids[t]);
+        for (int64_t k = 0; k < m.cols; ++k) {
+            ASSERT_EQ(bits(got[t * m.cols + k]), bits(want[k] * scale)) << "id " << ids[t] << " col " << k;
+        }
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(Types, CudaQuant,
+                         ::testing::Values(TensorType::F32, TensorType::F16, TensorType::BF16,
+                                           TensorType::Q4_0, TensorType::Q8_0, TensorType::Q4_K,
+                                           TensorType::Q5_K, TensorType::Q6_K),
+                         [](const ::testing::TestParamInfo<TensorType>& param_info) {
+                             return std::string(type_info(param_info.param).name);
+                         });
+
+TEST(CudaQuantMany, GemvManyEqualsSeparateGemv) {
+    if (!has_device()) GTEST_SKIP() << "no CUDA device";
+    std::mt19937 rng(42);
+    const int64_t cols = 1024;
+    // Q/K/V of a Q4_K_M file: two Q4_K and a Q6_K, rows no multiple of a block's.
+    std::vector<TestMatrix> mats;
+    mats.push_back(make_matrix(TensorType::Q4_K, 1000, cols, rng));
+    mats.push_back(make_matrix(TensorType::Q4_K, 250, cols, rng));
+    mats.push_back(make_matrix(TensorType::Q6_K, 259, cols, rng));
+    mats.push_back(make_matrix(TensorType::Q8_0, 64, cols, rng));
+    const std::vector<float> x = random_activations(kGemvMaxTokens, cols, rng);
+    DeviceBuffer x_dev(x.size() * sizeof(float));
+    CUDA_OK(cudaMemcpy(x_dev.ptr, x.data(), x.size() * sizeof(float), cudaMemcpyHostToDevice));
+
+    for (int64_t n : {int64_t{1}, int64_t{2}, int64_t{5}, int64_t{17}}) {
+        std::vector<std::unique_ptr<DeviceBuffer>> ys;
+        std::vector<GemvOut> outs;
+        for (const TestMatrix& m : mats) {
+            const size_t bytes = static_cast<size_t>(n * m.rows) * sizeof(float);
+            ys.push_back(std::make_unique<DeviceBuffer>(bytes));
+            CUDA_OK(cudaMemset(ys.back()->ptr, 0xff, bytes));
+            GemvOut o;
+            o.w = m.device_matrix();
+            o.y = ys.back()->as<float>();
+            o.ldy = m.rows;
+            outs.push_back(o);
+        }
+        gemv_many(outs.data(), static_cast<int>(outs.size()), x_dev.as<float>(), cols, n, nullptr);
+        CUDA_OK(cudaGetLastError());
+        for (size_t i = 0; i < mats.size(); ++i) {
+            const std::vector<float> separate = run_gemv(mats[i], x_dev.as<float>(), cols, n);
+            std::vector<float> many(separate.size());
+            CUDA_OK(cudaMemcpy(many.data(), ys[i]->ptr, many.size() * sizeof(float),
+                               cudaMemcpyDeviceToHost));
+            for (size_t e = 0; e < many.size(); ++e) {
+                ASSERT_EQ(bits(many[e]), bits(separate[e])) << "n " << n << " matrix " << i << " at " << e;
+                ASSERT_FALSE(std::isnan(many[e]));
+            }
+        }
+    }
+}
+
+TEST(CudaQuantErrors, RejectsUnsupportedTypesAndTokenCounts) {
+    EXPECT_TRUE(gemv_supports(TensorType::Q4_K));
+    EXPECT_TRUE(gemv_supports(TensorType::BF16));
+    EXPECT_FALSE(gemv_supports(TensorType::Q2_K));
+    EXPECT_FALSE(gemv_supports(TensorType::IQ4_XS));
+    if (!has_device()) GTEST_SKIP() << "no CUDA device";
+    DeviceBuffer buf(1 << 20);
+    DeviceMatrix w{TensorType::Q4_K, buf.ptr, 4, 256, 144};
+    float* f = buf.as<float>();
+    EXPECT_THROW(gemv(w, f, 256, 0, f, 4, nullptr), std::invalid_argument);
+    EXPECT_THROW(gemv(w, f, 256, kGemvMaxTokens + 1, f, 4, nullptr), std::invalid_argument);
+    w.type = TensorType::Q2_K;
+    EXPECT_THROW(gemv(w, f, 256, 1, f, 4, nullptr), std::invalid_argument);
+    EXPECT_THROW(dequantize_rows(w, 0, 1, f, nullptr), std::invalid_argument);
+}
+
+}  // namespace
+}  // namespace ember::cuda

@@ -1,0 +1,129 @@
+// State across devices: KV rows computed on the GPU, serialized as the state store does, and
+// restored into a GPU or a CPU state continue as the state they came from; rows made on the
+// CPU continue on the GPU; a cache cut back and rebuilt on the GPU continues as before.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstring>
+#include <nlohmann/json.hpp>
+
+#include "engine/model/state_io.h"
+#include "tests/gpu/gpu_support.h"
+#include "tests/support/fixtures.h"
+#include "tests/support/reference_logits.h"
+
+namespace ember::test {
+namespace {
+
+using json = nlohmann::json;
+
+constexpr int kSteps = 24;
+
+struct Models {
+    std::unique_ptr<Model> gpu, cpu;
+};
+
+class GpuState : public ::testing::TestWithParam<std::string> {
+protected:
+    void SetUp() override {
+        EMBER_REQUIRE_GPU();
+        const std::string arch = GetParam();
+        const std::string rel = "arch/" + arch + "/" + arch + ".gguf";
+        EMBER_REQUIRE_FIXTURE(rel);
+        const json ref = json::parse(read_file(fixture_path("arch/" + arch + "/ref.json")));
+        prompt_ = ids_of(ref["seqs"]["long"]);
+        models_.gpu = load_fixture_model(fixture_path(rel), true);
+        models_.cpu = load_fixture_model(fixture_path(rel), false);
+    }
+
+    std::unique_ptr<InferenceState> fresh(const Model& m) const {
+        return make_state(m.config(), static_cast<int64_t>(prompt_.size()) + kSteps + 8,
+                          KvType::F16);
+    }
+
+    // The prompt evaluated on `m`, its rows serialized as the state store saves them.
+    std::vector<uint8_t> prompt_rows(const Model& m, InferenceState& state,
+                                     std::vector<float>& last) {
+        const auto logits = forward(m, state, pool_, prompt_, LogitsWanted::Last);
+        last.assign(logits.begin(), logits.end());
+        return serialize_kv_rows(state.kv, 0, state.kv.length());
+    }
+
+    // A fresh state on `m` holding `rows`, continued greedily from `last`.
+    GreedyRun resumed(const Model& m, const std::vector<uint8_t>& rows,
+                      const std::vector<float>& last) {
+        auto state = fresh(m);
+        const auto n = static_cast<int64_t>(prompt_.size());
+        state->kv.reserve(n);
+        apply_kv_rows(rows, state->kv, 0, n);
+        state->kv.set_length(n);
+        return greedy_from(m, *state, pool_, last, kSteps);
+    }
+
+    ThreadPool pool_{2};
+    std::vector<int32_t> prompt_;
+    Models models_;
+};
+
+TEST_P(GpuState, GpuRowsResumeOnGpuAndCpu) {
+    auto cold_state = fresh(*models_.gpu);
+    std::vector<float> last;
+    const auto rows = prompt_rows(*models_.gpu, *cold_state, last);
+    const GreedyRun cold = greedy_from(*models_.gpu, *cold_state, pool_, last, kSteps);
+
+    // The same rows on the GPU: the same logits, bit for bit.
+    const GreedyRun gpu_warm = resumed(*models_.gpu, rows, last);
+    ASSERT_EQ(gpu_warm.tokens, cold.tokens);
+    for (int i = 0; i < kSteps; ++i) {
+        EXPECT_EQ(0, std::memcmp(gpu_warm.logits[i].data(), cold.logits[i].data(),
+                                 cold.logits[i].size() * sizeof(float)))
+            << "step " << i;
+    }
+    // On the CPU: the CPU's arithmetic, the same choices wherever they are clear.
+    const GreedyRun cpu_warm = resumed(*models_.cpu, rows, last);
+    expect_same_where_clear(cold, cpu_warm, 1e-2, GetParam() + " GPU rows on the CPU");
+}
+
+TEST_P(GpuState, CpuRowsResumeOnGpu) {
+    auto cpu_state = fresh(*models_.cpu);
+    std::vector<float> last;
+    const auto rows = prompt_rows(*models_.cpu, *cpu_state, last);
+    const GreedyRun cpu_cold = greedy_from(*models_.cpu, *cpu_state, pool_, last, kSteps);
+    const GreedyRun gpu_warm = resumed(*models_.gpu, rows, last);
+    expect_same_where_clear(cpu_cold, gpu_warm, 1e-2, GetParam() + " CPU rows on the GPU");
+}
+
+// A reply rolled back (the cache cut to half the prompt) and another prompt's rows restored on
+// the host after the cut: the GPU's copy must take the host's rows, not keep its own.
+TEST_P(GpuState, CutBackAndRestoredOnTheHost) {
+    const auto n = static_cast<int64_t>(prompt_.size());
+    // Prompt B: A's first half, then A's second half reversed.
+    std::vector<int32_t> other = prompt_;
+    std::reverse(other.begin() + n / 2, other.end());
+    auto b_state = fresh(*models_.gpu);
+    const auto b_logits = forward(*models_.gpu, *b_state, pool_, other, LogitsWanted::Last);
+    const std::vector<float> b_last(b_logits.begin(), b_logits.end());
+    const auto b_rows = serialize_kv_rows(b_state->kv, 0, n);
+    const GreedyRun b_cold = greedy_from(*models_.gpu, *b_state, pool_, b_last, kSteps);
+
+    auto state = fresh(*models_.gpu);
+    std::vector<float> last;
+    prompt_rows(*models_.gpu, *state, last);
+    greedy_from(*models_.gpu, *state, pool_, last, kSteps);  // A's reply, on the GPU only
+    state->kv.set_length(n / 2);
+    ASSERT_TRUE(state->kv.can_resume_at(n / 2));
+    apply_kv_rows(b_rows, state->kv, n / 2, n);
+    state->kv.set_length(n);
+    const GreedyRun b_warm = greedy_from(*models_.gpu, *state, pool_, b_last, kSteps);
+    EXPECT_EQ(b_warm.tokens, b_cold.tokens);
+    for (int i = 0; i < kSteps; ++i) {
+        EXPECT_EQ(0, std::memcmp(b_warm.logits[i].data(), b_cold.logits[i].data(),
+                                 b_cold.logits[i].size() * sizeof(float)))
+            << "step " << i;
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(DenseFamilies, GpuState, ::testing::Values("qwen3", "gemma3"));
+
+}  // namespace
+}  // namespace ember::test
