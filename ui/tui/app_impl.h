@@ -69,6 +69,7 @@ struct FullScreen::Impl {
     std::optional<TurnResult> last_turn;
     std::string session_id;
     std::vector<SessionSummary> sessions;
+    std::vector<std::string> model_names;  // what /model NAME takes, for Tab
 
     // A one-line message above the status line, shown for a while.
     std::string message;

@@ -81,6 +81,8 @@ void FullScreen::Impl::start_job(JobKind kind, const std::string& line) {
             replaced ? controller->engine().context_needed() : controller->engine().context_used();
         done.context_total = controller->engine().context_size();
         done.show_stats = controller->show_stats();
+        done.model_name = controller->model_name();
+        if (line.starts_with("/model")) done.model_names = controller->model_names();
         try {
             done.sessions = controller->list_sessions(kSessionLimit);
             done.session_id = controller->session_id();
@@ -158,6 +160,8 @@ void FullScreen::Impl::apply(tui::DoneEvent& event) {
     }
     context_used = event.context_used;
     context_total = event.context_total;
+    if (!event.model_name.empty()) model_name = event.model_name;
+    if (!event.model_names.empty()) model_names = std::move(event.model_names);
     if (!event.session_id.empty() || outcome.conversation_replaced) session_id = event.session_id;
     if (!event.sessions.empty() || kind == JobKind::Refresh) sessions = std::move(event.sessions);
     if (picker_open && kind != JobKind::Refresh) picker_open = false;
