@@ -46,6 +46,7 @@ struct FullScreen::Impl {
     std::atomic<bool> cancel{false};
     JobKind job = JobKind::None;
     Clock::time_point job_started;
+    std::string job_activity;  // what a job that is no reply does (/model: "loading NAME")
     int64_t streamed = 0;
     bool reply_thinking = false;
 

@@ -19,6 +19,13 @@ bool is_streaming_reply(const tui::Entry& e) {
 void FullScreen::Impl::start_job(JobKind kind, const std::string& line) {
     job = kind;
     job_started = Clock::now();
+    // A model takes a while to load and cannot be stopped: the status line says what it waits
+    // for instead of "replying".
+    job_activity.clear();
+    if (kind == JobKind::Command && line.starts_with("/model ")) {
+        const size_t name = line.find_first_not_of(" \t", 7);
+        if (name != std::string::npos) job_activity = "loading " + line.substr(name);
+    }
     streamed = 0;
     reply_thinking = false;
     cancel.store(false);
@@ -125,6 +132,7 @@ void FullScreen::Impl::rebuild_transcript(const std::vector<ChatMessage>& messag
 void FullScreen::Impl::apply(tui::DoneEvent& event) {
     const JobKind kind = job;
     job = JobKind::None;
+    job_activity.clear();
     reply_thinking = false;
     const ChatOutcome& outcome = event.outcome;
     const bool generating = kind == JobKind::Reply || kind == JobKind::Regenerate ||
