@@ -1,12 +1,12 @@
 // ember chat: a conversation with the model's chat template, warm across turns.
 #include <unistd.h>
 
-#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <limits>
 #include <sstream>
 
+#include "app/chat_models.h"
 #include "app/cli_checks.h"
 #include "app/commands.h"
 #include "app/model_locator.h"
@@ -15,7 +15,6 @@
 #include "app/serve/client.h"
 #include "app/session_adapter.h"
 #include "engine/generate/conversation.h"
-#include "engine/generate/default_template.h"
 #include "engine/model/model.h"
 #include "engine/util/thread_pool.h"
 #include "ui/attachments.h"
@@ -31,8 +30,6 @@
 namespace ember::app {
 
 namespace {
-
-namespace fs = std::filesystem;
 
 struct ChatOptions {
     std::string model;
@@ -119,9 +116,10 @@ void print_way_back(const std::string& id, const ChatOptions& o) {
 }
 
 // The chat itself, the same whichever engine answers: scripted, the full-screen UI (when
-// `screen` is open) or line mode.
+// `screen` is open) or line mode. `models` switches the model (/model); null: it cannot be.
 int run_front_end(ui::ChatEngine& engine, Sampler& sampler, ChatSessions& sessions,
-                  const ChatOptions& o, bool scripted, ui::FullScreen* screen) {
+                  const ChatOptions& o, bool scripted, ui::FullScreen* screen,
+                  ui::ModelSwitcher* models) {
     ui::ScriptedOptions so;
     so.jsonl_in = o.jsonl;
     so.jsonl_out = o.jsonl;
@@ -150,6 +148,7 @@ int run_front_end(ui::ChatEngine& engine, Sampler& sampler, ChatSessions& sessio
     ui::ChatController controller(engine, sampler, sessions.backend(), so.generation);
     controller.set_seeds(ui::ReplySeeds(so.seed));
     controller.set_show_stats(o.verbose);
+    controller.set_model_switcher(models);
     if (!sessions.resume_id().empty()) {
         const ui::ChatOutcome loaded = controller.load_session(sessions.resume_id());
         if (loaded.error) throw std::runtime_error(loaded.message);
@@ -193,36 +192,14 @@ std::string chat_model_path(const ChatOptions& o) {
     return recorded_model_path(info, stderr);
 }
 
-int run_local_chat(ChatOptions& o) {
-    const std::string model_path = chat_model_path(o);
-    const bool scripted = chat_is_scripted(o);
-    // The full-screen UI takes the terminal before the model loads, so the load shows at once;
-    // line mode is for --plain and for terminals curses cannot drive (no screen then).
-    std::unique_ptr<ui::FullScreen> screen;
-    if (!scripted && !o.plain) {
-        ui::FullScreenOptions screen_options;
-        screen_options.model_path = model_path;
-        screen_options.history_path = ui::default_history_path();
-        screen_options.presets = o.presets;
-        screen_options.config_path = config_path();
-        screen = ui::FullScreen::open(screen_options);
-    }
-    auto model = load_model(model_path, o.activations, o.gpu);
-    if (screen) {
-        // "GPU 0: NVIDIA H100 80GB HBM3" in the transcript, "GPU 0" in the status line.
-        const std::string where = model_placement(*model);
-        screen->set_placement(where.substr(0, where.find(':')));
-        if (model->device()) screen->add_notice("running on " + where);
-    }
-    ThreadPool pool(o.threads > 0 ? o.threads : default_threads());
-    ConversationOptions copts;
+// What every model of a local chat runs with: the first one and any /model switches to.
+ChatModelSettings model_settings_for(const ChatOptions& o) {
+    ChatModelSettings settings;
+    settings.activations = o.activations;
+    settings.gpu = o.gpu;
+    settings.context = o.ctx;
+    ConversationOptions& copts = settings.conversation;
     copts.kv_type = kv_type_of(o.kv_type);
-    copts.context = o.ctx > 0 ? o.ctx : default_context_size(model->config(), copts.kv_type);
-    if (copts.context > model->config().n_ctx_train) {
-        throw std::runtime_error("--ctx " + std::to_string(o.ctx) + " is more than the " +
-                                 std::to_string(model->config().n_ctx_train) +
-                                 " tokens the model was trained for");
-    }
     copts.prefix_cache = !o.no_prefix_cache;
     copts.special_tokens_in_content = o.special_tokens_in_content;
     // Every front end shows and commits the reply before the state behind it is stored (a
@@ -240,17 +217,37 @@ int run_local_chat(ChatOptions& o) {
     }
     if (!o.reasoning_effort.empty()) copts.template_vars["reasoning_effort"] = o.reasoning_effort;
     if (!o.template_file.empty()) copts.template_override = read_template_file(o.template_file);
-    Conversation conv(*model, pool, copts);
+    return settings;
+}
+
+int run_local_chat(ChatOptions& o) {
+    const std::string model_path = chat_model_path(o);
+    const bool scripted = chat_is_scripted(o);
+    // The full-screen UI takes the terminal before the model loads, so the load shows at once;
+    // line mode is for --plain and for terminals curses cannot drive (no screen then).
+    std::unique_ptr<ui::FullScreen> screen;
+    if (!scripted && !o.plain) {
+        ui::FullScreenOptions screen_options;
+        screen_options.model_path = model_path;
+        screen_options.history_path = ui::default_history_path();
+        screen_options.presets = o.presets;
+        screen_options.config_path = config_path();
+        screen = ui::FullScreen::open(screen_options);
+    }
+    ThreadPool pool(o.threads > 0 ? o.threads : default_threads());
+    ChatModels models(model_settings_for(o), pool);
+    models.open(model_path);
+    if (screen) {
+        // "GPU 0: NVIDIA H100 80GB HBM3" in the transcript, "GPU 0" in the status line.
+        const std::string where = model_placement(models.model());
+        screen->set_placement(where.substr(0, where.find(':')));
+        if (models.model().device()) screen->add_notice("running on " + where);
+    }
+    Conversation& conv = models.conversation();
     if (!o.system.empty()) conv.set_system(o.system);
-    if (!scripted && o.template_file.empty() && !conv.uses_model_template()) {
+    if (const std::string warning = models.template_warning(); !scripted && !warning.empty()) {
         // A base model without a template may not answer as a chat: the interactive chat
         // says so once (scripted runs keep stderr for errors).
-        std::string used = choose_chat_template(model->gguf(), model->tokenizer()).description;
-        if (used.starts_with("none in the file; ")) used.erase(0, 18);
-        const std::string warning = fs::path(model_path).filename().string() +
-                                    " has no chat template; prompts use " + used +
-                                    " (--chat-template FILE gives one; ember run completes "
-                                    "plain text)";
         if (screen) {
             screen->add_notice("warning: " + warning);
         } else {
@@ -260,10 +257,12 @@ int run_local_chat(ChatOptions& o) {
     Sampler sampler(o.sampling);
 
     ChatSessionOptions session_options = session_options_for(o, scripted);
-    session_options.kv_type = copts.kv_type;
-    ChatSessions sessions(session_options, *model, conv, stderr);
+    session_options.kv_type = conv.options().kv_type;
+    ChatSessions sessions(session_options, models.model(), conv, stderr);
     ui::LocalChatEngine engine(conv);
-    return run_front_end(engine, sampler, sessions, o, scripted, screen.get());
+    // /model NAME swaps the engine's model and conversation, and the sessions' record of them.
+    models.attach(engine, sessions);
+    return run_front_end(engine, sampler, sessions, o, scripted, screen.get(), &models);
 }
 
 // ember chat --remote URL: the same front ends; replies stream from an OpenAI-compatible
@@ -315,7 +314,7 @@ int run_remote_chat(ChatOptions& o) {
     defaults.model_fingerprint = remote_fingerprint(client.endpoint(), model);
     defaults.sampling_json = chat_settings_json(o.sampling, recorded, o.n_predict);
     ChatSessions sessions(session_options_for(o, scripted), std::move(defaults), stderr);
-    return run_front_end(engine, sampler, sessions, o, scripted, screen.get());
+    return run_front_end(engine, sampler, sessions, o, scripted, screen.get(), nullptr);
 }
 
 int run_chat(ChatOptions& o) {

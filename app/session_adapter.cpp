@@ -238,6 +238,22 @@ std::string SqliteSessionBackend::stats_text() {
     return text;
 }
 
+void SqliteSessionBackend::set_model(const SessionDefaults& model) {
+    if (current_) {
+        try {
+            store_.set_model(current_->id, model.model, model.model_fingerprint,
+                             model.model_path);
+        } catch (const std::exception&) {
+            write_failed_ = true;
+            throw;
+        }
+        current_->model = model.model;
+        current_->model_fingerprint = model.model_fingerprint;
+        current_->model_path = model.model_path;
+    }
+    defaults_ = model;
+}
+
 std::optional<std::string> SqliteSessionBackend::most_recent_id() {
     auto info = store_.most_recent();
     if (!info) return std::nullopt;
@@ -325,40 +341,60 @@ void ChatSessions::set_up_backend(const ChatSessionOptions& o, SessionDefaults d
     }
 }
 
-ChatSessions::ChatSessions(const ChatSessionOptions& o, const Model& model,
-                           Conversation& conversation, std::FILE* err)
-    : err_(err) {
-    if (!open_database(o)) return;
+std::unique_ptr<sessions::StateStore> ChatSessions::make_state_store(const Model& model) {
     sessions::StateStoreOptions state_options;
     state_options.cap_bytes = cap_;
     // One database failure is one message: once recording has failed (its caller said so), the
     // store's failures on the same database (a full disk fails every write) would only repeat
     // it, and a warning the store gives again turn after turn is said once.
-    state_options.on_warning = [this, err](const std::string& message) {
+    state_options.on_warning = [this](const std::string& message) {
         if (sqlite_backend_ && sqlite_backend_->write_failed()) return;
         if (message == last_state_warning_) return;
         last_state_warning_ = message;
-        ui::TextWriter(err).raw("ember: warning: ").text(message).raw("\n");
+        ui::TextWriter(err_).raw("ember: warning: ").text(message).raw("\n");
     };
-    // Keys cover the model's full content hash, computed (or found cached) on first use.
-    state_ = std::make_unique<sessions::StateStore>(*db_, model, o.kv_type, state_options);
-    conversation.set_prefix_store(state_.get());
+    // Keys cover the model's full content hash, computed (or found cached) on first use: two
+    // models never share a row.
+    return std::make_unique<sessions::StateStore>(*db_, model, options_.kv_type, state_options);
+}
 
+SessionDefaults ChatSessions::defaults_for(const Model& model,
+                                           const Conversation& conversation) const {
     SessionDefaults defaults;
     defaults.model = fs::path(model.path()).filename().string();
     std::error_code ec;
     const fs::path absolute = fs::absolute(model.path(), ec);
     defaults.model_path = ec ? model.path() : absolute.lexically_normal().string();
     defaults.model_fingerprint = model.fingerprint();
-    defaults.sampling_json =
-        chat_settings_json(o.sampling, conversation.options(), o.max_tokens, o.speculation);
+    defaults.sampling_json = chat_settings_json(options_.sampling, conversation.options(),
+                                                options_.max_tokens, options_.speculation);
     defaults.vocab_size = std::min<int64_t>(model.config().n_vocab,
                                             static_cast<int64_t>(model.tokenizer().vocab_size()));
-    set_up_backend(o, std::move(defaults), false);
+    return defaults;
+}
+
+ChatSessions::ChatSessions(const ChatSessionOptions& o, const Model& model,
+                           Conversation& conversation, std::FILE* err)
+    : options_(o), err_(err) {
+    if (!open_database(o)) return;
+    state_ = make_state_store(model);
+    conversation.set_prefix_store(state_.get());
+    set_up_backend(o, defaults_for(model, conversation), false);
+}
+
+void ChatSessions::use_model(const Model& model, Conversation& conversation,
+                             Conversation& previous) {
+    if (!db_) return;  // nothing recorded, no state stored
+    // The record first: if it cannot be written, the old model goes on untouched.
+    sqlite_backend_->set_model(defaults_for(model, conversation));
+    // What the old model evaluated last goes into its own rows before its store goes.
+    previous.set_prefix_store(nullptr);
+    state_ = make_state_store(model);
+    conversation.set_prefix_store(state_.get());
 }
 
 ChatSessions::ChatSessions(const ChatSessionOptions& o, SessionDefaults defaults, std::FILE* err)
-    : err_(err) {
+    : options_(o), err_(err) {
     if (!open_database(o)) return;
     set_up_backend(o, std::move(defaults), true);
 }

@@ -67,6 +67,12 @@ public:
     void export_markdown(const std::string& path) override;
     std::string stats_text() override;
 
+    // Later replies come from another model (/model): new conversations record it, and the
+    // current one (when saved) is marked as going on with it. Throws when the write fails
+    // (then nothing changed).
+    void set_model(const SessionDefaults& model);
+    const SessionDefaults& defaults() const { return defaults_; }
+
     // The conversation `--continue` resumes: the most recently updated one.
     std::optional<std::string> most_recent_id();
     // A commit or system-prompt write failed (the caller reported it and stopped recording).
@@ -130,6 +136,13 @@ public:
     const std::string& path() const { return path_; }
     uint64_t state_cap() const { return cap_; }
     bool created() const { return created_; }
+    // /model: from now on `conversation` (holding the same messages as `previous`) answers
+    // with `model`. The conversation is recorded as going on with it, `previous`'s pending
+    // state goes into its own model's store, and `conversation` gets a store keyed to
+    // `model` (each model's state rows apart). Throws when the record cannot be written;
+    // nothing has changed then.
+    void use_model(const Model& model, Conversation& conversation, Conversation& previous);
+
     // Loads the resumed conversation into `conversation` (scripted mode; the interactive
     // front end loads it through its controller) and returns the id of its last message.
     int64_t load_into(ui::ChatEngine& conversation);
@@ -139,7 +152,12 @@ private:
     bool open_database(const ChatSessionOptions& options);
     // The backend recording with `defaults`, and the conversation to resume.
     void set_up_backend(const ChatSessionOptions& options, SessionDefaults defaults, bool remote);
+    // A prefix-state store keyed to `model`, its warnings printed once each.
+    std::unique_ptr<sessions::StateStore> make_state_store(const Model& model);
+    // What a conversation with `model` records about how it was made.
+    SessionDefaults defaults_for(const Model& model, const Conversation& conversation) const;
 
+    ChatSessionOptions options_;
     std::unique_ptr<sessions::Database> db_;
     std::unique_ptr<sessions::StateStore> state_;
     std::unique_ptr<SqliteSessionBackend> sqlite_backend_;

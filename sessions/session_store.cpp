@@ -311,6 +311,16 @@ void SessionStore::rename(int64_t conversation_id, const std::string& title) {
     tx.commit();
 }
 
+void SessionStore::set_model(int64_t conversation_id, const std::string& model,
+                             const std::string& model_fingerprint, const std::string& model_path) {
+    Transaction tx(db_);
+    Statement s = db_.prepare(
+        "UPDATE conversations SET model = ?, model_fingerprint = ?, model_path = ? WHERE id = ?");
+    s.bind(1, model).bind(2, model_fingerprint).bind(3, model_path).bind(4, conversation_id).run();
+    touch(conversation_id);
+    tx.commit();
+}
+
 void SessionStore::remove(int64_t conversation_id) {
     Transaction tx(db_);
     // A damaged file can give a message of another conversation a parent in this one; the

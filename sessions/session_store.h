@@ -111,6 +111,10 @@ public:
     void set_current_leaf(int64_t conversation_id, int64_t message_id);
     void set_system_prompt(int64_t conversation_id, const std::string& text);
     void rename(int64_t conversation_id, const std::string& title);
+    // The model the conversation goes on with (/model in a chat): what --continue, --resume
+    // and replay reopen, and whose fingerprint decides whether stored reply ids are reused.
+    void set_model(int64_t conversation_id, const std::string& model,
+                   const std::string& model_fingerprint, const std::string& model_path);
     void remove(int64_t conversation_id);
 
     // Most recently updated first.

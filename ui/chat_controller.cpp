@@ -143,6 +143,8 @@ std::string ChatController::help_text() {
            "  /load ID            open a saved conversation\n"
            "  /rename TITLE       rename this conversation\n"
            "  /export PATH        write this conversation as Markdown\n"
+           "  /model [NAME]       go on with another model (a path or a name `ember models`\n"
+           "                      lists; the conversation stays), or show them\n"
            "  /file PATH          attach a text file to your next message\n"
            "  /run CMD            attach a command's output to your next message (asks first)\n"
            "  /quit               leave (Ctrl-D does too)\n"
@@ -151,8 +153,9 @@ std::string ChatController::help_text() {
 
 const std::vector<std::string>& ChatController::command_names() {
     static const std::vector<std::string> names = {
-        "/branch", "/continue", "/edit",   "/export", "/file", "/help",     "/load",  "/new",
-        "/quit",   "/regen",    "/rename", "/run",    "/set",  "/sessions", "/stats", "/system"};
+        "/branch", "/continue", "/edit", "/export",   "/file",  "/help",
+        "/load",   "/model",    "/new",  "/quit",     "/regen", "/rename",
+        "/run",    "/set",      "/sessions", "/stats", "/system"};
     return names;
 }
 
@@ -371,6 +374,7 @@ ChatOutcome ChatController::handle_command(const std::string& line, const TextCa
         if (name == "/rename") return command_rename(args);
         if (name == "/export") return command_export(args);
         if (name == "/branch") return command_branch(args);
+        if (name == "/model") return command_model(args);
     } catch (const std::exception& e) {
         return failure(name + ": " + e.what());
     }
@@ -675,6 +679,40 @@ ChatOutcome ChatController::command_branch(const std::string& title) {
     const std::string copy = backend_.current_id();
     return info("branched: now in " + (copy.empty() ? std::string("a copy") : copy) +
                 (original.empty() ? std::string() : "; " + original + " stays as it was"));
+}
+
+std::string ChatController::model_name() const {
+    return switcher_ != nullptr ? switcher_->current_name() : std::string();
+}
+
+std::vector<std::string> ChatController::model_names() {
+    return switcher_ != nullptr ? switcher_->candidates() : std::vector<std::string>{};
+}
+
+ChatOutcome ChatController::command_model(const std::string& name) {
+    if (switcher_ == nullptr) {
+        return failure("/model: this chat's model is the server's (--remote-model chooses it)");
+    }
+    if (name.empty()) {
+        std::string text = "model: " + switcher_->current_name() + " (" +
+                           switcher_->current_path() + ")\n";
+        const std::vector<std::string> names = switcher_->candidates();
+        if (names.empty()) {
+            text += "no other models found (ember models says where it looks); /model PATH "
+                    "takes a GGUF file";
+        } else {
+            text += "models (/model NAME switches; a path works too):";
+            for (const auto& n : names) text += "\n  " + n;
+        }
+        return info(text);
+    }
+    // Nothing changes unless the new model loads: the switcher throws before it swaps.
+    ChatOutcome outcome = info(switcher_->switch_to(name));
+    // The numbers of the last reply were the old model's, and its tokens are not the new
+    // model's (/continue cannot extend a reply across models).
+    last_turn_.reset();
+    outcome.conversation_replaced = true;
+    return outcome;
 }
 
 ChatOutcome ChatController::command_export(const std::string& path) {

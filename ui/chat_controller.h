@@ -16,6 +16,7 @@
 #include "engine/generate/conversation.h"
 #include "ui/attachments.h"
 #include "ui/chat_engine.h"
+#include "ui/model_switcher.h"
 #include "ui/session_backend.h"
 
 namespace ember::ui {
@@ -60,6 +61,15 @@ public:
     // A flag set from outside (line mode's SIGINT handler) that stops a reply too, also while
     // a remote server has sent nothing yet. Must outlive the controller; null: none.
     void stop_also_on(const std::atomic<bool>* flag) { outside_stop_ = flag; }
+
+    // What /model switches with (not owned; must outlive the controller); null: the model
+    // cannot be switched (a remote one), and /model says so.
+    void set_model_switcher(ModelSwitcher* switcher) { switcher_ = switcher; }
+    // The file name of the model answering; empty without a switcher (the front end keeps the
+    // name it was started with).
+    std::string model_name() const;
+    // The names /model NAME takes (Tab completion); empty without a switcher.
+    std::vector<std::string> model_names();
 
     // The seeds replies are sampled with (default: fixed from the sampler's seed).
     void set_seeds(ReplySeeds seeds) { seeds_ = seeds; }
@@ -119,6 +129,7 @@ private:
     ChatOutcome command_sessions();
     ChatOutcome command_rename(const std::string& title);
     ChatOutcome command_export(const std::string& path);
+    ChatOutcome command_model(const std::string& name);
     ChatOutcome command_branch(const std::string& title);
     // /file and /run (ui/chat_attachments.cpp): attach to the next prompt.
     ChatOutcome command_file(const std::string& path);
@@ -132,6 +143,7 @@ private:
     ChatEngine& engine_;
     Sampler& sampler_;
     SessionBackend& backend_;
+    ModelSwitcher* switcher_ = nullptr;
     GenerateOptions generation_;
     ReplySeeds seeds_;
     bool show_stats_ = false;

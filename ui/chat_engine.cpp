@@ -32,7 +32,7 @@ ChatReply LocalChatEngine::respond(Sampler& sampler, const GenerateOptions& opti
         return keep_going && !(stop_requested && stop_requested());
     };
     ChatReply reply;
-    reply.turn = conversation_.respond(sampler, options, checked);
+    reply.turn = conversation_->respond(sampler, options, checked);
     return reply;
 }
 
@@ -44,12 +44,12 @@ ChatReply ChatEngine::continue_reply(Sampler&, const GenerateOptions&, const Tex
 ChatReply LocalChatEngine::continue_reply(Sampler& sampler, const GenerateOptions& options,
                                           const TextCallback& on_text,
                                           const StopRequested& stop_requested) {
-    const auto& messages = conversation_.messages();
+    const auto& messages = conversation_->messages();
     if (messages.empty() || messages.back().role != "assistant") {
         throw std::invalid_argument("there is no reply to continue");
     }
     ChatMessage last = messages.back();
-    if (conversation_.harmony()) {
+    if (conversation_->harmony()) {
         throw std::invalid_argument("a gpt-oss reply cannot be continued; /regen answers again");
     }
     if (last.ids.empty()) {
@@ -65,33 +65,33 @@ ChatReply LocalChatEngine::continue_reply(Sampler& sampler, const GenerateOption
     };
     // The prompt the reply was generated from, then the reply's own tokens: what the state
     // held when it stopped, so nothing is evaluated again and generation goes on from there.
-    conversation_.pop_message();
+    conversation_->pop_message();
     ChatReply reply;
     try {
-        std::vector<int32_t> tokens = conversation_.prompt_tokens();
+        std::vector<int32_t> tokens = conversation_->prompt_tokens();
         tokens.insert(tokens.end(), last.ids.begin(), last.ids.end());
-        reply.turn = conversation_.complete(tokens, sampler, options, checked);
+        reply.turn = conversation_->complete(tokens, sampler, options, checked);
     } catch (...) {
-        conversation_.add_message(std::move(last));
+        conversation_->add_message(std::move(last));
         throw;
     }
     last.content += reply.turn.reply;
     last.ids.insert(last.ids.end(), reply.turn.ids.begin(), reply.turn.ids.end());
-    conversation_.add_message(std::move(last));
+    conversation_->add_message(std::move(last));
     return reply;
 }
 
 int64_t LocalChatEngine::context_needed() const {
-    if (conversation_.messages().empty()) return 0;
+    if (conversation_->messages().empty()) return 0;
     try {
-        return static_cast<int64_t>(conversation_.prompt_tokens().size());
+        return static_cast<int64_t>(conversation_->prompt_tokens().size());
     } catch (const std::exception&) {
         return 0;
     }
 }
 
 std::optional<bool> LocalChatEngine::thinking() const {
-    const auto& vars = conversation_.options().template_vars;
+    const auto& vars = conversation_->options().template_vars;
     if (vars.contains("enable_thinking") && vars["enable_thinking"].is_boolean()) {
         return vars["enable_thinking"].get<bool>();
     }
@@ -99,7 +99,7 @@ std::optional<bool> LocalChatEngine::thinking() const {
 }
 
 std::string LocalChatEngine::reasoning_effort() const {
-    const auto& vars = conversation_.options().template_vars;
+    const auto& vars = conversation_->options().template_vars;
     if (vars.contains("reasoning_effort") && vars["reasoning_effort"].is_string()) {
         return vars["reasoning_effort"].get<std::string>();
     }

@@ -106,44 +106,50 @@ ChatReply respond_seeded(ChatEngine& engine, Sampler& sampler, ReplySeeds& seeds
                          const GenerateOptions& options, const TextCallback& on_text,
                          const StopRequested& stop_requested);
 
-// The in-process engine: a Conversation (not owned) with its live inference state.
+// The in-process engine: a Conversation (not owned) with its live inference state. /model
+// rebinds it to another model's Conversation, so the front ends keep talking to this object.
 class LocalChatEngine final : public ChatEngine {
 public:
-    explicit LocalChatEngine(Conversation& conversation) : conversation_(conversation) {}
+    explicit LocalChatEngine(Conversation& conversation) : conversation_(&conversation) {}
 
-    const std::vector<ChatMessage>& messages() const override { return conversation_.messages(); }
-    void set_system(std::string text) override { conversation_.set_system(std::move(text)); }
+    const std::vector<ChatMessage>& messages() const override { return conversation_->messages(); }
+    void set_system(std::string text) override { conversation_->set_system(std::move(text)); }
     void add_message(ChatMessage message) override {
-        conversation_.add_message(std::move(message));
+        conversation_->add_message(std::move(message));
     }
-    void pop_message() override { conversation_.pop_message(); }
-    bool pop_assistant() override { return conversation_.pop_assistant(); }
-    void clear() override { conversation_.clear(); }
-    void store_pending_state() override { conversation_.store_pending_state(); }
+    void pop_message() override { conversation_->pop_message(); }
+    bool pop_assistant() override { return conversation_->pop_assistant(); }
+    void clear() override { conversation_->clear(); }
+    void store_pending_state() override { conversation_->store_pending_state(); }
     ChatReply respond(Sampler& sampler, const GenerateOptions& options, const TextCallback& on_text,
                       const StopRequested& stop_requested) override;
     ChatReply continue_reply(Sampler& sampler, const GenerateOptions& options,
                              const TextCallback& on_text,
                              const StopRequested& stop_requested) override;
-    int64_t thinking_budget() const override { return conversation_.options().max_thinking_tokens; }
-    void set_thinking(bool on, int64_t budget) override { conversation_.set_thinking(on, budget); }
+    int64_t thinking_budget() const override {
+        return conversation_->options().max_thinking_tokens;
+    }
+    void set_thinking(bool on, int64_t budget) override { conversation_->set_thinking(on, budget); }
     std::optional<bool> thinking() const override;
     void set_reasoning_effort(const std::string& effort) override {
-        conversation_.set_template_var("reasoning_effort", effort);
+        conversation_->set_template_var("reasoning_effort", effort);
     }
     std::string reasoning_effort() const override;
-    void set_context(int64_t tokens) override { conversation_.set_context(tokens); }
-    int64_t context_size() const override { return conversation_.options().context; }
+    void set_context(int64_t tokens) override { conversation_->set_context(tokens); }
+    int64_t context_size() const override { return conversation_->options().context; }
     int64_t context_used() const override {
-        return static_cast<int64_t>(conversation_.cached_tokens().size());
+        return static_cast<int64_t>(conversation_->cached_tokens().size());
     }
     // The conversation rendered and tokenized as the next turn's prompt.
     int64_t context_needed() const override;
 
-    Conversation& conversation() { return conversation_; }
+    Conversation& conversation() { return *conversation_; }
+    // From now on the replies come from `conversation` (another model's, holding the same
+    // messages); the caller keeps it alive while this engine uses it.
+    void rebind(Conversation& conversation) { conversation_ = &conversation; }
 
 private:
-    Conversation& conversation_;
+    Conversation* conversation_;
 };
 
 }  // namespace ember::ui

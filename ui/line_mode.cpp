@@ -11,9 +11,11 @@
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <stdexcept>
 #include <system_error>
+#include <vector>
 
 #include "ui/terminal_text.h"
 
@@ -23,6 +25,8 @@ namespace {
 
 // Entries kept in memory and in the history file.
 constexpr int kHistoryEntries = 1000;
+// Saved conversations offered when Tab completes /load's id.
+constexpr int64_t kCompletedSessions = 50;
 
 // readline gets this key when SIGINT arrives at the prompt. With the terminal's ISIG on (which
 // readline keeps), pressing Ctrl-C sends the signal rather than the byte, so the byte itself
@@ -34,7 +38,7 @@ const char* const kReset = "\033[0m";
 
 // Shared by the SIGINT handler, readline's key reader and the prompt loop. Signal handlers
 // and readline's hooks are plain C function pointers with no user-data argument, so this has
-// to be static; it is the one piece of global mutable state in ui/. Setting a lock-free
+// to be static; it and the completion choices below are the only global mutable state in ui/. Setting a lock-free
 // atomic and write() on a pipe are async-signal-safe. The self-pipe wakes the key reader's
 // poll() whichever thread the kernel delivers SIGINT to (the engine's worker threads do not
 // block it, so the main thread's read() is not reliably interrupted).
@@ -93,6 +97,76 @@ int read_key(FILE* stream) {
         }
     }
 }
+
+// Tab at the prompt. readline's completion hooks have no user-data argument either, so the
+// controller and the matches for the word being completed wait here while readline asks for
+// them one by one; set only while run_line_mode runs.
+struct CompletionChoices {
+    ChatController* controller = nullptr;
+    std::vector<std::string> matches;
+    size_t next = 0;
+};
+CompletionChoices g_completion;
+
+char* next_completion(const char* /*text*/, int state) {
+    if (state == 0) g_completion.next = 0;
+    if (g_completion.next >= g_completion.matches.size()) return nullptr;
+    // readline frees what it is given.
+    return strdup(g_completion.matches[g_completion.next++].c_str());
+}
+
+// What the word before the cursor may become: a command at the start of the line, a model
+// after "/model ", a saved conversation after "/load ", a setting after "/set "; nullopt
+// elsewhere (a prompt, /file PATH), where readline completes file names as it always did.
+std::optional<std::vector<std::string>> completion_choices(ChatController& controller,
+                                                           const std::string& before,
+                                                           const char* word) {
+    if (before.empty() && word[0] == '/') return ChatController::command_names();
+    if (before == "/model ") return controller.model_names();
+    if (before == "/set ") return ChatController::setting_names();
+    if (before == "/load ") {
+        std::vector<std::string> ids;
+        try {
+            for (const auto& s : controller.list_sessions(kCompletedSessions)) ids.push_back(s.id);
+        } catch (const std::exception&) {
+            // A store that cannot be read completes nothing; /load says why.
+        }
+        return ids;
+    }
+    return std::nullopt;
+}
+
+char** complete_chat_input(const char* word, int start, int /*end*/) {
+    if (g_completion.controller == nullptr) return nullptr;
+    const std::string before(rl_line_buffer, static_cast<size_t>(start));
+    const auto choices = completion_choices(*g_completion.controller, before, word);
+    if (!choices) return nullptr;
+    rl_attempted_completion_over = 1;  // no file names where the choices are known
+    g_completion.matches.clear();
+    for (const auto& choice : *choices) {
+        if (choice.starts_with(word)) g_completion.matches.push_back(choice);
+    }
+    return rl_completion_matches(word, next_completion);
+}
+
+// Tab completion for one run of the prompt loop.
+class CompletionScope {
+public:
+    explicit CompletionScope(ChatController& controller) {
+        g_completion.controller = &controller;
+        previous_ = rl_attempted_completion_function;
+        rl_attempted_completion_function = complete_chat_input;
+    }
+    ~CompletionScope() {
+        rl_attempted_completion_function = previous_;
+        g_completion = {};
+    }
+    CompletionScope(const CompletionScope&) = delete;
+    CompletionScope& operator=(const CompletionScope&) = delete;
+
+private:
+    rl_completion_func_t* previous_ = nullptr;
+};
 
 // Bound to kInterruptKey: shows ^C after the line and accepts it; the prompt loop sees the
 // raised flag and throws the input away, so the user gets a fresh, empty prompt.
@@ -384,6 +458,7 @@ void MultilineInput::reset() {
 
 int run_line_mode(ChatController& controller, const LineModeOptions& options) {
     LineEditor editor(options.history_path);
+    const CompletionScope completion(controller);
     MultilineInput input;
     std::printf("ember line mode: /help for commands, Ctrl-D to leave\n");
     // Ctrl-C stops a reply also before its first text (a remote server still thinking).

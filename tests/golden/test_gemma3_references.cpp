@@ -23,11 +23,11 @@
 #include "engine/gguf/gguf.h"
 #include "engine/model/forward.h"
 #include "engine/model/model.h"
-#include "engine/model/model.h"
 #include "engine/model/state.h"
 #include "engine/model/state_io.h"
 #include "engine/util/thread_pool.h"
 #include "tests/support/fixtures.h"
+#include "tests/support/gemma3_fixture.h"
 #include "tests/support/kv_precision.h"
 #include "tests/support/reference_logits.h"
 #include "tests/support/state_bytes.h"
@@ -39,34 +39,14 @@ namespace {
 using json = nlohmann::json;
 
 constexpr double kTolerance = 2e-3;
-constexpr const char* kGguf = "arch/gemma3/gemma3.gguf";
-
-// The fixture with the HF config's layer types written as the pattern key.
-std::string with_config_pattern(const std::string& dst) {
-    const json config = json::parse(read_file(fixture_path("arch/gemma3/hf/config.json")));
-    GgufArray pattern;
-    pattern.elem_type = GgufValueType::BOOL;
-    for (const auto& type : config["layer_types"]) {
-        pattern.ints.push_back(type.get<std::string>() == "sliding_attention" ? 1 : 0);
-    }
-    const auto src = GgufFile::open(fixture_path(kGguf));
-    GgufWriter w;
-    for (const std::string& key : src->metadata_order()) w.copy_from(*src, key);
-    w.set("gemma3.attention.sliding_window_pattern",
-          GgufValue{GgufValueType::ARRAY, std::move(pattern)});
-    for (const GgufTensorInfo& t : src->tensors()) {
-        w.add_tensor(t.name, t.dims, t.type, std::vector<uint8_t>(t.data, t.data + t.n_bytes));
-    }
-    w.write(dst);
-    return dst;
-}
+constexpr const char* kGguf = kGemma3Gguf;
 
 class Gemma3 : public ::testing::Test {
 protected:
     static void SetUpTestSuite() {
         if (!fixture_exists(kGguf)) return;
         dir_ = new TempDir("ember-gemma3");
-        model_ = Model::load(with_config_pattern(dir_->file("gemma3-pattern.gguf"))).release();
+        model_ = Model::load(gemma3_with_config_pattern(dir_->file("gemma3-pattern.gguf"))).release();
         ref_ = new json(json::parse(read_file(fixture_path("arch/gemma3/ref.json"))));
     }
     static void TearDownTestSuite() {

@@ -12,12 +12,20 @@
 
 #include "tests/gpu/gpu_support.h"
 #include "tests/support/fixtures.h"
+#include "tests/support/gemma3_fixture.h"
 #include "tests/support/reference_logits.h"
+#include "tests/support/temp_dir.h"
 
 namespace ember::test {
 namespace {
 
 using json = nlohmann::json;
+
+// The fixture of `arch` as its reference was made (gemma3: with its HF layer types).
+std::string arch_model_path(const std::string& arch, TempDir& dir) {
+    if (arch == "gemma3") return gemma3_with_config_pattern(dir.file("gemma3-pattern.gguf"));
+    return fixture_path("arch/" + arch + "/" + arch + ".gguf");
+}
 
 class GpuArch : public ::testing::TestWithParam<std::string> {};
 
@@ -27,7 +35,8 @@ TEST_P(GpuArch, EveryKvTypeWithinToleranceAndShortBatchesExact) {
     const std::string rel = "arch/" + arch + "/" + arch + ".gguf";
     EMBER_REQUIRE_FIXTURE(rel);
     const json ref = json::parse(read_file(fixture_path("arch/" + arch + "/ref.json")));
-    auto model = load_fixture_model(fixture_path(rel), true);
+    TempDir dir("ember-gpu");
+    auto model = load_fixture_model(arch_model_path(arch, dir), true);
     ThreadPool pool(2);
     // Prefill in batches of 256 (cuBLAS), the exactness check in batches of <= 17 (gemv).
     check_each_kv_type(*model, pool, ref["seqs"], {"text", "long"}, "text", arch + " (GPU)",
@@ -40,7 +49,8 @@ TEST_P(GpuArch, RunToRunIdenticalAndFeedsAgree) {
     const std::string rel = "arch/" + arch + "/" + arch + ".gguf";
     EMBER_REQUIRE_FIXTURE(rel);
     const json ref = json::parse(read_file(fixture_path("arch/" + arch + "/ref.json")));
-    auto model = load_fixture_model(fixture_path(rel), true);
+    TempDir dir("ember-gpu");
+    auto model = load_fixture_model(arch_model_path(arch, dir), true);
     ThreadPool pool(2);
     const std::vector<int32_t> ids = ids_of(ref["seqs"]["long"]);
     const auto n_vocab = static_cast<size_t>(model->config().n_vocab);
@@ -76,7 +86,8 @@ TEST_P(GpuArch, GreedyMatchesTheReferenceWhereClear) {
     const json ref = json::parse(read_file(fixture_path("arch/" + arch + "/ref.json")));
     const json& seq = ref["seqs"]["text"];
     ASSERT_TRUE(seq.contains("greedy_ids"));
-    auto model = load_fixture_model(fixture_path(rel), true);
+    TempDir dir("ember-gpu");
+    auto model = load_fixture_model(arch_model_path(arch, dir), true);
     ThreadPool pool(2);
     const std::vector<int32_t> ids = ids_of(seq);
     const auto expected = ids_of(seq, "greedy_ids");

@@ -10,7 +10,9 @@
 #include "engine/model/state_io.h"
 #include "tests/gpu/gpu_support.h"
 #include "tests/support/fixtures.h"
+#include "tests/support/gemma3_fixture.h"
 #include "tests/support/reference_logits.h"
+#include "tests/support/temp_dir.h"
 
 namespace ember::test {
 namespace {
@@ -32,8 +34,12 @@ protected:
         EMBER_REQUIRE_FIXTURE(rel);
         const json ref = json::parse(read_file(fixture_path("arch/" + arch + "/ref.json")));
         prompt_ = ids_of(ref["seqs"]["long"]);
-        models_.gpu = load_fixture_model(fixture_path(rel), true);
-        models_.cpu = load_fixture_model(fixture_path(rel), false);
+        // gemma3: with its HF layer types (a global layer beside the sliding ones).
+        const std::string path = arch == "gemma3"
+                                     ? gemma3_with_config_pattern(dir_.file("gemma3-pattern.gguf"))
+                                     : fixture_path(rel);
+        models_.gpu = load_fixture_model(path, true);
+        models_.cpu = load_fixture_model(path, false);
     }
 
     std::unique_ptr<InferenceState> fresh(const Model& m) const {
@@ -60,6 +66,7 @@ protected:
         return greedy_from(m, *state, pool_, last, kSteps);
     }
 
+    TempDir dir_{"ember-gpu-state"};
     ThreadPool pool_{2};
     std::vector<int32_t> prompt_;
     Models models_;

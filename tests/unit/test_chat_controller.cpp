@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -384,6 +385,60 @@ TEST_F(ChatControllerTest, FailedTurnLeavesTheConversationAsItWas) {
     EXPECT_EQ(controller_->message_ids(), ids_before);
     // And the chat carries on.
     EXPECT_FALSE(controller_->submit("Again", nullptr).error);
+}
+
+// Stands in for app/'s switcher: says which model answers and fails for unknown names.
+class FakeSwitcher final : public ui::ModelSwitcher {
+public:
+    std::string current = "first.gguf";
+    int switches = 0;
+    std::string current_name() const override { return current; }
+    std::string current_path() const override { return "/models/" + current; }
+    std::vector<std::string> candidates() override { return {"first", "second"}; }
+    std::string switch_to(const std::string& name) override {
+        if (name != "second") throw std::runtime_error("model '" + name + "': no such file");
+        ++switches;
+        current = "second.gguf";
+        return "now chatting with second.gguf";
+    }
+};
+
+TEST_F(ChatControllerTest, ModelSwitchesListsAndRefusesWithoutASwitcher) {
+    // A chat whose model cannot be switched (a remote one) says so.
+    ChatOutcome out = command("/model second");
+    EXPECT_TRUE(out.error);
+    EXPECT_NE(out.message.find("server"), std::string::npos) << out.message;
+    EXPECT_TRUE(controller_->model_name().empty());
+
+    FakeSwitcher switcher;
+    controller_->set_model_switcher(&switcher);
+    ASSERT_FALSE(controller_->submit("Hi", nullptr).error);
+    ASSERT_TRUE(controller_->last_turn().has_value());
+    EXPECT_EQ(controller_->model_names(), (std::vector<std::string>{"first", "second"}));
+
+    out = command("/model");
+    EXPECT_FALSE(out.error);
+    EXPECT_NE(out.message.find("model: first.gguf (/models/first.gguf)"), std::string::npos)
+        << out.message;
+    EXPECT_NE(out.message.find("\n  second"), std::string::npos) << out.message;
+
+    // A name that fails: one line, nothing changes.
+    out = command("/model nope");
+    EXPECT_TRUE(out.error);
+    EXPECT_EQ(out.message, "/model: model 'nope': no such file");
+    EXPECT_FALSE(out.conversation_replaced);
+    EXPECT_EQ(controller_->model_name(), "first.gguf");
+    EXPECT_TRUE(controller_->last_turn().has_value());
+
+    // A switch: the front end redraws; the last reply's numbers were the old model's.
+    out = command("/model second");
+    EXPECT_FALSE(out.error);
+    EXPECT_TRUE(out.conversation_replaced);
+    EXPECT_EQ(out.message, "now chatting with second.gguf");
+    EXPECT_EQ(switcher.switches, 1);
+    EXPECT_EQ(controller_->model_name(), "second.gguf");
+    EXPECT_FALSE(controller_->last_turn().has_value());
+    EXPECT_EQ(roles(), (std::vector<std::string>{"user", "assistant"}));
 }
 
 TEST(MultilineInput, BackslashContinuesAndTripleQuotesMakeABlock) {

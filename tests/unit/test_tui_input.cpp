@@ -105,6 +105,19 @@ TEST(TuiCompletion, CommandsAndSessionIds) {
     EXPECT_EQ(complete_line("hello", sources).line, "hello");
 }
 
+TEST(TuiCompletion, ModelNamesAfterModel) {
+    CompletionSources sources;
+    sources.commands = {"/model"};
+    sources.models = {"gemma3", "qwen3", "qwen3:0.6b"};
+    EXPECT_EQ(complete_line("/mo", sources).line, "/model ");
+    EXPECT_EQ(complete_line("/model g", sources).line, "/model gemma3 ");
+    const auto qwen = complete_line("/model q", sources);
+    EXPECT_EQ(qwen.line, "/model qwen3");
+    EXPECT_EQ(qwen.candidates, (std::vector<std::string>{"qwen3", "qwen3:0.6b"}));
+    // Model names are not offered after other commands.
+    EXPECT_EQ(complete_line("/load g", sources).line, "/load g");
+}
+
 TEST(TuiKeys, PlainKeysAndControls) {
     const auto keys = decode("a\r\x01\x7f\t\n");
     ASSERT_EQ(keys.size(), 6u);

@@ -224,6 +224,11 @@ TEST(TuiStatus, ShowsContextSpeedsAndReuse) {
     info.busy = true;
     info.streamed = 7;
     EXPECT_NE(status_text(info).right.find("replying 7 tok"), std::string::npos);
+    // A job that is no reply (/model loading a model) says what it waits for.
+    info.activity = "loading gemma3";
+    const std::string right = status_text(info).right;
+    EXPECT_EQ(right.find("replying"), std::string::npos) << right;
+    EXPECT_NE(right.find("loading gemma3 0s"), std::string::npos) << right;
 }
 
 TEST(TuiStatus, NarrowLinesShortenNamesAndLabelsNeverNumbers) {

@@ -35,7 +35,7 @@ const char* const kKeysHelp =
     "Keys:\n"
     "  Enter sends · Alt-Enter (or Shift-Enter, Ctrl-J) starts a new line · pasting keeps "
     "newlines\n"
-    "  Up/Down: earlier prompts · Tab completes commands and session ids\n"
+    "  Up/Down: earlier prompts · Tab completes commands, session ids and model names\n"
     "  Ctrl-A/E, Home/End: line start/end · Ctrl-K/U: delete to end/start · Ctrl-W: delete word"
     "\n"
     "  Ctrl-Left/Right, Alt-B/F: word moves\n"
@@ -190,6 +190,9 @@ int FullScreen::Impl::run(ChatController& c) {
         show_message(std::string("sessions: ") + e.what(), true);
     }
     session_id = c.session_id();
+    // Before the worker runs anything: the controller is this thread's until then.
+    if (const std::string name = c.model_name(); !name.empty()) model_name = name;
+    model_names = c.model_names();
     load_history();
     if (transcript.empty()) {
         transcript.add({tui::EntryKind::Notice,
@@ -636,6 +639,7 @@ void FullScreen::Impl::complete_input() {
     // The full-screen chat's own commands (line mode has none of them).
     for (const char* own : {"/copy", "/preset"}) sources.commands.push_back(own);
     for (const auto& s : sessions) sources.session_ids.push_back(s.id);
+    sources.models = model_names;
     sources.settings = ChatController::setting_names();
     const tui::Completion done = tui::complete_line(input.text(), sources);
     if (done.line != input.text()) input.set_text(done.line);

@@ -46,6 +46,7 @@ struct FullScreen::Impl {
     std::atomic<bool> cancel{false};
     JobKind job = JobKind::None;
     Clock::time_point job_started;
+    std::string job_activity;  // what a job that is no reply does (/model: "loading NAME")
     int64_t streamed = 0;
     bool reply_thinking = false;
 
@@ -69,6 +70,7 @@ struct FullScreen::Impl {
     std::optional<TurnResult> last_turn;
     std::string session_id;
     std::vector<SessionSummary> sessions;
+    std::vector<std::string> model_names;  // what /model NAME takes, for Tab
 
     // A one-line message above the status line, shown for a while.
     std::string message;

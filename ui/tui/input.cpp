@@ -266,6 +266,8 @@ Completion complete_line(const std::string& line, const CompletionSources& sourc
             choices = sources.session_ids;
         } else if (command == "/set") {
             choices = sources.settings;
+        } else if (command == "/model") {
+            choices = sources.models;
         } else {
             return out;
         }

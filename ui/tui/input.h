@@ -76,6 +76,7 @@ struct CompletionSources {
     std::vector<std::string> commands;     // "/help", "/load", ...
     std::vector<std::string> session_ids;  // for /load
     std::vector<std::string> settings;     // for /set
+    std::vector<std::string> models;       // for /model
 };
 
 Completion complete_line(const std::string& line, const CompletionSources& sources);

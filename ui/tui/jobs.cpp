@@ -19,6 +19,13 @@ bool is_streaming_reply(const tui::Entry& e) {
 void FullScreen::Impl::start_job(JobKind kind, const std::string& line) {
     job = kind;
     job_started = Clock::now();
+    // A model takes a while to load and cannot be stopped: the status line says what it waits
+    // for instead of "replying".
+    job_activity.clear();
+    if (kind == JobKind::Command && line.starts_with("/model ")) {
+        const size_t name = line.find_first_not_of(" \t", 7);
+        if (name != std::string::npos) job_activity = "loading " + line.substr(name);
+    }
     streamed = 0;
     reply_thinking = false;
     cancel.store(false);
@@ -81,6 +88,8 @@ void FullScreen::Impl::start_job(JobKind kind, const std::string& line) {
             replaced ? controller->engine().context_needed() : controller->engine().context_used();
         done.context_total = controller->engine().context_size();
         done.show_stats = controller->show_stats();
+        done.model_name = controller->model_name();
+        if (line.starts_with("/model")) done.model_names = controller->model_names();
         try {
             done.sessions = controller->list_sessions(kSessionLimit);
             done.session_id = controller->session_id();
@@ -123,6 +132,7 @@ void FullScreen::Impl::rebuild_transcript(const std::vector<ChatMessage>& messag
 void FullScreen::Impl::apply(tui::DoneEvent& event) {
     const JobKind kind = job;
     job = JobKind::None;
+    job_activity.clear();
     reply_thinking = false;
     const ChatOutcome& outcome = event.outcome;
     const bool generating = kind == JobKind::Reply || kind == JobKind::Regenerate ||
@@ -158,6 +168,8 @@ void FullScreen::Impl::apply(tui::DoneEvent& event) {
     }
     context_used = event.context_used;
     context_total = event.context_total;
+    if (!event.model_name.empty()) model_name = event.model_name;
+    if (!event.model_names.empty()) model_names = std::move(event.model_names);
     if (!event.session_id.empty() || outcome.conversation_replaced) session_id = event.session_id;
     if (!event.sessions.empty() || kind == JobKind::Refresh) sessions = std::move(event.sessions);
     if (picker_open && kind != JobKind::Refresh) picker_open = false;

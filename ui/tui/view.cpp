@@ -138,7 +138,11 @@ StatusText status_text(const StatusInfo& info) {
     if (info.scrolled_rows > 0) {
         out.right = "↓ " + std::to_string(info.scrolled_rows) + " more · End ";
     }
-    if (info.busy) {
+    if (info.busy && !info.activity.empty()) {
+        char seconds[32];
+        std::snprintf(seconds, sizeof seconds, "%.0fs", std::floor(info.busy_seconds));
+        out.right += info.activity + " " + seconds + " ";
+    } else if (info.busy) {
         char seconds[32];
         std::snprintf(seconds, sizeof seconds, "%.0fs", std::floor(info.busy_seconds));
         out.right += std::string(info.thinking ? "thinking " : "replying ") +
@@ -300,6 +304,7 @@ void FullScreen::Impl::draw_status(int row) {
     info.title = session_title();
     info.busy = job != JobKind::None && job != JobKind::Refresh;
     info.thinking = reply_thinking;
+    info.activity = job_activity;
     info.streamed = streamed;
     info.context_used = context_used + (info.busy ? streamed : 0);
     info.busy_seconds = std::chrono::duration<double>(Clock::now() - job_started).count();
@@ -329,10 +334,10 @@ void FullScreen::Impl::draw_input(int first_row, int height,
     }
     if (input.empty()) {
         const bool busy = job != JobKind::None;
-        screen->draw(
-            first_row, 2,
-            one(busy ? "Esc stops the reply" : "Type a message · /help", tui::style::kNotice),
-            cols);
+        const std::string hint = !busy                  ? "Type a message · /help"
+                                 : job_activity.empty() ? "Esc stops the reply"
+                                                        : job_activity + "…";
+        screen->draw(first_row, 2, one(hint, tui::style::kNotice), cols);
     }
     screen->place_cursor(first_row + layout.cursor_row - first, 2 + layout.cursor_column);
 }

@@ -17,6 +17,8 @@ struct StatusInfo {
     std::string title;  // the conversation's, empty before it is saved
     bool busy = false;
     bool thinking = false;  // the reply is in its thinking block
+    // What the busy job is when it is no reply ("loading gemma3" for /model); empty: a reply.
+    std::string activity;
     int64_t streamed = 0;   // tokens of the reply being written (about)
     double busy_seconds = 0;
     int scrolled_rows = 0;  // rows below the view when the user scrolled back; 0: follows

@@ -34,6 +34,9 @@ struct DoneEvent {
     int64_t context_used = 0;   // tokens the inference state holds
     int64_t context_total = 0;  // the context size
     bool show_stats = false;    // a line of numbers under each reply (/set stats)
+    std::string model_name;     // the model answering (empty: as it was; a remote model)
+    // After /model: the names it takes now (Tab completion); empty after other jobs.
+    std::vector<std::string> model_names;
 };
 
 using Event = std::variant<StreamEvent, DoneEvent>;
