@@ -58,8 +58,8 @@ public:
     virtual ~Backend() = default;
 
     // Sizes the buffers for n tokens at positions pos0.. (n <= the family's batch limit) and
-    // computes their RoPE tables.
-    virtual BatchBuffers& begin_batch(int64_t pos0, int64_t n) = 0;
+    // computes their RoPE tables; the batch ends in `logit_rows` rows of logits (0: none).
+    virtual BatchBuffers& begin_batch(int64_t pos0, int64_t n, int64_t logit_rows) = 0;
 
     // x [tokens x n_embd] = rows of the embedding table, times the model's embedding scale.
     virtual void embed(std::span<const int32_t> tokens, float* x) = 0;

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace ember {
 
@@ -21,6 +22,9 @@ public:
     virtual std::unique_ptr<Backend> make_backend(InferenceState& state) = 0;
     // Bytes of device memory the weights take.
     virtual uint64_t weight_bytes() const = 0;
+    // The device memory's bandwidth, `passes` timed copies of `bytes` within it, each counted
+    // as bytes read plus bytes written (1e9 bytes per second): what bounds decode there.
+    virtual std::vector<double> measure_bandwidth_gbs(uint64_t bytes, int passes) = 0;
 };
 
 }  // namespace ember

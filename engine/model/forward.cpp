@@ -31,10 +31,10 @@ void forward_batch(const Model& model, InferenceState& st, Backend& backend,
     const ModelConfig& c = model.config();
     const auto n = static_cast<int64_t>(tokens.size());
     const int64_t pos0 = st.kv.length();
-    BatchBuffers& b = backend.begin_batch(pos0, n);
+    const int64_t n_out = n - first_out;
+    BatchBuffers& b = backend.begin_batch(pos0, n, n_out);
     backend.embed(tokens, b.x);
     run_layers({model, backend, b, pos0, n});
-    const int64_t n_out = n - first_out;
     if (n_out > 0) {
         float* logits = backend.logits_buffer(out, n_out);  // [n_out x n_vocab]
         backend.rms_norm_rows(b.x + first_out * c.n_embd, model.output_norm(), b.xn, n_out);

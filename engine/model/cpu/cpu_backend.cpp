@@ -42,7 +42,7 @@ float sigmoid(float x) {
 CpuBackend::CpuBackend(const Model& model, InferenceState& state, ThreadPool& pool)
     : model_(model), c_(model.config()), st_(state), pool_(pool) {}
 
-BatchBuffers& CpuBackend::begin_batch(int64_t pos0, int64_t n) {
+BatchBuffers& CpuBackend::begin_batch(int64_t pos0, int64_t n, int64_t /*logit_rows*/) {
     const ModelConfig& c = c_;
     ForwardScratch& s = st_.scratch;
     pos0_ = pos0;

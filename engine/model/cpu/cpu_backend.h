@@ -16,7 +16,7 @@ class CpuBackend final : public Backend {
 public:
     CpuBackend(const Model& model, InferenceState& state, ThreadPool& pool);
 
-    BatchBuffers& begin_batch(int64_t pos0, int64_t n) override;
+    BatchBuffers& begin_batch(int64_t pos0, int64_t n, int64_t logit_rows) override;
     void embed(std::span<const int32_t> tokens, float* x) override;
     void rms_norm_rows(const float* x, const std::vector<float>& weight, float* out,
                        int64_t rows) override;

@@ -44,7 +44,8 @@ __device__ inline int64_t slot_of(const KvLayerView& layer, int64_t pos) {
 // Block (token, K or V): converts one row. q8_0: one warp per block of 32 elements, the scale
 // the smallest fp16 at least amax / 127 (as the CPU's quantizer), quants rounded to nearest.
 __global__ void store_kv_kernel(KvLayerView layer, int64_t k_row_bytes, int64_t v_row_bytes,
-                                const float* k, const float* v, int64_t pos0) {
+                                const float* k, const float* v, const int64_t* pos0_at) {
+    const int64_t pos0 = *pos0_at;
     const int64_t t = blockIdx.x;
     const bool is_v = blockIdx.y == 1;
     const int64_t width = is_v ? layer.v_width : layer.k_width;
@@ -100,8 +101,9 @@ __device__ inline Floats record_of(Floats partials, const AttendShape& shape, in
 
 template <KvType T>
 __global__ void attend_partial_kernel(AttendShape shape, KvLayerView layer, int64_t k_row_bytes,
-                                      int64_t v_row_bytes, const float* q, int64_t pos0,
-                                      int64_t chunks, float* partials) {
+                                      int64_t v_row_bytes, const float* q,
+                                      const int64_t* pos0_at, int64_t chunks, float* partials) {
+    const int64_t pos0 = *pos0_at;
     const int64_t chunk = blockIdx.x;
     const int64_t head = blockIdx.y;
     const int64_t t = blockIdx.z;
@@ -183,8 +185,9 @@ __global__ void attend_partial_kernel(AttendShape shape, KvLayerView layer, int6
 }
 
 // Block (head, token): the head's chunk records in order, the sink in the denominator.
-__global__ void attend_merge_kernel(AttendShape shape, const float* partials, int64_t pos0,
-                                    int64_t chunks, float* out) {
+__global__ void attend_merge_kernel(AttendShape shape, const float* partials,
+                                    const int64_t* pos0_at, int64_t chunks, float* out) {
+    const int64_t pos0 = *pos0_at;
     const int64_t head = blockIdx.x;
     const int64_t t = blockIdx.y;
     const Visible vis = visible_of(pos0 + t, shape.window);
@@ -210,14 +213,10 @@ __global__ void attend_merge_kernel(AttendShape shape, const float* partials, in
     }
 }
 
-int64_t chunks_through(int64_t last_position) {
-    return last_position / kChunk + 1;
-}
-
 template <KvType T>
 void launch_attend(const AttendShape& shape, const KvLayerView& layer, const float* q,
-                   int64_t pos0, int64_t n, float* partials, float* out, cudaStream_t stream) {
-    const int64_t chunks = chunks_through(pos0 + n - 1);
+                   const int64_t* pos0, int64_t n, int64_t chunks, float* partials, float* out,
+                   cudaStream_t stream) {
     const int64_t k_row_bytes = kv_row_bytes(layer.type, layer.k_width);
     const int64_t v_row_bytes = kv_row_bytes(layer.type, layer.v_width);
     const dim3 grid(static_cast<unsigned>(chunks), static_cast<unsigned>(shape.n_head),
@@ -232,8 +231,12 @@ void launch_attend(const AttendShape& shape, const KvLayerView& layer, const flo
 
 }  // namespace
 
-void store_kv(const KvLayerView& layer, const float* k, const float* v, int64_t pos0, int64_t n,
-              cudaStream_t stream) {
+int64_t chunks_through(int64_t last_position) {
+    return last_position / kChunk + 1;
+}
+
+void store_kv(const KvLayerView& layer, const float* k, const float* v, const int64_t* pos0,
+              int64_t n, cudaStream_t stream) {
     if (n <= 0) return;
     const int64_t k_row_bytes = kv_row_bytes(layer.type, layer.k_width);
     const int64_t v_row_bytes = kv_row_bytes(layer.type, layer.v_width);
@@ -242,12 +245,13 @@ void store_kv(const KvLayerView& layer, const float* k, const float* v, int64_t 
     check_launch("store_kv");
 }
 
-int64_t attention_partials_floats(const AttendShape& shape, int64_t n, int64_t last_position) {
-    return n * shape.n_head * chunks_through(last_position) * (2 + shape.value_dim);
+int64_t attention_partials_floats(const AttendShape& shape, int64_t n, int64_t chunks) {
+    return n * shape.n_head * chunks * (2 + shape.value_dim);
 }
 
-void attend(const AttendShape& shape, const KvLayerView& layer, const float* q, int64_t pos0,
-            int64_t n, float* partials, float* out, cudaStream_t stream) {
+void attend(const AttendShape& shape, const KvLayerView& layer, const float* q,
+            const int64_t* pos0, int64_t n, int64_t chunks, float* partials, float* out,
+            cudaStream_t stream) {
     if (n <= 0) return;
     if (shape.head_dim > kMaxValueDim || shape.value_dim > kMaxValueDim) {
         throw std::invalid_argument("CUDA attention: heads over " + std::to_string(kMaxValueDim) +
@@ -255,11 +259,11 @@ void attend(const AttendShape& shape, const KvLayerView& layer, const float* q, 
     }
     switch (layer.type) {
         case KvType::F32:
-            return launch_attend<KvType::F32>(shape, layer, q, pos0, n, partials, out, stream);
+            return launch_attend<KvType::F32>(shape, layer, q, pos0, n, chunks, partials, out, stream);
         case KvType::F16:
-            return launch_attend<KvType::F16>(shape, layer, q, pos0, n, partials, out, stream);
+            return launch_attend<KvType::F16>(shape, layer, q, pos0, n, chunks, partials, out, stream);
         case KvType::Q8_0:
-            return launch_attend<KvType::Q8_0>(shape, layer, q, pos0, n, partials, out, stream);
+            return launch_attend<KvType::Q8_0>(shape, layer, q, pos0, n, chunks, partials, out, stream);
     }
 }
 

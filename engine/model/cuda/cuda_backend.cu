@@ -1,5 +1,7 @@
 // The layer blocks of backend.h on the GPU (cuda_backend.cuh).
 #include <algorithm>
+#include <cstdlib>
+#include <string_view>
 
 #include "engine/model/cuda/cuda_backend.cuh"
 #include "engine/model/cuda/cuda_check.cuh"
@@ -17,16 +19,47 @@ bool is_float_type(TensorType type) {
     return type == TensorType::F32 || type == TensorType::F16 || type == TensorType::BF16;
 }
 
+// EMBER_CUDA_GRAPHS=0 runs every decode step launch by launch (to compare, or to rule graphs
+// out when looking for a fault).
+bool graphs_enabled() {
+    const char* env = std::getenv("EMBER_CUDA_GRAPHS");
+    return env == nullptr || std::string_view(env) != "0";
+}
+
 class CudaBackend final : public Backend {
 public:
     CudaBackend(const CudaDevice& device, InferenceState& state, CudaState& gpu)
         : dev_(device), c_(device.model().config()), st_(state), gpu_(gpu) {}
 
-    BatchBuffers& begin_batch(int64_t pos0, int64_t n) override {
+    ~CudaBackend() override {
+        if (mode_ == Mode::Capture) {  // a block threw mid-capture: drop what was captured
+            cudaGraph_t graph = nullptr;
+            cudaStreamEndCapture(stream(), &graph);
+            if (graph) cudaGraphDestroy(graph);
+            cudaGetLastError();
+        }
+    }
+
+    BatchBuffers& begin_batch(int64_t pos0, int64_t n, int64_t logit_rows) override {
         pos0_ = pos0;
+        n_ = n;
         st_.kv.reserve(pos0 + n);
         gpu_.prepare_forward();
         gpu_.rows_written(pos0, pos0 + n);
+        // The pinned inputs may still be read by the last batch's copies.
+        EMBER_CUDA_CHECK(cudaStreamSynchronize(stream()));
+        gpu_.step_host()->pos0 = pos0;
+        mode_ = Mode::Direct;
+        if (n == 1 && logit_rows == 1 && graphs_enabled()) {
+            mode_ = gpu_.decode_graph ? Mode::Replay : Mode::Capture;
+            if (mode_ == Mode::Capture) {
+                EMBER_CUDA_CHECK(cudaStreamBeginCapture(stream(), cudaStreamCaptureModeThreadLocal));
+            }
+        }
+        if (mode_ != Mode::Replay) {
+            EMBER_CUDA_CHECK(cudaMemcpyAsync(gpu_.step_pos0_mut(), &gpu_.step_host()->pos0,
+                                             sizeof(int64_t), cudaMemcpyHostToDevice, stream()));
+        }
         buffers_ = BatchBuffers{gpu_.x.as<float>(),      gpu_.xn.as<float>(),
                                 gpu_.q.as<float>(),      gpu_.k.as<float>(),
                                 gpu_.v.as<float>(),      gpu_.attn.as<float>(),
@@ -37,8 +70,10 @@ public:
 
     void embed(std::span<const int32_t> tokens, float* x) override {
         const auto n = static_cast<int64_t>(tokens.size());
-        int32_t* ids = gpu_.token_ids.as<int32_t>();
-        EMBER_CUDA_CHECK(cudaMemcpyAsync(ids, tokens.data(), tokens.size_bytes(),
+        std::copy(tokens.begin(), tokens.end(), gpu_.step_host()->ids);
+        if (replaying()) return;
+        int32_t* ids = gpu_.step_ids();
+        EMBER_CUDA_CHECK(cudaMemcpyAsync(ids, gpu_.step_host()->ids, tokens.size_bytes(),
                                          cudaMemcpyHostToDevice, stream()));
         embed_rows(dev_.matrix(dev_.model().token_embd()), ids, n,
                    static_cast<float>(c_.embedding_scale), x, stream());
@@ -47,19 +82,24 @@ public:
 
     void rms_norm_rows(const float* x, const std::vector<float>& weight, float* out,
                        int64_t rows) override {
+        if (replaying()) return;
         cuda::rms_norm_rows(x, dev_.vector(weight), out, rows,
                             static_cast<int64_t>(weight.size()), static_cast<float>(c_.rms_eps),
                             stream());
     }
 
-    void add(float* y, const float* x, int64_t n) override { cuda::add(y, x, n, stream()); }
+    void add(float* y, const float* x, int64_t n) override {
+        if (!replaying()) cuda::add(y, x, n, stream());
+    }
 
     void add_bias_rows(float* y, const std::vector<float>& bias, int64_t rows) override {
+        if (replaying()) return;
         cuda::add_bias_rows(y, dev_.vector(bias), rows, static_cast<int64_t>(bias.size()),
                             stream());
     }
 
     void matmul(const MatrixView& w, const float* x, int64_t n, float* out) override {
+        if (replaying()) return;
         const DeviceMatrix& m = dev_.matrix(w);
         if (n <= kGemvMaxTokens) {
             gemv(m, x, m.cols, n, out, m.rows, stream());
@@ -70,6 +110,7 @@ public:
     }
 
     void matmul_many(std::span<const MatmulOut> outs, const float* x, int64_t n) override {
+        if (replaying()) return;
         if (n > kGemvMaxTokens || outs.size() > static_cast<size_t>(kMaxGemvOuts)) {
             for (const MatmulOut& o : outs) matmul(*o.w, x, n, o.y);
             return;
@@ -84,6 +125,7 @@ public:
 
     void gated_activation(GatedActivation act, float* gate, const float* up,
                           int64_t n) override {
+        if (replaying()) return;
         switch (act) {
             case GatedActivation::Silu:
                 return swiglu(gate, up, n, stream());
@@ -93,14 +135,17 @@ public:
     }
 
     void sigmoid_gate(float* x, const float* gate, int64_t n) override {
+        if (replaying()) return;
         cuda::sigmoid_gate(x, gate, n, stream());
     }
 
     void split_query_gate(const float* q_proj, float* q, float* gate, int64_t n) override {
+        if (replaying()) return;
         cuda::split_query_gate(q_proj, q, gate, n, c_.n_head, c_.head_dim, stream());
     }
 
     void prepare_heads(const HeadPrep& prep, float* q, float* k, float* v, int64_t n) override {
+        if (replaying()) return;
         const int64_t q_dim = c_.n_head * c_.head_dim;
         const int64_t k_dim = c_.n_head_kv * c_.head_dim;
         const int64_t v_dim = c_.n_head_kv * c_.value_dim;
@@ -118,15 +163,17 @@ public:
         norm_rope_heads(shape, q, k, prep.q_norm ? device_of(prep.q_norm, c_.head_dim) : nullptr,
                         prep.k_norm ? device_of(prep.k_norm, c_.head_dim) : nullptr,
                         local ? dev_.rope_inv_freq_local() : dev_.rope_inv_freq(),
-                        local ? 1.0 : c_.rope_freq_scale, pos0_, n, stream());
+                        local ? 1.0 : c_.rope_freq_scale, gpu_.step_pos0(), n, stream());
     }
 
     void store_kv(int64_t cache_layer, const float* k, const float* v, int64_t n) override {
-        cuda::store_kv(gpu_.layer(cache_layer), k, v, pos0_, n, stream());
+        if (replaying()) return;
+        cuda::store_kv(gpu_.layer(cache_layer), k, v, gpu_.step_pos0(), n, stream());
     }
 
     void attend(const AttentionSettings& settings, const float* q, int64_t n,
                 float* out) override {
+        if (replaying()) return;
         AttendShape shape;
         shape.n_head = c_.n_head;
         shape.n_head_kv = c_.n_head_kv;
@@ -136,9 +183,15 @@ public:
         shape.scale = settings.scale;
         shape.softcap = settings.softcap;
         shape.sinks = settings.sinks ? device_of(settings.sinks, c_.n_head) : nullptr;
-        const int64_t need = attention_partials_floats(shape, n, pos0_ + n - 1);
-        gpu_.partials.grow(static_cast<size_t>(need) * sizeof(float));
-        cuda::attend(shape, gpu_.layer(settings.cache_layer), q, pos0_, n,
+        if (mode_ != Mode::Direct) {  // a captured step covers the whole context
+            cuda::attend(shape, gpu_.layer(settings.cache_layer), q, gpu_.step_pos0(), n,
+                         gpu_.decode_chunks, gpu_.decode_partials.as<float>(), out, stream());
+            return;
+        }
+        const int64_t chunks = chunks_through(pos0_ + n - 1);
+        gpu_.partials.grow(
+            static_cast<size_t>(attention_partials_floats(shape, n, chunks)) * sizeof(float));
+        cuda::attend(shape, gpu_.layer(settings.cache_layer), q, gpu_.step_pos0(), n, chunks,
                      gpu_.partials.as<float>(), out, stream());
     }
 
@@ -150,20 +203,39 @@ public:
         cpu_only("delta-net");
     }
 
-    void soft_cap(float* x, int64_t n, float cap) override { cuda::soft_cap(x, n, cap, stream()); }
+    void soft_cap(float* x, int64_t n, float cap) override {
+        if (!replaying()) cuda::soft_cap(x, n, cap, stream());
+    }
 
     float* logits_buffer(float*, int64_t rows) override {
+        if (mode_ != Mode::Direct) return gpu_.decode_logits.as<float>();
         gpu_.logits.grow(static_cast<size_t>(rows * c_.n_vocab) * sizeof(float));
         return gpu_.logits.as<float>();
     }
 
     void publish_logits(const float* logits, float* host_out, int64_t count) override {
+        if (mode_ == Mode::Capture) {
+            cudaGraph_t graph = nullptr;
+            mode_ = Mode::Direct;  // the capture ends here, whatever happens next
+            EMBER_CUDA_CHECK(cudaStreamEndCapture(stream(), &graph));
+            const cudaError_t made = cudaGraphInstantiate(&gpu_.decode_graph, graph, 0);
+            cudaGraphDestroy(graph);
+            EMBER_CUDA_CHECK(made);
+            mode_ = Mode::Replay;
+        }
+        if (mode_ == Mode::Replay) EMBER_CUDA_CHECK(cudaGraphLaunch(gpu_.decode_graph, stream()));
         EMBER_CUDA_CHECK(cudaMemcpyAsync(host_out, logits, static_cast<size_t>(count) * sizeof(float),
                                          cudaMemcpyDeviceToHost, stream()));
         EMBER_CUDA_CHECK(cudaStreamSynchronize(stream()));
     }
 
 private:
+    // Direct: each block launches its kernels. Capture: they are recorded into the state's
+    // decode graph (launched at publish_logits). Replay: the graph holds them; the blocks only
+    // leave their inputs in pinned memory.
+    enum class Mode { Direct, Capture, Replay };
+    bool replaying() const { return mode_ == Mode::Replay; }
+
     cudaStream_t stream() const { return gpu_.stream(); }
 
     // HeadPrep and AttentionSettings carry the host vectors' data pointers.
@@ -212,6 +284,8 @@ private:
     CudaState& gpu_;
     BatchBuffers buffers_;
     int64_t pos0_ = 0;
+    int64_t n_ = 0;
+    Mode mode_ = Mode::Direct;
 };
 
 }  // namespace

@@ -60,6 +60,7 @@ public:
     std::string description() const override { return description_; }
     std::unique_ptr<Backend> make_backend(InferenceState& state) override;
     uint64_t weight_bytes() const override { return weight_bytes_; }
+    std::vector<double> measure_bandwidth_gbs(uint64_t bytes, int passes) override;
 
     int device() const { return device_; }
     const Model& model() const { return model_; }
@@ -104,6 +105,25 @@ public:
     cublasHandle_t blas() const { return blas_; }
     KvLayerView layer(int64_t cache_layer) const;
 
+    // What a batch reads from host memory, pinned so that a captured decode step's copies read
+    // the values written for the step it replays.
+    static constexpr int kStepTokens = 256;  // kMaxBatch
+    struct StepInputs {
+        int64_t pos0 = 0;
+        int32_t ids[kStepTokens] = {};
+    };
+    StepInputs* step_host() const { return step_host_; }
+    const int64_t* step_pos0() const { return &step_dev_.as<StepInputs>()->pos0; }
+    int32_t* step_ids() const { return step_dev_.as<StepInputs>()->ids; }
+    int64_t* step_pos0_mut() const { return &step_dev_.as<StepInputs>()->pos0; }
+
+    // The decode step (one token, one row of logits) captured as a CUDA graph on its first run
+    // and replayed after: one launch instead of hundreds. Its buffers never move.
+    cudaGraphExec_t decode_graph = nullptr;
+    DeviceBuffer decode_logits;    // [n_vocab]
+    DeviceBuffer decode_partials;  // attention records of one token over the whole context
+    int64_t decode_chunks = 0;     // chunks of the context (attention's launch width)
+
     // Batch buffers for up to kMaxBatch tokens, [tokens x width] each.
     DeviceBuffer x, xn, q, k, v, attn, q_proj, q_gate, ffn_gate, ffn_up;
     DeviceBuffer token_ids;     // [kMaxBatch] int32
@@ -120,6 +140,8 @@ private:
     cudaStream_t stream_ = nullptr;
     cublasHandle_t blas_ = nullptr;
     std::vector<DeviceBuffer> k_layers_, v_layers_;  // [slots x row bytes] per cache layer
+    StepInputs* step_host_ = nullptr;  // cudaMallocHost
+    DeviceBuffer step_dev_;
     int64_t device_valid_ = 0;  // device rows [0, device_valid_) are the state's
     int64_t host_valid_ = 0;    // host rows [0, host_valid_) are the state's
 };

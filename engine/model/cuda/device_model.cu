@@ -120,6 +120,28 @@ void CudaDevice::upload_vector(const std::vector<float>& host) {
     blocks_.push_back(std::move(block));
 }
 
+std::vector<double> CudaDevice::measure_bandwidth_gbs(uint64_t bytes, int passes) {
+    EMBER_CUDA_CHECK(cudaSetDevice(device_));
+    DeviceBuffer from(bytes), to(bytes);
+    EMBER_CUDA_CHECK(cudaMemset(from.get(), 0x5a, bytes));  // never time zeros
+    cudaEvent_t start = nullptr, stop = nullptr;
+    EMBER_CUDA_CHECK(cudaEventCreate(&start));
+    EMBER_CUDA_CHECK(cudaEventCreate(&stop));
+    std::vector<double> gbs;
+    for (int pass = -1; pass < passes; ++pass) {  // pass -1: untimed warm-up
+        EMBER_CUDA_CHECK(cudaEventRecord(start));
+        EMBER_CUDA_CHECK(cudaMemcpyAsync(to.get(), from.get(), bytes, cudaMemcpyDeviceToDevice));
+        EMBER_CUDA_CHECK(cudaEventRecord(stop));
+        EMBER_CUDA_CHECK(cudaEventSynchronize(stop));
+        float ms = 0;
+        EMBER_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+        if (pass >= 0) gbs.push_back(2.0 * static_cast<double>(bytes) / (ms * 1e6));
+    }
+    cudaEventDestroy(start);
+    cudaEventDestroy(stop);
+    return gbs;
+}
+
 const DeviceMatrix& CudaDevice::matrix(const MatrixView& view) const {
     const auto it = matrices_.find(view.data);
     if (it == matrices_.end()) {

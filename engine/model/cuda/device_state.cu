@@ -42,12 +42,24 @@ CudaState::CudaState(const CudaDevice& device, InferenceState& state) : kv_(stat
     ffn_gate = DeviceBuffer(floats(b * c.n_ff));
     ffn_up = DeviceBuffer(floats(b * c.n_ff));
     token_ids = DeviceBuffer(static_cast<size_t>(b) * sizeof(int32_t));
+    static_assert(kStepTokens == kMaxBatch);
+    EMBER_CUDA_CHECK(cudaMallocHost(&step_host_, sizeof(StepInputs)));
+    step_dev_ = DeviceBuffer(sizeof(StepInputs));
+    decode_logits = DeviceBuffer(floats(c.n_vocab));
+    decode_chunks = chunks_through(kv_.capacity() - 1);
+    AttendShape shape;
+    shape.n_head = c.n_head;
+    shape.value_dim = c.value_dim;
+    decode_partials =
+        DeviceBuffer(floats(attention_partials_floats(shape, 1, decode_chunks)));
     host_valid_ = kv_.length();  // the host rows are the state until the device computes any
     kv_.set_mirror(this);
 }
 
 CudaState::~CudaState() {
     kv_.set_mirror(nullptr);
+    if (decode_graph) cudaGraphExecDestroy(decode_graph);
+    if (step_host_) cudaFreeHost(step_host_);
     if (blas_) cublasDestroy(blas_);
     if (stream_) {
         cudaStreamSynchronize(stream_);

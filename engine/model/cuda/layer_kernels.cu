@@ -87,7 +87,8 @@ __global__ void soft_cap_kernel(float* x, int64_t n, float cap) {
 // Block (head, token): the head's RMS norm, then RoPE over its first rope_dims elements.
 __global__ void norm_rope_heads_kernel(HeadShape shape, float* q, float* k, const float* q_norm,
                                        const float* k_norm, const double* inv_freq,
-                                       double freq_scale, int64_t pos0) {
+                                       double freq_scale, const int64_t* pos0_at) {
+    const int64_t pos0 = *pos0_at;
     const int64_t t = blockIdx.y;
     const bool is_query = blockIdx.x < shape.n_head;
     const int64_t head = is_query ? blockIdx.x : blockIdx.x - shape.n_head;
@@ -179,8 +180,8 @@ void soft_cap(float* x, int64_t n, float cap, cudaStream_t stream) {
 }
 
 void norm_rope_heads(const HeadShape& shape, float* q, float* k, const float* q_norm,
-                     const float* k_norm, const double* inv_freq, double freq_scale, int64_t pos0,
-                     int64_t n, cudaStream_t stream) {
+                     const float* k_norm, const double* inv_freq, double freq_scale,
+                     const int64_t* pos0, int64_t n, cudaStream_t stream) {
     if (n <= 0) return;
     if (shape.head_dim > kMaxHeadDim) {
         throw std::invalid_argument("CUDA backend: head size " + std::to_string(shape.head_dim) +

@@ -31,8 +31,11 @@ void split_query_gate(const float* q_proj, float* q, float* gate, int64_t n, int
 // x[i] = cap * tanh(x[i] / cap)
 void soft_cap(float* x, int64_t n, float cap, cudaStream_t stream);
 
+// Positions come from device memory (`pos0`: the batch's first position, written by the
+// backend before the kernels run), so a captured decode step replays at any position.
+
 // The heads of a batch: per-head RMS norm (weights or null) and RoPE of q [n x n_head x
-// head_dim] and k [n x n_head_kv x head_dim], in place. Token t is at position pos0 + t; the
+// head_dim] and k [n x n_head_kv x head_dim], in place. Token t is at position *pos0 + t; the
 // angle of pair i is (position * freq_scale) * inv_freq[i], in double as the CPU's table.
 struct HeadShape {
     int64_t n_head = 0;
@@ -43,8 +46,8 @@ struct HeadShape {
     float eps = 1e-6f;
 };
 void norm_rope_heads(const HeadShape& shape, float* q, float* k, const float* q_norm,
-                     const float* k_norm, const double* inv_freq, double freq_scale, int64_t pos0,
-                     int64_t n, cudaStream_t stream);
+                     const float* k_norm, const double* inv_freq, double freq_scale,
+                     const int64_t* pos0, int64_t n, cudaStream_t stream);
 
 // One layer of the device KV cache: `slots` rows of K and V in the cache's type (a sliding
 // layer's ring: position p in slot p % slots; a full layer: slots = capacity).
@@ -59,13 +62,15 @@ struct KvLayerView {
 };
 // Writes the rows of positions pos0.. from f32 k [n x k_width], v [n x v_width], converted as
 // the CPU's KvCache::store does (f16 round to nearest even; q8_0 blocks per row).
-void store_kv(const KvLayerView& layer, const float* k, const float* v, int64_t pos0, int64_t n,
-              cudaStream_t stream);
+void store_kv(const KvLayerView& layer, const float* k, const float* v, const int64_t* pos0,
+              int64_t n, cudaStream_t stream);
 
 // Attention of n queries at positions pos0.. over `layer` (rows stored already), causal,
 // optionally over the last `window` positions, scores scaled, soft-capped, with sink logits
-// per head. q [n x n_head*head_dim], out [n x n_head*value_dim]; `partials` is scratch of
-// attention_partials_floats() floats.
+// per head. q [n x n_head*head_dim], out [n x n_head*value_dim]. `chunks`: chunks of positions
+// the launch covers, chunks_through(the batch's last position) or more (a captured step covers
+// the whole context; blocks past a query's position return at once); `partials` is scratch of
+// attention_partials_floats() floats for that many chunks.
 struct AttendShape {
     int64_t n_head = 0;
     int64_t n_head_kv = 0;
@@ -76,8 +81,10 @@ struct AttendShape {
     float softcap = 0.0f;
     const float* sinks = nullptr;  // device [n_head], or null
 };
-int64_t attention_partials_floats(const AttendShape& shape, int64_t n, int64_t last_position);
-void attend(const AttendShape& shape, const KvLayerView& layer, const float* q, int64_t pos0,
-            int64_t n, float* partials, float* out, cudaStream_t stream);
+int64_t chunks_through(int64_t last_position);
+int64_t attention_partials_floats(const AttendShape& shape, int64_t n, int64_t chunks);
+void attend(const AttendShape& shape, const KvLayerView& layer, const float* q,
+            const int64_t* pos0, int64_t n, int64_t chunks, float* partials, float* out,
+            cudaStream_t stream);
 
 }  // namespace ember::cuda
