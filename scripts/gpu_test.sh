@@ -32,6 +32,7 @@ pack() {
     cp -L /lib64/ld-linux-x86-64.so.2 "$KIT/stage/lib/"
     local files=()
     for a in llama qwen2 qwen3 gemma3; do files+=("arch/$a/$a.gguf" "arch/$a/ref.json"); done
+    files+=("arch/gemma3/hf/config.json")  # its layer types (tests/support/gemma3_fixture.h)
     # Within the 64 MiB a call carries: the types the kernels read, and three converted at load.
     for t in F16 Q8_0 Q4_0 Q6_K Q4_K_M Q5_K_M Q4_1 Q3_K_M IQ4_NL; do
         files+=("quant/qfix-$t.gguf" "quant/qfix-$t.gguf.ref.json")

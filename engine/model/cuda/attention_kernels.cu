@@ -7,6 +7,7 @@
 // token gives the same bits in any batch, and nothing is summed by atomics.
 #include <cuda_fp16.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -19,7 +20,8 @@ namespace ember::cuda {
 namespace {
 
 constexpr int64_t kChunk = 256;      // positions per partial record
-constexpr int kWarps = 4;            // warps of a partial block, each taking every 4th position
+constexpr int kWarps = 8;            // warps of a partial block, each taking every 8th position
+constexpr int kUnroll = 4;           // positions a warp has in flight
 constexpr int kMaxPerLane = 8;       // head or value elements a lane holds: dims up to 256
 constexpr int kMaxValueDim = 32 * kMaxPerLane;
 
@@ -99,7 +101,11 @@ __device__ inline Floats record_of(Floats partials, const AttendShape& shape, in
     return partials + ((t * shape.n_head + head) * chunks + chunk) * (2 + shape.value_dim);
 }
 
-template <KvType T>
+// P: elements of a head each lane holds (head and value sizes up to 32 * P); U: positions a
+// warp loads before it uses them (the loads of U rows in flight at once, where one at a time
+// left the warp waiting on memory for each). A warp takes positions begin + warp, then every
+// kWarps-th: the order of its sums depends only on the positions.
+template <KvType T, int P, int U>
 __global__ void attend_partial_kernel(AttendShape shape, KvLayerView layer, int64_t k_row_bytes,
                                       int64_t v_row_bytes, const float* q,
                                       const int64_t* pos0_at, int64_t chunks, float* partials) {
@@ -115,9 +121,9 @@ __global__ void attend_partial_kernel(AttendShape shape, KvLayerView layer, int6
     const unsigned lane = threadIdx.x % 32;
     const unsigned warp = threadIdx.x / 32;
     const float* qh = q + (t * shape.n_head + head) * shape.head_dim;  // [head_dim]
-    float q_lane[kMaxPerLane];
+    float q_lane[P];
 #pragma unroll
-    for (int j = 0; j < kMaxPerLane; ++j) {
+    for (int j = 0; j < P; ++j) {
         const int64_t d = lane + 32 * j;
         q_lane[j] = d < shape.head_dim ? qh[d] : 0.0f;
     }
@@ -126,29 +132,39 @@ __global__ void attend_partial_kernel(AttendShape shape, KvLayerView layer, int6
     float acc[kMaxPerLane] = {};
     const int64_t k_base = kv_head * shape.head_dim;
     const int64_t v_base = kv_head * shape.value_dim;
-    for (int64_t pos = begin + warp; pos < end; pos += kWarps) {
-        const int64_t slot = slot_of(layer, pos);
-        const uint8_t* k_row = layer.k + slot * k_row_bytes;
-        const uint8_t* v_row = layer.v + slot * v_row_bytes;
-        float dot = 0.0f;
+    for (int64_t first = begin + warp; first < end; first += kWarps * U) {
+        float k_el[U][P];
+        float v_el[U][P];
 #pragma unroll
-        for (int j = 0; j < kMaxPerLane; ++j) {
-            const int64_t d = lane + 32 * j;
-            if (d < shape.head_dim) dot += q_lane[j] * row_element<T>(k_row, k_base + d);
-        }
-        float score = warp_sum(dot) * shape.scale;
-        if (shape.softcap > 0.0f) score = shape.softcap * tanhf(score / shape.softcap);
-        const float m_new = fmaxf(m, score);
-        const float correction = expf(m - m_new);
-        const float p = expf(score - m_new);
-        s = s * correction + p;
+        for (int u = 0; u < U; ++u) {
+            const int64_t pos = first + u * kWarps;
+            const bool inside = pos < end;
+            const int64_t slot = slot_of(layer, inside ? pos : begin);
+            const uint8_t* k_row = layer.k + slot * k_row_bytes;
+            const uint8_t* v_row = layer.v + slot * v_row_bytes;
 #pragma unroll
-        for (int j = 0; j < kMaxPerLane; ++j) {
-            const int64_t d = lane + 32 * j;
-            const float vd = d < shape.value_dim ? row_element<T>(v_row, v_base + d) : 0.0f;
-            acc[j] = acc[j] * correction + p * vd;
+            for (int j = 0; j < P; ++j) {
+                const int64_t d = lane + 32 * j;
+                k_el[u][j] = inside && d < shape.head_dim ? row_element<T>(k_row, k_base + d) : 0.0f;
+                v_el[u][j] = inside && d < shape.value_dim ? row_element<T>(v_row, v_base + d) : 0.0f;
+            }
         }
-        m = m_new;
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+            if (first + u * kWarps >= end) break;
+            float dot = 0.0f;
+#pragma unroll
+            for (int j = 0; j < P; ++j) dot += q_lane[j] * k_el[u][j];
+            float score = warp_sum(dot) * shape.scale;
+            if (shape.softcap > 0.0f) score = shape.softcap * tanhf(score / shape.softcap);
+            const float m_new = fmaxf(m, score);
+            const float correction = expf(m - m_new);
+            const float p = expf(score - m_new);
+            s = s * correction + p;
+#pragma unroll
+            for (int j = 0; j < P; ++j) acc[j] = acc[j] * correction + p * v_el[u][j];
+            m = m_new;
+        }
     }
     // The warps' records merged in warp order.
     __shared__ float warp_m[kWarps];
@@ -221,8 +237,13 @@ void launch_attend(const AttendShape& shape, const KvLayerView& layer, const flo
     const int64_t v_row_bytes = kv_row_bytes(layer.type, layer.v_width);
     const dim3 grid(static_cast<unsigned>(chunks), static_cast<unsigned>(shape.n_head),
                     static_cast<unsigned>(n));
-    attend_partial_kernel<T><<<grid, 32 * kWarps, 0, stream>>>(
-        shape, layer, k_row_bytes, v_row_bytes, q, pos0, chunks, partials);
+    const int64_t widest = std::max(shape.head_dim, shape.value_dim);
+    const auto kernel = widest <= 32    ? attend_partial_kernel<T, 1, kUnroll>
+                        : widest <= 64  ? attend_partial_kernel<T, 2, kUnroll>
+                        : widest <= 128 ? attend_partial_kernel<T, 4, kUnroll>
+                                        : attend_partial_kernel<T, 8, kUnroll>;
+    kernel<<<grid, 32 * kWarps, 0, stream>>>(shape, layer, k_row_bytes, v_row_bytes, q, pos0,
+                                             chunks, partials);
     check_launch("attend_partial");
     const dim3 merge_grid(static_cast<unsigned>(shape.n_head), static_cast<unsigned>(n));
     attend_merge_kernel<<<merge_grid, 128, 0, stream>>>(shape, partials, pos0, chunks, out);
