@@ -84,6 +84,7 @@ uint32_t GrammarConstraint::byte_budget() const {
 
 bool GrammarConstraint::allows(int32_t id) {
     if (id < 0 || static_cast<size_t>(id) >= trie_->vocab_size() || finished_) return false;
+    if (id == extra_allowed_) return true;
     if (trie_->is_end(id)) return matcher_.complete();
     const std::string& piece = trie_->piece(id);
     if (piece.empty()) return false;
@@ -147,6 +148,9 @@ void GrammarConstraint::decide_allowed() {
     if (count == 0 && remaining_ >= 0 && !matcher_.complete()) count = walk(Grammar::kUnbounded);
     const bool ends = matcher_.complete() || count == 0;
     for (const int32_t id : trie_->end_ids()) allowed_[static_cast<size_t>(id)] = ends ? 1 : 0;
+    if (extra_allowed_ >= 0 && static_cast<size_t>(extra_allowed_) < allowed_.size()) {
+        allowed_[static_cast<size_t>(extra_allowed_)] = 1;
+    }
 }
 
 void GrammarConstraint::allowed_tokens(std::vector<uint8_t>& allowed) {
@@ -167,6 +171,7 @@ void GrammarConstraint::mask(std::span<float> logits) {
 
 bool GrammarConstraint::accept(int32_t id) {
     if (id < 0 || static_cast<size_t>(id) >= trie_->vocab_size() || finished_) return false;
+    if (id == extra_allowed_) return true;
     if (trie_->is_end(id)) {
         if (!matcher_.complete()) return false;
         finished_ = true;

@@ -62,6 +62,9 @@ public:
 
     // Tokens that may still follow the next one (a reply's length limit); < 0: no limit.
     void set_remaining(int64_t tokens_after_next) { remaining_ = tokens_after_next; }
+    // A token allowed besides the grammar, which accepting does not advance it (a thinking
+    // model's opening tag, before its answer has started); -1: none.
+    void set_extra_allowed(int32_t id) { extra_allowed_ = id; }
 
     bool allows(int32_t id) override;
     void mask(std::span<float> logits) override;
@@ -91,6 +94,7 @@ private:
     std::shared_ptr<const TokenTrie> trie_;
     Matcher matcher_;
     int64_t remaining_ = -1;
+    int32_t extra_allowed_ = -1;
     bool finished_ = false;
     std::vector<uint8_t> allowed_;     // one per token, from the last walk
     std::vector<StackSet> by_depth_;   // the trie walk's state after each prefix length
