@@ -190,7 +190,11 @@ GenerateResult generate(const Model& model, InferenceState& state, ThreadPool& p
         } else if (options.max_tokens >= 0) {
             left = options.max_tokens - static_cast<int64_t>(result.ids.size()) - 1;
         }
-        c->set_remaining(left);
+        // The context is a limit too: each token after the next needs its predecessor
+        // evaluated (one row), and one row is kept spare.
+        const int64_t context_left = state.kv.capacity() - state.kv.length() - 2;
+        left = left < 0 ? context_left : std::min(left, context_left);
+        c->set_remaining(std::max<int64_t>(left, 0));
         return c;
     };
 

@@ -78,6 +78,7 @@ struct GenerateOptions {
     std::function<bool()> constrain_now;
     // Tokens the constrained part may still take after the next one, so the constraint can
     // close its output within the limit; unset: from max_tokens (none when that is < 0).
+    // The room left in the context limits it as well.
     std::function<int64_t()> tokens_left;
 };
 

