@@ -295,6 +295,34 @@ Grammar GrammarBuilder::build(const std::string& root_name) const {
         if (color[r] == 0) visit(r);
     }
 
+    // The bytes each rule can start with, by fixed point (an empty-matching rule lets the
+    // next element's bytes through).
+    std::vector<ByteSet> first_rule(n_rules);
+    const auto sequence_first = [&](const Sequence& s, size_t from) {
+        ByteSet set;
+        for (size_t i = from; i < s.size(); ++i) {
+            const ByteSet& add = s[i].kind == ElementKind::Bytes ? byte_sets_[s[i].value]
+                                                                  : first_rule[s[i].value];
+            for (size_t w = 0; w < set.bits.size(); ++w) set.bits[w] |= add.bits[w];
+            if (s[i].kind == ElementKind::Bytes || min_rule[s[i].value] != 0) break;
+        }
+        return set;
+    };
+    for (bool changed = true; changed;) {
+        changed = false;
+        for (size_t r = 0; r < n_rules; ++r) {
+            ByteSet set = first_rule[r];
+            for (const Sequence& alt : rules_[r]) {
+                const ByteSet add = sequence_first(alt, 0);
+                for (size_t w = 0; w < set.bits.size(); ++w) set.bits[w] |= add.bits[w];
+            }
+            if (set != first_rule[r]) {
+                first_rule[r] = set;
+                changed = true;
+            }
+        }
+    }
+
     Grammar g;
     g.names_ = names_;
     g.byte_sets_ = byte_sets_;
@@ -306,9 +334,11 @@ Grammar GrammarBuilder::build(const std::string& root_name) const {
             for (size_t i = 0; i < alt.size(); ++i) {
                 g.elements_.push_back(alt[i]);
                 g.suffix_min_.push_back(sequence_min(alt, i));
+                g.first_.push_back(sequence_first(alt, i));
             }
             g.elements_.push_back({ElementKind::End, 0});
             g.suffix_min_.push_back(0);
+            g.first_.emplace_back();
         }
     }
     return g;

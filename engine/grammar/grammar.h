@@ -62,6 +62,10 @@ public:
     // Fewest bytes that complete the alternative from `position` on (the element there
     // included). Saturates at kUnbounded for a rule that can never finish.
     uint32_t min_bytes_from(uint32_t position) const { return suffix_min_[position]; }
+    // The bytes that can come first when matching from `position` to the end of its
+    // alternative (what follows the alternative not included, so an alternative that can
+    // match empty, min_bytes_from() == 0, must be entered whatever the byte).
+    const ByteSet& first_bytes_from(uint32_t position) const { return first_[position]; }
 
     static constexpr uint32_t kUnbounded = 1u << 30;
 
@@ -72,6 +76,7 @@ private:
     std::vector<std::string> names_;
     std::vector<ByteSet> byte_sets_;
     std::vector<uint32_t> suffix_min_;  // one per element
+    std::vector<ByteSet> first_;        // one per element
     uint32_t root_ = 0;
 };
 

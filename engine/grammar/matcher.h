@@ -1,9 +1,12 @@
 // Runs a Grammar over bytes: a pushdown recognizer holding every parse that is still alive.
 //
-// A parse is a stack of frames. The top frame waits at a byte element; each frame below
-// remembers where to continue in its rule once the rule above it ends. Stacks share their
-// lower frames: frames live in an arena as (position, parent) nodes, so advancing a stack by
-// a byte adds one node for its new top instead of copying the stack. A rule reference at the
+// A parse is a stack of frames. The top frame waits at a position of the grammar (not yet
+// expanded); each frame below remembers where to continue in its rule once the rule above it
+// ends. Stacks share their lower frames: frames live in an arena as (position, parent)
+// nodes, so advancing a stack by a byte adds a node or two instead of copying the stack.
+// Rules are expanded only when a byte arrives, and only into the alternatives that can start
+// with that byte (first-byte sets computed with the grammar), so a character class of many
+// UTF-8 alternatives costs one alternative per byte, not all of them. A rule reference at the
 // end of an alternative pushes no frame (a tail call), so right-recursive repetition runs in
 // constant stack depth.
 //
@@ -23,7 +26,7 @@
 namespace ember::grammar {
 
 // A set of live parses: the ids of their top nodes, and whether the input so far is already
-// a complete sentence of the grammar (one parse has nothing left to match).
+// a complete sentence of the grammar (some parse can end here).
 struct StackSet {
     std::vector<int32_t> tops;
     bool complete = false;
@@ -56,6 +59,9 @@ public:
     // Nodes it creates stay in the arena until truncated.
     void step(const StackSet& from, uint8_t byte, StackSet& to);
     uint32_t min_bytes(const StackSet& set) const;
+    // The committed state as the positions of every frame of every stack, top to bottom,
+    // stacks separated: equal signatures accept exactly the same continuations.
+    void signature(std::vector<uint32_t>& out) const;
     size_t mark() const { return nodes_.size(); }
     void truncate(size_t mark) { nodes_.resize(mark); }
 
@@ -64,15 +70,18 @@ public:
 
 private:
     struct Node {
-        uint32_t position;  // a byte element (top) or where the rule below continues
+        uint32_t position;  // where this frame waits (never an End element)
         int32_t parent;     // -1: the bottom of the stack
         uint32_t rest;      // fewest bytes completing this frame and every frame below it
     };
     int32_t new_node(uint32_t position, int32_t parent);
-    // Adds the stacks that reach a byte element from `position` (in the frame above
-    // `parent`) to `out`, following rule references and alternative ends.
-    void expand(uint32_t position, int32_t parent, StackSet& out);
-    void dedupe(StackSet& set) const;
+    // Adds to `out` the stack waiting at `position` above `parent`; an alternative's end pops
+    // to the frame below (the bottom: the parse is complete).
+    void push_top(uint32_t position, int32_t parent, StackSet& out);
+    // Matches `byte` from `position` above `parent`, following rule references into the
+    // alternatives that can start with it, and adds the stacks after the byte to `out`.
+    void advance(uint32_t position, int32_t parent, uint8_t byte, StackSet& out);
+    void finish(StackSet& set) const;  // dedupes, and sets `complete`
     void compact();
 
     std::shared_ptr<const Grammar> grammar_;

@@ -106,7 +106,8 @@ bool GrammarConstraint::allows(int32_t id) {
     return ok;
 }
 
-size_t GrammarConstraint::walk(uint32_t budget) {
+size_t GrammarConstraint::walk(uint32_t budget, uint32_t& max_rest) {
+    max_rest = 0;
     std::fill(allowed_.begin(), allowed_.end(), 0);
     const auto& nodes = trie_->nodes();
     const auto& ids = trie_->token_ids();
@@ -125,7 +126,9 @@ size_t GrammarConstraint::walk(uint32_t budget) {
             continue;
         }
         marks_[depth] = matcher_.mark();
-        if (node.tokens_end > node.tokens_begin && matcher_.min_bytes(here) <= budget) {
+        const uint32_t rest = node.tokens_end > node.tokens_begin ? matcher_.min_bytes(here) : 0;
+        if (node.tokens_end > node.tokens_begin && rest <= budget) {
+            max_rest = std::max(max_rest, rest);
             for (uint32_t t = node.tokens_begin; t < node.tokens_end; ++t) {
                 allowed_[static_cast<size_t>(ids[t])] = 1;
             }
@@ -137,15 +140,50 @@ size_t GrammarConstraint::walk(uint32_t budget) {
     return count;
 }
 
+size_t GrammarConstraint::unlimited_mask(uint32_t& max_rest) {
+    matcher_.signature(signature_);
+    ++clock_;
+    for (CachedMask& c : cache_) {
+        if (c.signature == signature_) {
+            c.last_used = clock_;
+            allowed_ = c.allowed;
+            max_rest = c.max_rest;
+            return c.count;
+        }
+    }
+    const size_t count = walk(Grammar::kUnbounded, max_rest);
+    CachedMask* slot = nullptr;
+    if (cache_.size() < kCachedMasks) {
+        slot = &cache_.emplace_back();
+    } else {
+        slot = &*std::min_element(cache_.begin(), cache_.end(), [](const auto& a, const auto& b) {
+            return a.last_used < b.last_used;
+        });
+    }
+    slot->signature = signature_;
+    slot->allowed = allowed_;
+    slot->count = count;
+    slot->max_rest = max_rest;
+    slot->last_used = clock_;
+    return count;
+}
+
 void GrammarConstraint::decide_allowed() {
     if (finished_) {
         std::fill(allowed_.begin(), allowed_.end(), 0);
         return;
     }
-    size_t count = walk(byte_budget());
-    // Nothing fits the length rule (a vocabulary without the needed single bytes): any
-    // accepted token, then, and failing that the end tokens, so sampling always has a choice.
-    if (count == 0 && remaining_ >= 0 && !matcher_.complete()) count = walk(Grammar::kUnbounded);
+    uint32_t max_rest = 0;
+    size_t count = unlimited_mask(max_rest);
+    // The length rule binds only where some allowed token leaves more than the budget.
+    const uint32_t budget = byte_budget();
+    if (budget < max_rest) {
+        count = walk(budget, max_rest);
+        // Nothing fits the length rule (a vocabulary without the needed single bytes): any
+        // accepted token, then, and failing that the end tokens, so sampling always has a
+        // choice.
+        if (count == 0) count = unlimited_mask(max_rest);
+    }
     const bool ends = matcher_.complete() || count == 0;
     for (const int32_t id : trie_->end_ids()) allowed_[static_cast<size_t>(id)] = ends ? 1 : 0;
     if (extra_allowed_ >= 0 && static_cast<size_t>(extra_allowed_) < allowed_.size()) {

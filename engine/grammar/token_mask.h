@@ -87,8 +87,12 @@ public:
 private:
     // The length rule: a token may leave at most this many bytes to complete.
     uint32_t byte_budget() const;
-    // Walks the trie; allowed_ gets 1 for tokens accepted within `budget`. Returns the count.
-    size_t walk(uint32_t budget);
+    // Walks the trie; allowed_ gets 1 for tokens accepted within `budget`. Returns the count;
+    // `max_rest` gets the most bytes an allowed token leaves to complete.
+    size_t walk(uint32_t budget, uint32_t& max_rest);
+    // allowed_ for the committed state without the length rule, from the cache when this
+    // state was seen before. Returns the count and the most bytes an allowed token leaves.
+    size_t unlimited_mask(uint32_t& max_rest);
     void decide_allowed();
 
     std::shared_ptr<const TokenTrie> trie_;
@@ -99,6 +103,20 @@ private:
     std::vector<uint8_t> allowed_;     // one per token, from the last walk
     std::vector<StackSet> by_depth_;   // the trie walk's state after each prefix length
     std::vector<size_t> marks_;        // arena marks after each prefix length
+
+    // Masks of recently seen states (inside a JSON string, every character leaves the same
+    // stacks), keyed by Matcher::signature(); the least recently used goes first.
+    struct CachedMask {
+        std::vector<uint32_t> signature;
+        std::vector<uint8_t> allowed;  // one per token, without the length rule
+        size_t count = 0;
+        uint32_t max_rest = 0;
+        uint64_t last_used = 0;
+    };
+    static constexpr size_t kCachedMasks = 16;
+    std::vector<CachedMask> cache_;
+    uint64_t clock_ = 0;
+    std::vector<uint32_t> signature_;
 };
 
 }  // namespace ember::grammar
