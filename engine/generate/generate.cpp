@@ -168,6 +168,26 @@ void keep_prefix(const Model& model, InferenceState& state, ThreadPool& pool,
     spec.readvanced += kept;
 }
 
+// The constraint to sample the next token through, told how many tokens may follow that
+// token; null when the token is free (no constraint, or a thinking model's reasoning).
+TokenFilter* constraint_for_next(const GenerateOptions& options, int64_t generated,
+                                 const InferenceState& state) {
+    grammar::GrammarConstraint* c = options.constraint;
+    if (c == nullptr || (options.constrain_now && !options.constrain_now())) return nullptr;
+    int64_t left = -1;
+    if (options.tokens_left) {
+        left = options.tokens_left();
+    } else if (options.max_tokens >= 0) {
+        left = options.max_tokens - generated - 1;
+    }
+    // The context is a limit too: each token after the next needs its predecessor evaluated
+    // (one row), and one row is kept spare.
+    const int64_t context_left = state.kv.capacity() - state.kv.length() - 2;
+    left = left < 0 ? context_left : std::min(left, context_left);
+    c->set_remaining(std::max<int64_t>(left, 0));
+    return c;
+}
+
 }  // namespace
 
 GenerateResult generate(const Model& model, InferenceState& state, ThreadPool& pool,
@@ -180,22 +200,8 @@ GenerateResult generate(const Model& model, InferenceState& state, ThreadPool& p
     const Tokenizer& tok = model.tokenizer();
     const auto start = Clock::now();
 
-    // The constraint to sample the next token through, if that token is constrained.
-    auto filter = [&]() -> TokenFilter* {
-        grammar::GrammarConstraint* c = options.constraint;
-        if (c == nullptr || (options.constrain_now && !options.constrain_now())) return nullptr;
-        int64_t left = -1;
-        if (options.tokens_left) {
-            left = options.tokens_left();
-        } else if (options.max_tokens >= 0) {
-            left = options.max_tokens - static_cast<int64_t>(result.ids.size()) - 1;
-        }
-        // The context is a limit too: each token after the next needs its predecessor
-        // evaluated (one row), and one row is kept spare.
-        const int64_t context_left = state.kv.capacity() - state.kv.length() - 2;
-        left = left < 0 ? context_left : std::min(left, context_left);
-        c->set_remaining(std::max<int64_t>(left, 0));
-        return c;
+    auto filter = [&] {
+        return constraint_for_next(options, static_cast<int64_t>(result.ids.size()), state);
     };
 
     std::span<const float> logits = forward(model, state, pool, prompt, LogitsWanted::Last);
