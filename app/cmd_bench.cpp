@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "app/bench_grammar.h"
 #include "app/bench_spec.h"
 #include "app/cli_checks.h"
 #include "app/commands.h"
@@ -55,6 +56,8 @@ struct BenchArgs {
     // "ngram": compare n-gram speculation with plain decoding instead (app/bench_spec.cpp).
     std::string spec;
     int draft_max = SpeculationOptions{}.draft_max;
+    // --json-schema / --grammar: the constrained-decoding cost instead (app/bench_grammar.cpp).
+    OutputFormatFlags output_format;
 };
 
 // Forwards of `verify` tokens per rep (each rolled back before the next).
@@ -437,8 +440,24 @@ void register_bench_command(CLI::App& app, std::vector<Command>& out) {
     cmd->add_option("--bw-passes", args->bw_passes,
                     "Timed passes per bandwidth probe (one probe after every rep)")
         ->capture_default_str();
+    add_output_format_options(cmd, args->output_format);
     out.push_back({cmd, [args, reps_opt] {
                        args->model = model_path_for(args->model);
+                       if (!args->output_format.json_schema.empty() ||
+                           !args->output_format.grammar_file.empty()) {
+                           BenchGrammarArgs g;
+                           g.model = args->model;
+                           g.format = args->output_format;
+                           g.gen = args->gen;
+                           g.threads = args->threads > 0 ? args->threads : default_threads();
+                           if (reps_opt->count() > 0) g.reps = args->reps;
+                           g.json_out = args->json_out;
+                           g.seed = args->seed;
+                           g.kv_type = args->kv_type;
+                           g.activations = args->activations;
+                           g.gpu = args->gpu;
+                           return run_bench_grammar(g);
+                       }
                        if (args->spec == "ngram") {
                            BenchSpecArgs spec_args;
                            spec_args.model = args->model;

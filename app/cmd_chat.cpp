@@ -11,7 +11,9 @@
 #include "app/commands.h"
 #include "app/model_locator.h"
 #include "app/recorded_model.h"
+#include "app/output_format.h"
 #include "app/remote_chat.h"
+#include "engine/generate/constrained.h"
 #include "app/serve/client.h"
 #include "app/session_adapter.h"
 #include "engine/generate/conversation.h"
@@ -55,6 +57,7 @@ struct ChatOptions {
     bool plain = false;    // line mode even where the curses UI could run
     bool verbose = false;  // a line of numbers after each reply (/set stats)
     bool show_thinking = false;
+    OutputFormatFlags output_format;  // --json-schema, --grammar (scripted chats)
     bool no_spec = false;
     int draft_max = 6;
     int64_t max_thinking_tokens = 4096;
@@ -117,10 +120,19 @@ void print_way_back(const std::string& id, const ChatOptions& o) {
 
 // The chat itself, the same whichever engine answers: scripted, the full-screen UI (when
 // `screen` is open) or line mode. `models` switches the model (/model); null: it cannot be.
+// `constrained`: a scripted chat's grammar (below).
+struct Constrained {
+    std::shared_ptr<const grammar::Grammar> grammar;
+    // The answering model's vocabulary as a trie (empty for a remote engine).
+    std::function<std::shared_ptr<const grammar::TokenTrie>()> token_trie;
+};
+
 int run_front_end(ui::ChatEngine& engine, Sampler& sampler, ChatSessions& sessions,
                   const ChatOptions& o, bool scripted, ui::FullScreen* screen,
-                  ui::ModelSwitcher* models) {
+                  ui::ModelSwitcher* models, const Constrained& constrained) {
     ui::ScriptedOptions so;
+    so.grammar = constrained.grammar;
+    so.token_trie = constrained.token_trie;
     so.jsonl_in = o.jsonl;
     so.jsonl_out = o.jsonl;
     so.generation.max_tokens = o.n_predict;
@@ -223,6 +235,13 @@ ChatModelSettings model_settings_for(const ChatOptions& o) {
 int run_local_chat(ChatOptions& o) {
     const std::string model_path = chat_model_path(o);
     const bool scripted = chat_is_scripted(o);
+    Constrained constrained;
+    constrained.grammar = grammar_from_flags(o.output_format);  // a bad schema: said at once
+    if (constrained.grammar && !scripted) {
+        throw CLI::ValidationError("--json-schema",
+                                   "and --grammar apply to scripted chats (-p, --script, piped "
+                                   "input), not the interactive one");
+    }
     // The full-screen UI takes the terminal before the model loads, so the load shows at once;
     // line mode is for --plain and for terminals curses cannot drive (no screen then).
     std::unique_ptr<ui::FullScreen> screen;
@@ -262,7 +281,19 @@ int run_local_chat(ChatOptions& o) {
     ui::LocalChatEngine engine(conv);
     // /model NAME swaps the engine's model and conversation, and the sessions' record of them.
     models.attach(engine, sessions);
-    return run_front_end(engine, sampler, sessions, o, scripted, screen.get(), &models);
+    // The vocabulary trie is built when a turn first needs it (a JSONL line's schema), and
+    // again for a model switched to.
+    std::shared_ptr<const grammar::TokenTrie> trie;
+    const Model* trie_model = nullptr;
+    constrained.token_trie = [&trie, &trie_model, &models] {
+        if (!trie || trie_model != &models.model()) {
+            trie = make_token_trie(models.model().tokenizer());
+            trie_model = &models.model();
+        }
+        return trie;
+    };
+    return run_front_end(engine, sampler, sessions, o, scripted, screen.get(), &models,
+                         constrained);
 }
 
 // ember chat --remote URL: the same front ends; replies stream from an OpenAI-compatible
@@ -271,6 +302,10 @@ int run_remote_chat(ChatOptions& o) {
     const bool scripted = chat_is_scripted(o);
     // The server holds the model, its template and its context.
     if (!o.model.empty()) throw std::runtime_error("-m and --remote exclude each other");
+    if (!o.output_format.json_schema.empty() || !o.output_format.grammar_file.empty()) {
+        throw CLI::ValidationError("--json-schema",
+                                   "and --grammar need the local engine, not --remote");
+    }
     if (!o.template_file.empty() || o.ctx > 0) {
         throw std::runtime_error(
             "--chat-template and --ctx do not apply to --remote: the server decides them");
@@ -314,7 +349,8 @@ int run_remote_chat(ChatOptions& o) {
     defaults.model_fingerprint = remote_fingerprint(client.endpoint(), model);
     defaults.sampling_json = chat_settings_json(o.sampling, recorded, o.n_predict);
     ChatSessions sessions(session_options_for(o, scripted), std::move(defaults), stderr);
-    return run_front_end(engine, sampler, sessions, o, scripted, screen.get(), nullptr);
+    return run_front_end(engine, sampler, sessions, o, scripted, screen.get(), nullptr,
+                         Constrained{});
 }
 
 int run_chat(ChatOptions& o) {
@@ -421,6 +457,7 @@ void register_chat_command(CLI::App& app, std::vector<Command>& out) {
                     "With --remote: the model to ask for (default: the server's first)")
         ->needs(remote);
     add_sampling_options(cmd, o->sampling);
+    add_output_format_options(cmd, o->output_format);
     cmd->add_option("--preset", o->preset,
                     "A named preset of the config file (\"presets\": {NAME: {\"system\": ..., "
                     "\"sampling\": {...}}}), under the flags")

@@ -9,6 +9,7 @@
 #include <iostream>
 #include <limits>
 #include <map>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <string>
@@ -18,6 +19,8 @@
 #include "app/cli_checks.h"
 #include "app/commands.h"
 #include "app/model_locator.h"
+#include "app/output_format.h"
+#include "engine/generate/constrained.h"
 #include "engine/generate/conversation.h"
 #include "engine/generate/default_template.h"
 #include "engine/generate/generate.h"
@@ -57,6 +60,7 @@ struct RunOptions {
     std::string gpu = "auto";          // --gpu
     bool no_spec = false;
     int draft_max = SpeculationOptions{}.draft_max;
+    OutputFormatFlags output_format;  // --json-schema, --grammar
 };
 
 // Context size for one-shot commands: what the prompt and generation need (at least 4096),
@@ -76,6 +80,8 @@ int64_t context_for(const Model& model, int64_t prompt, int64_t n_predict, int64
 }
 
 int run_completion(const RunOptions& o) {
+    // Checked before the model loads: a bad schema is a usage error, said at once.
+    const auto grammar = grammar_from_flags(o.output_format);
     auto model = load_model(model_path_for(o.model), o.activations, o.gpu);
     const Tokenizer& tok = model->tokenizer();
     std::vector<int32_t> prompt;
@@ -134,6 +140,11 @@ int run_completion(const RunOptions& o) {
     if (gen.speculation.enabled) {
         ngram.add(prompt);
         gen.ngram = &ngram;
+    }
+    std::optional<grammar::GrammarConstraint> constraint;
+    if (grammar) {
+        constraint.emplace(grammar, make_token_trie(tok));
+        gen.constraint = &*constraint;
     }
     std::string text;
     auto result = generate(*model, *state, pool, sampler, prompt, gen, [&](int32_t id) {
@@ -523,6 +534,7 @@ void register_model_commands(CLI::App& app, std::vector<Command>& out) {
     run->add_option("--draft-max", run_opts->draft_max, "Drafted tokens per verification at most")
         ->capture_default_str()
         ->check(CLI::Range(1, 16));
+    add_output_format_options(run, run_opts->output_format);
     out.push_back({run, [run_opts, run, prompt_opt, ids_opt, file_opt] {
                        if (prompt_opt->count() == 0 && ids_opt->count() == 0 &&
                            file_opt->count() == 0) {

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Creates BUILD_DIR/venv, the Python virtual environment the tests run Python clients from
-# (tests/integration/test_serve_openai_client: the official OpenAI library, PyPI `openai`).
+# (tests/integration/test_serve_openai_client: the official OpenAI library, PyPI `openai`;
+# tests/integration/test_grammar_acceptance: the `jsonschema` validator).
 # Every package is pinned, dependencies included, so a new release upstream cannot change what
 # the test exercises. Idempotent: once the venv holds exactly these pins it returns at once,
 # without the network. The tests never install anything; they skip (fail under CI=true)
@@ -15,7 +16,7 @@ fi
 VENV="$1/venv"
 STAMP="$VENV/ember-pins.txt"
 
-# openai and what it resolved to on Python 3.11 (Debian bookworm's): the whole set is pinned.
+# openai, jsonschema and what they resolved to on Python 3.11 (Debian bookworm's): the whole set is pinned.
 # pip may still add a package a different Python needs (a backport), never change these.
 PINS=(openai==3.57.0
       annotated-types==0.8.0
@@ -30,7 +31,12 @@ PINS=(openai==3.57.0
       sniffio==1.3.1
       truststore==0.10.5
       typing-inspection==0.4.5
-      typing_extensions==4.16.0)
+      typing_extensions==4.16.0
+      jsonschema==4.26.0
+      attrs==26.1.0
+      jsonschema-specifications==2025.9.1
+      referencing==0.37.0
+      rpds-py==2026.9.1)
 PIN_LIST=$(printf '%s\n' "${PINS[@]}")
 
 fail() {
@@ -61,16 +67,16 @@ if ! out=$(python3 -m venv --clear "$VENV" 2>&1); then
   fail "python3 -m venv failed (on Debian: apt install python3-venv): $(last_line "$out")"
 fi
 
-echo "test_venv: installing openai and its dependencies (pinned) into $VENV"
+echo "test_venv: installing openai, jsonschema and their dependencies (pinned) into $VENV"
 # Wheels only: nothing is compiled, and a missing wheel says so instead of needing a compiler.
 if ! out=$("$VENV/bin/python" -m pip install --disable-pip-version-check --no-input --quiet \
   --only-binary=:all: --timeout 30 --retries 2 "${PINS[@]}" 2>&1); then
   rm -rf "$VENV"
   fail "pip could not install the pinned packages (is PyPI reachable?): $(last_line "$out")"
 fi
-"$VENV/bin/python" -c 'import openai' 2>/dev/null || {
+"$VENV/bin/python" -c 'import openai, jsonschema' 2>/dev/null || {
   rm -rf "$VENV"
-  fail "openai was installed into $VENV but does not import"
+  fail "openai or jsonschema was installed into $VENV but does not import"
 }
 printf '%s\n' "$PIN_LIST" >"$STAMP"
 trap - ERR

@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 
+#include "engine/generate/constrained.h"
 #include "ui/attachments.h"
 #include "ui/terminal_text.h"
 
@@ -166,7 +167,19 @@ TurnOutcome report_reply(const ChatReply& reply, PlainPrinter& printer, std::FIL
 // on. A reply that broke off is kept, printed and reported.
 
 TurnOutcome answer(ChatEngine& conv, Sampler& sampler, ReplySeeds& seeds, const std::string& prompt,
-                   std::FILE* out, std::FILE* err, const ScriptedOptions& o, Recorder& rec) {
+                   std::FILE* out, std::FILE* err, const ScriptedOptions& o, Recorder& rec,
+                   const std::shared_ptr<const grammar::Grammar>& turn_grammar) {
+    // A constrained turn samples its answer through the grammar (engine/grammar).
+    GenerateOptions generation = o.generation;
+    std::optional<grammar::GrammarConstraint> constraint;
+    if (turn_grammar) {
+        if (!o.token_trie) {
+            TextWriter(err).raw("ember: no reply: a schema or grammar needs the local engine\n");
+            return TurnOutcome::Failed;
+        }
+        constraint.emplace(turn_grammar, o.token_trie());
+        generation.constraint = &*constraint;
+    }
     const ChatMessage user{"user", prompt, {}, {}};
     conv.add_message(user);
     rec.sync_system(conv);
@@ -175,7 +188,7 @@ TurnOutcome answer(ChatEngine& conv, Sampler& sampler, ReplySeeds& seeds, const 
     PlainPrinter printer(out, o);
     ChatReply reply;
     try {
-        reply = respond_seeded(conv, sampler, seeds, o.generation, std::ref(printer), nullptr);
+        reply = respond_seeded(conv, sampler, seeds, generation, std::ref(printer), nullptr);
     } catch (const std::exception& e) {
         const bool overflow = dynamic_cast<const ContextOverflow*>(&e) != nullptr;
         conv.pop_message();
@@ -235,8 +248,11 @@ TurnOutcome report_reply(const ChatReply& reply, PlainPrinter& printer, std::FIL
 
 // The prompt on one JSONL line, or an empty optional after reporting what is wrong with it.
 // A system message replaces the system prompt and yields no prompt either.
+// A line's "schema" (a JSON Schema object, or true) constrains its reply; `grammar` gets it
+// compiled (null without one).
 std::optional<std::string> jsonl_prompt(const std::string& line, int64_t line_no, ChatEngine& conv,
-                                        std::FILE* err, bool& bad) {
+                                        std::FILE* err, bool& bad,
+                                        std::shared_ptr<const grammar::Grammar>& grammar) {
     const auto complain = [&](const std::string& what) {
         TextWriter(err)
             .raw("ember: stdin line " + std::to_string(line_no) + ": ")
@@ -248,6 +264,20 @@ std::optional<std::string> jsonl_prompt(const std::string& line, int64_t line_no
     json j = json::parse(line, nullptr, /*allow_exceptions=*/false);
     if (j.is_discarded()) return complain("not valid JSON");
     if (!j.is_object()) return complain("not a JSON object");
+    grammar = nullptr;
+    if (j.contains("schema")) {
+        if (!j["schema"].is_object() && !j["schema"].is_boolean()) {
+            return complain("\"schema\" must be a JSON Schema (an object)");
+        }
+        // Parsed again keeping the properties' order, which the output follows.
+        const auto ordered = nlohmann::ordered_json::parse(line);
+        try {
+            grammar = compile_output_format(
+                {OutputFormatKind::JsonSchema, ordered.at("schema").dump()});
+        } catch (const grammar::GrammarError& e) {
+            return complain(std::string("\"schema\": ") + e.what());
+        }
+    }
     if (j.contains("prompt")) {
         if (!j["prompt"].is_string()) return complain("\"prompt\" must be a string");
         return j["prompt"].get<std::string>();
@@ -278,7 +308,7 @@ int run_single_prompt(ChatEngine& conversation, Sampler& sampler, const std::str
     ReplySeeds seeds(options.seed);
     const TurnOutcome outcome =
         answer(conversation, sampler, seeds, join_attachments(options.attachments, prompt), out,
-               err, options, rec);
+               err, options, rec, options.grammar);
     return outcome == TurnOutcome::Failed || rec.failed() ? 1 : 0;
 }
 
@@ -294,9 +324,12 @@ int run_scripted(ChatEngine& conversation, Sampler& sampler, std::istream& in, s
         ++line_no;
         if (!line.empty() && line.back() == '\r') line.pop_back();
         std::optional<std::string> prompt;
+        std::shared_ptr<const grammar::Grammar> turn_grammar = options.grammar;
         if (options.jsonl_in) {
             if (line.find_first_not_of(" \t") == std::string::npos) continue;
-            prompt = jsonl_prompt(line, line_no, conversation, err, any_failed);
+            std::shared_ptr<const grammar::Grammar> line_grammar;
+            prompt = jsonl_prompt(line, line_no, conversation, err, any_failed, line_grammar);
+            if (line_grammar) turn_grammar = line_grammar;
         } else if (!line.empty()) {
             prompt = line;
         }
@@ -319,7 +352,7 @@ int run_scripted(ChatEngine& conversation, Sampler& sampler, std::istream& in, s
             attached = true;
         }
         const TurnOutcome outcome =
-            answer(conversation, sampler, seeds, *prompt, out, err, options, rec);
+            answer(conversation, sampler, seeds, *prompt, out, err, options, rec, turn_grammar);
         if (outcome == TurnOutcome::OutputGone) break;
         if (outcome == TurnOutcome::Failed) any_failed = true;
     }

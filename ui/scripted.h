@@ -3,12 +3,15 @@
 #pragma once
 
 #include <cstdio>
+#include <functional>
 #include <istream>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "engine/generate/conversation.h"
+#include "engine/grammar/token_mask.h"
 #include "ui/attachments.h"
 #include "ui/chat_engine.h"
 #include "ui/session_backend.h"
@@ -31,6 +34,12 @@ struct ScriptedOptions {
     std::vector<Attachment> attachments;
     bool show_thinking = false;  // print the reasoning (plain: before the answer, dimmed
                                  // nowhere; JSONL: in "thinking") instead of omitting it
+    // Constrained answers (--json-schema, --grammar): every reply's answer follows this
+    // grammar, unless its JSONL line carries its own "schema". Null: free text.
+    std::shared_ptr<const grammar::Grammar> grammar;
+    // The model's vocabulary for the grammar mask (built on first use); empty when replies
+    // come from elsewhere (a remote server), which refuses constrained turns.
+    std::function<std::shared_ptr<const grammar::TokenTrie>()> token_trie;
 };
 
 // Runs prompts from `in` until EOF. A line that is not a valid request (named by its line

@@ -5,6 +5,8 @@
 #include <random>
 #include <vector>
 
+#include "engine/generate/constrained.h"
+
 namespace ember::serve {
 
 using json = nlohmann::json;
@@ -256,6 +258,49 @@ SamplingRequest parse_sampling(const json& j, const RequestLimits& limits) {
     return s;
 }
 
+// response_format: {"type": "text"}, {"type": "json_object"} or {"type": "json_schema",
+// "json_schema": {"name", "schema", "strict"}}, compiled to a grammar (null for text). Strict
+// or not, the schema is enforced. The schema is read again from `body` keeping its
+// properties' order, which the output follows.
+std::shared_ptr<const grammar::Grammar> parse_response_format(const json& j,
+                                                              const std::string& body) {
+    auto it = j.find("response_format");
+    if (it == j.end() || it->is_null()) return nullptr;
+    if (!it->is_object()) throw bad_field("response_format", "must be an object");
+    const std::string type = it->value("type", std::string());
+    OutputFormat format;
+    if (type == "text") return nullptr;
+    if (type == "json_object") {
+        format.kind = OutputFormatKind::JsonObject;
+    } else if (type == "json_schema") {
+        auto spec = it->find("json_schema");
+        if (spec == it->end() || !spec->is_object()) {
+            throw bad_field("response_format.json_schema", "must be an object");
+        }
+        if (auto strict = spec->find("strict"); strict != spec->end() && !strict->is_null() &&
+                                                !strict->is_boolean()) {
+            throw bad_field("response_format.json_schema.strict", "must be true or false");
+        }
+        format.kind = OutputFormatKind::JsonSchema;
+        format.text = "{}";  // no schema: any JSON value
+        if (spec->contains("schema")) {
+            const auto ordered = nlohmann::ordered_json::parse(body);
+            format.text = ordered.at("response_format").at("json_schema").at("schema").dump();
+        }
+    } else {
+        throw bad_field("response_format.type",
+                        "must be text, json_object or json_schema, not '" + type + "'");
+    }
+    try {
+        return compile_output_format(format);
+    } catch (const grammar::GrammarError& e) {
+        throw bad_field(format.kind == OutputFormatKind::JsonSchema
+                            ? "response_format.json_schema.schema"
+                            : "response_format",
+                        std::string("is not supported: ") + e.what());
+    }
+}
+
 // A message's content: a string, null (an assistant turn with nothing to say), or an array
 // of {"type": "text", "text": ...} parts, concatenated.
 std::string message_content(const json& content, const std::string& field) {
@@ -321,6 +366,7 @@ ChatRequest parse_chat_request(const std::string& body, const RequestLimits& lim
         r.messages.push_back(std::move(msg));
     }
     r.sampling = parse_sampling(j, limits);
+    r.sampling.grammar = parse_response_format(j, body);
     return r;
 }
 
@@ -342,6 +388,7 @@ CompletionRequest parse_completion_request(const std::string& body, const Reques
         throw bad_field("suffix", "is not supported by this server");
     }
     r.sampling = parse_sampling(j, limits);
+    r.sampling.grammar = parse_response_format(j, body);
     return r;
 }
 

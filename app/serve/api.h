@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <stdexcept>
@@ -11,6 +12,7 @@
 #include <vector>
 
 #include "engine/generate/conversation.h"
+#include "engine/grammar/grammar.h"
 #include "engine/sampling/sampler.h"
 
 namespace ember::serve {
@@ -56,6 +58,9 @@ struct SamplingRequest {
     bool stream = false;
     bool include_usage = false;  // stream_options.include_usage
     bool ignore_eos = false;     // llama.cpp's and vLLM's extension: generate past end of turn
+    // response_format json_object or json_schema, compiled (null: free text). A schema
+    // feature Ember does not support is a 400 naming the keyword, never ignored.
+    std::shared_ptr<const grammar::Grammar> grammar;
 };
 
 struct ChatRequest {

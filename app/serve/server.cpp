@@ -8,9 +8,11 @@
 #include <ctime>
 #include <filesystem>
 #include <mutex>
+#include <optional>
 
 #include "app/serve/front_door.h"
 #include "app/serve/slots.h"
+#include "engine/generate/constrained.h"
 #include "engine/model/model.h"
 #include "engine/tokenizer/tokenizer.h"
 
@@ -61,6 +63,7 @@ struct Job {
     bool stream = false;
     bool include_usage = false;
     bool ignore_eos = false;
+    std::shared_ptr<const grammar::Grammar> grammar;  // response_format (null: free text)
     std::string id;
     int64_t created = 0;
 };
@@ -79,6 +82,10 @@ struct Server::Impl {
     std::atomic<uint64_t> next_id{0};
     std::string file_name;
     int port = 0;
+    // The vocabulary for response_format's grammar mask, built by the first request that
+    // needs it and shared by all.
+    std::once_flag token_trie_once;
+    std::shared_ptr<const grammar::TokenTrie> token_trie;
 
     Impl(const Model& m, ThreadPool& p, ConversationOptions co, PrefixStore* s, ServerOptions o)
         : model(m), pool(p), conversation_options(std::move(co)), store(s), options(std::move(o)) {
@@ -154,6 +161,12 @@ struct Server::Impl {
         job.stream = s.stream;
         job.include_usage = s.include_usage;
         job.ignore_eos = s.ignore_eos;
+        job.grammar = s.grammar;
+        if (job.grammar && chat && renderer->harmony()) {
+            throw ApiError(400,
+                           "'response_format' is not supported for harmony (gpt-oss) models",
+                           "response_format");
+        }
         job.id = std::string(chat ? "chatcmpl-" : "cmpl-") + std::to_string(++next_id);
         job.created = static_cast<int64_t>(std::time(nullptr));
         return job;
@@ -170,6 +183,13 @@ struct Server::Impl {
         gen.ignore_eos = job.ignore_eos;
         gen.speculation.enabled = options.speculation;
         gen.speculation.draft_max = options.draft_max;
+        std::optional<grammar::GrammarConstraint> constraint;
+        if (job.grammar) {
+            std::call_once(token_trie_once,
+                           [this] { token_trie = make_token_trie(model.tokenizer()); });
+            constraint.emplace(job.grammar, token_trie);
+            gen.constraint = &*constraint;
+        }
         // Text goes to the client with the turn given up, so a slow reader holds up no one,
         // and the other generating slots take their turns in between.
         // A server told to stop cancels every generation at its next piece of text.

@@ -8,6 +8,7 @@
 #include "engine/generate/harmony.h"
 #include "engine/generate/ngram.h"
 #include "engine/generate/reply_router.h"
+#include "engine/grammar/token_mask.h"
 #include "engine/model/forward.h"
 #include "engine/model/model.h"
 #include "engine/model/recurrent_state.h"
@@ -646,6 +647,26 @@ bool Conversation::generate_reply(std::vector<int32_t> prompt, Sampler& sampler,
     // generator itself runs until the context is full.
     GenerateOptions unbounded = options;
     unbounded.max_tokens = -1;
+    if (options.constraint != nullptr) {
+        if (harmony != nullptr) {
+            throw std::invalid_argument(
+                "constrained output (a grammar or JSON schema) is not supported for harmony "
+                "(gpt-oss) models");
+        }
+        // The answer is constrained, the reasoning is not. Before the reply has shown which it
+        // starts with, the grammar holds, and a thinking model may still open its block.
+        const std::optional<int32_t> open_tag =
+            thinking_possible ? tok.find_token("<think>") : std::nullopt;
+        unbounded.constrain_now = [&router, &options, open_tag] {
+            const ReplyRouter::Phase phase = router.phase();
+            options.constraint->set_extra_allowed(
+                phase == ReplyRouter::Phase::Undecided && open_tag ? *open_tag : -1);
+            return phase != ReplyRouter::Phase::Thinking;
+        };
+        unbounded.tokens_left = [&options, &result] {
+            return options.max_tokens < 0 ? -1 : options.max_tokens - result.answer_tokens - 1;
+        };
+    }
     // Harmony ends a message with <|end|>, an end-of-generation token, also after the
     // thinking: the router says when the reply is over.
     if (harmony != nullptr) unbounded.ignore_eos = true;

@@ -4,6 +4,7 @@
 #include <chrono>
 
 #include "engine/generate/ngram.h"
+#include "engine/grammar/token_mask.h"
 #include "engine/model/forward.h"
 #include "engine/model/model.h"
 #include "engine/model/state.h"
@@ -167,6 +168,26 @@ void keep_prefix(const Model& model, InferenceState& state, ThreadPool& pool,
     spec.readvanced += kept;
 }
 
+// The constraint to sample the next token through, told how many tokens may follow that
+// token; null when the token is free (no constraint, or a thinking model's reasoning).
+TokenFilter* constraint_for_next(const GenerateOptions& options, int64_t generated,
+                                 const InferenceState& state) {
+    grammar::GrammarConstraint* c = options.constraint;
+    if (c == nullptr || (options.constrain_now && !options.constrain_now())) return nullptr;
+    int64_t left = -1;
+    if (options.tokens_left) {
+        left = options.tokens_left();
+    } else if (options.max_tokens >= 0) {
+        left = options.max_tokens - generated - 1;
+    }
+    // The context is a limit too: each token after the next needs its predecessor evaluated
+    // (one row), and one row is kept spare.
+    const int64_t context_left = state.kv.capacity() - state.kv.length() - 2;
+    left = left < 0 ? context_left : std::min(left, context_left);
+    c->set_remaining(std::max<int64_t>(left, 0));
+    return c;
+}
+
 }  // namespace
 
 GenerateResult generate(const Model& model, InferenceState& state, ThreadPool& pool,
@@ -179,8 +200,12 @@ GenerateResult generate(const Model& model, InferenceState& state, ThreadPool& p
     const Tokenizer& tok = model.tokenizer();
     const auto start = Clock::now();
 
+    auto filter = [&] {
+        return constraint_for_next(options, static_cast<int64_t>(result.ids.size()), state);
+    };
+
     std::span<const float> logits = forward(model, state, pool, prompt, LogitsWanted::Last);
-    int32_t next = sampler.sample(logits);
+    int32_t next = sampler.sample(logits, filter());
     const auto first = Clock::now();
     result.stats.ttft_seconds = seconds(first - start);
     result.stats.prefill_seconds = result.stats.ttft_seconds;
@@ -202,6 +227,8 @@ GenerateResult generate(const Model& model, InferenceState& state, ThreadPool& p
     std::vector<int32_t> drafts, batch;
     // Emits `token` (already sampled): returns false when generation ends with it or before.
     auto emit = [&](int32_t token) {
+        // Accepted before the callback, which may move the reply out of its free part.
+        if (filter() != nullptr) options.constraint->accept(token);
         if (!options.ignore_eos && tok.is_eog(token)) {
             result.finish = FinishReason::Stop;
             return false;
@@ -237,6 +264,9 @@ GenerateResult generate(const Model& model, InferenceState& state, ThreadPool& p
         int wanted = 0;
         if (speculate && room > 0) {
             options.ngram->draft(static_cast<int>(std::min<int64_t>(room, draft_limit)), drafts);
+            if (!drafts.empty() && filter() != nullptr) {
+                drafts.resize(options.constraint->accepted_prefix(drafts));
+            }
             if (!drafts.empty()) {
                 wanted = gate.drafts_wanted(static_cast<int>(drafts.size()), draft_limit);
             }
@@ -244,7 +274,7 @@ GenerateResult generate(const Model& model, InferenceState& state, ThreadPool& p
         if (wanted == 0) {
             logits = forward(model, state, pool, std::span<const int32_t>(&token, 1),
                              LogitsWanted::Last);
-            next = sampler.sample(logits);
+            next = sampler.sample(logits, filter());
             continue;
         }
         // Verify [token, d1..dk] in one pass; row i holds the logits after batch[i].
@@ -259,7 +289,8 @@ GenerateResult generate(const Model& model, InferenceState& state, ThreadPool& p
         bool stopped = false;
         for (size_t i = 0; i < drafts.size(); ++i) {
             bool agreed = false;
-            next = sampler.sample_draft(rows.subspan(i * n_vocab, n_vocab), drafts[i], agreed);
+            next = sampler.sample_draft(rows.subspan(i * n_vocab, n_vocab), drafts[i], agreed,
+                                        filter());
             if (!agreed) break;
             ++accepted;
             if (!emit(drafts[i])) {
@@ -269,7 +300,7 @@ GenerateResult generate(const Model& model, InferenceState& state, ThreadPool& p
         }
         if (!stopped && accepted == wanted) {
             // Every draft held: the last row gives one more token for free.
-            next = sampler.sample(rows.subspan(drafts.size() * n_vocab, n_vocab));
+            next = sampler.sample(rows.subspan(drafts.size() * n_vocab, n_vocab), filter());
             ++spec.full_steps;
         }
         // Plain decoding would have evaluated `token` and the accepted drafts; a draft that

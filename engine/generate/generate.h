@@ -59,6 +59,9 @@ struct SpeculationStats {
 };
 
 class NgramTable;
+namespace grammar {
+class GrammarConstraint;
+}
 
 struct GenerateOptions {
     int64_t max_tokens = 128;  // generated tokens at most; < 0 means until the context is full
@@ -67,6 +70,16 @@ struct GenerateOptions {
     // The table drafts come from, holding the context so far (the caller feeds it the prompt;
     // generate() adds the tokens it emits). Required when speculation is enabled.
     NgramTable* ngram = nullptr;
+    // Constrained decoding (a grammar or a JSON schema): every token is sampled through it
+    // (masked before the sampling chain) and accepted into it, while `constrain_now` (when
+    // set) says the reply is in its constrained part: a thinking model's reasoning is free.
+    // A draft the constraint refuses ends the draft. Null: unconstrained.
+    grammar::GrammarConstraint* constraint = nullptr;
+    std::function<bool()> constrain_now;
+    // Tokens the constrained part may still take after the next one, so the constraint can
+    // close its output within the limit; unset: from max_tokens (none when that is < 0).
+    // The room left in the context limits it as well.
+    std::function<int64_t()> tokens_left;
 };
 
 struct GenerateStats {

@@ -26,6 +26,12 @@ namespace kern = sampling_kernels;
 // nth_element over all ids wins.
 constexpr size_t kHeapTopKMax = 1024;
 
+// Constrained decoding checks the best-ranked tokens one by one before it asks for a mask of
+// the whole vocabulary: up to this many, or 4x the tokens the chain needs, whichever is more.
+constexpr size_t kFilterProbeMin = 64;
+// Past this top-k, checking candidates one by one costs more than the mask.
+constexpr size_t kFilterProbeMaxNeeded = 256;
+
 // Block length for drawing over the whole vocabulary: block sums (vectorized) find the block
 // holding the target, and only that block is scanned one token at a time.
 constexpr size_t kDrawBlock = 256;
@@ -443,9 +449,40 @@ Sampler::Kept Sampler::run_chain() {
     return kept;
 }
 
-int32_t Sampler::sample(std::span<const float> logits) {
+bool Sampler::filter_best_candidates(TokenFilter& filter, size_t needed) {
+    const size_t n = work_.size();
+    const size_t probe = std::min(n, std::max(kFilterProbeMin, 4 * needed));
+    select_top_k(probe);  // ranked, best first
+    size_t found = 0;
+    for (size_t i = 0; i < probe && found < needed; ++i) {
+        if (candidates_[i].logit == kNegInf) break;
+        if (filter.allows(candidates_[i].id)) candidates_[found++] = candidates_[i];
+    }
+    if (found < needed) return false;
+    // The `needed` best allowed tokens are what the chain would keep from the masked logits
+    // (greedy: the best; top-k: the k best), so the rest may as well be -inf.
+    std::fill(work_.begin(), work_.end(), kNegInf);
+    for (size_t i = 0; i < found; ++i) {
+        work_[static_cast<size_t>(candidates_[i].id)] = candidates_[i].logit;
+    }
+    return true;
+}
+
+void Sampler::apply_filter(TokenFilter& filter) {
+    // Greedy needs the best allowed token, top-k the k best; anything else (top-k off) needs
+    // the whole allowed set.
+    const auto k = static_cast<size_t>(params_.top_k);
+    const size_t needed = params_.temperature == 0.0f ? 1 : (k > 0 && k < work_.size() ? k : 0);
+    if (needed > 0 && needed <= kFilterProbeMaxNeeded && filter_best_candidates(filter, needed)) {
+        return;
+    }
+    filter.mask(work_);
+}
+
+int32_t Sampler::sample(std::span<const float> logits, TokenFilter* filter) {
     load_logits(logits);
     apply_penalties();
+    if (filter != nullptr) apply_filter(*filter);
     if (params_.temperature == 0.0f) return argmax();
     const Kept kept = run_chain();
     const double target = rng_.next_double() * kept.mass;
@@ -499,9 +536,11 @@ int32_t Sampler::draw_whole_vocab(double target) const {
     return static_cast<int32_t>(i);
 }
 
-int32_t Sampler::sample_draft(std::span<const float> logits, int32_t draft, bool& accepted) {
+int32_t Sampler::sample_draft(std::span<const float> logits, int32_t draft, bool& accepted,
+                              TokenFilter* filter) {
     load_logits(logits);
     apply_penalties();
+    if (filter != nullptr) apply_filter(*filter);
     if (params_.temperature == 0.0f) {
         const int32_t best = argmax();
         accepted = best == draft;
@@ -543,9 +582,11 @@ int32_t Sampler::sample_draft(std::span<const float> logits, int32_t draft, bool
     return drawn >= 0 ? drawn : draft;
 }
 
-std::span<const TokenProb> Sampler::distribution(std::span<const float> logits) {
+std::span<const TokenProb> Sampler::distribution(std::span<const float> logits,
+                                                 TokenFilter* filter) {
     load_logits(logits);
     apply_penalties();
+    if (filter != nullptr) apply_filter(*filter);
     probs_.clear();
     if (params_.temperature == 0.0f) {
         probs_.push_back({argmax(), 1.0f});

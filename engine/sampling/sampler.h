@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "engine/sampling/rng.h"
+#include "engine/sampling/token_filter.h"
 
 namespace ember {
 
@@ -85,7 +86,9 @@ public:
     // not touch the generator; otherwise exactly one 64-bit draw is consumed per call.
     // NaN logits count as -inf and +inf as the largest float. Throws std::invalid_argument
     // when `logits` is empty or no logit is above -inf.
-    int32_t sample(std::span<const float> logits);
+    // With a `filter` (constrained decoding), tokens it does not allow are dropped after the
+    // penalties and before the chain, exactly as if their logits were -inf.
+    int32_t sample(std::span<const float> logits, TokenFilter* filter = nullptr);
 
     // Speculative sampling of a drafted token (n-gram speculation). Returns the token to emit
     // at this position and sets `accepted` when it is the draft. Greedy: the argmax, accepted
@@ -95,14 +98,17 @@ public:
     // emitted token is then distributed exactly as sample() would draw it; only the number of
     // draws differs, so a seeded run with speculation is reproducible but not draw-for-draw
     // the same as one without.
-    int32_t sample_draft(std::span<const float> logits, int32_t draft, bool& accepted);
+    // `filter` as for sample(): a draft it does not allow is always rejected.
+    int32_t sample_draft(std::span<const float> logits, int32_t draft, bool& accepted,
+                         TokenFilter* filter = nullptr);
 
     // The distribution sample() would draw from, most likely first (ties: lower id first),
     // probabilities summing to 1. Does not touch the generator or the history. Meant for
     // tests and for showing alternatives; it sorts the whole kept set, so it is slower than
     // sample() when the chain keeps most of a large vocabulary. The span stays valid until the
     // next call to sample() or distribution().
-    std::span<const TokenProb> distribution(std::span<const float> logits);
+    std::span<const TokenProb> distribution(std::span<const float> logits,
+                                            TokenFilter* filter = nullptr);
 
     // Reseeds the generator (and params().seed) and clears the penalty window.
     void reset(uint64_t seed);
@@ -137,6 +143,8 @@ private:
     };
 
     void load_logits(std::span<const float> logits);
+    void apply_filter(TokenFilter& filter);
+    bool filter_best_candidates(TokenFilter& filter, size_t needed);
     void apply_penalties();
     float max_logit() const;
     int32_t argmax() const;
