@@ -12,6 +12,7 @@
 #include <limits>
 
 #include "engine/model/cuda/cuda_check.cuh"
+#include "engine/model/forward.h"
 #include "engine/model/cuda/layer_kernels.cuh"
 #include "engine/model/cuda/reduce.cuh"
 
@@ -229,6 +230,126 @@ __global__ void attend_merge_kernel(AttendShape shape, const float* partials,
     }
 }
 
+// Batches longer than the exact-batch limit (prefill): one block per (chunk, KV head, block of
+// tokens) reads the chunk's rows once, a tile of positions at a time into shared memory, for
+// every query head of the group and every token of the block; one warp per (token, head) takes
+// the tile's positions in ascending order. A partial record per (token, head, chunk), merged as
+// the short batches' are. The order of the sums differs from the short batches' kernel: like
+// cuBLAS against gemv, prefill rounds differently from decode, within f32's noise.
+constexpr int kTiledWarpsWanted = 16;
+
+template <KvType T, int P>
+__global__ void attend_tiled_kernel(AttendShape shape, KvLayerView layer, int64_t k_row_bytes,
+                                    int64_t v_row_bytes, const float* q, const int64_t* pos0_at,
+                                    int64_t n, int64_t tokens_per_block, int64_t chunks,
+                                    float* partials) {
+    constexpr int kTile = P >= 8 ? 16 : 32;  // positions a tile holds: 32 KiB of f32 rows at most
+    __shared__ float k_tile[kTile][32 * P];
+    __shared__ float v_tile[kTile][32 * P];
+    const int64_t pos0 = *pos0_at;
+    const int64_t chunk = blockIdx.x;
+    const int64_t kv_head = blockIdx.y;
+    const int64_t group = shape.n_head / shape.n_head_kv;
+    const int64_t t0 = blockIdx.z * tokens_per_block;
+    const unsigned lane = threadIdx.x % 32;
+    const unsigned warp = threadIdx.x / 32;
+    // This warp's (token, head); a warp past the batch still helps load the tiles.
+    const int64_t t = t0 + warp / group;
+    const int64_t head = kv_head * group + warp % group;
+    const bool active = t < n && static_cast<int64_t>(warp) < tokens_per_block * group;
+    const Visible vis = visible_of(pos0 + (active ? t : t0), shape.window);
+    const int64_t my_begin = max(vis.first, chunk * kChunk);
+    const int64_t my_end = min(vis.last + 1, (chunk + 1) * kChunk);
+    // The block's range: from the first token's first position to the last token's last.
+    const int64_t last_t = min(n, t0 + tokens_per_block) - 1;
+    const int64_t block_begin = max(visible_of(pos0 + t0, shape.window).first, chunk * kChunk);
+    const int64_t block_end = min(pos0 + last_t + 1, (chunk + 1) * kChunk);
+    if (block_begin >= block_end) return;  // uniform across the block
+    float q_lane[P];
+    const float* qh = q + (t * shape.n_head + head) * shape.head_dim;
+#pragma unroll
+    for (int j = 0; j < P; ++j) {
+        const int64_t d = lane + 32 * j;
+        q_lane[j] = active && d < shape.head_dim ? qh[d] : 0.0f;
+    }
+    float m = -INFINITY;
+    float s = 0.0f;
+    float acc[P] = {};
+    const int64_t k_base = kv_head * shape.head_dim;
+    const int64_t v_base = kv_head * shape.value_dim;
+    for (int64_t tile = block_begin; tile < block_end; tile += kTile) {
+        const int64_t rows = min(static_cast<int64_t>(kTile), block_end - tile);
+        for (int64_t i = threadIdx.x; i < rows * 32 * P; i += blockDim.x) {
+            const int64_t r = i / (32 * P);
+            const int64_t d = i % (32 * P);
+            const int64_t slot = slot_of(layer, tile + r);
+            k_tile[r][d] = d < shape.head_dim
+                               ? row_element<T>(layer.k + slot * k_row_bytes, k_base + d)
+                               : 0.0f;
+            v_tile[r][d] = d < shape.value_dim
+                               ? row_element<T>(layer.v + slot * v_row_bytes, v_base + d)
+                               : 0.0f;
+        }
+        __syncthreads();
+        if (active) {
+            for (int64_t r = 0; r < rows; ++r) {
+                const int64_t pos = tile + r;
+                if (pos < my_begin || pos >= my_end) continue;  // warp-uniform
+                float dot = 0.0f;
+#pragma unroll
+                for (int j = 0; j < P; ++j) dot += q_lane[j] * k_tile[r][lane + 32 * j];
+                float score = warp_sum(dot) * shape.scale;
+                if (shape.softcap > 0.0f) score = shape.softcap * tanhf(score / shape.softcap);
+                const float m_new = fmaxf(m, score);
+                const float correction = expf(m - m_new);
+                const float p = expf(score - m_new);
+                s = s * correction + p;
+#pragma unroll
+                for (int j = 0; j < P; ++j) {
+                    acc[j] = acc[j] * correction + p * v_tile[r][lane + 32 * j];
+                }
+                m = m_new;
+            }
+        }
+        __syncthreads();
+    }
+    if (!active || my_begin >= my_end) return;
+    float* record = record_of(partials, shape, chunks, t, head, chunk);
+#pragma unroll
+    for (int j = 0; j < P; ++j) {
+        const int64_t d = lane + 32 * j;
+        if (d < shape.value_dim) record[2 + d] = acc[j];
+    }
+    if (lane == 0) {
+        record[0] = m;
+        record[1] = s;
+    }
+}
+
+template <KvType T>
+void launch_attend_tiled(const AttendShape& shape, const KvLayerView& layer, const float* q,
+                         const int64_t* pos0, int64_t n, int64_t chunks, float* partials,
+                         cudaStream_t stream) {
+    const int64_t group = shape.n_head / shape.n_head_kv;
+    if (group > 32) {  // one warp per query head of a group, at most a block's 32 warps
+        throw std::invalid_argument("CUDA attention: more than 32 query heads per KV head");
+    }
+    const int64_t tokens_per_block = std::max<int64_t>(1, kTiledWarpsWanted / group);
+    const int64_t warps = std::min<int64_t>(32, tokens_per_block * group);
+    const int64_t k_row_bytes = kv_row_bytes(layer.type, layer.k_width);
+    const int64_t v_row_bytes = kv_row_bytes(layer.type, layer.v_width);
+    const dim3 grid(static_cast<unsigned>(chunks), static_cast<unsigned>(shape.n_head_kv),
+                    static_cast<unsigned>((n + tokens_per_block - 1) / tokens_per_block));
+    const int64_t widest = std::max(shape.head_dim, shape.value_dim);
+    const auto kernel = widest <= 32    ? attend_tiled_kernel<T, 1>
+                        : widest <= 64  ? attend_tiled_kernel<T, 2>
+                        : widest <= 128 ? attend_tiled_kernel<T, 4>
+                                        : attend_tiled_kernel<T, 8>;
+    kernel<<<grid, static_cast<unsigned>(32 * warps), 0, stream>>>(
+        shape, layer, k_row_bytes, v_row_bytes, q, pos0, n, tokens_per_block, chunks, partials);
+    check_launch("attend_tiled");
+}
+
 template <KvType T>
 void launch_attend(const AttendShape& shape, const KvLayerView& layer, const float* q,
                    const int64_t* pos0, int64_t n, int64_t chunks, float* partials, float* out,
@@ -237,6 +358,13 @@ void launch_attend(const AttendShape& shape, const KvLayerView& layer, const flo
     const int64_t v_row_bytes = kv_row_bytes(layer.type, layer.v_width);
     const dim3 grid(static_cast<unsigned>(chunks), static_cast<unsigned>(shape.n_head),
                     static_cast<unsigned>(n));
+    if (n > kExactBatchTokens) {
+        launch_attend_tiled<T>(shape, layer, q, pos0, n, chunks, partials, stream);
+        const dim3 merge_grid(static_cast<unsigned>(shape.n_head), static_cast<unsigned>(n));
+        attend_merge_kernel<<<merge_grid, 128, 0, stream>>>(shape, partials, pos0, chunks, out);
+        check_launch("attend_merge");
+        return;
+    }
     const int64_t widest = std::max(shape.head_dim, shape.value_dim);
     const auto kernel = widest <= 32    ? attend_partial_kernel<T, 1, kUnroll>
                         : widest <= 64  ? attend_partial_kernel<T, 2, kUnroll>

@@ -270,7 +270,7 @@ private:
                 check_launch("dequantize_rows");
             }
             // Column-major view: C [rows x n] = A^T [rows x cols] · B [cols x n].
-            EMBER_CUBLAS_CHECK(cublasGemmEx(
+            EMBER_CUBLAS_CHECK(gpu_.blas_library().gemm_ex(
                 gpu_.blas(), CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(rows), static_cast<int>(n),
                 static_cast<int>(w.cols), &alpha, a, CUDA_R_32F, static_cast<int>(w.cols), x,
                 CUDA_R_32F, static_cast<int>(w.cols), &beta, out + row0, CUDA_R_32F,

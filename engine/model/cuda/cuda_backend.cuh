@@ -14,6 +14,7 @@
 
 #include "engine/model/backend.h"
 #include "engine/model/compute_device.h"
+#include "engine/model/cuda/cublas_library.cuh"
 #include "engine/model/cuda/layer_kernels.cuh"
 #include "engine/model/cuda/quant_kernels.cuh"
 #include "engine/model/state.h"
@@ -67,6 +68,7 @@ public:
     const DeviceMatrix& matrix(const MatrixView& view) const;
     const float* vector(const std::vector<float>& host) const;  // null for an empty vector
     const float* vector_at(const float* host_data) const;        // by the vector's data()
+    const CublasLibrary& blas() const { return blas_; }
     const double* rope_inv_freq() const { return inv_freq_.as<double>(); }
     const double* rope_inv_freq_local() const { return inv_freq_local_.as<double>(); }
     // Matrices converted to f32 at load because the kernels do not read their type.
@@ -77,6 +79,7 @@ private:
     void upload_vector(const std::vector<float>& host);
 
     const Model& model_;
+    CublasLibrary blas_;
     int device_ = 0;
     std::string description_;
     uint64_t weight_bytes_ = 0;
@@ -103,6 +106,7 @@ public:
 
     cudaStream_t stream() const { return stream_; }
     cublasHandle_t blas() const { return blas_; }
+    const CublasLibrary& blas_library() const { return blas_library_; }
     KvLayerView layer(int64_t cache_layer) const;
 
     // What a batch reads from host memory, pinned so that a captured decode step's copies read
@@ -137,6 +141,7 @@ private:
     void copy_rows(Direction direction, int64_t begin, int64_t end);
 
     KvCache& kv_;
+    const CublasLibrary& blas_library_;
     cudaStream_t stream_ = nullptr;
     cublasHandle_t blas_ = nullptr;
     std::vector<DeviceBuffer> k_layers_, v_layers_;  // [slots x row bytes] per cache layer

@@ -16,12 +16,13 @@ size_t floats(int64_t n) {
 
 }  // namespace
 
-CudaState::CudaState(const CudaDevice& device, InferenceState& state) : kv_(state.kv) {
+CudaState::CudaState(const CudaDevice& device, InferenceState& state)
+    : kv_(state.kv), blas_library_(device.blas()) {
     const ModelConfig& c = device.model().config();
     EMBER_CUDA_CHECK(cudaSetDevice(device.device()));
     EMBER_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
-    EMBER_CUBLAS_CHECK(cublasCreate(&blas_));
-    EMBER_CUBLAS_CHECK(cublasSetStream(blas_, stream_));
+    EMBER_CUBLAS_CHECK(blas_library_.create(&blas_));
+    EMBER_CUBLAS_CHECK(blas_library_.set_stream(blas_, stream_));
     const int64_t slots_full = kv_.capacity();
     for (int64_t l = 0; l < kv_.n_layer(); ++l) {
         const int64_t slots = kv_.is_ring(l) ? kv_.ring_positions() : slots_full;
@@ -60,7 +61,7 @@ CudaState::~CudaState() {
     kv_.set_mirror(nullptr);
     if (decode_graph) cudaGraphExecDestroy(decode_graph);
     if (step_host_) cudaFreeHost(step_host_);
-    if (blas_) cublasDestroy(blas_);
+    if (blas_) blas_library_.destroy(blas_);
     if (stream_) {
         cudaStreamSynchronize(stream_);
         cudaStreamDestroy(stream_);

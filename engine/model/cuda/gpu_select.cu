@@ -97,7 +97,12 @@ GpuPlacement place_model(Model& model, const GpuRequest& request, uint64_t kv_by
         return refuse("the model needs " + mib(need) + " of GPU memory, " + mib(free_bytes) +
                       " are free on GPU " + std::to_string(index));
     }
-    auto device = std::make_shared<cuda::CudaDevice>(model, index);
+    std::shared_ptr<cuda::CudaDevice> device;
+    try {
+        device = std::make_shared<cuda::CudaDevice>(model, index);
+    } catch (const std::exception& e) {  // cuBLAS missing, memory taken meanwhile
+        return refuse(e.what());
+    }
     GpuPlacement placement{true, device->description(), ""};
     for (const std::string& note : device->notes()) {
         placement.note += (placement.note.empty() ? "" : "; ") + note;
