@@ -211,7 +211,8 @@ std::vector<std::string> chat_args(const BenchResumeOptions& o, const std::strin
             "-n",        std::to_string(reply_tokens),
             "-t",        std::to_string(threads),
             "--kv-type", o.kv_type,
-            "--activations", o.activations};
+            "--activations", o.activations,
+            "--gpu",         o.gpu};
 }
 
 int64_t num(const json& j, const char* key) {
@@ -327,7 +328,7 @@ json run_bench(const BenchResumeOptions& o, const std::string& dir) {
     const DbNumbers after = read_db(db);
 
     // What the new message costs alone: its tokens as the chat tokenizes message text.
-    auto model = load_model(model_path, o.activations, o.gpu);
+    auto model = load_model(model_path, o.activations, "off");  // its tokenizer only
     EncodeOptions enc;
     const auto new_tokens = static_cast<int64_t>(model->tokenizer().encode(prompt, enc).size());
 

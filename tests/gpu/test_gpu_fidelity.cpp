@@ -27,32 +27,35 @@ std::string arch_model_path(const std::string& arch, TempDir& dir) {
     return fixture_path("arch/" + arch + "/" + arch + ".gguf");
 }
 
-class GpuArch : public ::testing::TestWithParam<std::string> {};
+// A dense architecture fixture on GPU 0, with its HF float64 reference.
+class GpuArch : public ::testing::TestWithParam<std::string> {
+protected:
+    void SetUp() override {
+        EMBER_REQUIRE_GPU();
+        arch_ = GetParam();
+        EMBER_REQUIRE_FIXTURE("arch/" + arch_ + "/" + arch_ + ".gguf");
+        ref_ = json::parse(read_file(fixture_path("arch/" + arch_ + "/ref.json")));
+        model_ = load_fixture_model(arch_model_path(arch_, dir_), true);
+    }
+
+    std::string arch_;
+    json ref_;
+    TempDir dir_{"ember-gpu"};
+    std::unique_ptr<Model> model_;
+    ThreadPool pool_{2};
+};
 
 TEST_P(GpuArch, EveryKvTypeWithinToleranceAndShortBatchesExact) {
-    EMBER_REQUIRE_GPU();
-    const std::string arch = GetParam();
-    const std::string rel = "arch/" + arch + "/" + arch + ".gguf";
-    EMBER_REQUIRE_FIXTURE(rel);
-    const json ref = json::parse(read_file(fixture_path("arch/" + arch + "/ref.json")));
-    TempDir dir("ember-gpu");
-    auto model = load_fixture_model(arch_model_path(arch, dir), true);
-    ThreadPool pool(2);
     // Prefill in batches of 256 (cuBLAS), the exactness check in batches of <= 17 (gemv).
-    check_each_kv_type(*model, pool, ref["seqs"], {"text", "long"}, "text", arch + " (GPU)",
+    check_each_kv_type(*model_, pool_, ref_["seqs"], {"text", "long"}, "text", arch_ + " (GPU)",
                        256);
 }
 
 TEST_P(GpuArch, RunToRunIdenticalAndFeedsAgree) {
-    EMBER_REQUIRE_GPU();
-    const std::string arch = GetParam();
-    const std::string rel = "arch/" + arch + "/" + arch + ".gguf";
-    EMBER_REQUIRE_FIXTURE(rel);
-    const json ref = json::parse(read_file(fixture_path("arch/" + arch + "/ref.json")));
-    TempDir dir("ember-gpu");
-    auto model = load_fixture_model(arch_model_path(arch, dir), true);
-    ThreadPool pool(2);
-    const std::vector<int32_t> ids = ids_of(ref["seqs"]["long"]);
+    const std::string& arch = arch_;
+    Model* model = model_.get();
+    ThreadPool& pool = pool_;
+    const std::vector<int32_t> ids = ids_of(ref_["seqs"]["long"]);
     const auto n_vocab = static_cast<size_t>(model->config().n_vocab);
     const auto whole = logits_in_batches(*model, pool, ids, {256}, KvType::F16);
     const auto again = logits_in_batches(*model, pool, ids, {256}, KvType::F16);
@@ -79,16 +82,11 @@ TEST_P(GpuArch, RunToRunIdenticalAndFeedsAgree) {
 }
 
 TEST_P(GpuArch, GreedyMatchesTheReferenceWhereClear) {
-    EMBER_REQUIRE_GPU();
-    const std::string arch = GetParam();
-    const std::string rel = "arch/" + arch + "/" + arch + ".gguf";
-    EMBER_REQUIRE_FIXTURE(rel);
-    const json ref = json::parse(read_file(fixture_path("arch/" + arch + "/ref.json")));
-    const json& seq = ref["seqs"]["text"];
+    const std::string& arch = arch_;
+    Model* model = model_.get();
+    ThreadPool& pool = pool_;
+    const json& seq = ref_["seqs"]["text"];
     ASSERT_TRUE(seq.contains("greedy_ids"));
-    TempDir dir("ember-gpu");
-    auto model = load_fixture_model(arch_model_path(arch, dir), true);
-    ThreadPool pool(2);
     const std::vector<int32_t> ids = ids_of(seq);
     const auto expected = ids_of(seq, "greedy_ids");
     auto state = make_state(model->config(), static_cast<int64_t>(ids.size() + expected.size()) + 8,

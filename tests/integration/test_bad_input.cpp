@@ -18,6 +18,7 @@
 #include "tests/support/fixtures.h"
 #include "tests/support/process.h"
 #include "tests/support/temp_dir.h"
+#include "tests/support/tmux.h"
 
 namespace ember::test {
 namespace {
@@ -454,11 +455,7 @@ INSTANTIATE_TEST_SUITE_P(Cases, BadInput, ::testing::ValuesIn(cases()),
 // nothing (no prompt was sent).
 TEST(BadInputInteractive, UnknownSlashCommandIsExplainedAndChangesNothing) {
     EMBER_REQUIRE_FIXTURE(kModel);
-    const std::string tmux = find_in_path("tmux");
-    if (tmux.empty()) {
-        if (running_in_ci()) FAIL() << "tmux is required under CI=true";
-        GTEST_SKIP() << "tmux not found in PATH";
-    }
+    EMBER_REQUIRE_TMUX(tmux);
     TempDir dir("ember-bad-input-tty");
     const std::string db = dir.file("ember.db");
     const auto seeded = run_command({ember_binary(), "chat", "-m", fixture_path(kModel), "-p",

@@ -123,11 +123,7 @@ struct StoredMessage {
 class ModelSwitch : public ::testing::Test {
 protected:
     void SetUp() override {
-        const std::string tmux = find_in_path("tmux");
-        if (tmux.empty()) {
-            if (running_in_ci()) FAIL() << "tmux is required under CI=true";
-            GTEST_SKIP() << "tmux not found in PATH";
-        }
+        EMBER_REQUIRE_TMUX(tmux);
         EMBER_REQUIRE_FIXTURE(kFirst);
         EMBER_REQUIRE_FIXTURE(kSecond);
         dir_ = std::make_unique<TempDir>("ember-model-switch");

@@ -69,11 +69,7 @@ void write_script(const std::string& path, const std::string& body) {
 class TuiCompose : public ::testing::Test {
 protected:
     void SetUp() override {
-        const std::string tmux = find_in_path("tmux");
-        if (tmux.empty()) {
-            if (running_in_ci()) FAIL() << "tmux is required under CI=true";
-            GTEST_SKIP() << "tmux not found in PATH";
-        }
+        EMBER_REQUIRE_TMUX(tmux);
         EMBER_REQUIRE_FIXTURE(kModel);
         dir_ = std::make_unique<TempDir>("ember-tui-compose");
         db_ = dir_->file("chat.db");

@@ -2,6 +2,7 @@
 // session "t", for tests that drive the real binary through a real terminal.
 #pragma once
 
+#include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -11,6 +12,7 @@
 #include <thread>
 #include <vector>
 
+#include "tests/support/fixtures.h"
 #include "tests/support/process.h"
 
 namespace ember::test {
@@ -71,3 +73,15 @@ private:
 };
 
 }  // namespace ember::test
+
+// At the top of a test or SetUp: `var` becomes tmux's path; without tmux the test skips (fails
+// under CI=true, where scripts/setup.sh installs it).
+#define EMBER_REQUIRE_TMUX(var)                                                  \
+    const std::string var = ::ember::test::find_in_path("tmux");                 \
+    do {                                                                         \
+        if (var.empty()) {                                                       \
+            if (::ember::test::running_in_ci()) FAIL() << "tmux is required under CI=true"; \
+            GTEST_SKIP() << "tmux not found in PATH";                            \
+        }                                                                        \
+    } while (0)
+

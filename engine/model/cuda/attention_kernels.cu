@@ -102,6 +102,26 @@ __device__ inline Floats record_of(Floats partials, const AttendShape& shape, in
     return partials + ((t * shape.n_head + head) * chunks + chunk) * (2 + shape.value_dim);
 }
 
+// One position's step of the online softmax (m: running max, s: running sum, acc: running
+// sum of weighted values): the dot product of the lane's query and key elements, summed over the
+// warp, scaled and soft-capped, then folded in. Every kernel takes its positions through this.
+template <int P, class Keys, class Values>
+__device__ inline void fold_position(const AttendShape& shape, const float (&q_lane)[P],
+                                     Keys key, Values value, float& m, float& s, float* acc) {
+    float dot = 0.0f;
+#pragma unroll
+    for (int j = 0; j < P; ++j) dot += q_lane[j] * key(j);
+    float score = warp_sum(dot) * shape.scale;
+    if (shape.softcap > 0.0f) score = shape.softcap * tanhf(score / shape.softcap);
+    const float m_new = fmaxf(m, score);
+    const float correction = expf(m - m_new);
+    const float p = expf(score - m_new);
+    s = s * correction + p;
+#pragma unroll
+    for (int j = 0; j < P; ++j) acc[j] = acc[j] * correction + p * value(j);
+    m = m_new;
+}
+
 // P: elements of a head each lane holds (head and value sizes up to 32 * P); U: positions a
 // warp loads before it uses them (the loads of U rows in flight at once, where one at a time
 // left the warp waiting on memory for each). A warp takes positions begin + warp, then every
@@ -153,18 +173,9 @@ __global__ void attend_partial_kernel(AttendShape shape, KvLayerView layer, int6
 #pragma unroll
         for (int u = 0; u < U; ++u) {
             if (first + u * kWarps >= end) break;
-            float dot = 0.0f;
-#pragma unroll
-            for (int j = 0; j < P; ++j) dot += q_lane[j] * k_el[u][j];
-            float score = warp_sum(dot) * shape.scale;
-            if (shape.softcap > 0.0f) score = shape.softcap * tanhf(score / shape.softcap);
-            const float m_new = fmaxf(m, score);
-            const float correction = expf(m - m_new);
-            const float p = expf(score - m_new);
-            s = s * correction + p;
-#pragma unroll
-            for (int j = 0; j < P; ++j) acc[j] = acc[j] * correction + p * v_el[u][j];
-            m = m_new;
+            fold_position<P>(
+                shape, q_lane, [&](int j) { return k_el[u][j]; },
+                [&](int j) { return v_el[u][j]; }, m, s, acc);
         }
     }
     // The warps' records merged in warp order.
@@ -295,20 +306,9 @@ __global__ void attend_tiled_kernel(AttendShape shape, KvLayerView layer, int64_
             for (int64_t r = 0; r < rows; ++r) {
                 const int64_t pos = tile + r;
                 if (pos < my_begin || pos >= my_end) continue;  // warp-uniform
-                float dot = 0.0f;
-#pragma unroll
-                for (int j = 0; j < P; ++j) dot += q_lane[j] * k_tile[r][lane + 32 * j];
-                float score = warp_sum(dot) * shape.scale;
-                if (shape.softcap > 0.0f) score = shape.softcap * tanhf(score / shape.softcap);
-                const float m_new = fmaxf(m, score);
-                const float correction = expf(m - m_new);
-                const float p = expf(score - m_new);
-                s = s * correction + p;
-#pragma unroll
-                for (int j = 0; j < P; ++j) {
-                    acc[j] = acc[j] * correction + p * v_tile[r][lane + 32 * j];
-                }
-                m = m_new;
+                fold_position<P>(
+                    shape, q_lane, [&](int j) { return k_tile[r][lane + 32 * j]; },
+                    [&](int j) { return v_tile[r][lane + 32 * j]; }, m, s, acc);
             }
         }
         __syncthreads();
