@@ -1,7 +1,7 @@
 // KV-cache writes and attention of the CUDA backend (layer_kernels.cuh).
 //
 // Attention is split like the CPU's (attention.h): a query's visible positions are cut into
-// chunks of kChunk positions that start at multiples of kChunk, one block per (chunk, head,
+// chunks of positions (AttendShape::chunk) that start at multiples of it, one block per (chunk, head,
 // token) computes a partial softmax record, and a second kernel merges a head's records in
 // chunk order (with the head's sink logit). The cut depends only on the query's position, so a
 // token gives the same bits in any batch, and nothing is summed by atomics.
@@ -20,7 +20,6 @@ namespace ember::cuda {
 
 namespace {
 
-constexpr int64_t kChunk = 256;      // positions per partial record
 constexpr int kWarps = 8;            // warps of a partial block, each taking every 8th position
 constexpr int kUnroll = 4;           // positions a warp has in flight
 constexpr int kMaxPerLane = 8;       // head or value elements a lane holds: dims up to 256
@@ -127,16 +126,16 @@ __device__ inline void fold_position(const AttendShape& shape, const float (&q_l
 // left the warp waiting on memory for each). A warp takes positions begin + warp, then every
 // kWarps-th: the order of its sums depends only on the positions.
 template <KvType T, int P, int U>
-__global__ void attend_partial_kernel(AttendShape shape, KvLayerView layer, int64_t k_row_bytes,
-                                      int64_t v_row_bytes, const float* q,
-                                      const int64_t* pos0_at, int64_t chunks, float* partials) {
+__device__ inline void partial_record(const AttendShape& shape, const KvLayerView& layer,
+                                      int64_t k_row_bytes, int64_t v_row_bytes, const float* q,
+                                      const int64_t* pos0_at, int64_t chunks, float* partials,
+                                      int64_t chunk) {
     const int64_t pos0 = *pos0_at;
-    const int64_t chunk = blockIdx.x;
     const int64_t head = blockIdx.y;
     const int64_t t = blockIdx.z;
     const Visible vis = visible_of(pos0 + t, shape.window);
-    const int64_t begin = max(vis.first, chunk * kChunk);
-    const int64_t end = min(vis.last + 1, (chunk + 1) * kChunk);
+    const int64_t begin = max(vis.first, chunk * shape.chunk);
+    const int64_t end = min(vis.last + 1, (chunk + 1) * shape.chunk);
     if (begin >= end) return;  // not this query's chunk: the merge never reads it
     const int64_t kv_head = head / (shape.n_head / shape.n_head_kv);
     const unsigned lane = threadIdx.x % 32;
@@ -212,6 +211,21 @@ __global__ void attend_partial_kernel(AttendShape shape, KvLayerView layer, int6
     }
 }
 
+// Block x takes chunks x, x + gridDim.x, ...: a captured decode step's launch covers the whole
+// context with a bounded grid, its blocks skipping the chunks past the query's position.
+constexpr int64_t kMaxChunkBlocks = 64;
+
+template <KvType T, int P, int U>
+__global__ void attend_partial_kernel(AttendShape shape, KvLayerView layer, int64_t k_row_bytes,
+                                      int64_t v_row_bytes, const float* q,
+                                      const int64_t* pos0_at, int64_t chunks, float* partials) {
+    for (int64_t chunk = blockIdx.x; chunk < chunks; chunk += gridDim.x) {
+        partial_record<T, P, U>(shape, layer, k_row_bytes, v_row_bytes, q, pos0_at, chunks,
+                                partials, chunk);
+        __syncthreads();  // the next chunk reuses the shared records
+    }
+}
+
 // Block (head, token): the head's chunk records in order, the sink in the denominator.
 __global__ void attend_merge_kernel(AttendShape shape, const float* partials,
                                     const int64_t* pos0_at, int64_t chunks, float* out) {
@@ -219,8 +233,8 @@ __global__ void attend_merge_kernel(AttendShape shape, const float* partials,
     const int64_t head = blockIdx.x;
     const int64_t t = blockIdx.y;
     const Visible vis = visible_of(pos0 + t, shape.window);
-    const int64_t first = vis.first / kChunk;
-    const int64_t last = vis.last / kChunk;
+    const int64_t first = vis.first / shape.chunk;
+    const int64_t last = vis.last / shape.chunk;
     float top = shape.sinks ? shape.sinks[head] : -INFINITY;
     for (int64_t c = first; c <= last; ++c) {
         top = fmaxf(top, record_of(partials, shape, chunks, t, head, c)[0]);
@@ -269,12 +283,12 @@ __global__ void attend_tiled_kernel(AttendShape shape, KvLayerView layer, int64_
     const int64_t head = kv_head * group + warp % group;
     const bool active = t < n && static_cast<int64_t>(warp) < tokens_per_block * group;
     const Visible vis = visible_of(pos0 + (active ? t : t0), shape.window);
-    const int64_t my_begin = max(vis.first, chunk * kChunk);
-    const int64_t my_end = min(vis.last + 1, (chunk + 1) * kChunk);
+    const int64_t my_begin = max(vis.first, chunk * shape.chunk);
+    const int64_t my_end = min(vis.last + 1, (chunk + 1) * shape.chunk);
     // The block's range: from the first token's first position to the last token's last.
     const int64_t last_t = min(n, t0 + tokens_per_block) - 1;
-    const int64_t block_begin = max(visible_of(pos0 + t0, shape.window).first, chunk * kChunk);
-    const int64_t block_end = min(pos0 + last_t + 1, (chunk + 1) * kChunk);
+    const int64_t block_begin = max(visible_of(pos0 + t0, shape.window).first, chunk * shape.chunk);
+    const int64_t block_end = min(pos0 + last_t + 1, (chunk + 1) * shape.chunk);
     if (block_begin >= block_end) return;  // uniform across the block
     float q_lane[P];
     const float* qh = q + (t * shape.n_head + head) * shape.head_dim;
@@ -356,8 +370,8 @@ void launch_attend(const AttendShape& shape, const KvLayerView& layer, const flo
                    cudaStream_t stream) {
     const int64_t k_row_bytes = kv_row_bytes(layer.type, layer.k_width);
     const int64_t v_row_bytes = kv_row_bytes(layer.type, layer.v_width);
-    const dim3 grid(static_cast<unsigned>(chunks), static_cast<unsigned>(shape.n_head),
-                    static_cast<unsigned>(n));
+    const dim3 grid(static_cast<unsigned>(std::min(chunks, kMaxChunkBlocks)),
+                    static_cast<unsigned>(shape.n_head), static_cast<unsigned>(n));
     if (n > kExactBatchTokens) {
         launch_attend_tiled<T>(shape, layer, q, pos0, n, chunks, partials, stream);
         const dim3 merge_grid(static_cast<unsigned>(shape.n_head), static_cast<unsigned>(n));
@@ -380,8 +394,14 @@ void launch_attend(const AttendShape& shape, const KvLayerView& layer, const flo
 
 }  // namespace
 
-int64_t chunks_through(int64_t last_position) {
-    return last_position / kChunk + 1;
+int64_t attention_chunk(int64_t n) {
+    // Short batches: few blocks per head otherwise (a decode step at a context under 256 had one
+    // block per head, 16 for a whole layer); prefill: fewer records to keep and merge.
+    return n <= kExactBatchTokens ? 64 : 256;
+}
+
+int64_t chunks_through(int64_t last_position, int64_t chunk) {
+    return last_position / chunk + 1;
 }
 
 void store_kv(const KvLayerView& layer, const float* k, const float* v, const int64_t* pos0,

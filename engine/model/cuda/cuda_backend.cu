@@ -183,12 +183,13 @@ public:
         shape.scale = settings.scale;
         shape.softcap = settings.softcap;
         shape.sinks = settings.sinks ? device_of(settings.sinks, c_.n_head) : nullptr;
+        shape.chunk = attention_chunk(n);
         if (mode_ != Mode::Direct) {  // a captured step covers the whole context
             cuda::attend(shape, gpu_.layer(settings.cache_layer), q, gpu_.step_pos0(), n,
                          gpu_.decode_chunks, gpu_.decode_partials.as<float>(), out, stream());
             return;
         }
-        const int64_t chunks = chunks_through(pos0_ + n - 1);
+        const int64_t chunks = chunks_through(pos0_ + n - 1, shape.chunk);
         gpu_.partials.grow(
             static_cast<size_t>(attention_partials_floats(shape, n, chunks)) * sizeof(float));
         cuda::attend(shape, gpu_.layer(settings.cache_layer), q, gpu_.step_pos0(), n, chunks,

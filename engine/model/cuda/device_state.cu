@@ -47,7 +47,7 @@ CudaState::CudaState(const CudaDevice& device, InferenceState& state)
     EMBER_CUDA_CHECK(cudaMallocHost(&step_host_, sizeof(StepInputs)));
     step_dev_ = DeviceBuffer(sizeof(StepInputs));
     decode_logits = DeviceBuffer(floats(c.n_vocab));
-    decode_chunks = chunks_through(kv_.capacity() - 1);
+    decode_chunks = chunks_through(kv_.capacity() - 1, attention_chunk(1));
     AttendShape shape;
     shape.n_head = c.n_head;
     shape.value_dim = c.value_dim;

@@ -80,8 +80,12 @@ struct AttendShape {
     float scale = 1.0f;
     float softcap = 0.0f;
     const float* sinks = nullptr;  // device [n_head], or null
+    int64_t chunk = 256;           // positions per partial record: attention_chunk(n)
 };
-int64_t chunks_through(int64_t last_position);
+// Positions per partial record for a batch of n tokens (fixed for each side of the exact-batch
+// limit, so a token's bits depend only on its position), and the chunks up to a position.
+int64_t attention_chunk(int64_t n);
+int64_t chunks_through(int64_t last_position, int64_t chunk);
 int64_t attention_partials_floats(const AttendShape& shape, int64_t n, int64_t chunks);
 void attend(const AttendShape& shape, const KvLayerView& layer, const float* q,
             const int64_t* pos0, int64_t n, int64_t chunks, float* partials, float* out,
