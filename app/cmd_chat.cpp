@@ -204,6 +204,21 @@ std::string chat_model_path(const ChatOptions& o) {
     return recorded_model_path(info, stderr);
 }
 
+// The full-screen UI, or null: line mode is for scripts, --plain and terminals curses cannot
+// drive. It names the model by its file (`model_path`) or, for a remote one, by `model_name`.
+std::unique_ptr<ui::FullScreen> open_screen(const ChatOptions& o, bool scripted,
+                                            const std::string& model_path,
+                                            const std::string& model_name) {
+    if (scripted || o.plain) return nullptr;
+    ui::FullScreenOptions screen_options;
+    screen_options.model_path = model_path;
+    screen_options.model_name = model_name;
+    screen_options.history_path = ui::default_history_path();
+    screen_options.presets = o.presets;
+    screen_options.config_path = config_path();
+    return ui::FullScreen::open(screen_options);
+}
+
 // What every model of a local chat runs with: the first one and any /model switches to.
 ChatModelSettings model_settings_for(const ChatOptions& o) {
     ChatModelSettings settings;
@@ -242,17 +257,8 @@ int run_local_chat(ChatOptions& o) {
                                    "and --grammar apply to scripted chats (-p, --script, piped "
                                    "input), not the interactive one");
     }
-    // The full-screen UI takes the terminal before the model loads, so the load shows at once;
-    // line mode is for --plain and for terminals curses cannot drive (no screen then).
-    std::unique_ptr<ui::FullScreen> screen;
-    if (!scripted && !o.plain) {
-        ui::FullScreenOptions screen_options;
-        screen_options.model_path = model_path;
-        screen_options.history_path = ui::default_history_path();
-        screen_options.presets = o.presets;
-        screen_options.config_path = config_path();
-        screen = ui::FullScreen::open(screen_options);
-    }
+    // The full-screen UI takes the terminal before the model loads, so the load shows at once.
+    std::unique_ptr<ui::FullScreen> screen = open_screen(o, scripted, model_path, "");
     ThreadPool pool(o.threads > 0 ? o.threads : default_threads());
     ChatModels models(model_settings_for(o), pool);
     models.open(model_path);
@@ -320,15 +326,7 @@ int run_remote_chat(ChatOptions& o) {
         }
         model = ids.front();
     }
-    std::unique_ptr<ui::FullScreen> screen;
-    if (!scripted && !o.plain) {
-        ui::FullScreenOptions screen_options;
-        screen_options.model_name = model;
-        screen_options.history_path = ui::default_history_path();
-        screen_options.presets = o.presets;
-        screen_options.config_path = config_path();
-        screen = ui::FullScreen::open(screen_options);
-    }
+    std::unique_ptr<ui::FullScreen> screen = open_screen(o, scripted, "", model);
     RemoteChatOptions remote_options;
     remote_options.model = model;
     remote_options.stops = o.stops;
