@@ -68,6 +68,14 @@ public:
                                int64_t rows) = 0;
     // y[0..n) += x[0..n)
     virtual void add(float* y, const float* x, int64_t n) = 0;
+    // The residual add of a sub-block's output and the next norm: x += delta, then out =
+    // rms_norm(x) * weight, for `rows` rows; out may alias delta. One pass where a backend
+    // fuses them (a launch less per sub-block on a GPU); the CPU's keeps the two steps.
+    virtual void add_rms_norm_rows(float* x, const float* delta, const std::vector<float>& weight,
+                                   float* out, int64_t rows) {
+        add(x, delta, rows * static_cast<int64_t>(weight.size()));
+        rms_norm_rows(x, weight, out, rows);
+    }
     // Each of `rows` rows of y (bias.size() wide) += bias.
     virtual void add_bias_rows(float* y, const std::vector<float>& bias, int64_t rows) = 0;
     // out [n x w.rows] = x [n x w.cols] · w^T
@@ -77,6 +85,16 @@ public:
     // gate[0..n) = act(gate) * up
     virtual void gated_activation(GatedActivation act, float* gate, const float* up,
                                   int64_t n) = 0;
+    // The input of a dense FFN's down projection: gate [n x w_gate.rows] = act(x · W_gate^T) *
+    // (x · W_up^T), `up` [n x w_up.rows] scratch. One pass where a backend fuses the two
+    // products and the activation (the GPU's decode); the CPU's keeps the steps.
+    virtual void gated_ffn_input(GatedActivation act, const MatrixView& w_gate,
+                                 const MatrixView& w_up, const float* x, int64_t n, float* gate,
+                                 float* up) {
+        const MatmulOut outs[] = {{&w_gate, gate, w_gate.rows}, {&w_up, up, w_up.rows}};
+        matmul_many(outs, x, n);
+        gated_activation(act, gate, up, n * w_gate.rows);
+    }
     // x[0..n) *= sigmoid(gate)
     virtual void sigmoid_gate(float* x, const float* gate, int64_t n) = 0;
     // Gated attention's projection [n x n_head x (query | gate)] into q and gate [n x n_head*hd].

@@ -14,8 +14,8 @@ const float* or_null(const std::vector<float>& v) {
     return v.empty() ? nullptr : v.data();
 }
 
-// x += post_attn_norm(Wo · attention(q, k, v of xn) + bo): what is absent from the layer's
-// weights is skipped.
+// xn = post_attn_norm(Wo · attention(q, k, v of xn) + bo), the residual add left to the
+// caller: what is absent from the layer's weights is skipped.
 void attention_sublayer(const LayerPass& p, const LayerWeights& L, int64_t layer) {
     const ModelConfig& c = p.model.config();
     Backend& be = p.backend;
@@ -48,44 +48,79 @@ void attention_sublayer(const LayerPass& p, const LayerWeights& L, int64_t layer
     be.matmul(L.wo, b.attn, p.n, b.xn);
     if (!L.bo.empty()) be.add_bias_rows(b.xn, L.bo, p.n);
     if (!L.post_attn_norm.empty()) be.rms_norm_rows(b.xn, L.post_attn_norm, b.xn, p.n);
-    be.add(b.x, b.xn, p.n * c.n_embd);
 }
 
-// x += post_ffn_norm(W_down (act(W_gate h) * W_up h)), h = ffn_norm(x); or the experts.
-void ffn_sublayer(const LayerPass& p, const LayerWeights& L) {
+// The sub-blocks' outputs wait in xn for their residual add until the next norm, which takes
+// them in the same pass (Backend::add_rms_norm_rows).
+class Residual {
+public:
+    explicit Residual(const LayerPass& p) : p_(p) {}
+
+    // xn = norm(x) * weight, after adding a waiting output to x.
+    void norm_into_xn(const std::vector<float>& weight) {
+        BatchBuffers& b = p_.buffers;
+        if (waiting_) {
+            p_.backend.add_rms_norm_rows(b.x, b.xn, weight, b.xn, p_.n);
+        } else {
+            p_.backend.rms_norm_rows(b.x, weight, b.xn, p_.n);
+        }
+        waiting_ = false;
+    }
+    // xn holds a sub-block's output that x has not had yet.
+    void output_waits() { waiting_ = true; }
+    // Adds a waiting output now (before a block that reads x itself, and at the end).
+    void flush() {
+        if (!waiting_) return;
+        const BatchBuffers& b = p_.buffers;
+        p_.backend.add(b.x, b.xn, p_.n * p_.model.config().n_embd);
+        waiting_ = false;
+    }
+
+private:
+    const LayerPass& p_;
+    bool waiting_ = false;
+};
+
+// x += post_ffn_norm(W_down (act(W_gate h) * W_up h)), h = ffn_norm(x), the add left waiting;
+// or the experts.
+void ffn_sublayer(const LayerPass& p, const LayerWeights& L, Residual& residual) {
     const ModelConfig& c = p.model.config();
     Backend& be = p.backend;
     BatchBuffers& b = p.buffers;
-    if (L.moe()) return be.moe_ffn(L, b.x, b.xn, p.n);  // norms with L.ffn_norm itself
-    be.rms_norm_rows(b.x, L.ffn_norm, b.xn, p.n);
-    const MatmulOut gate_up[] = {{&L.w_gate, b.ffn_gate, c.n_ff}, {&L.w_up, b.ffn_up, c.n_ff}};
-    be.matmul_many(gate_up, b.xn, p.n);
-    be.gated_activation(c.ffn_activation, b.ffn_gate, b.ffn_up, p.n * c.n_ff);
+    if (L.moe()) {
+        residual.flush();
+        return be.moe_ffn(L, b.x, b.xn, p.n);  // norms with L.ffn_norm itself
+    }
+    residual.norm_into_xn(L.ffn_norm);
+    be.gated_ffn_input(c.ffn_activation, L.w_gate, L.w_up, b.xn, p.n, b.ffn_gate, b.ffn_up);
     be.matmul(L.w_down, b.ffn_gate, p.n, b.xn);
     if (!L.post_ffn_norm.empty()) be.rms_norm_rows(b.xn, L.post_ffn_norm, b.xn, p.n);
-    be.add(b.x, b.xn, p.n * c.n_embd);
+    residual.output_waits();
 }
 
 }  // namespace
 
 void run_layers(const LayerPass& p) {
     const auto& layers = p.model.layers();
+    Residual residual(p);
     for (int64_t l = 0; l < static_cast<int64_t>(layers.size()); ++l) {
         const LayerWeights& L = layers[static_cast<size_t>(l)];
-        p.backend.rms_norm_rows(p.buffers.x, L.attn_norm, p.buffers.xn, p.n);
+        residual.norm_into_xn(L.attn_norm);
         switch (L.kind) {
             case LayerKind::Attention:
                 attention_sublayer(p, L, l);
+                residual.output_waits();
                 break;
-            case LayerKind::ShortConv:
+            case LayerKind::ShortConv:  // the mixers add their output to x themselves
                 p.backend.short_conv_mixer(L, l, p.n);
                 break;
             case LayerKind::DeltaNet:
                 p.backend.delta_net_mixer(L, l, p.n);
                 break;
         }
-        ffn_sublayer(p, L);
+        ffn_sublayer(p, L, residual);
     }
+    residual.flush();
 }
 
 }  // namespace ember

@@ -43,6 +43,59 @@ __device__ inline int64_t slot_of(const KvLayerView& layer, int64_t pos) {
     return layer.ring ? pos % layer.slots : pos;
 }
 
+// Elements base + P*lane .. + P-1 of a cached row (those at or past `width` read as 0; all of
+// them 0 when !inside): one 4- to 16-byte load for f16 and f32 rows where the slice is whole
+// and aligned, element by element otherwise (and for q8_0's 34-byte blocks).
+template <KvType T, int P>
+__device__ inline void load_slice(const uint8_t* row, int64_t base, int64_t width, unsigned lane,
+                                  bool inside, float (&out)[P]) {
+    const int64_t d0 = static_cast<int64_t>(P) * lane;
+    constexpr int kElementBytes = T == KvType::F32 ? 4 : 2;
+    const uint8_t* p = row + (base + d0) * kElementBytes;
+    const bool vector = T != KvType::Q8_0 && (P == 2 || P == 4 || P == 8) && d0 + P <= width &&
+                        reinterpret_cast<uintptr_t>(p) % (P * kElementBytes > 16 ? 16 : P * kElementBytes) == 0;
+    if (inside && vector) {
+        if constexpr (T == KvType::F16 && P >= 2) {
+            __half2 h[P / 2];
+            if constexpr (P == 2) {
+                *reinterpret_cast<uint32_t*>(h) = __ldg(reinterpret_cast<const unsigned*>(p));
+            } else if constexpr (P == 4) {
+                *reinterpret_cast<uint2*>(h) = __ldg(reinterpret_cast<const uint2*>(p));
+            } else {
+                *reinterpret_cast<uint4*>(h) = __ldg(reinterpret_cast<const uint4*>(p));
+            }
+#pragma unroll
+            for (int j = 0; j < P / 2; ++j) {
+                const float2 f = __half22float2(h[j]);
+                out[2 * j] = f.x;
+                out[2 * j + 1] = f.y;
+            }
+            return;
+        } else if constexpr (T == KvType::F32 && P >= 2) {
+            const auto* f = reinterpret_cast<const float*>(p);
+            if constexpr (P == 2) {
+                const float2 v = __ldg(reinterpret_cast<const float2*>(f));
+                out[0] = v.x;
+                out[1] = v.y;
+            } else {
+#pragma unroll
+                for (int j = 0; j < P / 4; ++j) {
+                    const float4 v = __ldg(reinterpret_cast<const float4*>(f) + j);
+                    out[4 * j] = v.x;
+                    out[4 * j + 1] = v.y;
+                    out[4 * j + 2] = v.z;
+                    out[4 * j + 3] = v.w;
+                }
+            }
+            return;
+        }
+    }
+#pragma unroll
+    for (int j = 0; j < P; ++j) {
+        out[j] = inside && d0 + j < width ? row_element<T>(row, base + d0 + j) : 0.0f;
+    }
+}
+
 // Block (token, K or V): converts one row. q8_0: one warp per block of 32 elements, the scale
 // the smallest fp16 at least amax / 127 (as the CPU's quantizer), quants rounded to nearest.
 __global__ void store_kv_kernel(KvLayerView layer, int64_t k_row_bytes, int64_t v_row_bytes,
@@ -141,15 +194,17 @@ __device__ inline void partial_record(const AttendShape& shape, const KvLayerVie
     const unsigned lane = threadIdx.x % 32;
     const unsigned warp = threadIdx.x / 32;
     const float* qh = q + (t * shape.n_head + head) * shape.head_dim;  // [head_dim]
+    // Lane l holds elements P*l .. P*l + P-1 of the query, keys and values: one vector load
+    // per row and lane.
     float q_lane[P];
 #pragma unroll
     for (int j = 0; j < P; ++j) {
-        const int64_t d = lane + 32 * j;
+        const int64_t d = P * lane + j;
         q_lane[j] = d < shape.head_dim ? qh[d] : 0.0f;
     }
     float m = -INFINITY;
     float s = 0.0f;
-    float acc[kMaxPerLane] = {};
+    float acc[P] = {};
     const int64_t k_base = kv_head * shape.head_dim;
     const int64_t v_base = kv_head * shape.value_dim;
     for (int64_t first = begin + warp; first < end; first += kWarps * U) {
@@ -160,14 +215,10 @@ __device__ inline void partial_record(const AttendShape& shape, const KvLayerVie
             const int64_t pos = first + u * kWarps;
             const bool inside = pos < end;
             const int64_t slot = slot_of(layer, inside ? pos : begin);
-            const uint8_t* k_row = layer.k + slot * k_row_bytes;
-            const uint8_t* v_row = layer.v + slot * v_row_bytes;
-#pragma unroll
-            for (int j = 0; j < P; ++j) {
-                const int64_t d = lane + 32 * j;
-                k_el[u][j] = inside && d < shape.head_dim ? row_element<T>(k_row, k_base + d) : 0.0f;
-                v_el[u][j] = inside && d < shape.value_dim ? row_element<T>(v_row, v_base + d) : 0.0f;
-            }
+            load_slice<T, P>(layer.k + slot * k_row_bytes, k_base, shape.head_dim, lane, inside,
+                             k_el[u]);
+            load_slice<T, P>(layer.v + slot * v_row_bytes, v_base, shape.value_dim, lane, inside,
+                             v_el[u]);
         }
 #pragma unroll
         for (int u = 0; u < U; ++u) {
@@ -186,8 +237,8 @@ __device__ inline void partial_record(const AttendShape& shape, const KvLayerVie
         warp_s[warp] = s;
     }
 #pragma unroll
-    for (int j = 0; j < kMaxPerLane; ++j) {
-        const int64_t d = lane + 32 * j;
+    for (int j = 0; j < P; ++j) {
+        const int64_t d = P * lane + j;
         if (d < shape.value_dim) warp_acc[warp][d] = acc[j];
     }
     __syncthreads();
@@ -226,33 +277,74 @@ __global__ void attend_partial_kernel(AttendShape shape, KvLayerView layer, int6
     }
 }
 
-// Block (head, token): the head's chunk records in order, the sink in the denominator.
-__global__ void attend_merge_kernel(AttendShape shape, const float* partials,
-                                    const int64_t* pos0_at, int64_t chunks, float* out) {
+// Block (head, token) of kMergeWarps warps: the head's chunk records, the sink in the
+// denominator. Warp w sums the visible chunks first + w, first + w + kMergeWarps, ... in order,
+// then the warps' sums are added in warp order: the order depends only on the query's position,
+// and a warp's loads of successive records are independent, so they overlap (one thread
+// walking 64 records of a 4k context one after another took longer than the partial records).
+constexpr int kMergeWarps = 8;
+
+__global__ void __launch_bounds__(32 * kMergeWarps)
+    attend_merge_kernel(AttendShape shape, const float* partials, const int64_t* pos0_at,
+                        int64_t chunks, float* out) {
     const int64_t pos0 = *pos0_at;
     const int64_t head = blockIdx.x;
     const int64_t t = blockIdx.y;
+    const unsigned lane = threadIdx.x % 32;
+    const unsigned warp = threadIdx.x / 32;
     const Visible vis = visible_of(pos0 + t, shape.window);
     const int64_t first = vis.first / shape.chunk;
     const int64_t last = vis.last / shape.chunk;
-    float top = shape.sinks ? shape.sinks[head] : -INFINITY;
-    for (int64_t c = first; c <= last; ++c) {
+    __shared__ float warp_top[kMergeWarps];
+    __shared__ float warp_den[kMergeWarps];
+    __shared__ float warp_acc[kMergeWarps][kMaxValueDim];
+
+    // The largest logit of all: a max, exact in any order.
+    float top = -INFINITY;
+    for (int64_t c = first + threadIdx.x; c <= last; c += blockDim.x) {
         top = fmaxf(top, record_of(partials, shape, chunks, t, head, c)[0]);
     }
-    float denominator = shape.sinks ? expf(shape.sinks[head] - top) : 0.0f;
-    for (int64_t c = first; c <= last; ++c) {
+    top = warp_max(top);
+    if (lane == 0) warp_top[warp] = top;
+    __syncthreads();
+    top = shape.sinks ? shape.sinks[head] : -INFINITY;
+    for (int w = 0; w < kMergeWarps; ++w) top = fmaxf(top, warp_top[w]);
+
+    float den = 0.0f;
+    float acc[kMaxPerLane] = {};
+#pragma unroll 4
+    for (int64_t c = first + warp; c <= last; c += kMergeWarps) {
         const float* r = record_of(partials, shape, chunks, t, head, c);
-        denominator += r[1] * expf(r[0] - top);
+        const float weight = expf(r[0] - top);
+        den += r[1] * weight;
+#pragma unroll
+        for (int j = 0; j < kMaxPerLane; ++j) {
+            const int64_t d = lane + 32 * j;
+            if (d < shape.value_dim) acc[j] += r[2 + d] * weight;
+        }
     }
+    if (lane == 0) warp_den[warp] = den;
+#pragma unroll
+    for (int j = 0; j < kMaxPerLane; ++j) {
+        const int64_t d = lane + 32 * j;
+        if (d < shape.value_dim) warp_acc[warp][d] = acc[j];
+    }
+    __syncthreads();
+    float denominator = shape.sinks ? expf(shape.sinks[head] - top) : 0.0f;
+    for (int w = 0; w < kMergeWarps; ++w) denominator += warp_den[w];
     float* dst = out + (t * shape.n_head + head) * shape.value_dim;  // [value_dim]
     for (int64_t d = threadIdx.x; d < shape.value_dim; d += blockDim.x) {
         float sum = 0.0f;
-        for (int64_t c = first; c <= last; ++c) {
-            const float* r = record_of(partials, shape, chunks, t, head, c);
-            sum += r[2 + d] * expf(r[0] - top);
-        }
+        for (int w = 0; w < kMergeWarps; ++w) sum += warp_acc[w][d];
         dst[d] = sum / denominator;
     }
+}
+
+void launch_merge(const AttendShape& shape, const float* partials, const int64_t* pos0,
+                  int64_t n, int64_t chunks, float* out, cudaStream_t stream) {
+    const dim3 grid(static_cast<unsigned>(shape.n_head), static_cast<unsigned>(n));
+    attend_merge_kernel<<<grid, 32 * kMergeWarps, 0, stream>>>(shape, partials, pos0, chunks, out);
+    check_launch("attend_merge");
 }
 
 // Batches longer than the exact-batch limit (prefill): one block per (chunk, KV head, block of
@@ -374,10 +466,7 @@ void launch_attend(const AttendShape& shape, const KvLayerView& layer, const flo
                     static_cast<unsigned>(shape.n_head), static_cast<unsigned>(n));
     if (n > kExactBatchTokens) {
         launch_attend_tiled<T>(shape, layer, q, pos0, n, chunks, partials, stream);
-        const dim3 merge_grid(static_cast<unsigned>(shape.n_head), static_cast<unsigned>(n));
-        attend_merge_kernel<<<merge_grid, 128, 0, stream>>>(shape, partials, pos0, chunks, out);
-        check_launch("attend_merge");
-        return;
+        return launch_merge(shape, partials, pos0, n, chunks, out, stream);
     }
     const int64_t widest = std::max(shape.head_dim, shape.value_dim);
     const auto kernel = widest <= 32    ? attend_partial_kernel<T, 1, kUnroll>
@@ -387,9 +476,7 @@ void launch_attend(const AttendShape& shape, const KvLayerView& layer, const flo
     kernel<<<grid, 32 * kWarps, 0, stream>>>(shape, layer, k_row_bytes, v_row_bytes, q, pos0,
                                              chunks, partials);
     check_launch("attend_partial");
-    const dim3 merge_grid(static_cast<unsigned>(shape.n_head), static_cast<unsigned>(n));
-    attend_merge_kernel<<<merge_grid, 128, 0, stream>>>(shape, partials, pos0, chunks, out);
-    check_launch("attend_merge");
+    launch_merge(shape, partials, pos0, n, chunks, out, stream);
 }
 
 }  // namespace

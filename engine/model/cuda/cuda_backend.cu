@@ -92,6 +92,14 @@ public:
         if (!replaying()) cuda::add(y, x, n, stream());
     }
 
+    void add_rms_norm_rows(float* x, const float* delta, const std::vector<float>& weight,
+                           float* out, int64_t rows) override {
+        if (replaying()) return;
+        cuda::add_rms_norm_rows(x, delta, dev_.vector(weight), out, rows,
+                                static_cast<int64_t>(weight.size()),
+                                static_cast<float>(c_.rms_eps), stream());
+    }
+
     void add_bias_rows(float* y, const std::vector<float>& bias, int64_t rows) override {
         if (replaying()) return;
         cuda::add_bias_rows(y, dev_.vector(bias), rows, static_cast<int64_t>(bias.size()),
@@ -132,6 +140,20 @@ public:
             case GatedActivation::GeluTanh:
                 return gelu_tanh_gate(gate, up, n, stream());
         }
+    }
+
+    void gated_ffn_input(GatedActivation act, const MatrixView& w_gate, const MatrixView& w_up,
+                         const float* x, int64_t n, float* gate, float* up) override {
+        if (replaying()) return;
+        const DeviceMatrix& g = dev_.matrix(w_gate);
+        const DeviceMatrix& u = dev_.matrix(w_up);
+        if (n > kGemvGatedMaxTokens || !gemv_gated_supports(g, u)) {
+            return Backend::gated_ffn_input(act, w_gate, w_up, x, n, gate, up);
+        }
+        const GateActivation fused =
+            act == GatedActivation::Silu ? GateActivation::Silu : GateActivation::GeluTanh;
+        gemv_gated(g, u, fused, x, g.cols, n, gate, g.rows, stream());
+        check_launch("gemv_gated");
     }
 
     void sigmoid_gate(float* x, const float* gate, int64_t n) override {

@@ -4,6 +4,7 @@
 
 #include <cmath>
 
+#include "engine/model/cuda/activations.cuh"
 #include "engine/model/cuda/cuda_check.cuh"
 #include "engine/model/cuda/layer_kernels.cuh"
 #include "engine/model/cuda/reduce.cuh"
@@ -21,18 +22,29 @@ unsigned blocks_for(int64_t n, int threads) {
     return static_cast<unsigned>((n + threads - 1) / threads);
 }
 
-__global__ void rms_norm_rows_kernel(const float* x, const float* weight, float* out,
-                                     int64_t width, float eps) {
-    const float* row = x + blockIdx.x * width;  // [width]
+// Block per row: optionally x += delta first (the residual add of the sub-block before), then
+// out = x * weight / rms(x). Each thread owns the elements threadIdx.x + k * blockDim.x in both
+// passes, so out may alias x or delta: a thread reads an element before it writes it, and no
+// other thread touches it. The sum of squares in f32 per thread, then the fixed-order block sum:
+// f32 is plenty against the 2e-3 bound (double ran at 1/64 of the f32 rate on the cards most
+// users own).
+__global__ void add_rms_norm_rows_kernel(float* x, const float* delta, const float* weight,
+                                         float* out, int64_t width, float eps) {
+    float* row = x + blockIdx.x * width;  // [width]
+    const float* add = delta ? delta + blockIdx.x * width : nullptr;
     float* dst = out + blockIdx.x * width;
-    double sum = 0.0;
+    float sum = 0.0f;
     for (int64_t i = threadIdx.x; i < width; i += blockDim.x) {
-        const double v = row[i];
-        sum += v * v;
+        float v = row[i];
+        if (add) {
+            v += add[i];
+            row[i] = v;
+        }
+        sum = __fmaf_rn(v, v, sum);
     }
-    __shared__ double partial[kRowThreads / 32];
+    __shared__ float partial[kRowThreads / 32];
     sum = block_sum(sum, partial);
-    const auto inv = static_cast<float>(1.0 / sqrt(sum / static_cast<double>(width) + eps));
+    const float inv = rsqrtf(sum / static_cast<float>(width) + eps);
     for (int64_t i = threadIdx.x; i < width; i += blockDim.x) dst[i] = row[i] * inv * weight[i];
 }
 
@@ -46,21 +58,10 @@ __global__ void add_bias_rows_kernel(float* y, const float* bias, int64_t n, int
     if (i < n) y[i] += bias[i % width];
 }
 
-__global__ void swiglu_kernel(float* gate, const float* up, int64_t n) {
+template <GateActivation A>
+__global__ void gated_activation_kernel(float* gate, const float* up, int64_t n) {
     const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-    if (i < n) {
-        const float g = gate[i];
-        gate[i] = g / (1.0f + expf(-g)) * up[i];
-    }
-}
-
-__global__ void gelu_tanh_gate_kernel(float* gate, const float* up, int64_t n) {
-    const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-    if (i < n) {
-        const float k = 0.7978845608028654f;  // sqrt(2/pi)
-        const float x = gate[i];
-        gate[i] = 0.5f * x * (1.0f + tanhf(k * (x + 0.044715f * x * x * x))) * up[i];
-    }
+    if (i < n) gate[i] = gate_activation<A>(gate[i], up[i]);
 }
 
 __global__ void sigmoid_gate_kernel(float* x, const float* gate, int64_t n) {
@@ -84,7 +85,9 @@ __global__ void soft_cap_kernel(float* x, int64_t n, float cap) {
     if (i < n) x[i] = cap * tanhf(x[i] / cap);
 }
 
-// Block (head, token): the head's RMS norm, then RoPE over its first rope_dims elements.
+// Block (head, token): the head's RMS norm, then RoPE over its first rope_dims elements, one
+// thread per rotated pair. The angle is formed and reduced to [-pi, pi] in double (positions
+// times frequencies reach 1e5 radians, where f32 would keep three digits), then sin/cos in f32.
 __global__ void norm_rope_heads_kernel(HeadShape shape, float* q, float* k, const float* q_norm,
                                        const float* k_norm, const double* inv_freq,
                                        double freq_scale, const int64_t* pos0_at) {
@@ -96,36 +99,34 @@ __global__ void norm_rope_heads_kernel(HeadShape shape, float* q, float* k, cons
     float* x = (is_query ? q : k) + (t * heads + head) * shape.head_dim;  // [head_dim]
     const float* norm = is_query ? q_norm : k_norm;
     __shared__ float h[kMaxHeadDim];
-    __shared__ double partial[kHeadThreads / 32];
+    __shared__ float partial[kHeadThreads / 32];
     const int64_t dim = shape.head_dim;
-    for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) h[i] = x[i];
+    float sum = 0.0f;
+    for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) {
+        h[i] = x[i];
+        sum = __fmaf_rn(h[i], h[i], sum);
+    }
     __syncthreads();
     if (norm) {
-        double sum = 0.0;
-        for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) sum += double(h[i]) * h[i];
         sum = block_sum(sum, partial);
-        const auto inv = static_cast<float>(1.0 / sqrt(sum / static_cast<double>(dim) + shape.eps));
-        __syncthreads();
+        const float inv = rsqrtf(sum / static_cast<float>(dim) + shape.eps);
         for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) h[i] = h[i] * inv * norm[i];
         __syncthreads();
     }
     const int64_t half = shape.rope_dims / 2;
     const double position = static_cast<double>(pos0 + t) * freq_scale;
-    for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) {
-        float value = h[i];
-        if (i < shape.rope_dims) {
-            // Pair (a, b) of element i, and which of the two it is.
-            const int64_t pair = shape.rope_halves ? i % half : i / 2;
-            const bool first = shape.rope_halves ? i < half : i % 2 == 0;
-            const int64_t a = shape.rope_halves ? pair : 2 * pair;
-            const int64_t b = shape.rope_halves ? pair + half : 2 * pair + 1;
-            const double angle = position * inv_freq[pair];
-            const auto c = static_cast<float>(cos(angle));
-            const auto s = static_cast<float>(sin(angle));
-            value = first ? h[a] * c - h[b] * s : h[a] * s + h[b] * c;
-        }
-        x[i] = value;
+    constexpr double kTwoPi = 6.283185307179586476925286766559;
+    for (int64_t pair = threadIdx.x; pair < half; pair += blockDim.x) {
+        const int64_t a = shape.rope_halves ? pair : 2 * pair;
+        const int64_t b = shape.rope_halves ? pair + half : 2 * pair + 1;
+        const double angle = position * inv_freq[pair];
+        const auto reduced = static_cast<float>(angle - kTwoPi * rint(angle / kTwoPi));
+        float s, c;
+        sincosf(reduced, &s, &c);
+        x[a] = h[a] * c - h[b] * s;
+        x[b] = h[a] * s + h[b] * c;
     }
+    for (int64_t i = shape.rope_dims + threadIdx.x; i < dim; i += blockDim.x) x[i] = h[i];
 }
 
 template <class Kernel, class... Args>
@@ -141,9 +142,18 @@ void launch_elements(Kernel kernel, const char* name, int64_t n, cudaStream_t st
 void rms_norm_rows(const float* x, const float* weight, float* out, int64_t rows, int64_t width,
                    float eps, cudaStream_t stream) {
     if (rows <= 0) return;
-    rms_norm_rows_kernel<<<static_cast<unsigned>(rows), kRowThreads, 0, stream>>>(x, weight, out,
-                                                                                 width, eps);
+    // Without a delta the kernel only reads x.
+    add_rms_norm_rows_kernel<<<static_cast<unsigned>(rows), kRowThreads, 0, stream>>>(
+        const_cast<float*>(x), nullptr, weight, out, width, eps);
     check_launch("rms_norm_rows");
+}
+
+void add_rms_norm_rows(float* x, const float* delta, const float* weight, float* out,
+                       int64_t rows, int64_t width, float eps, cudaStream_t stream) {
+    if (rows <= 0) return;
+    add_rms_norm_rows_kernel<<<static_cast<unsigned>(rows), kRowThreads, 0, stream>>>(
+        x, delta, weight, out, width, eps);
+    check_launch("add_rms_norm_rows");
 }
 
 void add(float* y, const float* x, int64_t n, cudaStream_t stream) {
@@ -157,11 +167,12 @@ void add_bias_rows(float* y, const float* bias, int64_t rows, int64_t width,
 }
 
 void swiglu(float* gate, const float* up, int64_t n, cudaStream_t stream) {
-    launch_elements(swiglu_kernel, "swiglu", n, stream, gate, up, n);
+    launch_elements(gated_activation_kernel<GateActivation::Silu>, "swiglu", n, stream, gate, up, n);
 }
 
 void gelu_tanh_gate(float* gate, const float* up, int64_t n, cudaStream_t stream) {
-    launch_elements(gelu_tanh_gate_kernel, "gelu_tanh_gate", n, stream, gate, up, n);
+    launch_elements(gated_activation_kernel<GateActivation::GeluTanh>, "gelu_tanh_gate", n, stream,
+                    gate, up, n);
 }
 
 void sigmoid_gate(float* x, const float* gate, int64_t n, cudaStream_t stream) {

@@ -13,9 +13,12 @@
 namespace ember::cuda {
 
 // out[r] = x[r] * weight / rms(x[r]) for `rows` rows of `width`; out may alias x. The sum of
-// squares in double, as the CPU's rms_norm.
+// squares in f32, in a fixed order.
 void rms_norm_rows(const float* x, const float* weight, float* out, int64_t rows, int64_t width,
                    float eps, cudaStream_t stream);
+// x[r] += delta[r], then out[r] = rms_norm(x[r]) * weight; out may alias x or delta.
+void add_rms_norm_rows(float* x, const float* delta, const float* weight, float* out,
+                       int64_t rows, int64_t width, float eps, cudaStream_t stream);
 // y[i] += x[i]
 void add(float* y, const float* x, int64_t n, cudaStream_t stream);
 // y[r * width + i] += bias[i]
@@ -36,7 +39,7 @@ void soft_cap(float* x, int64_t n, float cap, cudaStream_t stream);
 
 // The heads of a batch: per-head RMS norm (weights or null) and RoPE of q [n x n_head x
 // head_dim] and k [n x n_head_kv x head_dim], in place. Token t is at position *pos0 + t; the
-// angle of pair i is (position * freq_scale) * inv_freq[i], in double as the CPU's table.
+// angle of pair i is (position * freq_scale) * inv_freq[i], formed in double as the CPU's table.
 struct HeadShape {
     int64_t n_head = 0;
     int64_t n_head_kv = 0;

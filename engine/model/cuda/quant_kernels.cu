@@ -18,6 +18,7 @@
 #include <string>
 #include <utility>
 
+#include "engine/model/cuda/activations.cuh"
 #include "engine/model/cuda/quant_blocks.cuh"
 #include "engine/tensor/types.h"
 
@@ -118,8 +119,23 @@ __device__ __forceinline__ void accumulate_unit(const typename F::Raw (&raw)[R],
 // kTokens: the number of tokens (one instance each, so no loop has a run-time bound);
 // R: rows per warp (activations loaded once serve R rows); U: units per lane whose loads are
 // issued together (more bytes in flight where R alone gives too few).
-template <class F, int kTokens, int R, int U>
+// kGate: a gate/up pair (GemvArgs matrix 0 the gate, 1 the up, same type and shape): a warp
+// takes R rows of each, kRows = 2R in all, and stores act(gate row, up row) into matrix 0's y.
+enum class GemvEpilogue : uint8_t { Plain, Silu, GeluTanh };
+
+template <GemvEpilogue E>
+__device__ __forceinline__ float epilogue(float gate, float up) {
+    if constexpr (E == GemvEpilogue::Silu) {
+        return gate_activation<GateActivation::Silu>(gate, up);
+    } else {
+        return gate_activation<GateActivation::GeluTanh>(gate, up);
+    }
+}
+
+template <class F, int kTokens, int R, int U, GemvEpilogue E = GemvEpilogue::Plain>
 __global__ void __launch_bounds__(kThreads) gemv_kernel(const GemvArgs args) {
+    constexpr bool kGated = E != GemvEpilogue::Plain;
+    constexpr int kRows = kGated ? 2 * R : R;
     const int lane = threadIdx.x & 31;
     const int warp = threadIdx.x >> 5;
     const GemvTarget target = pick_target(args);
@@ -127,28 +143,29 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(const GemvArgs args) {
     if (row0 >= target.rows) return;  // the whole warp: no shuffle is left waiting
 
     // Rows past the end read the last row (valid memory) and store nothing.
-    const uint8_t* row_data[R];
+    const uint8_t* row_data[kRows];
 #pragma unroll
-    for (int r = 0; r < R; ++r) {
-        const int64_t row = min(row0 + r, target.rows - 1);
-        row_data[r] = target.data + static_cast<size_t>(row) * target.row_stride;
+    for (int r = 0; r < kRows; ++r) {
+        const int64_t row = min(row0 + r % R, target.rows - 1);
+        const uint8_t* matrix = kGated && r >= R ? args.data[1] : target.data;
+        row_data[r] = matrix + static_cast<size_t>(row) * target.row_stride;
     }
 
-    float acc[R][kTokens];
+    float acc[kRows][kTokens];
 #pragma unroll
-    for (int r = 0; r < R; ++r) {
+    for (int r = 0; r < kRows; ++r) {
 #pragma unroll
         for (int t = 0; t < kTokens; ++t) acc[r][t] = 0.0f;
     }
 
     const int units = static_cast<int>(args.cols / (F::kBlockElems / F::kUnitsPerBlock));
     for (int base = lane; base < units; base += 32 * U) {
-        typename F::Raw raw[U][R];
+        typename F::Raw raw[U][kRows];
 #pragma unroll
         for (int j = 0; j < U; ++j) {
             const int u = min(base + 32 * j, units - 1);
 #pragma unroll
-            for (int r = 0; r < R; ++r) {
+            for (int r = 0; r < kRows; ++r) {
                 const uint8_t* block = row_data[r] + static_cast<size_t>(u / F::kUnitsPerBlock) *
                                                          F::kBlockBytes;
                 raw[j][r] = F::load(block, u % F::kUnitsPerBlock);
@@ -158,14 +175,14 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(const GemvArgs args) {
         for (int j = 0; j < U; ++j) {
             const int u = base + 32 * j;
             if (j == 0 || u < units) {
-                accumulate_unit<F, kTokens, R>(raw[j], u, args.x, args.ldx, acc);
+                accumulate_unit<F, kTokens, kRows>(raw[j], u, args.x, args.ldx, acc);
             }
         }
     }
 
     // Butterfly: every lane ends with the same bits (each step adds the same two values).
 #pragma unroll
-    for (int r = 0; r < R; ++r) {
+    for (int r = 0; r < kRows; ++r) {
 #pragma unroll
         for (int t = 0; t < kTokens; ++t) {
 #pragma unroll
@@ -180,7 +197,9 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(const GemvArgs args) {
 #pragma unroll
         for (int t = 0; t < kTokens; ++t) {
             if (row0 + r < target.rows && lane == (r * kTokens + t) % 32) {
-                target.y[t * target.ldy + row0 + r] = acc[r][t];
+                float value = acc[r][t];
+                if constexpr (kGated) value = epilogue<E>(acc[r][t], acc[r + R][t]);
+                target.y[t * target.ldy + row0 + r] = value;
             }
         }
     }
@@ -317,32 +336,38 @@ void check_activations(const float* x, int64_t ldx, int64_t cols, int64_t n_toke
 // (activation loads shared by two rows: 1.2-1.6 TB/s on the 8B shapes where one row per warp
 // gave 0.9), four from three tokens (each activation load feeds four rows' FMAs; at 16-17
 // tokens the K-quants spill a little, still 2-3x faster than two rows per warp).
-template <class F, int kTokens>
+// A gated pair (gate and up rows in each warp) takes one row per matrix fewer than a plain
+// product, so that a warp's loads stay as many.
+template <class F, int kTokens, GemvEpilogue E>
 void launch_gemv_tokens(GemvArgs& args, cudaStream_t stream) {
-    constexpr int R = kTokens <= 2 ? 2 : 4;
+    constexpr bool kGated = E != GemvEpilogue::Plain;
+    constexpr int R = kTokens <= 2 ? (kGated ? 1 : 2) : (kGated ? 2 : 4);
     constexpr int U = 1;
     constexpr int64_t rows_per_block = kWarps * R;
     int64_t blocks = 0;
-    for (int m = 0; m < args.count; ++m) {
+    const int targets = kGated ? 1 : args.count;  // a pair's blocks walk the gate's rows
+    for (int m = 0; m < targets; ++m) {
         args.block_begin[m] = blocks;
         blocks += (args.rows[m] + rows_per_block - 1) / rows_per_block;
     }
-    for (int m = args.count; m <= kMaxGemvOuts; ++m) args.block_begin[m] = blocks;
+    for (int m = targets; m <= kMaxGemvOuts; ++m) args.block_begin[m] = blocks;
     if (blocks == 0) return;
-    gemv_kernel<F, kTokens, R, U><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(args);
+    gemv_kernel<F, kTokens, R, U, E><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(args);
 }
 
-template <class F, int... kCounts>
+template <class F, GemvEpilogue E, int... kCounts>
 void launch_gemv_for(GemvArgs& args, cudaStream_t stream,
                      std::integer_sequence<int, kCounts...>) {
-    ((args.n_tokens == kCounts + 1 ? launch_gemv_tokens<F, kCounts + 1>(args, stream) : void()),
+    ((args.n_tokens == kCounts + 1 ? launch_gemv_tokens<F, kCounts + 1, E>(args, stream)
+                                   : void()),
      ...);
 }
 
+template <GemvEpilogue E = GemvEpilogue::Plain>
 void launch_gemv(TensorType type, GemvArgs& args, cudaStream_t stream) {
+    constexpr int kCounts = E == GemvEpilogue::Plain ? kGemvMaxTokens : kGemvGatedMaxTokens;
     with_format(type, [&](auto fmt) {
-        launch_gemv_for<decltype(fmt)>(args, stream,
-                                       std::make_integer_sequence<int, kGemvMaxTokens>{});
+        launch_gemv_for<decltype(fmt), E>(args, stream, std::make_integer_sequence<int, kCounts>{});
     });
 }
 
@@ -405,6 +430,45 @@ void gemv_many(const GemvOut* outs, int count, const float* x, int64_t ldx, int6
             done[i] = true;
         }
         launch_gemv(outs[first].w.type, args, stream);
+    }
+}
+
+bool gemv_gated_supports(const DeviceMatrix& gate, const DeviceMatrix& up) {
+    return gemv_supports(gate.type) && gate.type == up.type && gate.rows == up.rows &&
+           gate.cols == up.cols && gate.row_stride == up.row_stride;
+}
+
+void gemv_gated(const DeviceMatrix& gate, const DeviceMatrix& up, GateActivation act,
+                const float* x, int64_t ldx, int64_t n_tokens, float* y, int64_t ldy,
+                cudaStream_t stream) {
+    if (!gemv_gated_supports(gate, up)) fail("gemv_gated takes two matrices of one type and shape");
+    check_tokens(n_tokens);
+    if (n_tokens > kGemvGatedMaxTokens) {
+        fail("gemv_gated takes at most " + std::to_string(kGemvGatedMaxTokens) + " tokens");
+    }
+    check_matrix(gate);
+    check_matrix(up);
+    if (n_tokens > 1 && ldy < gate.rows) fail("ldy shorter than the rows");
+    check_activations(x, ldx, gate.cols, n_tokens);
+    GemvArgs args{};
+    args.cols = gate.cols;
+    args.x = x;
+    args.ldx = ldx;
+    args.n_tokens = static_cast<int>(n_tokens);
+    args.count = 2;
+    for (int m = 0; m < 2; ++m) {
+        const DeviceMatrix& w = m == 0 ? gate : up;
+        args.data[m] = static_cast<const uint8_t*>(w.data);
+        args.row_stride[m] = w.row_stride;
+        args.rows[m] = w.rows;
+        args.y[m] = y;
+        args.ldy[m] = ldy;
+    }
+    switch (act) {
+        case GateActivation::Silu:
+            return launch_gemv<GemvEpilogue::Silu>(gate.type, args, stream);
+        case GateActivation::GeluTanh:
+            return launch_gemv<GemvEpilogue::GeluTanh>(gate.type, args, stream);
     }
 }
 

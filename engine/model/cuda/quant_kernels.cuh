@@ -11,6 +11,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "engine/model/cuda/activations.cuh"
 #include "engine/tensor/types.h"
 
 namespace ember::cuda {
@@ -49,6 +50,17 @@ struct GemvOut {
 inline constexpr int kMaxGemvOuts = 4;
 void gemv_many(const GemvOut* outs, int count, const float* x, int64_t ldx, int64_t n_tokens,
                cudaStream_t stream);
+
+// y[t * ldy + r] = act(gate row r · x_t) * (up row r · x_t): the gate and up products of a
+// dense FFN with its activation in one launch, each product's bits those of gemv() and the
+// activation's those of the element-wise kernel (activations.cuh), so fused and unfused steps
+// agree bit for bit. For decode: up to kGemvGatedMaxTokens tokens (each count is a set of kernel
+// instances), where the two matrices share type and shape (gemv_gated_supports).
+inline constexpr int64_t kGemvGatedMaxTokens = 2;
+bool gemv_gated_supports(const DeviceMatrix& gate, const DeviceMatrix& up);
+void gemv_gated(const DeviceMatrix& gate, const DeviceMatrix& up, GateActivation act,
+                const float* x, int64_t ldx, int64_t n_tokens, float* y, int64_t ldy,
+                cudaStream_t stream);
 
 // out[(r - row0) * cols + k] = W[r][k] for r in [row0, row0 + rows): exact f32 (the input of a
 // cuBLAS product for batches longer than kGemvMaxTokens).
