@@ -31,9 +31,9 @@ pack() {
     ldd "$stage/ember" | awk '/=> \// {print $3}' | grep -v -E 'libcuda|libcublas|libcudart' |
         xargs -r -I{} cp -L {} "$stage/lib/"
     cp -L /lib64/ld-linux-x86-64.so.2 "$stage/lib/"
-    cp "$fixtures/arch/qwen3/qwen3.gguf" "$stage/qwen3-vocab.gguf"
-    cp "$fixtures/arch/lfm2/lfm2.gguf" "$stage/llama3-vocab.gguf"
-    tar -C "$stage" -cf - . | xz -6 -T2 >.gpukit/bench.tar.xz
+    scripts/gguf_vocab_only.py "$fixtures/arch/qwen3/qwen3.gguf" "$stage/qwen3-vocab.gguf"
+    scripts/gguf_vocab_only.py "$fixtures/arch/lfm2/lfm2.gguf" "$stage/llama3-vocab.gguf"
+    tar -C "$stage" -cf - . | xz -9e -T2 >.gpukit/bench.tar.xz  # -9e: it travels beside llama-bench
     rm -rf "$stage"
     if [ ! -f .gpuref/llama.cpp-src.tar.xz ]; then
         local tmp
@@ -58,7 +58,7 @@ build_ref() {
     cmake -S "$src" -B /tmp/llref/build -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_CUDA=ON \
         -DCMAKE_CUDA_ARCHITECTURES=90 -DBUILD_SHARED_LIBS=OFF -DLLAMA_CURL=OFF \
         -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF \
-        -DLLAMA_BUILD_TOOLS=ON -DLLAMA_OPENSSL=OFF >/tmp/llref/configure.log
+        -DLLAMA_BUILD_TOOLS=ON -DLLAMA_BUILD_APP=OFF -DLLAMA_OPENSSL=OFF >/tmp/llref/configure.log
     local start=$SECONDS
     ninja -C /tmp/llref/build -j"$(nproc)" llama-bench >/tmp/llref/build.log
     echo "reference build: $((SECONDS - start)) s"
@@ -103,8 +103,8 @@ import json, sys, glob
 out, shapes = sys.argv[1], sys.argv[2:]
 for shape in shapes:
     for depth in ("", "-d4096"):
-        e = [json.load(open(p)) for p in sorted(glob.glob(f"{out}/ember-{shape}{depth}-*.json"))]
-        r = [json.load(open(p)) for p in sorted(glob.glob(f"{out}/ref-{shape}{depth}-*.json"))]
+        e = [json.load(open(p)) for p in sorted(glob.glob(f"{out}/ember-{shape}{depth}-[0-9].json"))]
+        r = [json.load(open(p)) for p in sorted(glob.glob(f"{out}/ref-{shape}{depth}-[0-9].json"))]
         print(shape, depth or "-d0", "ember:", [(round(x["prefill_tps"], 1), round(x["decode_tps"], 1)) for x in e])
         print(shape, depth or "-d0", "ref:", [ [(t.get("n_prompt"), t.get("n_gen"), round(t.get("avg_ts", 0), 1)) for t in x] for x in r ])
 EOF

@@ -20,7 +20,10 @@ namespace ember::cuda {
 
 namespace {
 
-constexpr int kWarps = 8;            // warps of a partial block, each taking every 8th position
+// Warps of a partial block, each taking every 16th position of a 64-position record: four
+// positions a warp, all of their loads in flight at once (with 8 warps a decode step at a
+// short context had a warp or two per SM, each folding 8 positions one after another).
+constexpr int kWarps = 16;
 constexpr int kUnroll = 4;           // positions a warp has in flight
 constexpr int kMaxPerLane = 8;       // head or value elements a lane holds: dims up to 256
 constexpr int kMaxValueDim = 32 * kMaxPerLane;
@@ -267,7 +270,7 @@ __device__ inline void partial_record(const AttendShape& shape, const KvLayerVie
 constexpr int64_t kMaxChunkBlocks = 64;
 
 template <KvType T, int P, int U>
-__global__ void attend_partial_kernel(AttendShape shape, KvLayerView layer, int64_t k_row_bytes,
+__global__ void __launch_bounds__(32 * kWarps, 2) attend_partial_kernel(AttendShape shape, KvLayerView layer, int64_t k_row_bytes,
                                       int64_t v_row_bytes, const float* q,
                                       const int64_t* pos0_at, int64_t chunks, float* partials) {
     for (int64_t chunk = blockIdx.x; chunk < chunks; chunk += gridDim.x) {
