@@ -22,6 +22,28 @@ ChatReply respond_seeded(ChatEngine& engine, Sampler& sampler, ReplySeeds& seeds
     return reply;
 }
 
+void ChatEngine::set_tools(const ToolOptions& tools) {
+    if (tools.active()) {
+        throw std::invalid_argument("tool calls need the local engine (not --remote)");
+    }
+}
+
+void LocalChatEngine::set_tools(const ToolOptions& tools) {
+    // A forced choice's grammar is built now, so an unenforceable schema is said at once.
+    std::shared_ptr<const grammar::Grammar> grammar;
+    if (tools.forces_call()) {
+        if (!tool_trie_) throw std::invalid_argument("a forced tool call needs the model's vocabulary");
+        grammar = tool_call_grammar(conversation_->tool_call_format(), tools);
+    }
+    conversation_->set_tools(tools);
+    tools_ = tools;
+    call_grammar_ = std::move(grammar);
+}
+
+void LocalChatEngine::offer_tools_to(Conversation& conversation) const {
+    if (tools_.active()) conversation.set_tools(tools_);
+}
+
 ChatReply LocalChatEngine::respond(Sampler& sampler, const GenerateOptions& options,
                                    const TextCallback& on_text,
                                    const StopRequested& stop_requested) {
@@ -31,8 +53,22 @@ ChatReply LocalChatEngine::respond(Sampler& sampler, const GenerateOptions& opti
         const bool keep_going = !on_text || on_text(text, kind);
         return keep_going && !(stop_requested && stop_requested());
     };
+    // Calls are shown once the reply is complete (ChatController); while they stream, only
+    // the stop request is checked.
+    const ToolCallCallback on_call = [&](const ToolCallDelta&) {
+        return !(stop_requested && stop_requested());
+    };
+    GenerateOptions generation = options;
+    std::optional<grammar::GrammarConstraint> forced_call;
+    if (tools_.forces_call() && options.constraint == nullptr) {
+        if (!call_grammar_) {
+            call_grammar_ = tool_call_grammar(conversation_->tool_call_format(), tools_);
+        }
+        forced_call.emplace(call_grammar_, tool_trie_());
+        generation.constraint = &*forced_call;
+    }
     ChatReply reply;
-    reply.turn = conversation_->respond(sampler, options, checked);
+    reply.turn = conversation_->respond(sampler, generation, checked, on_call);
     return reply;
 }
 

@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <stdexcept>
 #include <system_error>
 #include <vector>
@@ -373,7 +374,12 @@ void print_transcript(const ChatEngine& conversation) {
         if (m.role == "user") {
             out.raw("> ").text(m.content).raw("\n");
         } else if (m.role == "assistant") {
-            out.text(m.content).raw("\n");
+            if (!m.content.empty() || m.tool_calls.empty()) out.text(m.content).raw("\n");
+            for (const ToolCall& call : m.tool_calls) {
+                out.raw("[tool call] ").text(describe_call(call)).raw("\n");
+            }
+        } else if (m.role == "tool") {
+            out.raw("[tool] ").text(shown_result(m)).raw("\n");
         } else {
             out.raw("[system] ").text(m.content).raw("\n");
         }
@@ -390,6 +396,12 @@ void show_outcome(const ChatOutcome& outcome, const std::string& input, bool col
                                      : ChatController::turn_notes(*outcome.turn);
         if (!note.empty()) print_note(note, dim_stderr);
     }
+    TextWriter out(stdout);
+    for (const std::string& result : outcome.tool_results) {
+        out.raw(color ? kDim : "").raw("[tool] ").text(result).raw(color ? kReset : "").raw("\n");
+    }
+    if (!outcome.tool_proposal.empty()) out.raw("[tool call] ").text(outcome.tool_proposal).raw("\n");
+    std::fflush(stdout);
     if (outcome.error) {
         print_note(outcome.message, false);
         return;
@@ -478,24 +490,49 @@ int run_line_mode(ChatController& controller, const LineModeOptions& options) {
         const auto complete = input.feed(read.line);
         if (!complete || complete->text.find_first_not_of(" \t") == std::string::npos) continue;
 
-        ReplyPrinter printer(options.color, editor, controller);
-        const TextCallback on_text = [&](const std::string& text, TextKind kind) {
-            return printer(text, kind);
-        };
-        editor.clear_interrupt();
         const bool command = !complete->from_block && ChatController::is_command(complete->text);
-        const ChatOutcome outcome = command ? controller.handle_command(complete->text, on_text)
-                                            : controller.submit(complete->text, on_text);
-        printer.finish();
-        // A Ctrl-C that stopped the reply is spent; it must not also clear the next prompt.
-        editor.clear_interrupt();
-        show_outcome(outcome, command ? complete->text : std::string(), options.color, controller);
-        if (outcome.confirm) {
-            // /run's question: this line answers it (Enter alone or Ctrl-D: no).
-            const LineEditor::Read answer = editor.read_line("run it? [y/N] ");
-            const bool given = answer.status == LineEditor::Status::Line;
-            show_outcome(controller.handle_command(given ? answer.line : "n", on_text),
-                         std::string(), options.color, controller);
+        // One step of the chat: a prompt, a command, an answer to a question, the model going
+        // on after tool results; its reply streams to the terminal.
+        const auto step = [&](const std::function<ChatOutcome(const TextCallback&)>& run,
+                              const std::string& typed) {
+            ReplyPrinter printer(options.color, editor, controller);
+            const TextCallback on_text = [&](const std::string& text, TextKind kind) {
+                return printer(text, kind);
+            };
+            editor.clear_interrupt();
+            ChatOutcome outcome = run(on_text);
+            printer.finish();
+            // A Ctrl-C that stopped the reply is spent; it must not also clear the next prompt.
+            editor.clear_interrupt();
+            show_outcome(outcome, typed, options.color, controller);
+            return outcome;
+        };
+        ChatOutcome outcome = step(
+            [&](const TextCallback& on_text) {
+                return command ? controller.handle_command(complete->text, on_text)
+                               : controller.submit(complete->text, on_text);
+            },
+            command ? complete->text : std::string());
+        // Questions (/run's, each tool call's) and the model reading tool results, until the
+        // turn is over.
+        while (outcome.confirm || outcome.tools_continue) {
+            if (outcome.confirm) {
+                // This line answers it (Enter alone, Ctrl-C or Ctrl-D: no).
+                const LineEditor::Read answer = editor.read_line("run it? [y/N] ");
+                const std::string given =
+                    answer.status == LineEditor::Status::Line ? answer.line : std::string("n");
+                outcome = step(
+                    [&](const TextCallback& on_text) {
+                        return controller.handle_command(given, on_text);
+                    },
+                    std::string());
+            } else {
+                outcome = step(
+                    [&](const TextCallback& on_text) {
+                        return controller.continue_after_tools(on_text);
+                    },
+                    std::string());
+            }
         }
         if (outcome.quit) break;
     }

@@ -238,19 +238,22 @@ ProcessRun run_process(const std::vector<std::string>& argv, const std::string& 
     return run;
 }
 
-ToolOutput run_tool(const ToolSpec& tool, const std::string& arguments, const ToolRoot& root) {
+ToolOutput run_tool(const ToolSpec& tool, const std::string& arguments, const ToolRoot* root) {
     const nlohmann::json parsed =
         arguments.empty() ? nlohmann::json::object()
                           : nlohmann::json::parse(arguments, nullptr, /*allow_exceptions=*/false);
     if (parsed.is_discarded() || !parsed.is_object()) {
         return {"the arguments are not a JSON object: " + arguments, true};
     }
+    if (tool.kind != ToolKind::Command && root == nullptr) {
+        return {"the built-in tools have no directory to read", true};
+    }
     try {
         switch (tool.kind) {
             case ToolKind::ReadFile:
-                return read_file_tool(root, parsed);
+                return read_file_tool(*root, parsed);
             case ToolKind::ListDirectory:
-                return list_directory_tool(root, parsed);
+                return list_directory_tool(*root, parsed);
             case ToolKind::Command:
                 return run_command_tool(tool, parsed);
         }

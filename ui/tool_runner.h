@@ -35,6 +35,7 @@ ProcessRun run_process(const std::vector<std::string>& argv, const std::string& 
 // Runs `tool` with `arguments` (the call's arguments as the model wrote them: a JSON text).
 // Arguments that are not a JSON object, a refused path, a command that fails, times out or
 // writes too much: all come back as an error output the model reads, never as an exception.
-ToolOutput run_tool(const ToolSpec& tool, const std::string& arguments, const ToolRoot& root);
+// `root`: where built-in tools read (null: they refuse).
+ToolOutput run_tool(const ToolSpec& tool, const std::string& arguments, const ToolRoot* root);
 
 }  // namespace ember::ui

@@ -261,7 +261,7 @@ TEST(BuiltinListDirectory, ListsSortedWithKindsAndStaysInside) {
 TEST(BuiltinListDirectory, CapsTheEntries) {
     TempDir dir;
     for (size_t i = 0; i < kListDirectoryMaxEntries + 5; ++i) {
-        write_file(dir.path() / ("f" + std::to_string(100000 + i)), "");
+        write_file(dir.path() / std::to_string(100000 + i), "");
     }
     const ToolOutput out = list_directory_tool(ToolRoot(dir.path().string()), {});
     EXPECT_NE(out.content.find("[5 more entries not shown]"), std::string::npos);
@@ -275,48 +275,46 @@ TEST(ToolRoot, MustBeADirectory) {
 }
 
 ToolSpec command_tool(std::vector<std::string> argv, int timeout_seconds = 5) {
-    ToolSpec tool;
-    tool.name = "t";
-    tool.kind = ToolKind::Command;
-    tool.command = std::move(argv);
-    tool.timeout_seconds = timeout_seconds;
-    return tool;
+    return ToolSpec{.name = std::string("t"),
+                    .kind = ToolKind::Command,
+                    .command = std::move(argv),
+                    .timeout_seconds = timeout_seconds};
 }
 
 TEST(UserTool, GetsTheArgumentsOnStdinAndReturnsItsStdout) {
     TempDir dir;
     const ToolRoot root(dir.path().string());
-    const ToolOutput out = run_tool(command_tool({"cat"}), R"({"city": "Oslo"})", root);
+    const ToolOutput out = run_tool(command_tool({"cat"}), R"({"city": "Oslo"})", &root);
     EXPECT_FALSE(out.error) << out.content;
     EXPECT_EQ(nlohmann::json::parse(out.content), nlohmann::json({{"city", "Oslo"}}));
     // No shell: the metacharacters are one argument.
-    const ToolOutput echo = run_tool(command_tool({"echo", "a;b $(x)"}), "{}", root);
+    const ToolOutput echo = run_tool(command_tool({"echo", "a;b $(x)"}), "{}", &root);
     EXPECT_EQ(echo.content, "a;b $(x)\n");
 }
 
 TEST(UserTool, FailuresComeBackAsErrorsTheModelReads) {
     TempDir dir;
     const ToolRoot root(dir.path().string());
-    const ToolOutput missing = run_tool(command_tool({dir.file("no-such-program")}), "{}", root);
+    const ToolOutput missing = run_tool(command_tool({dir.file("no-such-program")}), "{}", &root);
     EXPECT_TRUE(missing.error);
     EXPECT_NE(missing.content.find("cannot run"), std::string::npos) << missing.content;
 
     const ToolOutput failed =
-        run_tool(command_tool({"sh", "-c", "echo oops >&2; exit 3"}), "{}", root);
+        run_tool(command_tool({"sh", "-c", "echo oops >&2; exit 3"}), "{}", &root);
     EXPECT_TRUE(failed.error);
     EXPECT_NE(failed.content.find("exit status 3"), std::string::npos) << failed.content;
     EXPECT_NE(failed.content.find("oops"), std::string::npos) << failed.content;
 
-    const ToolOutput not_object = run_tool(command_tool({"cat"}), "[1, 2]", root);
+    const ToolOutput not_object = run_tool(command_tool({"cat"}), "[1, 2]", &root);
     EXPECT_TRUE(not_object.error);
-    EXPECT_TRUE(run_tool(command_tool({"cat"}), "{not json", root).error);
+    EXPECT_TRUE(run_tool(command_tool({"cat"}), "{not json", &root).error);
 }
 
 TEST(UserTool, TimeAndOutputAreBounded) {
     TempDir dir;
     const ToolRoot root(dir.path().string());
     const auto start = std::chrono::steady_clock::now();
-    const ToolOutput slow = run_tool(command_tool({"sleep", "30"}, 1), "{}", root);
+    const ToolOutput slow = run_tool(command_tool({"sleep", "30"}, 1), "{}", &root);
     const double seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     EXPECT_TRUE(slow.error);
@@ -325,16 +323,16 @@ TEST(UserTool, TimeAndOutputAreBounded) {
 
     // Closing its output does not let a command outlive its time.
     const ToolOutput quiet =
-        run_tool(command_tool({"sh", "-c", "exec >&- 2>&-; sleep 30"}, 1), "{}", root);
+        run_tool(command_tool({"sh", "-c", "exec >&- 2>&-; sleep 30"}, 1), "{}", &root);
     EXPECT_TRUE(quiet.error);
 
-    const ToolOutput loud = run_tool(command_tool({"yes"}), "{}", root);
+    const ToolOutput loud = run_tool(command_tool({"yes"}), "{}", &root);
     EXPECT_TRUE(loud.error);
     EXPECT_NE(loud.content.find("wrote more than"), std::string::npos) << loud.content;
 
     // A command that never reads its stdin does not hurt ember (no SIGPIPE).
     std::string big_arguments = R"({"x": ")" + std::string(1 << 20, 'a') + "\"}";
-    const ToolOutput deaf = run_tool(command_tool({"true"}), big_arguments, root);
+    const ToolOutput deaf = run_tool(command_tool({"true"}), big_arguments, &root);
     EXPECT_FALSE(deaf.error) << deaf.content;
 }
 

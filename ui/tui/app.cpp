@@ -553,8 +553,8 @@ void FullScreen::Impl::send_input() {
     }
     const std::string text = input.text();
     if (confirming) {
-        // The answer to /run's question goes to the controller as it is, not as a prompt
-        // (an empty one says no).
+        // The answer to /run's or a tool call's question goes to the controller as it is, not
+        // as a prompt (an empty one says no).
         confirming = false;
         input.take();
         start_job(JobKind::Command, text.empty() ? "n" : text);
