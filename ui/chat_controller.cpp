@@ -665,6 +665,12 @@ ChatOutcome ChatController::load_session(const std::string& id) {
     ChatOutcome outcome = info("loaded '" + loaded->summary.title + "' (" +
                                std::to_string(message_ids_.size()) + " messages)");
     outcome.conversation_replaced = true;
+    resume_waiting_calls();
+    if (tool_call_waiting()) {
+        const std::string loaded_note = outcome.message;
+        ask_next_call(outcome);
+        outcome.message = loaded_note + "; a tool call waits: " + outcome.message;
+    }
     return outcome;
 }
 

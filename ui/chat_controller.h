@@ -87,6 +87,9 @@ public:
     const ChatToolSettings& tools() const { return tools_; }
     // Whether a tool call waits for the user's yes (the next line answers it).
     bool tool_call_waiting() const { return !calls_waiting_.empty(); }
+    // The question for a call that waits (one a resumed conversation left unanswered), with
+    // `confirm` set; nothing when none waits. A front end asks it when it starts.
+    ChatOutcome waiting_call_question();
     // After an outcome with tools_continue: the model reads the tool results and goes on
     // (streamed through `on_text`); its reply may call tools again.
     ChatOutcome continue_after_tools(const TextCallback& on_text);
@@ -167,6 +170,8 @@ private:
     void answer_first_call(bool run, const std::string& reason, ChatOutcome& outcome);
     // The tools for the next reply: the first to a prompt (`first`) or one after results.
     void offer_tools_for(bool first);
+    // After a load: the calls of the last reply no tool message answers wait again.
+    void resume_waiting_calls();
     // A new prompt (or /regen, /edit): its first reply gets the configured tool choice and
     // the round count starts again. Throws where the engine refuses the tools.
     void start_tool_rounds();

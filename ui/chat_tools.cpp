@@ -151,6 +151,36 @@ ChatOutcome ChatController::answer_tool_call(const std::string& answer) {
     return outcome;
 }
 
+void ChatController::resume_waiting_calls() {
+    calls_waiting_.clear();
+    call_ran_ = false;
+    if (!tools_.enabled()) return;
+    // The last reply's calls that no tool message after it answers (the chat ended while one
+    // waited for its yes) wait again.
+    const std::vector<ChatMessage>& messages = engine_.messages();
+    size_t reply = messages.size();
+    std::vector<std::string> answered;
+    while (reply > 0 && messages[reply - 1].role == "tool") {
+        const ChatMessage& result = messages[reply - 1];
+        answered.push_back(result.tool_call_id);
+        if (!is_not_run_text(result.content)) call_ran_ = true;
+        --reply;
+    }
+    if (reply == 0 || messages[reply - 1].role != "assistant") return;
+    for (const ToolCall& call : messages[reply - 1].tool_calls) {
+        if (std::find(answered.begin(), answered.end(), call.id) == answered.end()) {
+            calls_waiting_.push_back(call);
+        }
+    }
+    if (calls_waiting_.empty()) call_ran_ = false;
+}
+
+ChatOutcome ChatController::waiting_call_question() {
+    ChatOutcome outcome;
+    if (!calls_waiting_.empty()) ask_next_call(outcome);
+    return outcome;
+}
+
 ChatOutcome ChatController::continue_after_tools(const TextCallback& on_text) {
     const ChatMessage* last = last_non_system();
     if (last == nullptr || last->role != "tool" || !calls_waiting_.empty()) {

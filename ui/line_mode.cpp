@@ -16,6 +16,7 @@
 #include <functional>
 #include <stdexcept>
 #include <system_error>
+#include <utility>
 #include <vector>
 
 #include "ui/terminal_text.h"
@@ -413,6 +414,50 @@ void show_outcome(const ChatOutcome& outcome, const std::string& input, bool col
     if (input.starts_with("/load")) print_transcript(controller.engine());
 }
 
+// One step of the chat: a prompt, a command, an answer to a question, the model going on
+// after tool results; its reply streams to the terminal, then what it left is shown.
+ChatOutcome run_step(const std::function<ChatOutcome(const TextCallback&)>& run,
+                     const std::string& typed, ChatController& controller, LineEditor& editor,
+                     const LineModeOptions& options) {
+    ReplyPrinter printer(options.color, editor, controller);
+    const TextCallback on_text = [&](const std::string& text, TextKind kind) {
+        return printer(text, kind);
+    };
+    editor.clear_interrupt();
+    ChatOutcome outcome = run(on_text);
+    printer.finish();
+    // A Ctrl-C that stopped the reply is spent; it must not also clear the next prompt.
+    editor.clear_interrupt();
+    show_outcome(outcome, typed, options.color, controller);
+    return outcome;
+}
+
+// After a step: its questions (/run's, each tool call's) and the model reading tool results,
+// until the turn is over. False: the user asked to leave.
+bool follow_up(ChatOutcome outcome, ChatController& controller, LineEditor& editor,
+               const LineModeOptions& options) {
+    while (outcome.confirm || outcome.tools_continue) {
+        if (outcome.confirm) {
+            // This line answers it (Enter alone, Ctrl-C or Ctrl-D: no).
+            const LineEditor::Read answer = editor.read_line("run it? [y/N] ");
+            const std::string given =
+                answer.status == LineEditor::Status::Line ? answer.line : std::string("n");
+            outcome = run_step(
+                [&](const TextCallback& on_text) {
+                    return controller.handle_command(given, on_text);
+                },
+                std::string(), controller, editor, options);
+        } else {
+            outcome = run_step(
+                [&](const TextCallback& on_text) {
+                    return controller.continue_after_tools(on_text);
+                },
+                std::string(), controller, editor, options);
+        }
+    }
+    return !outcome.quit;
+}
+
 }  // namespace
 
 std::string default_history_path() {
@@ -475,7 +520,15 @@ int run_line_mode(ChatController& controller, const LineModeOptions& options) {
     std::printf("ember line mode: /help for commands, Ctrl-D to leave\n");
     // Ctrl-C stops a reply also before its first text (a remote server still thinking).
     controller.stop_also_on(&g_interrupt.raised);
+    // A resumed conversation's tool call that waited for the user's yes asks again.
+    ChatOutcome waiting = controller.waiting_call_question();
     for (;;) {
+        if (waiting.confirm) {
+            show_outcome(waiting, std::string(), options.color, controller);
+            const ChatOutcome asked = std::exchange(waiting, ChatOutcome{});
+            if (!follow_up(asked, controller, editor, options)) break;
+            continue;
+        }
         const LineEditor::Read read = editor.read_line(input.pending() ? "... " : "> ");
         if (read.status == LineEditor::Status::EndOfInput) {
             // readline leaves the cursor after the prompt; the shell's prompt wants a new line.
@@ -491,50 +544,13 @@ int run_line_mode(ChatController& controller, const LineModeOptions& options) {
         if (!complete || complete->text.find_first_not_of(" \t") == std::string::npos) continue;
 
         const bool command = !complete->from_block && ChatController::is_command(complete->text);
-        // One step of the chat: a prompt, a command, an answer to a question, the model going
-        // on after tool results; its reply streams to the terminal.
-        const auto step = [&](const std::function<ChatOutcome(const TextCallback&)>& run,
-                              const std::string& typed) {
-            ReplyPrinter printer(options.color, editor, controller);
-            const TextCallback on_text = [&](const std::string& text, TextKind kind) {
-                return printer(text, kind);
-            };
-            editor.clear_interrupt();
-            ChatOutcome outcome = run(on_text);
-            printer.finish();
-            // A Ctrl-C that stopped the reply is spent; it must not also clear the next prompt.
-            editor.clear_interrupt();
-            show_outcome(outcome, typed, options.color, controller);
-            return outcome;
-        };
-        ChatOutcome outcome = step(
+        const ChatOutcome outcome = run_step(
             [&](const TextCallback& on_text) {
                 return command ? controller.handle_command(complete->text, on_text)
                                : controller.submit(complete->text, on_text);
             },
-            command ? complete->text : std::string());
-        // Questions (/run's, each tool call's) and the model reading tool results, until the
-        // turn is over.
-        while (outcome.confirm || outcome.tools_continue) {
-            if (outcome.confirm) {
-                // This line answers it (Enter alone, Ctrl-C or Ctrl-D: no).
-                const LineEditor::Read answer = editor.read_line("run it? [y/N] ");
-                const std::string given =
-                    answer.status == LineEditor::Status::Line ? answer.line : std::string("n");
-                outcome = step(
-                    [&](const TextCallback& on_text) {
-                        return controller.handle_command(given, on_text);
-                    },
-                    std::string());
-            } else {
-                outcome = step(
-                    [&](const TextCallback& on_text) {
-                        return controller.continue_after_tools(on_text);
-                    },
-                    std::string());
-            }
-        }
-        if (outcome.quit) break;
+            command ? complete->text : std::string(), controller, editor, options);
+        if (!follow_up(outcome, controller, editor, options)) break;
     }
     std::fflush(stdout);
     return 0;

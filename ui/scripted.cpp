@@ -347,7 +347,7 @@ TurnOutcome report_reply(const ChatReply& reply, PlainPrinter& printer, std::FIL
     }
     // Plain output: the reply's line (none for a reply that is only calls), then its calls.
     std::string plain = printer.held_back();
-    if (!plain.empty() || r.reply.empty() == false || calls.empty()) plain += "\n";
+    if (!plain.empty() || !r.reply.empty() || calls.empty()) plain += "\n";
     const bool written = o.jsonl_out ? printer.write_json(j)
                                      : printer.write(plain + printer.safe_text(calls_text(calls)));
     if (!reply.interruption.empty()) {

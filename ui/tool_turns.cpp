@@ -13,7 +13,7 @@ constexpr const char* kErrorPrefix = "Error: ";
 
 }  // namespace
 
-const char* const kDeclinedByUser = "The user declined this tool call; it was not run.";
+const char* const kDeclinedByUser = "This tool call was not run: the user declined it.";
 const char* const kNoOneToApprove =
     "This tool call was not run: no one was there to approve it (a script without "
     "--yes-tools).";
@@ -21,6 +21,11 @@ const char* const kNoOneToApprove =
 std::string round_limit_reason(int max_rounds) {
     return "This tool call was not run: " + std::to_string(max_rounds) +
            " rounds of tool calls in a row is the limit; the user may ask to go on.";
+}
+
+bool is_not_run_text(const std::string& content) {
+    // Every reason starts so.
+    return content.starts_with("This tool call was not run: ");
 }
 
 ToolOptions tool_options(const ChatToolSettings& settings, bool first) {
@@ -78,7 +83,8 @@ std::string shown_result(const ChatMessage& tool_message) {
     size_t lines = 0;
     while (at < content.size() && lines < kShownResultLines) {
         const size_t end = content.find('\n', at);
-        text += "\n" + content.substr(at, end == std::string::npos ? std::string::npos : end - at);
+        text += '\n';
+        text.append(content, at, end == std::string::npos ? std::string::npos : end - at);
         at = end == std::string::npos ? content.size() : end + 1;
         ++lines;
     }
@@ -86,8 +92,8 @@ std::string shown_result(const ChatMessage& tool_message) {
     for (size_t i = at; i < content.size(); ++i) rest += content[i] == '\n' ? 1 : 0;
     if (at < content.size() && content.back() != '\n') ++rest;
     if (rest > 0) {
-        text += "\n… " + std::to_string(rest) + " more line" + (rest == 1 ? "" : "s") +
-                " (the model reads all of it)";
+        text.append("\n… ").append(std::to_string(rest)).append(rest == 1 ? " more line" : " more lines");
+        text.append(" (the model reads all of it)");
     }
     return text;
 }

@@ -57,6 +57,8 @@ ChatMessage tool_not_run_message(const ToolCall& call, const std::string& reason
 extern const char* const kDeclinedByUser;
 extern const char* const kNoOneToApprove;
 std::string round_limit_reason(int max_rounds);
+// Whether a tool message's content says its call did not run (one of the reasons above).
+bool is_not_run_text(const std::string& content);
 
 // A tool message for the screen: "read_file returned:" and the first kShownResultLines lines
 // of its content (with a count of the rest).
