@@ -296,7 +296,9 @@ std::shared_ptr<const grammar::Grammar> tool_call_grammar(ToolCallFormat format,
             throw ToolError("the parameters of tool '" + name + "' cannot be enforced: " + e.what(),
                             "tools[" + std::to_string(i) + "].function.parameters");
         }
-        const std::string prefix = "t" + std::to_string(i) + "-";
+        std::string prefix = std::to_string(i);
+        prefix.insert(prefix.begin(), 't');
+        prefix += '-';
         rules += prefix_rules(gbnf, prefix) + "\n";
         if (!alternatives.empty()) alternatives += " | ";
         if (harmony) {
@@ -308,20 +310,28 @@ std::shared_ptr<const grammar::Grammar> tool_call_grammar(ToolCallFormat format,
             alternatives += gbnf_literal(name + "\", \"" + key + "\": ") + " " + prefix + "root";
         }
     }
-    std::string top;
+    // Built by appending: GCC 12 warns falsely (-Wrestrict) on "literal" + std::string&&.
+    std::string top = "root ::= ";
     if (harmony) {
         // One call per reply: <|call|> ends it, and the tool's answer comes in the next turn.
-        top = "root ::= " +
-              gbnf_literal(harmony_sentinel("channel") + "commentary to=functions.") + " ( " +
-              alternatives + " ) " + gbnf_literal(harmony_sentinel("call")) + "\n";
+        top.append(gbnf_literal(harmony_sentinel("channel") + "commentary to=functions."))
+            .append(" ( ")
+            .append(alternatives)
+            .append(" ) ")
+            .append(gbnf_literal(harmony_sentinel("call")))
+            .append("\n");
     } else {
         const std::string open = hermes ? "<tool_call>\n{\"name\": \"" : "{\"name\": \"";
         const std::string close = hermes ? "}\n</tool_call>" : "}";
         // Llama 3's template renders one call per turn, so its replies hold one.
         const bool several = options.parallel && format != ToolCallFormat::Llama3;
-        top = "root ::= call" + std::string(several ? " ( \"\\n\" call )*" : "") + "\n" +
-              "call ::= " + gbnf_literal(open) + " ( " + alternatives + " ) " +
-              gbnf_literal(close) + "\n";
+        top.append("call").append(several ? " ( \"\\n\" call )*" : "").append("\ncall ::= ");
+        top.append(gbnf_literal(open))
+            .append(" ( ")
+            .append(alternatives)
+            .append(" ) ")
+            .append(gbnf_literal(close))
+            .append("\n");
     }
     try {
         return std::make_shared<const grammar::Grammar>(grammar::parse_gbnf(top + rules));
