@@ -67,7 +67,8 @@ struct Job {
     bool ignore_eos = false;
     std::shared_ptr<const grammar::Grammar> grammar;  // response_format (null: free text)
     ToolOptions tools;                                // offered functions (chat)
-    // The grammar a reply that must call is held to (tool_choice required or a function).
+    // The grammar a reply that must call is held to (tool_choice required or a function), or
+    // in auto mode the one each call is held to once it starts (null: none).
     std::shared_ptr<const grammar::Grammar> tool_grammar;
     std::string id;
     int64_t created = 0;
@@ -131,9 +132,12 @@ struct Server::Impl {
         renderer->clear();
         try {
             renderer->set_tools(job.tools);
-            if (job.tools.forces_call()) {
-                job.tool_grammar = tool_call_grammar(renderer->tool_call_format(), job.tools);
-            }
+            // A forced call is held from the reply's start; in auto mode a call is held from
+            // its start marker on (harmony's calls are then only parsed).
+            job.tool_grammar =
+                job.tools.forces_call()
+                    ? tool_call_grammar(renderer->tool_call_format(), job.tools)
+                    : tool_call_lazy_grammar(renderer->tool_call_format(), job.tools);
         } catch (const ToolError& e) {
             throw ApiError(400, e.what(), e.field());
         }
