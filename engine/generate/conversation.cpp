@@ -102,11 +102,19 @@ public:
             },
             on_call);
     }
+    // The answer's text goes to `lazy` too, which engages its constraint where a call starts.
+    void set_lazy_constraint(LazyToolConstraint* lazy) { lazy_ = lazy; }
     void push(int32_t id) {
         if (harmony_) {
             harmony_->push(id);
-        } else {
-            think_->push(detok_.push(id));
+            return;
+        }
+        const ReplyRouter::Phase before = think_->phase();
+        const std::string piece = detok_.push(id);
+        think_->push(piece);
+        if (lazy_ != nullptr && before != ReplyRouter::Phase::Thinking &&
+            think_->phase() == ReplyRouter::Phase::Answer) {
+            lazy_->on_answer_text(piece);
         }
     }
     // The generated text is complete (no more tokens follow).
@@ -166,7 +174,33 @@ private:
     std::optional<ToolCallParser> calls_;
     std::optional<ReplyRouter> think_;
     std::optional<HarmonyRouter> harmony_;
+    LazyToolConstraint* lazy_ = nullptr;
 };
+
+// Samples the answer through options.constraint; the reasoning stays free. Before the reply has
+// shown which it starts with, the grammar holds, and a thinking model (`thinking_tokenizer`
+// set) may still open its block. With `lazy`, only the tool calls in the answer are held.
+void constrain_answer(GenerateOptions& generation, ReplyStream& router,
+                      const GenerateOptions& options, const Tokenizer* thinking_tokenizer,
+                      LazyToolConstraint* lazy, const TurnResult& result) {
+    if (lazy != nullptr) {
+        generation.constrain_now = [&router, lazy] {
+            return router.phase() != ReplyRouter::Phase::Thinking && lazy->engaged();
+        };
+    } else {
+        const std::optional<int32_t> open_tag =
+            thinking_tokenizer ? thinking_tokenizer->find_token("<think>") : std::nullopt;
+        generation.constrain_now = [&router, &options, open_tag] {
+            const ReplyRouter::Phase phase = router.phase();
+            options.constraint->set_extra_allowed(
+                phase == ReplyRouter::Phase::Undecided && open_tag ? *open_tag : -1);
+            return phase != ReplyRouter::Phase::Thinking;
+        };
+    }
+    generation.tokens_left = [&options, &result] {
+        return options.max_tokens < 0 ? -1 : options.max_tokens - result.answer_tokens - 1;
+    };
+}
 
 }  // namespace
 
@@ -715,25 +749,20 @@ bool Conversation::generate_reply(std::vector<int32_t> prompt, Sampler& sampler,
     // generator itself runs until the context is full.
     GenerateOptions unbounded = options;
     unbounded.max_tokens = -1;
+    std::optional<LazyToolConstraint> lazy;
     if (options.constraint != nullptr) {
         if (harmony != nullptr && !harmony_call) {
             throw std::invalid_argument(
                 "constrained output (a grammar or JSON schema) is not supported for harmony "
                 "(gpt-oss) models");
         }
-        // The answer is constrained, the reasoning is not. Before the reply has shown which it
-        // starts with, the grammar holds, and a thinking model may still open its block.
-        const std::optional<int32_t> open_tag =
-            thinking_possible ? tok.find_token("<think>") : std::nullopt;
-        unbounded.constrain_now = [&router, &options, open_tag] {
-            const ReplyRouter::Phase phase = router.phase();
-            options.constraint->set_extra_allowed(
-                phase == ReplyRouter::Phase::Undecided && open_tag ? *open_tag : -1);
-            return phase != ReplyRouter::Phase::Thinking;
-        };
-        unbounded.tokens_left = [&options, &result] {
-            return options.max_tokens < 0 ? -1 : options.max_tokens - result.answer_tokens - 1;
-        };
+        // tool_choice auto: the constraint holds the calls only (tool_call_lazy_grammar).
+        if (tools_on && !tools_->forces_call()) {
+            lazy.emplace(tool_format_, *options.constraint);
+            router.set_lazy_constraint(&*lazy);
+        }
+        constrain_answer(unbounded, router, options, thinking_possible ? &tok : nullptr,
+                         lazy ? &*lazy : nullptr, result);
     }
     // Harmony ends a message with <|end|>, an end-of-generation token, also after the
     // thinking: the router says when the reply is over.

@@ -168,7 +168,9 @@ public:
 
     // Generates the assistant's reply to the conversation so far and appends it. Throws
     // ContextOverflow when the newest message cannot fit. With tools set, calls in the reply
-    // go to `on_tool_call` as they stream (never to `on_text`) and into TurnResult::tool_calls.
+    // go to `on_tool_call` as they stream (never to `on_text`) and into TurnResult::tool_calls;
+    // `options.constraint` then holds tool_call_grammar() for a forced call (the whole answer
+    // follows it), or tool_call_lazy_grammar() in auto mode (engaged over each call only).
     TurnResult respond(Sampler& sampler, const GenerateOptions& options,
                        const TextCallback& on_text, const ToolCallCallback& on_tool_call = {});
 

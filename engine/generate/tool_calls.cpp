@@ -5,6 +5,7 @@
 
 #include "engine/grammar/gbnf.h"
 #include "engine/grammar/json_schema.h"
+#include "engine/grammar/token_mask.h"
 
 namespace ember {
 
@@ -273,8 +274,11 @@ std::string prefix_rules(std::string_view gbnf, const std::string& prefix) {
 
 }  // namespace
 
-std::shared_ptr<const grammar::Grammar> tool_call_grammar(ToolCallFormat format,
-                                                          const ToolOptions& options) {
+namespace {
+
+// The grammar of a whole forced reply, or (`lazy`) of one call's rest after its start marker.
+std::shared_ptr<const grammar::Grammar> build_call_grammar(ToolCallFormat format,
+                                                           const ToolOptions& options, bool lazy) {
     if (format == ToolCallFormat::None) {
         throw ToolError("this model's chat template has no tool-call format Ember knows", "tools");
     }
@@ -296,7 +300,9 @@ std::shared_ptr<const grammar::Grammar> tool_call_grammar(ToolCallFormat format,
             throw ToolError("the parameters of tool '" + name + "' cannot be enforced: " + e.what(),
                             "tools[" + std::to_string(i) + "].function.parameters");
         }
-        const std::string prefix = "t" + std::to_string(i) + "-";
+        std::string prefix = std::to_string(i);
+        prefix.insert(prefix.begin(), 't');
+        prefix += '-';
         rules += prefix_rules(gbnf, prefix) + "\n";
         if (!alternatives.empty()) alternatives += " | ";
         if (harmony) {
@@ -308,20 +314,38 @@ std::shared_ptr<const grammar::Grammar> tool_call_grammar(ToolCallFormat format,
             alternatives += gbnf_literal(name + "\", \"" + key + "\": ") + " " + prefix + "root";
         }
     }
-    std::string top;
+    // Built by appending: GCC 12 warns falsely (-Wrestrict) on "literal" + std::string&&.
+    std::string top = "root ::= ";
     if (harmony) {
         // One call per reply: <|call|> ends it, and the tool's answer comes in the next turn.
-        top = "root ::= " +
-              gbnf_literal(harmony_sentinel("channel") + "commentary to=functions.") + " ( " +
-              alternatives + " ) " + gbnf_literal(harmony_sentinel("call")) + "\n";
+        top.append(gbnf_literal(harmony_sentinel("channel") + "commentary to=functions."))
+            .append(" ( ")
+            .append(alternatives)
+            .append(" ) ")
+            .append(gbnf_literal(harmony_sentinel("call")))
+            .append("\n");
+    } else if (lazy) {
+        // Hermes: after <tool_call>, which the model wrote itself; the others: from the "{"
+        // that opens the reply.
+        top.append(hermes ? "\"\\n\"? " : "")
+            .append(gbnf_literal("{\"name\": \""))
+            .append(" ( ")
+            .append(alternatives)
+            .append(" ) ")
+            .append(gbnf_literal(hermes ? "}\n</tool_call>" : "}"))
+            .append("\n");
     } else {
         const std::string open = hermes ? "<tool_call>\n{\"name\": \"" : "{\"name\": \"";
         const std::string close = hermes ? "}\n</tool_call>" : "}";
         // Llama 3's template renders one call per turn, so its replies hold one.
         const bool several = options.parallel && format != ToolCallFormat::Llama3;
-        top = "root ::= call" + std::string(several ? " ( \"\\n\" call )*" : "") + "\n" +
-              "call ::= " + gbnf_literal(open) + " ( " + alternatives + " ) " +
-              gbnf_literal(close) + "\n";
+        top.append("call").append(several ? " ( \"\\n\" call )*" : "").append("\ncall ::= ");
+        top.append(gbnf_literal(open))
+            .append(" ( ")
+            .append(alternatives)
+            .append(" ) ")
+            .append(gbnf_literal(close))
+            .append("\n");
     }
     try {
         return std::make_shared<const grammar::Grammar>(grammar::parse_gbnf(top + rules));
@@ -329,6 +353,57 @@ std::shared_ptr<const grammar::Grammar> tool_call_grammar(ToolCallFormat format,
         throw ToolError(std::string("the tools' call grammar cannot be built: ") + e.what(),
                         "tools");
     }
+}
+
+}  // namespace
+
+std::shared_ptr<const grammar::Grammar> tool_call_grammar(ToolCallFormat format,
+                                                          const ToolOptions& options) {
+    return build_call_grammar(format, options, /*lazy=*/false);
+}
+
+std::shared_ptr<const grammar::Grammar> tool_call_lazy_grammar(ToolCallFormat format,
+                                                               const ToolOptions& options) {
+    if (format == ToolCallFormat::Harmony || !options.active()) return nullptr;
+    return build_call_grammar(format, options, /*lazy=*/true);
+}
+
+LazyToolConstraint::LazyToolConstraint(ToolCallFormat format,
+                                       grammar::GrammarConstraint& constraint)
+    : format_(format), constraint_(constraint) {}
+
+void LazyToolConstraint::on_answer_text(std::string_view piece) {
+    answer_ += piece;
+}
+
+bool LazyToolConstraint::engaged() {
+    if (engaged_) {
+        if (constraint_.matcher().can_continue()) return true;
+        engaged_ = false;  // the call is complete: free text again, until the next call
+        scan_from_ = answer_.size();
+        return false;
+    }
+    size_t at = std::string::npos, rest = 0;
+    if (format_ == ToolCallFormat::Hermes) {
+        constexpr std::string_view kOpen = "<tool_call>";
+        at = answer_.find(kOpen, scan_from_);
+        rest = at + kOpen.size();
+    } else if (!tried_start_) {
+        // A call is the whole reply: it opens with "{", after whitespace at most.
+        const size_t first = answer_.find_first_not_of(" \t\r\n");
+        if (first == std::string::npos) return false;
+        tried_start_ = true;
+        if (answer_[first] == '{') at = rest = first;
+    }
+    if (at == std::string::npos) return false;
+    scan_from_ = rest;
+    constraint_.reset();
+    // What the model already wrote of the call must fit the grammar; if not, the call is left
+    // to the parser (it may turn out text).
+    if (!constraint_.matcher().accept(std::string_view(answer_).substr(rest))) return false;
+    engaged_ = constraint_.matcher().can_continue();
+    ++engagements_;
+    return engaged_;
 }
 
 }  // namespace ember

@@ -39,6 +39,7 @@ namespace ember {
 
 namespace grammar {
 class Grammar;
+class GrammarConstraint;
 }
 
 enum class ToolCallFormat { None, Hermes, Llama3, Harmony, Gemma3 };
@@ -105,6 +106,35 @@ TemplateMessages template_messages(std::span<const ChatMessage> messages, ToolCa
 // tool and the schema keyword Ember cannot constrain.
 std::shared_ptr<const grammar::Grammar> tool_call_grammar(ToolCallFormat format,
                                                           const ToolOptions& options);
+// The grammar of one call's rest, for tool_choice auto in the text formats (null for harmony,
+// whose calls auto mode only parses): Hermes from after <tool_call>, Llama3/Gemma3 from the "{"
+// that opens the reply. LazyToolConstraint engages it where a call starts.
+std::shared_ptr<const grammar::Grammar> tool_call_lazy_grammar(ToolCallFormat format,
+                                                               const ToolOptions& options);
+
+// tool_choice auto: the reply is free text until a call starts (the format's start marker in
+// the answer), then the constraint (over tool_call_lazy_grammar) holds the call to its syntax
+// and its arguments to the tool's schema, until the call is complete; then text is free again.
+// Fed the answer's text as generated (thinking excluded); engaged() is asked before each
+// token is sampled and says whether to sample it through the constraint (which then accepts
+// it: generate() does that).
+class LazyToolConstraint {
+public:
+    LazyToolConstraint(ToolCallFormat format, grammar::GrammarConstraint& constraint);
+    void on_answer_text(std::string_view piece);
+    bool engaged();
+    int engagements() const { return engagements_; }  // calls the constraint held
+
+private:
+    ToolCallFormat format_;
+    grammar::GrammarConstraint& constraint_;
+    std::string answer_;
+    size_t scan_from_ = 0;     // where the next start marker is looked for
+    bool tried_start_ = false;  // Llama3/Gemma3: the reply's start was looked at
+    bool engaged_ = false;
+    int engagements_ = 0;
+};
+
 // The text a harmony marker stands for inside a grammar: byte 0x01 and a letter, which no
 // ordinary token of a harmony trie holds. `marker`: one of "start", "end", "message",
 // "channel", "return", "call", "constrain".

@@ -10,6 +10,7 @@
 
 #include "engine/generate/tool_calls.h"
 #include "engine/grammar/matcher.h"
+#include "engine/grammar/token_mask.h"
 
 namespace ember {
 namespace {
@@ -395,6 +396,82 @@ TEST(TemplateMessages, GemmaGetsItsPromptConvention) {
     EXPECT_EQ(t.messages[2]["role"], "user");
     EXPECT_EQ(t.messages[2]["content"],
               "```tool_output\n{\"temp\": 3}\n```\n```tool_output\nsunny\n```");
+}
+
+// tool_choice auto: free text until <tool_call>, then the call's syntax and its arguments'
+// schema hold, until </tool_call>; then free again. A vocabulary of every printable ASCII
+// character plus the two tags (as Qwen's has them as single tokens).
+TEST(LazyToolConstraint, HoldsACallFromItsStartMarkerToItsEnd) {
+    std::vector<std::string> pieces;
+    for (char c = ' '; c <= '~'; ++c) pieces.emplace_back(1, c);
+    pieces.emplace_back("\n");
+    const auto open = static_cast<int32_t>(pieces.size());
+    pieces.emplace_back("<tool_call>");
+    const auto close = static_cast<int32_t>(pieces.size());
+    pieces.emplace_back("</tool_call>");
+    auto trie = std::make_shared<const grammar::TokenTrie>(pieces, std::vector<int32_t>{});
+    auto id_of = [&](char c) { return c == '\n' ? static_cast<int32_t>(pieces.size() - 3) : c - ' '; };
+
+    ToolOptions options;
+    options.tools = weather_tools();
+    grammar::GrammarConstraint constraint(tool_call_lazy_grammar(ToolCallFormat::Hermes, options),
+                                          trie);
+    LazyToolConstraint lazy(ToolCallFormat::Hermes, constraint);
+    // Runs `ids` as generate() would: sampled through the constraint while engaged.
+    std::vector<bool> engaged;
+    auto run = [&](const std::vector<int32_t>& ids) {
+        for (const int32_t id : ids) {
+            const bool on = lazy.engaged();
+            engaged.push_back(on);
+            if (on) {
+                EXPECT_TRUE(constraint.allows(id)) << "token " << pieces[static_cast<size_t>(id)];
+                EXPECT_TRUE(constraint.accept(id));
+            }
+            lazy.on_answer_text(pieces[static_cast<size_t>(id)]);
+        }
+    };
+    std::vector<int32_t> ids;
+    for (char c : std::string("ok ")) ids.push_back(id_of(c));
+    ids.push_back(open);
+    run(ids);
+    EXPECT_EQ(engaged, std::vector<bool>(4, false)) << "text before the call is free";
+    ASSERT_TRUE(lazy.engaged());
+    EXPECT_FALSE(constraint.allows(id_of('Z'))) << "the call's syntax holds";
+    ids.clear();
+    for (char c : std::string("\n{\"name\": \"get_time\", \"arguments\": {\"zone\":\"UTC\"}}\n")) {
+        ids.push_back(id_of(c));
+    }
+    engaged.clear();
+    run(ids);
+    EXPECT_EQ(engaged, std::vector<bool>(ids.size(), true));
+    ASSERT_TRUE(lazy.engaged());
+    EXPECT_TRUE(constraint.allows(close));
+    run({close});
+    EXPECT_FALSE(lazy.engaged()) << "free again after </tool_call>";
+    EXPECT_EQ(lazy.engagements(), 1);
+}
+
+TEST(LazyToolConstraint, ArgumentsFollowTheSchemaOnceEngaged) {
+    std::vector<std::string> pieces;
+    for (char c = ' '; c <= '~'; ++c) pieces.emplace_back(1, c);
+    auto trie = std::make_shared<const grammar::TokenTrie>(pieces, std::vector<int32_t>{});
+    ToolOptions options;
+    options.tools = weather_tools();
+    grammar::GrammarConstraint constraint(tool_call_lazy_grammar(ToolCallFormat::Llama3, options),
+                                          trie);
+    LazyToolConstraint lazy(ToolCallFormat::Llama3, constraint);
+    const std::string text = "{\"name\": \"get_weather\", \"parameters\": {\"unit\"";
+    for (char c : text) {
+        if (lazy.engaged()) {
+            if (!constraint.accept(c - ' ')) {
+                // "unit" before the required "city": the schema's property order refuses it.
+                EXPECT_EQ(c, 'u');
+                return;
+            }
+        }
+        lazy.on_answer_text(std::string(1, c));
+    }
+    FAIL() << "the schema should refuse \"unit\" before \"city\"";
 }
 
 }  // namespace
