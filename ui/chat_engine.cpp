@@ -29,15 +29,20 @@ void ChatEngine::set_tools(const ToolOptions& tools) {
 }
 
 void LocalChatEngine::set_tools(const ToolOptions& tools) {
-    // A forced choice's grammar is built now, so an unenforceable schema is said at once.
-    std::shared_ptr<const grammar::Grammar> grammar;
-    if (tools.forces_call()) {
-        if (!tool_trie_) throw std::invalid_argument("a forced tool call needs the model's vocabulary");
-        grammar = tool_call_grammar(conversation_->tool_call_format(), tools);
-    }
-    conversation_->set_tools(tools);
+    conversation_->set_tools(tools);  // refuses a template without a tool-call format
     tools_ = tools;
-    call_grammar_ = std::move(grammar);
+    // Built now, so an unenforceable parameter schema is said at once.
+    call_grammar_ = call_grammar();
+}
+
+std::shared_ptr<const grammar::Grammar> LocalChatEngine::call_grammar() const {
+    if (!tools_.active()) return nullptr;
+    if (!tool_trie_) throw std::invalid_argument("tool calls need the model's vocabulary");
+    // A forced call is held from the reply's start; in auto mode a call is held from its
+    // start marker on (harmony's calls are then only parsed: null).
+    const ToolCallFormat format = conversation_->tool_call_format();
+    return tools_.forces_call() ? tool_call_grammar(format, tools_)
+                                : tool_call_lazy_grammar(format, tools_);
 }
 
 void LocalChatEngine::offer_tools_to(Conversation& conversation) const {
@@ -59,13 +64,13 @@ ChatReply LocalChatEngine::respond(Sampler& sampler, const GenerateOptions& opti
         return !(stop_requested && stop_requested());
     };
     GenerateOptions generation = options;
-    std::optional<grammar::GrammarConstraint> forced_call;
-    if (tools_.forces_call() && options.constraint == nullptr) {
-        if (!call_grammar_) {
-            call_grammar_ = tool_call_grammar(conversation_->tool_call_format(), tools_);
+    std::optional<grammar::GrammarConstraint> call_constraint;
+    if (tools_.active() && options.constraint == nullptr) {
+        if (!call_grammar_) call_grammar_ = call_grammar();
+        if (call_grammar_) {
+            call_constraint.emplace(call_grammar_, tool_trie_());
+            generation.constraint = &*call_constraint;
         }
-        forced_call.emplace(call_grammar_, tool_trie_());
-        generation.constraint = &*forced_call;
     }
     ChatReply reply;
     reply.turn = conversation_->respond(sampler, generation, checked, on_call);

@@ -130,7 +130,8 @@ public:
     void store_pending_state() override { conversation_->store_pending_state(); }
     // Kept here as well, so a conversation rebound to (/model) offers the same tools. A
     // choice that forces a call (required, a named function) holds the reply to the call
-    // grammar (tool_call_grammar) over the vocabulary `set_tool_trie` gives.
+    // grammar (tool_call_grammar), auto mode each call from its start marker on (the lazy
+    // grammar), over the vocabulary `set_tool_trie` gives.
     void set_tools(const ToolOptions& tools) override;
     // The current model's vocabulary as the call grammar sees it (harmony models: their
     // markers as sentinels, make_harmony_token_trie); needed only for forced calls.
@@ -172,8 +173,11 @@ public:
 private:
     Conversation* conversation_;
     ToolOptions tools_;
+    // The grammar calls are held to for tools_ (a forced call's, or auto mode's lazy one;
+    // null: none), and building it.
+    std::shared_ptr<const grammar::Grammar> call_grammar() const;
     TrieSource tool_trie_;
-    std::shared_ptr<const grammar::Grammar> call_grammar_;  // for tools_, built when first forced
+    std::shared_ptr<const grammar::Grammar> call_grammar_;
 };
 
 }  // namespace ember::ui
