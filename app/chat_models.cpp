@@ -116,6 +116,7 @@ std::string ChatModels::switch_to(const std::string& name) {
     options.context = context_for(*model, /*cap_to_training=*/true, context_note);
     auto conversation = std::make_unique<Conversation>(*model, pool_, std::move(options));
     copy_messages(*conversation_, *conversation);
+    engine_->offer_tools_to(*conversation);  // --tools: the new model must take them too
     sessions_->use_model(*model, *conversation, *conversation_);
 
     // The swap: the engine answers with the new model; the old one goes.

@@ -17,6 +17,7 @@
 #include "app/serve/client.h"
 #include "app/session_adapter.h"
 #include "engine/generate/conversation.h"
+#include "engine/generate/harmony.h"
 #include "engine/model/model.h"
 #include "engine/util/thread_pool.h"
 #include "ui/attachments.h"
@@ -27,6 +28,7 @@
 #include "ui/scripted.h"
 #include "ui/session_backend.h"
 #include "ui/terminal_text.h"
+#include "ui/tool_turns.h"
 #include "ui/tui/full_screen.h"
 
 namespace ember::app {
@@ -73,7 +75,60 @@ struct ChatOptions {
     std::string preset;   // --preset: a named preset of the config file
     ui::Presets presets;  // the config file's, for --preset and /preset
     std::string remote_model;
+    // Tools (README: Tools): --tools FILE (repeatable), --builtin-tools NAMES, --tool-root,
+    // --tool-choice, --yes-tools.
+    std::vector<std::string> tool_files;
+    std::vector<std::string> builtin_tools;
+    std::string tool_root;
+    std::string tool_choice = "auto";
+    bool yes_tools = false;
+    ui::ChatToolSettings tools;  // built from the above by load_tools()
 };
+
+// The tools the flags name, checked before anything loads: a bad tools file is one line
+// naming the file, the tool and the field (ui::ToolsError). Nothing when no tool is named.
+void load_tools(ChatOptions& o) {
+    const bool any_tool = !o.tool_files.empty() || !o.builtin_tools.empty();
+    if (!any_tool) {
+        if (o.tool_choice != "auto" || o.yes_tools || !o.tool_root.empty()) {
+            throw CLI::ValidationError("--tool-choice, --tool-root and --yes-tools",
+                                       "need tools: --tools FILE or --builtin-tools NAMES");
+        }
+        return;
+    }
+    auto tools = std::make_shared<ui::ToolSet>();
+    for (const std::string& file : o.tool_files) tools->add_file(file);
+    for (const std::string& name : o.builtin_tools) tools->add_builtin(name);
+    ui::ChatToolSettings& settings = o.tools;
+    if (!o.builtin_tools.empty()) {
+        settings.root = std::make_shared<const ui::ToolRoot>(o.tool_root.empty() ? "." : o.tool_root);
+    } else if (!o.tool_root.empty()) {
+        throw CLI::ValidationError("--tool-root", "applies to the built-in tools (--builtin-tools)");
+    }
+    if (o.tool_choice == "auto") {
+        settings.choice = ToolChoice::Auto;
+    } else if (o.tool_choice == "none") {
+        settings.choice = ToolChoice::None;
+    } else if (o.tool_choice == "required") {
+        settings.choice = ToolChoice::Required;
+    } else if (tools->find(o.tool_choice) != nullptr) {
+        settings.choice = ToolChoice::Named;
+        settings.named = o.tool_choice;
+    } else {
+        throw CLI::ValidationError("--tool-choice", "'" + o.tool_choice +
+                                                        "' is not auto, none, required or the "
+                                                        "name of a tool offered");
+    }
+    settings.auto_approve = o.yes_tools;
+    settings.tools = std::move(tools);
+}
+
+// The vocabulary a forced tool call's grammar masks (harmony models: with their markers).
+std::shared_ptr<const grammar::TokenTrie> tool_call_trie(const Model& model) {
+    const std::optional<HarmonyTokens> harmony = HarmonyTokens::find(model.tokenizer());
+    return harmony ? make_harmony_token_trie(model.tokenizer(), *harmony)
+                   : make_token_trie(model.tokenizer());
+}
 
 // What the front end records about the conversation and how it finds it again.
 ChatSessionOptions session_options_for(const ChatOptions& o, bool scripted) {
@@ -142,6 +197,7 @@ int run_front_end(ui::ChatEngine& engine, Sampler& sampler, ChatSessions& sessio
     so.generation.speculation.draft_max = o.draft_max;
     if (o.seed_given) so.seed = o.sampling.seed;
     so.attachments = o.attachments;
+    so.tools = o.tools;
     if (scripted) {
         // Turns are committed as they complete; a resumed conversation continues its branch.
         so.sessions = &sessions.backend();
@@ -161,6 +217,7 @@ int run_front_end(ui::ChatEngine& engine, Sampler& sampler, ChatSessions& sessio
     controller.set_seeds(ui::ReplySeeds(so.seed));
     controller.set_show_stats(o.verbose);
     controller.set_model_switcher(models);
+    if (o.tools.enabled()) controller.set_tools(o.tools);
     if (!sessions.resume_id().empty()) {
         const ui::ChatOutcome loaded = controller.load_session(sessions.resume_id());
         if (loaded.error) throw std::runtime_error(loaded.message);
@@ -257,6 +314,11 @@ int run_local_chat(ChatOptions& o) {
                                    "and --grammar apply to scripted chats (-p, --script, piped "
                                    "input), not the interactive one");
     }
+    if (constrained.grammar && o.tools.enabled()) {
+        throw CLI::ValidationError("--json-schema",
+                                   "and --grammar exclude --tools: a reply is either the schema's "
+                                   "answer or a call");
+    }
     // The full-screen UI takes the terminal before the model loads, so the load shows at once.
     std::unique_ptr<ui::FullScreen> screen = open_screen(o, scripted, model_path, "");
     ThreadPool pool(o.threads > 0 ? o.threads : default_threads());
@@ -287,6 +349,20 @@ int run_local_chat(ChatOptions& o) {
     ui::LocalChatEngine engine(conv);
     // /model NAME swaps the engine's model and conversation, and the sessions' record of them.
     models.attach(engine, sessions);
+    if (o.tools.enabled()) {
+        // Built when a forced call first needs it, and again for a model switched to.
+        std::shared_ptr<const grammar::TokenTrie> call_trie;
+        const Model* call_trie_model = nullptr;
+        engine.set_tool_trie([call_trie, call_trie_model, &models]() mutable {
+            if (!call_trie || call_trie_model != &models.model()) {
+                call_trie = tool_call_trie(models.model());
+                call_trie_model = &models.model();
+            }
+            return call_trie;
+        });
+        // A model whose template has no tool-call format Ember knows: said before the chat.
+        engine.set_tools(ui::tool_options(o.tools, /*first=*/true));
+    }
     // The vocabulary trie is built when a turn first needs it (a JSONL line's schema), and
     // again for a model switched to.
     std::shared_ptr<const grammar::TokenTrie> trie;
@@ -311,6 +387,9 @@ int run_remote_chat(ChatOptions& o) {
     if (!o.output_format.json_schema.empty() || !o.output_format.grammar_file.empty()) {
         throw CLI::ValidationError("--json-schema",
                                    "and --grammar need the local engine, not --remote");
+    }
+    if (o.tools.enabled()) {
+        throw CLI::ValidationError("--tools", "and --builtin-tools need the local engine, not --remote");
     }
     if (!o.template_file.empty() || o.ctx > 0) {
         throw std::runtime_error(
@@ -353,6 +432,7 @@ int run_remote_chat(ChatOptions& o) {
 
 int run_chat(ChatOptions& o) {
     o.sampling.validate();
+    load_tools(o);
     // Read before the model loads, so a file that is not text fails at once; stdin is
     // attached only with -p (without it, scripted prompts come from stdin).
     if (chat_is_scripted(o)) {
@@ -367,6 +447,33 @@ void apply_preset(ChatOptions& o, const CLI::App& cmd) {
     apply_config_sampling(nlohmann::json{{"sampling", preset.sampling}}, cmd, o.sampling);
     o.seed_given = o.seed_given || preset.sampling.contains("seed");
     if (preset.system && cmd.count("--system") == 0) o.system = *preset.system;
+}
+
+void add_tool_options(CLI::App* cmd, ChatOptions& o) {
+    cmd->add_option("--tools", o.tool_files,
+                    "Offer the model the tools of this JSON file (repeatable): OpenAI-style "
+                    "definitions, each with a \"command\" argv that gets the call's arguments as "
+                    "JSON on stdin; every call asks you first (README: Tools)")
+        ->type_name("FILE");
+    std::string builtins;
+    for (const std::string& name : ui::builtin_tool_names()) {
+        builtins += (builtins.empty() ? "" : ", ") + name;
+    }
+    cmd->add_option("--builtin-tools", o.builtin_tools,
+                    "Offer these built-in read-only tools (" + builtins +
+                        "), confined to --tool-root")
+        ->delimiter(',')
+        ->type_name("NAMES");
+    cmd->add_option("--tool-root", o.tool_root,
+                    "The directory the built-in tools may read (default: the current one)")
+        ->type_name("DIR");
+    cmd->add_option("--tool-choice", o.tool_choice,
+                    "auto (the model decides), none, required (the first reply to each prompt "
+                    "is a call) or a tool's name (that call)")
+        ->capture_default_str();
+    cmd->add_flag("--yes-tools", o.yes_tools,
+                  "Run tool calls without asking (a script has no one to ask: without this "
+                  "its calls are printed and not run)");
 }
 
 }  // namespace
@@ -456,6 +563,7 @@ void register_chat_command(CLI::App& app, std::vector<Command>& out) {
         ->needs(remote);
     add_sampling_options(cmd, o->sampling);
     add_output_format_options(cmd, o->output_format);
+    add_tool_options(cmd, *o);
     cmd->add_option("--preset", o->preset,
                     "A named preset of the config file (\"presets\": {NAME: {\"system\": ..., "
                     "\"sampling\": {...}}}), under the flags")

@@ -6,6 +6,8 @@
 #include <sstream>
 
 #include "app/commands.h"
+#include "app/serve/api.h"
+#include "engine/generate/tool_calls.h"
 #include "engine/template/json_depth.h"
 #include "engine/template/template.h"
 #include "engine/generate/default_template.h"
@@ -24,6 +26,8 @@ struct RenderOptions {
     std::string template_file;
     std::string messages_file;
     bool no_generation_prompt = false;
+    bool as_request = false;  // the messages file is an OpenAI chat request
+    std::string date;         // YYYY-MM-DD for strftime_now (empty: today)
     std::string bos, eos;
     std::vector<std::string> vars;
 };
@@ -68,9 +72,26 @@ int run_render(const RenderOptions& o, bool bos_given, bool eos_given) {
         if (!eos_given && tok.eos_id() != kNoToken) eos = tok.token_to_piece(tok.eos_id(), true);
     }
     const std::string text = slurp(o.messages_file, "messages file");
-    ojson messages = parse_json_input(text, o.messages_file);
     ChatTemplateInputs in;
-    if (messages.is_object() && messages.contains("messages")) {
+    ojson messages;
+    if (o.as_request) {
+        // As `ember serve` renders a request: messages and tools read by its parser, shaped for
+        // the template by the engine (tool_calls.h).
+        serve::ChatRequest request;
+        try {
+            request = serve::parse_chat_request(text, serve::RequestLimits{});
+        } catch (const serve::ApiError& e) {
+            throw std::runtime_error(o.messages_file + ": " + e.what());
+        }
+        const bool harmony = source.find("<|channel|>") != std::string::npos;
+        TemplateMessages shaped = template_messages(
+            request.messages, detect_tool_call_format(source, harmony), &request.tools);
+        messages = std::move(shaped.messages);
+        in.tools = std::move(shaped.tools);
+    } else {
+        messages = parse_json_input(text, o.messages_file);
+    }
+    if (!o.as_request && messages.is_object() && messages.contains("messages")) {
         if (messages.contains("tools")) in.tools = messages["tools"];
         messages = messages["messages"];
     }
@@ -80,6 +101,17 @@ int run_render(const RenderOptions& o, bool bos_given, bool eos_given) {
     }
     in.messages = messages;
     in.add_generation_prompt = !o.no_generation_prompt;
+    if (!o.date.empty()) {
+        TemplateTime t;
+        char dash1 = 0, dash2 = 0;
+        std::istringstream date(o.date);
+        if (!(date >> t.year >> dash1 >> t.month >> dash2 >> t.day) || dash1 != '-' ||
+            dash2 != '-' || t.month < 1 || t.month > 12 || t.day < 1 || t.day > 31) {
+            throw std::runtime_error("--date '" + o.date + "': expected YYYY-MM-DD");
+        }
+        t.hour = 12;  // noon, as the fixtures' references fix it
+        in.now = t;
+    }
     in.bos_token = bos;
     in.eos_token = eos;
     for (const auto& v : o.vars) {
@@ -112,10 +144,14 @@ void register_render_command(CLI::App& app, std::vector<Command>& out) {
     cmd->add_option("--messages", o->messages_file, "JSON file: [{\"role\",\"content\"}, ...]")
         ->required()
         ->check(CLI::ExistingFile);
+    cmd->add_flag("--request", o->as_request,
+                  "The messages file is an OpenAI chat request ({\"messages\", \"tools\", "
+                  "\"tool_choice\"}): rendered as ember serve renders it");
     cmd->add_flag("--no-generation-prompt", o->no_generation_prompt,
                   "Do not open an assistant turn at the end");
     auto* bos = cmd->add_option("--bos", o->bos, "bos_token text (default: the model's)");
     auto* eos = cmd->add_option("--eos", o->eos, "eos_token text (default: the model's)");
+    cmd->add_option("--date", o->date, "The date strftime_now() gives, YYYY-MM-DD (default: today)");
     cmd->add_option("--var", o->vars, "Template variable NAME=JSON (repeatable)");
     out.push_back({cmd, [o, m, t, bos, eos] {
                        if (m->count() == 0 && t->count() == 0) {

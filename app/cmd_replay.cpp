@@ -210,6 +210,7 @@ void replay_turn(ui::ChatEngine& conv, Sampler& sampler, const sessions::StoredM
     // Later turns continue from what was stored, as the original run did.
     conv.pop_assistant();
     ChatMessage kept{"assistant", stored.content, {}, stored.thinking};
+    kept.tool_calls = tool_calls_from_json(stored.tool_calls);
     if (same_model && sessions::token_ids_fit(stored, vocab_size)) kept.ids = stored.token_ids;
     conv.add_message(std::move(kept));
 }
@@ -235,6 +236,10 @@ int replay_branch(ui::ChatEngine& conv, Sampler& sampler, const SamplingParams& 
                         counts.turns + 1);
         } else {
             ChatMessage kept{m.role, m.content, {}, m.thinking};
+            // Tool turns (ember chat --tools) are kept as they were: calls and results.
+            kept.tool_calls = tool_calls_from_json(m.tool_calls);
+            kept.tool_call_id = m.tool_call_id;
+            kept.name = m.tool_name;
             if (same_model && sessions::token_ids_fit(m, vocab_size)) kept.ids = m.token_ids;
             conv.add_message(std::move(kept));
         }

@@ -8,6 +8,7 @@
 #include <stdexcept>
 
 #include "engine/model/model.h"
+#include "engine/template/json_depth.h"
 #include "engine/util/xdg_paths.h"
 #include "sessions/schema.h"
 #include "ui/terminal_text.h"
@@ -100,6 +101,32 @@ std::unique_ptr<sessions::Database> open_session_db(const std::string& path) {
     return db;
 }
 
+std::string tool_calls_to_json(const std::vector<ToolCall>& calls) {
+    if (calls.empty()) return {};
+    nlohmann::ordered_json out = nlohmann::ordered_json::array();
+    for (const ToolCall& call : calls) {
+        out.push_back({{"id", call.id}, {"name", call.name}, {"arguments", call.arguments}});
+    }
+    return out.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+std::vector<ToolCall> tool_calls_from_json(const std::string& stored) {
+    std::vector<ToolCall> calls;
+    if (stored.empty()) return calls;
+    // The column is text anyone with the file can edit: what is not a list of calls is none.
+    const auto parsed = parse_json_bounded<nlohmann::json>(stored).value;
+    if (!parsed.is_array()) return calls;
+    for (const auto& call : parsed) {
+        if (!call.is_object()) continue;
+        const auto text = [&](const char* key) {
+            return call.contains(key) && call[key].is_string() ? call[key].get<std::string>()
+                                                               : std::string();
+        };
+        calls.push_back({text("id"), text("name"), text("arguments")});
+    }
+    return calls;
+}
+
 ui::SessionSummary summarize(const sessions::ConversationInfo& info) {
     ui::SessionSummary s;
     s.id = info.public_id;
@@ -165,6 +192,9 @@ int64_t SqliteSessionBackend::record(const ChatMessage& message, int64_t parent_
     m.thinking = message.thinking;
     m.token_ids = message.ids;
     m.stats = turn != nullptr ? &stats : nullptr;
+    m.tool_calls = tool_calls_to_json(message.tool_calls);
+    m.tool_call_id = message.tool_call_id;
+    m.tool_name = message.name;
     const int64_t id = store_.add_message(current_->id, parent_id, m);
     current_->current_leaf = id;
     return id;
@@ -210,6 +240,9 @@ std::optional<ui::LoadedSession> SqliteSessionBackend::load(const std::string& i
         message.role = m.role;
         message.content = std::move(m.content);
         message.thinking = std::move(m.thinking);
+        message.tool_calls = tool_calls_from_json(m.tool_calls);
+        message.tool_call_id = std::move(m.tool_call_id);
+        message.name = std::move(m.tool_name);
         // Damaged ids (not a list of ids, or past the vocabulary) would fail the turn that
         // feeds them to the model, every time: the text is tokenized again instead.
         if (same_model && sessions::token_ids_fit(m, defaults_.vocab_size)) {

@@ -98,6 +98,11 @@ private:
 std::string chat_settings_json(const SamplingParams& sampling, const ConversationOptions& chat,
                                int64_t max_tokens, const SpeculationOptions& speculation = {});
 
+// A reply's tool calls as the store keeps them (a JSON array of {"id", "name", "arguments"};
+// empty for none), and back (what does not parse as calls is none).
+std::string tool_calls_to_json(const std::vector<ToolCall>& calls);
+std::vector<ToolCall> tool_calls_from_json(const std::string& stored);
+
 // A summary line for `ember sessions list` and /sessions.
 ui::SessionSummary summarize(const sessions::ConversationInfo& info);
 

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Creates BUILD_DIR/venv, the Python virtual environment the tests run Python clients from
 # (tests/integration/test_serve_openai_client: the official OpenAI library, PyPI `openai`;
-# tests/integration/test_grammar_acceptance: the `jsonschema` validator).
+# tests/integration/test_grammar_acceptance: the `jsonschema` validator;
+# tests/integration/test_render_tool_turns: `jinja2`, the engine HF transformers renders chat
+# templates with).
 # Every package is pinned, dependencies included, so a new release upstream cannot change what
 # the test exercises. Idempotent: once the venv holds exactly these pins it returns at once,
 # without the network. The tests never install anything; they skip (fail under CI=true)
@@ -16,7 +18,7 @@ fi
 VENV="$1/venv"
 STAMP="$VENV/ember-pins.txt"
 
-# openai, jsonschema and what they resolved to on Python 3.11 (Debian bookworm's): the whole set is pinned.
+# openai, jsonschema, Jinja2 and what they resolved to on Python 3.11 (Debian bookworm's): the whole set is pinned.
 # pip may still add a package a different Python needs (a backport), never change these.
 PINS=(openai==3.57.0
       annotated-types==0.8.0
@@ -36,7 +38,9 @@ PINS=(openai==3.57.0
       attrs==26.1.0
       jsonschema-specifications==2025.9.1
       referencing==0.37.0
-      rpds-py==2026.9.1)
+      rpds-py==2026.9.1
+      Jinja2==3.1.6
+      MarkupSafe==3.0.4)
 PIN_LIST=$(printf '%s\n' "${PINS[@]}")
 
 fail() {
@@ -67,16 +71,16 @@ if ! out=$(python3 -m venv --clear "$VENV" 2>&1); then
   fail "python3 -m venv failed (on Debian: apt install python3-venv): $(last_line "$out")"
 fi
 
-echo "test_venv: installing openai, jsonschema and their dependencies (pinned) into $VENV"
+echo "test_venv: installing openai, jsonschema, jinja2 and their dependencies (pinned) into $VENV"
 # Wheels only: nothing is compiled, and a missing wheel says so instead of needing a compiler.
 if ! out=$("$VENV/bin/python" -m pip install --disable-pip-version-check --no-input --quiet \
   --only-binary=:all: --timeout 30 --retries 2 "${PINS[@]}" 2>&1); then
   rm -rf "$VENV"
   fail "pip could not install the pinned packages (is PyPI reachable?): $(last_line "$out")"
 fi
-"$VENV/bin/python" -c 'import openai, jsonschema' 2>/dev/null || {
+"$VENV/bin/python" -c 'import openai, jsonschema, jinja2' 2>/dev/null || {
   rm -rf "$VENV"
-  fail "openai or jsonschema was installed into $VENV but does not import"
+  fail "openai, jsonschema or jinja2 was installed into $VENV but does not import"
 }
 printf '%s\n' "$PIN_LIST" >"$STAMP"
 trap - ERR

@@ -1,5 +1,7 @@
 #include "sessions/schema.h"
 
+#include <iterator>
+#include <optional>
 #include <string>
 
 namespace ember::sessions {
@@ -153,8 +155,82 @@ ALTER TABLE reply_stats ADD COLUMN seed INTEGER;
 ALTER TABLE state_blocks ADD COLUMN used_at TEXT;
 )sql";
 
-constexpr const char* kMigrations[] = {kVersion1, kVersion2, kVersion3, kVersion4, kVersion5};
+// Version 6: tool calls (ember chat --tools). A reply may carry the calls the model made
+// (tool_calls: a JSON array of {"id", "name", "arguments"}, NULL when none), and a message of
+// role 'tool' carries one call's result (tool_call_id and tool_name name the call). SQLite
+// cannot change a CHECK constraint in place, so the table is rebuilt the documented way
+// (https://sqlite.org/lang_altertable.html#otheralter: new table, copy, drop, rename) with
+// foreign keys off (migrate() below). Rows are copied as they are, so the rebuild adds no
+// broken reference (one a damaged file already had stays, for `ember sessions check`). They
+// keep their ids, so the full-text index (keyed by them) and reply_stats stay valid, and the
+// id sequence carries over, so ids of deleted messages are never reused.
+constexpr const char* kVersion6 = R"sql(
+CREATE TABLE messages_v6 (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    conversation_id INTEGER NOT NULL REFERENCES conversations(id) ON DELETE CASCADE,
+    parent_id INTEGER REFERENCES messages(id) ON DELETE CASCADE,
+    role TEXT NOT NULL CHECK (role IN ('system', 'user', 'assistant', 'tool')),
+    content TEXT NOT NULL,
+    thinking TEXT NOT NULL DEFAULT '',
+    token_ids BLOB,
+    created_at TEXT NOT NULL,
+    tool_calls TEXT,
+    tool_call_id TEXT NOT NULL DEFAULT '',
+    tool_name TEXT NOT NULL DEFAULT ''
+);
+INSERT INTO messages_v6(id, conversation_id, parent_id, role, content, thinking, token_ids,
+                        created_at)
+    SELECT id, conversation_id, parent_id, role, content, thinking, token_ids, created_at
+    FROM messages;
+DELETE FROM sqlite_sequence WHERE name = 'messages_v6';
+INSERT INTO sqlite_sequence(name, seq)
+    SELECT 'messages_v6', MAX(COALESCE((SELECT seq FROM sqlite_sequence WHERE name = 'messages'), 0),
+                              COALESCE((SELECT MAX(id) FROM messages_v6), 0));
+DROP TABLE messages;
+ALTER TABLE messages_v6 RENAME TO messages;
+CREATE INDEX messages_by_conversation ON messages(conversation_id);
+CREATE INDEX messages_by_parent ON messages(parent_id);
+CREATE TRIGGER messages_fts_insert AFTER INSERT ON messages BEGIN
+    INSERT INTO messages_fts(rowid, content) VALUES (new.id, new.content);
+END;
+CREATE TRIGGER messages_fts_delete AFTER DELETE ON messages BEGIN
+    INSERT INTO messages_fts(messages_fts, rowid, content) VALUES ('delete', old.id, old.content);
+END;
+CREATE TRIGGER messages_fts_update AFTER UPDATE OF content ON messages BEGIN
+    INSERT INTO messages_fts(messages_fts, rowid, content) VALUES ('delete', old.id, old.content);
+    INSERT INTO messages_fts(rowid, content) VALUES (new.id, new.content);
+END;
+)sql";
+
+struct Migration {
+    const char* sql;
+    // Drops and recreates a table other tables refer to: foreign keys must be off while it
+    // runs, or dropping the old table would cascade into the rows that refer to it.
+    bool rebuilds_tables = false;
+};
+
+constexpr Migration kMigrations[] = {{kVersion1}, {kVersion2},       {kVersion3},
+                                     {kVersion4}, {kVersion5}, {kVersion6, true}};
 static_assert(std::size(kMigrations) == kSchemaVersion);
+
+// Foreign keys off for one migration (the pragma is a no-op inside a transaction, so it is
+// set around it) and back on after, also when the migration fails.
+class ForeignKeysOff {
+public:
+    explicit ForeignKeysOff(Database& db) : db_(db) { db_.exec("PRAGMA foreign_keys=OFF"); }
+    ~ForeignKeysOff() {
+        try {
+            db_.exec("PRAGMA foreign_keys=ON");
+        } catch (...) {
+            // Nothing better to do in a destructor; the next open turns them on again.
+        }
+    }
+    ForeignKeysOff(const ForeignKeysOff&) = delete;
+    ForeignKeysOff& operator=(const ForeignKeysOff&) = delete;
+
+private:
+    Database& db_;
+};
 
 }  // namespace
 
@@ -166,11 +242,14 @@ void migrate(Database& db, int target) {
                           std::to_string(kSchemaVersion) + ")");
     }
     for (int version = have + 1; version <= target; ++version) {
+        const Migration& migration = kMigrations[version - 1];
+        std::optional<ForeignKeysOff> foreign_keys_off;
+        if (migration.rebuilds_tables) foreign_keys_off.emplace(db);
         Transaction tx(db);
         // Another process may have applied this version while we waited for the write lock
         // (two embers opening a new database at once): read the version again under it.
         if (db.user_version() >= version) continue;
-        db.exec(kMigrations[version - 1]);
+        db.exec(migration.sql);
         db.set_user_version(version);
         tx.commit();
     }

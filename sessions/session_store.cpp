@@ -116,8 +116,29 @@ StoredMessage read_message(Database& db, Statement& s) {
     m.token_ids_damaged = blob.size() % 4 != 0;
     if (m.token_ids_damaged) m.token_ids.clear();
     m.created_at = s.column_text(6);
+    if (!s.is_null(7)) m.tool_calls = s.column_text(7);
+    m.tool_call_id = s.column_text(8);
+    m.tool_name = s.column_text(9);
     if (m.role == "assistant") m.stats = read_stats(db, m.id);
     return m;
+}
+
+// A reply's tool calls (the stored JSON array) as Markdown: each call's name and arguments.
+std::string tool_calls_markdown(const std::string& stored) {
+    if (stored.empty()) return {};
+    // The column is text anyone with the file can edit: parsed with a depth bound.
+    const auto calls = parse_json_bounded<nlohmann::json>(stored).value;
+    if (!calls.is_array()) return "\nTool calls: `" + stored + "`\n";
+    std::string md;
+    for (const auto& call : calls) {
+        const std::string name = call.is_object() ? call.value("name", "") : "";
+        const std::string arguments =
+            call.is_object() && call.contains("arguments") && call["arguments"].is_string()
+                ? call["arguments"].get<std::string>()
+                : "";
+        md += "\nTool call: `" + name + "` " + arguments + "\n";
+    }
+    return md;
 }
 
 nlohmann::ordered_json stats_json(const ReplyStats& r) {
@@ -238,7 +259,7 @@ int64_t SessionStore::add_message(int64_t conversation_id, int64_t parent_id, co
     }
     Statement s = db_.prepare(
         "INSERT INTO messages(conversation_id, parent_id, role, content, thinking, token_ids, "
-        "created_at) VALUES (?,?,?,?,?,?,?)");
+        "created_at, tool_calls, tool_call_id, tool_name) VALUES (?,?,?,?,?,?,?,?,?,?)");
     s.bind(1, conversation_id);
     if (parent_id == 0) {
         s.bind_null(2);
@@ -251,7 +272,13 @@ int64_t SessionStore::add_message(int64_t conversation_id, int64_t parent_id, co
     } else {
         s.bind_blob(6, tokens_to_blob(m.token_ids));
     }
-    s.bind(7, now_utc()).run();
+    s.bind(7, now_utc());
+    if (m.tool_calls.empty()) {
+        s.bind_null(8);
+    } else {
+        s.bind(8, m.tool_calls);
+    }
+    s.bind(9, m.tool_call_id).bind(10, m.tool_name).run();
     const int64_t id = db_.last_insert_id();
     if (m.stats != nullptr) {
         const ReplyStats& r = *m.stats;
@@ -369,7 +396,8 @@ std::vector<StoredMessage> SessionStore::branch(const ConversationInfo& c, int64
     if (leaf < 0) leaf = c.current_leaf;
     std::vector<StoredMessage> path;
     Statement s = db_.prepare(
-        "SELECT id, COALESCE(parent_id, 0), role, content, thinking, token_ids, created_at "
+        "SELECT id, COALESCE(parent_id, 0), role, content, thinking, token_ids, created_at, "
+        "tool_calls, tool_call_id, tool_name "
         "FROM messages "
         "WHERE id = ? AND conversation_id = ?");
     // Every message is visited at most once: a parent chain that comes back to a message
@@ -403,7 +431,8 @@ std::vector<StoredMessage> SessionStore::branch(const ConversationInfo& c, int64
 
 std::vector<StoredMessage> SessionStore::all_messages(int64_t conversation_id) {
     Statement s = db_.prepare(
-        "SELECT id, COALESCE(parent_id, 0), role, content, thinking, token_ids, created_at "
+        "SELECT id, COALESCE(parent_id, 0), role, content, thinking, token_ids, created_at, "
+        "tool_calls, tool_call_id, tool_name "
         "FROM messages "
         "WHERE conversation_id = ? ORDER BY id");
     s.bind(1, conversation_id);
@@ -439,12 +468,18 @@ std::string SessionStore::export_markdown(const ConversationInfo& c) {
     for (const StoredMessage& m : branch(c)) {
         const std::string heading = m.role == "user"        ? "User"
                                     : m.role == "assistant" ? "Assistant"
+                                    : m.role == "tool"      ? "Tool result (" + m.tool_name + ")"
                                                             : "System";
         md += "\n## " + heading + "\n\n";
         if (!m.thinking.empty()) {
             md += "<details><summary>Thinking</summary>\n\n" + m.thinking + "\n\n</details>\n\n";
         }
-        md += m.content + "\n";
+        if (m.role == "tool") {
+            md += "```\n" + m.content + (m.content.ends_with('\n') ? "" : "\n") + "```\n";
+            continue;
+        }
+        if (!m.content.empty()) md += m.content + "\n";
+        md += tool_calls_markdown(m.tool_calls);
     }
     return md;
 }
@@ -485,6 +520,14 @@ std::string SessionStore::export_json(const ConversationInfo& c, bool ascii_only
         if (!m.thinking.empty()) j["thinking"] = m.thinking;
         if (!m.token_ids.empty()) j["token_ids"] = m.token_ids;
         if (m.stats) j["stats"] = stats_json(*m.stats);
+        if (!m.tool_calls.empty()) {
+            const json calls = parse_json_bounded<json>(m.tool_calls).value;
+            j["tool_calls"] = calls.is_discarded() ? json(m.tool_calls) : calls;
+        }
+        if (m.role == "tool") {
+            j["tool_call_id"] = m.tool_call_id;
+            j["tool_name"] = m.tool_name;
+        }
         messages.push_back(j);
     }
     out["messages"] = messages;

@@ -72,6 +72,11 @@ struct StoredMessage {
     bool token_ids_damaged = false;
     std::string created_at;
     std::optional<ReplyStats> stats;
+    // A reply's tool calls as a JSON array of {"id", "name", "arguments"} (empty: none), and
+    // for a message of role "tool", the call it answers (schema 6; older rows have neither).
+    std::string tool_calls;
+    std::string tool_call_id;
+    std::string tool_name;
 };
 
 struct NewConversation {
@@ -84,11 +89,14 @@ struct NewConversation {
 };
 
 struct NewMessage {
-    std::string role;  // system, user or assistant
+    std::string role;  // system, user, assistant or tool
     std::string content;
     std::string thinking;
     std::span<const int32_t> token_ids;
     const ReplyStats* stats = nullptr;
+    std::string tool_calls;  // see StoredMessage
+    std::string tool_call_id;
+    std::string tool_name;
 };
 
 struct SearchHit {

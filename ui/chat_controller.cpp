@@ -147,6 +147,8 @@ std::string ChatController::help_text() {
            "                      lists; the conversation stays), or show them\n"
            "  /file PATH          attach a text file to your next message\n"
            "  /run CMD            attach a command's output to your next message (asks first)\n"
+           "  /tools              the tools the model may call (ember chat --tools FILE,\n"
+           "                      --builtin-tools read_file,list_directory); each call asks first\n"
            "  /quit               leave (Ctrl-D does too)\n"
            "Start a line with // to send a prompt that begins with /.";
 }
@@ -155,7 +157,7 @@ const std::vector<std::string>& ChatController::command_names() {
     static const std::vector<std::string> names = {
         "/branch", "/continue", "/edit", "/export",   "/file",  "/help",
         "/load",   "/model",    "/new",  "/quit",     "/regen", "/rename",
-        "/run",    "/set",      "/sessions", "/stats", "/system"};
+        "/run",    "/set",      "/sessions", "/stats", "/system", "/tools"};
     return names;
 }
 
@@ -328,11 +330,13 @@ ChatOutcome ChatController::run_turn(const TextCallback& on_text,
     // The state behind the reply (and the next turn's start, prepared) is stored once the
     // reply is committed: the message is what must survive, the state is a cache.
     engine_.store_pending_state();
+    offer_tool_calls(outcome);
     return outcome;
 }
 
 ChatOutcome ChatController::submit(const std::string& prompt, const TextCallback& on_text) {
     if (run_asked_) return answer_run(prompt);
+    if (!calls_waiting_.empty()) return answer_tool_call(prompt);
     const std::string typed = prompt.starts_with("//") ? prompt.substr(1) : prompt;
     if (trim(typed).empty()) return failure("nothing to send: the prompt is empty");
     // Attached files and command output go first (ui/attachments.h), so a conversation
@@ -341,6 +345,7 @@ ChatOutcome ChatController::submit(const std::string& prompt, const TextCallback
     const auto saved_messages = engine_.messages();
     const auto saved_ids = message_ids_;
     try {
+        start_tool_rounds();
         add_user_message(text);
     } catch (const std::exception& e) {
         return failure(std::string("could not save the prompt: ") + e.what());
@@ -352,6 +357,7 @@ ChatOutcome ChatController::submit(const std::string& prompt, const TextCallback
 
 ChatOutcome ChatController::handle_command(const std::string& line, const TextCallback& on_text) {
     if (run_asked_) return answer_run(line);
+    if (!calls_waiting_.empty()) return answer_tool_call(line);
     const auto [name, args] = split_command(line);
     try {
         if (name == "/help" || name == "/?") return info(help_text());
@@ -375,6 +381,7 @@ ChatOutcome ChatController::handle_command(const std::string& line, const TextCa
         if (name == "/export") return command_export(args);
         if (name == "/branch") return command_branch(args);
         if (name == "/model") return command_model(args);
+        if (name == "/tools") return command_tools();
     } catch (const std::exception& e) {
         return failure(name + ": " + e.what());
     }
@@ -404,10 +411,22 @@ ChatOutcome ChatController::command_regen(const TextCallback& on_text) {
         message_ids_.pop_back();
     }
     last = last_non_system();
-    if (last == nullptr || last->role != "user") {
+    // After tool results (the last message a tool's), the reply that read them is made again.
+    if (last == nullptr || (last->role != "user" && last->role != "tool")) {
         replace_messages(saved_messages);
         message_ids_ = saved_ids;
         return failure("/regen: the conversation does not end with a prompt to answer");
+    }
+    try {
+        if (last->role == "user") {
+            start_tool_rounds();
+        } else {
+            offer_tools_for(/*first=*/false);
+        }
+    } catch (...) {
+        replace_messages(saved_messages);
+        message_ids_ = saved_ids;
+        throw;
     }
     return run_turn(on_text, saved_messages, saved_ids);
 }
@@ -443,7 +462,9 @@ ChatOutcome ChatController::command_edit(const std::string& text, const TextCall
     const auto saved_ids = message_ids_;
     auto kept = saved_messages;
     auto kept_ids = saved_ids;
-    if (!kept.empty() && kept.back().role == "assistant") {
+    // Back to the last prompt: past its reply, and the tool calls and results after it.
+    while (!kept.empty() && (kept.back().role == "assistant" || kept.back().role == "tool") &&
+           !kept_ids.empty()) {
         kept.pop_back();
         kept_ids.pop_back();
     }
@@ -456,6 +477,7 @@ ChatOutcome ChatController::command_edit(const std::string& text, const TextCall
     replace_messages(kept);
     message_ids_ = kept_ids;
     try {
+        start_tool_rounds();
         add_user_message(text);
     } catch (...) {
         replace_messages(saved_messages);
@@ -643,6 +665,12 @@ ChatOutcome ChatController::load_session(const std::string& id) {
     ChatOutcome outcome = info("loaded '" + loaded->summary.title + "' (" +
                                std::to_string(message_ids_.size()) + " messages)");
     outcome.conversation_replaced = true;
+    resume_waiting_calls();
+    if (tool_call_waiting()) {
+        const std::string loaded_note = outcome.message;
+        ask_next_call(outcome);
+        outcome.message = loaded_note + "; a tool call waits: " + outcome.message;
+    }
     return outcome;
 }
 

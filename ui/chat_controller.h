@@ -18,6 +18,7 @@
 #include "ui/chat_engine.h"
 #include "ui/model_switcher.h"
 #include "ui/session_backend.h"
+#include "ui/tool_turns.h"
 
 namespace ember::ui {
 
@@ -29,9 +30,17 @@ struct ChatOutcome {
     // The conversation was replaced (/new, /load) or rewritten: redraw it from messages().
     bool conversation_replaced = false;
     std::optional<TurnResult> turn;  // set when a reply was generated (even if cancelled)
-    // `message` asks a yes/no question (/run's): the next line the user enters, whatever it
-    // is, answers it (handle_command or submit); only "y" or "yes" says yes.
+    // `message` asks a yes/no question (/run's, a tool call's): the next line the user
+    // enters, whatever it is, answers it (handle_command or submit); only "y" or "yes" says
+    // yes.
     bool confirm = false;
+    // Tool calls (--tools, ui/tool_turns.h), for the conversation view: what came of calls
+    // (a result, or that a call did not run), in order, and the call now waiting for the
+    // user's yes (`confirm` is set then). With `tools_continue` the results are in and the
+    // model goes on: the front end calls continue_after_tools() next.
+    std::vector<std::string> tool_results;
+    std::string tool_proposal;
+    bool tools_continue = false;
 };
 
 class ChatController {
@@ -70,6 +79,20 @@ public:
     std::string model_name() const;
     // The names /model NAME takes (Tab completion); empty without a switcher.
     std::vector<std::string> model_names();
+
+    // The tools the model is offered (--tools, --builtin-tools) and how calls are approved.
+    // Throws std::invalid_argument where the engine cannot offer them (a model whose
+    // template has no tool-call format Ember knows).
+    void set_tools(ChatToolSettings settings);
+    const ChatToolSettings& tools() const { return tools_; }
+    // Whether a tool call waits for the user's yes (the next line answers it).
+    bool tool_call_waiting() const { return !calls_waiting_.empty(); }
+    // The question for a call that waits (one a resumed conversation left unanswered), with
+    // `confirm` set; nothing when none waits. A front end asks it when it starts.
+    ChatOutcome waiting_call_question();
+    // After an outcome with tools_continue: the model reads the tool results and goes on
+    // (streamed through `on_text`); its reply may call tools again.
+    ChatOutcome continue_after_tools(const TextCallback& on_text);
 
     // The seeds replies are sampled with (default: fixed from the sampler's seed).
     void set_seeds(ReplySeeds seeds) { seeds_ = seeds; }
@@ -137,6 +160,22 @@ private:
     ChatOutcome answer_run(const std::string& answer);
     ChatOutcome attach(Attachment attachment, const std::string& what);
     std::string settings_text() const;
+    // Tool calls (ui/chat_tools.cpp). A reply's calls become the waiting ones and the first
+    // is asked about (or, with auto-approval or past the round limit, all are answered).
+    void offer_tool_calls(ChatOutcome& outcome);
+    void ask_next_call(ChatOutcome& outcome);
+    ChatOutcome answer_tool_call(const std::string& answer);
+    // Runs the first waiting call (`run`) or answers it with `reason`, and commits the tool
+    // message; what it shows goes into `outcome`.
+    void answer_first_call(bool run, const std::string& reason, ChatOutcome& outcome);
+    // The tools for the next reply: the first to a prompt (`first`) or one after results.
+    void offer_tools_for(bool first);
+    // After a load: the calls of the last reply no tool message answers wait again.
+    void resume_waiting_calls();
+    // A new prompt (or /regen, /edit): its first reply gets the configured tool choice and
+    // the round count starts again. Throws where the engine refuses the tools.
+    void start_tool_rounds();
+    ChatOutcome command_tools() const;
 
     bool stop_requested() const;
 
@@ -151,6 +190,10 @@ private:
     std::optional<TurnResult> last_turn_;
     std::vector<Attachment> attachments_;   // joined before the next prompt
     std::optional<std::string> run_asked_;  // the /run command waiting for its yes
+    ChatToolSettings tools_;
+    std::vector<ToolCall> calls_waiting_;  // the last reply's calls not answered yet, in order
+    bool call_ran_ = false;                // one of the last reply's calls ran
+    int tool_rounds_ = 0;                  // replies after tool results since the last prompt
     std::atomic<bool> cancel_requested_{false};
     const std::atomic<bool>* outside_stop_ = nullptr;
     static_assert(std::atomic<bool>::is_always_lock_free, "request_cancel must be signal-safe");

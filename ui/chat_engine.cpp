@@ -22,6 +22,33 @@ ChatReply respond_seeded(ChatEngine& engine, Sampler& sampler, ReplySeeds& seeds
     return reply;
 }
 
+void ChatEngine::set_tools(const ToolOptions& tools) {
+    if (tools.active()) {
+        throw std::invalid_argument("tool calls need the local engine (not --remote)");
+    }
+}
+
+void LocalChatEngine::set_tools(const ToolOptions& tools) {
+    conversation_->set_tools(tools);  // refuses a template without a tool-call format
+    tools_ = tools;
+    // Built now, so an unenforceable parameter schema is said at once.
+    call_grammar_ = call_grammar();
+}
+
+std::shared_ptr<const grammar::Grammar> LocalChatEngine::call_grammar() const {
+    if (!tools_.active()) return nullptr;
+    if (!tool_trie_) throw std::invalid_argument("tool calls need the model's vocabulary");
+    // A forced call is held from the reply's start; in auto mode a call is held from its
+    // start marker on (harmony's calls are then only parsed: null).
+    const ToolCallFormat format = conversation_->tool_call_format();
+    return tools_.forces_call() ? tool_call_grammar(format, tools_)
+                                : tool_call_lazy_grammar(format, tools_);
+}
+
+void LocalChatEngine::offer_tools_to(Conversation& conversation) const {
+    if (tools_.active()) conversation.set_tools(tools_);
+}
+
 ChatReply LocalChatEngine::respond(Sampler& sampler, const GenerateOptions& options,
                                    const TextCallback& on_text,
                                    const StopRequested& stop_requested) {
@@ -31,8 +58,22 @@ ChatReply LocalChatEngine::respond(Sampler& sampler, const GenerateOptions& opti
         const bool keep_going = !on_text || on_text(text, kind);
         return keep_going && !(stop_requested && stop_requested());
     };
+    // Calls are shown once the reply is complete (ChatController); while they stream, only
+    // the stop request is checked.
+    const ToolCallCallback on_call = [&](const ToolCallDelta&) {
+        return !(stop_requested && stop_requested());
+    };
+    GenerateOptions generation = options;
+    std::optional<grammar::GrammarConstraint> call_constraint;
+    if (tools_.active() && options.constraint == nullptr) {
+        if (!call_grammar_) call_grammar_ = call_grammar();
+        if (call_grammar_) {
+            call_constraint.emplace(call_grammar_, tool_trie_());
+            generation.constraint = &*call_constraint;
+        }
+    }
     ChatReply reply;
-    reply.turn = conversation_->respond(sampler, options, checked);
+    reply.turn = conversation_->respond(sampler, generation, checked, on_call);
     return reply;
 }
 

@@ -12,6 +12,8 @@
 #include <vector>
 
 #include "engine/generate/conversation.h"
+#include "engine/generate/tool_calls.h"
+#include "engine/grammar/token_mask.h"
 
 namespace ember::ui {
 
@@ -77,6 +79,11 @@ public:
     // was shown (ConversationOptions::defer_state_save); a no-op otherwise.
     virtual void store_pending_state() {}
 
+    // The functions offered to the model for later replies (engine/generate/tool_calls.h):
+    // the replies' calls then land in ChatMessage::tool_calls. Throws std::invalid_argument
+    // where the engine cannot offer them (by default: any active tools).
+    virtual void set_tools(const ToolOptions& tools);
+
     // Thinking on/off for later turns (the template's enable_thinking); `budget` < 0 keeps the
     // current budget. Throws std::invalid_argument where the engine cannot do it.
     virtual void set_thinking(bool on, int64_t budget = -1) = 0;
@@ -121,6 +128,15 @@ public:
     bool pop_assistant() override { return conversation_->pop_assistant(); }
     void clear() override { conversation_->clear(); }
     void store_pending_state() override { conversation_->store_pending_state(); }
+    // Kept here as well, so a conversation rebound to (/model) offers the same tools. A
+    // choice that forces a call (required, a named function) holds the reply to the call
+    // grammar (tool_call_grammar), auto mode each call from its start marker on (the lazy
+    // grammar), over the vocabulary `set_tool_trie` gives.
+    void set_tools(const ToolOptions& tools) override;
+    // The current model's vocabulary as the call grammar sees it (harmony models: their
+    // markers as sentinels, make_harmony_token_trie); needed only for forced calls.
+    using TrieSource = std::function<std::shared_ptr<const grammar::TokenTrie>()>;
+    void set_tool_trie(TrieSource source) { tool_trie_ = std::move(source); }
     ChatReply respond(Sampler& sampler, const GenerateOptions& options, const TextCallback& on_text,
                       const StopRequested& stop_requested) override;
     ChatReply continue_reply(Sampler& sampler, const GenerateOptions& options,
@@ -146,10 +162,22 @@ public:
     Conversation& conversation() { return *conversation_; }
     // From now on the replies come from `conversation` (another model's, holding the same
     // messages); the caller keeps it alive while this engine uses it.
-    void rebind(Conversation& conversation) { conversation_ = &conversation; }
+    void rebind(Conversation& conversation) {
+        conversation_ = &conversation;
+        call_grammar_.reset();  // the call syntax is the new model's
+    }
+    // Offers `conversation` (another model's, before rebind) the tools this one offers.
+    // Throws (ToolError) when its model's template has no tool-call format Ember knows.
+    void offer_tools_to(Conversation& conversation) const;
 
 private:
     Conversation* conversation_;
+    ToolOptions tools_;
+    // The grammar calls are held to for tools_ (a forced call's, or auto mode's lazy one;
+    // null: none), and building it.
+    std::shared_ptr<const grammar::Grammar> call_grammar() const;
+    TrieSource tool_trie_;
+    std::shared_ptr<const grammar::Grammar> call_grammar_;
 };
 
 }  // namespace ember::ui

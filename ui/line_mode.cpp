@@ -13,8 +13,10 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <stdexcept>
 #include <system_error>
+#include <utility>
 #include <vector>
 
 #include "ui/terminal_text.h"
@@ -373,7 +375,12 @@ void print_transcript(const ChatEngine& conversation) {
         if (m.role == "user") {
             out.raw("> ").text(m.content).raw("\n");
         } else if (m.role == "assistant") {
-            out.text(m.content).raw("\n");
+            if (!m.content.empty() || m.tool_calls.empty()) out.text(m.content).raw("\n");
+            for (const ToolCall& call : m.tool_calls) {
+                out.raw("[tool call] ").text(describe_call(call)).raw("\n");
+            }
+        } else if (m.role == "tool") {
+            out.raw("[tool] ").text(shown_result(m)).raw("\n");
         } else {
             out.raw("[system] ").text(m.content).raw("\n");
         }
@@ -390,6 +397,12 @@ void show_outcome(const ChatOutcome& outcome, const std::string& input, bool col
                                      : ChatController::turn_notes(*outcome.turn);
         if (!note.empty()) print_note(note, dim_stderr);
     }
+    TextWriter out(stdout);
+    for (const std::string& result : outcome.tool_results) {
+        out.raw(color ? kDim : "").raw("[tool] ").text(result).raw(color ? kReset : "").raw("\n");
+    }
+    if (!outcome.tool_proposal.empty()) out.raw("[tool call] ").text(outcome.tool_proposal).raw("\n");
+    std::fflush(stdout);
     if (outcome.error) {
         print_note(outcome.message, false);
         return;
@@ -399,6 +412,50 @@ void show_outcome(const ChatOutcome& outcome, const std::string& input, bool col
         std::fflush(stdout);
     }
     if (input.starts_with("/load")) print_transcript(controller.engine());
+}
+
+// One step of the chat: a prompt, a command, an answer to a question, the model going on
+// after tool results; its reply streams to the terminal, then what it left is shown.
+ChatOutcome run_step(const std::function<ChatOutcome(const TextCallback&)>& run,
+                     const std::string& typed, ChatController& controller, LineEditor& editor,
+                     const LineModeOptions& options) {
+    ReplyPrinter printer(options.color, editor, controller);
+    const TextCallback on_text = [&](const std::string& text, TextKind kind) {
+        return printer(text, kind);
+    };
+    editor.clear_interrupt();
+    ChatOutcome outcome = run(on_text);
+    printer.finish();
+    // A Ctrl-C that stopped the reply is spent; it must not also clear the next prompt.
+    editor.clear_interrupt();
+    show_outcome(outcome, typed, options.color, controller);
+    return outcome;
+}
+
+// After a step: its questions (/run's, each tool call's) and the model reading tool results,
+// until the turn is over. False: the user asked to leave.
+bool follow_up(ChatOutcome outcome, ChatController& controller, LineEditor& editor,
+               const LineModeOptions& options) {
+    while (outcome.confirm || outcome.tools_continue) {
+        if (outcome.confirm) {
+            // This line answers it (Enter alone, Ctrl-C or Ctrl-D: no).
+            const LineEditor::Read answer = editor.read_line("run it? [y/N] ");
+            const std::string given =
+                answer.status == LineEditor::Status::Line ? answer.line : std::string("n");
+            outcome = run_step(
+                [&](const TextCallback& on_text) {
+                    return controller.handle_command(given, on_text);
+                },
+                std::string(), controller, editor, options);
+        } else {
+            outcome = run_step(
+                [&](const TextCallback& on_text) {
+                    return controller.continue_after_tools(on_text);
+                },
+                std::string(), controller, editor, options);
+        }
+    }
+    return !outcome.quit;
 }
 
 }  // namespace
@@ -463,7 +520,15 @@ int run_line_mode(ChatController& controller, const LineModeOptions& options) {
     std::printf("ember line mode: /help for commands, Ctrl-D to leave\n");
     // Ctrl-C stops a reply also before its first text (a remote server still thinking).
     controller.stop_also_on(&g_interrupt.raised);
+    // A resumed conversation's tool call that waited for the user's yes asks again.
+    ChatOutcome waiting = controller.waiting_call_question();
     for (;;) {
+        if (waiting.confirm) {
+            show_outcome(waiting, std::string(), options.color, controller);
+            const ChatOutcome asked = std::exchange(waiting, ChatOutcome{});
+            if (!follow_up(asked, controller, editor, options)) break;
+            continue;
+        }
         const LineEditor::Read read = editor.read_line(input.pending() ? "... " : "> ");
         if (read.status == LineEditor::Status::EndOfInput) {
             // readline leaves the cursor after the prompt; the shell's prompt wants a new line.
@@ -478,26 +543,14 @@ int run_line_mode(ChatController& controller, const LineModeOptions& options) {
         const auto complete = input.feed(read.line);
         if (!complete || complete->text.find_first_not_of(" \t") == std::string::npos) continue;
 
-        ReplyPrinter printer(options.color, editor, controller);
-        const TextCallback on_text = [&](const std::string& text, TextKind kind) {
-            return printer(text, kind);
-        };
-        editor.clear_interrupt();
         const bool command = !complete->from_block && ChatController::is_command(complete->text);
-        const ChatOutcome outcome = command ? controller.handle_command(complete->text, on_text)
-                                            : controller.submit(complete->text, on_text);
-        printer.finish();
-        // A Ctrl-C that stopped the reply is spent; it must not also clear the next prompt.
-        editor.clear_interrupt();
-        show_outcome(outcome, command ? complete->text : std::string(), options.color, controller);
-        if (outcome.confirm) {
-            // /run's question: this line answers it (Enter alone or Ctrl-D: no).
-            const LineEditor::Read answer = editor.read_line("run it? [y/N] ");
-            const bool given = answer.status == LineEditor::Status::Line;
-            show_outcome(controller.handle_command(given ? answer.line : "n", on_text),
-                         std::string(), options.color, controller);
-        }
-        if (outcome.quit) break;
+        const ChatOutcome outcome = run_step(
+            [&](const TextCallback& on_text) {
+                return command ? controller.handle_command(complete->text, on_text)
+                               : controller.submit(complete->text, on_text);
+            },
+            command ? complete->text : std::string(), controller, editor, options);
+        if (!follow_up(outcome, controller, editor, options)) break;
     }
     std::fflush(stdout);
     return 0;

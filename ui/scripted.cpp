@@ -1,5 +1,6 @@
 #include "ui/scripted.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <functional>
 #include <nlohmann/json.hpp>
@@ -93,6 +94,12 @@ public:
     }
     // A JSON line for this output.
     bool write_json(const json& j) { return write(dump_line(j, terminal_)); }
+    // Whole text that is not the reply (tool calls and results), made safe for a terminal.
+    std::string safe_text(const std::string& text) const {
+        if (!terminal_) return text;
+        TerminalTextStream stream;
+        return stream.feed(text) + stream.finish();
+    }
 
 private:
     std::FILE* out_;
@@ -157,9 +164,77 @@ private:
     bool failed_ = false;
 };
 
-// Prints a committed reply (and its warnings) the way the options ask.
+// What came of one tool call of a reply: the call and the tool message that answered it.
+struct AnsweredCall {
+    ToolCall call;
+    ChatMessage answer;
+    bool ran = false;
+};
+
+// Prints a committed reply (its warnings, its tool calls and what came of them) the way the
+// options ask.
 TurnOutcome report_reply(const ChatReply& reply, PlainPrinter& printer, std::FILE* err,
-                         const ScriptedOptions& o);
+                         const ScriptedOptions& o, const std::vector<AnsweredCall>& calls);
+
+// Answers the calls of the reply just committed (the last message): runs them with
+// auto-approval, else answers each with a tool message saying it did not run; past the round
+// limit none runs. Each answer is committed under the one before.
+std::vector<AnsweredCall> answer_calls(ChatEngine& conv, const ScriptedOptions& o, Recorder& rec,
+                                       int rounds) {
+    std::vector<AnsweredCall> answered;
+    const ChatMessage& reply = conv.messages().back();
+    if (!o.tools.enabled() || reply.role != "assistant") return answered;
+    const std::vector<ToolCall> calls = reply.tool_calls;
+    for (const ToolCall& call : calls) {
+        AnsweredCall a{call, {}, false};
+        if (rounds >= o.tools.max_rounds) {
+            a.answer = tool_not_run_message(call, round_limit_reason(o.tools.max_rounds));
+        } else if (!o.tools.auto_approve) {
+            a.answer = tool_not_run_message(call, kNoOneToApprove);
+        } else {
+            a.answer = tool_result_message(call, run_call(o.tools, call));
+            a.ran = true;
+        }
+        const int64_t id = rec.commit(a.answer, nullptr, rec.parent());
+        if (id != 0) rec.set_parent(id);
+        conv.add_message(a.answer);
+        answered.push_back(std::move(a));
+    }
+    return answered;
+}
+
+// The reply to what the conversation holds (a prompt, or tool results): generated, committed
+// and its calls answered. False when no reply could start (reported on `err` and, in JSONL,
+// as an error object); the caller takes its prompt back out then.
+std::optional<ChatReply> generate_reply(ChatEngine& conv, Sampler& sampler, ReplySeeds& seeds,
+                                        const GenerateOptions& generation, PlainPrinter& printer,
+                                        std::FILE* err, const ScriptedOptions& o,
+                                        Recorder& rec) {
+    ChatReply reply;
+    try {
+        reply = respond_seeded(conv, sampler, seeds, generation, std::ref(printer), nullptr);
+    } catch (const std::exception& e) {
+        const bool overflow = dynamic_cast<const ContextOverflow*>(&e) != nullptr;
+        TextWriter(err)
+            .raw(overflow ? "ember: prompt skipped: " : "ember: no reply: ")
+            .text(e.what())
+            .raw("\n");
+        if (o.jsonl_out) {
+            const json j = {{"reply", ""},
+                            {"thinking", nullptr},
+                            {"finish", overflow ? "context" : "error"},
+                            {"error", e.what()},
+                            {"tokens_reused", 0},
+                            {"tokens_evaluated", 0}};
+            printer.write_json(j);
+        }
+        return std::nullopt;
+    }
+    // The reply is complete (or cut short by a closed pipe or a lost server): commit it.
+    const int64_t reply_id = rec.commit(conv.messages().back(), &reply.turn, rec.parent());
+    if (reply_id != 0) rec.set_parent(reply_id);
+    return reply;
+}
 
 // One turn: add the user message, stream or collect the reply, print it. A prompt that
 // cannot fit the context, or that a remote server does not answer, is reported (and, in
@@ -180,45 +255,77 @@ TurnOutcome answer(ChatEngine& conv, Sampler& sampler, ReplySeeds& seeds, const 
         constraint.emplace(turn_grammar, o.token_trie());
         generation.constraint = &*constraint;
     }
+    if (o.tools.enabled()) {
+        // A constrained answer is the schema's, not a call: that turn offers no tools.
+        conv.set_tools(turn_grammar ? ToolOptions{} : tool_options(o.tools, /*first=*/true));
+    }
     const ChatMessage user{"user", prompt, {}, {}};
     conv.add_message(user);
     rec.sync_system(conv);
     // A prompt that then does not fit stays in the store as a branch nothing answers.
+    const int64_t parent_before = rec.parent();
     const int64_t user_id = rec.commit(user, nullptr, rec.parent());
+    if (user_id != 0) rec.set_parent(user_id);
     PlainPrinter printer(out, o);
-    ChatReply reply;
-    try {
-        reply = respond_seeded(conv, sampler, seeds, generation, std::ref(printer), nullptr);
-    } catch (const std::exception& e) {
-        const bool overflow = dynamic_cast<const ContextOverflow*>(&e) != nullptr;
+    std::optional<ChatReply> reply =
+        generate_reply(conv, sampler, seeds, generation, printer, err, o, rec);
+    if (!reply) {
         conv.pop_message();
-        TextWriter(err)
-            .raw(overflow ? "ember: prompt skipped: " : "ember: no reply: ")
-            .text(e.what())
-            .raw("\n");
-        if (o.jsonl_out) {
-            const json j = {{"reply", ""},
-                            {"thinking", nullptr},
-                            {"finish", overflow ? "context" : "error"},
-                            {"error", e.what()},
-                            {"tokens_reused", 0},
-                            {"tokens_evaluated", 0}};
-            if (!printer.write_json(j)) return TurnOutcome::OutputGone;
-        }
-        return TurnOutcome::Failed;
+        rec.set_parent(parent_before);
+        return printer.gone() ? TurnOutcome::OutputGone : TurnOutcome::Failed;
     }
-    const TurnResult& r = reply.turn;
-    // The reply is complete (or cut short by a closed pipe or a lost server): commit it.
-    const int64_t reply_id = rec.commit(conv.messages().back(), &r, user_id);
-    if (reply_id != 0) rec.set_parent(reply_id);
-    const TurnOutcome outcome = report_reply(reply, printer, err, o);
-    // The state behind the reply is stored once the reply is out.
-    conv.store_pending_state();
-    return outcome;
+    for (int rounds = 0;; ++rounds) {
+        const std::vector<AnsweredCall> calls = answer_calls(conv, o, rec, rounds);
+        const TurnOutcome outcome = report_reply(*reply, printer, err, o, calls);
+        // The state behind the reply is stored once the reply is out.
+        conv.store_pending_state();
+        const bool any_ran = std::any_of(calls.begin(), calls.end(),
+                                         [](const AnsweredCall& a) { return a.ran; });
+        if (outcome != TurnOutcome::Answered || !any_ran) return outcome;
+        // The model reads the results and goes on, choosing freely whether to call again.
+        conv.set_tools(tool_options(o.tools, /*first=*/false));
+        reply = generate_reply(conv, sampler, seeds, generation, printer, err, o, rec);
+        if (!reply) return printer.gone() ? TurnOutcome::OutputGone : TurnOutcome::Failed;
+    }
+}
+
+json calls_json(const std::vector<AnsweredCall>& calls) {
+    json out = json::array();
+    for (const AnsweredCall& a : calls) {
+        out.push_back({{"id", a.call.id}, {"name", a.call.name}, {"arguments", a.call.arguments}});
+    }
+    return out;
+}
+
+json results_json(const std::vector<AnsweredCall>& calls) {
+    json out = json::array();
+    for (const AnsweredCall& a : calls) {
+        out.push_back({{"tool_call_id", a.call.id},
+                       {"name", a.call.name},
+                       {"ran", a.ran},
+                       {"content", a.answer.content}});
+    }
+    return out;
+}
+
+// Plain output: each call on a line of its own, then what came of it.
+std::string calls_text(const std::vector<AnsweredCall>& calls) {
+    std::string text;
+    for (const AnsweredCall& a : calls) {
+        text += "[tool call] " + describe_call(a.call) + "\n";
+        if (a.ran) {
+            text += "[tool result] " + a.call.name + "\n" + a.answer.content;
+            if (!a.answer.content.empty() && a.answer.content.back() != '\n') text += "\n";
+            text += "[end of tool result]\n";
+        } else {
+            text += "[not run] " + a.answer.content + "\n";
+        }
+    }
+    return text;
 }
 
 TurnOutcome report_reply(const ChatReply& reply, PlainPrinter& printer, std::FILE* err,
-                         const ScriptedOptions& o) {
+                         const ScriptedOptions& o, const std::vector<AnsweredCall>& calls) {
     const TurnResult& r = reply.turn;
     if (printer.gone()) return TurnOutcome::OutputGone;
     for (const auto& warning : r.warnings) {
@@ -233,9 +340,16 @@ TurnOutcome report_reply(const ChatReply& reply, PlainPrinter& printer, std::FIL
     if (o.jsonl_out) {
         j = turn_json(r, o.show_thinking);
         if (!reply.interruption.empty()) j["error"] = reply.interruption;
+        if (!calls.empty()) {
+            j["tool_calls"] = calls_json(calls);
+            j["tool_results"] = results_json(calls);
+        }
     }
-    const bool written =
-        o.jsonl_out ? printer.write_json(j) : printer.write(printer.held_back() + "\n");
+    // Plain output: the reply's line (none for a reply that is only calls), then its calls.
+    std::string plain = printer.held_back();
+    if (!plain.empty() || !r.reply.empty() || calls.empty()) plain += "\n";
+    const bool written = o.jsonl_out ? printer.write_json(j)
+                                     : printer.write(plain + printer.safe_text(calls_text(calls)));
     if (!reply.interruption.empty()) {
         TextWriter(err)
             .raw("ember: the reply broke off: ")

@@ -15,6 +15,7 @@
 #include "ui/attachments.h"
 #include "ui/chat_engine.h"
 #include "ui/session_backend.h"
+#include "ui/tool_turns.h"
 
 namespace ember::ui {
 
@@ -40,6 +41,13 @@ struct ScriptedOptions {
     // The model's vocabulary for the grammar mask (built on first use); empty when replies
     // come from elsewhere (a remote server), which refuses constrained turns.
     std::function<std::shared_ptr<const grammar::TokenTrie>()> token_trie;
+    // Tools the model may call (--tools, --builtin-tools). No one is there to say yes, so a
+    // call runs only with `tools.auto_approve` (--yes-tools); otherwise it is printed and
+    // answered with a `tool` message saying it did not run. Plain output prints each call
+    // (and result) as lines starting "[tool call]" ("[tool result]"); JSONL gives the reply
+    // "tool_calls" and "tool_results". With --yes-tools the model then reads the results and
+    // replies again (another line), up to tools.max_rounds times.
+    ChatToolSettings tools;
 };
 
 // Runs prompts from `in` until EOF. A line that is not a valid request (named by its line

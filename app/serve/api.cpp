@@ -328,6 +328,88 @@ std::string model_field(const json& j) {
     return string_field(j, "model");
 }
 
+// An assistant message's tool_calls: [{"id", "type": "function", "function": {"name",
+// "arguments"}}], arguments a JSON string (an object is taken too, as some clients send).
+std::vector<ToolCall> parse_message_tool_calls(const json& calls, const std::string& field) {
+    if (!calls.is_array()) throw bad_field(field, "must be an array");
+    std::vector<ToolCall> out;
+    for (size_t i = 0; i < calls.size(); ++i) {
+        const json& c = calls[i];
+        const std::string where = field + "[" + std::to_string(i) + "]";
+        if (!c.is_object()) throw bad_field(where, "must be an object");
+        if (c.contains("type") && c["type"] != "function") {
+            throw bad_field(where + ".type", "must be \"function\"");
+        }
+        auto f = c.find("function");
+        if (f == c.end() || !f->is_object()) throw bad_field(where + ".function", "must be an object");
+        auto name = f->find("name");
+        if (name == f->end() || !name->is_string() || name->get<std::string>().empty()) {
+            throw bad_field(where + ".function.name", "must be a non-empty string");
+        }
+        ToolCall call;
+        call.id = string_field(c, "id");
+        call.name = name->get<std::string>();
+        auto args = f->find("arguments");
+        if (args == f->end() || args->is_null()) {
+            call.arguments = "{}";
+        } else if (args->is_string()) {
+            call.arguments = args->get<std::string>();
+        } else if (args->is_object()) {
+            call.arguments = args->dump();
+        } else {
+            throw bad_field(where + ".function.arguments", "must be a string of JSON");
+        }
+        out.push_back(std::move(call));
+    }
+    return out;
+}
+
+// tools, tool_choice and parallel_tool_calls. The tools are read again from `body` keeping
+// their key order (templates print them).
+ToolOptions parse_tools(const json& j, const std::string& body) {
+    ToolOptions t;
+    auto tools = j.find("tools");
+    const bool given = tools != j.end() && !tools->is_null();
+    if (given && !tools->is_array()) throw bad_field("tools", "must be an array");
+    if (given) t.tools = nlohmann::ordered_json::parse(body).at("tools");
+    if (auto choice = j.find("tool_choice"); choice != j.end() && !choice->is_null()) {
+        if (choice->is_string()) {
+            const std::string c = choice->get<std::string>();
+            if (c == "auto") {
+                t.choice = ToolChoice::Auto;
+            } else if (c == "none") {
+                t.choice = ToolChoice::None;
+            } else if (c == "required") {
+                t.choice = ToolChoice::Required;
+            } else {
+                throw bad_field("tool_choice",
+                                "must be auto, none, required or a function, not '" + c + "'");
+            }
+        } else if (choice->is_object()) {
+            auto f = choice->find("function");
+            if (choice->value("type", std::string()) != "function" || f == choice->end() ||
+                !f->is_object() || !f->contains("name") || !(*f)["name"].is_string()) {
+                throw bad_field("tool_choice",
+                                "must be {\"type\": \"function\", \"function\": {\"name\": ...}}");
+            }
+            t.choice = ToolChoice::Named;
+            t.named = (*f)["name"].get<std::string>();
+        } else {
+            throw bad_field("tool_choice", "must be a string or an object");
+        }
+    }
+    if (auto p = j.find("parallel_tool_calls"); p != j.end() && !p->is_null()) {
+        if (!p->is_boolean()) throw bad_field("parallel_tool_calls", "must be true or false");
+        t.parallel = p->get<bool>();
+    }
+    try {
+        validate_tool_options(t);
+    } catch (const ToolError& e) {
+        throw ApiError(400, e.what(), e.field());
+    }
+    return t;
+}
+
 }  // namespace
 
 ChatRequest parse_chat_request(const std::string& body, const RequestLimits& limits) {
@@ -352,21 +434,41 @@ ChatRequest parse_chat_request(const std::string& body, const RequestLimits& lim
         }
         std::string name = role->get<std::string>();
         if (name == "developer") name = "system";  // the newer name for the system role
-        if (name != "system" && name != "user" && name != "assistant") {
+        if (name != "system" && name != "user" && name != "assistant" && name != "tool") {
             throw bad_field(where + ".role",
-                            "must be system, developer, user or assistant, not '" + name + "'");
+                            "must be system, developer, user, assistant or tool, not '" + name +
+                                "'");
         }
         auto content = m.find("content");
-        if (content == m.end() && name != "assistant") {
+        const bool calls = name == "assistant" && m.contains("tool_calls") &&
+                           !m["tool_calls"].is_null();
+        if ((content == m.end() || (content->is_null() && name == "tool")) &&
+            name != "assistant") {
             throw bad_field(where + ".content", "is required");
         }
         ChatMessage msg;
         msg.role = name;
         if (content != m.end()) msg.content = message_content(*content, where + ".content");
+        if (calls) msg.tool_calls = parse_message_tool_calls(m["tool_calls"], where + ".tool_calls");
+        if (name == "tool") {
+            auto id = m.find("tool_call_id");
+            if (id == m.end() || !id->is_string() || id->get<std::string>().empty()) {
+                throw bad_field(where + ".tool_call_id",
+                                "is required in a tool message (the id of the call it answers)");
+            }
+            msg.tool_call_id = id->get<std::string>();
+            msg.name = string_field(m, "name");
+        }
         r.messages.push_back(std::move(msg));
     }
     r.sampling = parse_sampling(j, limits);
     r.sampling.grammar = parse_response_format(j, body);
+    r.tools = parse_tools(j, body);
+    if (r.tools.active() && r.sampling.grammar) {
+        throw bad_field("response_format",
+                        "cannot be combined with tools (a call's arguments follow the tool's "
+                        "schema already)");
+    }
     return r;
 }
 
@@ -416,6 +518,33 @@ std::string finish_reason_text(FinishReason reason) {
     return reason == FinishReason::Stop ? "stop" : "length";
 }
 
+std::string finish_reason_text(const TurnResult& turn) {
+    if (!turn.tool_calls.empty() && turn.finish == FinishReason::Stop) return "tool_calls";
+    return finish_reason_text(turn.finish);
+}
+
+json tool_calls_json(const std::vector<ToolCall>& calls) {
+    json out = json::array();
+    for (const ToolCall& c : calls) {
+        out.push_back({{"id", c.id},
+                       {"type", "function"},
+                       {"function", {{"name", c.name}, {"arguments", c.arguments}}}});
+    }
+    return out;
+}
+
+json tool_call_delta_json(const ToolCallDelta& d) {
+    json call = {{"index", d.index}};
+    if (!d.name.empty()) {
+        call["id"] = d.id;
+        call["type"] = "function";
+        call["function"] = {{"name", d.name}, {"arguments", d.arguments}};
+    } else {
+        call["function"] = {{"arguments", d.arguments}};
+    }
+    return json::array({call});
+}
+
 json usage_json(const TurnResult& turn) {
     const auto completion = static_cast<int64_t>(turn.ids.size());
     return json{{"prompt_tokens", turn.prompt_tokens},
@@ -431,7 +560,8 @@ json ember_json(const TurnResult& turn, int slot) {
                 {"prompt_tokens_evaluated", turn.tokens_evaluated},
                 {"ttft_seconds", turn.stats.ttft_seconds},
                 {"decode_seconds", turn.stats.decode_seconds},
-                {"completion_ids", turn.ids}};
+                {"completion_ids", turn.ids},
+                {"warnings", turn.warnings}};
 }
 
 }  // namespace ember::serve

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "engine/generate/conversation.h"
+#include "engine/generate/tool_calls.h"
 #include "engine/grammar/grammar.h"
 #include "engine/sampling/sampler.h"
 
@@ -65,8 +66,11 @@ struct SamplingRequest {
 
 struct ChatRequest {
     std::string model;  // empty: not given
-    std::vector<ChatMessage> messages;
+    std::vector<ChatMessage> messages;  // tool results and assistant tool_calls included
     SamplingRequest sampling;
+    // tools, tool_choice, parallel_tool_calls (tools empty: none offered). The tools keep the
+    // body's key order: templates print them with tojson.
+    ToolOptions tools;
 };
 
 struct CompletionRequest {
@@ -86,6 +90,13 @@ SamplingParams sampling_for(const SamplingRequest& request, const SamplingParams
 
 // "stop", "length" (the context counts as a length limit).
 std::string finish_reason_text(FinishReason reason);
+// As above, and "tool_calls" for a reply that ended having called functions.
+std::string finish_reason_text(const TurnResult& turn);
+
+// message.tool_calls of a reply: [{"id", "type": "function", "function": {"name", "arguments"}}].
+nlohmann::json tool_calls_json(const std::vector<ToolCall>& calls);
+// A streamed piece of a call as delta.tool_calls holds it: the first with id, type and name.
+nlohmann::json tool_call_delta_json(const ToolCallDelta& delta);
 
 // usage: prompt/completion/total tokens and the reused prompt tokens
 // (prompt_tokens_details.cached_tokens).

@@ -13,6 +13,8 @@
 #include "app/serve/front_door.h"
 #include "app/serve/slots.h"
 #include "engine/generate/constrained.h"
+#include "engine/generate/harmony.h"
+#include "engine/generate/tool_calls.h"
 #include "engine/model/model.h"
 #include "engine/tokenizer/tokenizer.h"
 
@@ -64,6 +66,10 @@ struct Job {
     bool include_usage = false;
     bool ignore_eos = false;
     std::shared_ptr<const grammar::Grammar> grammar;  // response_format (null: free text)
+    ToolOptions tools;                                // offered functions (chat)
+    // The grammar a reply that must call is held to (tool_choice required or a function), or
+    // in auto mode the one each call is held to once it starts (null: none).
+    std::shared_ptr<const grammar::Grammar> tool_grammar;
     std::string id;
     int64_t created = 0;
 };
@@ -86,6 +92,9 @@ struct Server::Impl {
     // needs it and shared by all.
     std::once_flag token_trie_once;
     std::shared_ptr<const grammar::TokenTrie> token_trie;
+    // The same for a harmony model's forced tool calls (its markers spelled in the grammar).
+    std::once_flag harmony_trie_once;
+    std::shared_ptr<const grammar::TokenTrie> harmony_trie;
 
     Impl(const Model& m, ThreadPool& p, ConversationOptions co, PrefixStore* s, ServerOptions o)
         : model(m), pool(p), conversation_options(std::move(co)), store(s), options(std::move(o)) {
@@ -116,9 +125,22 @@ struct Server::Impl {
                        "model", "model_not_found");
     }
 
-    std::vector<int32_t> chat_prompt(const std::vector<ChatMessage>& messages) {
+    // The prompt's tokens as the slot will render them; checks the tools against the model's
+    // tool-call format and compiles the grammar of a forced call into `job`.
+    std::vector<int32_t> chat_prompt(const std::vector<ChatMessage>& messages, Job& job) {
         std::lock_guard lock(renderer_mutex);
         renderer->clear();
+        try {
+            renderer->set_tools(job.tools);
+            // A forced call is held from the reply's start; in auto mode a call is held from
+            // its start marker on (harmony's calls are then only parsed).
+            job.tool_grammar =
+                job.tools.forces_call()
+                    ? tool_call_grammar(renderer->tool_call_format(), job.tools)
+                    : tool_call_lazy_grammar(renderer->tool_call_format(), job.tools);
+        } catch (const ToolError& e) {
+            throw ApiError(400, e.what(), e.field());
+        }
         for (const auto& m : messages) renderer->add_message(m);
         try {
             return renderer->prompt_tokens();
@@ -173,7 +195,8 @@ struct Server::Impl {
     }
 
     // Runs the job on a slot; `on_text` gets the reply as it is generated (false: stop).
-    TurnResult generate(Job& job, SlotLease& lease, const TextCallback& on_text) {
+    TurnResult generate(Job& job, SlotLease& lease, const TextCallback& on_text,
+                        const ToolCallCallback& on_tool_call = {}) {
         Conversation& conv = lease.conversation();
         EngineTurn turn(slots->engine_turn());
         conv.set_stop_strings(job.stop);
@@ -184,10 +207,18 @@ struct Server::Impl {
         gen.speculation.enabled = options.speculation;
         gen.speculation.draft_max = options.draft_max;
         std::optional<grammar::GrammarConstraint> constraint;
-        if (job.grammar) {
+        if (job.tool_grammar && conv.tool_call_format() == ToolCallFormat::Harmony) {
+            std::call_once(harmony_trie_once, [this] {
+                const auto markers = HarmonyTokens::find(model.tokenizer());
+                if (markers) harmony_trie = make_harmony_token_trie(model.tokenizer(), *markers);
+            });
+            if (!harmony_trie) throw ApiError(500, "the model's vocabulary lost its harmony markers");
+            constraint.emplace(job.tool_grammar, harmony_trie);
+            gen.constraint = &*constraint;
+        } else if (job.grammar || job.tool_grammar) {
             std::call_once(token_trie_once,
                            [this] { token_trie = make_token_trie(model.tokenizer()); });
-            constraint.emplace(job.grammar, token_trie);
+            constraint.emplace(job.grammar ? job.grammar : job.tool_grammar, token_trie);
             gen.constraint = &*constraint;
         }
         // Text goes to the client with the turn given up, so a slow reader holds up no one,
@@ -202,9 +233,16 @@ struct Server::Impl {
         TurnResult result;
         if (job.chat) {
             conv.clear();
+            conv.set_tools(job.tools);  // every request sets its own (none included)
             for (auto& m : job.messages) conv.add_message(std::move(m));
-            result = conv.respond(sampler, gen, pass_turn);
-            if (!conv.messages().empty()) {
+            auto pass_call = [&](const ToolCallDelta& delta) {
+                turn.release();
+                const bool go_on = !http.stopping() && (!on_tool_call || on_tool_call(delta));
+                turn.acquire();
+                return go_on;
+            };
+            result = conv.respond(sampler, gen, pass_turn, pass_call);
+            if (!conv.messages().empty() && result.tool_calls.empty()) {
                 const ChatMessage& reply = conv.messages().back();
                 reply_ids.remember(reply.content, reply.ids);
             }
@@ -235,9 +273,13 @@ struct Server::Impl {
     }
 
     json choice_json(const Job& job, const TurnResult& r) const {
-        json choice = {{"index", 0}, {"finish_reason", finish_reason_text(r.finish)}};
+        json choice = {{"index", 0}, {"finish_reason", finish_reason_text(r)}};
         if (job.chat) {
             json message = {{"role", "assistant"}, {"content", r.reply}};
+            if (!r.tool_calls.empty()) {
+                message["tool_calls"] = tool_calls_json(r.tool_calls);
+                if (r.reply.empty()) message["content"] = nullptr;  // as OpenAI's API answers
+            }
             if (!r.thinking.empty()) message["reasoning_content"] = r.thinking;
             choice["message"] = message;
         } else {
@@ -331,6 +373,13 @@ struct Server::Impl {
                     return false;  // stops generating: the client closed the connection
                 }
                 return true;
+            }, [&](const ToolCallDelta& delta) {
+                const json piece = {{"tool_calls", tool_call_delta_json(delta)}};
+                if (!send(sse_event(delta_chunk(job, piece, nullptr)))) {
+                    client_gone = true;
+                    return false;
+                }
+                return true;
             });
         } catch (const std::exception& e) {
             send(sse_event(error_json(ApiError(500, e.what()))));
@@ -351,7 +400,7 @@ struct Server::Impl {
             sink.done();
             return true;
         }
-        send(sse_event(delta_chunk(job, json::object(), finish_reason_text(r.finish))));
+        send(sse_event(delta_chunk(job, json::object(), finish_reason_text(r))));
         if (job.include_usage) {
             json chunk = envelope(job, true);
             chunk["choices"] = json::array();
@@ -369,15 +418,19 @@ struct Server::Impl {
         log(job.id + " slot " + std::to_string(slot) + ": prompt " +
             std::to_string(r.prompt_tokens) + " tokens (" + std::to_string(r.tokens_reused) +
             " reused, " + std::to_string(r.tokens_restored) + " of them from the state store), " +
-            std::to_string(r.ids.size()) + " generated, " + finish_reason_text(r.finish));
+            std::to_string(r.ids.size()) + " generated, " + finish_reason_text(r) +
+            (r.tool_calls.empty() ? std::string() : ", " + std::to_string(r.tool_calls.size()) +
+                                                       " tool call(s)"));
+        for (const auto& w : r.warnings) log(job.id + " warning: " + w);
     }
 
     void handle_chat(const httplib::Request&, const std::string& body, httplib::Response& res) {
         ChatRequest r = parse_chat_request(body, options.limits);
         check_model(r.model);
         auto job = std::make_shared<Job>(make_job(true, r.sampling));
+        job->tools = std::move(r.tools);
         reply_ids.attach(r.messages);
-        job->prompt = chat_prompt(r.messages);
+        job->prompt = chat_prompt(r.messages, *job);
         job->max_tokens = max_tokens_for(r.sampling.max_tokens, job->prompt.size());
         job->messages = std::move(r.messages);
         if (job->stream) {

@@ -37,7 +37,7 @@ void ReplyIds::remember(const std::string& text, const std::vector<int32_t>& ids
 void ReplyIds::attach(std::vector<ChatMessage>& messages) {
     std::lock_guard lock(mutex_);
     for (auto& m : messages) {
-        if (m.role != "assistant" || !m.ids.empty()) continue;
+        if (m.role != "assistant" || !m.ids.empty() || !m.tool_calls.empty()) continue;
         if (auto it = ids_.find(m.content); it != ids_.end()) m.ids = it->second.first;
     }
 }

@@ -1,7 +1,10 @@
 #include "engine/generate/constrained.h"
 
+#include <algorithm>
 #include <nlohmann/json.hpp>
 
+#include "engine/generate/harmony.h"
+#include "engine/generate/tool_calls.h"
 #include "engine/grammar/gbnf.h"
 #include "engine/grammar/json_schema.h"
 #include "engine/tokenizer/tokenizer.h"
@@ -16,6 +19,32 @@ std::shared_ptr<const grammar::TokenTrie> make_token_trie(const Tokenizer& token
         if (!tokenizer.is_special(id)) pieces[i] = tokenizer.token_to_piece(id, false);
     }
     return std::make_shared<const grammar::TokenTrie>(std::move(pieces), tokenizer.eog_ids());
+}
+
+std::shared_ptr<const grammar::TokenTrie> make_harmony_token_trie(const Tokenizer& tokenizer,
+                                                                  const HarmonyTokens& markers) {
+    const size_t n = tokenizer.vocab_size();
+    std::vector<std::string> pieces(n);
+    for (size_t i = 0; i < n; ++i) {
+        const auto id = static_cast<TokenId>(i);
+        if (tokenizer.is_special(id)) continue;
+        std::string piece = tokenizer.token_to_piece(id, false);
+        if (piece.find('\x01') == std::string::npos) pieces[i] = std::move(piece);
+    }
+    const std::pair<TokenId, const char*> named[] = {
+        {markers.start, "start"}, {markers.end, "end"},   {markers.message, "message"},
+        {markers.channel, "channel"}, {markers.ret, "return"}, {markers.call, "call"},
+        {markers.constrain, "constrain"}};
+    std::vector<int32_t> ends;
+    for (const TokenId id : tokenizer.eog_ids()) {
+        const bool marker = std::any_of(std::begin(named), std::end(named),
+                                        [id](const auto& m) { return m.first == id; });
+        if (!marker) ends.push_back(id);
+    }
+    for (const auto& [id, name] : named) {
+        if (id != kNoToken) pieces[static_cast<size_t>(id)] = harmony_sentinel(name);
+    }
+    return std::make_shared<const grammar::TokenTrie>(std::move(pieces), std::move(ends));
 }
 
 std::shared_ptr<const grammar::Grammar> compile_output_format(const OutputFormat& format) {

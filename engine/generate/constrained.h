@@ -12,11 +12,19 @@
 namespace ember {
 
 class Tokenizer;
+struct HarmonyTokens;
 
 // Every token's bytes (control, unknown and unused tokens have none, so they are never
 // allowed under a grammar) and the end-of-generation tokens. Built once per model (a sort of
 // the vocabulary: ~0.1 s for 152k tokens) and shared by every constrained request.
 std::shared_ptr<const grammar::TokenTrie> make_token_trie(const Tokenizer& tokenizer);
+
+// The trie for grammars over harmony replies (tool_call_grammar for gpt-oss): the harmony
+// markers, control tokens the plain trie leaves out, stand for harmony_sentinel() text, and
+// no ordinary token may spell a sentinel (those holding byte 0x01 are left out). The markers
+// are not end tokens here, so a grammar decides where the reply's markup goes.
+std::shared_ptr<const grammar::TokenTrie> make_harmony_token_trie(const Tokenizer& tokenizer,
+                                                                  const HarmonyTokens& markers);
 
 // What a request asks its output to be.
 enum class OutputFormatKind { Free, Grammar, JsonSchema, JsonObject };

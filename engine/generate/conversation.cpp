@@ -8,6 +8,7 @@
 #include "engine/generate/harmony.h"
 #include "engine/generate/ngram.h"
 #include "engine/generate/reply_router.h"
+#include "engine/generate/tool_calls.h"
 #include "engine/grammar/token_mask.h"
 #include "engine/model/forward.h"
 #include "engine/model/model.h"
@@ -68,18 +69,52 @@ public:
                 const std::vector<std::string>& stops, bool thinking_possible,
                 bool starts_in_thinking, bool starts_in_final, bool stop_at_end,
                 const TextCallback& on_text)
-        : detok_(tok, DecodeOptions{.skip_special = true, .strip_leading_space = false}) {
+        : detok_(tok, DecodeOptions{.skip_special = true, .strip_leading_space = false}),
+          on_text_(on_text) {
+        // Answer text passes through the tool-call parser when there is one.
+        answer_filter_ = [this](const std::string& text, TextKind kind) {
+            if (kind == TextKind::Thinking || !calls_) return !on_text_ || on_text_(text, kind);
+            calls_->push(text);
+            return !calls_->cancelled();
+        };
         if (harmony != nullptr) {
             harmony_.emplace(tok, *harmony, stops, starts_in_final, stop_at_end, on_text);
         } else {
-            think_.emplace(stops, thinking_possible, starts_in_thinking, on_text);
+            think_.emplace(stops, thinking_possible, starts_in_thinking, answer_filter_);
         }
     }
+    // Calls in the reply are read in `format` and handed to `on_call` (which must outlive
+    // the stream) rather than shown as text.
+    void enable_tool_calls(ToolCallFormat format, const ToolOptions& tools,
+                           const ToolCallCallback& on_call) {
+        std::vector<std::string> names = tool_names(tools.tools);
+        if (harmony_) {
+            harmony_->enable_tool_calls(std::move(names), on_call);
+            return;
+        }
+        ToolCallParser::Options options;
+        options.names = std::move(names);
+        if (!tools.parallel) options.max_calls = 1;
+        calls_.emplace(
+            format, std::move(options),
+            [this](const std::string& text) {
+                return !on_text_ || on_text_(text, TextKind::Answer);
+            },
+            on_call);
+    }
+    // The answer's text goes to `lazy` too, which engages its constraint where a call starts.
+    void set_lazy_constraint(LazyToolConstraint* lazy) { lazy_ = lazy; }
     void push(int32_t id) {
         if (harmony_) {
             harmony_->push(id);
-        } else {
-            think_->push(detok_.push(id));
+            return;
+        }
+        const ReplyRouter::Phase before = think_->phase();
+        const std::string piece = detok_.push(id);
+        think_->push(piece);
+        if (lazy_ != nullptr && before != ReplyRouter::Phase::Thinking &&
+            think_->phase() == ReplyRouter::Phase::Answer) {
+            lazy_->on_answer_text(piece);
         }
     }
     // The generated text is complete (no more tokens follow).
@@ -90,6 +125,7 @@ public:
         }
         if (!think_->stopped_by_string()) think_->push(detok_.flush());
         think_->finish();
+        if (calls_) calls_->finish();
     }
     // Ends a thinking block cut short; returns the text to feed the model after the last token.
     std::string force_end_thinking(const std::string& transition) {
@@ -102,25 +138,69 @@ public:
         return transition + "</think>\n\n";
     }
     ReplyRouter::Phase phase() const { return harmony_ ? harmony_->phase() : think_->phase(); }
-    // The reply ended: a stop string, or the format's end of the reply (harmony).
-    bool done() const { return harmony_ ? harmony_->done() : think_->stopped_by_string(); }
+    // The reply ended: a stop string, the format's end of the reply (harmony), or the one call
+    // a reply may make is complete.
+    bool done() const {
+        if (harmony_) return harmony_->done();
+        return think_->stopped_by_string() || (calls_ && calls_->done());
+    }
     bool stopped_by_string() const {
         return harmony_ ? harmony_->stopped_by_string() : think_->stopped_by_string();
     }
-    bool cancelled() const { return harmony_ ? harmony_->cancelled() : think_->cancelled(); }
-    const std::string& answer() const { return harmony_ ? harmony_->answer() : think_->answer(); }
+    bool cancelled() const {
+        if (harmony_) return harmony_->cancelled();
+        return think_->cancelled() || (calls_ && calls_->cancelled());
+    }
+    const std::string& answer() const {
+        if (harmony_) return harmony_->answer();
+        return calls_ ? calls_->content() : think_->answer();
+    }
     const std::string& thinking() const {
         return harmony_ ? harmony_->thinking() : think_->thinking();
     }
     std::vector<std::string> warnings() const {
-        return harmony_ ? harmony_->warnings() : std::vector<std::string>{};
+        if (harmony_) return harmony_->warnings();
+        return calls_ ? calls_->warnings() : std::vector<std::string>{};
+    }
+    std::vector<ToolCall> tool_calls() const {
+        if (harmony_) return harmony_->tool_calls();
+        return calls_ ? calls_->calls() : std::vector<ToolCall>{};
     }
 
 private:
     StreamingDetokenizer detok_;
+    const TextCallback& on_text_;
+    TextCallback answer_filter_;
+    std::optional<ToolCallParser> calls_;
     std::optional<ReplyRouter> think_;
     std::optional<HarmonyRouter> harmony_;
+    LazyToolConstraint* lazy_ = nullptr;
 };
+
+// Samples the answer through options.constraint; the reasoning stays free. Before the reply has
+// shown which it starts with, the grammar holds, and a thinking model (`thinking_tokenizer`
+// set) may still open its block. With `lazy`, only the tool calls in the answer are held.
+void constrain_answer(GenerateOptions& generation, ReplyStream& router,
+                      const GenerateOptions& options, const Tokenizer* thinking_tokenizer,
+                      LazyToolConstraint* lazy, const TurnResult& result) {
+    if (lazy != nullptr) {
+        generation.constrain_now = [&router, lazy] {
+            return router.phase() != ReplyRouter::Phase::Thinking && lazy->engaged();
+        };
+    } else {
+        const std::optional<int32_t> open_tag =
+            thinking_tokenizer ? thinking_tokenizer->find_token("<think>") : std::nullopt;
+        generation.constrain_now = [&router, &options, open_tag] {
+            const ReplyRouter::Phase phase = router.phase();
+            options.constraint->set_extra_allowed(
+                phase == ReplyRouter::Phase::Undecided && open_tag ? *open_tag : -1);
+            return phase != ReplyRouter::Phase::Thinking;
+        };
+    }
+    generation.tokens_left = [&options, &result] {
+        return options.max_tokens < 0 ? -1 : options.max_tokens - result.answer_tokens - 1;
+    };
+}
 
 }  // namespace
 
@@ -141,6 +221,8 @@ Conversation::Conversation(const Model& model, ThreadPool& pool, ConversationOpt
             harmony_ = std::make_unique<const HarmonyTokens>(*markers);
         }
     }
+    tool_format_ = detect_tool_call_format(source, harmony_ != nullptr);
+    tools_ = std::make_unique<ToolOptions>();
     bos_text_ = token_text_or_empty(tok, tok.bos_id());
     eos_text_ = token_text_or_empty(tok, tok.eos_id());
     state_ = make_state(model_.config(), options_.context, options_.kv_type);
@@ -194,11 +276,23 @@ void Conversation::clear() {
     messages_.clear();
 }
 
+void Conversation::set_tools(ToolOptions tools) {
+    validate_tool_options(tools);
+    if (tools.active() && tool_format_ == ToolCallFormat::None) {
+        throw ToolError("this model's chat template has no tool-call format Ember knows (Qwen3/"
+                        "Hermes <tool_call>, Llama 3 JSON, gpt-oss harmony, Gemma 3)",
+                        "tools");
+    }
+    *tools_ = std::move(tools);
+}
+
 std::string Conversation::render_prompt(size_t n_messages, bool generation_prompt) const {
     ChatTemplateInputs in;
-    for (size_t i = 0; i < std::min(n_messages, messages_.size()); ++i) {
-        in.messages.push_back({{"role", messages_[i].role}, {"content", messages_[i].content}});
-    }
+    TemplateMessages rendered = template_messages(
+        std::span<const ChatMessage>(messages_.data(), std::min(n_messages, messages_.size())),
+        tool_format_, tools_.get());
+    in.messages = std::move(rendered.messages);
+    in.tools = std::move(rendered.tools);
     in.add_generation_prompt = generation_prompt;
     in.bos_token = bos_text_;
     in.eos_token = eos_text_;
@@ -435,7 +529,8 @@ size_t Conversation::reuse_prefix(const std::vector<int32_t>& tokens, TurnResult
 }
 
 TurnResult Conversation::respond(Sampler& sampler, const GenerateOptions& options,
-                                 const TextCallback& on_text) {
+                                 const TextCallback& on_text,
+                                 const ToolCallCallback& on_tool_call) {
     store_pending(/*prepare=*/false);  // this turn's prompt is here: no need to guess its start
     TurnResult result;
     const std::string rendered = render_prompt();
@@ -455,15 +550,18 @@ TurnResult Conversation::respond(Sampler& sampler, const GenerateOptions& option
     std::vector<int32_t> prompt(tokens.begin() + static_cast<ptrdiff_t>(reuse), tokens.end());
     if (!state_->recurrent.empty()) evaluate_hybrid_prompt(tokens, reuse, prompt);
     const bool stop_cut = generate_reply(std::move(prompt), sampler, options, on_text,
-                                         replies_think(), starts_in_thinking, result);
+                                         &on_tool_call, replies_think(), starts_in_thinking,
+                                         result);
     // The ids stand for the reply text only when they are exactly its tokens: no stop string
     // cut the text short and no thinking precedes it. A harmony reply's ids hold its channel
     // markup, and the template writes a past reply otherwise anyway (no analysis, <|end|>).
+    // A reply that called functions is not its text either: the template writes the calls.
     const bool ids_are_text = !stop_cut && result.thinking_tokens == 0 &&
-                              result.thinking_end == ThinkingEnd::None && !harmony_;
+                              result.thinking_end == ThinkingEnd::None && !harmony_ &&
+                              result.tool_calls.empty();
     messages_.push_back(ChatMessage{"assistant", result.reply,
                                     ids_are_text ? result.ids : std::vector<int32_t>{},
-                                    result.thinking});
+                                    result.thinking, result.tool_calls});
     // After the reply is a message: preparing the next turn renders the conversation.
     next_turn_pending_ = options_.prepare_next_turn;
     remember_evaluated(tokens, result);
@@ -585,23 +683,26 @@ TurnResult Conversation::complete(const std::vector<int32_t>& tokens, Sampler& s
     prepare_speculation(options, tokens);
     std::vector<int32_t> prompt(tokens.begin() + static_cast<ptrdiff_t>(reuse), tokens.end());
     if (!state_->recurrent.empty()) evaluate_hybrid_prompt(tokens, reuse, prompt);
-    generate_reply(std::move(prompt), sampler, options, on_text, /*thinking_possible=*/false,
-                   /*starts_in_thinking=*/false, result);
+    generate_reply(std::move(prompt), sampler, options, on_text, /*on_tool_call=*/nullptr,
+                   /*thinking_possible=*/false, /*starts_in_thinking=*/false, result);
     remember_evaluated(tokens, result);
     return result;
 }
 
 bool Conversation::generate_reply(std::vector<int32_t> prompt, Sampler& sampler,
                                   const GenerateOptions& options, const TextCallback& on_text,
-                                  bool thinking_possible, bool starts_in_thinking,
-                                  TurnResult& result) {
+                                  const ToolCallCallback* on_tool_call, bool thinking_possible,
+                                  bool starts_in_thinking, TurnResult& result) {
     const Tokenizer& tok = model_.tokenizer();
     const int64_t thinking_budget = std::max<int64_t>(0, options_.max_thinking_tokens);
     EncodeOptions special;
     special.parse_special = true;
     const HarmonyTokens* harmony = thinking_possible ? harmony_.get() : nullptr;
     bool starts_in_final = false;
-    if (thinking_budget == 0 && (starts_in_thinking || harmony != nullptr)) {
+    // A call forced in harmony is a commentary message the grammar writes from the start.
+    const bool tools_on = on_tool_call != nullptr && tools_->active();
+    const bool harmony_call = harmony != nullptr && tools_on && tools_->forces_call();
+    if (thinking_budget == 0 && (starts_in_thinking || (harmony != nullptr && !harmony_call))) {
         // No thinking wanted: close the block the template opened (or open harmony's final
         // message) before the model starts.
         const auto close = tok.encode(harmony ? kHarmonyOpenFinal : "</think>\n\n", special);
@@ -614,6 +715,7 @@ bool Conversation::generate_reply(std::vector<int32_t> prompt, Sampler& sampler,
     ReplyStream router(tok, harmony, options_.stop_strings,
                        thinking_possible && thinking_budget > 0, starts_in_thinking,
                        starts_in_final, !options.ignore_eos, on_text);
+    if (tools_on) router.enable_tool_calls(tool_format_, *tools_, *on_tool_call);
     std::vector<int32_t> thinking_ids;  // for the loop check
     ThinkingEnd forced = ThinkingEnd::None;
     bool answer_full = false;
@@ -647,25 +749,20 @@ bool Conversation::generate_reply(std::vector<int32_t> prompt, Sampler& sampler,
     // generator itself runs until the context is full.
     GenerateOptions unbounded = options;
     unbounded.max_tokens = -1;
+    std::optional<LazyToolConstraint> lazy;
     if (options.constraint != nullptr) {
-        if (harmony != nullptr) {
+        if (harmony != nullptr && !harmony_call) {
             throw std::invalid_argument(
                 "constrained output (a grammar or JSON schema) is not supported for harmony "
                 "(gpt-oss) models");
         }
-        // The answer is constrained, the reasoning is not. Before the reply has shown which it
-        // starts with, the grammar holds, and a thinking model may still open its block.
-        const std::optional<int32_t> open_tag =
-            thinking_possible ? tok.find_token("<think>") : std::nullopt;
-        unbounded.constrain_now = [&router, &options, open_tag] {
-            const ReplyRouter::Phase phase = router.phase();
-            options.constraint->set_extra_allowed(
-                phase == ReplyRouter::Phase::Undecided && open_tag ? *open_tag : -1);
-            return phase != ReplyRouter::Phase::Thinking;
-        };
-        unbounded.tokens_left = [&options, &result] {
-            return options.max_tokens < 0 ? -1 : options.max_tokens - result.answer_tokens - 1;
-        };
+        // tool_choice auto: the constraint holds the calls only (tool_call_lazy_grammar).
+        if (tools_on && !tools_->forces_call()) {
+            lazy.emplace(tool_format_, *options.constraint);
+            router.set_lazy_constraint(&*lazy);
+        }
+        constrain_answer(unbounded, router, options, thinking_possible ? &tok : nullptr,
+                         lazy ? &*lazy : nullptr, result);
     }
     // Harmony ends a message with <|end|>, an end-of-generation token, also after the
     // thinking: the router says when the reply is over.
@@ -694,6 +791,7 @@ bool Conversation::generate_reply(std::vector<int32_t> prompt, Sampler& sampler,
     }
     router.finish();
     result.warnings = router.warnings();
+    result.tool_calls = router.tool_calls();
     result.finish = router.done()        ? FinishReason::Stop
                     : answer_full        ? FinishReason::Length
                     : router.cancelled() ? FinishReason::Cancelled

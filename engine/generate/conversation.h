@@ -27,19 +27,34 @@ namespace ember {
 
 class ChatTemplate;
 struct HarmonyTokens;
+struct ToolOptions;
+struct ToolCallDelta;
+enum class ToolCallFormat;
+// Receives each piece of a tool call as it is generated (tool_calls.h); return false to stop.
+using ToolCallCallback = std::function<bool(const ToolCallDelta& delta)>;
 class NgramTable;
 class RecurrentSnapshotPool;
 class Model;
 class ThreadPool;
 
+// A function call an assistant turn made (OpenAI's tool_calls[i]).
+struct ToolCall {
+    std::string id;         // the call's id, which the tool's answer names (tool_call_id)
+    std::string name;       // the function called
+    std::string arguments;  // its arguments, JSON text (an object)
+};
+
 struct ChatMessage {
-    std::string role;  // "system", "user" or "assistant"
+    std::string role;  // "system", "user", "assistant" or "tool"
     std::string content;
     // For replies generated here: the exact tokens that produced `content`. Re-tokenizing a
     // reply's text can give other tokens than the model generated, which would invalidate
     // the cached state from that point on; the prompt splices these ids in instead.
     std::vector<int32_t> ids;
     std::string thinking;  // a thinking model's reasoning for this reply (not re-rendered)
+    std::vector<ToolCall> tool_calls;  // assistant: the functions it called (content may be empty)
+    std::string tool_call_id;          // tool: the call this message answers
+    std::string name;                  // tool: the function that answered (optional)
 };
 
 // Why a reply's thinking block ended.
@@ -94,8 +109,11 @@ struct TurnResult {
     int64_t tokens_evaluated = 0;  // of those, computed this turn
     int64_t tokens_dropped = 0;    // dropped from the start to fit the context
     int64_t messages_dropped = 0;
-    // Output that broke the model's chat format (harmony), shown as plain text instead.
+    // Output that broke the model's chat format (harmony, tool calls), shown as plain text
+    // instead.
     std::vector<std::string> warnings;
+    // The functions the reply called (with tools set); `reply` is then the text besides them.
+    std::vector<ToolCall> tool_calls;
     GenerateStats stats;
     // The seed the sampler was reset to for this reply (set by the chat front ends, which
     // start each reply from its own seed so it can be sampled again); nullopt: not reseeded.
@@ -149,9 +167,20 @@ public:
     void clear();
 
     // Generates the assistant's reply to the conversation so far and appends it. Throws
-    // ContextOverflow when the newest message cannot fit.
+    // ContextOverflow when the newest message cannot fit. With tools set, calls in the reply
+    // go to `on_tool_call` as they stream (never to `on_text`) and into TurnResult::tool_calls;
+    // `options.constraint` then holds tool_call_grammar() for a forced call (the whole answer
+    // follows it), or tool_call_lazy_grammar() in auto mode (engaged over each call only).
     TurnResult respond(Sampler& sampler, const GenerateOptions& options,
-                       const TextCallback& on_text);
+                       const TextCallback& on_text, const ToolCallCallback& on_tool_call = {});
+
+    // Functions the model is offered for later turns (tool_calls.h): rendered through the
+    // template, and the replies' calls parsed. Throws ToolError for a malformed list or choice,
+    // and when tools are offered to a template with no tool-call format Ember knows.
+    void set_tools(ToolOptions tools);
+    const ToolOptions& tools() const { return *tools_; }
+    // How this model writes calls (from its template): None when unknown.
+    ToolCallFormat tool_call_format() const { return tool_format_; }
 
     // Stores in the prefix store what the last turn evaluated, if defer_state_save left that
     // pending; a no-op otherwise. Failures are the store's warnings, as for any save.
@@ -198,7 +227,8 @@ private:
     // Returns whether a stop string cut the reply's text short.
     bool generate_reply(std::vector<int32_t> prompt, Sampler& sampler,
                         const GenerateOptions& options, const TextCallback& on_text,
-                        bool thinking_possible, bool starts_in_thinking, TurnResult& result);
+                        const ToolCallCallback* on_tool_call, bool thinking_possible,
+                        bool starts_in_thinking, TurnResult& result);
     void prepare_speculation(const GenerateOptions& options, const std::vector<int32_t>& tokens);
     // After a reply: what the state holds becomes cached_, and the store keeps it (now, or
     // when store_pending_state() is called).
@@ -222,6 +252,8 @@ private:
     // The harmony format's markers when the model writes harmony (gpt-oss): replies are then
     // channels of messages, `analysis` the thinking.
     std::unique_ptr<const HarmonyTokens> harmony_;
+    ToolCallFormat tool_format_{};
+    std::unique_ptr<ToolOptions> tools_;  // never null
     bool replies_think() const { return template_knows_thinking_ || harmony_ != nullptr; }
     std::string bos_text_, eos_text_;
     std::vector<ChatMessage> messages_;

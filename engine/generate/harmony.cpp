@@ -155,10 +155,12 @@ void HarmonyRouter::on_marker(TokenId id) {
     }
     // Inside a message.
     if (id == m_.end || ends_reply) {
+        if (body_ == Body::Call) close_call();
         part_ = Part::Between;
         if (stop_at_end_ && (ends_reply || body_is_final_)) done_ = true;
     } else if (id == m_.start) {
         warn("a message not closed by <|end|>");
+        if (body_ == Body::Call) close_call();
         part_ = Part::Header;
         header_.clear();
     } else {  // <|channel|>, <|message|> or <|constrain|> inside a message: keep it as text
@@ -192,6 +194,7 @@ void HarmonyRouter::open_body() {
     } else if (channel == "final") {
         body_is_final_ = true;
     } else if (channel == "commentary") {
+        if (open_call(recipient)) return;
         if (!recipient.empty()) {
             warn("the model called the tool '" + recipient +
                  "'; ember runs no tools, so the call is shown as text");
@@ -200,6 +203,45 @@ void HarmonyRouter::open_body() {
         warn("unknown channel '" + channel + "'; its text is shown as the answer");
     }
     if (body_ == Body::Answer && !answer_.answer().empty()) answer_started_ = true;
+}
+
+void HarmonyRouter::enable_tool_calls(std::vector<std::string> names,
+                                      const ToolCallCallback& on_call) {
+    tools_enabled_ = true;
+    tool_names_ = std::move(names);
+    on_call_ = &on_call;
+}
+
+bool HarmonyRouter::open_call(const std::string& recipient) {
+    constexpr std::string_view kFunctions = "functions.";
+    if (!tools_enabled_ || !recipient.starts_with(kFunctions)) return false;
+    const std::string name = recipient.substr(kFunctions.size());
+    if (!tool_names_.empty() &&
+        std::find(tool_names_.begin(), tool_names_.end(), name) == tool_names_.end()) {
+        warn("the model called '" + name + "', which is not among the tools; shown as text");
+        return false;
+    }
+    calls_.push_back(ToolCall{new_tool_call_id(), name, {}});
+    body_ = Body::Call;
+    if (*on_call_ && !(*on_call_)(ToolCallDelta{calls_.size() - 1, calls_.back().id, name, {}})) {
+        cancelled_ = true;
+    }
+    return true;
+}
+
+void HarmonyRouter::call_text(const std::string& text) {
+    calls_.back().arguments += text;
+    if (*on_call_ && !(*on_call_)(ToolCallDelta{calls_.size() - 1, {}, {}, text})) cancelled_ = true;
+}
+
+void HarmonyRouter::close_call() {
+    const ToolCall& call = calls_.back();
+    const auto parsed = nlohmann::json::parse(call.arguments, nullptr, /*allow_exceptions=*/false);
+    if (!parsed.is_object()) {
+        warn("the arguments of call " + std::to_string(calls_.size() - 1) + " (" + call.name +
+             ") are not a valid JSON object");
+    }
+    body_ = Body::Answer;
 }
 
 void HarmonyRouter::header_as_text(const std::string& why) {
@@ -238,6 +280,8 @@ void HarmonyRouter::text(const std::string& piece) {
             if (body_ == Body::Thinking) {
                 thinking_ += piece;
                 if (on_text_ && !on_text_(piece, TextKind::Thinking)) cancelled_ = true;
+            } else if (body_ == Body::Call) {
+                call_text(piece);
             } else {
                 answer_text(piece);
             }
@@ -269,6 +313,10 @@ void HarmonyRouter::force_end_thinking(const std::string& transition) {
 
 void HarmonyRouter::finish() {
     if (!done()) flush_text();
+    if (part_ == Part::Body && body_ == Body::Call) {
+        warn("the reply ended inside the arguments of call " + std::to_string(calls_.size() - 1));
+        close_call();
+    }
     if (part_ == Part::Header && !without_role(header_).empty()) {
         header_as_text("the reply ended inside a message header");
     }

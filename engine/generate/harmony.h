@@ -13,7 +13,8 @@
 // TextCallback as Thinking (analysis) or Answer (everything shown to the user), never the
 // markup. Output that breaks the format (an unknown channel, a header without
 // `<|message|>`, text outside any message) is shown as plain answer text with a warning:
-// nothing the model wrote is dropped.
+// nothing the model wrote is dropped. With tool calls enabled, a commentary message addressed
+// `to=functions.NAME` is a call: its text is the call's arguments, handed on as ToolCallDeltas.
 #pragma once
 
 #include <optional>
@@ -22,6 +23,7 @@
 
 #include "engine/generate/conversation.h"
 #include "engine/generate/reply_router.h"
+#include "engine/generate/tool_calls.h"
 #include "engine/tokenizer/tokenizer.h"
 
 namespace ember {
@@ -55,6 +57,12 @@ public:
                   const std::vector<std::string>& stop_strings, bool starts_in_final,
                   bool stop_at_end, const TextCallback& on_text);
 
+    // Messages to functions.NAME become calls (to `on_call`, which must outlive the router)
+    // instead of text shown with a warning. `names`: the functions offered (a call of another
+    // is shown as text with a warning); empty: any.
+    void enable_tool_calls(std::vector<std::string> names, const ToolCallCallback& on_call);
+    const std::vector<ToolCall>& tool_calls() const { return calls_; }
+
     // One generated token.
     void push(TokenId id);
     // End of generation: flushes what was held back (an unfinished header as plain text).
@@ -77,7 +85,7 @@ public:
 
 private:
     enum class Part { Header, Body, Between };
-    enum class Body { Thinking, Answer };
+    enum class Body { Thinking, Answer, Call };
 
     void on_marker(TokenId id);
     void open_body();                             // at <|message|>: the header decides the channel
@@ -86,6 +94,9 @@ private:
     void flush_text();
     void warn(const std::string& message);
     void answer_text(const std::string& text);
+    bool open_call(const std::string& recipient);  // false: not a call Ember takes
+    void call_text(const std::string& text);
+    void close_call();
     bool is_marker(TokenId id) const;
     std::string marker_text(TokenId id) const;
 
@@ -104,6 +115,10 @@ private:
     std::string header_;           // header text with its markers, as written
     std::string thinking_;
     std::vector<std::string> warnings_;
+    bool tools_enabled_ = false;
+    std::vector<std::string> tool_names_;
+    const ToolCallCallback* on_call_ = nullptr;
+    std::vector<ToolCall> calls_;
     bool done_ = false;
     bool cancelled_ = false;
 };

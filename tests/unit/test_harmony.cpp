@@ -216,5 +216,79 @@ TEST(HarmonyTokensFind, VocabulariesWithoutTheMarkersAreNotHarmony) {
     EXPECT_FALSE(HarmonyTokens::find(tok).has_value());
 }
 
+// Tool calls in harmony (OpenAI's harmony format guide): a commentary message addressed
+// `to=functions.NAME`, JSON arguments, ended by <|call|>. Both header orders gpt-oss uses
+// (recipient after the channel, or in the role position as its template renders past calls).
+struct RoutedCalls {
+    std::vector<ToolCall> calls;  // rebuilt from the deltas
+    std::string answer, thinking;
+    std::vector<std::string> warnings;
+    bool done = false;
+};
+
+RoutedCalls route_calls(const Tokenizer& tok, const HarmonyTokens& markers,
+                        const std::string& stream, std::vector<std::string> names = {}) {
+    RoutedCalls r;
+    const TextCallback cb = [&](const std::string& t, TextKind kind) {
+        (kind == TextKind::Thinking ? r.thinking : r.answer) += t;
+        return true;
+    };
+    const ToolCallCallback on_call = [&](const ToolCallDelta& d) {
+        if (d.index == r.calls.size()) r.calls.push_back({d.id, d.name, {}});
+        r.calls.back().arguments += d.arguments;
+        return true;
+    };
+    HarmonyRouter router(tok, markers, {}, false, /*stop_at_end=*/true, cb);
+    router.enable_tool_calls(std::move(names), on_call);
+    EncodeOptions enc;
+    enc.parse_special = true;
+    for (TokenId id : tok.encode(stream, enc)) router.push(id);
+    router.finish();
+    r.warnings = router.warnings();
+    r.done = router.done();
+    EXPECT_EQ(router.tool_calls().size(), r.calls.size());
+    return r;
+}
+
+TEST_F(Harmony, ACallToAFunctionIsAToolCall) {
+    const RoutedCalls r = route_calls(
+        *tok_, markers_,
+        "<|channel|>analysis<|message|>Need the weather.<|end|><|start|>assistant<|channel|>"
+        "commentary to=functions.get_current_weather <|constrain|>json<|message|>"
+        "{\"location\":\"San Francisco\"}<|call|>",
+        {"get_current_weather"});
+    ASSERT_EQ(r.calls.size(), 1u);
+    EXPECT_EQ(r.calls[0].name, "get_current_weather");
+    EXPECT_EQ(r.calls[0].arguments, "{\"location\":\"San Francisco\"}");
+    EXPECT_FALSE(r.calls[0].id.empty());
+    EXPECT_EQ(r.thinking, "Need the weather.");
+    EXPECT_EQ(r.answer, "") << "no markup and no arguments in the answer";
+    EXPECT_TRUE(r.warnings.empty());
+    EXPECT_TRUE(r.done) << "<|call|> ends the reply";
+}
+
+TEST_F(Harmony, RecipientInTheRolePosition) {
+    const RoutedCalls r = route_calls(
+        *tok_, markers_,
+        " to=functions.lookup<|channel|>commentary json<|message|>{\"q\": 1}<|call|>");
+    ASSERT_EQ(r.calls.size(), 1u);
+    EXPECT_EQ(r.calls[0].name, "lookup");
+    EXPECT_EQ(r.calls[0].arguments, "{\"q\": 1}");
+}
+
+TEST_F(Harmony, UnknownFunctionAndBadArgumentsWarn) {
+    const RoutedCalls unknown = route_calls(
+        *tok_, markers_,
+        "<|channel|>commentary to=functions.rm <|constrain|>json<|message|>{}<|call|>", {"ls"});
+    EXPECT_TRUE(unknown.calls.empty());
+    EXPECT_EQ(unknown.answer, "{}");
+    EXPECT_FALSE(unknown.warnings.empty());
+    const RoutedCalls bad = route_calls(
+        *tok_, markers_, "<|channel|>commentary to=functions.ls<|message|>{oops<|call|>", {"ls"});
+    ASSERT_EQ(bad.calls.size(), 1u);
+    ASSERT_EQ(bad.warnings.size(), 1u);
+    EXPECT_NE(bad.warnings[0].find("not a valid JSON object"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace ember

@@ -203,6 +203,12 @@ int FullScreen::Impl::run(ChatController& c) {
     }
     for (auto& notice : start_notices) transcript.add({tui::EntryKind::Notice, std::move(notice)});
     start_notices.clear();
+    // A resumed conversation's tool call that waited for the user's yes asks again.
+    if (c.tool_call_waiting()) {
+        const ChatOutcome question = c.waiting_call_question();
+        show_message(question.message, false);
+        show_tool_activity(question);
+    }
     for (const auto& key : typed_while_loading) handle_key(key);
     typed_while_loading.clear();
 
@@ -553,8 +559,8 @@ void FullScreen::Impl::send_input() {
     }
     const std::string text = input.text();
     if (confirming) {
-        // The answer to /run's question goes to the controller as it is, not as a prompt
-        // (an empty one says no).
+        // The answer to /run's or a tool call's question goes to the controller as it is, not
+        // as a prompt (an empty one says no).
         confirming = false;
         input.take();
         start_job(JobKind::Command, text.empty() ? "n" : text);

@@ -25,7 +25,8 @@ namespace ember::ui {
 using Clock = std::chrono::steady_clock;
 
 // What the job running on the worker is, for what the UI does when it ends.
-enum class JobKind { None, Reply, Regenerate, Edit, Continue, Command, Refresh };
+// ToolsContinue: the model reads tool results and goes on (ChatController::continue_after_tools).
+enum class JobKind { None, Reply, Regenerate, Edit, Continue, Command, Refresh, ToolsContinue };
 
 struct FullScreen::Impl {
     FullScreenOptions options;
@@ -54,7 +55,8 @@ struct FullScreen::Impl {
     tui::InputEditor input;
     bool editing_last = false;    // the input holds the last prompt for /edit
     bool ctrl_x_pending = false;  // Ctrl-X was pressed: Ctrl-E next composes in $EDITOR
-    bool confirming = false;      // the next input answers a yes/no question (/run)
+    bool confirming = false;      // the next input answers a yes/no question (/run, a tool call)
+    bool confirming_tool = false;  // the question is a tool call's (not /run's)
 
     // Scrolling: the view follows the end unless the user scrolled back.
     bool follow = true;
@@ -107,6 +109,8 @@ struct FullScreen::Impl {
     void apply(tui::StreamEvent& event);
     void apply(tui::DoneEvent& event);
     void rebuild_transcript(const std::vector<ChatMessage>& messages);
+    // A done job's tool calls and results in the transcript; the model's next step if due.
+    void show_tool_activity(const ChatOutcome& outcome);
     void complete_input();
     void show_message(std::string text, bool error);
     void ctrl_c_on_idle();

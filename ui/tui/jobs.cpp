@@ -26,6 +26,11 @@ void FullScreen::Impl::start_job(JobKind kind, const std::string& line) {
         const size_t name = line.find_first_not_of(" \t", 7);
         if (name != std::string::npos) job_activity = "loading " + line.substr(name);
     }
+    if (kind == JobKind::Command && confirming_tool) {
+        // The answer to a tool call's question: a yes runs the tool (within its time limit).
+        job_activity = "tool call";
+    }
+    confirming_tool = false;
     streamed = 0;
     reply_thinking = false;
     cancel.store(false);
@@ -58,7 +63,8 @@ void FullScreen::Impl::start_job(JobKind kind, const std::string& line) {
             e.footer.clear();
         });
     }
-    if (kind == JobKind::Reply || kind == JobKind::Regenerate || kind == JobKind::Edit) {
+    if (kind == JobKind::Reply || kind == JobKind::Regenerate || kind == JobKind::Edit ||
+        kind == JobKind::ToolsContinue) {
         tui::Entry reply{tui::EntryKind::Assistant};
         reply.streaming = true;
         transcript.add(std::move(reply));
@@ -72,6 +78,8 @@ void FullScreen::Impl::start_job(JobKind kind, const std::string& line) {
         try {
             if (kind == JobKind::Reply) {
                 done.outcome = controller->submit(line, on_text);
+            } else if (kind == JobKind::ToolsContinue) {
+                done.outcome = controller->continue_after_tools(on_text);
             } else if (kind != JobKind::Refresh) {
                 done.outcome = controller->handle_command(line, on_text);
             }
@@ -122,9 +130,16 @@ void FullScreen::Impl::rebuild_transcript(const std::vector<ChatMessage>& messag
         if (m.role == "user") {
             transcript.add({tui::EntryKind::User, m.content});
         } else if (m.role == "assistant") {
-            tui::Entry reply{tui::EntryKind::Assistant, m.content};
-            reply.thinking = m.thinking;
-            transcript.add(std::move(reply));
+            if (!m.content.empty() || !m.thinking.empty() || m.tool_calls.empty()) {
+                tui::Entry reply{tui::EntryKind::Assistant, m.content};
+                reply.thinking = m.thinking;
+                transcript.add(std::move(reply));
+            }
+            for (const ToolCall& call : m.tool_calls) {
+                transcript.add({tui::EntryKind::Tool, "tool call: " + describe_call(call)});
+            }
+        } else if (m.role == "tool") {
+            transcript.add({tui::EntryKind::Tool, shown_result(m)});
         }
     }
 }
@@ -136,7 +151,8 @@ void FullScreen::Impl::apply(tui::DoneEvent& event) {
     reply_thinking = false;
     const ChatOutcome& outcome = event.outcome;
     const bool generating = kind == JobKind::Reply || kind == JobKind::Regenerate ||
-                            kind == JobKind::Edit || kind == JobKind::Continue;
+                            kind == JobKind::Edit || kind == JobKind::Continue ||
+                            kind == JobKind::ToolsContinue;
     // /edit always reports the conversation replaced; the transcript already shows the edit.
     const bool rebuild =
         (outcome.conversation_replaced && !(kind == JobKind::Edit && !outcome.error)) ||
@@ -185,8 +201,27 @@ void FullScreen::Impl::apply(tui::DoneEvent& event) {
         outcome.message.empty()) {
         show_message("reply stopped; what was written is kept", false);
     }
-    if (outcome.confirm) confirming = true;
+    show_tool_activity(outcome);
     if (outcome.quit) quit = true;
+}
+
+void FullScreen::Impl::show_tool_activity(const ChatOutcome& outcome) {
+    for (const std::string& result : outcome.tool_results) {
+        transcript.add({tui::EntryKind::Tool, result});
+        follow = true;
+    }
+    if (!outcome.tool_proposal.empty()) {
+        // The question stays in the conversation view; the status line says how to answer.
+        transcript.add({tui::EntryKind::Tool, outcome.tool_proposal + "\n[y/N] y runs it; " +
+                                                  "anything else declines"});
+        follow = true;
+    }
+    if (outcome.confirm) {
+        confirming = true;
+        confirming_tool = !outcome.tool_proposal.empty();
+    }
+    // The results are in: the model reads them and goes on, as a reply of its own.
+    if (outcome.tools_continue && !outcome.quit) start_job(JobKind::ToolsContinue, {});
 }
 
 }  // namespace ember::ui

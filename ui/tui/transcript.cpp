@@ -9,6 +9,7 @@ namespace ember::ui::tui {
 namespace {
 
 const char* const kUserMarker = "> ";
+const char* const kToolBar = "│ ";
 const char* const kThinkingBar = "┊ ";
 const char* const kCollapsedMarker = "▸ ";
 const char* const kExpandedMarker = "▾ ";
@@ -248,6 +249,15 @@ std::vector<Row> layout_entry(const Entry& entry, int width, bool thinking_expan
         case EntryKind::Error:
             add_rows(render_plain(entry.text, style::kError), width, rows);
             break;
+        case EntryKind::Tool: {
+            // A bar down the side sets tool calls and results apart from the conversation.
+            auto lines = render_plain(entry.text, style::kNotice);
+            while (!lines.empty() && lines.back().spans.empty()) lines.pop_back();
+            prefix_lines(lines, {kToolBar, style::kNotice | style::kMarker},
+                         {kToolBar, style::kNotice | style::kMarker});
+            add_rows(lines, width, rows);
+            break;
+        }
     }
     return rows;
 }

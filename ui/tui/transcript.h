@@ -26,7 +26,8 @@ void wrap_line(const LogicalLine& line, int width, std::vector<Row>& out);
 // Text of a row without styles (for tests and for finding things on screen).
 std::string row_text(const Row& row);
 
-enum class EntryKind { User, Assistant, Notice, Error };
+// Tool: a tool call the model proposed, or what came of one (its result, a refusal).
+enum class EntryKind { User, Assistant, Notice, Error, Tool };
 
 struct Entry {
     EntryKind kind = EntryKind::Notice;

@@ -1,0 +1,61 @@
+// The built-in tools a chat may offer the model (--builtin-tools read_file,list_directory):
+// read-only, confined to one directory tree (the tool root: the current directory unless
+// --tool-root names another), and bounded in what they return.
+//
+// Confinement: a path the model names is taken relative to the root (an absolute one must
+// lie inside it), every symbolic link on the way is resolved, and what it resolves to must
+// still lie inside the root: "../x", "/etc/passwd" and a link pointing out of the root are
+// refused alike. Files are opened without following a final link, non-regular files (FIFOs,
+// devices, sockets) are refused before they are opened, and nothing is ever written.
+#pragma once
+
+#include <cstddef>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "ui/tool_set.h"
+
+namespace ember::ui {
+
+// What read_file returns at most: past this the text is cut at a line end, with a note
+// saying which lines it holds and how to ask for the rest.
+constexpr size_t kReadFileMaxBytes = size_t{64} << 10;
+// Files larger than this are refused (read_file reads the whole file to check it is text).
+constexpr size_t kReadFileMaxFileBytes = size_t{16} << 20;
+// Entries list_directory returns at most (then a note says how many more there are).
+constexpr size_t kListDirectoryMaxEntries = 1000;
+
+// What a tool call gave back: the text the model reads, and whether it is an error (the
+// model reads that too, as the call's result).
+struct ToolOutput {
+    std::string content;
+    bool error = false;
+};
+
+// The directory tree built-in tools may read.
+class ToolRoot {
+public:
+    // Throws ToolsError when `dir` is not an existing directory.
+    explicit ToolRoot(const std::string& dir);
+    const std::filesystem::path& path() const { return root_; }
+    // `requested` resolved (links and "..") to a path inside the root; throws ToolsError
+    // naming the path when it does not exist or lies outside the root.
+    std::filesystem::path resolve(const std::string& requested) const;
+
+private:
+    std::filesystem::path root_;  // canonical
+};
+
+// The built-in tool named `name` (ToolKind::ReadFile or ToolKind::ListDirectory); throws
+// ToolsError for another name.
+ToolSpec builtin_tool(const std::string& name);
+
+// read_file {"path": STRING, "start_line": N, "end_line": N}: the file's text (lines
+// start_line..end_line, 1-based and inclusive, when given).
+ToolOutput read_file_tool(const ToolRoot& root, const nlohmann::json& arguments);
+// list_directory {"path": STRING} (default "."): one entry a line, sorted by name,
+// directories ending in "/", symbolic links in "@" (not followed).
+ToolOutput list_directory_tool(const ToolRoot& root, const nlohmann::json& arguments);
+
+}  // namespace ember::ui
