@@ -89,7 +89,12 @@ public:
                            const ToolCallCallback& on_call) {
         std::vector<std::string> names = tool_names(tools.tools);
         if (harmony_) {
-            harmony_->enable_tool_calls(std::move(names), on_call);
+            // A call's start engages the lazy constraint (auto mode) for its arguments.
+            call_relay_ = [this, &on_call](const ToolCallDelta& delta) {
+                if (lazy_ != nullptr && !delta.name.empty()) lazy_->on_call_start(delta.name);
+                return !on_call || on_call(delta);
+            };
+            harmony_->enable_tool_calls(std::move(names), call_relay_);
             return;
         }
         ToolCallParser::Options options;
@@ -174,6 +179,7 @@ private:
     std::optional<ToolCallParser> calls_;
     std::optional<ReplyRouter> think_;
     std::optional<HarmonyRouter> harmony_;
+    ToolCallCallback call_relay_;  // harmony's calls, through the lazy constraint's trigger
     LazyToolConstraint* lazy_ = nullptr;
 };
 
@@ -751,7 +757,7 @@ bool Conversation::generate_reply(std::vector<int32_t> prompt, Sampler& sampler,
     unbounded.max_tokens = -1;
     std::optional<LazyToolConstraint> lazy;
     if (options.constraint != nullptr) {
-        if (harmony != nullptr && !harmony_call) {
+        if (harmony != nullptr && !tools_on) {
             throw std::invalid_argument(
                 "constrained output (a grammar or JSON schema) is not supported for harmony "
                 "(gpt-oss) models");
