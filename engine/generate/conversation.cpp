@@ -99,7 +99,8 @@ public:
         }
         ToolCallParser::Options options;
         options.names = std::move(names);
-        if (!tools.parallel) options.max_calls = 1;
+        // Llama 3's template renders one call per assistant turn.
+        if (!tools.parallel || format == ToolCallFormat::Llama3) options.max_calls = 1;
         calls_.emplace(
             format, std::move(options),
             [this](const std::string& text) {
@@ -705,10 +706,10 @@ bool Conversation::generate_reply(std::vector<int32_t> prompt, Sampler& sampler,
     special.parse_special = true;
     const HarmonyTokens* harmony = thinking_possible ? harmony_.get() : nullptr;
     bool starts_in_final = false;
-    // A call forced in harmony is a commentary message the grammar writes from the start.
+    // With tools a harmony reply may be a call (a commentary message), so no thinking is not
+    // taken to mean opening the final message at once.
     const bool tools_on = on_tool_call != nullptr && tools_->active();
-    const bool harmony_call = harmony != nullptr && tools_on && tools_->forces_call();
-    if (thinking_budget == 0 && (starts_in_thinking || (harmony != nullptr && !harmony_call))) {
+    if (thinking_budget == 0 && (starts_in_thinking || (harmony != nullptr && !tools_on))) {
         // No thinking wanted: close the block the template opened (or open harmony's final
         // message) before the model starts.
         const auto close = tok.encode(harmony ? kHarmonyOpenFinal : "</think>\n\n", special);
