@@ -133,7 +133,7 @@ struct Server::Impl {
         try {
             renderer->set_tools(job.tools);
             // A forced call is held from the reply's start; in auto mode a call is held from
-            // its start marker on (harmony's calls are then only parsed).
+            // its start marker on.
             job.tool_grammar =
                 job.tools.forces_call()
                     ? tool_call_grammar(renderer->tool_call_format(), job.tools)

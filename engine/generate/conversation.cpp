@@ -89,12 +89,18 @@ public:
                            const ToolCallCallback& on_call) {
         std::vector<std::string> names = tool_names(tools.tools);
         if (harmony_) {
-            harmony_->enable_tool_calls(std::move(names), on_call);
+            // A call's start engages the lazy constraint (auto mode) for its arguments.
+            call_relay_ = [this, &on_call](const ToolCallDelta& delta) {
+                if (lazy_ != nullptr && !delta.name.empty()) lazy_->on_call_start(delta.name);
+                return !on_call || on_call(delta);
+            };
+            harmony_->enable_tool_calls(std::move(names), call_relay_);
             return;
         }
         ToolCallParser::Options options;
         options.names = std::move(names);
-        if (!tools.parallel) options.max_calls = 1;
+        // Llama 3's template renders one call per assistant turn.
+        if (!tools.parallel || format == ToolCallFormat::Llama3) options.max_calls = 1;
         calls_.emplace(
             format, std::move(options),
             [this](const std::string& text) {
@@ -174,6 +180,7 @@ private:
     std::optional<ToolCallParser> calls_;
     std::optional<ReplyRouter> think_;
     std::optional<HarmonyRouter> harmony_;
+    ToolCallCallback call_relay_;  // harmony's calls, through the lazy constraint's trigger
     LazyToolConstraint* lazy_ = nullptr;
 };
 
@@ -699,10 +706,10 @@ bool Conversation::generate_reply(std::vector<int32_t> prompt, Sampler& sampler,
     special.parse_special = true;
     const HarmonyTokens* harmony = thinking_possible ? harmony_.get() : nullptr;
     bool starts_in_final = false;
-    // A call forced in harmony is a commentary message the grammar writes from the start.
+    // With tools a harmony reply may be a call (a commentary message), so no thinking is not
+    // taken to mean opening the final message at once.
     const bool tools_on = on_tool_call != nullptr && tools_->active();
-    const bool harmony_call = harmony != nullptr && tools_on && tools_->forces_call();
-    if (thinking_budget == 0 && (starts_in_thinking || (harmony != nullptr && !harmony_call))) {
+    if (thinking_budget == 0 && (starts_in_thinking || (harmony != nullptr && !tools_on))) {
         // No thinking wanted: close the block the template opened (or open harmony's final
         // message) before the model starts.
         const auto close = tok.encode(harmony ? kHarmonyOpenFinal : "</think>\n\n", special);
@@ -751,7 +758,7 @@ bool Conversation::generate_reply(std::vector<int32_t> prompt, Sampler& sampler,
     unbounded.max_tokens = -1;
     std::optional<LazyToolConstraint> lazy;
     if (options.constraint != nullptr) {
-        if (harmony != nullptr && !harmony_call) {
+        if (harmony != nullptr && !tools_on) {
             throw std::invalid_argument(
                 "constrained output (a grammar or JSON schema) is not supported for harmony "
                 "(gpt-oss) models");

@@ -305,7 +305,9 @@ std::shared_ptr<const grammar::Grammar> build_call_grammar(ToolCallFormat format
         prefix += '-';
         rules += prefix_rules(gbnf, prefix) + "\n";
         if (!alternatives.empty()) alternatives += " | ";
-        if (harmony) {
+        if (harmony && lazy) {  // engaged at <|message|>, the name fed by hand
+            alternatives += gbnf_literal(name) + " " + prefix + "root";
+        } else if (harmony) {
             alternatives += gbnf_literal(name + " ") + " " +
                             gbnf_literal(harmony_sentinel("constrain") + "json" +
                                          harmony_sentinel("message")) +
@@ -316,7 +318,10 @@ std::shared_ptr<const grammar::Grammar> build_call_grammar(ToolCallFormat format
     }
     // Built by appending: GCC 12 warns falsely (-Wrestrict) on "literal" + std::string&&.
     std::string top = "root ::= ";
-    if (harmony) {
+    if (harmony && lazy) {
+        top.append("( ").append(alternatives).append(" ) ");
+        top.append(gbnf_literal(harmony_sentinel("call"))).append("\n");
+    } else if (harmony) {
         // One call per reply: <|call|> ends it, and the tool's answer comes in the next turn.
         top.append(gbnf_literal(harmony_sentinel("channel") + "commentary to=functions."))
             .append(" ( ")
@@ -364,7 +369,7 @@ std::shared_ptr<const grammar::Grammar> tool_call_grammar(ToolCallFormat format,
 
 std::shared_ptr<const grammar::Grammar> tool_call_lazy_grammar(ToolCallFormat format,
                                                                const ToolOptions& options) {
-    if (format == ToolCallFormat::Harmony || !options.active()) return nullptr;
+    if (!options.active()) return nullptr;
     return build_call_grammar(format, options, /*lazy=*/true);
 }
 
@@ -376,12 +381,26 @@ void LazyToolConstraint::on_answer_text(std::string_view piece) {
     answer_ += piece;
 }
 
+void LazyToolConstraint::on_call_start(const std::string& name) {
+    pending_call_ = name;
+}
+
 bool LazyToolConstraint::engaged() {
     if (engaged_) {
         if (constraint_.matcher().can_continue()) return true;
         engaged_ = false;  // the call is complete: free text again, until the next call
         scan_from_ = answer_.size();
         return false;
+    }
+    if (format_ == ToolCallFormat::Harmony) {
+        if (pending_call_.empty()) return false;
+        // The header named the function; its arguments and <|call|> follow the grammar.
+        constraint_.reset();
+        const bool known = constraint_.matcher().accept(pending_call_);
+        pending_call_.clear();
+        engaged_ = known && constraint_.matcher().can_continue();
+        engagements_ += engaged_ ? 1 : 0;
+        return engaged_;
     }
     size_t at = std::string::npos, rest = 0;
     if (format_ == ToolCallFormat::Hermes) {

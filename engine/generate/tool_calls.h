@@ -106,9 +106,10 @@ TemplateMessages template_messages(std::span<const ChatMessage> messages, ToolCa
 // tool and the schema keyword Ember cannot constrain.
 std::shared_ptr<const grammar::Grammar> tool_call_grammar(ToolCallFormat format,
                                                           const ToolOptions& options);
-// The grammar of one call's rest, for tool_choice auto in the text formats (null for harmony,
-// whose calls auto mode only parses): Hermes from after <tool_call>, Llama3/Gemma3 from the "{"
-// that opens the reply. LazyToolConstraint engages it where a call starts.
+// The grammar of one call's rest, for tool_choice auto: Hermes from after <tool_call>,
+// Llama3/Gemma3 from the "{" that opens the reply, Harmony from the function's name (fed by
+// LazyToolConstraint when the header is complete) through the arguments to <|call|>.
+// LazyToolConstraint engages it where a call starts.
 std::shared_ptr<const grammar::Grammar> tool_call_lazy_grammar(ToolCallFormat format,
                                                                const ToolOptions& options);
 
@@ -122,6 +123,8 @@ class LazyToolConstraint {
 public:
     LazyToolConstraint(ToolCallFormat format, grammar::GrammarConstraint& constraint);
     void on_answer_text(std::string_view piece);
+    // Harmony: a message to functions.NAME opened (its arguments come next).
+    void on_call_start(const std::string& name);
     bool engaged();
     int engagements() const { return engagements_; }  // calls the constraint held
 
@@ -131,6 +134,7 @@ private:
     std::string answer_;
     size_t scan_from_ = 0;     // where the next start marker is looked for
     bool tried_start_ = false;  // Llama3/Gemma3: the reply's start was looked at
+    std::string pending_call_;  // Harmony: the function whose arguments start next
     bool engaged_ = false;
     int engagements_ = 0;
 };

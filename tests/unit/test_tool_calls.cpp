@@ -474,5 +474,34 @@ TEST(LazyToolConstraint, ArgumentsFollowTheSchemaOnceEngaged) {
     FAIL() << "the schema should refuse \"unit\" before \"city\"";
 }
 
+// Harmony in auto mode: free until a message to functions.NAME opens, then that function's
+// arguments and <|call|> (its sentinel in a harmony trie) hold.
+TEST(LazyToolConstraint, HarmonyHoldsTheArgumentsOfTheCalledFunction) {
+    std::vector<std::string> pieces;
+    for (char c = ' '; c <= '~'; ++c) pieces.emplace_back(1, c);
+    const auto call = static_cast<int32_t>(pieces.size());
+    pieces.push_back(harmony_sentinel("call"));
+    auto trie = std::make_shared<const grammar::TokenTrie>(pieces, std::vector<int32_t>{});
+    ToolOptions options;
+    options.tools = weather_tools();
+    grammar::GrammarConstraint constraint(tool_call_lazy_grammar(ToolCallFormat::Harmony, options),
+                                          trie);
+    LazyToolConstraint lazy(ToolCallFormat::Harmony, constraint);
+    EXPECT_FALSE(lazy.engaged());
+    lazy.on_call_start("get_time");
+    ASSERT_TRUE(lazy.engaged());
+    EXPECT_FALSE(constraint.allows(call)) << "arguments first";
+    for (char c : std::string("{\"zone\":\"UTC\"}")) {
+        ASSERT_TRUE(lazy.engaged());
+        ASSERT_TRUE(constraint.accept(c - ' ')) << c;
+    }
+    ASSERT_TRUE(lazy.engaged());
+    EXPECT_TRUE(constraint.allows(call));
+    EXPECT_TRUE(constraint.accept(call));
+    EXPECT_FALSE(lazy.engaged());
+    lazy.on_call_start("no_such_tool");
+    EXPECT_FALSE(lazy.engaged()) << "an unknown function is left to the router's warning";
+}
+
 }  // namespace
 }  // namespace ember
