@@ -9,6 +9,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -23,10 +24,18 @@ namespace ember::test {
 class ServeProcess {
 public:
     // Starts `ember serve --port 0 ARGS...` and waits until it listens; `port()` is 0 when it
-    // did not start (the log says why).
+    // did not start (the log says why). Without --db or --no-db in ARGS the server's database
+    // is one beside the log, never the user's default (a test must not read or migrate it).
     ServeProcess(const std::vector<std::string>& args, const std::string& log_path) {
         std::vector<std::string> argv = {ember_binary(), "serve", "--port", "0"};
         argv.insert(argv.end(), args.begin(), args.end());
+        const auto names = [&](const char* flag) {
+            return std::find(args.begin(), args.end(), flag) != args.end();
+        };
+        if (!names("--db") && !names("--no-db")) {
+            argv.push_back("--db");
+            argv.push_back(log_path + ".db");
+        }
         process_ = std::make_unique<BackgroundProcess>(argv, log_path);
         const std::string line = process_->wait_for_line("listening on http://", 60);
         const size_t colon = line.rfind(':', line.find(" (model"));
