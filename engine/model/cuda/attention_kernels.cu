@@ -358,13 +358,54 @@ void launch_merge(const AttendShape& shape, const float* partials, const int64_t
 // cuBLAS against gemv, prefill rounds differently from decode, within f32's noise.
 constexpr int kTiledWarpsWanted = 16;
 
+// One online-softmax step over a tile of 32 positions (rows of them loaded) for one warp's
+// (token, head): lane r takes the dot product of the query (qh, read through the cache: every
+// lane reads the same element) with key row r, the warp's max and sum give the step, and each
+// lane adds the tile's weighted value rows to its elements lane + 32 j. Positions outside
+// [begin, end) weigh nothing.
+template <int P, int kRowFloats>
+__device__ inline void fold_tile(const AttendShape& shape, const float* qh,
+                                 float (*k_tile)[kRowFloats], float (*v_tile)[32 * P],
+                                 int64_t tile, int64_t rows, int64_t begin, int64_t end, float& m,
+                                 float& s, float (&acc)[P]) {
+    const unsigned lane = threadIdx.x % 32;
+    const int64_t pos = tile + lane;
+    float score = -INFINITY;
+    if (lane < rows && pos >= begin && pos < end) {
+        float dot = 0.0f;
+#pragma unroll 8
+        for (int64_t d = 0; d < shape.head_dim; ++d) dot = fmaf(__ldg(qh + d), k_tile[lane][d], dot);
+        score = dot * shape.scale;
+        if (shape.softcap > 0.0f) score = shape.softcap * tanhf(score / shape.softcap);
+    }
+    const float tile_max = warp_max(score);
+    if (tile_max == -INFINITY) return;  // no visible position in this tile (warp-uniform)
+    const float m_new = fmaxf(m, tile_max);
+    const float correction = expf(m - m_new);
+    const float p = score > -INFINITY ? expf(score - m_new) : 0.0f;
+    s = s * correction + warp_sum(p);
+#pragma unroll
+    for (int j = 0; j < P; ++j) acc[j] *= correction;
+    for (int r = 0; r < rows; ++r) {
+        const float weight = __shfl_sync(0xffffffffu, p, r);
+#pragma unroll
+        for (int j = 0; j < P; ++j) acc[j] = fmaf(weight, v_tile[r][lane + 32 * j], acc[j]);
+    }
+    m = m_new;
+}
+
 template <KvType T, int P>
 __global__ void attend_tiled_kernel(AttendShape shape, KvLayerView layer, int64_t k_row_bytes,
                                     int64_t v_row_bytes, const float* q, const int64_t* pos0_at,
                                     int64_t n, int64_t tokens_per_block, int64_t chunks,
                                     float* partials) {
     constexpr int kTile = P >= 8 ? 16 : 32;  // positions a tile holds: 32 KiB of f32 rows at most
-    __shared__ float k_tile[kTile][32 * P];
+    // Heads up to 128: lane r scores position r of the tile on its own (one softmax step a tile,
+    // two warp reductions instead of one per position); the key rows padded by a float so the
+    // lanes' reads down a column fall in different banks. Wider heads: the warp folds the
+    // tile's positions one by one (fold_position).
+    constexpr bool kLanePositions = P <= 4;
+    __shared__ float k_tile[kTile][32 * P + (kLanePositions ? 1 : 0)];
     __shared__ float v_tile[kTile][32 * P];
     const int64_t pos0 = *pos0_at;
     const int64_t chunk = blockIdx.x;
@@ -385,12 +426,14 @@ __global__ void attend_tiled_kernel(AttendShape shape, KvLayerView layer, int64_
     const int64_t block_begin = max(visible_of(pos0 + t0, shape.window).first, chunk * shape.chunk);
     const int64_t block_end = min(pos0 + last_t + 1, (chunk + 1) * shape.chunk);
     if (block_begin >= block_end) return;  // uniform across the block
-    float q_lane[P];
-    const float* qh = q + (t * shape.n_head + head) * shape.head_dim;
+    [[maybe_unused]] float q_lane[P] = {};
+    const float* qh = q + (t * shape.n_head + head) * shape.head_dim;  // [head_dim] when active
+    if constexpr (!kLanePositions) {
 #pragma unroll
-    for (int j = 0; j < P; ++j) {
-        const int64_t d = lane + 32 * j;
-        q_lane[j] = active && d < shape.head_dim ? qh[d] : 0.0f;
+        for (int j = 0; j < P; ++j) {
+            const int64_t d = lane + 32 * j;
+            q_lane[j] = active && d < shape.head_dim ? qh[d] : 0.0f;
+        }
     }
     float m = -INFINITY;
     float s = 0.0f;
@@ -412,12 +455,16 @@ __global__ void attend_tiled_kernel(AttendShape shape, KvLayerView layer, int64_
         }
         __syncthreads();
         if (active) {
-            for (int64_t r = 0; r < rows; ++r) {
-                const int64_t pos = tile + r;
-                if (pos < my_begin || pos >= my_end) continue;  // warp-uniform
-                fold_position<P>(
-                    shape, q_lane, [&](int j) { return k_tile[r][lane + 32 * j]; },
-                    [&](int j) { return v_tile[r][lane + 32 * j]; }, m, s, acc);
+            if constexpr (kLanePositions) {
+                fold_tile<P>(shape, qh, k_tile, v_tile, tile, rows, my_begin, my_end, m, s, acc);
+            } else {
+                for (int64_t r = 0; r < rows; ++r) {
+                    const int64_t pos = tile + r;
+                    if (pos < my_begin || pos >= my_end) continue;  // warp-uniform
+                    fold_position<P>(
+                        shape, q_lane, [&](int j) { return k_tile[r][lane + 32 * j]; },
+                        [&](int j) { return v_tile[r][lane + 32 * j]; }, m, s, acc);
+                }
             }
         }
         __syncthreads();
