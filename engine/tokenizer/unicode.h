@@ -9,6 +9,8 @@
 #include <string>
 #include <string_view>
 
+#include "engine/util/utf8.h"
+
 namespace ember::tok {
 
 // Length in bytes of the UTF-8 sequence a lead byte announces; 1 for bytes that cannot start
@@ -37,8 +39,7 @@ Utf8Step utf8_step(std::string_view s);
 // trailing incomplete sequence is not consumed: the number of bytes consumed is returned.
 size_t append_lossy_utf8(std::string_view bytes, std::string& out, bool hold_incomplete);
 
-// Appends the UTF-8 encoding of a code point (which the caller guarantees is valid).
-void append_utf8(std::string& out, uint32_t cp);
+using ember::append_utf8;  // engine/util/utf8.h
 
 // The GPT-2 byte-level alphabet: every byte maps to one printable code point so that BPE
 // vocabularies can be stored as text. Printable Latin-1 bytes map to themselves, the other 68
