@@ -15,17 +15,12 @@
 #include <vector>
 
 #include "engine/model/attention.h"
+#include "engine/model/gated_activation.h"
 #include "engine/tensor/matmul.h"
 
 namespace ember {
 
 struct LayerWeights;
-
-// The gated activation of a dense FFN: act(gate) * up.
-enum class GatedActivation : uint8_t {
-    Silu,      // SwiGLU: silu(gate) * up (llama, qwen, lfm2, qwen35)
-    GeluTanh,  // GeGLU with GELU's tanh approximation (gemma3)
-};
 
 // The buffers of a batch of n tokens, in the backend's memory. Null where the model has no use
 // for one (q_proj / q_gate without gated attention, the FFN's without dense FFN layers).

@@ -5,13 +5,10 @@
 
 #include <cuda_runtime.h>
 
-#include <cstdint>
+#include "engine/model/gated_activation.h"
 
 namespace ember::cuda {
 
-enum class GateActivation : uint8_t { Silu, GeluTanh };
-
-#ifdef __CUDACC__  // the functions are device code; host files see only the enum
 
 __device__ __forceinline__ float silu_gated(float gate, float up) {
     return gate / (1.0f + expf(-gate)) * up;
@@ -23,15 +20,13 @@ __device__ __forceinline__ float gelu_tanh_gated(float gate, float up) {
     return __fmul_rn(__fmul_rn(__fmul_rn(0.5f, gate), 1.0f + tanhf(inner)), up);
 }
 
-template <GateActivation A>
+template <GatedActivation A>
 __device__ __forceinline__ float gate_activation(float gate, float up) {
-    if constexpr (A == GateActivation::Silu) {
+    if constexpr (A == GatedActivation::Silu) {
         return silu_gated(gate, up);
     } else {
         return gelu_tanh_gated(gate, up);
     }
 }
-
-#endif  // __CUDACC__
 
 }  // namespace ember::cuda

@@ -150,9 +150,7 @@ public:
         if (n > kGemvGatedMaxTokens || !gemv_gated_supports(g, u)) {
             return Backend::gated_ffn_input(act, w_gate, w_up, x, n, gate, up);
         }
-        const GateActivation fused =
-            act == GatedActivation::Silu ? GateActivation::Silu : GateActivation::GeluTanh;
-        gemv_gated(g, u, fused, x, g.cols, n, gate, g.rows, stream());
+        gemv_gated(g, u, act, x, g.cols, n, gate, g.rows, stream());
         check_launch("gemv_gated");
     }
 

@@ -97,7 +97,7 @@ __global__ void add_bias_rows_kernel(float* y, const float* bias, int64_t n, int
     if (i < n) y[i] += bias[i % width];
 }
 
-template <GateActivation A>
+template <GatedActivation A>
 __global__ void gated_activation_kernel(float* gate, const float* up, int64_t n) {
     const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
     if (i < n) gate[i] = gate_activation<A>(gate[i], up[i]);
@@ -214,11 +214,11 @@ void add_bias_rows(float* y, const float* bias, int64_t rows, int64_t width,
 }
 
 void swiglu(float* gate, const float* up, int64_t n, cudaStream_t stream) {
-    launch_elements(gated_activation_kernel<GateActivation::Silu>, "swiglu", n, stream, gate, up, n);
+    launch_elements(gated_activation_kernel<GatedActivation::Silu>, "swiglu", n, stream, gate, up, n);
 }
 
 void gelu_tanh_gate(float* gate, const float* up, int64_t n, cudaStream_t stream) {
-    launch_elements(gated_activation_kernel<GateActivation::GeluTanh>, "gelu_tanh_gate", n, stream,
+    launch_elements(gated_activation_kernel<GatedActivation::GeluTanh>, "gelu_tanh_gate", n, stream,
                     gate, up, n);
 }
 

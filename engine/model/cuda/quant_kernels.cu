@@ -126,9 +126,9 @@ enum class GemvEpilogue : uint8_t { Plain, Silu, GeluTanh };
 template <GemvEpilogue E>
 __device__ __forceinline__ float epilogue(float gate, float up) {
     if constexpr (E == GemvEpilogue::Silu) {
-        return gate_activation<GateActivation::Silu>(gate, up);
+        return gate_activation<GatedActivation::Silu>(gate, up);
     } else {
-        return gate_activation<GateActivation::GeluTanh>(gate, up);
+        return gate_activation<GatedActivation::GeluTanh>(gate, up);
     }
 }
 
@@ -441,7 +441,7 @@ bool gemv_gated_supports(const DeviceMatrix& gate, const DeviceMatrix& up) {
            gate.cols == up.cols && gate.row_stride == up.row_stride;
 }
 
-void gemv_gated(const DeviceMatrix& gate, const DeviceMatrix& up, GateActivation act,
+void gemv_gated(const DeviceMatrix& gate, const DeviceMatrix& up, GatedActivation act,
                 const float* x, int64_t ldx, int64_t n_tokens, float* y, int64_t ldy,
                 cudaStream_t stream) {
     if (!gemv_gated_supports(gate, up)) fail("gemv_gated takes two matrices of one type and shape");
@@ -468,9 +468,9 @@ void gemv_gated(const DeviceMatrix& gate, const DeviceMatrix& up, GateActivation
         args.ldy[m] = ldy;
     }
     switch (act) {
-        case GateActivation::Silu:
+        case GatedActivation::Silu:
             return launch_gemv<GemvEpilogue::Silu>(gate.type, args, stream);
-        case GateActivation::GeluTanh:
+        case GatedActivation::GeluTanh:
             return launch_gemv<GemvEpilogue::GeluTanh>(gate.type, args, stream);
     }
 }

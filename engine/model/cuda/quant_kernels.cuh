@@ -11,7 +11,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "engine/model/cuda/activations.cuh"
+#include "engine/model/gated_activation.h"
 #include "engine/tensor/types.h"
 
 namespace ember::cuda {
@@ -58,7 +58,7 @@ void gemv_many(const GemvOut* outs, int count, const float* x, int64_t ldx, int6
 // instances), where the two matrices share type and shape (gemv_gated_supports).
 inline constexpr int64_t kGemvGatedMaxTokens = 2;
 bool gemv_gated_supports(const DeviceMatrix& gate, const DeviceMatrix& up);
-void gemv_gated(const DeviceMatrix& gate, const DeviceMatrix& up, GateActivation act,
+void gemv_gated(const DeviceMatrix& gate, const DeviceMatrix& up, GatedActivation act,
                 const float* x, int64_t ldx, int64_t n_tokens, float* y, int64_t ldy,
                 cudaStream_t stream);
 
