@@ -87,10 +87,12 @@ std::string model_content_hash(Database& db, const Model& model) {
 }
 
 std::string model_state_identity(Database& db, const Model& model) {
-    // Exact and 8-bit activations write different K/V rows for the same tokens: a state made
-    // under one must not resume a model loaded with the other (the 8-bit identity stays as it
-    // was, so states stored before exact activations existed still match).
-    const std::string activations = model.activations() == Activations::Exact ? "+exact" : "";
+    // Exact, 16-bit and 8-bit activations write different K/V rows for the same tokens: a state
+    // made under one must not resume a model loaded with another (the 8-bit identity stays as it
+    // was, so states stored before the other kinds existed still match).
+    const std::string activations = model.activations() == Activations::Exact  ? "+exact"
+                                    : model.activations() == Activations::Wide ? "+wide"
+                                                                               : "";
     return model.fingerprint() + "+" + model_content_hash(db, model) + activations;
 }
 

@@ -396,27 +396,35 @@ std::optional<ActivationChoice> parse_activation_choice(std::string_view text) {
     if (text == "auto") return ActivationChoice::Auto;
     if (text == "quantized" || text == "int8") return ActivationChoice::Quantized;
     if (text == "exact" || text == "f32") return ActivationChoice::Exact;
+    if (text == "wide" || text == "16-bit" || text == "int16") return ActivationChoice::Wide;
     return std::nullopt;
 }
 
 const char* activations_name(Activations activations) {
-    return activations == Activations::Exact ? "exact (f32)" : "quantized (8-bit)";
+    switch (activations) {
+        case Activations::Exact:
+            return "exact (f32)";
+        case Activations::Wide:
+            return "wide (16-bit)";
+        case Activations::Quantized:
+            break;
+    }
+    return "quantized (8-bit)";
 }
 
 Activations default_activations(const GgufFile& file) {
-    // Gemma's residual stream carries activation outliers thousands of times its typical values;
-    // 8-bit activation blocks lose the rest of a block next to one. On gemma-3-270m Q4_K_M that
-    // cost up to 1.5 logits against the float64 reference (16-bit blocks: 6e-3), exact f32
-    // activations 5e-6. The exact kernels cost compute, not bandwidth (on 2 Zen 4 cores, that
-    // file: prefill 737 against 3125 tok/s, decode 76 against 127), which a small model can
-    // spare and a large one cannot: Gemma files up to kExactAutoBytes of tensors take exact
-    // activations by default, larger ones and the other families 8-bit (--activations decides).
-    constexpr uint64_t kExactAutoBytes = uint64_t{2} << 30;
-    const std::string arch = file.get_string("general.architecture").value_or("");
-    const bool gemma = arch == "gemma" || arch == "gemma2" || arch == "gemma3";
-    uint64_t tensor_bytes = 0;
-    for (const GgufTensorInfo& t : file.tensors()) tensor_bytes += t.n_bytes;
-    return gemma && tensor_bytes <= kExactAutoBytes ? Activations::Exact : Activations::Quantized;
+    // Faithful by default, for every family. Trained models' residual streams carry activation
+    // outliers (Gemma's thousands of times its typical values, SmolLM2's hundreds): an 8-bit
+    // block of 32 next to one loses the rest of its values. Against HF float64 on real weights
+    // 8-bit blocks measured up to 1.3-1.9 logits (median ~0.09, the first answer token flipped
+    // on SmolLM2-135M-Instruct), as the reference engine does; 16-bit blocks ~1e-2 (median
+    // ~1e-4); exact f32 5e-5. With VNNI the 16-bit blocks cost two vpdpbusd per four products
+    // (about half the 8-bit speed, twice exact f32's); without it (AVX2 only) the byte planes
+    // would go through vpmaddubsw's saturating pairs, so exact f32 (two fma ports, the same
+    // products per instruction as widened int16) is the faster faithful path there.
+    // docs/engine.md ("Real weights") has the measurements; --activations quantized remains.
+    (void)file;
+    return active_kernels().wide_simd ? Activations::Wide : Activations::Exact;
 }
 
 std::unique_ptr<Model> Model::load(const std::string& path, const LoadOptions& options) {
@@ -434,8 +442,9 @@ std::unique_ptr<Model> Model::load(const std::string& path, const LoadOptions& o
 
     m->activations_ = options.activations == ActivationChoice::Auto
                           ? default_activations(f)
-                          : (options.activations == ActivationChoice::Exact ? Activations::Exact
-                                                                            : Activations::Quantized);
+                          : options.activations == ActivationChoice::Exact ? Activations::Exact
+                          : options.activations == ActivationChoice::Wide  ? Activations::Wide
+                                                                           : Activations::Quantized;
     TensorBinder bind(f, m->activations_);
     const GgufTensorInfo* embd = bind.find("token_embd.weight");
     if (!embd) throw ModelError(path + ": missing tensor 'token_embd.weight'");

@@ -159,8 +159,8 @@ struct LayerWeights {
 };
 
 // How Model::load prepares the weights.
-enum class ActivationChoice : uint8_t { Auto, Quantized, Exact };
-// "auto", "quantized" (8-bit), "exact" (f32); nullopt for anything else.
+enum class ActivationChoice : uint8_t { Auto, Quantized, Exact, Wide };
+// "auto", "quantized" (8-bit), "exact" (f32), "wide" (16-bit); nullopt for anything else.
 std::optional<ActivationChoice> parse_activation_choice(std::string_view text);
 const char* activations_name(Activations activations);
 

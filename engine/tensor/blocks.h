@@ -272,19 +272,22 @@ struct BlockQ8_32 {
 };
 static_assert(sizeof(BlockQ8_32) == 40);
 
-// Q16_32: activations quantized per 32 elements to 16 bits, x[j] ~= d * (256 * hi[j] + lo[j]),
-// for weight types whose own error is small enough that 8-bit activations would dominate it
-// (MXFP4: 0.078 max logit error with Q8_32 on the qfix fixture, 0.023 with these). Split into
-// two signed bytes so the kernels keep vpdpbusd (one pass per byte plane) instead of widening
-// the weights to int16. The integer q = 256 * hi + lo stays within +-32639 = 127 * 257 so that
-// hi fits a signed byte with lo in [-128, 127]. s[0] / s[1] = sums of lo / hi (offset terms).
+// Q16_32: activations quantized per 32 elements to 16 bits, x[j] ~= d * (256 * hi[j] + lo[j]).
+// MXFP4 always takes them (its weights are accurate enough that 8-bit activations would
+// dominate its error: 0.078 max logit error with Q8_32 on the qfix fixture, 0.023 with these),
+// and every quantized type takes them under Activations::Wide: trained models whose residual
+// stream carries outliers (Gemma, SmolLM2) lose ~1-2 logits to 8-bit blocks and ~1e-2 to these.
+// Split into two signed bytes so the kernels keep vpdpbusd (one pass per byte plane) instead of
+// widening the weights to int16. The integer q = 256 * hi + lo stays within +-32639 = 127 * 257
+// so that hi fits a signed byte with lo in [-128, 127]. sx[h] = sum of q over the 16-element
+// half h (offset and min terms; int32, as 16 * 32639 does not fit int16).
 struct BlockQ16_32 {
     float d;         // f32 scale
-    int16_t s[2];    // sum of lo, sum of hi
+    int32_t sx[2];   // sums of q = 256 * hi + lo over each 16-element half
     int8_t lo[kQK];  // [32] low bytes, in element order
     int8_t hi[kQK];  // [32] high bytes, in element order
 };
-static_assert(sizeof(BlockQ16_32) == 72);
+static_assert(sizeof(BlockQ16_32) == 76);
 inline constexpr int kQ16Max = 127 * 257;  // largest |256 * hi + lo|
 
 }  // namespace ember

@@ -51,8 +51,9 @@ size_t checked_row_stride(const MatrixView& w, const TypeInfo& info) {
 
 const TypeKernels& checked_kernels(const KernelTable& table, const TypeInfo& info,
                                    Activations activations) {
-    const TypeKernels& k =
-        activations == Activations::Exact ? table.exact_for(info.type) : table[info.type];
+    const TypeKernels& k = activations == Activations::Exact  ? table.exact_for(info.type)
+                           : activations == Activations::Wide ? table.wide_for(info.type)
+                                                              : table[info.type];
     if (k.dot == nullptr || k.dequantize_row == nullptr) {
         throw std::invalid_argument("tensor type " + std::string(info.name) +
                                     " is not supported for matrix multiplication");

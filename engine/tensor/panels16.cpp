@@ -46,10 +46,12 @@ void interleave_panel(const uint8_t* rows, uint8_t* panel, size_t row_bytes, siz
 
 bool can_use_panels16(const MatrixView& w, const KernelTable& table) {
     if (w.layout != WeightLayout::Rows || w.rows <= 0 || w.rows % kPanelRows != 0) return false;
-    // The panel kernels take the type's own (quantized) activations only.
+    // Exact activations have no panel kernels; wide ones where their table has them.
     if (w.activations == Activations::Exact) return false;
+    const TypeKernels& k =
+        w.activations == Activations::Wide ? table.wide_for(w.type) : table[w.type];
     const TypeInfo& info = type_info(w.type);
-    if (table[w.type].gemm_panels16 == nullptr || info.block_elems == 0) return false;
+    if (k.gemm_panels16 == nullptr || info.block_elems == 0) return false;
     if (w.cols % info.block_elems != 0) return false;
     return w.row_stride == row_bytes(info, static_cast<uint64_t>(w.cols));
 }

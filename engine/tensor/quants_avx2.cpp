@@ -15,7 +15,7 @@ struct Avx2 {
     template <Family F>
     static constexpr int kTokens = 2;  // 16 registers: 2 panels x 2 tokens
     static constexpr int kFloatRows = 2;
-    static constexpr int kFloatTokens = 2;
+    static constexpr int kFloatTokens = 3;
 
     using VI = __m256i;
     using VF = __m256;

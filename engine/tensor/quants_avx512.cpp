@@ -42,6 +42,9 @@ struct Avx512 {
     static VI madd16(VI a, VI b) { return _mm512_madd_epi16(a, b); }
     static VI mullo(VI a, VI b) { return _mm512_mullo_epi32(a, b); }
     static VI shl8(VI v) { return _mm512_slli_epi32(v, 8); }
+    // The low / high signed int16 of each int32 lane.
+    static VI lo16(VI v) { return _mm512_srai_epi32(_mm512_slli_epi32(v, 16), 16); }
+    static VI hi16(VI v) { return _mm512_srai_epi32(v, 16); }
     static VI add_i(VI a, VI b) { return _mm512_add_epi32(a, b); }
     static VF cvt(VI v) { return _mm512_cvtepi32_ps(v); }
     static VF mul(VF a, VF b) { return _mm512_mul_ps(a, b); }

@@ -135,7 +135,8 @@ void quantize_act_q16_32(const float* x, void* dst, int64_t n) {
         const float id = amax > 0.0f ? kMax / amax : 0.0f;
         BlockQ16_32& o = out[b];
         o.d = amax / kMax;
-        int sum_lo = 0, sum_hi = 0;
+        o.sx[0] = 0;
+        o.sx[1] = 0;
         for (int j = 0; j < kQK; ++j) {
             // NaN products give 0, as in the SIMD kernels; the clamp guards the last ulp.
             const float v = xb[j] * id;
@@ -143,11 +144,8 @@ void quantize_act_q16_32(const float* x, void* dst, int64_t n) {
             const int hi = (q + 128) >> 8;  // arithmetic shift: floor
             o.hi[j] = static_cast<int8_t>(hi);
             o.lo[j] = static_cast<int8_t>(q - 256 * hi);
-            sum_lo += o.lo[j];
-            sum_hi += hi;
+            o.sx[j / 16] += q;
         }
-        o.s[0] = static_cast<int16_t>(sum_lo);
-        o.s[1] = static_cast<int16_t>(sum_hi);
     }
 }
 
@@ -492,13 +490,57 @@ float dot_exact(int64_t n, const void* w, const void* a) {
     float acc[8] = {};
     for (int64_t b = 0; b < n / kElems; ++b) {
         Dequantize(blocks + b, buf, kElems);
-        dot_accumulate(buf, x + b * kElems, kElems, acc);
+        // dot_accumulate's order; whole blocks have no tail (written out: GCC's loop analysis
+        // warned about the tail loop it would inline).
+        static_assert(kElems % 8 == 0);
+        const float* xb = x + b * kElems;  // [kElems]
+        for (int64_t j = 0; j < kElems; j += 8) {
+            for (int k = 0; k < 8; ++k) acc[k] += buf[j + k] * xb[j + k];
+        }
+    }
+    return dot_finish(acc);
+}
+
+// Quantized rows against Q16_32 activations (KernelTable::wide), the reference the SIMD wide
+// kernels are checked against: each block dequantized as dequantize_row does it, times the
+// activations' values d * (256 * hi + lo), in dot_f32's order. The SIMD kernels sum the same
+// products as exact integers per group instead (simd_unpack.h), so they agree within rounding.
+template <class Block, int64_t kElems, DequantizeRowFn Dequantize>
+float dot_wide(int64_t n, const void* w, const void* act) {
+    const auto* blocks = static_cast<const Block*>(w);     // [n / kElems]
+    const auto* a = static_cast<const BlockQ16_32*>(act);  // [n / 32]
+    float buf[kElems];                                     // one block, dequantized
+    float x[kElems];                                       // its activations
+    float acc[8] = {};
+    for (int64_t b = 0; b < n / kElems; ++b) {
+        Dequantize(blocks + b, buf, kElems);
+        for (int64_t j = 0; j < kElems; ++j) {
+            const BlockQ16_32& ab = a[(b * kElems + j) / kQK];
+            const int64_t e = (b * kElems + j) % kQK;
+            x[j] = ab.d * static_cast<float>(256 * ab.hi[e] + ab.lo[e]);
+        }
+        static_assert(kElems % 8 == 0);
+        for (int64_t j = 0; j < kElems; j += 8) {
+            for (int k = 0; k < 8; ++k) acc[k] += buf[j + k] * x[j + k];
+        }
     }
     return dot_finish(acc);
 }
 
 template <class Block, int64_t kElems, DequantizeRowFn Dequantize>
+void install_wide(KernelTable& table, TensorType type) {
+    TypeKernels k = table[type];
+    k.act_format = ActFormat::Q16_32;
+    k.dot = dot_wide<Block, kElems, Dequantize>;
+    k.gemm = nullptr;
+    k.gemm_scratch = nullptr;
+    k.gemm_panels16 = nullptr;
+    table.wide_for(type) = k;
+}
+
+template <class Block, int64_t kElems, DequantizeRowFn Dequantize>
 void install_exact(KernelTable& table, TensorType type) {
+    install_wide<Block, kElems, Dequantize>(table, type);
     TypeKernels k = table[type];
     k.act_format = ActFormat::F32;
     k.dot = dot_exact<Block, kElems, Dequantize>;
@@ -561,6 +603,7 @@ void install_scalar_kernels(KernelTable& table) {
 
     for (TensorType t : {TensorType::F32, TensorType::F16, TensorType::BF16}) {
         table.exact_for(t) = table[t];
+        table.wide_for(t) = table[t];
     }
     install_exact_32<BlockQ8_0>(table, TensorType::Q8_0);
     install_exact_32<BlockQ4_0>(table, TensorType::Q4_0);
@@ -576,6 +619,8 @@ void install_scalar_kernels(KernelTable& table) {
     install_exact_k<BlockQ6_K>(table, TensorType::Q6_K);
     install_exact_k<BlockIQ4_XS>(table, TensorType::IQ4_XS);
     install_exact_k<BlockIQ3_S>(table, TensorType::IQ3_S);
+    // MXFP4 takes 16-bit activations anyway: its own entry is already the wide one.
+    table.wide_for(TensorType::MXFP4) = table[TensorType::MXFP4];
 }
 
 }  // namespace ember

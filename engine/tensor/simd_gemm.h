@@ -27,6 +27,8 @@
 
 #include <immintrin.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <type_traits>
@@ -169,8 +171,114 @@ constexpr int32_t pair16(int lo, int hi) {
                                 (static_cast<uint32_t>(lo) & 0xffffu));
 }
 
+// The micro-kernel for Q16_32 activations (kWideAct types: MXFP4, Wide<T>): every product pass
+// once per byte plane, then the A16..D16 steps of simd_unpack.h per (row, token).
 template <class Isa, class T, int P, int C>
-void micro(const MicroArgs& m) {
+void micro_wide(const MicroArgs& m) {
+    using VI = typename Isa::VI;
+    using VF = typename Isa::VF;
+    constexpr int W = Isa::kW;
+    constexpr Family F = T::kFamily;
+    constexpr size_t kG = kGroupBytes<Isa, F>;
+    static_assert(!kSignedPanel<Isa, T>, "byte planes need unsigned panels (VNNI)");
+    constexpr bool kHalves = F == Family::C || F == Family::D;
+    constexpr int kH = kHalves ? 2 : 1;  // int sums per plane and group
+    constexpr size_t kSlot = 4 * W;
+
+    const BlockQ16_32* act[C];
+    for (int t = 0; t < C; ++t) {
+        act[t] = reinterpret_cast<const BlockQ16_32*>(m.act + static_cast<size_t>(t) * m.act_stride);
+    }
+    VF tot[P][C];
+    for (int p = 0; p < P; ++p) {
+        for (int t = 0; t < C; ++t) {
+            tot[p][t] = m.carry != nullptr && !m.first ? Isa::load_f(m.carry + (p * C + t) * W)
+                                                       : Isa::zero_f();
+        }
+    }
+    for (int64_t g = 0; g < m.n_groups; ++g) {
+        const uint8_t* pg[P];  // this group of each panel
+        for (int p = 0; p < P; ++p) {
+            pg[p] = m.panels + p * m.panel_bytes + static_cast<size_t>(g) * kG;
+        }
+        VI lo[P][C][kH];  // sum u * lo per half
+        VI hi[P][C][kH];  // sum u * hi per half
+        for (int p = 0; p < P; ++p) {
+            for (int t = 0; t < C; ++t) {
+                for (int h = 0; h < kH; ++h) {
+                    lo[p][t][h] = Isa::zero_i();
+                    hi[p][t][h] = Isa::zero_i();
+                }
+            }
+        }
+#pragma GCC unroll 8
+        for (int k = 0; k < 8; ++k) {
+            const int h = kHalves ? k / 4 : 0;
+            VI wv[P];
+            for (int p = 0; p < P; ++p) wv[p] = Isa::load_i(pg[p] + k * 4 * W);
+            for (int t = 0; t < C; ++t) {
+                const VI alo = Isa::bcast_i32(act[t][g].lo + 4 * k);
+                const VI ahi = Isa::bcast_i32(act[t][g].hi + 4 * k);
+                for (int p = 0; p < P; ++p) {
+                    lo[p][t][h] = Isa::dot4(lo[p][t][h], wv[p], alo);
+                    hi[p][t][h] = Isa::dot4(hi[p][t][h], wv[p], ahi);
+                }
+            }
+        }
+        for (int p = 0; p < P; ++p) {
+            const uint8_t* prm = pg[p] + 32 * W;  // the group's numbers
+            const VF d = Isa::load_f(prm);
+            for (int t = 0; t < C; ++t) {
+                const BlockQ16_32& a = act[t][g];
+                const VF dda = Isa::mul(d, Isa::set1_f(a.d));
+                VI i[kH];
+                for (int h = 0; h < kH; ++h) i[h] = Isa::add_i(lo[p][t][h], Isa::shl8(hi[p][t][h]));
+                if constexpr (F == Family::A) {
+                    i[0] = Isa::add_i(i[0], Isa::set1_i(-T::kOff * (a.sx[0] + a.sx[1])));
+                    tot[p][t] = Isa::fma(Isa::cvt(i[0]), dda, tot[p][t]);
+                } else if constexpr (F == Family::B) {
+                    tot[p][t] = Isa::fma(Isa::cvt(i[0]), dda, tot[p][t]);
+                    const float sa = static_cast<float>(a.sx[0] + a.sx[1]) * a.d;
+                    tot[p][t] = Isa::fma(Isa::load_f(prm + kSlot), Isa::set1_f(sa), tot[p][t]);
+                } else {
+                    if constexpr (T::kOff != 0) {
+                        for (int h = 0; h < 2; ++h) {
+                            i[h] = Isa::add_i(i[h], Isa::set1_i(-T::kOff * a.sx[h]));
+                        }
+                    }
+                    constexpr int sc_slot = F == Family::C ? 1 : 2;
+                    const VF sc0 = Isa::cvt(Isa::load_i(prm + sc_slot * kSlot));
+                    const VF sc1 = Isa::cvt(Isa::load_i(prm + (sc_slot + 1) * kSlot));
+                    const VF f = Isa::fma(Isa::cvt(i[1]), sc1, Isa::mul(Isa::cvt(i[0]), sc0));
+                    tot[p][t] = Isa::fma(f, dda, tot[p][t]);
+                    if constexpr (F == Family::D) {
+                        const VI mn = Isa::load_i(prm + 4 * kSlot);
+                        const VF mins = Isa::fma(
+                            Isa::cvt(Isa::hi16(mn)), Isa::set1_f(static_cast<float>(a.sx[1])),
+                            Isa::mul(Isa::cvt(Isa::lo16(mn)),
+                                     Isa::set1_f(static_cast<float>(a.sx[0]))));
+                        tot[p][t] = Isa::fma(
+                            mins, Isa::mul(Isa::load_f(prm + kSlot), Isa::set1_f(a.d)), tot[p][t]);
+                    }
+                }
+            }
+        }
+    }
+    if (m.carry != nullptr && !m.last) {
+        for (int p = 0; p < P; ++p) {
+            for (int t = 0; t < C; ++t) Isa::store_f(m.carry + (p * C + t) * W, tot[p][t]);
+        }
+        return;
+    }
+    for (int p = 0; p < P; ++p) {
+        const int n = min_of(W, m.rows - p * W);
+        if (n <= 0) continue;
+        for (int t = 0; t < C; ++t) Isa::store_lanes(m.y + t * m.ldy + p * W, tot[p][t], n);
+    }
+}
+
+template <class Isa, class T, int P, int C>
+void micro_q8(const MicroArgs& m) {
     using VI = typename Isa::VI;
     using VF = typename Isa::VF;
     constexpr int W = Isa::kW;
@@ -178,12 +286,10 @@ void micro(const MicroArgs& m) {
     constexpr size_t kG = kGroupBytes<Isa, F>;
     constexpr bool kSigned = kSignedPanel<Isa, T>;
     constexpr bool kHalves = F == Family::C || F == Family::D;  // two int sums per group
-    // Q16_32 activations: one int sum per byte plane (lo, hi), joined as lo + 256 * hi.
-    constexpr bool kPlanes = kWideAct<T>;
-    static_assert(!kPlanes || (F == Family::A && !kSigned), "A16 is family A, unsigned panels");
-    constexpr int kAcc = kHalves || kPlanes ? 2 : 1;
+    static_assert(!kWideAct<T>, "Q16_32 activations go through micro_wide");
+    constexpr int kAcc = kHalves ? 2 : 1;
     constexpr size_t kSlot = 4 * W;
-    using Act = ActBlock<T>;
+    using Act = BlockQ8_32;
 
     const Act* act[C];
     for (int t = 0; t < C; ++t) {
@@ -211,10 +317,7 @@ void micro(const MicroArgs& m) {
         for (int t = 0; t < C; ++t) {
             const VI s = Isa::bcast_i32(act[t][g].s);
             for (int p = 0; p < P; ++p) {
-                if constexpr (kPlanes) {
-                    acc[p][t][0] = Isa::madd16(s, off_lo);  // -kOff * sum lo
-                    acc[p][t][1] = Isa::madd16(s, off_hi);  // -kOff * sum hi
-                } else if constexpr (F == Family::A && !kSigned) {
+                if constexpr (F == Family::A && !kSigned) {
                     acc[p][t][0] = Isa::madd16(s, off_both);
                 } else if constexpr (F == Family::C) {
                     acc[p][t][0] = Isa::madd16(s, off_lo);
@@ -234,21 +337,12 @@ void micro(const MicroArgs& m) {
                 if constexpr (kSigned) wabs[p] = Isa::abs8(wv[p]);
             }
             for (int t = 0; t < C; ++t) {
-                if constexpr (kPlanes) {
-                    const VI alo = Isa::bcast_i32(act[t][g].lo + 4 * k);
-                    const VI ahi = Isa::bcast_i32(act[t][g].hi + 4 * k);
-                    for (int p = 0; p < P; ++p) {
-                        acc[p][t][0] = Isa::dot4(acc[p][t][0], wv[p], alo);
-                        acc[p][t][1] = Isa::dot4(acc[p][t][1], wv[p], ahi);
-                    }
-                } else {
-                    const VI a = Isa::bcast_i32(act[t][g].qs + 4 * k);
-                    for (int p = 0; p < P; ++p) {
-                        if constexpr (kSigned) {
-                            acc[p][t][h] = Isa::dot4_signed(acc[p][t][h], wabs[p], wv[p], a);
-                        } else {
-                            acc[p][t][h] = Isa::dot4(acc[p][t][h], wv[p], a);
-                        }
+                const VI a = Isa::bcast_i32(act[t][g].qs + 4 * k);
+                for (int p = 0; p < P; ++p) {
+                    if constexpr (kSigned) {
+                        acc[p][t][h] = Isa::dot4_signed(acc[p][t][h], wabs[p], wv[p], a);
+                    } else {
+                        acc[p][t][h] = Isa::dot4(acc[p][t][h], wv[p], a);
                     }
                 }
             }
@@ -259,7 +353,6 @@ void micro(const MicroArgs& m) {
             for (int t = 0; t < C; ++t) {
                 const VF da = Isa::set1_f(act[t][g].d);
                 VI isum = acc[p][t][0];
-                if constexpr (kPlanes) isum = Isa::add_i(isum, Isa::shl8(acc[p][t][1]));
                 if constexpr (kHalves) {
                     const int sc_slot = F == Family::C ? 1 : 2;
                     isum = Isa::add_i(
@@ -294,6 +387,16 @@ void micro(const MicroArgs& m) {
     }
 }
 
+// The micro-kernel of a type's own activation format.
+template <class Isa, class T, int P, int C>
+void micro(const MicroArgs& m) {
+    if constexpr (kWideAct<T>) {
+        micro_wide<Isa, T, P, C>(m);
+    } else {
+        micro_q8<Isa, T, P, C>(m);
+    }
+}
+
 template <class Isa, class T, int P, int... Cs>
 void run_tokens(MicroArgs m, int64_t n_tokens, std::integer_sequence<int, Cs...>) {
     using Fn = void (*)(const MicroArgs&);
@@ -309,9 +412,14 @@ void run_tokens(MicroArgs m, int64_t n_tokens, std::integer_sequence<int, Cs...>
 }
 
 // Tokens per micro-tile: two int accumulators per (panel, token) - the halves of families C
-// and D, or the byte planes of Q16_32 activations - take the smaller tile of C and D.
+// and D, or the byte planes of Q16_32 activations - take the smaller tile of C and D; four (byte
+// planes of the halves) half of that.
 template <class Isa, class T>
-constexpr int kTileTokens = Isa::template kTokens<kWideAct<T> ? Family::C : T::kFamily>;
+constexpr int kTileTokens =
+    !kWideAct<T> ? Isa::template kTokens<T::kFamily>
+    : (T::kFamily == Family::C || T::kFamily == Family::D)
+        ? (Isa::template kTokens<Family::C> + 1) / 2
+        : Isa::template kTokens<Family::C>;
 
 // Decode-sized calls (all tokens in one micro-tile) split K into chunks of this many groups: two
 // panels of a chunk (~20 KB) stay in L1 between repacking and use. A multiple of 8 (K-quants).
@@ -401,7 +509,9 @@ void gemm_q(const GemmArgs& g) {
     constexpr int kTok = kTileTokens<Isa, T>;
     // An ISA may have a kernel for one token (decode) or a few that needs no panels; its
     // results are bitwise the panels' (the canonical order), so the choice is speed alone.
-    if constexpr (kPanels16) {
+    // (Their Q8_32 kernels do not read the Q16_32 activations of a Wide<T>.)
+    if constexpr (kWrappedWide<T>) {
+    } else if constexpr (kPanels16) {
         if (g.n_tokens <= Isa::gemv_max_tokens()) {
             Isa::gemv_panels16(T{}, g);
             return;
@@ -457,7 +567,8 @@ float dot_q(int64_t n, const void* w, const void* act_row) {
     const auto* blocks = static_cast<const Block*>(w);           // [n / (32 * kGroups)]
     const auto* act = static_cast<const ActBlock<T>*>(act_row);  // [n / 32]
     __m256 acc = _mm256_setzero_ps();
-    float acc_min = 0.0f;  // min/offset terms of families B and D
+    float acc_min = 0.0f;   // min/offset terms of families B and D
+    float acc_wide = 0.0f;  // Q16_32 activations: the kernels' one lane, in their order
     for (int64_t b = 0; b < n / (32 * T::kGroups); ++b) {
         GroupParams prm[T::kGroups];
         T::params(blocks + b, prm);
@@ -465,17 +576,37 @@ float dot_q(int64_t n, const void* w, const void* act_row) {
             const GroupParams& p = prm[s];
             const auto& a = act[b * T::kGroups + s];
             if constexpr (kWideAct<T>) {
-                static_assert(F == Family::A && !kSignedPanel<Isa, T>);
-                // The A16 order: each byte plane's exact sum, then lo + 256 * hi.
+                static_assert(!kSignedPanel<Isa, T>);
+                // The A16..D16 steps: each half's exact plane sums, then the float steps.
                 const __m256i u = T::unpack(blocks + b, s);
                 const __m256i lo = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.lo));
                 const __m256i hi = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.hi));
-                const int32_t i_lo =
-                    hsum8_i32(Isa::template dot32<false>(u, lo)) - T::kOff * a.s[0];
-                const int32_t i_hi =
-                    hsum8_i32(Isa::template dot32<false>(u, hi)) - T::kOff * a.s[1];
-                const __m256i v = _mm256_setr_epi32(i_lo + 256 * i_hi, 0, 0, 0, 0, 0, 0, 0);
-                acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(v), _mm256_set1_ps(p.d * a.d), acc);
+                const __m256i v = _mm256_add_epi32(Isa::template dot32<false>(u, lo),
+                                                   _mm256_slli_epi32(Isa::template dot32<false>(u, hi), 8));
+                // Lanes 0-3 hold the first 16 elements, lanes 4-7 the second.
+                const int32_t i0 = hsum8_i32(_mm256_blend_epi32(v, _mm256_setzero_si256(), 0xf0));
+                const int32_t i1 = hsum8_i32(_mm256_blend_epi32(v, _mm256_setzero_si256(), 0x0f));
+                const float dda = p.d * a.d;
+                if constexpr (F == Family::A) {
+                    acc_wide = std::fma(static_cast<float>(i0 + i1 - T::kOff * (a.sx[0] + a.sx[1])),
+                                        dda, acc_wide);
+                } else if constexpr (F == Family::B) {
+                    acc_wide = std::fma(static_cast<float>(i0 + i1), dda, acc_wide);
+                    acc_wide = std::fma(p.m, static_cast<float>(a.sx[0] + a.sx[1]) * a.d, acc_wide);
+                } else {
+                    const float f0 = static_cast<float>(i0 - T::kOff * a.sx[0]);
+                    const float f1 = static_cast<float>(i1 - T::kOff * a.sx[1]);
+                    const float f = std::fma(f1, static_cast<float>(p.sc1),
+                                             f0 * static_cast<float>(p.sc0));
+                    acc_wide = std::fma(f, dda, acc_wide);
+                    if constexpr (F == Family::D) {
+                        const float mins = std::fma(static_cast<float>(p.mn >> 16),
+                                                    static_cast<float>(a.sx[1]),
+                                                    static_cast<float>(static_cast<int16_t>(p.mn & 0xffff)) *
+                                                        static_cast<float>(a.sx[0]));
+                        acc_wide = std::fma(mins, p.m * a.d, acc_wide);
+                    }
+                }
             } else {
                 const __m256i qa = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.qs));
                 __m256i v = Isa::template dot32<kSignedPanel<Isa, T>>(T::unpack(blocks + b, s), qa);
@@ -505,6 +636,7 @@ float dot_q(int64_t n, const void* w, const void* act_row) {
     }
     const __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
     const __m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
+    if constexpr (kWideAct<T>) return acc_wide;
     return _mm_cvtss_f32(_mm_add_ss(s2, _mm_shuffle_ps(s2, s2, 1))) + acc_min;
 }
 
@@ -615,6 +747,47 @@ void frun_rows(FloatArgs m, int64_t rows, int64_t n_tokens) {
     }
 }
 
+// rows x all tokens with the loops the other way round from frun_rows: C tokens at a time, and
+// every R-row group of the (L2-resident) rows passes over those tokens' activations while they
+// sit in L1. frun_rows would stream every token's activations from L2 or L3 once per row group
+// (1-3 MB a group for a 512-token prefill). The same fmicro calls on the same (row, token)
+// pairs, so the results are bitwise those of frun_rows.
+template <class Isa, class WT>
+void frun_tiles(const FloatArgs& m, int64_t rows, int64_t n_tokens) {
+    constexpr int R = Isa::kFloatRows;
+    constexpr int C = Isa::kFloatTokens;
+    using Fn = void (*)(const FloatArgs&);
+    auto run_rows = [&](const FloatArgs& mt, Fn full, Fn single) {
+        int64_t r = 0;
+        for (; r + R <= rows; r += R) {
+            FloatArgs mr = mt;
+            mr.w += r * m.w_stride;
+            mr.y += r;
+            full(mr);
+        }
+        for (; r < rows; ++r) {
+            FloatArgs mr = mt;
+            mr.w += r * m.w_stride;
+            mr.y += r;
+            single(mr);
+        }
+    };
+    int64_t t0 = 0;
+    for (; t0 + C <= n_tokens; t0 += C) {
+        FloatArgs mt = m;
+        mt.x += t0 * m.x_stride;
+        mt.y += t0 * m.ldy;
+        run_rows(mt, &fmicro<Isa, WT, R, C>, &fmicro<Isa, WT, 1, C>);
+    }
+    if (t0 < n_tokens) {
+        // The last few tokens: the row-major order over what is left.
+        FloatArgs mt = m;
+        mt.x += t0 * m.x_stride;
+        mt.y += t0 * m.ldy;
+        frun_rows<Isa, WT>(mt, rows, n_tokens - t0);
+    }
+}
+
 // Half-precision rows widened through the same loaders (exact, like the reference).
 template <class Isa, class WT>
 void dequantize_f(const void* src, float* dst, int64_t n) {
@@ -653,7 +826,7 @@ void gemm_f(const GemmArgs& g) {
             FloatArgs mt = m;
             mt.w += r0 * g.w_stride;
             mt.y += r0;
-            frun_rows<Isa, WT>(mt, min_of(kFloatTileRows, g.rows - r0), g.n_tokens);
+            frun_tiles<Isa, WT>(mt, min_of(kFloatTileRows, g.rows - r0), g.n_tokens);
         }
         return;
     }
@@ -673,7 +846,7 @@ void gemm_f(const GemmArgs& g) {
         mt.w = reinterpret_cast<const uint8_t*>(tile);
         mt.w_stride = static_cast<size_t>(g.cols) * sizeof(float);
         mt.y += r0;
-        frun_rows<Isa, WF32>(mt, rows, g.n_tokens);
+        frun_tiles<Isa, WF32>(mt, rows, g.n_tokens);
     }
 }
 
@@ -823,7 +996,7 @@ void gemm_qx(const GemmArgs& g) {
         }
         FloatArgs mt = m;
         mt.y = g.y + r0;
-        frun_rows<Isa, WF32>(mt, rows, g.n_tokens);
+        frun_tiles<Isa, WF32>(mt, rows, g.n_tokens);
     }
 }
 
@@ -881,6 +1054,50 @@ inline void quantize_act_q8_32(const float* x, void* dst, int64_t n) {
     }
 }
 
+// Q16_32: q = nearest(x * 32639 / amax) as in quantize_act_q8_32, split into hi = (q + 128) >> 8
+// and lo = q - 256 * hi (bit-exact with the scalar quantize_act_q16_32).
+inline void quantize_act_q16_32(const float* x, void* dst, int64_t n) {
+    auto* out = static_cast<BlockQ16_32*>(dst);  // [n / 32]
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    constexpr auto kMax = static_cast<float>(kQ16Max);
+    for (int64_t b = 0; b < n / 32; ++b) {
+        __m256 v[4];
+        __m256 amax = _mm256_setzero_ps();
+        for (int i = 0; i < 4; ++i) {
+            v[i] = _mm256_loadu_ps(x + 32 * b + 8 * i);
+            amax = _mm256_max_ps(_mm256_andnot_ps(sign, v[i]), amax);
+        }
+        const float m = hmax8(amax);
+        const float id = m > 0.0f ? kMax / m : 0.0f;
+        __m256i lo[4];
+        __m256i hi[4];
+        __m256i q[4];
+        for (int i = 0; i < 4; ++i) {
+            const __m256 s = _mm256_mul_ps(v[i], _mm256_set1_ps(id));
+            __m256i r = _mm256_cvtps_epi32(s);
+            r = _mm256_min_epi32(_mm256_max_epi32(r, _mm256_set1_epi32(-kQ16Max)),
+                                 _mm256_set1_epi32(kQ16Max));
+            q[i] = _mm256_andnot_si256(_mm256_castps_si256(_mm256_cmp_ps(s, s, _CMP_UNORD_Q)), r);
+            hi[i] = _mm256_srai_epi32(_mm256_add_epi32(q[i], _mm256_set1_epi32(128)), 8);
+            lo[i] = _mm256_sub_epi32(q[i], _mm256_slli_epi32(hi[i], 8));
+        }
+        BlockQ16_32& o = out[b];
+        o.d = m / kMax;
+        o.sx[0] = hsum8_i32(_mm256_add_epi32(q[0], q[1]));
+        o.sx[1] = hsum8_i32(_mm256_add_epi32(q[2], q[3]));
+        // As in quantize_act_q8_32: packs work per 128-bit lane, the permute restores the order.
+        const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+        const __m256i lo_bytes = _mm256_permutevar8x32_epi32(
+            _mm256_packs_epi16(_mm256_packs_epi32(lo[0], lo[1]), _mm256_packs_epi32(lo[2], lo[3])),
+            order);
+        const __m256i hi_bytes = _mm256_permutevar8x32_epi32(
+            _mm256_packs_epi16(_mm256_packs_epi32(hi[0], hi[1]), _mm256_packs_epi32(hi[2], hi[3])),
+            order);
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(o.lo), lo_bytes);
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(o.hi), hi_bytes);
+    }
+}
+
 // ---- table installation ----------------------------------------------------------------------
 
 template <class Isa, class T>
@@ -902,6 +1119,18 @@ void install_quant_exact(TypeKernels& k) {
     k.gemm_panels16 = nullptr;
 }
 
+// A quantized type against Q16_32 activations (Activations::Wide): its panels and repacks with
+// the byte-plane micro-kernel; no Panels16 layout (its one-token kernels read Q8_32 only).
+template <class Isa, class T>
+void install_quant_wide(TypeKernels& k) {
+    k.act_format = ActFormat::Q16_32;
+    k.dequantize_row = dequantize_row<T>;
+    k.dot = dot_q<Isa, Wide<T>>;
+    k.gemm = gemm_q<Isa, Wide<T>>;
+    k.gemm_scratch = gemm_scratch_q<Isa, Wide<T>>;
+    k.gemm_panels16 = nullptr;
+}
+
 template <class Isa, class WT>
 void install_float(TypeKernels& k) {
     k.act_format = ActFormat::F32;
@@ -912,21 +1141,31 @@ void install_float(TypeKernels& k) {
 }
 
 // Both entries of a quantized type: its own activations and the exact ones.
+// Every entry of a quantized type: its own activations, the exact ones and (with VNNI, where
+// the byte planes cost two vpdpbusd; without it the scalar reference stays) the 16-bit ones.
 template <class Isa, class T>
 void install_quant_both(KernelTable& table, TensorType type) {
     install_quant<Isa, T>(table[type]);
     install_quant_exact<Isa, T>(table.exact_for(type));
+    if constexpr (kWideAct<T>) {
+        table.wide_for(type) = table[type];
+    } else if constexpr (Isa::kVnni) {
+        install_quant_wide<Isa, T>(table.wide_for(type));
+    }
 }
 template <class Isa, class WT>
 void install_float_both(KernelTable& table, TensorType type) {
     install_float<Isa, WT>(table[type]);
     table.exact_for(type) = table[type];
+    table.wide_for(type) = table[type];
 }
 
 template <class Isa>
 void install_all(KernelTable& table, const char* name) {
     table.isa = name;
     table.quantize_act[static_cast<size_t>(ActFormat::Q8_32)] = quantize_act_q8_32;
+    table.quantize_act[static_cast<size_t>(ActFormat::Q16_32)] = quantize_act_q16_32;
+    table.wide_simd = Isa::kVnni;
     install_float_both<Isa, WF32>(table, TensorType::F32);
     install_float_both<Isa, WF16>(table, TensorType::F16);
     install_float_both<Isa, WBF16>(table, TensorType::BF16);

@@ -24,10 +24,20 @@
 //                                               acc = fma(float(M), -dmin*da, acc)
 // Every integer above is exact in int32 and in float (|I| < 2^24), so any kernel that follows
 // this order per (row, token) gives bitwise the same result, however it groups rows and tokens.
-// A type with kWideAct (MXFP4) takes Q16_32 activations instead (two byte planes lo, hi with
-// sums s0, s1; see BlockQ16_32), family A only:
-//   A16: i = (sum u*lo - kOff*s0) + 256 * (sum u*hi - kOff*s1);   acc = fma(float(i), d*da, acc)
-// (|i| <= 12 * 32639 * 32 < 2^24 for MXFP4: still exact in float.)
+// A type with kWideAct (MXFP4, and every type wrapped as Wide<T> for Activations::Wide) takes
+// Q16_32 activations instead: two byte planes lo, hi of q = 256 * hi + lo, with the sums sx_h
+// of q over each half (see BlockQ16_32). Per group (or half h), with P = sum u*lo + 256 * sum u*hi:
+//   A16: i = P - kOff*(sx0+sx1);                acc = fma(float(i), d*da, acc)
+//   B16: i = P;                                 acc = fma(float(i), d*da, acc)
+//                                               acc = fma(m, float(sx0+sx1)*da, acc)
+//   C16: i_h = P_h - kOff*sx_h;  F = fma(float(i_1), float(sc1), float(i_0)*float(sc0));
+//                                               acc = fma(F, d*da, acc)
+//   D16: F as C16 (kOff = 0);  M = fma(float(mn1), float(sx1), float(mn0)*float(sx0));
+//                                               acc = fma(F, d*da, acc)
+//                                               acc = fma(M, -dmin*da, acc)
+// The integers are exact in int32 (|i_h| <= 63 * 32639 * 16 + 32 * 16 * 32639 < 2^31); the scale
+// products go through float because sc * i_h would not fit int32 for Q6_K. Every kernel follows
+// this order per (row, token), so batches and single tokens agree bit for bit here too.
 #pragma once
 
 #ifndef EMBER_SIMD_NS
@@ -54,6 +64,19 @@ constexpr bool kWideAct = requires {
 };
 template <class T>
 using ActBlock = std::conditional_t<kWideAct<T>, BlockQ16_32, BlockQ8_32>;
+
+// Type T taking Q16_32 activations (Activations::Wide): the same weights, unpacking and repacks
+// (T's members, inherited), with the kernels' A16 paths. kWrappedWide tells the kernels that T's
+// own Q8_32-only fast paths (the AVX-512 gemv, say) do not apply.
+template <class T>
+struct Wide : T {
+    static constexpr bool kWideAct = true;
+    static constexpr bool kWrappedWide = true;
+};
+template <class T>
+constexpr bool kWrappedWide = requires {
+    requires T::kWrappedWide;
+};
 
 // Per 32-element group numbers (which ones are meaningful depends on the family).
 struct GroupParams {

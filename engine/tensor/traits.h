@@ -18,6 +18,10 @@
 //    most, Q16_32 (16-bit as two byte planes; see BlockQ16_32) for MXFP4, whose weights are
 //    accurate enough that 8-bit activations would dominate its error. Accumulation is int32
 //    inside a 32-element block and float across blocks.
+//  * A matrix marked Activations::Wide takes its type's `wide` entry: Q16_32 activations (16-bit
+//    as two byte planes, blocks of 32) for every quantized type, exact integer sums per group
+//    (simd_unpack.h's A16 order). ~1e-2 logits on trained models where 8-bit blocks lose ~1-2,
+//    at about twice the integer work of Q8_32 (vpdpbusd once per byte plane).
 //  * A matrix marked Activations::Exact (see matmul.h) takes its type's `exact` entry instead:
 //    the rows are dequantized (exactly, as dequantize_row) and multiplied with f32 activations
 //    as given, as float weights are. Trained models with large activation outliers (Gemma) lose
@@ -97,6 +101,11 @@ struct KernelTable {
     // The same products against f32 activations exactly as given (Activations::Exact): every
     // supported type with act_format F32, quantized rows dequantized before the float kernel.
     std::array<TypeKernels, kTypeSlots> exact{};
+    // The same products against Q16_32 activations (Activations::Wide) for every quantized type.
+    std::array<TypeKernels, kTypeSlots> wide{};
+    // Whether `wide` holds SIMD kernels (AVX-512 VNNI) rather than the scalar reference: where it
+    // does not, 16-bit activations are slower than exact f32 ones and Auto takes those.
+    bool wide_simd = false;
     std::array<QuantizeActFn, kActFormatCount> quantize_act{};  // indexed by ActFormat
     const char* isa = "scalar";                                 // for logs and benchmarks
 
@@ -104,6 +113,8 @@ struct KernelTable {
     TypeKernels& operator[](TensorType t) { return types[static_cast<uint32_t>(t)]; }
     const TypeKernels& exact_for(TensorType t) const { return exact[static_cast<uint32_t>(t)]; }
     TypeKernels& exact_for(TensorType t) { return exact[static_cast<uint32_t>(t)]; }
+    const TypeKernels& wide_for(TensorType t) const { return wide[static_cast<uint32_t>(t)]; }
+    TypeKernels& wide_for(TensorType t) { return wide[static_cast<uint32_t>(t)]; }
 };
 
 // The scalar reference kernels only (what tests compare SIMD variants against).

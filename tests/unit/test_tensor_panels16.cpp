@@ -182,8 +182,9 @@ TEST(Panels16Model, LogitsBitForBitWithAndWithoutPanels) {
     if (active_kernels()[TensorType::Q4_K].gemm_panels16 == nullptr) {
         GTEST_SKIP() << "the active kernels (" << active_kernels().isa << ") have no panel kernel";
     }
-    const auto with = Model::load(test::fixture_path(rel));
-    const auto without = Model::load(test::fixture_path(rel), LoadOptions{false});
+    // The panels are the 8-bit path's layout (the default activations may be others).
+    const auto with = Model::load(test::fixture_path(rel), LoadOptions{true, ActivationChoice::Quantized});
+    const auto without = Model::load(test::fixture_path(rel), LoadOptions{false, ActivationChoice::Quantized});
     int panels = 0;
     for (const auto& L : with->layers()) {
         for (const MatrixView* w : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down}) {
@@ -226,8 +227,9 @@ TEST(Panels16Model, MoeModelPanelsItsAttentionNotItsExperts) {
         ThreadPool writer(2);
         write_synth_model(o, writer);
     }
-    const auto with = Model::load(o.output);
-    const auto without = Model::load(o.output, LoadOptions{false});
+    // The panels are the 8-bit path's layout (the default activations may be others).
+    const auto with = Model::load(o.output, LoadOptions{true, ActivationChoice::Quantized});
+    const auto without = Model::load(o.output, LoadOptions{false, ActivationChoice::Quantized});
     std::set<TensorType> expert_types;
     for (const auto& L : with->layers()) {
         for (const MatrixView* w : {&L.wq, &L.wk, &L.wv, &L.wo}) {
