@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "engine/model/ops_avx2.h"
 #include "engine/model/ops_avx512.h"
 #include "engine/tensor/blocks.h"
 #include "engine/tensor/cpu_features.h"
@@ -161,7 +162,9 @@ OpsTable make_scalar_ops() {
 OpsTable make_ops_table(KernelLevel level) {
     OpsTable t = make_scalar_ops();
 #if defined(__x86_64__)
-    // ops_avx512.cpp is compiled with the Avx512 level's flags, so it runs at that level only.
+    // ops_avx2.cpp / ops_avx512.cpp are compiled with their level's flags, so each runs from
+    // that level on; the stronger level replaces every entry it has.
+    if (level >= KernelLevel::Avx2) avx2::install_ops(t);
     if (level >= KernelLevel::Avx512) avx512::install_ops(t);
 #else
     (void)level;
