@@ -27,6 +27,7 @@
 #include <iterator>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <ostream>
 #include <span>
 #include <stdexcept>
 #include <string>
@@ -67,6 +68,9 @@ struct ModelCase {
     // default); 0: not held.
     double quantized_above;
 };
+
+// gtest prints a failing row by its name.
+void PrintTo(const ModelCase& c, std::ostream* os) { *os << c.model.name; }
 
 const ModelCase kCases[] = {
     {kGemma3_270m, "gemma3", 18, {"text", "chat", "long"}, {"text", "chat"}, 1600, 2e-3, 4e-3,
@@ -232,7 +236,9 @@ TEST_P(RealModelReferences, IsTheFileTheReferenceWasMadeFrom) {
     size_t positions = 0;
     for (const char* name : c.seqs) positions += (*ref_)["seqs"][name]["ids"].size();
     EXPECT_GE(positions, c.min_positions);
-    if (c.exact_by_default) EXPECT_EQ(model_->activations(), Activations::Exact);
+    if (c.exact_by_default) {
+        EXPECT_EQ(model_->activations(), Activations::Exact);
+    }
     if (std::string(c.arch) == "gemma3") {
         EXPECT_EQ(model_->config().sliding_window, 512);
         // The long sequence reaches past the sliding window.
@@ -379,12 +385,14 @@ TEST_P(RealModelReferences, ExactAndQuantizedActivationsMeasured) {
     const Stats q = run_all(*quantized, KvType::F32);
     std::printf("[ref] %s, 8-bit activations, f32 KV: %s\n", c.model.name, q.summary().c_str());
     EXPECT_LE(q.worst, 3.0) << q.summary();
-    if (c.quantized_above > 0) EXPECT_GT(q.worst_logit, c.quantized_above) << q.summary();
+    if (c.quantized_above > 0) {
+        EXPECT_GT(q.worst_logit, c.quantized_above) << q.summary();
+    }
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, RealModelReferences, ::testing::ValuesIn(kCases),
-                         [](const ::testing::TestParamInfo<ModelCase>& info) {
-                             std::string name = info.param.model.name;
+                         [](const ::testing::TestParamInfo<ModelCase>& param_info) {
+                             std::string name = param_info.param.model.name;
                              for (char& ch : name) {
                                  if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
                              }

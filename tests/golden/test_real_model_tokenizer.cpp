@@ -15,6 +15,7 @@
 #include <cctype>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <ostream>
 #include <span>
 #include <sstream>
 #include <string>
@@ -37,6 +38,9 @@ struct TokenizerCase {
     // The reference holds this many texts; fewer means a truncated or replaced file.
     size_t cases;
 };
+
+// gtest prints a failing row by its name.
+void PrintTo(const TokenizerCase& c, std::ostream* os) { *os << c.model.name; }
 
 const TokenizerCase kModels[] = {{kGemma3_270m, 55}, {kSmolLM2_135m, 56}};
 
@@ -183,8 +187,8 @@ TEST_P(RealModelTokenizer, ChatRendersAndTokenizesAsHf) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, RealModelTokenizer, ::testing::ValuesIn(kModels),
-                         [](const ::testing::TestParamInfo<TokenizerCase>& info) {
-                             std::string name = info.param.model.name;
+                         [](const ::testing::TestParamInfo<TokenizerCase>& param_info) {
+                             std::string name = param_info.param.model.name;
                              for (char& ch : name) {
                                  if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
                              }

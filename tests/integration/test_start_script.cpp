@@ -255,8 +255,8 @@ TEST_P(GetModel, InstallsTheVerifiedModelThenNeverDownloadsAgain) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, GetModel, ::testing::Values(kDefault, kGemma),
-                         [](const ::testing::TestParamInfo<Download>& info) {
-                             return info.param.args.empty() ? std::string("Default")
+                         [](const ::testing::TestParamInfo<Download>& param_info) {
+                             return param_info.param.args.empty() ? std::string("Default")
                                                             : std::string("Gemma3_270m");
                          });
 
