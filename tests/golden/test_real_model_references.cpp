@@ -305,10 +305,7 @@ TEST_P(RealModelReferences, DefaultKvTypeWithinWhatF16StorageCosts) {
     for (const char* name : c.seqs) {
         const double storage_cost = kv_f16["seqs"][name].get<double>();
         const Stats pass = run(*model_, name, {kMaxBatch}, KvType::F16);
-        const double limit = std::max(c.max_logit_deviation > 0
-                                          ? c.max_logit_deviation
-                                          : kv_tolerance(KvType::F16, c.arch),
-                                      1.25 * storage_cost);
+        const double limit = std::max(kv_tolerance(KvType::F16, c.arch), 1.25 * storage_cost);
         std::printf("[kv] %s/%s f16: %s (f16 storage in float64: max |dlogit| %.2e)\n",
                     c.model.name, name, pass.summary().c_str(), storage_cost);
         if (c.max_logit_deviation > 0) {
@@ -323,13 +320,19 @@ TEST_P(RealModelReferences, DefaultKvTypeWithinWhatF16StorageCosts) {
         all.add(pass);
     }
     // The log-softmax measure: the f32 limits, or what f16 storage costs float64 in the same
-    // measure (its worst sequence) with a quarter's room, whichever is looser.
+    // measure (its worst sequence) with a quarter's room, whichever is looser. A reference
+    // without that measure (Gemma's, made before it) holds the maximum through the raw-logit
+    // rule above only.
+    const bool measured = kv_f16.contains("log_softmax");
     const double max_limit = std::max(kMaxLogSoftmax, 1.25 * storage_max);
     const double median_limit = std::max(kMedianLogSoftmax, 1.25 * storage_median);
     const double top1_limit = std::min(kMinTop1, storage_top1 - 0.005);
-    std::printf("[kv] %s, all sequences f16: %s (limits %.3g, %.3g, %.2f%%)\n", c.model.name,
-                all.summary().c_str(), max_limit, median_limit, 100 * top1_limit);
-    EXPECT_LE(all.worst, max_limit) << all.summary();
+    std::printf("[kv] %s, all sequences f16: %s (limits %s, %.3g, %.2f%%)\n", c.model.name,
+                all.summary().c_str(), measured ? std::to_string(max_limit).c_str() : "-",
+                median_limit, 100 * top1_limit);
+    if (measured) {
+        EXPECT_LE(all.worst, max_limit) << all.summary();
+    }
     EXPECT_LE(all.median(), median_limit) << all.summary();
     EXPECT_GE(all.top1(), top1_limit) << all.summary();
 }
@@ -370,13 +373,16 @@ TEST_P(RealModelReferences, GreedyContinuationsMatchWhereTheMarginIsClear) {
 // they reach, so a regression in either path shows).
 TEST_P(RealModelReferences, ExactAndQuantizedActivationsMeasured) {
     const ModelCase& c = GetParam();
-    LoadOptions exact_options;
-    exact_options.activations = ActivationChoice::Exact;
-    const auto exact = Model::load(real_model_path(c.model), exact_options);
-    ASSERT_EQ(exact->activations(), Activations::Exact);
-    const Stats e = run_all(*exact, KvType::F32);
-    std::printf("[ref] %s, exact activations, f32 KV: %s\n", c.model.name, e.summary().c_str());
-    expect_within_limits(e, std::string(c.model.name) + " exact");
+    if (model_->activations() != Activations::Exact) {  // else the default path's test did it
+        LoadOptions exact_options;
+        exact_options.activations = ActivationChoice::Exact;
+        const auto exact = Model::load(real_model_path(c.model), exact_options);
+        ASSERT_EQ(exact->activations(), Activations::Exact);
+        const Stats e = run_all(*exact, KvType::F32);
+        std::printf("[ref] %s, exact activations, f32 KV: %s\n", c.model.name,
+                    e.summary().c_str());
+        expect_within_limits(e, std::string(c.model.name) + " exact");
+    }
 
     LoadOptions quantized_options;
     quantized_options.activations = ActivationChoice::Quantized;
