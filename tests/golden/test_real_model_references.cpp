@@ -70,13 +70,31 @@ struct ModelCase {
 };
 
 // gtest prints a failing row by its name.
-void PrintTo(const ModelCase& c, std::ostream* os) { *os << c.model.name; }
+void PrintTo(const ModelCase& c, std::ostream* os) {
+    *os << c.model.name;
+}
 
 const ModelCase kCases[] = {
-    {kGemma3_270m, "gemma3", 18, {"text", "chat", "long"}, {"text", "chat"}, 1600, 2e-3, 4e-3,
-     true, 2e-3},
-    {kSmolLM2_135m, "llama", 30, {"chat1", "chat3", "long"}, {"chat1", "chat3"}, 900, 0,
-     2 * kMaxLogSoftmax, false, 0},
+    {kGemma3_270m,
+     "gemma3",
+     18,
+     {"text", "chat", "long"},
+     {"text", "chat"},
+     1600,
+     2e-3,
+     4e-3,
+     true,
+     2e-3},
+    {kSmolLM2_135m,
+     "llama",
+     30,
+     {"chat1", "chat3", "long"},
+     {"chat1", "chat3"},
+     900,
+     0,
+     2 * kMaxLogSoftmax,
+     false,
+     0},
 };
 
 // FNV-1a of a logits row's bytes: equal rows, equal hashes (bitwise comparison without keeping
@@ -90,9 +108,9 @@ uint64_t row_hash(std::span<const float> row) {
 
 // What a pass over one or more sequences measured.
 struct Stats {
-    double worst_logit = 0;  // largest position_deviation
-    double worst = 0;        // largest |Δ| of the log-softmax
-    std::string worst_at;    // "sequence:position" of `worst`
+    double worst_logit = 0;      // largest position_deviation
+    double worst = 0;            // largest |Δ| of the log-softmax
+    std::string worst_at;        // "sequence:position" of `worst`
     std::vector<double> deltas;  // every |Δ| (5 a position)
     size_t positions = 0;
     size_t same_top1 = 0;
@@ -127,8 +145,7 @@ struct Stats {
 };
 
 // One position's row against the reference: the log-softmax |Δ| over the top-5, the top-1.
-void measure(std::span<const float> row, const json& seq, size_t pos, const char* name,
-             Stats& s) {
+void measure(std::span<const float> row, const json& seq, size_t pos, const char* name, Stats& s) {
     s.worst_logit = std::max(s.worst_logit, position_deviation(row, seq, pos));
     const float max = *std::max_element(row.begin(), row.end());
     double sum = 0;
@@ -179,9 +196,8 @@ protected:
         for (size_t b = 0; at < ids.size(); ++b) {
             const size_t len = std::min(static_cast<size_t>(sizes[std::min(b, sizes.size() - 1)]),
                                         ids.size() - at);
-            const std::span<const float> logits = forward(model, *state, pool_,
-                                                          std::span(ids).subspan(at, len),
-                                                          LogitsWanted::All);
+            const std::span<const float> logits =
+                forward(model, *state, pool_, std::span(ids).subspan(at, len), LogitsWanted::All);
             for (size_t i = 0; i < len; ++i) {
                 const std::span<const float> row(logits.data() + i * n_vocab,
                                                  static_cast<size_t>(n_vocab));
@@ -343,14 +359,13 @@ TEST_P(RealModelReferences, GreedyContinuationsMatchWhereTheMarginIsClear) {
         const json& seq = (*ref_)["seqs"][name];
         const std::vector<int32_t> prompt = ids_of(seq);
         const std::vector<int32_t> expected = ids_of(seq, "greedy_ids");
-        auto state = make_state(model_->config(),
-                                static_cast<int64_t>(prompt.size() + expected.size()) + 8);
-        std::span<const float> logits =
-            forward(*model_, *state, pool_, prompt, LogitsWanted::Last);
+        auto state =
+            make_state(model_->config(), static_cast<int64_t>(prompt.size() + expected.size()) + 8);
+        std::span<const float> logits = forward(*model_, *state, pool_, prompt, LogitsWanted::Last);
         size_t matched = 0;
         for (size_t i = 0; i < expected.size(); ++i) {
-            const auto best = static_cast<int32_t>(
-                std::max_element(logits.begin(), logits.end()) - logits.begin());
+            const auto best = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) -
+                                                   logits.begin());
             if (best != expected[i]) {
                 EXPECT_LE(seq["greedy_margins"][i].get<double>(), c.greedy_flip_margin)
                     << name << ": greedy token " << i << " is " << best << ", reference "
@@ -361,8 +376,8 @@ TEST_P(RealModelReferences, GreedyContinuationsMatchWhereTheMarginIsClear) {
             const int32_t next[] = {best};
             logits = forward(*model_, *state, pool_, next, LogitsWanted::Last);
         }
-        std::printf("[ref] %s/%s greedy: %zu of %zu tokens as the reference (%s)\n",
-                    c.model.name, name, matched, expected.size(),
+        std::printf("[ref] %s/%s greedy: %zu of %zu tokens as the reference (%s)\n", c.model.name,
+                    name, matched, expected.size(),
                     json(seq["greedy_text"].get<std::string>().substr(0, 40)).dump().c_str());
         EXPECT_GE(matched, 8u) << name << ": the first greedy tokens have clear margins";
     }
@@ -379,8 +394,7 @@ TEST_P(RealModelReferences, ExactAndQuantizedActivationsMeasured) {
         const auto exact = Model::load(real_model_path(c.model), exact_options);
         ASSERT_EQ(exact->activations(), Activations::Exact);
         const Stats e = run_all(*exact, KvType::F32);
-        std::printf("[ref] %s, exact activations, f32 KV: %s\n", c.model.name,
-                    e.summary().c_str());
+        std::printf("[ref] %s, exact activations, f32 KV: %s\n", c.model.name, e.summary().c_str());
         expect_within_limits(e, std::string(c.model.name) + " exact");
     }
 

@@ -40,7 +40,9 @@ struct TokenizerCase {
 };
 
 // gtest prints a failing row by its name.
-void PrintTo(const TokenizerCase& c, std::ostream* os) { *os << c.model.name; }
+void PrintTo(const TokenizerCase& c, std::ostream* os) {
+    *os << c.model.name;
+}
 
 const TokenizerCase kModels[] = {{kGemma3_270m, 55}, {kSmolLM2_135m, 56}};
 
@@ -165,24 +167,21 @@ TEST_P(RealModelTokenizer, ChatRendersAndTokenizesAsHf) {
             out << chat.at("messages").dump();
             ASSERT_TRUE(out.good()) << messages;
         }
-        const CommandResult r = run_command(
-            {ember_binary(), "render", "-m", path(), "--messages", messages}, "", 120);
+        const CommandResult r =
+            run_command({ember_binary(), "render", "-m", path(), "--messages", messages}, "", 120);
         ASSERT_EQ(r.status, 0) << r.err;
         // `ember render` prints the rendering verbatim (no newline added), so the bytes compare.
-        EXPECT_EQ(r.out, expected_text)
-            << name << ": Ember's rendering " << shown(r.out) << "\nHF's              "
-            << shown(expected_text);
+        EXPECT_EQ(r.out, expected_text) << name << ": Ember's rendering " << shown(r.out)
+                                        << "\nHF's              " << shown(expected_text);
 
         const std::vector<TokenId> from_ember = tokenize_rendered(tok, r.out, bos_text);
-        EXPECT_EQ(from_ember, expected_ids)
-            << name << ": expected " << ids_str(expected_ids) << "\ngot      "
-            << ids_str(from_ember);
+        EXPECT_EQ(from_ember, expected_ids) << name << ": expected " << ids_str(expected_ids)
+                                            << "\ngot      " << ids_str(from_ember);
         // The reference text itself too, so a rendering difference above is not also reported
         // as a tokenizer one.
         const std::vector<TokenId> from_reference = tokenize_rendered(tok, expected_text, bos_text);
-        EXPECT_EQ(from_reference, expected_ids)
-            << name << ": expected " << ids_str(expected_ids) << "\ngot      "
-            << ids_str(from_reference);
+        EXPECT_EQ(from_reference, expected_ids) << name << ": expected " << ids_str(expected_ids)
+                                                << "\ngot      " << ids_str(from_reference);
     }
 }
 

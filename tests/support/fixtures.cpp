@@ -12,7 +12,9 @@ std::string fixtures_dir() {
     return EMBER_FIXTURES_DIR;
 }
 
-std::string fixture_path(const std::string& relative) { return fixtures_dir() + "/" + relative; }
+std::string fixture_path(const std::string& relative) {
+    return fixtures_dir() + "/" + relative;
+}
 
 bool fixture_exists(const std::string& relative) {
     return std::filesystem::exists(fixture_path(relative));
@@ -23,7 +25,9 @@ bool running_in_ci() {
     return ci != nullptr && std::string(ci) == "true";
 }
 
-std::string ember_binary() { return EMBER_BINARY; }
+std::string ember_binary() {
+    return EMBER_BINARY;
+}
 
 std::string real_model_path(const RealModel& model) {
     if (const char* env = std::getenv(model.env); env != nullptr && *env != '\0') return env;

@@ -45,7 +45,7 @@ std::string real_model_reference(const std::string& relative,
 }  // namespace ember::test
 
 // Use at the top of a test: skips (or fails under CI=true) when the fixture is missing.
-#define EMBER_REQUIRE_FIXTURE(relative)                                                    \
+#define EMBER_REQUIRE_FIXTURE(relative)                                                     \
     do {                                                                                    \
         if (!::ember::test::fixture_exists(relative)) {                                     \
             if (::ember::test::running_in_ci()) {                                           \
