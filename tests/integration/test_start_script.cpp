@@ -20,6 +20,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <ostream>
 #include <regex>
 #include <string>
 #include <vector>
@@ -54,6 +55,9 @@ const Download kGemma = {{"gemma-3-270m"},
                          "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
                          "gemma3",
                          5};
+
+// gtest prints a failing row by the file it installs.
+void PrintTo(const Download& d, std::ostream* os) { *os << d.file; }
 
 // Skips with the reason, or fails under CI=true, where nothing may be missing.
 #define SKIP_OR_FAIL_UNLESS(condition, why)                     \
