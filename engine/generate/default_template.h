@@ -1,7 +1,7 @@
 // Which chat template a model is rendered with: its own (`tokenizer.chat_template`) when the
 // file has one, else the turn format its family was trained on, else ChatML.
 //
-// Base models are often converted without a template (gemma-3-270m, the default model, is
+// Base models are often converted without a template (gemma-3-270m, a real-weights test model, is
 // one): rendering Gemma with ChatML would feed it markers it has never seen as turns, so a
 // family whose turn format is known and whose vocabulary holds its markers gets that format.
 #pragma once

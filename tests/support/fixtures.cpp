@@ -12,7 +12,9 @@ std::string fixtures_dir() {
     return EMBER_FIXTURES_DIR;
 }
 
-std::string fixture_path(const std::string& relative) { return fixtures_dir() + "/" + relative; }
+std::string fixture_path(const std::string& relative) {
+    return fixtures_dir() + "/" + relative;
+}
 
 bool fixture_exists(const std::string& relative) {
     return std::filesystem::exists(fixture_path(relative));
@@ -23,25 +25,27 @@ bool running_in_ci() {
     return ci != nullptr && std::string(ci) == "true";
 }
 
-std::string ember_binary() { return EMBER_BINARY; }
+std::string ember_binary() {
+    return EMBER_BINARY;
+}
 
-std::string real_model_path() {
-    if (const char* env = std::getenv("EMBER_REAL_MODEL"); env != nullptr && *env != '\0') {
-        return env;
-    }
+std::string real_model_path(const RealModel& model) {
+    if (const char* env = std::getenv(model.env); env != nullptr && *env != '\0') return env;
     std::string data_home;
     if (const char* xdg = std::getenv("XDG_DATA_HOME"); xdg != nullptr && *xdg == '/') {
         data_home = xdg;
     } else if (const char* home = std::getenv("HOME")) {
         data_home = std::string(home) + "/.local/share";
     }
-    return data_home + "/ember/models/gemma-3-270m-q4_k_m.gguf";
+    return data_home + "/ember/models/" + model.file_name;
 }
 
-bool real_model_exists() { return std::filesystem::is_regular_file(real_model_path()); }
+bool real_model_exists(const RealModel& model) {
+    return std::filesystem::is_regular_file(real_model_path(model));
+}
 
-std::string real_model_reference(const std::string& relative) {
-    return std::string(EMBER_SOURCE_DIR) + "/tests/data/gemma-3-270m/" + relative;
+std::string real_model_reference(const std::string& relative, const RealModel& model) {
+    return std::string(EMBER_SOURCE_DIR) + "/tests/data/" + model.name + "/" + relative;
 }
 
 std::string read_file(const std::string& path) {

@@ -19,18 +19,33 @@ std::string ember_binary();
 // Reads a whole file; fails the test if it cannot.
 std::string read_file(const std::string& path);
 
-// The default model, a trained Gemma 3 270M (Q4_K_M) that scripts/get-model.sh installs:
-// $EMBER_REAL_MODEL, else $XDG_DATA_HOME/ember/models/gemma-3-270m-q4_k_m.gguf (XDG_DATA_HOME
-// defaulting to ~/.local/share). scripts/test.sh fetches it before the suite runs.
-std::string real_model_path();
-bool real_model_exists();
-// tests/data/gemma-3-270m/<relative>: its float64 and tokenizer references (in the repository).
-std::string real_model_reference(const std::string& relative);
+// The trained models the real-weights tests run on, which scripts/get-model.sh installs (and
+// scripts/test.sh fetches before the suite runs). Each has its HF references in the repository,
+// tests/data/<name>/ (made by scripts/real_model_refs.py from the very file).
+struct RealModel {
+    const char* name;       // get-model.sh's name for it, and its folder under tests/data
+    const char* file_name;  // as installed in $XDG_DATA_HOME/ember/models
+    const char* env;        // the variable naming another copy of the file
+};
+// Gemma 3 270M, the base model (Q4_K_M): $EMBER_REAL_MODEL names another copy.
+inline constexpr RealModel kGemma3_270m{"gemma-3-270m", "gemma-3-270m-q4_k_m.gguf",
+                                        "EMBER_REAL_MODEL"};
+// SmolLM2 135M Instruct (Q4_1), the default model: $EMBER_SMOLLM2_MODEL names another copy.
+inline constexpr RealModel kSmolLM2_135m{"smollm2-135m-instruct", "SmolLM2-135M-Instruct.Q4_1.gguf",
+                                         "EMBER_SMOLLM2_MODEL"};
+
+// $<model.env>, else $XDG_DATA_HOME/ember/models/<model.file_name> (XDG_DATA_HOME defaulting to
+// ~/.local/share).
+std::string real_model_path(const RealModel& model = kGemma3_270m);
+bool real_model_exists(const RealModel& model = kGemma3_270m);
+// tests/data/<model.name>/<relative>: its float64 and tokenizer references.
+std::string real_model_reference(const std::string& relative,
+                                 const RealModel& model = kGemma3_270m);
 
 }  // namespace ember::test
 
 // Use at the top of a test: skips (or fails under CI=true) when the fixture is missing.
-#define EMBER_REQUIRE_FIXTURE(relative)                                                    \
+#define EMBER_REQUIRE_FIXTURE(relative)                                                     \
     do {                                                                                    \
         if (!::ember::test::fixture_exists(relative)) {                                     \
             if (::ember::test::running_in_ci()) {                                           \
@@ -41,16 +56,22 @@ std::string real_model_reference(const std::string& relative);
         }                                                                                   \
     } while (0)
 
-// Use at the top of a test that needs the default model: skips without it (fails under CI=true,
-// where scripts/test.sh has fetched it).
-#define EMBER_REQUIRE_REAL_MODEL()                                                            \
-    do {                                                                                      \
-        if (!::ember::test::real_model_exists()) {                                            \
-            if (::ember::test::running_in_ci()) {                                             \
-                FAIL() << "the default model is missing under CI=true: "                      \
-                       << ::ember::test::real_model_path() << " (run scripts/get-model.sh)";  \
-            }                                                                                 \
-            GTEST_SKIP() << "default model not found: " << ::ember::test::real_model_path()   \
-                         << " (scripts/get-model.sh installs it)";                            \
-        }                                                                                     \
+// Use at the top of a test that needs a real model (a RealModel): skips without it (fails under
+// CI=true, where scripts/test.sh has fetched it).
+#define EMBER_REQUIRE_REAL_MODEL_OF(model)                                                        \
+    do {                                                                                          \
+        const ::ember::test::RealModel& required_model_ = (model);                                \
+        if (!::ember::test::real_model_exists(required_model_)) {                                 \
+            if (::ember::test::running_in_ci()) {                                                 \
+                FAIL() << required_model_.name << " is missing under CI=true: "                   \
+                       << ::ember::test::real_model_path(required_model_)                         \
+                       << " (run scripts/get-model.sh " << required_model_.name << ")";           \
+            }                                                                                     \
+            GTEST_SKIP() << required_model_.name                                                  \
+                         << " not found: " << ::ember::test::real_model_path(required_model_)     \
+                         << " (scripts/get-model.sh " << required_model_.name << " installs it; " \
+                         << required_model_.env << " names another copy)";                        \
+        }                                                                                         \
     } while (0)
+// The same for Gemma 3 270M.
+#define EMBER_REQUIRE_REAL_MODEL() EMBER_REQUIRE_REAL_MODEL_OF(::ember::test::kGemma3_270m)
