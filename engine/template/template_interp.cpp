@@ -4,6 +4,7 @@
 
 #include "engine/template/template.h"
 #include "engine/template/template_builtins.h"
+#include "engine/util/depth_guard.h"
 
 namespace ember::jinja {
 
@@ -15,22 +16,6 @@ constexpr int kMaxCallDepth = 200;
 // Statements nested inside one another, across macro calls: bounds the interpreter's stack.
 constexpr int kMaxExecDepth = 2000;
 
-// Counts one level of nesting for as long as it lives.
-class DepthGuard {
-public:
-    DepthGuard(int& depth, int limit, const char* what) : depth_(depth) {
-        if (++depth_ > limit) {
-            --depth_;
-            fail(what);
-        }
-    }
-    ~DepthGuard() { --depth_; }
-    DepthGuard(const DepthGuard&) = delete;
-    DepthGuard& operator=(const DepthGuard&) = delete;
-
-private:
-    int& depth_;
-};
 
 // A {% macro %}: holds its defining scope weakly, so a macro stored in the scope it was
 // defined in does not keep that scope alive forever.
@@ -236,7 +221,8 @@ Interpreter::Flow Interpreter::exec_list(const StmtList& body, const ScopePtr& s
 
 Interpreter::Flow Interpreter::exec(const Stmt& stmt, const ScopePtr& scope, std::string& out) {
     try {
-        const DepthGuard guard(exec_depth_, kMaxExecDepth, "template nesting too deep");
+        const DepthGuard guard(exec_depth_, kMaxExecDepth,
+                               [] { fail("template nesting too deep"); });
         budget_.step();
         switch (stmt.kind) {
             case StmtKind::Output: {
@@ -449,7 +435,7 @@ void Interpreter::bind_params(const std::string& name, const std::vector<MacroPa
 
 Value Interpreter::call_macro(const MacroStmt& macro, const ScopePtr& closure, CallArgs& args) {
     const DepthGuard guard(call_depth_, kMaxCallDepth,
-                           "maximum recursion depth exceeded in macro calls");
+                           [] { fail("maximum recursion depth exceeded in macro calls"); });
     // A macro that outlived the frame it was defined in (stored in a namespace inside a loop)
     // still sees the template's top-level variables.
     auto frame = std::make_shared<Scope>(closure ? closure : root_);
