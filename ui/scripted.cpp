@@ -123,12 +123,20 @@ public:
     int64_t commit(const ChatMessage& m, const TurnResult* turn, int64_t parent) {
         if (backend_ == nullptr || failed_) return 0;
         try {
-            return backend_->commit(m, parent, turn);
+            const int64_t id = backend_->commit(m, parent, turn);
+            ++stored_;
+            return id;
         } catch (const std::exception& e) {
+            // Say what is lost: this message and what follows; what was stored stays.
+            const std::string id = backend_->current_id();
             TextWriter(err_)
                 .raw("ember: the session database failed, recording stops: ")
                 .text(e.what())
-                .raw("\n");
+                .raw("; not stored: this " + m.role + " message and the rest of the run (")
+                .text(id.empty() ? std::string("no conversation was saved")
+                                 : "conversation " + id + " keeps the " + std::to_string(stored_) +
+                                       " message(s) stored before")
+                .raw(")\n");
             failed_ = true;
             return 0;
         }
@@ -162,6 +170,7 @@ private:
     std::string system_;
     bool known_system_ = false;
     bool failed_ = false;
+    int64_t stored_ = 0;  // messages this run stored
 };
 
 // What came of one tool call of a reply: the call and the tool message that answered it.

@@ -89,6 +89,24 @@ private:
 // The budget of the render running on this thread, or nullptr outside a render. A thread-local
 // lets string helpers deep in the library check it without an Interpreter at hand.
 RenderBudget* current_budget() noexcept;
+
+// Lists and dicts count in the same budget as text, by what their items take in memory: a
+// list item is a Value, a dict entry its key and a Value. Doubling a list (or a dict) in a
+// loop then stops where doubling a string does, instead of growing to gigabytes.
+constexpr std::int64_t kListItemBytes = static_cast<std::int64_t>(sizeof(Value));
+constexpr std::int64_t kDictEntryBytes =
+    static_cast<std::int64_t>(sizeof(std::pair<std::string, Value>));
+// Charges `items` list items to the render's budget (fails past it).
+inline void charge_list_items(std::int64_t items) {
+    if (RenderBudget* b = current_budget()) b->charge_text(items * kListItemBytes);
+}
+// Fails when building a list of `items` items would not fit in what is left of the budget;
+// charges nothing (Value::array charges the list once it is built).
+inline void check_list_room(std::int64_t items) {
+    if (RenderBudget* b = current_budget()) {
+        b->check_room(items > INT64_MAX / kListItemBytes ? INT64_MAX : items * kListItemBytes);
+    }
+}
 // Fails when a string grown to `bytes` would exceed the render's text budget (for builders
 // such as join, which grow a string in a loop; pure helpers call it with the final size).
 inline void check_room(std::int64_t bytes) {

@@ -160,7 +160,8 @@ void RenderBudget::steps_exceeded() const {
 
 void RenderBudget::text_exceeded() const {
     const std::int64_t mib = (text_limit_ + (std::int64_t{1} << 20) - 1) >> 20;
-    fail("exceeded the budget of " + with_commas(mib) + " MiB of text (a runaway string?)");
+    fail("exceeded the budget of " + with_commas(mib) +
+         " MiB of text and containers (a runaway string, list or dict?)");
 }
 
 RenderBudget* current_budget() noexcept {

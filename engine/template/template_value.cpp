@@ -55,6 +55,7 @@ ObjectData::~ObjectData() {
 }
 
 Value Value::array(std::vector<Value> items, bool tuple) {
+    charge_list_items(static_cast<std::int64_t>(items.size()));
     auto data = std::make_shared<ArrayData>();
     data->items = std::move(items);
     data->is_tuple = tuple;
@@ -147,11 +148,18 @@ const Value* ObjectData::find(std::string_view key) const {
 }
 
 void ObjectData::set(const std::string& key, Value value) {
+    RenderBudget* budget = current_budget();
+    // The keys are searched one by one: a step per key compared, so that filling a dict of a
+    // million entries (each set searching the ones before) ends at the step budget.
+    if (budget != nullptr) budget->step(static_cast<std::int64_t>(entries.size()) + 1);
     for (auto& [k, v] : entries) {
         if (k == key) {
             v = std::move(value);
             return;
         }
+    }
+    if (budget != nullptr) {
+        budget->charge_text(static_cast<std::int64_t>(key.size()) + kDictEntryBytes);
     }
     entries.emplace_back(key, std::move(value));
 }
