@@ -134,11 +134,20 @@ int run_serve(const ServeOptions& o) {
                      o.host.c_str());
     }
     if (!o.quiet) {
-        // Log lines quote what clients sent (a request path, an error about a body): on a
-        // terminal its control characters are shown, not obeyed. One fprintf per line, so
-        // lines from the server's threads do not interleave.
-        so.log = [shown = ui::TextWriter(stderr)](const std::string& line) {
-            std::fprintf(stderr, "ember serve: %s\n", shown.shown(line).c_str());
+        // Log lines quote what clients sent (a request path, a model name, an error about a
+        // body): their control characters are shown, not obeyed, whatever stderr is (a log
+        // file is read with tail -f on a terminal later), and a newline in them cannot forge
+        // a line. One fprintf per line, so lines from the server's threads do not interleave.
+        so.log = [](const std::string& line) {
+            std::string shown;
+            for (const char c : ui::terminal_safe(line)) {
+                if (c == '\n') {
+                    shown += "\xE2\x90\xA4";  // U+2424, the newline's picture
+                } else {
+                    shown += c;
+                }
+            }
+            std::fprintf(stderr, "ember serve: %s\n", shown.c_str());
         };
     }
 

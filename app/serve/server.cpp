@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cctype>
 #include <chrono>
 #include <ctime>
 #include <filesystem>
@@ -623,8 +624,23 @@ struct Server::Impl {
         // Called once a request's headers are in, before its body is read.
         http.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
             if (!options.api_key.empty()) {
-                const std::string given = req.get_header_value("Authorization");
-                if (same_secret(given, "Bearer " + options.api_key)) {
+                // Read from the header map itself: get_header_value() goes through a C string
+                // and would stop at a NUL ("Bearer KEY\0junk" would pass as "Bearer KEY").
+                const auto header = req.headers.find("Authorization");
+                const std::string given =
+                    header == req.headers.end() ? std::string() : header->second;
+                // "Bearer" in any case (RFC 9110: schemes are case-insensitive), then the
+                // whole rest compared with the key, bytes past a NUL included, in constant
+                // time. A header of several values or with a NUL anywhere never matches.
+                const size_t space = given.find(' ');
+                std::string scheme = given.substr(0, space);
+                for (char& c : scheme) {
+                    c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+                }
+                const std::string token =
+                    space == std::string::npos ? std::string() : given.substr(space + 1);
+                if (scheme == "bearer" && req.get_header_value_count("Authorization") == 1 &&
+                    given.find('\0') == std::string::npos && same_secret(token, options.api_key)) {
                     return httplib::Server::HandlerResponse::Unhandled;
                 }
                 send_error(res, ApiError(401,
