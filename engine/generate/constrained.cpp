@@ -84,7 +84,8 @@ std::shared_ptr<const grammar::Grammar> compile_output_format(const OutputFormat
             if (parsed.value.is_discarded()) {
                 std::string why = "not valid JSON";
                 try {
-                    (void)nlohmann::ordered_json::parse(format.text);  // again, for the reason
+                    const auto again = nlohmann::ordered_json::parse(format.text);  // the reason
+                    (void)again;
                 } catch (const nlohmann::json::exception& e) {
                     why += std::string(": ") + e.what();
                 }

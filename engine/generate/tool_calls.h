@@ -40,6 +40,7 @@ namespace ember {
 namespace grammar {
 class Grammar;
 class GrammarConstraint;
+class CompileBudget;
 }
 
 enum class ToolCallFormat { None, Hermes, Llama3, Harmony, Gemma3 };

@@ -46,17 +46,17 @@ double seconds_since(Clock::time_point start) {
 // must exit 0 (a crash, an allocation past the limit or a runaway loop fails the test).
 void in_bounded_child(const std::function<void()>& body, long mib = 2048, long seconds = 20) {
     GTEST_FLAG_SET(death_test_style, "threadsafe");
-    EXPECT_EXIT(
-        {
-            const rlimit as{static_cast<rlim_t>(mib) << 20, static_cast<rlim_t>(mib) << 20};
-            setrlimit(RLIMIT_AS, &as);
-            const rlimit cpu{static_cast<rlim_t>(seconds), static_cast<rlim_t>(seconds)};
-            setrlimit(RLIMIT_CPU, &cpu);
-            body();
-            std::fflush(nullptr);
-            std::_Exit(0);
-        },
-        ::testing::ExitedWithCode(0), "");
+    const auto child = [&] {
+        const auto bytes = static_cast<rlim_t>(mib) << 20;
+        const rlimit as{bytes, bytes};
+        setrlimit(RLIMIT_AS, &as);
+        const rlimit cpu{static_cast<rlim_t>(seconds), static_cast<rlim_t>(seconds)};
+        setrlimit(RLIMIT_CPU, &cpu);
+        body();
+        std::fflush(nullptr);
+        std::_Exit(0);
+    };
+    EXPECT_EXIT(child(), ::testing::ExitedWithCode(0), "");
 }
 
 std::string gbnf_error(const std::string& text) {
