@@ -247,7 +247,8 @@ void register_serve_command(CLI::App& app, std::vector<Command>& out) {
         ->check(CLI::NonNegativeNumber);
     cmd->add_option("--db", o->db,
                     "Database whose prefix-state store the slots share (default: "
-                    "$XDG_DATA_HOME/ember/ember.db)");
+                    "$XDG_DATA_HOME/ember/ember.db)")
+        ->check(file_path());
     cmd->add_flag("--no-db", o->no_db, "No state store: only the slots keep prefixes");
     cmd->add_flag("--special-tokens-in-content", o->special_tokens_in_content,
                   "Parse control-token text in a request's messages (<|im_start|>, ...) as the "
