@@ -435,6 +435,26 @@ int run_single_prompt(ChatEngine& conversation, Sampler& sampler, const std::str
     return outcome == TurnOutcome::Failed || rec.failed() ? 1 : 0;
 }
 
+namespace {
+
+enum class LineRead { Line, TooLong, End };
+
+// The next line of `in` (without its '\n'), holding at most `max` bytes: a longer one is not
+// read further (stdin may be /dev/zero, or one line of gigabytes).
+LineRead read_line(std::istream& in, std::string& line, size_t max) {
+    line.clear();
+    std::streambuf* buf = in.rdbuf();
+    for (;;) {
+        const int c = buf->sbumpc();
+        if (c == std::char_traits<char>::eof()) return line.empty() ? LineRead::End : LineRead::Line;
+        if (c == '\n') return LineRead::Line;
+        if (line.size() >= max) return LineRead::TooLong;
+        line += static_cast<char>(c);
+    }
+}
+
+}  // namespace
+
 int run_scripted(ChatEngine& conversation, Sampler& sampler, std::istream& in, std::FILE* out,
                  std::FILE* err, const ScriptedOptions& options) {
     std::string line;
@@ -443,8 +463,19 @@ int run_scripted(ChatEngine& conversation, Sampler& sampler, std::istream& in, s
     bool attached = false;
     Recorder rec(options, err);
     ReplySeeds seeds(options.seed);
-    while (std::getline(in, line)) {
+    for (;;) {
+        const LineRead read = read_line(in, line, kMaxScriptLineBytes);
+        if (read == LineRead::End) break;
         ++line_no;
+        if (read == LineRead::TooLong) {
+            // The rest of such a line is not read: the run stops here.
+            std::fprintf(err,
+                         "ember: stdin line %lld is longer than %zu MiB (the limit on a line of "
+                         "scripted input); stopping\n",
+                         static_cast<long long>(line_no), kMaxScriptLineBytes >> 20);
+            any_failed = true;
+            break;
+        }
         if (!line.empty() && line.back() == '\r') line.pop_back();
         std::optional<std::string> prompt;
         std::shared_ptr<const grammar::Grammar> turn_grammar = options.grammar;
