@@ -283,5 +283,73 @@ TEST(Issue41Store, AFullDiskCostsStateNeverPrintedMessages) {
     EXPECT_NE(r.err.find("kept for messages"), std::string::npos) << r.err;
 }
 
+// --- row 16: a current_leaf naming no message ----------------------------------------------------
+
+TEST(Issue41Store, ADanglingCurrentLeafIsReportedNotReRooted) {
+    EMBER_REQUIRE_FIXTURE(kModel);
+    TempDir dir;
+    const std::string db = dir.file("leaf.db");
+    const auto first = run_command({ember_binary(), "chat", "-m", fixture_path(kModel), "-p",
+                                    "Hello there", "-n", "4", "-t", "1", "--db", db},
+                                   "", 60);
+    ASSERT_EQ(first.status, 0) << first.err;
+    {
+        sqlite3* h = nullptr;
+        ASSERT_EQ(sqlite3_open(db.c_str(), &h), SQLITE_OK);
+        ASSERT_EQ(sqlite3_exec(h, "UPDATE conversations SET current_leaf = 999999", nullptr,
+                               nullptr, nullptr),
+                  SQLITE_OK);
+        sqlite3_close(h);
+    }
+    const auto resumed = run_command({ember_binary(), "chat", "-m", fixture_path(kModel),
+                                      "--continue", "-p", "more", "-n", "4", "-t", "1", "--db", db},
+                                     "", 60);
+    EXPECT_EQ(resumed.status, 1) << resumed.err;
+    EXPECT_NE(resumed.err.find("its current message (999999) is not in the conversation"),
+              std::string::npos)
+        << resumed.err;
+    EXPECT_NE(resumed.err.find("sessions check --repair"), std::string::npos) << resumed.err;
+    EXPECT_EQ(query_int(db, "SELECT COUNT(*) FROM messages"), 2);  // nothing re-rooted
+    // The repair points it at the conversation's last message; then it resumes.
+    const auto repair = run_command({ember_binary(), "sessions", "--db", db, "check", "--repair"},
+                                    "", 60);
+    EXPECT_EQ(query_int(db, "SELECT current_leaf FROM conversations"),
+              query_int(db, "SELECT MAX(id) FROM messages")) << repair.out << repair.err;
+}
+
+// --- rows 12, 13, 19: paths and input lines ------------------------------------------------------
+
+TEST(Issue41Cli, AnEmptyDbPathIsRefused) {
+    const auto r = run_command({ember_binary(), "sessions", "--db", "", "list"}, "", 30);
+    EXPECT_EQ(r.status, 2) << r.err;
+    EXPECT_NE(r.err.find("--db"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("the path is empty"), std::string::npos) << r.err;
+}
+
+TEST(Issue41Cli, AConfigModelWithANulIsRefused) {
+    EMBER_REQUIRE_FIXTURE(kModel);
+    TempDir dir;
+    fs::create_directories(dir.path() / "ember");
+    std::ofstream(dir.path() / "ember" / "config.json")
+        << "{\"model\": \"" << fixture_path(kModel) << "\\u0000junk\"}";
+    const std::string sh = "XDG_CONFIG_HOME=" + shell_quote(dir.path().string()) +
+                           " EMBER_MODEL= " + shell_quote(ember_binary()) +
+                           " run -p x -n 1 -t 1";
+    const auto r = run_command({"/bin/sh", "-c", sh}, "", 60);
+    EXPECT_EQ(r.status, 1) << r.err;
+    EXPECT_NE(r.err.find("NUL byte"), std::string::npos) << r.err;
+}
+
+TEST(Issue41Cli, AScriptedLineWithoutEndStopsAtTheLineLimit) {
+    EMBER_REQUIRE_FIXTURE(kModel);
+    const std::string sh = shell_quote(ember_binary()) + " chat -m " +
+                           shell_quote(fixture_path(kModel)) +
+                           " --script -n 1 -t 1 --no-db < /dev/zero";
+    const auto r = run_command({"/bin/sh", "-c", sh}, "", 120);
+    ASSERT_FALSE(r.timed_out);
+    EXPECT_EQ(r.status, 1) << r.err;
+    EXPECT_NE(r.err.find("stdin line 1 is longer than 64 MiB"), std::string::npos) << r.err;
+}
+
 }  // namespace
 }  // namespace ember::test
