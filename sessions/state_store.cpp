@@ -586,9 +586,8 @@ void StateStore::check_headroom(uint64_t bytes) const {
     const std::optional<uint64_t> free = free_bytes_near(db_.path());
     // The blob goes to the WAL first and to the database at the checkpoint: count it twice.
     if (!free || *free >= options_.min_free_bytes + 2 * bytes) return;
-    throw SqliteError("the disk holding '" + db_.path() + "' has " +
-                      std::to_string(*free >> 20) + " MiB free, and " +
-                      std::to_string(options_.min_free_bytes >> 20) +
+    throw SqliteError("the disk holding '" + db_.path() + "' has " + std::to_string(*free >> 20) +
+                      " MiB free, and " + std::to_string(options_.min_free_bytes >> 20) +
                       " MiB are kept for messages (state is a cache; the messages are stored)");
 }
 

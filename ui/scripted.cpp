@@ -446,7 +446,9 @@ LineRead read_line(std::istream& in, std::string& line, size_t max) {
     std::streambuf* buf = in.rdbuf();
     for (;;) {
         const int c = buf->sbumpc();
-        if (c == std::char_traits<char>::eof()) return line.empty() ? LineRead::End : LineRead::Line;
+        if (c == std::char_traits<char>::eof()) {
+            return line.empty() ? LineRead::End : LineRead::Line;
+        }
         if (c == '\n') return LineRead::Line;
         if (line.size() >= max) return LineRead::TooLong;
         line += static_cast<char>(c);

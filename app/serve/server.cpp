@@ -274,9 +274,10 @@ struct Server::Impl {
             // A forced call is held from the reply's start; in auto mode a call is held from
             // its start marker on.
             if (job.tools.active()) {
+                const ToolCallFormat f = job.tool_format;
                 job.tool_grammar = job.tools.forces_call()
-                                       ? tool_call_grammar(job.tool_format, job.tools, &budget)
-                                       : tool_call_lazy_grammar(job.tool_format, job.tools, &budget);
+                                       ? tool_call_grammar(f, job.tools, &budget)
+                                       : tool_call_lazy_grammar(f, job.tools, &budget);
             }
         } catch (const grammar::CompileCancelled&) {
             if (http.stopping()) throw shutting_down();

@@ -313,7 +313,9 @@ Conversation::RenderedPrompt Conversation::render_marked(size_t n_messages,
                 ToolCall call = messages[i].tool_calls[c];
                 const bool name = mask.mask(call.name);
                 if (!(mask.mask(call.arguments) || name)) continue;
-                if (masked_messages.empty()) masked_messages.assign(messages.begin(), messages.end());
+                if (masked_messages.empty()) {
+                    masked_messages.assign(messages.begin(), messages.end());
+                }
                 masked_messages[i].tool_calls[c] = std::move(call);
             }
         }

@@ -236,7 +236,10 @@ private:
             cp = (cp << 6) | (next & 0x3F);
         }
         // Overlong forms, surrogates and code points past U+10FFFF are not UTF-8 either.
-        const uint32_t shortest = length == 1 ? 0 : length == 2 ? 0x80 : length == 3 ? 0x800 : 0x10000;
+        const uint32_t shortest = length == 1   ? 0
+                                  : length == 2 ? 0x80
+                                  : length == 3 ? 0x800
+                                                : 0x10000;
         if (cp < shortest || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) {
             fail("invalid UTF-8 in the grammar");
         }

@@ -18,7 +18,8 @@ uint32_t saturating_add(uint32_t a, uint32_t b) {
     return std::min(Grammar::kUnbounded, a + b);  // both <= kUnbounded, so no overflow
 }
 
-// Sorted, merged ranges without surrogates or NUL; the complement within [0, 0x10FFFF] when negated.
+// Sorted, merged ranges without surrogates or NUL; the complement within [0, 0x10FFFF] when
+// negated.
 std::vector<CodePointRange> normalize(std::vector<CodePointRange> ranges, bool negated) {
     std::sort(ranges.begin(), ranges.end());
     std::vector<CodePointRange> merged;
@@ -126,7 +127,8 @@ void CompileBudget::check_now() const {
     if (limits_.cancelled && limits_.cancelled()) {
         throw CompileCancelled("compiling the grammar was cancelled");
     }
-    if (limits_.max_time.count() > 0 && std::chrono::steady_clock::now() - start_ > limits_.max_time) {
+    const auto spent = std::chrono::steady_clock::now() - start_;
+    if (limits_.max_time.count() > 0 && spent > limits_.max_time) {
         const auto ms =
             std::chrono::duration_cast<std::chrono::milliseconds>(limits_.max_time).count();
         std::string limit = std::to_string(ms / 1000);
@@ -349,7 +351,9 @@ Grammar GrammarBuilder::build(const std::string& root_name) const {
             for (const Element& e : alt) {
                 if (e.kind != ElementKind::Rule) {
                     const ByteSet& add = byte_sets_[e.value];
-                    for (size_t w = 0; w < add.bits.size(); ++w) first_rule[r].bits[w] |= add.bits[w];
+                    for (size_t w = 0; w < add.bits.size(); ++w) {
+                        first_rule[r].bits[w] |= add.bits[w];
+                    }
                     break;
                 }
                 leftmost[r].push_back(e.value);
@@ -403,7 +407,9 @@ Grammar GrammarBuilder::build(const std::string& root_name) const {
             queued[s] = 0;
             for (const uint32_t r : feeds[s]) {
                 ByteSet merged = first_rule[r];
-                for (size_t w = 0; w < merged.bits.size(); ++w) merged.bits[w] |= first_rule[s].bits[w];
+                for (size_t w = 0; w < merged.bits.size(); ++w) {
+                    merged.bits[w] |= first_rule[s].bits[w];
+                }
                 if (merged == first_rule[r]) continue;
                 first_rule[r] = merged;
                 if (!queued[r]) {
@@ -422,7 +428,8 @@ Grammar GrammarBuilder::build(const std::string& root_name) const {
     g.rules_.resize(n_rules);
     std::unordered_map<ByteSet, uint32_t, ByteSetHash> first_ids;
     const auto first_id = [&](const ByteSet& set) {
-        const auto [it, added] = first_ids.emplace(set, static_cast<uint32_t>(g.first_sets_.size()));
+        const auto next = static_cast<uint32_t>(g.first_sets_.size());
+        const auto [it, added] = first_ids.emplace(set, next);
         if (added) g.first_sets_.push_back(set);
         return it->second;
     };
@@ -441,7 +448,9 @@ Grammar GrammarBuilder::build(const std::string& root_name) const {
                 suffix_min[i] = saturating_add(bytes ? 1 : min_rule[e.value], suffix_min[i + 1]);
                 ByteSet set = bytes ? byte_sets_[e.value] : first_rule[e.value];
                 if (!bytes && min_rule[e.value] == 0) {
-                    for (size_t w = 0; w < set.bits.size(); ++w) set.bits[w] |= suffix_first[i + 1].bits[w];
+                    for (size_t w = 0; w < set.bits.size(); ++w) {
+                        set.bits[w] |= suffix_first[i + 1].bits[w];
+                    }
                 }
                 suffix_first[i] = set;
             }

@@ -112,7 +112,7 @@ private:
     // stamp is the step's, so starting a step clears nothing.
     std::vector<uint64_t> seen_keys_;
     std::vector<uint32_t> seen_stamps_;
-    uint32_t stamp_ = 1;  // slots stamped 0 are never live
+    uint32_t stamp_ = 1;     // slots stamped 0 are never live
     size_t seen_count_ = 0;  // pairs in the table for this step
     size_t step_work_ = 0;
     // Expansions in a step before the table starts being used.

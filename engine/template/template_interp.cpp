@@ -16,7 +16,6 @@ constexpr int kMaxCallDepth = 200;
 // Statements nested inside one another, across macro calls: bounds the interpreter's stack.
 constexpr int kMaxExecDepth = 2000;
 
-
 // A {% macro %}: holds its defining scope weakly, so a macro stored in the scope it was
 // defined in does not keep that scope alive forever.
 class MacroCallable : public Callable {

@@ -95,11 +95,12 @@ protected:
 TEST_F(Issue41Serve, ARefChainIsA400AndTheServerLives) {
     const json schema = json::parse(ref_chain_schema(7000));
     int status = 0;
-    json r = chat({{"messages", user("x")},
-                   {"max_tokens", 4},
-                   {"response_format",
-                    {{"type", "json_schema"}, {"json_schema", {{"name", "x"}, {"schema", schema}}}}}},
-                  &status);
+    json r =
+        chat({{"messages", user("x")},
+              {"max_tokens", 4},
+              {"response_format",
+               {{"type", "json_schema"}, {"json_schema", {{"name", "x"}, {"schema", schema}}}}}},
+             &status);
     EXPECT_EQ(status, 400) << r.dump().substr(0, 500);
     EXPECT_NE(r["error"]["message"].get<std::string>().find("nests deeper than 256 levels"),
               std::string::npos)
@@ -138,10 +139,11 @@ TEST_F(Issue41Serve, TheBearerKeyIsComparedWhole) {
     const auto status_of = [&](const std::string& header) {
         const int fd = connect_loopback(server_->port());
         EXPECT_GE(fd, 0);
-        std::string raw = "POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
-                          "Content-Type: application/json\r\nAuthorization: " +
-                          header + "\r\nContent-Length: " + std::to_string(body.size()) +
-                          "\r\nConnection: close\r\n\r\n" + body;
+        std::string raw =
+            "POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+            "Content-Type: application/json\r\nAuthorization: " +
+            header + "\r\nContent-Length: " + std::to_string(body.size()) +
+            "\r\nConnection: close\r\n\r\n" + body;
         send_all(fd, raw);
         const std::string got = read_until_closed(fd, 30000);
         close(fd);
@@ -212,7 +214,8 @@ TEST(Issue41Cli, HostileSchemasAndGrammarsAreOneLineUsageErrors) {
     }
 }
 
-// --- row 7: a negative schema version -------------------------------------------------------------
+// --- row 7: a negative schema version
+// -------------------------------------------------------------
 
 TEST(Issue41Store, NegativeSchemaVersionsAreRefusedClearly) {
     TempDir dir;
@@ -232,7 +235,8 @@ TEST(Issue41Store, NegativeSchemaVersionsAreRefusedClearly) {
     }
 }
 
-// --- row 8: the disk fills while a scripted chat records ------------------------------------------
+// --- row 8: the disk fills while a scripted chat records
+// ------------------------------------------
 
 TEST(Issue41Store, AFullDiskCostsStateNeverPrintedMessages) {
     EMBER_REQUIRE_FIXTURE(kModel);
@@ -264,8 +268,8 @@ TEST(Issue41Store, AFullDiskCostsStateNeverPrintedMessages) {
     std::string input;
     const int prompts = 6;
     for (int i = 0; i < prompts; ++i) {
-        input += json{{"role", "user"}, {"content", "Tell me about the number " +
-                                                        std::to_string(i) + " please"}}
+        input += json{{"role", "user"},
+                      {"content", "Tell me about the number " + std::to_string(i) + " please"}}
                      .dump() +
                  "\n";
     }
@@ -311,10 +315,11 @@ TEST(Issue41Store, ADanglingCurrentLeafIsReportedNotReRooted) {
     EXPECT_NE(resumed.err.find("sessions check --repair"), std::string::npos) << resumed.err;
     EXPECT_EQ(query_int(db, "SELECT COUNT(*) FROM messages"), 2);  // nothing re-rooted
     // The repair points it at the conversation's last message; then it resumes.
-    const auto repair = run_command({ember_binary(), "sessions", "--db", db, "check", "--repair"},
-                                    "", 60);
+    const auto repair =
+        run_command({ember_binary(), "sessions", "--db", db, "check", "--repair"}, "", 60);
     EXPECT_EQ(query_int(db, "SELECT current_leaf FROM conversations"),
-              query_int(db, "SELECT MAX(id) FROM messages")) << repair.out << repair.err;
+              query_int(db, "SELECT MAX(id) FROM messages"))
+        << repair.out << repair.err;
 }
 
 // --- rows 12, 13, 19: paths and input lines ------------------------------------------------------
@@ -333,8 +338,7 @@ TEST(Issue41Cli, AConfigModelWithANulIsRefused) {
     std::ofstream(dir.path() / "ember" / "config.json")
         << "{\"model\": \"" << fixture_path(kModel) << "\\u0000junk\"}";
     const std::string sh = "XDG_CONFIG_HOME=" + shell_quote(dir.path().string()) +
-                           " EMBER_MODEL= " + shell_quote(ember_binary()) +
-                           " run -p x -n 1 -t 1";
+                           " EMBER_MODEL= " + shell_quote(ember_binary()) + " run -p x -n 1 -t 1";
     const auto r = run_command({"/bin/sh", "-c", sh}, "", 60);
     EXPECT_EQ(r.status, 1) << r.err;
     EXPECT_NE(r.err.find("NUL byte"), std::string::npos) << r.err;

@@ -145,7 +145,8 @@ TEST(UntrustedBounds, NestedRepetitionsStopAtTheWorkBound) {
             const std::string g = R"(root ::= (("a"{0,10}){0,10}){0,10})";
             std::string err = format_error(OutputFormatKind::Grammar, g);
             if (err.empty()) {
-                grammar::Matcher m(std::make_shared<const grammar::Grammar>(grammar::parse_gbnf(g)));
+                grammar::Matcher m(
+                    std::make_shared<const grammar::Grammar>(grammar::parse_gbnf(g)));
                 try {
                     for (int i = 0; i < 1000 && m.accept("a"); ++i) {
                     }
@@ -168,9 +169,7 @@ TEST(UntrustedBounds, GroupsNestedTooDeepAreRefused) {
     for (int i = 0; i < 100000; ++i) g += '(';
     g += "\"a\"";
     for (int i = 0; i < 100000; ++i) g += ')';
-    in_bounded_child([&] {
-        require(gbnf_error(g), "groups nested deeper than 256 levels");
-    });
+    in_bounded_child([&] { require(gbnf_error(g), "groups nested deeper than 256 levels"); });
 }
 
 // --- row 5: a big const compiles in linear time ------------------------------------------------
@@ -282,8 +281,7 @@ TEST(UntrustedBounds, DoublingAListOrADictStopsAtTheBudget) {
             1536, 30);
     }
     // Ordinary list building is untouched.
-    EXPECT_EQ(render_error("{% set l = [1, 2] + [3] %}{{ l | length }}{{ (l * 3) | length }}"),
-              "");
+    EXPECT_EQ(render_error("{% set l = [1, 2] + [3] %}{{ l | length }}{{ (l * 3) | length }}"), "");
 }
 
 // --- row 7: schema versions outside the known range ---------------------------------------------
