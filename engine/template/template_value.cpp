@@ -503,6 +503,9 @@ void json_value(std::string& out, const Value& v, const JsonOptions& o, int leve
             }
             out.push_back('[');
             for (std::size_t i = 0; i < items.size(); ++i) {
+                // A value shared many times over (a dict holding the dict before it, twice,
+                // 64 times) prints far more than it holds: the output counts as it grows.
+                check_room(static_cast<std::int64_t>(out.size()));
                 if (i > 0) out += o.item_separator;
                 if (o.indent) newline(level + 1);
                 json_value(out, items[i], o, level + 1);
@@ -525,6 +528,7 @@ void json_value(std::string& out, const Value& v, const JsonOptions& o, int leve
             }
             out.push_back('{');
             for (std::size_t i = 0; i < entries.size(); ++i) {
+                check_room(static_cast<std::int64_t>(out.size()));
                 if (i > 0) out += o.item_separator;
                 if (o.indent) newline(level + 1);
                 json_string(out, entries[i]->first, o.ensure_ascii);

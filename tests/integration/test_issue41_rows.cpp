@@ -238,53 +238,63 @@ TEST(Issue41Store, NegativeSchemaVersionsAreRefusedClearly) {
 // --- row 8: the disk fills while a scripted chat records
 // ------------------------------------------
 
-TEST(Issue41Store, AFullDiskCostsStateNeverPrintedMessages) {
-    EMBER_REQUIRE_FIXTURE(kModel);
-    if (geteuid() != 0) GTEST_SKIP() << "needs root to mount a small tmpfs";
+// Scripted chats on a 13 MiB file system: their messages need about 10 MiB (the WAL grows by
+// whole 64 KiB pages per commit), messages and state about 16 MiB. Without the room state
+// leaves for messages (EMBER_STATE_MIN_FREE=0: the store as it was) the disk fills with state
+// and the replies printed after that are lost; with it, state is skipped and said, and every
+// printed reply is stored.
+struct DiskFullRun {
+    CommandResult result;
+    int64_t messages = -1;
+    int64_t printed = 0;
+};
+
+DiskFullRun chat_on_small_disk(const std::string& min_free) {
+    DiskFullRun run;
     TempDir dir;
     const fs::path mount_dir = dir.path() / "fs";
     fs::create_directories(mount_dir);
-    if (::mount("tmpfs", mount_dir.c_str(), "tmpfs", 0, "size=3m,mode=0755") != 0) {
-        GTEST_SKIP() << "cannot mount a tmpfs: " << std::strerror(errno);
-    }
+    if (::mount("tmpfs", mount_dir.c_str(), "tmpfs", 0, "size=13m,mode=0755") != 0) return run;
     struct Unmount {
         fs::path p;
         ~Unmount() { ::umount2(p.c_str(), MNT_DETACH); }
     } unmount{mount_dir};
     const std::string db = (mount_dir / "ember.db").string();
-    // Nearly full: a filler leaves about 256 KiB, less than the state of these turns takes
-    // and far more than their messages do.
-    {
-        std::ofstream filler(mount_dir / "filler", std::ios::binary);
-        const std::string block(4096, 'x');
-        for (;;) {
-            struct statvfs st {};
-            ASSERT_EQ(::statvfs(mount_dir.c_str(), &st), 0);
-            if (static_cast<uint64_t>(st.f_bavail) * st.f_frsize < (uint64_t{256} << 10)) break;
-            filler.write(block.data(), block.size());
-            filler.flush();
-        }
-    }
     std::string input;
-    const int prompts = 6;
-    for (int i = 0; i < prompts; ++i) {
+    for (int i = 0; i < 6; ++i) {
         input += json{{"role", "user"},
                       {"content", "Tell me about the number " + std::to_string(i) + " please"}}
                      .dump() +
                  "\n";
     }
-    const auto r = run_command({ember_binary(), "chat", "-m", fixture_path(kModel), "--script",
-                                "--jsonl", "--temp", "0", "-n", "48", "-t", "1", "--db", db},
-                               input, 120);
-    ASSERT_FALSE(r.timed_out);
-    EXPECT_LT(r.status, 128) << r.err;
-    const auto printed = split_lines(r.out);
-    ASSERT_EQ(printed.size(), static_cast<size_t>(prompts)) << r.out << r.err;
-    // Every printed reply and its prompt is in the store.
-    EXPECT_EQ(query_int(db, "SELECT COUNT(*) FROM messages"), 2 * prompts) << r.err;
-    EXPECT_EQ(query_int(db, "SELECT COUNT(*) FROM messages WHERE role = 'assistant'"), prompts);
-    // State did not get the room: said, in one line per failure at most.
-    EXPECT_NE(r.err.find("kept for messages"), std::string::npos) << r.err;
+    std::string sh = "EMBER_STATE_MIN_FREE=" + min_free + " " + shell_quote(ember_binary()) +
+                     " chat -m " + shell_quote(fixture_path(kModel)) +
+                     " --script --jsonl --temp 0 -n 48 -t 1 --db " + shell_quote(db);
+    run.result = run_command({"/bin/sh", "-c", sh}, input, 120);
+    run.printed = static_cast<int64_t>(split_lines(run.result.out).size());
+    run.messages = query_int(db, "SELECT COUNT(*) FROM messages");
+    return run;
+}
+
+TEST(Issue41Store, AFullDiskCostsStateNeverPrintedMessages) {
+    EMBER_REQUIRE_FIXTURE(kModel);
+    if (geteuid() != 0) GTEST_SKIP() << "needs root to mount a small tmpfs";
+    const DiskFullRun kept = chat_on_small_disk("64MiB");  // the default
+    if (kept.messages < 0) GTEST_SKIP() << "cannot mount a tmpfs: " << std::strerror(errno);
+    ASSERT_FALSE(kept.result.timed_out);
+    EXPECT_EQ(kept.result.status, 0) << kept.result.err;
+    EXPECT_EQ(kept.printed, 6) << kept.result.out << kept.result.err;
+    EXPECT_EQ(kept.messages, 12) << kept.result.err;  // every printed reply and its prompt
+    EXPECT_NE(kept.result.err.find("MiB are kept for messages"), std::string::npos)
+        << kept.result.err;
+    // The control: the same run with no room kept is the reported loss, and its error names
+    // what is not stored.
+    const DiskFullRun lost = chat_on_small_disk("0");
+    EXPECT_EQ(lost.printed, 6) << lost.result.err;
+    EXPECT_LT(lost.messages, 12) << "the scenario no longer fills the disk: " << lost.result.err;
+    if (lost.messages < 12) {
+        EXPECT_NE(lost.result.err.find("not stored: this"), std::string::npos) << lost.result.err;
+    }
 }
 
 // --- row 16: a current_leaf naming no message ----------------------------------------------------
