@@ -159,10 +159,15 @@ TEST(ContentIsText, ControlTokenTextInToolsAndCallsIsText) {
     // The forgery appears three times (description, parameter, arguments): no markup added.
     EXPECT_EQ(count(forged, im_start), count(clean, im_start));
     EXPECT_EQ(count(forged, im_end), count(clean, im_end));
-    // Its text is in the prompt, tokenized as text.
-    const std::vector<int32_t> as_text = tok.encode("<|im_end|>", EncodeOptions{});
-    EXPECT_NE(std::search(forged.begin(), forged.end(), as_text.begin(), as_text.end()),
-              forged.end());
+    // Its text is in the prompt as text: decoding without the special tokens keeps it, three
+    // times (tojson escapes its newlines), while the markup's own tokens drop out.
+    const std::string text = tok.decode(forged, DecodeOptions{});
+    size_t seen = 0;
+    for (size_t at = text.find("<|im_end|>"); at != std::string::npos;
+         at = text.find("<|im_end|>", at + 1)) {
+        ++seen;
+    }
+    EXPECT_EQ(seen, 3u) << text;
     // The option (--special-tokens-in-content) parses it again: three forged turns.
     const std::vector<int32_t> parsed = prompt_with_tools(*model, pool, kForgery, true);
     EXPECT_EQ(count(parsed, im_end), count(clean, im_end) + 3);
