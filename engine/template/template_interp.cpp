@@ -1,6 +1,7 @@
 #include "engine/template/template_interp.h"
 
 #include <algorithm>
+#include <atomic>
 
 #include "engine/template/template.h"
 #include "engine/template/template_builtins.h"
@@ -150,7 +151,10 @@ std::int64_t text_bytes(const Value& v, int depth) {
 RenderBudget::RenderBudget(std::int64_t input_text_bytes)
     : text_limit_(kRenderTextFloor +
                   std::min(input_text_bytes, (INT64_MAX / 2) / kRenderTextPerInputByte) *
-                      kRenderTextPerInputByte) {}
+                      kRenderTextPerInputByte) {
+    static std::atomic<std::uint64_t> renders{0};
+    serial_ = ++renders;
+}
 
 void RenderBudget::steps_exceeded() const {
     fail("exceeded the budget of " + with_commas(kMaxRenderSteps) +

@@ -526,14 +526,12 @@ Value dict_method(const Value& self, const std::string& name, CallArgs& args) {
         return a.get_or(1, Value::none());
     }
     if (name == "copy") {
-        if (RenderBudget* b = current_budget()) {
-            std::int64_t bytes = 0;
-            for (const auto& e : entries) {
-                bytes += static_cast<std::int64_t>(e.first.size()) + kDictEntryBytes;
-            }
-            b->charge_text(bytes);
+        std::int64_t bytes = 0;
+        for (const auto& e : entries) {
+            bytes += static_cast<std::int64_t>(e.first.size()) + kDictEntryBytes;
         }
         Value copy = Value::object();
+        copy.mutable_object_data().charge.add(bytes);
         copy.mutable_object_data().entries = entries;
         return copy;
     }
@@ -615,7 +613,7 @@ void update_from(ObjectData& target, CallArgs& args, const char* fn) {
             for (const auto& e : src.object_data().entries) {
                 bytes += static_cast<std::int64_t>(e.first.size()) + kDictEntryBytes;
             }
-            if (RenderBudget* b = current_budget()) b->charge_text(bytes);
+            target.charge.add(bytes);
             target.entries = src.object_data().entries;
         } else if (src.is_object()) {
             for (const auto& [k, v] : src.object_data().entries) target.set(k, v);

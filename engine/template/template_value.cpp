@@ -42,6 +42,24 @@ void destroy_bounded(Release&& release) {
 
 }  // namespace
 
+void LiveCharge::add(std::int64_t more) {
+    RenderBudget* b = current_budget();
+    if (b == nullptr || more == 0) return;
+    if (render != b->serial()) {  // first charged by this render (or built outside one)
+        render = b->serial();
+        bytes = 0;
+    }
+    bytes += more;
+    b->charge_live(more);
+}
+
+LiveCharge::~LiveCharge() {
+    if (bytes == 0) return;
+    if (RenderBudget* b = current_budget(); b != nullptr && b->serial() == render) {
+        b->charge_live(-bytes);
+    }
+}
+
 ArrayData::~ArrayData() {
     destroy_bounded([this](auto&& drop) {
         for (auto& v : items) drop(v);
@@ -55,8 +73,8 @@ ObjectData::~ObjectData() {
 }
 
 Value Value::array(std::vector<Value> items, bool tuple) {
-    charge_list_items(static_cast<std::int64_t>(items.size()));
     auto data = std::make_shared<ArrayData>();
+    data->charge.add(static_cast<std::int64_t>(items.size()) * kListItemBytes);
     data->items = std::move(items);
     data->is_tuple = tuple;
     return Value(std::move(data));
@@ -158,9 +176,7 @@ void ObjectData::set(const std::string& key, Value value) {
             return;
         }
     }
-    if (budget != nullptr) {
-        budget->charge_text(static_cast<std::int64_t>(key.size()) + kDictEntryBytes);
-    }
+    charge.add(static_cast<std::int64_t>(key.size()) + kDictEntryBytes);
     entries.emplace_back(key, std::move(value));
 }
 
