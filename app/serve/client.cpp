@@ -111,7 +111,10 @@ StreamResult ApiClient::stream(const std::string& endpoint, json body,
                 if (!delta->contains(field) || !(*delta)[field].is_string()) continue;
                 const std::string text = (*delta)[field].get<std::string>();
                 if (text.empty()) continue;
-                if (max_pieces > 0 && ++pieces > max_pieces) {
+                const bool reasoning = field[0] == 'r';
+                // The answer's pieces count (a thinking reply's reasoning has its own budget
+                // on Ember's server; the byte cap below bounds it whatever the server).
+                if (!reasoning && max_pieces > 0 && ++pieces > max_pieces) {
                     result.finish_reason = "length";  // the server went past -n: cut here
                     at_limit = true;
                     return false;
@@ -123,7 +126,6 @@ StreamResult ApiClient::stream(const std::string& endpoint, json body,
                                    " MiB (the limit on a remote reply); it stops here";
                     return false;
                 }
-                const bool reasoning = field[0] == 'r';
                 (reasoning ? result.reasoning : result.content) += text;
                 if (result.ttft_seconds < 0) result.ttft_seconds = seconds_since_start();
                 if (on_delta && !on_delta(text, reasoning)) {
