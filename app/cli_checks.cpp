@@ -66,6 +66,16 @@ CLI::Validator seed_number() {
         "", "seed");
 }
 
+CLI::Validator file_path() {
+    return CLI::Validator(
+        [](std::string& text) -> std::string {
+            if (text.empty()) return "the path is empty (an unset variable?)";
+            if (text.find('\0') != std::string::npos) return "the path holds a NUL byte";
+            return {};
+        },
+        "", "path");
+}
+
 CLI::Validator positive_byte_size() {
     return CLI::Validator(
         [](std::string& text) -> std::string {

@@ -20,6 +20,10 @@ CLI::Validator seed_number();
 // A byte size as parse_byte_size() reads it ("2GiB"), more than 0.
 CLI::Validator positive_byte_size();
 
+// A file path: not empty (an unset variable, `--db "$UNSET"`, must not mean the default
+// file) and without a NUL byte.
+CLI::Validator file_path();
+
 // Tokens to generate: at least 1, or -1 for until the context is full.
 CLI::Validator token_count();
 

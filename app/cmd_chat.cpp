@@ -542,7 +542,8 @@ void register_chat_command(CLI::App& app, std::vector<Command>& out) {
         ->check(CLI::IsMember({"on", "off", "auto"}));
     cmd->add_option("--db", o->db,
                     "Session database (default: $XDG_DATA_HOME/ember/ember.db; scripted runs "
-                    "use one only when --db, --resume or --continue is given)");
+                    "use one only when --db, --resume or --continue is given)")
+        ->check(file_path());
     cmd->add_flag("--no-db", o->no_db, "Save nothing: no conversations, no prefix state");
     auto* resume = cmd->add_option("--resume", o->resume, "Continue the saved conversation ID");
     cmd->add_flag("--continue", o->continue_last, "Continue the most recent conversation")

@@ -26,6 +26,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 
+#include "app/cli_checks.h"
 #include "app/commands.h"
 #include "app/model_locator.h"
 #include "app/recorded_model.h"
@@ -372,7 +373,8 @@ void register_replay_command(CLI::App& app, std::vector<Command>& out) {
         "Print a saved conversation, or regenerate its turns and compare (exit 1 when "
         "any differs)");
     cmd->add_option("id", o->id, "Conversation id (a unique prefix will do)")->required();
-    cmd->add_option("--db", o->db, "Session database (default: $XDG_DATA_HOME/ember/ember.db)");
+    cmd->add_option("--db", o->db, "Session database (default: $XDG_DATA_HOME/ember/ember.db)")
+        ->check(file_path());
     cmd->add_flag("--regenerate", o->regenerate,
                   "Regenerate every reply with the stored settings and compare it with the stored "
                   "one");

@@ -134,11 +134,20 @@ int run_serve(const ServeOptions& o) {
                      o.host.c_str());
     }
     if (!o.quiet) {
-        // Log lines quote what clients sent (a request path, an error about a body): on a
-        // terminal its control characters are shown, not obeyed. One fprintf per line, so
-        // lines from the server's threads do not interleave.
-        so.log = [shown = ui::TextWriter(stderr)](const std::string& line) {
-            std::fprintf(stderr, "ember serve: %s\n", shown.shown(line).c_str());
+        // Log lines quote what clients sent (a request path, a model name, an error about a
+        // body): their control characters are shown, not obeyed, whatever stderr is (a log
+        // file is read with tail -f on a terminal later), and a newline in them cannot forge
+        // a line. One fprintf per line, so lines from the server's threads do not interleave.
+        so.log = [](const std::string& line) {
+            std::string shown;
+            for (const char c : ui::terminal_safe(line)) {
+                if (c == '\n') {
+                    shown += "\xE2\x90\xA4";  // U+2424, the newline's picture
+                } else {
+                    shown += c;
+                }
+            }
+            std::fprintf(stderr, "ember serve: %s\n", shown.c_str());
         };
     }
 
@@ -238,7 +247,8 @@ void register_serve_command(CLI::App& app, std::vector<Command>& out) {
         ->check(CLI::NonNegativeNumber);
     cmd->add_option("--db", o->db,
                     "Database whose prefix-state store the slots share (default: "
-                    "$XDG_DATA_HOME/ember/ember.db)");
+                    "$XDG_DATA_HOME/ember/ember.db)")
+        ->check(file_path());
     cmd->add_flag("--no-db", o->no_db, "No state store: only the slots keep prefixes");
     cmd->add_flag("--special-tokens-in-content", o->special_tokens_in_content,
                   "Parse control-token text in a request's messages (<|im_start|>, ...) as the "

@@ -389,7 +389,8 @@ void register_sessions_command(CLI::App& app, std::vector<Command>& out) {
     auto* cmd = app.add_subcommand("sessions", "Saved conversations and the state store");
     cmd->require_subcommand(1);
     cmd->fallthrough();
-    cmd->add_option("--db", o->db, "Session database (default: $XDG_DATA_HOME/ember/ember.db)");
+    cmd->add_option("--db", o->db, "Session database (default: $XDG_DATA_HOME/ember/ember.db)")
+        ->check(file_path());
 
     auto* list = cmd->add_subcommand("list", "Saved conversations, most recent first");
     list->add_option("-n,--limit", o->limit, "At most this many")->capture_default_str();

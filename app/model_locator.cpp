@@ -105,6 +105,11 @@ std::string where_to_put_models(const ModelDirs& dirs) {
 
 // A path that exists, or a name among the found models.
 std::string path_or_name(const std::string& requested, const char* origin) {
+    // A NUL would cut the path where the file system reads it: another file than named.
+    if (requested.find('\0') != std::string::npos) {
+        throw std::runtime_error(std::string(origin) + ": the path holds a NUL byte");
+    }
+    if (requested.empty()) throw std::runtime_error(std::string(origin) + ": the path is empty");
     std::error_code ec;
     if (fs::exists(requested, ec)) {
         // Anything but a regular file is refused before it is opened (opening a FIFO waits

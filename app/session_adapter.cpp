@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -377,6 +378,12 @@ void ChatSessions::set_up_backend(const ChatSessionOptions& o, SessionDefaults d
 std::unique_ptr<sessions::StateStore> ChatSessions::make_state_store(const Model& model) {
     sessions::StateStoreOptions state_options;
     state_options.cap_bytes = cap_;
+    // The free space state leaves for messages (StateStoreOptions::min_free_bytes); the
+    // variable exists for the tests that fill a small file system, where 0 shows what the
+    // store did before it kept any.
+    if (const char* env = std::getenv("EMBER_STATE_MIN_FREE"); env != nullptr && *env != '\0') {
+        state_options.min_free_bytes = std::string(env) == "0" ? 0 : parse_byte_size(env);
+    }
     // One database failure is one message: once recording has failed (its caller said so), the
     // store's failures on the same database (a full disk fails every write) would only repeat
     // it, and a warning the store gives again turn after turn is said once.

@@ -235,7 +235,19 @@ private:
 }  // namespace
 
 void migrate(Database& db, int target) {
+    if (target < 0 || target > kSchemaVersion) {
+        throw SqliteError("session database '" + db.path() + "': no schema version " +
+                          std::to_string(target) + " (this ember knows 0 to " +
+                          std::to_string(kSchemaVersion) + ")");
+    }
     const int have = db.user_version();
+    // Refused before any lookup: kMigrations holds versions 1 to kSchemaVersion only.
+    if (have < 0) {
+        throw SqliteError("session database '" + db.path() + "': schema version " +
+                          std::to_string(have) +
+                          " is negative (PRAGMA user_version was set by something other than "
+                          "ember; this one knows 0 to " + std::to_string(kSchemaVersion) + ")");
+    }
     if (have > kSchemaVersion) {
         throw SqliteError("session database '" + db.path() + "': schema version " +
                           std::to_string(have) + " was written by a newer ember (this one knows " +
@@ -248,7 +260,13 @@ void migrate(Database& db, int target) {
         Transaction tx(db);
         // Another process may have applied this version while we waited for the write lock
         // (two embers opening a new database at once): read the version again under it.
-        if (db.user_version() >= version) continue;
+        const int now = db.user_version();
+        if (now < 0 || now > kSchemaVersion) {
+            throw SqliteError("session database '" + db.path() + "': schema version " +
+                              std::to_string(now) + " changed under this ember to one it does "
+                              "not know (0 to " + std::to_string(kSchemaVersion) + ")");
+        }
+        if (now >= version) continue;
         db.exec(migration.sql);
         db.set_user_version(version);
         tx.commit();

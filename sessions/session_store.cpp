@@ -414,9 +414,15 @@ std::vector<StoredMessage> SessionStore::branch(const ConversationInfo& c, int64
         }
         s.bind(1, id).bind(2, c.id);
         if (!s.step()) {
-            // The leaf itself missing is an empty branch, as before; a missing parent means
-            // the root and everything above it are lost.
-            if (path.empty()) break;
+            // The leaf itself missing (current_leaf naming no message of the conversation):
+            // reported, never read as an empty branch (a resumed chat would start a new root
+            // without its history, silently). A missing parent means the root and
+            // everything above it are lost.
+            if (path.empty()) {
+                throw DamagedConversation(c.public_id, "its current message (" +
+                                                           std::to_string(id) +
+                                                           ") is not in the conversation");
+            }
             throw DamagedConversation(c.public_id, "message " + std::to_string(path.back().id) +
                                                        " has a parent (" + std::to_string(id) +
                                                        ") that is not in the conversation");

@@ -1,5 +1,7 @@
 #include "sessions/state_store.h"
 
+#include <sys/statvfs.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cinttypes>
@@ -562,11 +564,39 @@ int64_t StateStore::restore(std::span<const int32_t> tokens, int64_t have, Infer
     return restored;
 }
 
+namespace {
+
+// Bytes free (to this user) on the file system holding `db_path`; nullopt when unknown (an
+// in-memory database, a path statvfs cannot read).
+std::optional<uint64_t> free_bytes_near(const std::string& db_path) {
+    if (db_path.empty() || db_path == ":memory:") return std::nullopt;
+    std::string dir = db_path;
+    struct statvfs st {};
+    if (::statvfs(dir.c_str(), &st) != 0) {
+        const size_t slash = dir.find_last_of('/');
+        dir = slash == std::string::npos ? "." : slash == 0 ? "/" : dir.substr(0, slash);
+        if (::statvfs(dir.c_str(), &st) != 0) return std::nullopt;
+    }
+    return static_cast<uint64_t>(st.f_bavail) * static_cast<uint64_t>(st.f_frsize);
+}
+
+}  // namespace
+
+void StateStore::check_headroom(uint64_t bytes) const {
+    const std::optional<uint64_t> free = free_bytes_near(db_.path());
+    // The blob goes to the WAL first and to the database at the checkpoint: count it twice.
+    if (!free || *free >= options_.min_free_bytes + 2 * bytes) return;
+    throw SqliteError("the disk holding '" + db_.path() + "' has " + std::to_string(*free >> 20) +
+                      " MiB free, and " + std::to_string(options_.min_free_bytes >> 20) +
+                      " MiB are kept for messages (state is a cache; the messages are stored)");
+}
+
 int64_t StateStore::insert_block(int64_t parent_id, const StateKey& key, int64_t begin,
                                  std::span<const int32_t> block, const KvCache& kv, int64_t tick) {
     const int64_t end = begin + static_cast<int64_t>(block.size());
     const std::vector<uint8_t> raw = serialize_kv_rows(kv, begin, end);
     const std::vector<uint8_t> packed = pack_blob(raw, options_.zstd_level, byte_planes(kv.type()));
+    check_headroom(packed.size());
     Statement s = db_.prepare(
         "INSERT INTO state_blocks(key, parent_id, seed, begin_pos, n_tokens, tokens, "
         "stored_bytes, raw_bytes, last_used, created_at) VALUES (?,?,?,?,?,?,?,?,?,?)");
@@ -617,6 +647,7 @@ void StateStore::drop_superseded_partials(int64_t parent_id, int64_t keep_id,
 void StateStore::save_snapshot(int64_t block_id, const RecurrentState& state) {
     const std::vector<uint8_t> raw = serialize_recurrent(state);
     const std::vector<uint8_t> packed = pack_blob(raw, options_.zstd_level, sizeof(float));
+    check_headroom(packed.size());
     Statement s = db_.prepare(
         "INSERT OR REPLACE INTO state_snapshots(block_id, position, state, stored_bytes, "
         "raw_bytes) VALUES (?,?,?,?,?)");

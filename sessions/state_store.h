@@ -44,6 +44,10 @@ struct StateStoreOptions {
     int64_t block_tokens = 64;
     uint64_t cap_bytes = uint64_t{2} << 30;  // compressed state kept at most (--state-cap)
     int zstd_level = 3;
+    // State is a cache and messages are not: a blob is written only while the file system
+    // holding the database keeps this much free after it, so the cache never takes the room
+    // the next messages need (a full disk then costs state, never a conversation).
+    uint64_t min_free_bytes = uint64_t{64} << 20;
     // Told at once about a dropped blob or a failed write (the chat prints it); without one,
     // warnings wait for take_warning().
     std::function<void(const std::string&)> on_warning;
@@ -147,6 +151,8 @@ private:
     void save_snapshot(int64_t block_id, const RecurrentState& state);
     void drop_blob(const char* table, const char* id_column, int64_t id, const std::string& what,
                    const std::exception& why);
+    // Throws SqliteError when writing `bytes` would leave less than min_free_bytes free.
+    void check_headroom(uint64_t bytes) const;
     int64_t insert_block(int64_t parent_id, const StateKey& key, int64_t begin,
                          std::span<const int32_t> block, const KvCache& kv, int64_t tick);
     // Stores what the state holds of `tokens[0, n)` (one transaction); returns the id of

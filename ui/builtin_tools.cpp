@@ -1,8 +1,13 @@
 #include "ui/builtin_tools.h"
 
+#include <dirent.h>
 #include <fcntl.h>
+#include <linux/openat2.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
+
+#include <atomic>
 
 #include <algorithm>
 #include <cerrno>
@@ -57,11 +62,60 @@ int64_t line_argument(const nlohmann::json& arguments, const char* name, std::st
     return value.get<int64_t>();
 }
 
-// The whole of a regular file at `path` (inside the root), without following a final link
-// and without blocking on a FIFO swapped in after the check.
-std::string read_regular_file(const fs::path& path, const std::string& shown) {
-    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
-    if (fd < 0) throw ToolsError("cannot read '" + shown + "': " + std::strerror(errno));
+std::atomic<bool> g_force_component_walk{false};
+
+int sys_openat2(int dirfd, const char* path, int flags) {
+#ifdef SYS_openat2
+    struct open_how how {};
+    how.flags = static_cast<uint64_t>(flags);
+    how.resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS;
+    return static_cast<int>(::syscall(SYS_openat2, dirfd, path, &how, sizeof how));
+#else
+    (void)dirfd;
+    (void)path;
+    (void)flags;
+    errno = ENOSYS;
+    return -1;
+#endif
+}
+
+// `relative` (no "..", no empty components) opened beneath `dirfd` one component at a time,
+// each directory with O_NOFOLLOW | O_DIRECTORY and the last with O_NOFOLLOW: a link anywhere
+// on the way fails the open (ELOOP or ENOTDIR) instead of being followed.
+int open_by_components(int dirfd, const fs::path& relative, int flags) {
+    std::vector<std::string> parts;
+    for (const fs::path& part : relative) {
+        const std::string p = part.string();
+        if (p.empty() || p == ".") continue;
+        if (p == "..") {
+            errno = EXDEV;
+            return -1;
+        }
+        parts.push_back(p);
+    }
+    if (parts.empty()) return ::openat(dirfd, ".", flags | O_CLOEXEC);
+    int at = dirfd;
+    for (size_t i = 0; i + 1 < parts.size(); ++i) {
+        const int next = ::openat(at, parts[i].c_str(),
+                                  O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        const int saved = errno;
+        if (at != dirfd) ::close(at);
+        if (next < 0) {
+            errno = saved;
+            return -1;
+        }
+        at = next;
+    }
+    const int fd = ::openat(at, parts.back().c_str(), flags | O_NOFOLLOW | O_CLOEXEC);
+    const int saved = errno;
+    if (at != dirfd) ::close(at);
+    errno = saved;
+    return fd;
+}
+
+// The whole of a regular file (the descriptor, which this closes), without blocking on a FIFO
+// (opened O_NONBLOCK) and refusing anything but a regular file.
+std::string read_regular_file(int fd, const std::string& shown) {
     struct stat st {};
     if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
         ::close(fd);
@@ -114,6 +168,53 @@ ToolRoot::ToolRoot(const std::string& dir) {
     if (error || !fs::is_directory(root_, error)) {
         throw ToolsError("--tool-root '" + dir + "' is not a directory");
     }
+    root_fd_ = ::open(root_.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC);
+    if (root_fd_ < 0) {
+        throw ToolsError("--tool-root '" + dir + "' cannot be opened: " + std::strerror(errno));
+    }
+}
+
+ToolRoot::~ToolRoot() {
+    if (root_fd_ >= 0) ::close(root_fd_);
+}
+
+bool ToolRoot::kernel_has_openat2() {
+    static const bool has = [] {
+        const int fd = sys_openat2(AT_FDCWD, ".", O_PATH | O_CLOEXEC);
+        if (fd >= 0) ::close(fd);
+        return fd >= 0 || errno != ENOSYS;
+    }();
+    return has && !g_force_component_walk.load();
+}
+
+void ToolRoot::force_component_walk(bool on) {
+    g_force_component_walk = on;
+}
+
+int ToolRoot::open(const std::string& requested, int flags) const {
+    const fs::path real = resolve(requested);
+    const fs::path relative = real.lexically_relative(root_);
+    // The check above read the path; this open holds it to what was checked: beneath the
+    // root's descriptor, no link followed anywhere (one swapped in since fails the open).
+    int fd = -1;
+    if (kernel_has_openat2()) {
+        const std::string rel = relative.empty() ? "." : relative.string();
+        fd = sys_openat2(root_fd_, rel.c_str(), flags | O_CLOEXEC | O_NOFOLLOW);
+        if (fd < 0 && (errno == EPERM || errno == ENOSYS)) {  // seccomp may refuse openat2
+            fd = open_by_components(root_fd_, relative, flags);
+        }
+    } else {
+        fd = open_by_components(root_fd_, relative, flags);
+    }
+    if (fd < 0) {
+        const int saved = errno;
+        if (saved == ELOOP || saved == EXDEV || saved == ENOTDIR) {
+            throw ToolsError("'" + requested + "' changed while it was opened (a link appeared "
+                             "on its way); not read");
+        }
+        throw ToolsError("cannot read '" + requested + "': " + std::strerror(saved));
+    }
+    return fd;
 }
 
 fs::path ToolRoot::resolve(const std::string& requested) const {
@@ -193,7 +294,7 @@ ToolOutput read_file_tool(const ToolRoot& root, const nlohmann::json& arguments)
     if (last > 0 && first > last) return refused("\"start_line\" is past \"end_line\"");
     std::string text;
     try {
-        text = read_regular_file(root.resolve(*path), *path);
+        text = read_regular_file(root.open(*path, O_RDONLY | O_NONBLOCK), *path);
     } catch (const ToolsError& e) {
         return refused(e.what());
     }
@@ -240,27 +341,41 @@ ToolOutput list_directory_tool(const ToolRoot& root, const nlohmann::json& argum
     std::string error;
     const std::string path = string_argument(arguments, "path", error).value_or(".");
     if (!error.empty()) return refused(error);
-    fs::path dir;
+    int fd = -1;
     try {
-        dir = root.resolve(path);
+        fd = root.open(path, O_RDONLY | O_NONBLOCK);
     } catch (const ToolsError& e) {
         return refused(e.what());
     }
-    std::error_code ec;
-    if (!fs::is_directory(dir, ec)) return refused("'" + path + "' is not a directory");
+    struct stat dir_stat {};
+    if (::fstat(fd, &dir_stat) != 0 || !S_ISDIR(dir_stat.st_mode)) {
+        ::close(fd);
+        return refused("'" + path + "' is not a directory");
+    }
+    DIR* d = ::fdopendir(fd);
+    if (d == nullptr) {
+        ::close(fd);
+        return refused("cannot list '" + path + "': " + std::strerror(errno));
+    }
     std::vector<std::string> entries;
-    for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
-        const fs::file_status status = it->symlink_status(ec);
-        if (ec) break;
-        std::string name = it->path().filename().string();
-        if (fs::is_symlink(status)) {
-            name += "@";
-        } else if (fs::is_directory(status)) {
-            name += "/";
+    errno = 0;
+    while (const dirent* e = ::readdir(d)) {
+        std::string name = e->d_name;
+        if (name == "." || name == "..") continue;
+        struct stat st {};
+        if (::fstatat(::dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0) {
+            if (S_ISLNK(st.st_mode)) {
+                name += "@";
+            } else if (S_ISDIR(st.st_mode)) {
+                name += "/";
+            }
         }
         entries.push_back(std::move(name));
+        errno = 0;
     }
-    if (ec) return refused("cannot list '" + path + "': " + ec.message());
+    const int read_error = errno;
+    ::closedir(d);
+    if (read_error != 0) return refused("cannot list '" + path + "': " + std::strerror(read_error));
     std::sort(entries.begin(), entries.end());
     std::string out;
     const size_t shown = std::min(entries.size(), kListDirectoryMaxEntries);

@@ -5,8 +5,14 @@
 // Confinement: a path the model names is taken relative to the root (an absolute one must
 // lie inside it), every symbolic link on the way is resolved, and what it resolves to must
 // still lie inside the root: "../x", "/etc/passwd" and a link pointing out of the root are
-// refused alike. Files are opened without following a final link, non-regular files (FIFOs,
-// devices, sockets) are refused before they are opened, and nothing is ever written.
+// refused alike. The kernel then holds the file to that answer: the resolved path is opened
+// beneath a descriptor of the root, following no symbolic link and no "..", with openat2
+// (RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS) where the kernel has it (Linux 5.6), else one
+// component at a time with openat(O_NOFOLLOW). So a directory swapped for a link out of the
+// root between the check and the open makes the open fail; it never reads outside. FIFOs,
+// devices and sockets are refused (opened non-blocking, checked with fstat), and nothing is
+// ever written. Not detected: a hard link inside the root to a file outside it (it is the
+// same file; making one needs write access inside the root and to the file).
 #pragma once
 
 #include <cstddef>
@@ -38,13 +44,25 @@ class ToolRoot {
 public:
     // Throws ToolsError when `dir` is not an existing directory.
     explicit ToolRoot(const std::string& dir);
+    ~ToolRoot();
+    ToolRoot(const ToolRoot&) = delete;
+    ToolRoot& operator=(const ToolRoot&) = delete;
     const std::filesystem::path& path() const { return root_; }
     // `requested` resolved (links and "..") to a path inside the root; throws ToolsError
     // naming the path when it does not exist or lies outside the root.
     std::filesystem::path resolve(const std::string& requested) const;
+    // A descriptor of `requested` (resolve()d), opened beneath the root without following any
+    // link (see the top of this file), with `flags` (O_RDONLY, O_NONBLOCK; O_CLOEXEC and
+    // O_NOFOLLOW are added). The caller closes it. Throws ToolsError naming the path.
+    int open(const std::string& requested, int flags) const;
+    // Whether openat2 is used (false: the component-by-component fallback). For tests.
+    static bool kernel_has_openat2();
+    // Tests only: the fallback even where openat2 exists.
+    static void force_component_walk(bool on);
 
 private:
     std::filesystem::path root_;  // canonical
+    int root_fd_ = -1;            // O_PATH descriptor of root_
 };
 
 // The built-in tool named `name` (ToolKind::ReadFile or ToolKind::ListDirectory); throws

@@ -4,6 +4,7 @@
 #include <poll.h>
 #include <readline/history.h>
 #include <readline/readline.h>
+#include <termios.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -438,7 +439,11 @@ bool follow_up(ChatOutcome outcome, ChatController& controller, LineEditor& edit
                const LineModeOptions& options) {
     while (outcome.confirm || outcome.tools_continue) {
         if (outcome.confirm) {
-            // This line answers it (Enter alone, Ctrl-C or Ctrl-D: no).
+            // This line answers it (Enter alone, Ctrl-C or Ctrl-D: no). Typed or pasted
+            // before the question was asked, a line is not an answer to it: the terminal's
+            // pending input is discarded first, so a 'y' in a paste cannot approve a call
+            // whose arguments were never shown.
+            if (isatty(STDIN_FILENO)) tcflush(STDIN_FILENO, TCIFLUSH);
             const LineEditor::Read answer = editor.read_line("run it? [y/N] ");
             const std::string given =
                 answer.status == LineEditor::Status::Line ? answer.line : std::string("n");

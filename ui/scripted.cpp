@@ -123,12 +123,20 @@ public:
     int64_t commit(const ChatMessage& m, const TurnResult* turn, int64_t parent) {
         if (backend_ == nullptr || failed_) return 0;
         try {
-            return backend_->commit(m, parent, turn);
+            const int64_t id = backend_->commit(m, parent, turn);
+            ++stored_;
+            return id;
         } catch (const std::exception& e) {
+            // Say what is lost: this message and what follows; what was stored stays.
+            const std::string id = backend_->current_id();
             TextWriter(err_)
                 .raw("ember: the session database failed, recording stops: ")
                 .text(e.what())
-                .raw("\n");
+                .raw("; not stored: this " + m.role + " message and the rest of the run (")
+                .text(id.empty() ? std::string("no conversation was saved")
+                                 : "conversation " + id + " keeps the " + std::to_string(stored_) +
+                                       " message(s) stored before")
+                .raw(")\n");
             failed_ = true;
             return 0;
         }
@@ -162,6 +170,7 @@ private:
     std::string system_;
     bool known_system_ = false;
     bool failed_ = false;
+    int64_t stored_ = 0;  // messages this run stored
 };
 
 // What came of one tool call of a reply: the call and the tool message that answered it.
@@ -426,6 +435,28 @@ int run_single_prompt(ChatEngine& conversation, Sampler& sampler, const std::str
     return outcome == TurnOutcome::Failed || rec.failed() ? 1 : 0;
 }
 
+namespace {
+
+enum class LineRead { Line, TooLong, End };
+
+// The next line of `in` (without its '\n'), holding at most `max` bytes: a longer one is not
+// read further (stdin may be /dev/zero, or one line of gigabytes).
+LineRead read_line(std::istream& in, std::string& line, size_t max) {
+    line.clear();
+    std::streambuf* buf = in.rdbuf();
+    for (;;) {
+        const int c = buf->sbumpc();
+        if (c == std::char_traits<char>::eof()) {
+            return line.empty() ? LineRead::End : LineRead::Line;
+        }
+        if (c == '\n') return LineRead::Line;
+        if (line.size() >= max) return LineRead::TooLong;
+        line += static_cast<char>(c);
+    }
+}
+
+}  // namespace
+
 int run_scripted(ChatEngine& conversation, Sampler& sampler, std::istream& in, std::FILE* out,
                  std::FILE* err, const ScriptedOptions& options) {
     std::string line;
@@ -434,8 +465,19 @@ int run_scripted(ChatEngine& conversation, Sampler& sampler, std::istream& in, s
     bool attached = false;
     Recorder rec(options, err);
     ReplySeeds seeds(options.seed);
-    while (std::getline(in, line)) {
+    for (;;) {
+        const LineRead read = read_line(in, line, kMaxScriptLineBytes);
+        if (read == LineRead::End) break;
         ++line_no;
+        if (read == LineRead::TooLong) {
+            // The rest of such a line is not read: the run stops here.
+            std::fprintf(err,
+                         "ember: stdin line %lld is longer than %zu MiB (the limit on a line of "
+                         "scripted input); stopping\n",
+                         static_cast<long long>(line_no), kMaxScriptLineBytes >> 20);
+            any_failed = true;
+            break;
+        }
         if (!line.empty() && line.back() == '\r') line.pop_back();
         std::optional<std::string> prompt;
         std::shared_ptr<const grammar::Grammar> turn_grammar = options.grammar;

@@ -50,6 +50,10 @@ struct ScriptedOptions {
     ChatToolSettings tools;
 };
 
+// A line of scripted input (a prompt, a JSONL object) holds at most this many bytes; a longer
+// one stops the run with an error naming the limit (its rest is never read).
+inline constexpr size_t kMaxScriptLineBytes = size_t{64} << 20;
+
 // Runs prompts from `in` until EOF. A line that is not a valid request (named by its line
 // number), a prompt too long for the context and a prompt a remote server did not answer are
 // reported on `err` and skipped, and the run goes on; a reply that broke off (a remote server

@@ -259,17 +259,16 @@ SamplingRequest parse_sampling(const json& j, const RequestLimits& limits) {
 }
 
 // response_format: {"type": "text"}, {"type": "json_object"} or {"type": "json_schema",
-// "json_schema": {"name", "schema", "strict"}}, compiled to a grammar (null for text). Strict
-// or not, the schema is enforced. The schema is read again from `body` keeping its
-// properties' order, which the output follows.
-std::shared_ptr<const grammar::Grammar> parse_response_format(const json& j,
-                                                              const std::string& body) {
+// "json_schema": {"name", "schema", "strict"}} (Free for text). Strict or not, the schema is
+// enforced. The schema is read again from `body` keeping its properties' order, which the
+// output follows. Compiled later, under the request's slot (compile_response_format).
+OutputFormat parse_response_format(const json& j, const std::string& body) {
+    OutputFormat format;
     auto it = j.find("response_format");
-    if (it == j.end() || it->is_null()) return nullptr;
+    if (it == j.end() || it->is_null()) return format;
     if (!it->is_object()) throw bad_field("response_format", "must be an object");
     const std::string type = it->value("type", std::string());
-    OutputFormat format;
-    if (type == "text") return nullptr;
+    if (type == "text") return format;
     if (type == "json_object") {
         format.kind = OutputFormatKind::JsonObject;
     } else if (type == "json_schema") {
@@ -291,14 +290,7 @@ std::shared_ptr<const grammar::Grammar> parse_response_format(const json& j,
         throw bad_field("response_format.type",
                         "must be text, json_object or json_schema, not '" + type + "'");
     }
-    try {
-        return compile_output_format(format);
-    } catch (const grammar::GrammarError& e) {
-        throw bad_field(format.kind == OutputFormatKind::JsonSchema
-                            ? "response_format.json_schema.schema"
-                            : "response_format",
-                        std::string("is not supported: ") + e.what());
-    }
+    return format;
 }
 
 // A message's content: a string, null (an assistant turn with nothing to say), or an array
@@ -462,9 +454,9 @@ ChatRequest parse_chat_request(const std::string& body, const RequestLimits& lim
         r.messages.push_back(std::move(msg));
     }
     r.sampling = parse_sampling(j, limits);
-    r.sampling.grammar = parse_response_format(j, body);
+    r.sampling.response_format = parse_response_format(j, body);
     r.tools = parse_tools(j, body);
-    if (r.tools.active() && r.sampling.grammar) {
+    if (r.tools.active() && r.sampling.response_format.kind != OutputFormatKind::Free) {
         throw bad_field("response_format",
                         "cannot be combined with tools (a call's arguments follow the tool's "
                         "schema already)");
@@ -490,8 +482,22 @@ CompletionRequest parse_completion_request(const std::string& body, const Reques
         throw bad_field("suffix", "is not supported by this server");
     }
     r.sampling = parse_sampling(j, limits);
-    r.sampling.grammar = parse_response_format(j, body);
+    r.sampling.response_format = parse_response_format(j, body);
     return r;
+}
+
+std::shared_ptr<const grammar::Grammar> compile_response_format(const OutputFormat& format,
+                                                                grammar::CompileBudget* budget) {
+    try {
+        return compile_output_format(format, budget);
+    } catch (const grammar::CompileCancelled&) {
+        throw;
+    } catch (const grammar::GrammarError& e) {
+        throw bad_field(format.kind == OutputFormatKind::JsonSchema
+                            ? "response_format.json_schema.schema"
+                            : "response_format",
+                        std::string("is not supported: ") + e.what());
+    }
 }
 
 SamplingParams sampling_for(const SamplingRequest& r, const SamplingParams& defaults) {

@@ -3,6 +3,7 @@
 // server answers with. Nothing here runs a model, so all of it can be tested alone.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -11,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/generate/constrained.h"
 #include "engine/generate/conversation.h"
 #include "engine/generate/tool_calls.h"
 #include "engine/grammar/grammar.h"
@@ -45,6 +47,9 @@ struct RequestLimits {
     int64_t max_nesting = 64;  // JSON nesting depth (deeper bodies are refused unparsed)
     int64_t max_stop_strings = 4;
     int64_t max_stop_bytes = 256;
+    // Compiling a request's response_format or tool schemas (under its slot) may take this
+    // long at most: past it, 400.
+    std::chrono::milliseconds compile_time{10000};
 };
 
 // The sampling and length fields a request may carry; unset fields keep the server's
@@ -59,9 +64,9 @@ struct SamplingRequest {
     bool stream = false;
     bool include_usage = false;  // stream_options.include_usage
     bool ignore_eos = false;     // llama.cpp's and vLLM's extension: generate past end of turn
-    // response_format json_object or json_schema, compiled (null: free text). A schema
-    // feature Ember does not support is a 400 naming the keyword, never ignored.
-    std::shared_ptr<const grammar::Grammar> grammar;
+    // response_format json_object or json_schema (Free: free text), checked but not compiled
+    // yet: compile_response_format() does that once the request holds a slot.
+    OutputFormat response_format;
 };
 
 struct ChatRequest {
@@ -83,6 +88,12 @@ struct CompletionRequest {
 // type, an out-of-range value or an unsupported feature.
 ChatRequest parse_chat_request(const std::string& body, const RequestLimits& limits);
 CompletionRequest parse_completion_request(const std::string& body, const RequestLimits& limits);
+
+// The grammar of a request's response_format (null: free text), compiled within `budget`.
+// A schema feature Ember does not support, or a limit of the budget passed, is a 400 naming
+// the field and the keyword or limit, never ignored; grammar::CompileCancelled passes through.
+std::shared_ptr<const grammar::Grammar> compile_response_format(const OutputFormat& format,
+                                                                grammar::CompileBudget* budget);
 
 // The server's defaults with the request's fields applied; throws ApiError for a
 // combination the sampler refuses.

@@ -72,6 +72,13 @@ StreamResult ApiClient::stream(const std::string& endpoint, json body,
     std::string pending;   // received bytes not yet split into lines
     std::string raw_body;  // kept (bounded) for an error response
     bool done = false;
+    // The reply's length as asked (-n): the client holds the server to it, one piece of text
+    // an event counting as a token, whatever the server does.
+    const int64_t max_pieces = body.contains("max_tokens") && body["max_tokens"].is_number_integer()
+                                   ? body["max_tokens"].get<int64_t>()
+                                   : -1;
+    int64_t pieces = 0;
+    bool at_limit = false;
     auto handle_line = [&](const std::string& line) -> bool {
         if (line.rfind("data:", 0) != 0) return true;  // comments, event names, blank lines
         std::string data = line.substr(5);
@@ -105,6 +112,20 @@ StreamResult ApiClient::stream(const std::string& endpoint, json body,
                 const std::string text = (*delta)[field].get<std::string>();
                 if (text.empty()) continue;
                 const bool reasoning = field[0] == 'r';
+                // The answer's pieces count (a thinking reply's reasoning has its own budget
+                // on Ember's server; the byte cap below bounds it whatever the server).
+                if (!reasoning && max_pieces > 0 && ++pieces > max_pieces) {
+                    result.finish_reason = "length";  // the server went past -n: cut here
+                    at_limit = true;
+                    return false;
+                }
+                if (result.content.size() + result.reasoning.size() + text.size() >
+                    kMaxRemoteReplyBytes) {
+                    result.error = "the server's reply passed " +
+                                   std::to_string(kMaxRemoteReplyBytes >> 20) +
+                                   " MiB (the limit on a remote reply); it stops here";
+                    return false;
+                }
                 (reasoning ? result.reasoning : result.content) += text;
                 if (result.ttft_seconds < 0) result.ttft_seconds = seconds_since_start();
                 if (on_delta && !on_delta(text, reasoning)) {
@@ -141,6 +162,12 @@ StreamResult ApiClient::stream(const std::string& endpoint, json body,
             if (!line.empty() && line.back() == '\r') line.pop_back();
             if (!handle_line(line)) return false;
         }
+        if (pending.size() > kMaxEventLineBytes) {
+            result.error = "the server sent an event line longer than " +
+                           std::to_string(kMaxEventLineBytes >> 20) +
+                           " MiB (the limit on one line of a stream); the reply stops here";
+            return false;
+        }
         return true;
     };
     httplib::Result res = http_->send(req);
@@ -150,6 +177,7 @@ StreamResult ApiClient::stream(const std::string& endpoint, json body,
         result.cancelled = true;
         result.error.clear();
     }
+    if (at_limit) return result;  // complete as far as -n asked
     if (result.cancelled || !result.error.empty()) return result;
     if (!res) {
         result.error =

@@ -25,6 +25,12 @@ ApiEndpoint parse_api_url(const std::string& url);
 
 // What one streamed request produced. `error` is empty when the server finished the reply
 // (finish_reason set) and says what went wrong otherwise: the partial text is kept.
+// What a remote stream may send: one line of it (an event) at most kMaxEventLineBytes, a
+// whole reply at most kMaxRemoteReplyBytes; past either the reply stops with an error naming
+// the limit. A reply that goes past the max_tokens asked is cut there (finish "length").
+inline constexpr size_t kMaxEventLineBytes = size_t{16} << 20;
+inline constexpr size_t kMaxRemoteReplyBytes = size_t{64} << 20;
+
 struct StreamResult {
     int status = 0;  // HTTP status; 0 when no response came
     std::string content;

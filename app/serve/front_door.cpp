@@ -405,6 +405,9 @@ bool FrontDoor::process_and_close_socket(int sock) {
             break;
         }
         if (!ret || closed || stopping_.load()) break;
+        // httplib answered a request line or header it could not parse (400) without reading
+        // the rest: what follows on the connection is not a request. Close it.
+        if (!conn.in_body()) break;
     }
     t_connection = nullptr;
     if (lingering) {

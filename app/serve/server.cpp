@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cctype>
 #include <chrono>
 #include <ctime>
 #include <filesystem>
@@ -65,8 +66,10 @@ struct Job {
     bool stream = false;
     bool include_usage = false;
     bool ignore_eos = false;
-    std::shared_ptr<const grammar::Grammar> grammar;  // response_format (null: free text)
+    OutputFormat response_format;                     // as the request gave it
+    std::shared_ptr<const grammar::Grammar> grammar;  // ... compiled (null: free text)
     ToolOptions tools;                                // offered functions (chat)
+    ToolCallFormat tool_format = ToolCallFormat::None;  // the template's, for tool_grammar
     // The grammar a reply that must call is held to (tool_choice required or a function), or
     // in auto mode the one each call is held to once it starts (null: none).
     std::shared_ptr<const grammar::Grammar> tool_grammar;
@@ -86,6 +89,7 @@ struct Server::Impl {
     std::unique_ptr<SlotPool> slots;
     ReplyIds reply_ids{1024};
     std::atomic<uint64_t> next_id{0};
+    std::atomic<int> compiling{0};  // requests compiling their grammar (each holds a slot)
     std::string file_name;
     int port = 0;
     // The vocabulary for response_format's grammar mask, built by the first request that
@@ -126,18 +130,13 @@ struct Server::Impl {
     }
 
     // The prompt's tokens as the slot will render them; checks the tools against the model's
-    // tool-call format and compiles the grammar of a forced call into `job`.
+    // tool-call format (their grammar is compiled later, by compile_grammars).
     std::vector<int32_t> chat_prompt(const std::vector<ChatMessage>& messages, Job& job) {
         std::lock_guard lock(renderer_mutex);
         renderer->clear();
         try {
             renderer->set_tools(job.tools);
-            // A forced call is held from the reply's start; in auto mode a call is held from
-            // its start marker on.
-            job.tool_grammar =
-                job.tools.forces_call()
-                    ? tool_call_grammar(renderer->tool_call_format(), job.tools)
-                    : tool_call_lazy_grammar(renderer->tool_call_format(), job.tools);
+            job.tool_format = renderer->tool_call_format();
         } catch (const ToolError& e) {
             throw ApiError(400, e.what(), e.field());
         }
@@ -183,8 +182,8 @@ struct Server::Impl {
         job.stream = s.stream;
         job.include_usage = s.include_usage;
         job.ignore_eos = s.ignore_eos;
-        job.grammar = s.grammar;
-        if (job.grammar && chat && renderer->harmony()) {
+        job.response_format = s.response_format;
+        if (job.response_format.kind != OutputFormatKind::Free && chat && renderer->harmony()) {
             throw ApiError(400,
                            "'response_format' is not supported for harmony (gpt-oss) models",
                            "response_format");
@@ -252,6 +251,43 @@ struct Server::Impl {
         return result;
     }
 
+    // Compiles the request's response_format and its tools' call grammar, once it holds a
+    // slot: the work is one of the --parallel generations /health counts as busy, bounded by
+    // --max-waiting like them, stops at the compile time limit (400), and stops when the
+    // client hangs up or the server stops (the budget's cancel check polls both).
+    void compile_grammars(Job& job) {
+        if (job.response_format.kind == OutputFormatKind::Free && !job.tools.active()) return;
+        Connection* conn = current_connection();
+        grammar::CompileLimits limits;
+        limits.max_time = options.limits.compile_time;
+        limits.cancelled = [this, conn] {
+            return http.stopping() || (conn != nullptr && conn->client_closed());
+        };
+        grammar::CompileBudget budget(std::move(limits));
+        ++compiling;
+        struct Done {
+            std::atomic<int>& n;
+            ~Done() { --n; }
+        } done{compiling};
+        try {
+            job.grammar = compile_response_format(job.response_format, &budget);
+            // A forced call is held from the reply's start; in auto mode a call is held from
+            // its start marker on.
+            if (job.tools.active()) {
+                const ToolCallFormat f = job.tool_format;
+                job.tool_grammar = job.tools.forces_call()
+                                       ? tool_call_grammar(f, job.tools, &budget)
+                                       : tool_call_lazy_grammar(f, job.tools, &budget);
+            }
+        } catch (const grammar::CompileCancelled&) {
+            if (http.stopping()) throw shutting_down();
+            log(job.id + " client left while its grammar was compiled; compiling stopped");
+            throw ClientLeft{};
+        } catch (const ToolError& e) {
+            throw ApiError(400, e.what(), e.field());
+        }
+    }
+
     SlotLease take_slot(const std::vector<int32_t>& prompt) {
         Connection* conn = current_connection();
         bool gone = false;
@@ -299,6 +335,7 @@ struct Server::Impl {
 
     void respond_plain(Job& job, httplib::Response& res) {
         SlotLease lease = take_slot(job.prompt);
+        compile_grammars(job);
         // Nothing is written until the reply is done, so a client that hangs up is only
         // seen by looking at its socket; each piece of text is a chance to stop.
         Connection* conn = current_connection();
@@ -331,6 +368,7 @@ struct Server::Impl {
     void respond_stream(std::shared_ptr<Job> job, httplib::Response& res) {
         // The slot is taken before the headers go out, so a full queue is still a 503.
         auto lease = std::make_shared<std::optional<SlotLease>>(take_slot(job->prompt));
+        compile_grammars(*job);  // before the headers too: a bad schema is still a 400
         res.set_header("Cache-Control", "no-cache");
         res.set_chunked_content_provider(
             "text/event-stream", [this, job, lease](size_t, httplib::DataSink& sink) {
@@ -468,7 +506,9 @@ struct Server::Impl {
                     {"model", options.model_id},
                     {"slots", s.slots},
                     {"slots_busy", s.busy},
-                    {"requests_waiting", s.waiting}};
+                    {"requests_waiting", s.waiting},
+                    // Of the busy slots, those compiling a request's grammar.
+                    {"requests_compiling", compiling.load()}};
     }
 
     // Runs a handler, turning its errors into API errors (never an escaped exception).
@@ -585,8 +625,23 @@ struct Server::Impl {
         // Called once a request's headers are in, before its body is read.
         http.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
             if (!options.api_key.empty()) {
-                const std::string given = req.get_header_value("Authorization");
-                if (same_secret(given, "Bearer " + options.api_key)) {
+                // Read from the header map itself: get_header_value() goes through a C string
+                // and would stop at a NUL ("Bearer KEY\0junk" would pass as "Bearer KEY").
+                const auto header = req.headers.find("Authorization");
+                const std::string given =
+                    header == req.headers.end() ? std::string() : header->second;
+                // "Bearer" in any case (RFC 9110: schemes are case-insensitive), then the
+                // whole rest compared with the key, bytes past a NUL included, in constant
+                // time. A header of several values or with a NUL anywhere never matches.
+                const size_t space = given.find(' ');
+                std::string scheme = given.substr(0, space);
+                for (char& c : scheme) {
+                    c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+                }
+                const std::string token =
+                    space == std::string::npos ? std::string() : given.substr(space + 1);
+                if (scheme == "bearer" && req.get_header_value_count("Authorization") == 1 &&
+                    given.find('\0') == std::string::npos && same_secret(token, options.api_key)) {
                     return httplib::Server::HandlerResponse::Unhandled;
                 }
                 send_error(res, ApiError(401,

@@ -7,6 +7,8 @@
 #include "engine/generate/tool_calls.h"
 #include "engine/grammar/gbnf.h"
 #include "engine/grammar/json_schema.h"
+#include "engine/grammar/matcher.h"
+#include "engine/template/json_depth.h"
 #include "engine/tokenizer/tokenizer.h"
 
 namespace ember {
@@ -47,28 +49,55 @@ std::shared_ptr<const grammar::TokenTrie> make_harmony_token_trie(const Tokenize
     return std::make_shared<const grammar::TokenTrie>(std::move(pieces), std::move(ends));
 }
 
-std::shared_ptr<const grammar::Grammar> compile_output_format(const OutputFormat& format) {
+void check_first_byte(const std::shared_ptr<const grammar::Grammar>& grammar) {
+    grammar::Matcher matcher(grammar);
+    grammar::StackSet next;
+    for (unsigned b = 0; b < 256; ++b) {
+        const size_t mark = matcher.mark();
+        matcher.step(matcher.state(), static_cast<uint8_t>(b), next);
+        matcher.truncate(mark);
+    }
+}
+
+std::shared_ptr<const grammar::Grammar> compile_output_format(const OutputFormat& format,
+                                                              grammar::CompileBudget* budget) {
+    std::shared_ptr<const grammar::Grammar> out;
     switch (format.kind) {
         case OutputFormatKind::Free:
             return nullptr;
         case OutputFormatKind::Grammar:
-            return std::make_shared<const grammar::Grammar>(grammar::parse_gbnf(format.text));
+            out = std::make_shared<const grammar::Grammar>(
+                grammar::parse_gbnf(format.text, "root", budget));
+            break;
         case OutputFormatKind::JsonObject:
             return std::make_shared<const grammar::Grammar>(
                 grammar::parse_gbnf(grammar::json_object_gbnf()));
         case OutputFormatKind::JsonSchema: {
-            nlohmann::ordered_json schema;
-            try {
-                schema = nlohmann::ordered_json::parse(format.text);
-            } catch (const nlohmann::json::exception& e) {
-                throw grammar::SchemaError(std::string("the JSON schema is not valid JSON: ") + e.what(),
+            // Parsed with a depth bound: the compiler's own walk is bounded, but dumping a
+            // "const" nested 100,000 deep would recurse once a level.
+            auto parsed = parse_json_bounded(format.text);
+            if (parsed.too_deep) {
+                throw grammar::SchemaError("the JSON schema nests deeper than " +
+                                               std::to_string(kMaxTemplateValueDepth) + " levels",
                                            "", "/");
             }
-            return std::make_shared<const grammar::Grammar>(
-                grammar::parse_gbnf(grammar::json_schema_to_gbnf(schema)));
+            if (parsed.value.is_discarded()) {
+                std::string why = "not valid JSON";
+                try {
+                    const auto again = nlohmann::ordered_json::parse(format.text);  // the reason
+                    (void)again;
+                } catch (const nlohmann::json::exception& e) {
+                    why += std::string(": ") + e.what();
+                }
+                throw grammar::SchemaError("the JSON schema is " + why, "", "/");
+            }
+            out = std::make_shared<const grammar::Grammar>(grammar::parse_gbnf(
+                grammar::json_schema_to_gbnf(parsed.value, budget), "root", budget));
+            break;
         }
     }
-    return nullptr;
+    check_first_byte(out);
+    return out;
 }
 
 }  // namespace ember

@@ -34,8 +34,16 @@ struct OutputFormat {
 };
 
 // The grammar of `format` (null for Free). Throws grammar::GrammarError (a SchemaError naming
-// the keyword for an unsupported schema feature; a schema that is not JSON is a SchemaError
-// too).
-std::shared_ptr<const grammar::Grammar> compile_output_format(const OutputFormat& format);
+// the keyword for an unsupported schema feature; a schema that is not JSON, or nested deeper
+// than kMaxTemplateValueDepth, is a SchemaError too), naming the limit of `budget` (null: the
+// defaults of grammar::CompileLimits) that it passes; grammar::CompileCancelled when the
+// budget's cancel callback says so. A grammar so ambiguous that the matcher gives up on its
+// first byte is refused here, not at the first token.
+std::shared_ptr<const grammar::Grammar> compile_output_format(
+    const OutputFormat& format, grammar::CompileBudget* budget = nullptr);
+
+// Throws grammar::GrammarError when the matcher cannot take a first byte of `grammar`
+// within its bounds (Matcher::kMaxStepWork, kMaxStacks): 256 steps, cheap for any sane grammar.
+void check_first_byte(const std::shared_ptr<const grammar::Grammar>& grammar);
 
 }  // namespace ember

@@ -4,6 +4,7 @@
 #include <stdexcept>
 
 #include "engine/template/template.h"
+#include "engine/generate/control_text.h"
 #include "engine/generate/default_template.h"
 #include "engine/generate/harmony.h"
 #include "engine/generate/ngram.h"
@@ -293,18 +294,55 @@ void Conversation::set_tools(ToolOptions tools) {
     *tools_ = std::move(tools);
 }
 
-std::string Conversation::render_prompt(size_t n_messages, bool generation_prompt) const {
+Conversation::RenderedPrompt Conversation::render_marked(size_t n_messages,
+                                                        bool generation_prompt) const {
+    std::span<const ChatMessage> messages(messages_.data(), std::min(n_messages, messages_.size()));
+    const ToolOptions* tools = tools_.get();
+    // Control-token text in the tools' definitions and in replayed calls stays text, as in
+    // content (unless --special-tokens-in-content): masked before rendering, restored after.
+    ControlTextMask mask(model_.tokenizer());
+    ToolOptions masked_tools;
+    std::vector<ChatMessage> masked_messages;
+    if (!options_.special_tokens_in_content) {
+        if (tools->active()) {
+            masked_tools = *tools;
+            if (mask.mask(masked_tools.tools)) tools = &masked_tools;
+        }
+        for (size_t i = 0; i < messages.size(); ++i) {
+            for (size_t c = 0; c < messages[i].tool_calls.size(); ++c) {
+                ToolCall call = messages[i].tool_calls[c];
+                const bool name = mask.mask(call.name);
+                if (!(mask.mask(call.arguments) || name)) continue;
+                if (masked_messages.empty()) {
+                    masked_messages.assign(messages.begin(), messages.end());
+                }
+                masked_messages[i].tool_calls[c] = std::move(call);
+            }
+        }
+        if (!masked_messages.empty()) messages = masked_messages;
+    }
     ChatTemplateInputs in;
-    TemplateMessages rendered = template_messages(
-        std::span<const ChatMessage>(messages_.data(), std::min(n_messages, messages_.size())),
-        tool_format_, tools_.get());
+    TemplateMessages rendered = template_messages(messages, tool_format_, tools);
     in.messages = std::move(rendered.messages);
     in.tools = std::move(rendered.tools);
     in.add_generation_prompt = generation_prompt;
     in.bos_token = bos_text_;
     in.eos_token = eos_text_;
     in.extra = options_.template_vars;
-    return template_->render(in);
+    std::string text = template_->render(in);
+    if (!mask.used()) return {std::move(text), {}};
+    if (auto restored = mask.restore(text)) {
+        return {std::move(restored->text), std::move(restored->literal)};
+    }
+    // The template rewrote a placeholder (it changes the case of descriptions, say): render
+    // the data as it is, its control-token text then tokenized as the template's markup is.
+    ChatTemplateInputs plain = std::move(in);
+    TemplateMessages original = template_messages(
+        std::span<const ChatMessage>(messages_.data(), std::min(n_messages, messages_.size())),
+        tool_format_, tools_.get());
+    plain.messages = std::move(original.messages);
+    plain.tools = std::move(original.tools);
+    return {template_->render(plain), {}};
 }
 
 int64_t default_context_size(const ModelConfig& c, KvType kv_type) {
@@ -368,18 +406,23 @@ std::pair<size_t, size_t> find_content(std::string_view text, std::string_view c
 
 }  // namespace
 
-std::vector<int32_t> Conversation::tokenize_prompt(const std::string& text) const {
+std::vector<int32_t> Conversation::tokenize_prompt(const RenderedPrompt& prompt) const {
     // Where a generated reply appears verbatim in the rendered text, use its own tokens and
     // tokenize only the text around it. Every message is located in order (the search
     // cursor moves past each one), so a short reply cannot match inside an earlier message.
     // A message's text is text: where it spells a control token (a pasted "<|im_end|>") that
     // stays text, so a user cannot forge the template's markup (a system turn, the end of their
     // own); only the template's own markup around it is special. A message the template
-    // rewrote beyond trimming cannot be located and is tokenized with the markup.
-    std::vector<TextRange> literal;  // the located messages' text, in order
-    std::vector<int32_t> out;
-    size_t pending = 0;  // start of the text not yet tokenized
-    size_t cursor = 0;   // where the next message's search starts
+    // rewrote beyond trimming cannot be located and is tokenized with the markup. The control-
+    // token text render_marked() found in tools and calls is text too.
+    const std::string& text = prompt.text;
+    struct Located {
+        size_t at, end;
+        const ChatMessage* message;  // a reply with its own tokens
+    };
+    std::vector<Located> replies;
+    std::vector<TextRange> literal = prompt.literal;
+    size_t cursor = 0;  // where the next message's search starts
     for (const auto& m : messages_) {
         if (m.content.empty()) continue;
         const auto [at, length] = find_content(text, m.content, cursor);
@@ -387,12 +430,18 @@ std::vector<int32_t> Conversation::tokenize_prompt(const std::string& text) cons
         cursor = at + length;
         if (m.ids.empty()) {
             if (!options_.special_tokens_in_content) literal.push_back({at, cursor});
-            continue;
+        } else {
+            replies.push_back({at, cursor, &m});
         }
-        auto seg = tokenize_segment(text, pending, at, literal);
+    }
+    literal = merge_ranges(std::move(literal));
+    std::vector<int32_t> out;
+    size_t pending = 0;  // start of the text not yet tokenized
+    for (const Located& r : replies) {
+        auto seg = tokenize_segment(text, pending, r.at, literal);
         out.insert(out.end(), seg.begin(), seg.end());
-        out.insert(out.end(), m.ids.begin(), m.ids.end());
-        pending = cursor;
+        out.insert(out.end(), r.message->ids.begin(), r.message->ids.end());
+        pending = r.end;
     }
     auto rest = tokenize_segment(text, pending, text.size(), literal);
     out.insert(out.end(), rest.begin(), rest.end());
@@ -400,7 +449,7 @@ std::vector<int32_t> Conversation::tokenize_prompt(const std::string& text) cons
 }
 
 std::vector<int32_t> Conversation::fit_to_context(int64_t reserve, TurnResult& result) {
-    std::vector<int32_t> tokens = tokenize_prompt(render_prompt());
+    std::vector<int32_t> tokens = tokenize_prompt(render_marked());
     const int64_t full = static_cast<int64_t>(tokens.size());
     const size_t first_droppable = !messages_.empty() && messages_[0].role == "system" ? 1 : 0;
     std::vector<ChatMessage> kept;  // the messages as they were, should nothing fit
@@ -416,7 +465,7 @@ std::vector<int32_t> Conversation::fit_to_context(int64_t reserve, TurnResult& r
         if (kept.empty()) kept = messages_;
         messages_.erase(messages_.begin() + static_cast<std::ptrdiff_t>(first_droppable));
         ++result.messages_dropped;
-        tokens = tokenize_prompt(render_prompt());
+        tokens = tokenize_prompt(render_marked());
     }
     result.tokens_dropped = full - static_cast<int64_t>(tokens.size());
     return tokens;
@@ -456,8 +505,8 @@ void Conversation::save_snapshot_to_store(int slot, const std::vector<int32_t>& 
 size_t Conversation::last_message_start(const std::vector<int32_t>& tokens) const {
     if (messages_.size() < 2) return 0;
     try {
-        const std::string head = render_prompt(messages_.size() - 1, false);
-        const std::vector<int32_t> before = tokenize_prompt(head);
+        const std::vector<int32_t> before =
+            tokenize_prompt(render_marked(messages_.size() - 1, false));
         size_t n = 0;
         while (n < before.size() && n < tokens.size() && before[n] == tokens[n]) ++n;
         return n;
@@ -635,7 +684,7 @@ std::vector<int32_t> Conversation::next_turn_prefix() {
     for (size_t i = 0; i < probes.size(); ++i) {
         messages_.push_back(ChatMessage{"user", texts[i], {}, {}});
         try {
-            probes[i] = tokenize_prompt(render_prompt());
+            probes[i] = tokenize_prompt(render_marked());
         } catch (...) {
             messages_.pop_back();
             throw;

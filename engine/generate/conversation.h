@@ -196,11 +196,13 @@ public:
 
     // The tokens the next turn would evaluate: the conversation rendered and tokenized as
     // respond() does, before any message is dropped to fit the context.
-    std::vector<int32_t> prompt_tokens() const { return tokenize_prompt(render_prompt()); }
+    std::vector<int32_t> prompt_tokens() const { return tokenize_prompt(render_marked()); }
 
     // The prompt the next turn would evaluate (for debugging and `ember render`).
     // The prompt for the first `n_messages` messages (all by default).
-    std::string render_prompt(size_t n_messages = SIZE_MAX, bool generation_prompt = true) const;
+    std::string render_prompt(size_t n_messages = SIZE_MAX, bool generation_prompt = true) const {
+        return render_marked(n_messages, generation_prompt).text;
+    }
     // Whether replies are in the harmony format (gpt-oss).
     bool harmony() const { return harmony_ != nullptr; }
     // Whether the model's own template is in use (false: override or ChatML fallback).
@@ -217,7 +219,15 @@ public:
     PrefixStore* prefix_store() const { return store_; }
 
 private:
-    std::vector<int32_t> tokenize_prompt(const std::string& text) const;
+    // A rendered prompt, and where it holds control-token text that came from the tools'
+    // definitions or tool-call arguments (text, not markup: see control_text.h).
+    struct RenderedPrompt {
+        std::string text;
+        std::vector<TextRange> literal;
+    };
+    RenderedPrompt render_marked(size_t n_messages = SIZE_MAX,
+                                 bool generation_prompt = true) const;
+    std::vector<int32_t> tokenize_prompt(const RenderedPrompt& prompt) const;
     // text[begin, end) tokenized as part of a rendered prompt (`literal`: message text, see
     // tokenize_prompt; ranges of the whole text).
     std::vector<int32_t> tokenize_segment(std::string_view text, size_t begin, size_t end,

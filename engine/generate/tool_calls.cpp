@@ -278,7 +278,8 @@ namespace {
 
 // The grammar of a whole forced reply, or (`lazy`) of one call's rest after its start marker.
 std::shared_ptr<const grammar::Grammar> build_call_grammar(ToolCallFormat format,
-                                                           const ToolOptions& options, bool lazy) {
+                                                           const ToolOptions& options, bool lazy,
+                                                           grammar::CompileBudget* budget) {
     if (format == ToolCallFormat::None) {
         throw ToolError("this model's chat template has no tool-call format Ember knows", "tools");
     }
@@ -295,8 +296,10 @@ std::shared_ptr<const grammar::Grammar> build_call_grammar(ToolCallFormat format
                            : ojson{{"type", "object"}};
         std::string gbnf;
         try {
-            gbnf = grammar::json_schema_to_gbnf(schema);
-        } catch (const grammar::SchemaError& e) {
+            gbnf = grammar::json_schema_to_gbnf(schema, budget);
+        } catch (const grammar::CompileCancelled&) {
+            throw;
+        } catch (const grammar::GrammarError& e) {
             throw ToolError("the parameters of tool '" + name + "' cannot be enforced: " + e.what(),
                             "tools[" + std::to_string(i) + "].function.parameters");
         }
@@ -353,7 +356,10 @@ std::shared_ptr<const grammar::Grammar> build_call_grammar(ToolCallFormat format
             .append("\n");
     }
     try {
-        return std::make_shared<const grammar::Grammar>(grammar::parse_gbnf(top + rules));
+        return std::make_shared<const grammar::Grammar>(
+            grammar::parse_gbnf(top + rules, "root", budget));
+    } catch (const grammar::CompileCancelled&) {
+        throw;
     } catch (const grammar::GrammarError& e) {
         throw ToolError(std::string("the tools' call grammar cannot be built: ") + e.what(),
                         "tools");
@@ -363,14 +369,16 @@ std::shared_ptr<const grammar::Grammar> build_call_grammar(ToolCallFormat format
 }  // namespace
 
 std::shared_ptr<const grammar::Grammar> tool_call_grammar(ToolCallFormat format,
-                                                          const ToolOptions& options) {
-    return build_call_grammar(format, options, /*lazy=*/false);
+                                                          const ToolOptions& options,
+                                                          grammar::CompileBudget* budget) {
+    return build_call_grammar(format, options, /*lazy=*/false, budget);
 }
 
 std::shared_ptr<const grammar::Grammar> tool_call_lazy_grammar(ToolCallFormat format,
-                                                               const ToolOptions& options) {
+                                                               const ToolOptions& options,
+                                                               grammar::CompileBudget* budget) {
     if (!options.active()) return nullptr;
-    return build_call_grammar(format, options, /*lazy=*/true);
+    return build_call_grammar(format, options, /*lazy=*/true, budget);
 }
 
 LazyToolConstraint::LazyToolConstraint(ToolCallFormat format,

@@ -40,6 +40,7 @@ namespace ember {
 namespace grammar {
 class Grammar;
 class GrammarConstraint;
+class CompileBudget;
 }
 
 enum class ToolCallFormat { None, Hermes, Llama3, Harmony, Gemma3 };
@@ -103,15 +104,17 @@ TemplateMessages template_messages(std::span<const ChatMessage> messages, ToolCa
 // The grammar a reply that must call (Required, Named) is held to: the format's call syntax
 // with each function's arguments valid against its `parameters` schema. Harmony's markers are
 // spelled with harmony_sentinel() (see make_harmony_token_trie). Throws ToolError naming the
-// tool and the schema keyword Ember cannot constrain.
-std::shared_ptr<const grammar::Grammar> tool_call_grammar(ToolCallFormat format,
-                                                          const ToolOptions& options);
+// tool and the schema keyword Ember cannot constrain, or the limit of `budget` (null: the
+// defaults of grammar::CompileLimits) the schemas pass; grammar::CompileCancelled passes
+// through.
+std::shared_ptr<const grammar::Grammar> tool_call_grammar(
+    ToolCallFormat format, const ToolOptions& options, grammar::CompileBudget* budget = nullptr);
 // The grammar of one call's rest, for tool_choice auto: Hermes from after <tool_call>,
 // Llama3/Gemma3 from the "{" that opens the reply, Harmony from the function's name (fed by
 // LazyToolConstraint when the header is complete) through the arguments to <|call|>.
 // LazyToolConstraint engages it where a call starts.
-std::shared_ptr<const grammar::Grammar> tool_call_lazy_grammar(ToolCallFormat format,
-                                                               const ToolOptions& options);
+std::shared_ptr<const grammar::Grammar> tool_call_lazy_grammar(
+    ToolCallFormat format, const ToolOptions& options, grammar::CompileBudget* budget = nullptr);
 
 // tool_choice auto: the reply is free text until a call starts (the format's start marker in
 // the answer), then the constraint (over tool_call_lazy_grammar) holds the call to its syntax

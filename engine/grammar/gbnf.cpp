@@ -4,6 +4,8 @@
 #include <string>
 #include <utility>
 
+#include "engine/util/depth_guard.h"
+
 namespace ember::grammar {
 
 namespace {
@@ -25,7 +27,7 @@ int hex_value(char c) {
 
 class Parser {
 public:
-    explicit Parser(std::string_view text) : text_(text) {}
+    Parser(std::string_view text, CompileBudget* budget) : text_(text), builder_(budget) {}
 
     Grammar parse(const std::string& root) {
         skip_space(/*newlines=*/true);
@@ -117,6 +119,7 @@ private:
         size_t last_item = 0;  // where the most recent item's elements start
         bool have_item = false;
         for (;;) {
+            builder_.budget().tick();
             skip_space(nested);
             const char c = peek();
             if (at_end() || c == '|' || c == ')' || c == '\n') return sequence;
@@ -139,6 +142,11 @@ private:
                 ++pos_;
                 sequence.push_back(builder_.char_class({}, /*negated=*/true));
             } else if (c == '(') {
+                const int limit = builder_.budget().limits().max_nesting;
+                const DepthGuard guard(depth_, limit, [&] {
+                    fail("groups nested deeper than " + std::to_string(limit) +
+                         " levels (the limit on nesting)");
+                });
                 ++pos_;
                 skip_space(true);
                 const uint32_t group = builder_.fresh_rule(rule);
@@ -227,6 +235,14 @@ private:
             if ((next & 0xC0) != 0x80) fail("invalid UTF-8 in the grammar");
             cp = (cp << 6) | (next & 0x3F);
         }
+        // Overlong forms, surrogates and code points past U+10FFFF are not UTF-8 either.
+        const uint32_t shortest = length == 1   ? 0
+                                  : length == 2 ? 0x80
+                                  : length == 3 ? 0x800
+                                                : 0x10000;
+        if (cp < shortest || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) {
+            fail("invalid UTF-8 in the grammar");
+        }
         pos_ += length;
         return cp;
     }
@@ -249,7 +265,16 @@ private:
         std::string bytes;
         while (peek() != '"') {
             if (at_end() || peek() == '\n') fail("unterminated string literal", start);
-            bytes += encode_utf8(parse_char());
+            const size_t at = pos_;
+            const uint32_t cp = parse_char();
+            // What a literal forces the model to write must be text: no NUL, and no half of a
+            // UTF-16 surrogate pair (which has no UTF-8 form).
+            if (cp == 0) fail("a NUL character in a string literal (output must be text)", at);
+            if (cp >= 0xD800 && cp <= 0xDFFF) {
+                fail("a surrogate code point in a string literal (not a character; output "
+                     "must be valid UTF-8)", at);
+            }
+            bytes += encode_utf8(cp);
         }
         ++pos_;
         builder_.append_literal(sequence, bytes);
@@ -286,14 +311,15 @@ private:
 
     std::string_view text_;
     size_t pos_ = 0;
+    int depth_ = 0;  // groups open
     GrammarBuilder builder_;
     std::map<std::string, size_t> first_use_;  // rule name -> offset of its first reference
 };
 
 }  // namespace
 
-Grammar parse_gbnf(std::string_view text, const std::string& root) {
-    return Parser(text).parse(root);
+Grammar parse_gbnf(std::string_view text, const std::string& root, CompileBudget* budget) {
+    return Parser(text, budget).parse(root);
 }
 
 }  // namespace ember::grammar

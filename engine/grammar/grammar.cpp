@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <functional>
+#include <queue>
 
 #include "engine/util/utf8.h"
 
@@ -17,7 +18,8 @@ uint32_t saturating_add(uint32_t a, uint32_t b) {
     return std::min(Grammar::kUnbounded, a + b);  // both <= kUnbounded, so no overflow
 }
 
-// Sorted, merged, surrogate-free ranges; the complement within [0, 0x10FFFF] when negated.
+// Sorted, merged ranges without surrogates or NUL; the complement within [0, 0x10FFFF] when
+// negated.
 std::vector<CodePointRange> normalize(std::vector<CodePointRange> ranges, bool negated) {
     std::sort(ranges.begin(), ranges.end());
     std::vector<CodePointRange> merged;
@@ -37,6 +39,14 @@ std::vector<CodePointRange> normalize(std::vector<CodePointRange> ranges, bool n
         }
         if (next <= kMaxCodePoint) complement.push_back({next, kMaxCodePoint});
         merged = std::move(complement);
+    }
+    // Never NUL either: what a grammar makes the model write is text.
+    if (!merged.empty() && merged.front().first == 0) {
+        if (merged.front().last == 0) {
+            merged.erase(merged.begin());
+        } else {
+            merged.front().first = 1;
+        }
     }
     std::vector<CodePointRange> out;
     for (const CodePointRange& r : merged) {
@@ -110,9 +120,50 @@ std::vector<std::vector<ByteRange>> utf8_sequences(CodePointRange range) {
     return out;
 }
 
+CompileBudget::CompileBudget(CompileLimits limits)
+    : limits_(std::move(limits)), start_(std::chrono::steady_clock::now()) {}
+
+void CompileBudget::check_now() const {
+    if (limits_.cancelled && limits_.cancelled()) {
+        throw CompileCancelled("compiling the grammar was cancelled");
+    }
+    const auto spent = std::chrono::steady_clock::now() - start_;
+    if (limits_.max_time.count() > 0 && spent > limits_.max_time) {
+        const auto ms =
+            std::chrono::duration_cast<std::chrono::milliseconds>(limits_.max_time).count();
+        std::string limit = std::to_string(ms / 1000);
+        if (ms % 1000 != 0) limit += "." + std::to_string(ms % 1000 + 1000).substr(1);
+        throw GrammarError("compiling the grammar took longer than its time limit of " + limit +
+                           " s");
+    }
+}
+
+size_t GrammarBuilder::ByteSetHash::operator()(const ByteSet& s) const {
+    uint64_t h = 0x9E3779B97F4A7C15ull;
+    for (const uint64_t w : s.bits) h = (h ^ w) * 0x100000001B3ull + (h >> 29);
+    return static_cast<size_t>(h);
+}
+
+GrammarBuilder::GrammarBuilder(CompileBudget* budget)
+    : budget_(budget != nullptr ? budget : &own_budget_) {}
+
+void GrammarBuilder::reserve(size_t more, size_t rules) {
+    const CompileLimits& l = budget_->limits();
+    if (more > l.max_elements - std::min(elements_, l.max_elements)) {
+        throw GrammarError("the grammar is too large: more than " + std::to_string(l.max_elements) +
+                           " elements (the limit on a grammar's size)");
+    }
+    if (rules > l.max_rules - std::min(names_.size(), l.max_rules)) {
+        throw GrammarError("the grammar is too large: more than " + std::to_string(l.max_rules) +
+                           " rules (the limit on a grammar's rules, repetitions included)");
+    }
+    budget_->tick();
+}
+
 uint32_t GrammarBuilder::rule(const std::string& name) {
     const auto it = ids_.find(name);
     if (it != ids_.end()) return it->second;
+    reserve(0, 1);
     ids_.emplace(name, static_cast<uint32_t>(names_.size()));
     names_.push_back(name);
     rules_.emplace_back();
@@ -129,17 +180,21 @@ uint32_t GrammarBuilder::fresh_rule(const std::string& base) {
 
 void GrammarBuilder::define(uint32_t id, std::vector<Sequence> alternatives) {
     if (defined_[id]) throw GrammarError("rule '" + names_[id] + "' is defined twice");
+    size_t count = 0;
+    for (const Sequence& alt : alternatives) count += alt.size() + 1;  // + its End
+    reserve(count);
+    elements_ += count;
     rules_[id] = std::move(alternatives);
     defined_[id] = true;
 }
 
 Element GrammarBuilder::bytes(const ByteSet& set) {
-    const auto it = std::find(byte_sets_.begin(), byte_sets_.end(), set);
-    if (it != byte_sets_.end()) {
-        return {ElementKind::Bytes, static_cast<uint32_t>(it - byte_sets_.begin())};
-    }
+    const auto it = byte_set_ids_.find(set);
+    if (it != byte_set_ids_.end()) return {ElementKind::Bytes, it->second};
+    const auto id = static_cast<uint32_t>(byte_sets_.size());
     byte_sets_.push_back(set);
-    return {ElementKind::Bytes, static_cast<uint32_t>(byte_sets_.size() - 1)};
+    byte_set_ids_.emplace(set, id);
+    return {ElementKind::Bytes, id};
 }
 
 Element GrammarBuilder::byte(uint8_t b) {
@@ -149,6 +204,7 @@ Element GrammarBuilder::byte(uint8_t b) {
 }
 
 void GrammarBuilder::append_literal(Sequence& sequence, const std::string& text) {
+    reserve(sequence.size() + text.size());
     for (const char c : text) sequence.push_back(byte(static_cast<uint8_t>(c)));
 }
 
@@ -163,8 +219,8 @@ Element GrammarBuilder::char_class(std::vector<CodePointRange> ranges, bool nega
         if (r.last >= 0x80) multibyte = true;
     }
     if (!multibyte) return bytes(ascii);
-    for (const auto& [known, id] : class_rules_) {
-        if (known == set) return ref(id);
+    if (const auto known = class_rules_.find(set); known != class_rules_.end()) {
+        return ref(known->second);
     }
     std::vector<Sequence> alternatives;
     if (ascii != ByteSet{}) alternatives.push_back({bytes(ascii)});
@@ -182,7 +238,7 @@ Element GrammarBuilder::char_class(std::vector<CodePointRange> ranges, bool nega
     }
     const uint32_t id = fresh_rule("char");
     define(id, std::move(alternatives));
-    class_rules_.emplace_back(set, id);
+    class_rules_.emplace(set, id);
     return ref(id);
 }
 
@@ -199,6 +255,9 @@ Element GrammarBuilder::repeat(const Sequence& item, int min, int max, const std
                            "}");
     }
     const Element x = as_single(item, base);
+    // Checked before anything is laid out: what follows adds about this much.
+    const auto optional = static_cast<size_t>(max < 0 ? 1 : max - min);
+    reserve(static_cast<size_t>(min) + 2 + 4 * optional, optional + 1);
     // The tail after the required copies: x* is  T ::= x T | ()  (right recursive, so the
     // matcher's stack does not grow with the count); a bounded tail nests optionals,
     // T_k ::= x T_(k-1) | (), which keeps the grammar linear in max - min.
@@ -231,83 +290,134 @@ Grammar GrammarBuilder::build(const std::string& root_name) const {
     for (size_t r = 0; r < n_rules; ++r) {
         if (!defined_[r]) throw GrammarError("rule '" + names_[r] + "' is used but not defined");
     }
+    // Every pass below is linear in the grammar (a few are n log n): a grammar of millions of
+    // elements (a long literal, a schema's big "const") builds in about a second.
 
-    // Fewest bytes each rule can match, by fixed point (kUnbounded: never finishes).
-    std::vector<uint32_t> min_rule(n_rules, Grammar::kUnbounded);
-    const auto sequence_min = [&](const Sequence& s, size_t from) {
-        uint32_t total = 0;
-        for (size_t i = from; i < s.size(); ++i) {
-            total = saturating_add(total, s[i].kind == ElementKind::Bytes ? 1 : min_rule[s[i].value]);
-        }
-        return total;
+    // Fewest bytes each rule can match (kUnbounded: never finishes), by Knuth's generalization
+    // of Dijkstra's algorithm: an alternative's value is known once all its rules' are, and
+    // the smallest value not yet final is final (a sum is never below its parts).
+    struct Alt {
+        uint32_t rule = 0;
+        uint32_t pending = 0;  // references to rules whose value is not final yet
+        uint32_t sum = 0;      // bytes, plus the final values of the rules seen so far
     };
-    for (bool changed = true; changed;) {
-        changed = false;
-        for (size_t r = 0; r < n_rules; ++r) {
-            for (const Sequence& alt : rules_[r]) {
-                const uint32_t m = sequence_min(alt, 0);
-                if (m < min_rule[r]) {
-                    min_rule[r] = m;
-                    changed = true;
+    std::vector<Alt> alts;
+    std::vector<std::vector<uint32_t>> uses(n_rules);  // rule -> alternatives, per reference
+    for (size_t r = 0; r < n_rules; ++r) {
+        for (const Sequence& seq : rules_[r]) {
+            Alt a;
+            a.rule = static_cast<uint32_t>(r);
+            for (const Element& e : seq) {
+                if (e.kind == ElementKind::Bytes) {
+                    a.sum = saturating_add(a.sum, 1);
+                } else {
+                    ++a.pending;
+                    uses[e.value].push_back(static_cast<uint32_t>(alts.size()));
                 }
             }
+            alts.push_back(a);
+            budget_->tick();
+        }
+    }
+    std::vector<uint32_t> min_rule(n_rules, Grammar::kUnbounded);
+    {
+        using Entry = std::pair<uint32_t, uint32_t>;  // (value, rule)
+        std::priority_queue<Entry, std::vector<Entry>, std::greater<>> queue;
+        for (const Alt& a : alts) {
+            if (a.pending == 0) queue.emplace(a.sum, a.rule);
+        }
+        std::vector<uint8_t> final_value(n_rules, 0);
+        while (!queue.empty()) {
+            const auto [value, r] = queue.top();
+            queue.pop();
+            if (final_value[r]) continue;
+            final_value[r] = 1;
+            min_rule[r] = value;
+            for (const uint32_t a : uses[r]) {
+                alts[a].sum = saturating_add(alts[a].sum, value);
+                if (--alts[a].pending == 0) queue.emplace(alts[a].sum, alts[a].rule);
+            }
+            budget_->tick();
         }
     }
 
     // Left recursion: rule R reaches S at its leftmost position when an alternative of R has
-    // only empty-matching rules before S. A cycle there would expand forever.
+    // only empty-matching rules before S. A cycle there would expand forever. The same edges
+    // carry first bytes (below).
     std::vector<std::vector<uint32_t>> leftmost(n_rules);
+    std::vector<ByteSet> first_rule(n_rules);  // first the bytes that come before any rule
     for (size_t r = 0; r < n_rules; ++r) {
         for (const Sequence& alt : rules_[r]) {
             for (const Element& e : alt) {
-                if (e.kind != ElementKind::Rule) break;
+                if (e.kind != ElementKind::Rule) {
+                    const ByteSet& add = byte_sets_[e.value];
+                    for (size_t w = 0; w < add.bits.size(); ++w) {
+                        first_rule[r].bits[w] |= add.bits[w];
+                    }
+                    break;
+                }
                 leftmost[r].push_back(e.value);
                 if (min_rule[e.value] != 0) break;
             }
         }
     }
-    std::vector<uint8_t> color(n_rules, 0);  // 0 unvisited, 1 on the path, 2 done
-    const std::function<void(uint32_t)> visit = [&](uint32_t r) {
-        color[r] = 1;
-        for (const uint32_t s : leftmost[r]) {
-            if (color[s] == 1) {
-                throw GrammarError("rule '" + names_[s] +
-                                   "' can recurse without consuming input (left recursion, or a "
-                                   "repetition of something that matches empty)");
+    {
+        // Depth-first, with an explicit stack (a chain of a million rules is no deeper for it).
+        std::vector<uint8_t> color(n_rules, 0);  // 0 unvisited, 1 on the path, 2 done
+        std::vector<std::pair<uint32_t, size_t>> path;  // (rule, next edge to follow)
+        for (uint32_t start = 0; start < n_rules; ++start) {
+            if (color[start] != 0) continue;
+            color[start] = 1;
+            path.emplace_back(start, 0);
+            while (!path.empty()) {
+                auto& [r, next] = path.back();
+                if (next == leftmost[r].size()) {
+                    color[r] = 2;
+                    path.pop_back();
+                    continue;
+                }
+                const uint32_t s = leftmost[r][next++];
+                if (color[s] == 1) {
+                    throw GrammarError("rule '" + names_[s] +
+                                       "' can recurse without consuming input (left recursion, "
+                                       "or a repetition of something that matches empty)");
+                }
+                if (color[s] == 0) {
+                    color[s] = 1;
+                    path.emplace_back(s, 0);
+                }
+                budget_->tick();
             }
-            if (color[s] == 0) visit(s);
         }
-        color[r] = 2;
-    };
-    for (uint32_t r = 0; r < n_rules; ++r) {
-        if (color[r] == 0) visit(r);
     }
 
-    // The bytes each rule can start with, by fixed point (an empty-matching rule lets the
-    // next element's bytes through).
-    std::vector<ByteSet> first_rule(n_rules);
-    const auto sequence_first = [&](const Sequence& s, size_t from) {
-        ByteSet set;
-        for (size_t i = from; i < s.size(); ++i) {
-            const ByteSet& add = s[i].kind == ElementKind::Bytes ? byte_sets_[s[i].value]
-                                                                  : first_rule[s[i].value];
-            for (size_t w = 0; w < set.bits.size(); ++w) set.bits[w] |= add.bits[w];
-            if (s[i].kind == ElementKind::Bytes || min_rule[s[i].value] != 0) break;
+    // The bytes each rule can start with: a rule's set flows into every rule that has it at a
+    // leftmost position, until nothing changes (a set grows at most 256 times).
+    {
+        std::vector<std::vector<uint32_t>> feeds(n_rules);  // s -> rules with s leftmost
+        for (uint32_t r = 0; r < n_rules; ++r) {
+            for (const uint32_t s : leftmost[r]) feeds[s].push_back(r);
         }
-        return set;
-    };
-    for (bool changed = true; changed;) {
-        changed = false;
-        for (size_t r = 0; r < n_rules; ++r) {
-            ByteSet set = first_rule[r];
-            for (const Sequence& alt : rules_[r]) {
-                const ByteSet add = sequence_first(alt, 0);
-                for (size_t w = 0; w < set.bits.size(); ++w) set.bits[w] |= add.bits[w];
+        std::vector<uint32_t> work(n_rules);
+        for (uint32_t r = 0; r < n_rules; ++r) work[r] = r;
+        std::vector<uint8_t> queued(n_rules, 1);
+        while (!work.empty()) {
+            const uint32_t s = work.back();
+            work.pop_back();
+            queued[s] = 0;
+            for (const uint32_t r : feeds[s]) {
+                ByteSet merged = first_rule[r];
+                for (size_t w = 0; w < merged.bits.size(); ++w) {
+                    merged.bits[w] |= first_rule[s].bits[w];
+                }
+                if (merged == first_rule[r]) continue;
+                first_rule[r] = merged;
+                if (!queued[r]) {
+                    queued[r] = 1;
+                    work.push_back(r);
+                }
             }
-            if (set != first_rule[r]) {
-                first_rule[r] = set;
-                changed = true;
-            }
+            budget_->tick();
         }
     }
 
@@ -316,17 +426,44 @@ Grammar GrammarBuilder::build(const std::string& root_name) const {
     g.byte_sets_ = byte_sets_;
     g.root_ = root_it->second;
     g.rules_.resize(n_rules);
+    std::unordered_map<ByteSet, uint32_t, ByteSetHash> first_ids;
+    const auto first_id = [&](const ByteSet& set) {
+        const auto next = static_cast<uint32_t>(g.first_sets_.size());
+        const auto [it, added] = first_ids.emplace(set, next);
+        if (added) g.first_sets_.push_back(set);
+        return it->second;
+    };
+    const uint32_t empty_first = first_id(ByteSet{});
+    std::vector<uint32_t> suffix_min;
+    std::vector<ByteSet> suffix_first;
     for (size_t r = 0; r < n_rules; ++r) {
         for (const Sequence& alt : rules_[r]) {
+            // From the end back: what completes the alternative from each element on, and the
+            // bytes that can come first there (an empty-matching rule lets the next through).
+            suffix_min.assign(alt.size() + 1, 0);
+            suffix_first.assign(alt.size() + 1, ByteSet{});
+            for (size_t i = alt.size(); i-- > 0;) {
+                const Element& e = alt[i];
+                const bool bytes = e.kind == ElementKind::Bytes;
+                suffix_min[i] = saturating_add(bytes ? 1 : min_rule[e.value], suffix_min[i + 1]);
+                ByteSet set = bytes ? byte_sets_[e.value] : first_rule[e.value];
+                if (!bytes && min_rule[e.value] == 0) {
+                    for (size_t w = 0; w < set.bits.size(); ++w) {
+                        set.bits[w] |= suffix_first[i + 1].bits[w];
+                    }
+                }
+                suffix_first[i] = set;
+            }
             g.rules_[r].push_back(static_cast<uint32_t>(g.elements_.size()));
             for (size_t i = 0; i < alt.size(); ++i) {
                 g.elements_.push_back(alt[i]);
-                g.suffix_min_.push_back(sequence_min(alt, i));
-                g.first_.push_back(sequence_first(alt, i));
+                g.suffix_min_.push_back(suffix_min[i]);
+                g.first_.push_back(first_id(suffix_first[i]));
             }
             g.elements_.push_back({ElementKind::End, 0});
             g.suffix_min_.push_back(0);
-            g.first_.emplace_back();
+            g.first_.push_back(empty_first);
+            budget_->tick();
         }
     }
     return g;

@@ -11,7 +11,10 @@
 #pragma once
 
 #include <array>
+#include <chrono>
 #include <cstdint>
+#include <functional>
+#include <map>
 #include <stdexcept>
 #include <string>
 #include <unordered_map>
@@ -23,6 +26,49 @@ namespace ember::grammar {
 class GrammarError : public std::runtime_error {
 public:
     using std::runtime_error::runtime_error;
+};
+
+// A compilation stopped because the caller asked (CompileLimits::cancelled): a client that
+// left, say. Not the input's fault.
+class CompileCancelled : public GrammarError {
+public:
+    using GrammarError::GrammarError;
+};
+
+// Bounds on compiling a grammar (GBNF text, or a JSON Schema through it) from untrusted
+// input. Every compiler step is linear in its input, so these bound memory and time; past one,
+// GrammarError names the bound.
+struct CompileLimits {
+    // Grammar elements (one per literal byte, class and rule reference, one per alternative's
+    // end), all rules together; and rules (repetitions and groups make their own).
+    size_t max_elements = size_t{1} << 23;
+    size_t max_rules = size_t{1} << 21;
+    // GBNF groups inside groups; JSON Schema subschemas inside subschemas, $ref hops counted.
+    int max_nesting = 256;
+    // Wall-clock time for the whole compilation (zero: none).
+    std::chrono::steady_clock::duration max_time = std::chrono::seconds(30);
+    // Polled now and then; returning true stops the compilation with CompileCancelled.
+    std::function<bool()> cancelled;
+};
+
+// One compilation's account against its limits; shared by the stages of one request (the
+// schema compiler, then the GBNF parser and the grammar builder).
+class CompileBudget {
+public:
+    explicit CompileBudget(CompileLimits limits = {});
+    const CompileLimits& limits() const { return limits_; }
+    // Cheap enough for every loop iteration: every 4096th call checks the clock and the
+    // cancel callback.
+    void tick() {
+        if ((++ticks_ & 4095u) == 0) check_now();
+    }
+    // Throws GrammarError past the time limit, CompileCancelled when cancelled.
+    void check_now() const;
+
+private:
+    CompileLimits limits_;
+    std::chrono::steady_clock::time_point start_;
+    uint32_t ticks_ = 0;
 };
 
 // A set of byte values, 256 bits.
@@ -65,7 +111,10 @@ public:
     // The bytes that can come first when matching from `position` to the end of its
     // alternative (what follows the alternative not included, so an alternative that can
     // match empty, min_bytes_from() == 0, must be entered whatever the byte).
-    const ByteSet& first_bytes_from(uint32_t position) const { return first_[position]; }
+    const ByteSet& first_bytes_from(uint32_t position) const {
+        return first_sets_[first_[position]];
+    }
+    size_t element_count() const { return elements_.size(); }
 
     static constexpr uint32_t kUnbounded = 1u << 30;
 
@@ -76,7 +125,8 @@ private:
     std::vector<std::string> names_;
     std::vector<ByteSet> byte_sets_;
     std::vector<uint32_t> suffix_min_;  // one per element
-    std::vector<ByteSet> first_;        // one per element
+    std::vector<uint32_t> first_;       // one per element: an index into first_sets_
+    std::vector<ByteSet> first_sets_;   // distinct first-byte sets
     uint32_t root_ = 0;
 };
 
@@ -92,6 +142,11 @@ struct CodePointRange {
 // reference creates the rule), and build() checks that every one was.
 class GrammarBuilder {
 public:
+    // Counts against `budget` (which must outlive the builder); null: default limits.
+    explicit GrammarBuilder(CompileBudget* budget = nullptr);
+    GrammarBuilder(const GrammarBuilder&) = delete;
+    GrammarBuilder& operator=(const GrammarBuilder&) = delete;
+    CompileBudget& budget() { return *budget_; }
     // The id of the rule named `name`, creating an undefined rule on first use.
     uint32_t rule(const std::string& name);
     // A new rule with a name not used before, derived from `base` (for groups, repetitions).
@@ -106,25 +161,34 @@ public:
     Element ref(uint32_t rule) const { return {ElementKind::Rule, rule}; }
     // Appends the UTF-8 bytes of `text` as single-byte elements.
     void append_literal(Sequence& sequence, const std::string& text);
-    // One code point out of `ranges` (need not be sorted or disjoint; surrogates are never
-    // matched), as a single element: a byte set when all are ASCII, else a rule of UTF-8
-    // byte-range sequences (shared by equal classes).
+    // One code point out of `ranges` (need not be sorted or disjoint; surrogates and NUL are
+    // never matched), as a single element: a byte set when all are ASCII, else a rule of
+    // UTF-8 byte-range sequences (shared by equal classes).
     Element char_class(std::vector<CodePointRange> ranges, bool negated);
     // Repetition of `item` between min and max times (max < 0: unbounded), as one element.
     Element repeat(const Sequence& item, int min, int max, const std::string& base);
 
     // Checks the grammar (every rule defined, no left recursion, `root_name` exists) and
-    // lays it out. Throws GrammarError naming the rule at fault.
+    // lays it out. Throws GrammarError naming the rule at fault. Linear in the grammar's size.
     Grammar build(const std::string& root_name) const;
 
 private:
     Element as_single(const Sequence& item, const std::string& base);
+    // Throws GrammarError when `more` elements and `rules` rules would pass the limits.
+    void reserve(size_t more, size_t rules = 0);
+    struct ByteSetHash {
+        size_t operator()(const ByteSet& s) const;
+    };
+    CompileBudget own_budget_;
+    CompileBudget* budget_;
+    size_t elements_ = 0;  // counted as rules are defined
     std::vector<std::vector<Sequence>> rules_;
     std::vector<std::string> names_;
     std::unordered_map<std::string, uint32_t> ids_;  // name -> rule id
     std::vector<bool> defined_;
     std::vector<ByteSet> byte_sets_;
-    std::vector<std::pair<std::vector<CodePointRange>, uint32_t>> class_rules_;
+    std::unordered_map<ByteSet, uint32_t, ByteSetHash> byte_set_ids_;
+    std::map<std::vector<CodePointRange>, uint32_t> class_rules_;  // class -> its rule
 };
 
 // Code point ranges [first, last] (surrogates removed) as UTF-8: each inner vector is one

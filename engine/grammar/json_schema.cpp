@@ -6,6 +6,8 @@
 #include <set>
 #include <vector>
 
+#include "engine/util/depth_guard.h"
+
 namespace ember::grammar {
 
 namespace {
@@ -59,6 +61,16 @@ std::string literal(const std::string& bytes) {
     return out + "\"";
 }
 
+// A property name as a segment of an error's path: long names are cut, so that the paths of
+// a deep schema under a megabyte-long name do not take a megabyte per level.
+std::string path_segment(const std::string& name) {
+    constexpr size_t kMax = 64;
+    if (name.size() <= kMax) return name;
+    size_t cut = kMax;
+    while (cut > 0 && (static_cast<uint8_t>(name[cut]) & 0xC0) == 0x80) --cut;  // whole chars
+    return name.substr(0, cut) + "...";
+}
+
 std::string json_type_of(const json& v) {
     if (v.is_object()) return "object";
     if (v.is_array()) return "array";
@@ -75,7 +87,7 @@ std::string json_type_of(const json& v) {
 
 class SchemaCompiler {
 public:
-    explicit SchemaCompiler(const json& root) : root_(root) {}
+    SchemaCompiler(const json& root, CompileBudget& budget) : root_(root), budget_(budget) {}
 
     std::string compile() {
         const std::string value = rule_for(root_, "");
@@ -124,8 +136,17 @@ private:
         return static_cast<int>(v.get<unsigned long long>());
     }
 
-    // A rule (or rule expression) matching the values valid against `schema`.
+    // A rule (or rule expression) matching the values valid against `schema`. Recursive:
+    // every subschema and every $ref hop counts one level against max_nesting.
     std::string rule_for(const json& schema, const std::string& path) {
+        const int limit = budget_.limits().max_nesting;
+        const DepthGuard guard(depth_, limit, [&] {
+            throw SchemaError("the JSON schema nests deeper than " + std::to_string(limit) +
+                                  " levels at " + (path.empty() ? std::string("/") : path) +
+                                  " (subschemas and $ref hops count; the limit on nesting)",
+                              "", path.empty() ? "/" : path);
+        });
+        budget_.tick();
         if (schema.is_boolean()) {
             if (!schema.get<bool>()) fail("false", path, "no value is valid against it");
             return "json-value";
@@ -272,7 +293,7 @@ private:
             const json& p = schema.at("properties");
             if (!p.is_object()) fail("properties", path, "must be an object");
             for (const auto& [name, sub] : p.items()) {
-                const std::string value = rule_for(sub, path + "/properties/" + name);
+                const std::string value = rule_for(sub, path + "/properties/" + path_segment(name));
                 props.push_back({literal(json(name).dump()) + " ws \":\" ws " + value + " ws",
                                  required.contains(name)});
                 declared.insert(name);
@@ -347,6 +368,8 @@ private:
     }
 
     const json& root_;
+    CompileBudget& budget_;
+    int depth_ = 0;
     std::string rules_;
     int counter_ = 0;
     std::map<std::string, std::string> refs_;  // $ref target -> rule name
@@ -354,8 +377,9 @@ private:
 
 }  // namespace
 
-std::string json_schema_to_gbnf(const nlohmann::ordered_json& schema) {
-    return SchemaCompiler(schema).compile();
+std::string json_schema_to_gbnf(const nlohmann::ordered_json& schema, CompileBudget* budget) {
+    CompileBudget own;
+    return SchemaCompiler(schema, budget != nullptr ? *budget : own).compile();
 }
 
 std::string json_object_gbnf() {

@@ -39,8 +39,12 @@ private:
 
 // GBNF text whose `root` rule matches the JSON texts valid against `schema` (optional leading
 // whitespace included). Parse the schema as ordered_json: properties keep their order.
-// Throws SchemaError.
-std::string json_schema_to_gbnf(const nlohmann::ordered_json& schema);
+// Throws SchemaError; past a limit of `budget` (null: the defaults of CompileLimits), an error
+// naming it: subschemas nested deeper than max_nesting ($ref hops count, so a chain of
+// thousands of $refs is refused, not followed down the C++ stack), or the time limit. The
+// GBNF is linear in the schema's size (a $ref target is compiled once).
+std::string json_schema_to_gbnf(const nlohmann::ordered_json& schema,
+                                CompileBudget* budget = nullptr);
 
 // GBNF for any JSON object (OpenAI's response_format {"type": "json_object"}).
 std::string json_object_gbnf();

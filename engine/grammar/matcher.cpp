@@ -38,32 +38,91 @@ void Matcher::push_top(uint32_t position, int32_t parent, StackSet& out) {
     }
 }
 
+void Matcher::begin_step() {
+    step_work_ = 0;
+    if (seen_count_ == 0) return;  // the table holds nothing of the last step
+    seen_count_ = 0;
+    if (++stamp_ == 0) {  // wrapped: no slot may look live
+        std::fill(seen_stamps_.begin(), seen_stamps_.end(), 0u);
+        stamp_ = 1;
+    }
+}
+
+bool Matcher::counted_visit(uint32_t position, int32_t parent) {
+    if (step_work_ > kMaxStepWork) {
+        throw GrammarError("the grammar is too ambiguous: matching one byte took more than " +
+                           std::to_string(kMaxStepWork) +
+                           " expansions (nested repetitions of something that can match "
+                           "nothing?)");
+    }
+    if (seen_keys_.empty() || (seen_count_ + 1) * 2 > seen_keys_.size()) {
+        // Grow: the live slots move to a table twice the size.
+        const size_t size = std::max<size_t>(256, seen_keys_.size() * 2);
+        std::vector<uint64_t> keys(size);
+        std::vector<uint32_t> stamps(size, 0);
+        for (size_t i = 0; i < seen_keys_.size(); ++i) {
+            if (seen_stamps_[i] != stamp_) continue;
+            size_t j = (seen_keys_[i] * 0x9E3779B97F4A7C15ull >> 20) & (size - 1);
+            while (stamps[j] == stamp_) j = (j + 1) & (size - 1);
+            keys[j] = seen_keys_[i];
+            stamps[j] = stamp_;
+        }
+        seen_keys_ = std::move(keys);
+        seen_stamps_ = std::move(stamps);
+    }
+    const uint64_t key = uint64_t{position} << 32 | static_cast<uint32_t>(parent + 1);
+    const size_t mask = seen_keys_.size() - 1;
+    for (size_t j = (key * 0x9E3779B97F4A7C15ull >> 20) & mask;; j = (j + 1) & mask) {
+        if (seen_stamps_[j] != stamp_) {
+            seen_stamps_[j] = stamp_;
+            seen_keys_[j] = key;
+            ++seen_count_;
+            return true;
+        }
+        if (seen_keys_[j] == key) return false;
+    }
+}
+
 void Matcher::advance(uint32_t position, int32_t parent, uint8_t byte, StackSet& out) {
     const Grammar& g = *grammar_;
-    for (;;) {
-        const Element& e = g.at(position);
-        if (e.kind == ElementKind::Bytes) {
-            if (g.byte_set(e.value).has(byte)) push_top(position + 1, parent, out);
-            return;
+    work_.clear();
+    work_.push_back({position, parent});
+    while (!work_.empty()) {
+        Pending at = work_.back();
+        work_.pop_back();
+        while (first_visit(at.position, at.parent)) {
+            const Element& e = g.at(at.position);
+            if (e.kind == ElementKind::Bytes) {
+                if (g.byte_set(e.value).has(byte)) push_top(at.position + 1, at.parent, out);
+                break;
+            }
+            if (e.kind == ElementKind::End) {
+                if (at.parent < 0) break;  // complete: no byte may follow
+                const Node frame = nodes_[static_cast<size_t>(at.parent)];
+                at = {frame.position, frame.parent};
+                continue;
+            }
+            // A rule: its continuation becomes a frame (made once, when an alternative is
+            // entered), unless nothing follows the reference (a tail call). The first
+            // alternative that can start with the byte is followed here, the others go on the
+            // work list (last first, so they are expanded in order).
+            const uint32_t next = at.position + 1;
+            const bool tail = g.at(next).kind == ElementKind::End;
+            int32_t below = tail ? at.parent : -2;
+            const std::vector<uint32_t>& alts = g.alternatives(e.value);
+            uint32_t first = 0;
+            bool any = false;
+            for (size_t i = alts.size(); i-- > 0;) {
+                const uint32_t alt = alts[i];
+                if (g.min_bytes_from(alt) != 0 && !g.first_bytes_from(alt).has(byte)) continue;
+                if (below == -2) below = new_node(next, at.parent);
+                if (any) work_.push_back({first, below});
+                first = alt;
+                any = true;
+            }
+            if (!any) break;
+            at = {first, below};
         }
-        if (e.kind == ElementKind::End) {
-            if (parent < 0) return;  // complete: no byte may follow
-            const Node frame = nodes_[static_cast<size_t>(parent)];
-            position = frame.position;
-            parent = frame.parent;
-            continue;
-        }
-        // A rule: its continuation becomes a frame (made once, when an alternative is
-        // entered), unless nothing follows the reference (a tail call).
-        const uint32_t next = position + 1;
-        const bool tail = g.at(next).kind == ElementKind::End;
-        int32_t below = tail ? parent : -2;
-        for (const uint32_t alt : g.alternatives(e.value)) {
-            if (g.min_bytes_from(alt) != 0 && !g.first_bytes_from(alt).has(byte)) continue;
-            if (below == -2) below = new_node(next, parent);
-            advance(alt, below, byte, out);
-        }
-        return;
     }
 }
 
@@ -95,6 +154,7 @@ void Matcher::finish(StackSet& set) const {
 void Matcher::step(const StackSet& from, uint8_t byte, StackSet& to) {
     to.tops.clear();
     to.complete = false;
+    begin_step();
     for (const int32_t top : from.tops) {
         const Node n = nodes_[static_cast<size_t>(top)];
         advance(n.position, n.parent, byte, to);

@@ -67,6 +67,10 @@ public:
 
     // Past this many live parses the grammar is too ambiguous to follow: GrammarError.
     static constexpr size_t kMaxStacks = 4096;
+    // Past this many expansions (a rule entered, an alternative ended) to match one byte
+    // from every live parse, likewise: nested repetitions of what can match empty, such as
+    // (("a"{0,300}){0,300}){0,300}, have millions of ways to reach the next byte.
+    static constexpr size_t kMaxStepWork = size_t{1} << 18;
 
 private:
     struct Node {
@@ -80,7 +84,18 @@ private:
     void push_top(uint32_t position, int32_t parent, StackSet& out);
     // Matches `byte` from `position` above `parent`, following rule references into the
     // alternatives that can start with it, and adds the stacks after the byte to `out`.
+    // Iterative (its work list, not the C++ stack, holds what is left to expand), and each
+    // (position, parent) is expanded once per step: what it yields depends on nothing else.
     void advance(uint32_t position, int32_t parent, uint8_t byte, StackSet& out);
+    // A new step: forgets which (position, parent) pairs were expanded.
+    void begin_step();
+    // False when (position, parent) was expanded already in this step; counts the work. Most
+    // steps expand a handful of pairs: those go without bookkeeping (a pair seen twice is
+    // expanded twice, yielding the same stacks, which finish() merges).
+    bool first_visit(uint32_t position, int32_t parent) {
+        return ++step_work_ <= kUncountedWork || counted_visit(position, parent);
+    }
+    bool counted_visit(uint32_t position, int32_t parent);
     void finish(StackSet& set) const;  // dedupes, and sets `complete`
     void compact();
 
@@ -88,6 +103,20 @@ private:
     std::vector<Node> nodes_;
     StackSet state_;
     StackSet scratch_a_, scratch_b_;
+    struct Pending {
+        uint32_t position;
+        int32_t parent;
+    };
+    std::vector<Pending> work_;
+    // The pairs expanded in this step: an open-addressing set whose slots are live when their
+    // stamp is the step's, so starting a step clears nothing.
+    std::vector<uint64_t> seen_keys_;
+    std::vector<uint32_t> seen_stamps_;
+    uint32_t stamp_ = 1;     // slots stamped 0 are never live
+    size_t seen_count_ = 0;  // pairs in the table for this step
+    size_t step_work_ = 0;
+    // Expansions in a step before the table starts being used.
+    static constexpr size_t kUncountedWork = 64;
 };
 
 }  // namespace ember::grammar

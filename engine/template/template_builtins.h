@@ -69,26 +69,51 @@ public:
     // `bytes` of text were built.
     void charge_text(std::int64_t bytes) {
         text_ += bytes;
-        if (text_ > text_limit_) text_exceeded();
+        if (text_ + live_ > text_limit_) text_exceeded();
+    }
+    // Lists and dicts alive take `bytes` more (or, negative, less): they count in the same
+    // budget as the text built, for as long as they live.
+    void charge_live(std::int64_t bytes) {
+        live_ += bytes;
+        if (bytes > 0 && text_ + live_ > text_limit_) text_exceeded();
     }
     // Fails if building `bytes` more text would exceed the budget; charges nothing.
     void check_room(std::int64_t bytes) const {
-        if (bytes > text_limit_ - text_) text_exceeded();
+        if (bytes > text_limit_ - text_ - live_) text_exceeded();
     }
     std::int64_t steps() const { return steps_; }
     std::int64_t text() const { return text_; }
+    // Tells renders apart (a container charged by one is not given back to another).
+    std::uint64_t serial() const { return serial_; }
 
 private:
     [[noreturn]] void steps_exceeded() const;
     [[noreturn]] void text_exceeded() const;
     std::int64_t steps_ = 0;
     std::int64_t text_ = 0;
+    std::int64_t live_ = 0;
     std::int64_t text_limit_;
+    std::uint64_t serial_;
 };
 
 // The budget of the render running on this thread, or nullptr outside a render. A thread-local
 // lets string helpers deep in the library check it without an Interpreter at hand.
 RenderBudget* current_budget() noexcept;
+
+// Lists and dicts count in the same budget as text, by what their items take in memory: a
+// list item is a Value, a dict entry its key and a Value. Doubling a list (or a dict) in a
+// loop then stops where doubling a string does, instead of growing to gigabytes.
+constexpr std::int64_t kListItemBytes = static_cast<std::int64_t>(sizeof(Value));
+constexpr std::int64_t kDictEntryBytes =
+    static_cast<std::int64_t>(sizeof(std::pair<std::string, Value>));
+
+// Fails when building a list of `items` items would not fit in what is left of the budget;
+// charges nothing (Value::array charges the list once it is built).
+inline void check_list_room(std::int64_t items) {
+    if (RenderBudget* b = current_budget()) {
+        b->check_room(items > INT64_MAX / kListItemBytes ? INT64_MAX : items * kListItemBytes);
+    }
+}
 // Fails when a string grown to `bytes` would exceed the render's text budget (for builders
 // such as join, which grow a string in a loop; pure helpers call it with the final size).
 inline void check_room(std::int64_t bytes) {

@@ -1,9 +1,11 @@
 #include "engine/template/template_interp.h"
 
 #include <algorithm>
+#include <atomic>
 
 #include "engine/template/template.h"
 #include "engine/template/template_builtins.h"
+#include "engine/util/depth_guard.h"
 
 namespace ember::jinja {
 
@@ -14,23 +16,6 @@ namespace {
 constexpr int kMaxCallDepth = 200;
 // Statements nested inside one another, across macro calls: bounds the interpreter's stack.
 constexpr int kMaxExecDepth = 2000;
-
-// Counts one level of nesting for as long as it lives.
-class DepthGuard {
-public:
-    DepthGuard(int& depth, int limit, const char* what) : depth_(depth) {
-        if (++depth_ > limit) {
-            --depth_;
-            fail(what);
-        }
-    }
-    ~DepthGuard() { --depth_; }
-    DepthGuard(const DepthGuard&) = delete;
-    DepthGuard& operator=(const DepthGuard&) = delete;
-
-private:
-    int& depth_;
-};
 
 // A {% macro %}: holds its defining scope weakly, so a macro stored in the scope it was
 // defined in does not keep that scope alive forever.
@@ -166,7 +151,10 @@ std::int64_t text_bytes(const Value& v, int depth) {
 RenderBudget::RenderBudget(std::int64_t input_text_bytes)
     : text_limit_(kRenderTextFloor +
                   std::min(input_text_bytes, (INT64_MAX / 2) / kRenderTextPerInputByte) *
-                      kRenderTextPerInputByte) {}
+                      kRenderTextPerInputByte) {
+    static std::atomic<std::uint64_t> renders{0};
+    serial_ = ++renders;
+}
 
 void RenderBudget::steps_exceeded() const {
     fail("exceeded the budget of " + with_commas(kMaxRenderSteps) +
@@ -175,7 +163,8 @@ void RenderBudget::steps_exceeded() const {
 
 void RenderBudget::text_exceeded() const {
     const std::int64_t mib = (text_limit_ + (std::int64_t{1} << 20) - 1) >> 20;
-    fail("exceeded the budget of " + with_commas(mib) + " MiB of text (a runaway string?)");
+    fail("exceeded the budget of " + with_commas(mib) +
+         " MiB of text and containers (a runaway string, list or dict?)");
 }
 
 RenderBudget* current_budget() noexcept {
@@ -236,7 +225,8 @@ Interpreter::Flow Interpreter::exec_list(const StmtList& body, const ScopePtr& s
 
 Interpreter::Flow Interpreter::exec(const Stmt& stmt, const ScopePtr& scope, std::string& out) {
     try {
-        const DepthGuard guard(exec_depth_, kMaxExecDepth, "template nesting too deep");
+        const DepthGuard guard(exec_depth_, kMaxExecDepth,
+                               [] { fail("template nesting too deep"); });
         budget_.step();
         switch (stmt.kind) {
             case StmtKind::Output: {
@@ -449,7 +439,7 @@ void Interpreter::bind_params(const std::string& name, const std::vector<MacroPa
 
 Value Interpreter::call_macro(const MacroStmt& macro, const ScopePtr& closure, CallArgs& args) {
     const DepthGuard guard(call_depth_, kMaxCallDepth,
-                           "maximum recursion depth exceeded in macro calls");
+                           [] { fail("maximum recursion depth exceeded in macro calls"); });
     // A macro that outlived the frame it was defined in (stored in a namespace inside a loop)
     // still sees the template's top-level variables.
     auto frame = std::make_shared<Scope>(closure ? closure : root_);

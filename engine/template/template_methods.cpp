@@ -526,7 +526,12 @@ Value dict_method(const Value& self, const std::string& name, CallArgs& args) {
         return a.get_or(1, Value::none());
     }
     if (name == "copy") {
+        std::int64_t bytes = 0;
+        for (const auto& e : entries) {
+            bytes += static_cast<std::int64_t>(e.first.size()) + kDictEntryBytes;
+        }
         Value copy = Value::object();
+        copy.mutable_object_data().charge.add(bytes);
         copy.mutable_object_data().entries = entries;
         return copy;
     }
@@ -602,7 +607,15 @@ void update_from(ObjectData& target, CallArgs& args, const char* fn) {
     if (args.positional.size() > 1) fail(std::string(fn) + " expected at most 1 argument");
     if (!args.positional.empty()) {
         const Value& src = args.positional[0];
-        if (src.is_object()) {
+        if (src.is_object() && target.entries.empty()) {
+            // A copy: its keys are distinct already, so none is searched for.
+            std::int64_t bytes = 0;
+            for (const auto& e : src.object_data().entries) {
+                bytes += static_cast<std::int64_t>(e.first.size()) + kDictEntryBytes;
+            }
+            target.charge.add(bytes);
+            target.entries = src.object_data().entries;
+        } else if (src.is_object()) {
             for (const auto& [k, v] : src.object_data().entries) target.set(k, v);
         } else {
             for (const Value& pair : iterate(src)) {

@@ -123,6 +123,7 @@ Value repeat(const Value& seq, std::int64_t n) {
     if (n > 0 && seq.is_array()) {
         const std::int64_t text = item_text_bytes(seq);
         if (text > 0) check_room(n > kMaxTemplateString / text ? kMaxTemplateString + 1 : n * text);
+        check_list_room(n * unit);  // within kMaxTemplateString items (check_size above)
     }
     if (seq.is_string()) {
         std::string out;
@@ -156,8 +157,9 @@ Value arithmetic(BinaryOp op, const Value& a, const Value& b) {
             return Value(a.as_string() + b.as_string());
         }
         if (a.is_array() && b.is_array() && a.is_tuple() == b.is_tuple()) {
-            // The items are copied, strings included.
+            // The items are copied, strings included; and the list itself must fit.
             check_room(item_text_bytes(a) + item_text_bytes(b));
+            check_list_room(static_cast<std::int64_t>(a.items().size() + b.items().size()));
             std::vector<Value> items = a.items();
             items.insert(items.end(), b.items().begin(), b.items().end());
             return Value::array(std::move(items), a.is_tuple());

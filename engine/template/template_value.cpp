@@ -42,6 +42,24 @@ void destroy_bounded(Release&& release) {
 
 }  // namespace
 
+void LiveCharge::add(std::int64_t more) {
+    RenderBudget* b = current_budget();
+    if (b == nullptr || more == 0) return;
+    if (render != b->serial()) {  // first charged by this render (or built outside one)
+        render = b->serial();
+        bytes = 0;
+    }
+    bytes += more;
+    b->charge_live(more);
+}
+
+LiveCharge::~LiveCharge() {
+    if (bytes == 0) return;
+    if (RenderBudget* b = current_budget(); b != nullptr && b->serial() == render) {
+        b->charge_live(-bytes);
+    }
+}
+
 ArrayData::~ArrayData() {
     destroy_bounded([this](auto&& drop) {
         for (auto& v : items) drop(v);
@@ -56,6 +74,7 @@ ObjectData::~ObjectData() {
 
 Value Value::array(std::vector<Value> items, bool tuple) {
     auto data = std::make_shared<ArrayData>();
+    data->charge.add(static_cast<std::int64_t>(items.size()) * kListItemBytes);
     data->items = std::move(items);
     data->is_tuple = tuple;
     return Value(std::move(data));
@@ -147,12 +166,17 @@ const Value* ObjectData::find(std::string_view key) const {
 }
 
 void ObjectData::set(const std::string& key, Value value) {
+    RenderBudget* budget = current_budget();
+    // The keys are searched one by one: a step per key compared, so that filling a dict of a
+    // million entries (each set searching the ones before) ends at the step budget.
+    if (budget != nullptr) budget->step(static_cast<std::int64_t>(entries.size()) + 1);
     for (auto& [k, v] : entries) {
         if (k == key) {
             v = std::move(value);
             return;
         }
     }
+    charge.add(static_cast<std::int64_t>(key.size()) + kDictEntryBytes);
     entries.emplace_back(key, std::move(value));
 }
 
@@ -495,6 +519,9 @@ void json_value(std::string& out, const Value& v, const JsonOptions& o, int leve
             }
             out.push_back('[');
             for (std::size_t i = 0; i < items.size(); ++i) {
+                // A value shared many times over (a dict holding the dict before it, twice,
+                // 64 times) prints far more than it holds: the output counts as it grows.
+                check_room(static_cast<std::int64_t>(out.size()));
                 if (i > 0) out += o.item_separator;
                 if (o.indent) newline(level + 1);
                 json_value(out, items[i], o, level + 1);
@@ -517,6 +544,7 @@ void json_value(std::string& out, const Value& v, const JsonOptions& o, int leve
             }
             out.push_back('{');
             for (std::size_t i = 0; i < entries.size(); ++i) {
+                check_room(static_cast<std::int64_t>(out.size()));
                 if (i > 0) out += o.item_separator;
                 if (o.indent) newline(level + 1);
                 json_string(out, entries[i]->first, o.ensure_ascii);

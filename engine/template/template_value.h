@@ -120,6 +120,18 @@ private:
 
 // Both destroy what they hold without recursing deeper than a fixed bound (see
 // template_value.cpp): a template can nest lists far deeper than the stack allows.
+// What a container charged to the render that built it (RenderBudget::charge_live), given
+// back when it is destroyed: the budget counts the containers alive, not every one ever built.
+struct LiveCharge {
+    LiveCharge() = default;
+    LiveCharge(const LiveCharge&) {}  // a copy is charged by whoever copies
+    LiveCharge& operator=(const LiveCharge&) { return *this; }
+    ~LiveCharge();
+    void add(std::int64_t bytes);
+    std::uint64_t render = 0;  // RenderBudget::serial() of the render charged
+    std::int64_t bytes = 0;
+};
+
 struct ArrayData {
     ArrayData() = default;
     ArrayData(const ArrayData&) = default;
@@ -127,6 +139,7 @@ struct ArrayData {
     ~ArrayData();
     std::vector<Value> items;
     bool is_tuple = false;
+    LiveCharge charge;
 };
 
 // A dict keeps insertion order, as Python's does (tojson and items() show it).
@@ -137,6 +150,7 @@ struct ObjectData {
     ~ObjectData();
     std::vector<std::pair<std::string, Value>> entries;
     bool is_namespace = false;
+    LiveCharge charge;
 
     const Value* find(std::string_view key) const;
     void set(const std::string& key, Value value);

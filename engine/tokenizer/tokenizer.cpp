@@ -857,6 +857,22 @@ std::optional<TokenId> Tokenizer::find_token(std::string_view text) const {
     return id;
 }
 
+std::vector<TextRange> Tokenizer::control_token_spans(std::string_view text) const {
+    std::vector<TextRange> out;
+    const Impl& m = *impl_;
+    if (m.specials.empty(/*parse_special=*/true)) return out;
+    for (size_t pos = 0; pos < text.size();) {
+        const auto [id, length] = m.specials.match(text, pos, /*parse_special=*/true);
+        if (id == kNoToken) {
+            ++pos;
+            continue;
+        }
+        if (m.type_of(id) != TokenType::UserDefined) out.push_back({pos, pos + length});
+        pos += length;
+    }
+    return out;
+}
+
 bool Tokenizer::is_special(TokenId id) const {
     impl_->check_id(id);
     return impl_->special(id);

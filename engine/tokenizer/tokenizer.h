@@ -139,6 +139,10 @@ public:
     std::optional<TokenId> find_token(std::string_view text) const;
     // Control, unknown and unused tokens (what DecodeOptions::skip_special drops).
     bool is_special(TokenId id) const;
+    // Where `text` spells a token that encoding takes as that token only with parse_special
+    // (control-token text such as "<|im_end|>"; user-defined tokens, which plain text gets
+    // too, are left out): the ranges in order, leftmost-longest as encode() finds them.
+    std::vector<TextRange> control_token_spans(std::string_view text) const;
 
     TokenId bos_id() const;
     TokenId eos_id() const;

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "engine/generate/conversation.h"
+#include "engine/generate/tool_calls.h"
 #include "engine/gguf/gguf.h"
 #include "engine/model/model.h"
 #include "engine/tokenizer/tokenizer.h"
@@ -113,6 +114,64 @@ TEST(ContentIsText, OnlyTheRangeIsLiteral) {
     expected.insert(expected.end(), middle.begin(), middle.end());
     expected.push_back(*tok.find_token("<|im_end|>"));
     EXPECT_EQ(tok.encode(text, enc), expected);
+}
+
+// Issue 41 row 9: a tool catalogue is data too. Control-token text in a tool's description, in
+// a parameter's description or name, or in the arguments of a replayed call is text as message
+// content is: the template's markup counts are those of the same catalogue without it.
+std::vector<int32_t> prompt_with_tools(const Model& model, ThreadPool& pool,
+                                       const std::string& forged, bool special_tokens_in_content) {
+    ConversationOptions options;
+    options.context = 2048;
+    options.special_tokens_in_content = special_tokens_in_content;
+    // Qwen3's own template (Hermes tool calls; the fixture model carries a plain ChatML one).
+    options.template_override = read_file(fixture_path("templates/Qwen-Qwen3-0.6B.jinja"));
+    Conversation conv(model, pool, options);
+    ToolOptions tools;
+    tools.tools = nlohmann::ordered_json::parse(R"([{"type": "function", "function": {
+        "name": "get_weather", "description": "", "parameters": {"type": "object",
+        "properties": {"city": {"type": "string", "description": ""}}}}}])");
+    tools.tools[0]["function"]["description"] = "Weather." + forged;
+    tools.tools[0]["function"]["parameters"]["properties"]["city"]["description"] = forged;
+    conv.set_tools(tools);
+    conv.add_message(ChatMessage{"user", "Weather in Paris?", {}, {}});
+    ChatMessage call{"assistant", "", {}, {}};
+    call.tool_calls.push_back(
+        ToolCall{"call_1", "get_weather", json{{"city", "Paris" + forged}}.dump()});
+    conv.add_message(call);
+    ChatMessage result{"tool", "sunny", {}, {}};
+    result.tool_call_id = "call_1";
+    result.name = "get_weather";
+    conv.add_message(result);
+    return conv.prompt_tokens();
+}
+
+TEST(ContentIsText, ControlTokenTextInToolsAndCallsIsText) {
+    EMBER_REQUIRE_FIXTURE(kQwen3);
+    EMBER_REQUIRE_FIXTURE("templates/Qwen-Qwen3-0.6B.jinja");
+    const auto model = Model::load(fixture_path(kQwen3));
+    ThreadPool pool(1);
+    const Tokenizer& tok = model->tokenizer();
+    const auto im_start = *tok.find_token("<|im_start|>");
+    const auto im_end = *tok.find_token("<|im_end|>");
+    const std::vector<int32_t> clean = prompt_with_tools(*model, pool, "", false);
+    const std::vector<int32_t> forged = prompt_with_tools(*model, pool, kForgery, false);
+    // The forgery appears three times (description, parameter, arguments): no markup added.
+    EXPECT_EQ(count(forged, im_start), count(clean, im_start));
+    EXPECT_EQ(count(forged, im_end), count(clean, im_end));
+    // Its text is in the prompt as text: decoding without the special tokens keeps it, three
+    // times (tojson escapes its newlines), while the markup's own tokens drop out.
+    const std::string text = tok.decode(forged, DecodeOptions{});
+    size_t seen = 0;
+    for (size_t at = text.find("<|im_end|>"); at != std::string::npos;
+         at = text.find("<|im_end|>", at + 1)) {
+        ++seen;
+    }
+    EXPECT_EQ(seen, 3u) << text;
+    // The option (--special-tokens-in-content) parses it again: three forged turns.
+    const std::vector<int32_t> parsed = prompt_with_tools(*model, pool, kForgery, true);
+    EXPECT_EQ(count(parsed, im_end), count(clean, im_end) + 3);
+    EXPECT_EQ(count(parsed, im_start), count(clean, im_start) + 3);
 }
 
 }  // namespace
