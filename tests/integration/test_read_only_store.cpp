@@ -43,8 +43,12 @@ std::string read_bytes(const std::string& path) {
     return s.str();
 }
 
+// nobody, with a home and XDG directories it may read (root's are closed to it).
 std::vector<std::string> as_nobody() {
-    return {find_in_path("setpriv"), "--reuid=65534", "--regid=65534", "--clear-groups"};
+    const std::string tmp = fs::temp_directory_path().string();
+    return {find_in_path("setpriv"), "--reuid=65534",     "--regid=65534",
+            "--clear-groups",        "env",               "HOME=" + tmp,
+            "XDG_CONFIG_HOME=" + tmp + "/ember-ro-none", "XDG_DATA_HOME=" + tmp + "/ember-ro-none"};
 }
 
 // Runs the rest of the command line as root inside a private mount namespace where `dir` is
