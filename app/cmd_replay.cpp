@@ -354,7 +354,7 @@ int run_replay(const ReplayOptions& o) {
     check_db_path(path);
     std::error_code ec;
     if (!fs::exists(path, ec)) throw std::runtime_error("no session database at " + path);
-    auto db = open_session_db(path);
+    auto db = open_session_db(path, DbUse::read);
     sessions::SessionStore store(*db);
     const auto info = store.find(o.id);
     if (!info) {

@@ -45,12 +45,16 @@ std::string db_path(const SessionsOptions& o) {
 
 // The database, or an empty private one when the file does not exist yet: looking at
 // sessions should not create a database.
-std::unique_ptr<sessions::Database> open_for_reading(const SessionsOptions& o) {
+// A database that cannot be written is read as it is (DbUse::read) or refused with one line
+// (DbUse::write: `instead` says what to do).
+std::unique_ptr<sessions::Database> open_for_reading(const SessionsOptions& o,
+                                                     DbUse use = DbUse::read,
+                                                     const std::string& instead = {}) {
     const std::string path = db_path(o);
     std::error_code ec;
     check_db_path(path);  // a URI or a device is refused as chat refuses it
     if (path != ":memory:" && !fs::exists(path, ec)) return open_session_db(":memory:");
-    return open_session_db(path);
+    return open_session_db(path, use, instead);
 }
 
 sessions::ConversationInfo find_or_throw(sessions::SessionStore& store, const SessionsOptions& o) {
@@ -169,7 +173,7 @@ int run_export(const SessionsOptions& o) {
 }
 
 int run_remove(const SessionsOptions& o) {
-    auto db = open_for_reading(o);
+    auto db = open_for_reading(o, DbUse::write, "nothing was removed");
     sessions::SessionStore store(*db);
     const auto info = find_or_throw(store, o);
     store.remove(info.id);
@@ -183,7 +187,7 @@ int run_remove(const SessionsOptions& o) {
 }
 
 int run_rename(const SessionsOptions& o) {
-    auto db = open_for_reading(o);
+    auto db = open_for_reading(o, DbUse::write, "nothing was renamed");
     sessions::SessionStore store(*db);
     const auto info = find_or_throw(store, o);
     store.rename(info.id, o.title);
@@ -300,10 +304,7 @@ int run_prune(const SessionsOptions& o) {
     if (path == ":memory:" || !fs::exists(path, ec)) {
         throw std::runtime_error("no session database at " + path);
     }
-    auto db = open_session_db(path);
-    if (db->read_only()) {
-        throw std::runtime_error("session database '" + path + "' cannot be written");
-    }
+    auto db = open_session_db(path, DbUse::write, "nothing was pruned");
     const uint64_t before = file_bytes(path) + file_bytes(path + "-wal");
     const sessions::PruneResult pruned = sessions::prune_state(*db, since);
     ui::TextWriter out(stdout);
@@ -353,7 +354,9 @@ int run_check(const SessionsOptions& o) {
                               static_cast<int64_t>(model->tokenizer().vocab_size()))};
     }
     const sessions::VocabularyCheck* vocab = vocabulary ? &*vocabulary : nullptr;
-    auto db = open_for_reading(o);
+    auto db = o.repair ? open_for_reading(o, DbUse::write,
+                                          "ember sessions check without --repair reads it")
+                       : open_for_reading(o);
     auto problems = sessions::check_integrity(*db, vocab);
     ui::TextWriter out(stdout);
     if (problems.empty()) {

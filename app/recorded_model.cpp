@@ -68,7 +68,7 @@ sessions::ConversationInfo conversation_to_resume(const std::string& db_path,
     check_db_path(path);
     std::error_code ec;
     if (!fs::exists(path, ec)) throw std::runtime_error("no session database at " + path);
-    auto db = open_session_db(path);
+    auto db = open_session_db(path, DbUse::write, "--no-db chats without saving");
     sessions::SessionStore store(*db);
     std::optional<sessions::ConversationInfo> info =
         resume_id.empty() ? store.most_recent() : store.find(resume_id);

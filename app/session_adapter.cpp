@@ -8,6 +8,9 @@
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 
+#include <sys/statvfs.h>
+#include <unistd.h>
+
 #include "engine/model/model.h"
 #include "engine/template/json_depth.h"
 #include "engine/util/xdg_paths.h"
@@ -81,11 +84,89 @@ void check_db_path(const std::string& path) {
                              ", not a database file (--no-db chats without saving)");
 }
 
-std::unique_ptr<sessions::Database> open_session_db(const std::string& path) {
+namespace {
+
+// Why the existing database file at `path` cannot be written, or empty when it can. SQLite
+// writes the file and creates its -wal and -shm (or -journal) beside it, so the directory
+// must be writable too, unless those files exist and are writable themselves.
+std::string why_unwritable(const std::string& path) {
+    struct statvfs vfs {};
+    if (::statvfs(path.c_str(), &vfs) == 0 && (vfs.f_flag & ST_RDONLY) != 0) {
+        return "a read-only file system";
+    }
+    // access() as the real user: root is refused only what root cannot write (an immutable
+    // file, a read-only mount).
+    if (::access(path.c_str(), W_OK) != 0) return "the file cannot be written";
+    const fs::path parent = fs::path(path).parent_path();
+    const std::string dir = parent.empty() ? "." : parent.string();
+    if (::access(dir.c_str(), W_OK | X_OK) != 0) {
+        const std::string wal = path + "-wal", shm = path + "-shm";
+        if (::access(wal.c_str(), W_OK) != 0 || ::access(shm.c_str(), W_OK) != 0) {
+            return "its directory cannot be written, and SQLite keeps its -wal and -shm "
+                   "files there";
+        }
+    }
+    return {};
+}
+
+std::string read_only_line(const std::string& path, const std::string& why) {
+    return "session database '" + path + "' is read-only (" + why + ")";
+}
+
+// The database opened for reading only: checked, never migrated.
+std::unique_ptr<sessions::Database> open_read_only(const std::string& path,
+                                                   const std::string& why) {
+    auto db = std::make_unique<sessions::Database>(path, sessions::OpenMode::read_only);
+    const int version = db->user_version();
+    if (version < 0 || version > sessions::kSchemaVersion) {
+        sessions::migrate(*db);  // refuses an unknown version before it writes anything
+    }
+    bool empty = false;
+    if (version == 0) {
+        auto tables = db->prepare("SELECT count(*) FROM sqlite_master");
+        tables.step();
+        empty = tables.column_int(0) == 0;
+    }
+    if (version != sessions::kSchemaVersion && !empty) {
+        throw std::runtime_error(read_only_line(path, why) + " and at schema version " +
+                                 std::to_string(version) + ", which this ember reads only after "
+                                 "upgrading it to " + std::to_string(sessions::kSchemaVersion) +
+                                 ": open it once where it can be written");
+    }
+    ui::TextWriter(stderr)
+        .raw("session database '")
+        .text(path)
+        .raw("' is read-only (")
+        .raw(why)
+        .raw(db->immutable() ? "; read as immutable: no -wal beside it" : "")
+        .raw("): reading it as it is, nothing is written\n");
+    if (empty) {  // a file with no tables yet: nothing saved, as for a missing file
+        auto memory = std::make_unique<sessions::Database>(":memory:");
+        sessions::migrate(*memory);
+        return memory;
+    }
+    return db;
+}
+
+}  // namespace
+
+std::unique_ptr<sessions::Database> open_session_db(const std::string& path, DbUse use,
+                                                    const std::string& instead) {
     check_db_path(path);
+    const auto refuse = [&](const std::string& why) {
+        throw std::runtime_error(read_only_line(path, why) +
+                                 (instead.empty() ? ": it cannot be written" : "; " + instead));
+    };
+    std::error_code ec;
+    if (path != ":memory:" && fs::exists(path, ec) && !fs::is_directory(path, ec)) {
+        const std::string why = why_unwritable(path);
+        if (!why.empty()) {
+            if (use == DbUse::write) refuse(why);
+            return open_read_only(path, why);
+        }
+    }
     if (path != ":memory:") {
         const fs::path dir = fs::path(path).parent_path();
-        std::error_code ec;
         if (!dir.empty() && !fs::exists(dir, ec)) {
             fs::create_directories(dir, ec);
             if (ec) {
@@ -97,7 +178,22 @@ std::unique_ptr<sessions::Database> open_session_db(const std::string& path) {
             throw std::runtime_error("session database '" + path + "' is a directory");
         }
     }
+    if (path != ":memory:" && !fs::exists(path, ec)) {
+        const fs::path parent = fs::path(path).parent_path();
+        const std::string dir = parent.empty() ? "." : parent.string();
+        if (::access(dir.c_str(), W_OK | X_OK) != 0) {
+            throw std::runtime_error("session database '" + path +
+                                     "' cannot be created: its directory '" + dir +
+                                     "' is read-only" + (instead.empty() ? "" : "; " + instead));
+        }
+    }
     auto db = std::make_unique<sessions::Database>(path);
+    if (db->read_only()) {  // SQLite found it read-only where access() did not
+        const std::string why = "SQLite opened it read-only";
+        if (use == DbUse::write) refuse(why);
+        db.reset();
+        return open_read_only(path, why);
+    }
     sessions::migrate(*db);
     return db;
 }
@@ -330,8 +426,8 @@ bool ChatSessions::open_database(const ChatSessionOptions& o) {
     cap_ = parse_byte_size(o.state_cap);
     std::error_code ec;
     created_ = path_ != ":memory:" && !fs::exists(path_, ec);
-    db_ = open_session_db(path_);
     // Refused before the model answers, rather than a reply that is then not saved.
+    db_ = open_session_db(path_, DbUse::write, "--no-db chats without saving");
     if (db_->read_only()) {
         throw std::runtime_error("session database '" + path_ +
                                  "' cannot be written (a read-only file or file system); "

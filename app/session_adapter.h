@@ -38,9 +38,22 @@ uint64_t parse_byte_size(const std::string& text);
 // Throws for a --db that names no database file: a "file:" URI or a device, FIFO or socket
 // (the same refusal in every command).
 void check_db_path(const std::string& path);
+// What a command does with the session database.
+enum class DbUse {
+    write,  // chat, serve, rm, rename, prune, check --repair
+    read,   // list, show, search, export, stats, check, replay
+};
 // Opens and migrates the database at `path` (check_db_path first), creating its directory
-// when missing.
-std::unique_ptr<sessions::Database> open_session_db(const std::string& path);
+// when missing. A database that cannot be written (the file, the directory that holds its
+// -wal and -shm, or the file system is read-only) is never migrated or changed:
+// - DbUse::read opens it read-only (sessions::OpenMode::read_only) and says so in one line on
+//   stderr; it must then be at this build's schema version (an older one is upgraded by one
+//   writable open) or empty;
+// - DbUse::write refuses it with one line naming the file, that it is read-only and why,
+//   followed by `instead` (what to do) when given.
+std::unique_ptr<sessions::Database> open_session_db(const std::string& path,
+                                                    DbUse use = DbUse::write,
+                                                    const std::string& instead = {});
 
 // What a new conversation records about how it was made.
 struct SessionDefaults {

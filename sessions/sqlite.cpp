@@ -2,13 +2,52 @@
 
 #include <sqlite3.h>
 
+#include <sys/stat.h>
+
+#include <cctype>
 #include <chrono>
 #include <cstring>
+#include <filesystem>
 #include <thread>
 
 namespace ember::sessions {
 
-Database::Database(const std::string& path) : path_(path) {
+namespace {
+
+// "file:///..." for sqlite3_open_v2 with SQLITE_OPEN_URI: the absolute path with every byte
+// outside [A-Za-z0-9/._~-] percent-encoded ('?', '#' and '%' included).
+std::string file_uri(const std::string& path) {
+    std::error_code ec;
+    std::string abs = std::filesystem::absolute(path, ec).string();
+    if (ec) abs = path;
+    std::string uri = "file://";
+    for (const char ch : abs) {
+        const auto c = static_cast<unsigned char>(ch);
+        if (std::isalnum(c) != 0 || c == '/' || c == '.' || c == '_' || c == '~' || c == '-') {
+            uri += ch;
+        } else {
+            static const char* const kHex = "0123456789ABCDEF";
+            uri += '%';
+            uri += kHex[c >> 4];
+            uri += kHex[c & 15];
+        }
+    }
+    return uri;
+}
+
+// Bytes in the file at `path`; 0 when it is missing (or unreadable).
+int64_t size_of(const std::string& path) {
+    struct stat st {};
+    return ::stat(path.c_str(), &st) == 0 ? static_cast<int64_t>(st.st_size) : 0;
+}
+
+}  // namespace
+
+Database::Database(const std::string& path, OpenMode mode) : path_(path) {
+    if (mode == OpenMode::read_only) {
+        open_read_only();
+        return;
+    }
     const int rc =
         sqlite3_open_v2(path.c_str(), &db_, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, nullptr);
     if (rc != SQLITE_OK) {
@@ -35,6 +74,62 @@ Database::Database(const std::string& path) : path_(path) {
         exec("PRAGMA foreign_keys=ON");
         // FULL: a committed message survives a power cut, not only a process crash.
         exec("PRAGMA synchronous=FULL");
+    } catch (...) {
+        sqlite3_close(db_);
+        db_ = nullptr;
+        throw;
+    }
+}
+
+void Database::open_uri(const std::string& query) {
+    if (db_ != nullptr) sqlite3_close(db_);
+    db_ = nullptr;
+    const std::string uri = file_uri(path_) + "?" + query;
+    const int rc =
+        sqlite3_open_v2(uri.c_str(), &db_, SQLITE_OPEN_READONLY | SQLITE_OPEN_URI, nullptr);
+    if (rc != SQLITE_OK) {
+        const std::string why = db_ != nullptr ? sqlite3_errmsg(db_) : sqlite3_errstr(rc);
+        sqlite3_close(db_);
+        db_ = nullptr;
+        throw SqliteError("session database '" + path_ + "' (read-only): cannot open: " + why);
+    }
+    sqlite3_extended_result_codes(db_, 1);
+    sqlite3_busy_timeout(db_, 5000);
+}
+
+void Database::open_read_only() {
+    // The first read opens the WAL index: it fails when the database is in WAL mode and its
+    // -shm can neither be opened nor created (SQLite then has no way to see the log).
+    const char* const probe = "SELECT count(*) FROM sqlite_master";
+    open_uri("mode=ro");
+    int rc = sqlite3_exec(db_, probe, nullptr, nullptr, nullptr);
+    if (rc != SQLITE_OK && (rc & 0xff) != SQLITE_NOTADB && (rc & 0xff) != SQLITE_CORRUPT) {
+        const std::string why = sqlite3_errmsg(db_);
+        const std::string wal = path_ + "-wal";
+        if (size_of(wal) > 0) {
+            sqlite3_close(db_);
+            db_ = nullptr;
+            throw SqliteError("session database '" + path_ +
+                              "' is read-only and its write-ahead log '" + wal +
+                              "' holds changes that SQLite cannot read without creating '" +
+                              path_ + "-shm' (" + why +
+                              "); open it once where its directory can be written");
+        }
+        // No log: the file alone is the whole database, so reading it as immutable (no
+        // locks, no -shm) sees every committed change.
+        open_uri("mode=ro&immutable=1");
+        immutable_ = true;
+        rc = sqlite3_exec(db_, probe, nullptr, nullptr, nullptr);
+    }
+    if (rc != SQLITE_OK) {
+        const std::string why = sqlite3_errmsg(db_);
+        sqlite3_close(db_);
+        db_ = nullptr;
+        throw SqliteError("session database '" + path_ + "' (read-only): " + why);
+    }
+    try {
+        exec("PRAGMA mmap_size=1073741824");
+        exec("PRAGMA foreign_keys=ON");
     } catch (...) {
         sqlite3_close(db_);
         db_ = nullptr;

@@ -22,11 +22,18 @@ public:
 
 class Statement;
 
+// How a Database is opened. read_only: SQLITE_OPEN_READONLY, nothing is created or changed
+// (no WAL switch, no page size); for a WAL database whose -shm cannot be created (a read-only
+// directory or file system) it falls back to `immutable=1`, but only while its -wal is absent
+// or empty: an immutable reader ignores the log, so committed changes in it would be missed.
+enum class OpenMode { read_write, read_only };
+
 class Database {
 public:
     // Opens (creating when missing) the database at `path`; ":memory:" for a private one.
     // Turns on WAL, foreign keys and a busy timeout, and checks that the file is a database.
-    explicit Database(const std::string& path);
+    // OpenMode::read_only opens an existing file for reading only (see OpenMode).
+    explicit Database(const std::string& path, OpenMode mode = OpenMode::read_write);
     ~Database();
     Database(const Database&) = delete;
     Database& operator=(const Database&) = delete;
@@ -43,6 +50,9 @@ public:
     // SQLite opened the file read-only (a read-only file, directory or file system): reads
     // work, the first write fails.
     bool read_only() const;
+    // Opened read-only as `immutable=1` (a WAL database without a -wal, whose -shm could not
+    // be created): SQLite takes no locks and assumes nobody writes the file meanwhile.
+    bool immutable() const { return immutable_; }
     int user_version();
     void set_user_version(int version);
     // Throws a SqliteError for the last error of this connection, prefixed with `doing`.
@@ -50,8 +60,12 @@ public:
     sqlite3* handle() const { return db_; }
 
 private:
+    void open_read_only();
+    void open_uri(const std::string& query);
+
     std::string path_;
     sqlite3* db_ = nullptr;
+    bool immutable_ = false;
 };
 
 class Statement {

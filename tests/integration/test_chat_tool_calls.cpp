@@ -162,6 +162,46 @@ TEST_F(ChatToolCalls, LineModeAsksAndRunsOnlyOnYes) {
     line("/quit");
 }
 
+// Issue 41 row 11: a paste whose later line is "y" arrives while the model is still writing
+// its call. That line was typed before the question existed, so it must not answer it: the
+// question discards type-ahead (tcflush) and waits for a line typed after it.
+TEST_F(ChatToolCalls, LineModeTypeAheadDoesNotAnswerTheQuestion) {
+    EMBER_REQUIRE_TMUX(tmux);
+    start_terminal(tmux);
+    std::string screen;
+    line(chat_command("--plain --tools " + shell_quote(tools_file_) + " --tool-choice make_marker"));
+    ASSERT_TRUE(wait_for([](const std::string& s) { return shows(s, "ember line mode"); }, screen))
+        << screen;
+
+    // One paste: the prompt and, right behind it, "y" and Enter.
+    tmux_->text("make a marker please");
+    tmux_->keys("Enter");
+    tmux_->text("y");
+    tmux_->keys("Enter");
+    ASSERT_TRUE(wait_for([](const std::string& s) { return shows(s, "run it? [y/N]"); }, screen))
+        << screen;
+    // The question stays open: nothing ran, nothing was declined, for a good while after.
+    EXPECT_FALSE(wait_for(
+        [](const std::string& s) {
+            return shows(s, "make_marker returned:") || shows(s, "declined: nothing ran");
+        },
+        screen, 2.0))
+        << screen;
+    EXPECT_FALSE(fs::exists(marker_)) << "the pasted y approved the call";
+    EXPECT_TRUE(tool_messages(db_).empty());
+
+    // A fresh answer is what decides.
+    line("n");
+    ASSERT_TRUE(wait_for([](const std::string& s) { return shows(s, "declined: nothing ran"); },
+                         screen))
+        << screen;
+    EXPECT_FALSE(fs::exists(marker_));
+    const std::vector<std::string> stored = tool_messages(db_);
+    ASSERT_EQ(stored.size(), 1u);
+    EXPECT_NE(stored[0].find("declined"), std::string::npos) << stored[0];
+    line("/quit");
+}
+
 TEST_F(ChatToolCalls, FullScreenShowsTheProposalInTheConversation) {
     EMBER_REQUIRE_TMUX(tmux);
     start_terminal(tmux);
