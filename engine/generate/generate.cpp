@@ -54,11 +54,11 @@ double draft_cost(const Model& model, const SpeculationOptions& o) {
     if (o.draft_cost >= 0.0) return o.draft_cost;
     constexpr double kDraftComputePerWeight = 0.075;
     constexpr double kDraftComputePerWeightExact = 0.42;
-    // 16-bit activations: two vpdpbusd where 8-bit ones take one.
-    constexpr double kDraftComputePerWeightWide = 0.15;
-    const double per_weight = model.activations() == Activations::Exact ? kDraftComputePerWeightExact
-                              : model.activations() == Activations::Wide
-                                  ? kDraftComputePerWeightWide
+    // 16-bit activations (Activations::Wide) take the 8-bit constant for now: they run two
+    // vpdpbusd where 8-bit ones take one, but float weights (the fixtures) run the same kernels
+    // under both, and the wide constant is not measured yet on real files (issue 38, item 5).
+    const double per_weight = model.activations() == Activations::Exact
+                                  ? kDraftComputePerWeightExact
                                   : kDraftComputePerWeight;
     constexpr uint64_t kCacheResidentBytes = uint64_t{16} << 20;
     constexpr double kCacheResidentDraftCost = 0.45;

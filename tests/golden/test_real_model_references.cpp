@@ -323,7 +323,9 @@ TEST_P(RealModelReferences, DefaultKvTypeWithinWhatF16StorageCosts) {
         const double limit = std::max(kv_tolerance(KvType::F16, c.arch), 1.25 * storage_cost);
         std::printf("[kv] %s/%s f16: %s (f16 storage in float64: max |dlogit| %.2e)\n",
                     c.model.name, name, pass.summary().c_str(), storage_cost);
-        if (c.max_logit_deviation > 0) {
+        // The raw-logit rule holds a reference made before the log-softmax measure (Gemma's);
+        // the others are held in that measure below.
+        if (!kv_f16.contains("log_softmax")) {
             EXPECT_LE(pass.worst_logit, limit) << name << ": " << pass.summary();
         }
         if (kv_f16.contains("log_softmax")) {
@@ -395,7 +397,9 @@ TEST_P(RealModelReferences, ExactAndQuantizedActivationsMeasured) {
         const Stats e = run_all(*exact, KvType::F32);
         std::printf("[ref] %s, exact activations, f32 KV: %s\n", c.model.name, e.summary().c_str());
         expect_within_limits(e, std::string(c.model.name) + " exact");
-        if (c.max_logit_deviation > 0) EXPECT_LE(e.worst_logit, c.max_logit_deviation);
+        if (c.max_logit_deviation > 0) {
+            EXPECT_LE(e.worst_logit, c.max_logit_deviation) << e.summary();
+        }
     }
 
     LoadOptions quantized_options;

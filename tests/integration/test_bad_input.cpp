@@ -226,7 +226,8 @@ std::vector<Case> cases() {
          "schema version 99 was written by a newer ember",
          Db::NewerSchema},
         {"DbReadOnly", with(chat, {"-p", "hi", "--db", "{db}"}), 1,
-         "session database '{db}' cannot be written (a read-only file or file system)",
+         "session database '{db}' is read-only (a read-only file system); --no-db chats without "
+         "saving",
          Db::ReadOnly},
         {"DbDiskFull", with(chat, {"-p", "hi", "--db", "{db}"}), 1,
          "ember: the session database failed, recording stops: session database '{db}': "
