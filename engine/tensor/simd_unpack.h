@@ -57,6 +57,11 @@ namespace ember::EMBER_SIMD_NS {
 
 enum class Family : uint8_t { A, B, C, D };
 
+template <class X>
+constexpr X min_of(X a, X b) {
+    return a < b ? a : b;
+}
+
 // Whether type T is dotted with Q16_32 activations (T::kWideAct) rather than Q8_32.
 template <class T>
 constexpr bool kWideAct = requires {
