@@ -28,6 +28,7 @@
 #include "engine/tensor/types.h"
 #include "engine/util/thread_pool.h"
 #include "tests/support/kernel_levels.h"
+#include "tests/support/quant_matrix.h"
 #include "tests/support/random_vectors.h"
 
 namespace ember {
@@ -41,19 +42,13 @@ constexpr int64_t kCols = 512;
 // within 1e-5 of sum |w * x|.
 constexpr double kFloatRelTol = 1e-5;
 
-std::string type_name(TensorType t) {
-    return std::string(type_info(t).name);
-}
+using test::activations_with_outliers;
+using test::QMatrix;
+using test::single_token_results;
+using test::type_name;
 
 std::vector<TensorType> quantized_types() {
-    std::vector<TensorType> types;
-    for (TensorType t : {TensorType::Q8_0, TensorType::Q4_0, TensorType::Q4_1, TensorType::Q5_0,
-                         TensorType::Q5_1, TensorType::IQ4_NL, TensorType::MXFP4, TensorType::Q2_K,
-                         TensorType::Q3_K, TensorType::Q4_K, TensorType::Q5_K, TensorType::Q6_K,
-                         TensorType::IQ4_XS, TensorType::IQ3_S}) {
-        if (scalar_kernels()[t].quantize_row != nullptr) types.push_back(t);
-    }
-    return types;
+    return test::quantized_test_types();
 }
 
 using test::simd_levels;
@@ -68,44 +63,12 @@ std::vector<KernelLevel> wide_levels() {
     return out;
 }
 
-struct QMatrix {
-    std::vector<uint8_t> bytes;  // [rows x stride]
-    std::vector<float> deq;      // [rows x cols], scalar dequantize_row of each row
-    MatrixView view;             // Activations::Wide
-};
-
 QMatrix make_matrix(TensorType t, int64_t rows, int64_t cols, size_t pad, uint32_t seed) {
-    const TypeKernels& ref = scalar_kernels()[t];
-    const size_t rb = row_bytes(type_info(t), static_cast<uint64_t>(cols));
-    const size_t stride = rb + pad;
-    QMatrix m;
-    m.bytes.assign(stride * static_cast<size_t>(rows), 0xa5);
-    m.deq.resize(static_cast<size_t>(rows * cols));
-    const std::vector<float> src = test::normal_floats(rows * cols, seed);
-    for (int64_t r = 0; r < rows; ++r) {
-        uint8_t* row = m.bytes.data() + static_cast<size_t>(r) * stride;
-        ref.quantize_row(src.data() + r * cols, row, cols);
-        ref.dequantize_row(row, m.deq.data() + r * cols, cols);
-    }
-    m.view =
-        MatrixView{t, m.bytes.data(), rows, cols, stride, WeightLayout::Rows, Activations::Wide};
-    return m;
+    return test::make_quant_matrix(t, rows, cols, pad, seed, Activations::Wide);
 }
 
-// [n_tokens x cols] standard-normal activations; odd tokens carry three outliers of ~1e4 in
-// distinct 32-element blocks (an 8-bit block then rounds its other 31 values to zero).
 std::vector<float> activations(int64_t n_tokens, int64_t cols, uint32_t seed) {
-    std::vector<float> x = test::normal_floats(n_tokens * cols, seed);
-    std::mt19937 rng(seed ^ 0x9e3779b9u);
-    std::uniform_int_distribution<int64_t> in_block(0, 31);
-    std::uniform_real_distribution<float> size(0.8e4f, 1.2e4f);
-    for (int64_t t = 1; t < n_tokens; t += 2) {
-        for (int64_t block : {int64_t{1}, cols / 64, cols / 32 - 2}) {
-            const float sign = (in_block(rng) & 1) != 0 ? 1.0f : -1.0f;
-            x[static_cast<size_t>(t * cols + block * 32 + in_block(rng))] = sign * size(rng);
-        }
-    }
-    return x;
+    return activations_with_outliers(n_tokens, cols, seed);
 }
 
 // The double product over the dequantized row and the activations as given, and the bound the
@@ -154,17 +117,6 @@ double worst_ratio(const QMatrix& m, const std::vector<float>& x, int64_t n_toke
 
 bool same_bits(float a, float b) {
     return std::memcmp(&a, &b, sizeof a) == 0;
-}
-
-std::vector<float> single_token_results(const QMatrix& m, const std::vector<float>& x,
-                                        int64_t n_tokens, const KernelTable& table) {
-    const int64_t rows = m.view.rows, cols = m.view.cols;
-    std::vector<float> y(static_cast<size_t>(n_tokens * rows));
-    MatmulScratch scratch;
-    for (int64_t t = 0; t < n_tokens; ++t) {
-        matmul_serial(m.view, x.data() + t * cols, 1, y.data() + t * rows, rows, scratch, table);
-    }
-    return y;
 }
 
 // 1. Within the 16-bit bound on every level (one-token calls and one 8-token call), where the
