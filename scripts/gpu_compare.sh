@@ -11,9 +11,18 @@
 #   scripts/gpu_compare.sh build-ref         there: builds llama-bench for sm_90 (about 5 minutes
 #                                             on 16 cores) and leaves it in $OUT as xz parts, to
 #                                             carry back in .gpuref/ for the next call
+#   scripts/gpu_compare.sh pack-ref DIR      here, instead of build-ref (saves the device's
+#                                             minutes; ~40 on 2 cores): DIR is a CUDA build of the
+#                                             same source (cmake -DGGML_CUDA=ON -DGGML_NATIVE=OFF
+#                                             -DCMAKE_CUDA_ARCHITECTURES=90-real
+#                                             -DBUILD_SHARED_LIBS=OFF, target llama-bench); its
+#                                             binary, libraries and glibc's loader become
+#                                             .gpuref/ref.tar.xz
 #   scripts/gpu_compare.sh bench [shapes]    there: synthesizes the files and runs both engines
-#                                             alternately (-p 512 -n 128 and 4096 deep), JSON in
-#                                             $OUT; shapes default to qwen3-1.7b qwen3-4b llama-3.1-8b
+#                                             alternately (-p 512 -n 128, at depth 0 and 4096),
+#                                             JSON in $OUT and a table of ratios last; shapes
+#                                             default to qwen3-1.7b qwen3-4b llama-3.1-8b, types
+#                                             to $TYPES (default "q4_k_m q8_0")
 #
 # The device call carries [".gpukit", ".gpuref"]. The reference's code never enters the project:
 # it is built under /tmp there as a measuring instrument.
@@ -50,6 +59,18 @@ pack() {
     du -sh .gpukit/bench.tar.xz .gpuref/*
 }
 
+pack_ref() {
+    local dir=${1:?usage: scripts/gpu_compare.sh pack-ref BUILD_DIR} stage=.gpuref/stage
+    rm -rf "$stage" && mkdir -p "$stage/lib"
+    strip -o "$stage/llama-bench" "$dir/bin/llama-bench"
+    ldd "$stage/llama-bench" | awk '/=> \// {print $3}' | grep -v -E 'libcuda|libcublas|libcudart' |
+        xargs -r -I{} cp -L {} "$stage/lib/"
+    cp -L /lib64/ld-linux-x86-64.so.2 "$stage/lib/"
+    tar -C "$stage" -cf - . | xz -9 -T2 >.gpuref/ref.tar.xz
+    rm -rf "$stage"
+    du -sh .gpuref/ref.tar.xz
+}
+
 build_ref() {
     local out=${OUT:?OUT names the folder that comes back} src=/tmp/llref/src
     rm -rf /tmp/llref && mkdir -p "$src"
@@ -72,47 +93,76 @@ ember() {
     "$KIT/lib/ld-linux-x86-64.so.2" --library-path "$KIT/lib:$CUDA_LIB" "$KIT/ember" "$@"
 }
 
+# Runs the reference: the one built there (build-ref's parts) or the one packed here (pack-ref,
+# with its loader and libraries).
+reference() {
+    if [ -d /tmp/refkit ]; then
+        /tmp/refkit/lib/ld-linux-x86-64.so.2 --library-path "/tmp/refkit/lib:$CUDA_LIB" \
+            /tmp/refkit/llama-bench "$@"
+    else
+        /tmp/llama-bench "$@"
+    fi
+}
+
 bench() {
     local out=${OUT:?OUT names the folder that comes back}
     shift || true
-    local shapes=("$@")
+    local shapes=("$@") types
     ((${#shapes[@]})) || shapes=(qwen3-1.7b qwen3-4b llama-3.1-8b)
+    read -r -a types <<<"${TYPES:-q4_k_m q8_0}"
     KIT=/tmp/benchkit
     CUDA_LIB=$(dirname "$(ls /usr/local/cuda/lib64/libcublas.so.* | head -1)")
-    rm -rf "$KIT" && mkdir -p "$KIT"
+    rm -rf "$KIT" /tmp/refkit && mkdir -p "$KIT"
     tar -C "$KIT" -xJf .gpukit/bench.tar.xz
-    cat .gpuref/llama-bench.xz.part-* | xz -dc >/tmp/llama-bench && chmod +x /tmp/llama-bench
+    if [ -f .gpuref/ref.tar.xz ]; then
+        mkdir -p /tmp/refkit && tar -C /tmp/refkit -xJf .gpuref/ref.tar.xz
+    else
+        cat .gpuref/llama-bench.xz.part-* | xz -dc >/tmp/llama-bench && chmod +x /tmp/llama-bench
+    fi
     nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$out/device.txt"
     for shape in "${shapes[@]}"; do
-        local vocab=$KIT/qwen3-vocab.gguf
-        [[ $shape == llama* ]] && vocab=$KIT/llama3-vocab.gguf
-        ember synth --shape "$shape" --type q4_k_m --vocab-from "$vocab" -o "/tmp/$shape.gguf" \
-            -t "$(nproc)" >/dev/null
-    done
-    for shape in "${shapes[@]}"; do
-        local f=/tmp/$shape.gguf
-        for rep in 1 2; do  # alternating: ember, reference, ember, reference
-            ember bench -m "$f" --gpu 0 -p 512 -n 128 --reps 3 --json >"$out/ember-$shape-$rep.json"
-            /tmp/llama-bench -m "$f" -ngl 99 -p 512 -n 128 -r 3 -o json >"$out/ref-$shape-$rep.json" 2>/dev/null
-            ember bench -m "$f" --gpu 0 -p 512 -n 128 -d 4096 --reps 3 --json >"$out/ember-$shape-d4096-$rep.json"
-            /tmp/llama-bench -m "$f" -ngl 99 -fa 1 -d 4096 -p 512 -n 128 -r 3 -o json >"$out/ref-$shape-d4096-$rep.json" 2>/dev/null
+        for type in "${types[@]}"; do
+            local vocab=$KIT/qwen3-vocab.gguf f=/tmp/$shape-$type.gguf
+            [[ $shape == llama* ]] && vocab=$KIT/llama3-vocab.gguf
+            ember synth --shape "$shape" --type "$type" --vocab-from "$vocab" -o "$f" \
+                -t "$(nproc)" >/dev/null
+            for depth in 0 4096; do
+                for rep in 1 2; do  # alternating: ember, reference, ember, reference
+                    ember bench -m "$f" --gpu 0 -p 512 -n 128 -d "$depth" --reps 3 --json \
+                        >"$out/ember-$shape-$type-d$depth-$rep.json"
+                    reference -m "$f" -ngl 99 -fa 1 -d "$depth" -p 512 -n 128 -r 3 -o json \
+                        >"$out/ref-$shape-$type-d$depth-$rep.json" 2>/dev/null
+                done
+            done
+            rm -f "$f"
         done
     done
-    python3 - "$out" "${shapes[@]}" <<'EOF' | tee "$out/summary.txt"
-import json, sys, glob
-out, shapes = sys.argv[1], sys.argv[2:]
-for shape in shapes:
-    for depth in ("", "-d4096"):
-        e = [json.load(open(p)) for p in sorted(glob.glob(f"{out}/ember-{shape}{depth}-[0-9].json"))]
-        r = [json.load(open(p)) for p in sorted(glob.glob(f"{out}/ref-{shape}{depth}-[0-9].json"))]
-        print(shape, depth or "-d0", "ember:", [(round(x["prefill_tps"], 1), round(x["decode_tps"], 1)) for x in e])
-        print(shape, depth or "-d0", "ref:", [ [(t.get("n_prompt"), t.get("n_gen"), round(t.get("avg_ts", 0), 1)) for t in x] for x in r ])
+    python3 - "$out" <<'EOF' | tee "$out/summary.txt"
+import glob, json, re, statistics, sys
+out = sys.argv[1]
+rows = {}
+for path in sorted(glob.glob(f"{out}/ember-*.json")):
+    key = re.match(r".*/ember-(.+)-d(\d+)-\d+\.json", path)
+    name, depth = key.group(1), int(key.group(2))
+    e = json.load(open(path))
+    r = json.load(open(path.replace("/ember-", "/ref-")))
+    row = rows.setdefault((name, depth), {"pp": [], "tg": [], "rpp": [], "rtg": []})
+    row["pp"].append(e["prefill_tps"])
+    row["tg"].append(e["decode_tps"])
+    row["rpp"] += [t["avg_ts"] for t in r if t.get("n_prompt", 0) > 0 and t.get("n_gen", 0) == 0]
+    row["rtg"] += [t["avg_ts"] for t in r if t.get("n_gen", 0) > 0 and t.get("n_prompt", 0) == 0]
+print(f"{'file':24} {'depth':>5} | {'prefill ember / ref':>22} {'ratio':>6} | {'decode ember / ref':>18} {'ratio':>6}")
+for (name, depth), v in sorted(rows.items()):
+    m = {k: statistics.median(x) if x else float("nan") for k, x in v.items()}
+    print(f"{name:24} {depth:>5} | {m['pp']:>10,.0f} / {m['rpp']:>9,.0f} {m['pp'] / m['rpp']:>6.2f} |"
+          f" {m['tg']:>7,.1f} / {m['rtg']:>7,.1f} {m['tg'] / m['rtg']:>6.2f}")
 EOF
 }
 
 case $mode in
     pack) pack ;;
     build-ref) build_ref ;;
+    pack-ref) pack_ref "${2:-}" ;;
     bench) bench "$@" ;;
-    *) echo "usage: scripts/gpu_compare.sh pack | build-ref | bench [shapes...]" >&2; exit 2 ;;
+    *) echo "usage: scripts/gpu_compare.sh pack | build-ref | pack-ref DIR | bench [shapes...]" >&2; exit 2 ;;
 esac

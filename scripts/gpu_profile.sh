@@ -4,6 +4,8 @@
 # from the bench kit of scripts/gpu_compare.sh (.gpukit/bench.tar.xz); prints the table and
 # leaves it in $OUT/profile.txt.
 #   scripts/gpu_profile.sh [shape]    (default qwen3-1.7b, q4_k_m)
+# PROMPT_WORDS (default 500) sets the context the decode steps run at; SKIP (default 3000) the
+# launches of the prompt's prefill that are not profiled (about 600 per 256 prompt tokens).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-/tmp/gpu_out}
@@ -19,9 +21,9 @@ model=/tmp/$shape.gguf
 ncu=$(ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | tail -1)
 [ -n "$ncu" ] || ncu=$(command -v ncu)
 # A 512-token prompt (cuBLAS prefill), then decode steps; skip the prompt and the first steps.
-prompt=$(python3 -c 'print(" ".join(["word"] * 500))')
+prompt=$(python3 -c "print(' '.join(['word'] * ${PROMPT_WORDS:-500}))")
 EMBER_CUDA_GRAPHS=0 "$ncu" --cache-control none --clock-control none --metrics gpu__time_duration.sum,dram__bytes.sum,launch__registers_per_thread,sm__warps_active.avg.pct_of_peak_sustained_active \
-    --launch-skip 3000 --launch-count 1200 --csv --log-file "$out/ncu.csv" \
+    --launch-skip "${SKIP:-3000}" --launch-count 1200 --csv --log-file "$out/ncu.csv" \
     "$k/lib/ld-linux-x86-64.so.2" --library-path "$k/lib:$cuda_lib" "$k/ember" run -m "$model" \
     --gpu 0 -n 40 --temp 0 --no-spec -p "$prompt" >/dev/null 2>"$out/ncu.err" || true
 python3 - "$out/ncu.csv" <<'PY' | tee "$out/profile.txt"

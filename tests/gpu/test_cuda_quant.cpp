@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "engine/model/cuda/quant_kernels.cuh"
+#include "tests/gpu/device_buffer.h"
 #include "engine/tensor/blocks.h"
 #include "engine/tensor/matmul.h"
 #include "engine/tensor/quantize_scalar.h"
@@ -22,28 +23,6 @@
 
 namespace ember::cuda {
 namespace {
-
-#define CUDA_OK(call) ASSERT_EQ((call), cudaSuccess) << #call
-
-bool has_device() {
-    int count = 0;
-    return cudaGetDeviceCount(&count) == cudaSuccess && count > 0;
-}
-
-// A device buffer freed on scope exit.
-struct DeviceBuffer {
-    void* ptr = nullptr;
-    explicit DeviceBuffer(size_t bytes) {
-        if (cudaMalloc(&ptr, bytes == 0 ? 1 : bytes) != cudaSuccess) ptr = nullptr;
-    }
-    ~DeviceBuffer() { cudaFree(ptr); }
-    DeviceBuffer(const DeviceBuffer&) = delete;
-    DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-    template <class T>
-    T* as() const {
-        return static_cast<T*>(ptr);
-    }
-};
 
 // A weight matrix on the host (file layout) and on the device.
 struct TestMatrix {

@@ -12,6 +12,7 @@
 #include <limits>
 
 #include "engine/model/cuda/cuda_check.cuh"
+#include "engine/model/cuda/flash_attention.cuh"
 #include "engine/model/forward.h"
 #include "engine/model/cuda/layer_kernels.cuh"
 #include "engine/model/cuda/reduce.cuh"
@@ -515,6 +516,9 @@ void launch_attend(const AttendShape& shape, const KvLayerView& layer, const flo
     const dim3 grid(static_cast<unsigned>(std::min(chunks, kMaxChunkBlocks)),
                     static_cast<unsigned>(shape.n_head), static_cast<unsigned>(n));
     if (n > kExactBatchTokens) {
+        if (shape.tensor_cores && flash_attend_supports(shape, layer)) {
+            return flash_attend(shape, layer, q, pos0, n, out, stream);
+        }
         launch_attend_tiled<T>(shape, layer, q, pos0, n, chunks, partials, stream);
         return launch_merge(shape, partials, pos0, n, chunks, out, stream);
     }

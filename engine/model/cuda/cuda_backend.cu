@@ -5,6 +5,7 @@
 
 #include "engine/model/cuda/cuda_backend.cuh"
 #include "engine/model/cuda/cuda_check.cuh"
+#include "engine/model/cuda/half_inputs.cuh"
 #include "engine/model/model.h"
 
 namespace ember::cuda {
@@ -24,6 +25,16 @@ bool is_float_type(TensorType type) {
 bool graphs_enabled() {
     const char* env = std::getenv("EMBER_CUDA_GRAPHS");
     return env == nullptr || std::string_view(env) != "0";
+}
+
+// f16 elements of a weight dequantized at once for the tensor-core product: 16 MiB, so that
+// the slice the product reads next is still in L2 (50 MiB on an H200) where the dequantization
+// left it. EMBER_CUDA_SLICE_MIB sets another size (to measure the trade: larger slices make
+// fewer, larger products).
+int64_t half_slice_elements() {
+    const char* env = std::getenv("EMBER_CUDA_SLICE_MIB");
+    const int64_t mib = env ? std::clamp<int64_t>(std::atoll(env), 1, 1024) : 16;
+    return (mib << 20) / static_cast<int64_t>(sizeof(__half));
 }
 
 class CudaBackend final : public Backend {
@@ -119,6 +130,20 @@ public:
 
     void matmul_many(std::span<const MatmulOut> outs, const float* x, int64_t n) override {
         if (replaying()) return;
+        if (n > kGemvMaxTokens) {
+            // The activations go to f16 once for every matrix that takes them so.
+            bool all_half = true;
+            for (const MatmulOut& o : outs) {
+                const DeviceMatrix& m = dev_.matrix(*o.w);
+                all_half = all_half && m.half_products && o.ldy == m.rows && half_fits(m, n);
+            }
+            if (all_half && !outs.empty()) {
+                const int64_t cols = dev_.matrix(*outs[0].w).cols;
+                prepare_half_inputs(x, n, cols);
+                for (const MatmulOut& o : outs) gemm_half(dev_.matrix(*o.w), n, o.y);
+                return;
+            }
+        }
         if (n > kGemvMaxTokens || outs.size() > static_cast<size_t>(kMaxGemvOuts)) {
             for (const MatmulOut& o : outs) matmul(*o.w, x, n, o.y);
             return;
@@ -270,10 +295,56 @@ private:
                                " layers run on the CPU; this model should not be on the GPU");
     }
 
-    // out [n x w.rows] = x [n x w.cols] · w^T through cuBLAS, the weight dequantized to f32 in
-    // slices of rows. Float weights keep f32 arithmetic (the fixtures' 2e-3 of float64);
-    // quantized ones use TF32, whose rounding is far below the quantization's own.
+    // Whether the batch's activations fit the f16 scratch for this matrix's width.
+    bool half_fits(const DeviceMatrix& w, int64_t n) const {
+        return static_cast<size_t>(n * w.cols) * sizeof(__half) <= gpu_.half_x.bytes() &&
+               static_cast<size_t>(n + 2) * sizeof(float) <= gpu_.half_scale.bytes();
+    }
+
+    // half_x [n x cols] = x * 2^e in f16; half_scale = {0.0f, 2^-e, row maxima [n]}
+    // (half_inputs.cuh). The zero is never written after the state's memset.
+    void prepare_half_inputs(const float* x, int64_t n, int64_t cols) {
+        float* scale = gpu_.half_scale.as<float>();
+        to_scaled_half(x, n, cols, cols, gpu_.half_x.as<__half>(), scale + 2, scale + 1,
+                       stream());
+    }
+
+    // out [n x w.rows] = half_x [n x w.cols] · w^T * 2^-e on the tensor cores: the weight
+    // dequantized to f16 in slices of rows, f32 sums (cuBLAS HGEMM with f32 compute). The
+    // rounding of the inputs is TF32's (10 mantissa bits); the product reads half the bytes
+    // and runs at twice TF32's rate.
+    void gemm_half(const DeviceMatrix& w, int64_t n, float* out) {
+        const float* scale = gpu_.half_scale.as<float>();
+        const float* beta = scale;       // 0.0f
+        const float* alpha = scale + 1;  // 2^-e, written by prepare_half_inputs
+        const int64_t slice = std::clamp<int64_t>(half_slice_elements_ / w.cols, 1, w.rows);
+        gpu_.dequantized.grow(static_cast<size_t>(slice * w.cols) * sizeof(__half));
+        EMBER_CUBLAS_CHECK(
+            gpu_.blas_library().set_pointer_mode(gpu_.blas(), CUBLAS_POINTER_MODE_DEVICE));
+        for (int64_t row0 = 0; row0 < w.rows; row0 += slice) {
+            const int64_t rows = std::min(slice, w.rows - row0);
+            dequantize_rows_half(w, row0, rows, gpu_.dequantized.as<__half>(), stream());
+            check_launch("dequantize_rows_half");
+            EMBER_CUBLAS_CHECK(gpu_.blas_library().gemm_ex(
+                gpu_.blas(), CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(rows), static_cast<int>(n),
+                static_cast<int>(w.cols), alpha, gpu_.dequantized.get(), CUDA_R_16F,
+                static_cast<int>(w.cols), gpu_.half_x.get(), CUDA_R_16F, static_cast<int>(w.cols),
+                beta, out + row0, CUDA_R_32F, static_cast<int>(w.rows), CUBLAS_COMPUTE_32F,
+                CUBLAS_GEMM_DEFAULT));
+        }
+        EMBER_CUBLAS_CHECK(
+            gpu_.blas_library().set_pointer_mode(gpu_.blas(), CUBLAS_POINTER_MODE_HOST));
+    }
+
+    // out [n x w.rows] = x [n x w.cols] · w^T through cuBLAS. Quantized weights in range go
+    // through gemm_half. Otherwise the weight is dequantized to f32 in slices of rows: float
+    // weights keep f32 arithmetic (the fixtures' 2e-3 of float64); quantized ones use TF32,
+    // whose rounding is far below the quantization's own.
     void gemm(const DeviceMatrix& w, const float* x, int64_t n, float* out) {
+        if (w.half_products && half_fits(w, n)) {
+            prepare_half_inputs(x, n, w.cols);
+            return gemm_half(w, n, out);
+        }
         const float alpha = 1.0f;
         const float beta = 0.0f;
         const cublasComputeType_t compute =
@@ -307,6 +378,7 @@ private:
     int64_t pos0_ = 0;
     int64_t n_ = 0;
     Mode mode_ = Mode::Direct;
+    int64_t half_slice_elements_ = half_slice_elements();
 };
 
 }  // namespace

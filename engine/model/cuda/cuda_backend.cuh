@@ -133,7 +133,9 @@ public:
     DeviceBuffer token_ids;     // [kMaxBatch] int32
     DeviceBuffer logits;        // [rows x n_vocab], grown on demand
     DeviceBuffer partials;      // attention records, grown on demand
-    DeviceBuffer dequantized;   // f32 rows of a weight for cuBLAS, grown up to a cap
+    DeviceBuffer dequantized;   // f32 or f16 rows of a weight for cuBLAS, grown up to a cap
+    DeviceBuffer half_x;        // [kMaxBatch x widest input] f16: a batch's scaled activations
+    DeviceBuffer half_scale;    // [2 + kMaxBatch]: 0.0f, the batch's unscale 2^-e, row maxima
 
 private:
     enum class Direction { ToHost, ToDevice };

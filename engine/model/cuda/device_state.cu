@@ -43,6 +43,11 @@ CudaState::CudaState(const CudaDevice& device, InferenceState& state)
     ffn_gate = DeviceBuffer(floats(b * c.n_ff));
     ffn_up = DeviceBuffer(floats(b * c.n_ff));
     token_ids = DeviceBuffer(static_cast<size_t>(b) * sizeof(int32_t));
+    const int64_t widest_input =
+        std::max({c.n_embd, c.n_ff, c.n_head * c.value_dim, c.n_head * c.head_dim});
+    half_x = DeviceBuffer(static_cast<size_t>(b * widest_input) * sizeof(__half));
+    half_scale = DeviceBuffer(floats(b + 2));
+    EMBER_CUDA_CHECK(cudaMemset(half_scale.get(), 0, half_scale.bytes()));
     static_assert(kStepTokens == kMaxBatch);
     EMBER_CUDA_CHECK(cudaMallocHost(&step_host_, sizeof(StepInputs)));
     step_dev_ = DeviceBuffer(sizeof(StepInputs));

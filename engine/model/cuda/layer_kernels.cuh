@@ -84,6 +84,9 @@ struct AttendShape {
     float softcap = 0.0f;
     const float* sinks = nullptr;  // device [n_head], or null
     int64_t chunk = 256;           // positions per partial record: attention_chunk(n)
+    // Batches over the exact-batch limit over an f16 cache may run on the tensor cores
+    // (flash_attention.cuh); false keeps the f32 kernels (to compare the two).
+    bool tensor_cores = true;
 };
 // Positions per partial record for a batch of n tokens (fixed for each side of the exact-batch
 // limit, so a token's bits depend only on its position), and the chunks up to a position.

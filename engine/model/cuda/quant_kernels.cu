@@ -14,11 +14,14 @@
 #include "engine/model/cuda/quant_kernels.cuh"
 
 #include <algorithm>
+#include <cmath>
+#include <cstring>
 #include <stdexcept>
 #include <string>
 #include <utility>
 
 #include "engine/model/cuda/activations.cuh"
+#include "engine/model/cuda/cuda_check.cuh"
 #include "engine/model/cuda/quant_blocks.cuh"
 #include "engine/tensor/types.h"
 
@@ -209,6 +212,7 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(const GemvArgs args) {
 // Dequantization kernel: one thread per unit of an output row.
 
 // Output row i is source row ids[i] (embedding) or row0 + i; times scale when ids is given.
+// `out` is float or __half ([n x cols] of the kernel's output type).
 struct DequantArgs {
     const uint8_t* data;
     size_t row_stride;
@@ -218,17 +222,32 @@ struct DequantArgs {
     const int32_t* ids;
     int64_t n;  // output rows
     float scale;
-    float* out;
+    void* out;
 };
 
-template <class F>
+// Eight dequantized weights to the output row: two 16-byte stores in f32, one in f16 (rounded
+// to nearest even, as the tensor cores' inputs).
+__device__ __forceinline__ void store8(float* o, const float (&w)[8]) {
+    auto* v = reinterpret_cast<float4*>(o);
+    v[0] = make_float4(w[0], w[1], w[2], w[3]);
+    v[1] = make_float4(w[4], w[5], w[6], w[7]);
+}
+
+__device__ __forceinline__ void store8(__half* o, const float (&w)[8]) {
+    __half2 h[4];
+#pragma unroll
+    for (int e = 0; e < 4; ++e) h[e] = __floats2half2_rn(w[2 * e], w[2 * e + 1]);
+    *reinterpret_cast<uint4*>(o) = *reinterpret_cast<const uint4*>(h);
+}
+
+template <class F, class Out>
 __global__ void __launch_bounds__(kThreads) dequantize_kernel(const DequantArgs a) {
     const int64_t units = a.cols / (F::kBlockElems / F::kUnitsPerBlock);
     const int64_t index = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
     if (index >= a.n * units) return;
     const int64_t i = index / units;
     const int u = static_cast<int>(index % units);
-    float* out_row = a.out + i * a.cols;
+    Out* out_row = static_cast<Out*>(a.out) + i * a.cols;
     const int k = u % F::kUnitsPerBlock;
     const int64_t block_elem0 = static_cast<int64_t>(u / F::kUnitsPerBlock) * F::kBlockElems;
 
@@ -238,8 +257,8 @@ __global__ void __launch_bounds__(kThreads) dequantize_kernel(const DequantArgs 
         if (row < 0 || row >= a.rows) {  // a bad id shows as NaN rather than reading out of bounds
 #pragma unroll
             for (int c = 0; c < F::kChunks; ++c) {
-                float* o = out_row + block_elem0 + F::chunk_pos(k, c);
-                for (int e = 0; e < 8; ++e) o[e] = __int_as_float(0x7fffffff);
+                Out* o = out_row + block_elem0 + F::chunk_pos(k, c);
+                for (int e = 0; e < 8; ++e) o[e] = static_cast<Out>(__int_as_float(0x7fffffff));
             }
             return;
         }
@@ -260,10 +279,41 @@ __global__ void __launch_bounds__(kThreads) dequantize_kernel(const DequantArgs 
 #pragma unroll
             for (int e = 0; e < 8; ++e) w[e] = __fmul_rn(w[e], a.scale);
         }
-        auto* o = reinterpret_cast<float4*>(out_row + block_elem0 + F::chunk_pos(k, c));
-        o[0] = make_float4(w[0], w[1], w[2], w[3]);
-        o[1] = make_float4(w[4], w[5], w[6], w[7]);
+        store8(out_row + block_elem0 + F::chunk_pos(k, c), w);
     }
+}
+
+// The largest |w| of rows [a.row0, a.row0 + a.n), into *amax (whose bits, as a non-negative
+// float's, order as integers: an atomic max is exact in any order). NaN counts as infinite.
+template <class F>
+__global__ void __launch_bounds__(kThreads) max_abs_kernel(const DequantArgs a, unsigned* amax) {
+    const int64_t units = a.cols / (F::kBlockElems / F::kUnitsPerBlock);
+    const int64_t index = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
+    float top = 0.0f;
+    if (index < a.n * units) {
+        const int64_t row = a.row0 + index / units;
+        const int u = static_cast<int>(index % units);
+        const int k = u % F::kUnitsPerBlock;
+        const uint8_t* block = a.data + static_cast<size_t>(row) * a.row_stride +
+                               static_cast<size_t>(u / F::kUnitsPerBlock) * F::kBlockBytes;
+        const typename F::Unit unit = F::unpack(F::load(block, k), k);
+#pragma unroll
+        for (int c = 0; c < F::kChunks; ++c) {
+            float w[8];
+            switch (c) {
+                case 0: F::template chunk<0>(unit, w); break;
+                case 1: F::template chunk<1 % F::kChunks>(unit, w); break;
+                case 2: F::template chunk<2 % F::kChunks>(unit, w); break;
+                default: F::template chunk<3 % F::kChunks>(unit, w); break;
+            }
+#pragma unroll
+            for (int e = 0; e < 8; ++e) top = fmaxf(top, isnan(w[e]) ? INFINITY : fabsf(w[e]));
+        }
+    }
+    for (int offset = 16; offset > 0; offset >>= 1) {
+        top = fmaxf(top, __shfl_xor_sync(0xffffffffu, top, offset));
+    }
+    if ((threadIdx.x & 31) == 0) atomicMax(amax, __float_as_uint(top));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -374,6 +424,7 @@ void launch_gemv(TensorType type, GemvArgs& args, cudaStream_t stream) {
     });
 }
 
+template <class Out = float>
 void launch_dequantize(const DeviceMatrix& w, DequantArgs args, cudaStream_t stream) {
     check_matrix(w);
     if (!aligned(args.out, 16)) fail("dequantization output not 16-byte aligned");
@@ -382,7 +433,7 @@ void launch_dequantize(const DeviceMatrix& w, DequantArgs args, cudaStream_t str
         using F = decltype(fmt);
         const int64_t units = w.cols / (F::kBlockElems / F::kUnitsPerBlock);
         const int64_t blocks = (args.n * units + kThreads - 1) / kThreads;
-        dequantize_kernel<F><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(args);
+        dequantize_kernel<F, Out><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(args);
     });
 }
 
@@ -489,6 +540,51 @@ void dequantize_rows(const DeviceMatrix& w, int64_t row0, int64_t rows, float* o
     args.scale = 1.0f;
     args.out = out;
     launch_dequantize(w, args, stream);
+}
+
+void dequantize_rows_half(const DeviceMatrix& w, int64_t row0, int64_t rows, __half* out,
+                          cudaStream_t stream) {
+    if (row0 < 0 || rows < 0 || row0 + rows > w.rows) fail("dequantize_rows_half: rows out of range");
+    DequantArgs args{};
+    args.data = static_cast<const uint8_t*>(w.data);
+    args.row_stride = w.row_stride;
+    args.rows = w.rows;
+    args.cols = w.cols;
+    args.row0 = row0;
+    args.ids = nullptr;
+    args.n = rows;
+    args.scale = 1.0f;
+    args.out = out;
+    launch_dequantize<__half>(w, args, stream);
+}
+
+float max_abs_weight(const DeviceMatrix& w, cudaStream_t stream) {
+    check_matrix(w);
+    unsigned* amax = nullptr;
+    check_cuda(cudaMallocAsync(reinterpret_cast<void**>(&amax), sizeof(unsigned), stream),
+               "max_abs_weight");
+    check_cuda(cudaMemsetAsync(amax, 0, sizeof(unsigned), stream), "max_abs_weight");
+    DequantArgs args{};
+    args.data = static_cast<const uint8_t*>(w.data);
+    args.row_stride = w.row_stride;
+    args.rows = w.rows;
+    args.cols = w.cols;
+    args.n = w.rows;
+    with_format(w.type, [&](auto fmt) {
+        using F = decltype(fmt);
+        const int64_t units = w.cols / (F::kBlockElems / F::kUnitsPerBlock);
+        const int64_t blocks = (args.n * units + kThreads - 1) / kThreads;
+        if (blocks > 0) max_abs_kernel<F><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(args, amax);
+    });
+    check_launch("max_abs_kernel");
+    unsigned bits = 0;
+    check_cuda(cudaMemcpyAsync(&bits, amax, sizeof(unsigned), cudaMemcpyDeviceToHost, stream),
+               "max_abs_weight");
+    check_cuda(cudaFreeAsync(amax, stream), "max_abs_weight");
+    check_cuda(cudaStreamSynchronize(stream), "max_abs_weight");
+    float value = 0.0f;
+    std::memcpy(&value, &bits, sizeof(value));
+    return value;
 }
 
 void embed_rows(const DeviceMatrix& w, const int32_t* ids, int64_t n, float scale, float* out,

@@ -6,6 +6,7 @@
 // gives bit-identical output run to run.
 #pragma once
 
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <cstddef>
@@ -24,6 +25,9 @@ struct DeviceMatrix {
     int64_t rows = 0;
     int64_t cols = 0;
     size_t row_stride = 0;
+    // Quantized, with every element inside f16's range: prefill multiplies it on the tensor
+    // cores in f16 (dequantize_rows_half) rather than in TF32. Set at upload.
+    bool half_products = false;
 };
 
 // Most tokens gemv() takes: the longest batch whose outputs must equal those of the tokens one
@@ -66,6 +70,16 @@ void gemv_gated(const DeviceMatrix& gate, const DeviceMatrix& up, GatedActivatio
 // cuBLAS product for batches longer than kGemvMaxTokens).
 void dequantize_rows(const DeviceMatrix& w, int64_t row0, int64_t rows, float* out,
                      cudaStream_t stream);
+
+// The same rows rounded to f16 (round to nearest even): the input of the tensor-core product
+// for prefill batches. An f16 keeps TF32's 10 mantissa bits, so the product rounds its weights
+// as the TF32 one did; the range is narrower, which max_abs_weight() checks once at load.
+void dequantize_rows_half(const DeviceMatrix& w, int64_t row0, int64_t rows, __half* out,
+                          cudaStream_t stream);
+
+// The largest |W[r][k]| of the matrix (infinity when any element is NaN or infinite);
+// synchronizes the stream.
+float max_abs_weight(const DeviceMatrix& w, cudaStream_t stream);
 
 // out[t * cols + k] = W[ids[t]][k] * scale for t < n: the embedding lookup (ids in device memory).
 void embed_rows(const DeviceMatrix& w, const int32_t* ids, int64_t n, float scale, float* out,
