@@ -127,7 +127,7 @@ bench() {
             ember synth --shape "$shape" --type "$type" --vocab-from "$vocab" -o "$f" \
                 -t "$(nproc)" >/dev/null
             for depth in 0 4096; do
-                for rep in 1 2; do  # alternating: ember, reference, ember, reference
+                for rep in $(seq "${REPS:-2}"); do  # alternating: ember, reference, ember, ...
                     ember bench -m "$f" --gpu 0 -p 512 -n 128 -d "$depth" --reps 3 --json \
                         >"$out/ember-$shape-$type-d$depth-$rep.json"
                     reference -m "$f" -ngl 99 -fa 1 -d "$depth" -p 512 -n 128 -r 3 -o json \

@@ -16,14 +16,16 @@ tar -C "$k" -xJf .gpukit/bench.tar.xz
 cuda_lib=$(dirname "$(ls /usr/local/cuda/lib64/libcublas.so.* | head -1)")
 run_ember() { "$k/lib/ld-linux-x86-64.so.2" --library-path "$k/lib:$cuda_lib" "$k/ember" "$@"; }
 model=/tmp/$shape.gguf
-[ -f "$model" ] || run_ember synth --shape "$shape" --type q4_k_m --vocab-from "$k/qwen3-vocab.gguf" \
+vocab=$k/qwen3-vocab.gguf
+[[ $shape == llama* ]] && vocab=$k/llama3-vocab.gguf
+[ -f "$model" ] || run_ember synth --shape "$shape" --type q4_k_m --vocab-from "$vocab" \
     -o "$model" -t 8 >/dev/null
 ncu=$(ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | tail -1)
 [ -n "$ncu" ] || ncu=$(command -v ncu)
 # A 512-token prompt (cuBLAS prefill), then decode steps; skip the prompt and the first steps.
 prompt=$(python3 -c "print(' '.join(['word'] * ${PROMPT_WORDS:-500}))")
 EMBER_CUDA_GRAPHS=0 "$ncu" --cache-control none --clock-control none --metrics gpu__time_duration.sum,dram__bytes.sum,launch__registers_per_thread,sm__warps_active.avg.pct_of_peak_sustained_active \
-    --launch-skip "${SKIP:-3000}" --launch-count 1200 --csv --log-file "$out/ncu.csv" \
+    --launch-skip "${SKIP:-3000}" --launch-count "${COUNT:-1200}" --csv --log-file "$out/ncu.csv" \
     "$k/lib/ld-linux-x86-64.so.2" --library-path "$k/lib:$cuda_lib" "$k/ember" run -m "$model" \
     --gpu 0 -n 40 --temp 0 --no-spec -p "$prompt" >/dev/null 2>"$out/ncu.err" || true
 python3 - "$out/ncu.csv" <<'PY' | tee "$out/profile.txt"

@@ -42,11 +42,22 @@ struct AttentionCase {
     float softcap;
 };
 
+// The case as a test name, e.g. d128_h16_kv8_depth0_n300.
 std::string name_of(const AttentionCase& c) {
-    return "d" + std::to_string(c.head_dim) + "_h" + std::to_string(c.n_head) + "_kv" +
-           std::to_string(c.n_head_kv) + "_depth" + std::to_string(c.depth) + "_n" +
-           std::to_string(c.n) + (c.window ? "_window" + std::to_string(c.window) : "") +
-           (c.sinks ? "_sinks" : "") + (c.softcap > 0 ? "_softcap" : "");
+    std::string name;
+    const auto field = [&name](const char* label, int64_t value) {
+        name += label;
+        name += std::to_string(value);
+    };
+    field("d", c.head_dim);
+    field("_h", c.n_head);
+    field("_kv", c.n_head_kv);
+    field("_depth", c.depth);
+    field("_n", c.n);
+    if (c.window > 0) field("_window", c.window);
+    if (c.sinks) name += "_sinks";
+    if (c.softcap > 0) name += "_softcap";
+    return name;
 }
 
 // Attention of every (token, head) in float64 from the same f32 queries and f16 rows.
@@ -101,8 +112,9 @@ protected:
     }
 };
 
-// Max |out - ref| over max |ref|: the tensor-core path within 2e-3 (f16 queries and weights),
-// the f32 kernels within 1e-5, on the same cache and queries.
+// Max |out - ref| over max |ref|: the tensor-core path within 2e-3 (f16 weights), whole and
+// in chunked records through attend()'s merge (past kFlashChunk positions), the f32 kernels
+// within 1e-5, on the same cache and queries.
 TEST_P(FlashAttention, MatchesFloat64AndTheF32Kernels) {
     const AttentionCase c = GetParam();
     const int64_t d = c.head_dim, width = c.n_head_kv * d;
@@ -125,7 +137,7 @@ TEST_P(FlashAttention, MatchesFloat64AndTheF32Kernels) {
     DeviceBuffer q_dev(q.size() * sizeof(float)), sinks_dev(sinks.size() * sizeof(float));
     DeviceBuffer pos0_dev(sizeof(int64_t));
     const size_t out_bytes = static_cast<size_t>(c.n * c.n_head * d) * sizeof(float);
-    DeviceBuffer flash_out(out_bytes), f32_out(out_bytes);
+    DeviceBuffer flash_out(out_bytes), chunked_out(out_bytes), f32_out(out_bytes);
     CUDA_OK(cudaMemcpy(k_dev.ptr, k_rows.data(), k_rows.size() * sizeof(__half), cudaMemcpyHostToDevice));
     CUDA_OK(cudaMemcpy(v_dev.ptr, v_rows.data(), v_rows.size() * sizeof(__half), cudaMemcpyHostToDevice));
     CUDA_OK(cudaMemcpy(q_dev.ptr, q.data(), q.size() * sizeof(float), cudaMemcpyHostToDevice));
@@ -133,6 +145,7 @@ TEST_P(FlashAttention, MatchesFloat64AndTheF32Kernels) {
     CUDA_OK(cudaMemcpy(pos0_dev.ptr, &c.depth, sizeof(int64_t), cudaMemcpyHostToDevice));
     // Poisoned outputs: every element must be written.
     CUDA_OK(cudaMemset(flash_out.ptr, 0xff, out_bytes));
+    CUDA_OK(cudaMemset(chunked_out.ptr, 0xff, out_bytes));
     CUDA_OK(cudaMemset(f32_out.ptr, 0xff, out_bytes));
 
     KvLayerView layer;
@@ -154,32 +167,40 @@ TEST_P(FlashAttention, MatchesFloat64AndTheF32Kernels) {
     shape.sinks = c.sinks ? sinks_dev.as<float>() : nullptr;
     shape.chunk = attention_chunk(c.n);
     ASSERT_TRUE(flash_attend_supports(shape, layer));
-    flash_attend(shape, layer, q_dev.as<float>(), pos0_dev.as<int64_t>(), c.n,
-                 flash_out.as<float>(), nullptr);
-    shape.tensor_cores = false;
     const int64_t chunks = chunks_through(c.depth + c.n - 1, shape.chunk);
     DeviceBuffer partials(static_cast<size_t>(attention_partials_floats(shape, c.n, chunks)) *
                           sizeof(float));
+    // Whole: one pass over every position.
+    flash_attend(shape, layer, q_dev.as<float>(), pos0_dev.as<int64_t>(), c.n, 1, nullptr,
+                 flash_out.as<float>(), nullptr);
+    // As a prefill batch runs: in records of kFlashChunk positions where the context is longer.
+    attend(shape, layer, q_dev.as<float>(), pos0_dev.as<int64_t>(), c.n, chunks,
+           partials.as<float>(), chunked_out.as<float>(), nullptr);
+    shape.tensor_cores = false;
     attend(shape, layer, q_dev.as<float>(), pos0_dev.as<int64_t>(), c.n, chunks,
            partials.as<float>(), f32_out.as<float>(), nullptr);
     CUDA_OK(cudaDeviceSynchronize());
 
-    std::vector<float> flash(q.size()), f32(q.size());
+    std::vector<float> flash(q.size()), chunked(q.size()), f32(q.size());
     CUDA_OK(cudaMemcpy(flash.data(), flash_out.ptr, out_bytes, cudaMemcpyDeviceToHost));
+    CUDA_OK(cudaMemcpy(chunked.data(), chunked_out.ptr, out_bytes, cudaMemcpyDeviceToHost));
     CUDA_OK(cudaMemcpy(f32.data(), f32_out.ptr, out_bytes, cudaMemcpyDeviceToHost));
     const std::vector<double> ref = reference_attention(c, q, k_rows, v_rows, slots, ring, sinks, scale);
-    double ref_max = 0, flash_err = 0, f32_err = 0;
+    double ref_max = 0, flash_err = 0, chunked_err = 0, f32_err = 0;
     for (size_t i = 0; i < ref.size(); ++i) {
         ASSERT_TRUE(std::isfinite(flash[i])) << "element " << i << " unwritten or not finite";
+        ASSERT_TRUE(std::isfinite(chunked[i])) << "element " << i << " unwritten or not finite";
         ref_max = std::max(ref_max, std::abs(ref[i]));
         flash_err = std::max(flash_err, std::abs(flash[i] - ref[i]));
+        chunked_err = std::max(chunked_err, std::abs(chunked[i] - ref[i]));
         f32_err = std::max(f32_err, std::abs(f32[i] - ref[i]));
     }
     ASSERT_GT(ref_max, 0.1);
     EXPECT_LE(flash_err / ref_max, 2e-3) << name_of(c);
+    EXPECT_LE(chunked_err / ref_max, 2e-3) << name_of(c) << " (chunked)";
     EXPECT_LE(f32_err / ref_max, 1e-5) << name_of(c);
-    std::printf("[flash] %s: relative error %.2e (f32 kernels %.2e)\n", name_of(c).c_str(),
-                flash_err / ref_max, f32_err / ref_max);
+    std::printf("[flash] %s: relative error %.2e, chunked %.2e (f32 kernels %.2e)\n",
+                name_of(c).c_str(), flash_err / ref_max, chunked_err / ref_max, f32_err / ref_max);
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -191,7 +212,7 @@ INSTANTIATE_TEST_SUITE_P(
                       AttentionCase{32, 4, 2, 33, 257, 0, false, 30.0f},
                       AttentionCase{16, 4, 1, 5, 40, 16, true, 0.0f},
                       AttentionCase{128, 8, 1, 2100, 65, 0, true, 50.0f}),
-    [](const ::testing::TestParamInfo<AttentionCase>& info) { return name_of(info.param); });
+    [](const ::testing::TestParamInfo<AttentionCase>& param) { return name_of(param.param); });
 
 // Rows spanning 2^-20 .. 2^20 of magnitude, one past f16's range: scaled by one power of two,
 // every element is its f32 value times the scale rounded once to f16, the largest lands in

@@ -517,7 +517,16 @@ void launch_attend(const AttendShape& shape, const KvLayerView& layer, const flo
                     static_cast<unsigned>(shape.n_head), static_cast<unsigned>(n));
     if (n > kExactBatchTokens) {
         if (shape.tensor_cores && flash_attend_supports(shape, layer)) {
-            return flash_attend(shape, layer, q, pos0, n, out, stream);
+            // `chunks` of shape.chunk cover the batch's last position: so do these, and the
+            // records fit the partials sized for the former (kFlashChunk >= shape.chunk).
+            AttendShape flash = shape;
+            flash.chunk = kFlashChunk;
+            const int64_t flash_chunks = (chunks * shape.chunk + kFlashChunk - 1) / kFlashChunk;
+            if (flash_chunks == 1) {
+                return flash_attend(flash, layer, q, pos0, n, 1, nullptr, out, stream);
+            }
+            flash_attend(flash, layer, q, pos0, n, flash_chunks, partials, nullptr, stream);
+            return launch_merge(flash, partials, pos0, n, flash_chunks, out, stream);
         }
         launch_attend_tiled<T>(shape, layer, q, pos0, n, chunks, partials, stream);
         return launch_merge(shape, partials, pos0, n, chunks, out, stream);

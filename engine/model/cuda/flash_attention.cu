@@ -6,12 +6,15 @@
 // into shared memory by cp.async two stages deep (the next tile's copy runs while this one is
 // multiplied). Per tile and warp: S = Q K^T (m16n8k16 f16 products, f32 sums), the scale
 // folded into Q beforehand, soft-cap, the causal and window masks, one online-softmax step in
-// f32 per row (a quad of lanes holds a row), P rounded to f16 and O += P V. Registers hold Q,
-// S and O; the fragment layouts are PTX's for mma.m16n8k16 (a row of S's accumulator is the
-// A operand of the P V product as it stands).
+// f32 per row (a quad of lanes holds a row), P rounded to f16 and O += P V. Registers hold S
+// and O, shared memory the block's Q; the fragment layouts are PTX's for mma.m16n8k16 (a row of
+// S's accumulator is the A operand of the P V product as it stands).
 //
-// Numerics: K and V are the cache's f16; Q is rounded to f16 after the scale (10 mantissa bits,
-// relative 2^-11, as K's own rounding when it was stored), P to f16 (in [0, 1]); every sum in
+// Numerics: K and V are the cache's f16, read as they are. Q (times the scale) is split into
+// two f16 terms, hi + lo, and S = hi K^T + lo K^T: a score carries Q's f32 value to ~2^-22, not
+// f16's 2^-11 (an error of 2^-11 in a score of 20 moves its softmax weight by 1%; one f16 Q
+// put the fixtures' whole, one-by-one and uneven feeds 2.2e-3 apart, where f32 kernels keep
+// them within 2.4e-4). P is rounded to f16 (in [0, 1], relative 2^-11 per weight); every sum in
 // f32. The order of the sums differs from the f32 kernels', as cuBLAS's from gemv's: prefill
 // rounds differently from decode, within f16's noise.
 #include "engine/model/cuda/flash_attention.cuh"
@@ -42,9 +45,11 @@ constexpr int row_halves() {
     return D + 8;
 }
 
+// Two stages of K and V tiles, then the block's Q as hi and lo terms ([kTileM x D] each).
 template <int D>
 constexpr size_t shared_bytes() {
-    return static_cast<size_t>(kStages) * 2 * kTileN * row_halves<D>() * sizeof(__half);
+    return (static_cast<size_t>(kStages) * 2 * kTileN + 2 * kTileM) * row_halves<D>() *
+           sizeof(__half);
 }
 
 struct FlashArgs {
@@ -60,7 +65,13 @@ struct FlashArgs {
     float scale;
     float softcap;
     const float* sinks;  // [n_head] or null
-    float* out;          // [n x n_head x D]
+    float* out;          // [n x n_head x D], or null: records into partials
+    // Records: block z takes positions [z * chunk, (z + 1) * chunk) and writes each row's
+    // unnormalized record [m, l, O (D)] as attend()'s merge reads them, at
+    // partials + ((t * n_head + head) * chunks + z) * (2 + D).
+    int64_t chunk;
+    int64_t chunks;
+    float* partials;
 };
 
 __device__ __forceinline__ uint32_t shared_address(const void* p) {
@@ -161,33 +172,42 @@ __global__ void __launch_bounds__(kThreads) flash_prefill_kernel(const FlashArgs
         first[i] = first_visible(position[i], a.window);
     }
 
-    // Q fragments (A operand, row-major 16x16 per step of 16 head elements), scaled, in f16.
-    uint32_t q_frag[D / 16][4];
-#pragma unroll
-    for (int i = 0; i < 2; ++i) {
-        const float* q_row = a.q + (token[i] * a.n_head + head[i]) * D;  // [D]
-#pragma unroll
-        for (int kk = 0; kk < D / 16; ++kk) {
-            const int c = kk * 16 + 2 * quad_col;
-            const float2 lo = *reinterpret_cast<const float2*>(q_row + c);
-            const float2 hi = *reinterpret_cast<const float2*>(q_row + c + 8);
-            q_frag[kk][i] = pack_half2(lo.x * a.scale, lo.y * a.scale);
-            q_frag[kk][2 + i] = pack_half2(hi.x * a.scale, hi.y * a.scale);
-        }
+    // The warp's 16 rows of Q times the scale, as f16 hi + lo, into its part of shared memory
+    // (read back as A fragments by ldmatrix; only this warp reads them).
+    __half* q_hi = shared + kStages * 2 * kStageHalves + warp * kRowsPerWarp * row_halves<D>();
+    __half* q_lo = q_hi + kTileM * row_halves<D>();
+    for (int i = lane; i < kRowsPerWarp * D / 2; i += 32) {
+        const int r = i / (D / 2);
+        const int c = 2 * (i % (D / 2));
+        const int64_t row = min(rows_total - 1, block_row0 + warp * kRowsPerWarp + r);
+        const float* q_row = a.q + ((row / a.group) * a.n_head + kv_head * a.group + row % a.group) * D;
+        const float2 v = *reinterpret_cast<const float2*>(q_row + c);
+        const float x0 = v.x * a.scale;
+        const float x1 = v.y * a.scale;
+        const __half2 hi = __floats2half2_rn(x0, x1);
+        const __half2 lo = __floats2half2_rn(x0 - __low2float(hi), x1 - __high2float(hi));
+        *reinterpret_cast<__half2*>(q_hi + r * row_halves<D>() + c) = hi;
+        *reinterpret_cast<__half2*>(q_lo + r * row_halves<D>() + c) = lo;
     }
+    __syncwarp();
 
     // The block's positions: from the first token's first visible one to the last token's own.
     const int64_t first_token = block_row0 / a.group;
     const int64_t last_token = min(rows_total - 1, block_row0 + kTileM - 1) / a.group;
-    const int64_t lo = first_visible(pos0 + first_token, a.window);
-    const int64_t hi = pos0 + last_token + 1;
+    int64_t lo = first_visible(pos0 + first_token, a.window);
+    int64_t hi = pos0 + last_token + 1;
+    if (a.partials != nullptr) {  // this block's chunk of the positions only
+        lo = max(lo, static_cast<int64_t>(blockIdx.z) * a.chunk);
+        hi = min(hi, static_cast<int64_t>(blockIdx.z + 1) * a.chunk);
+        if (lo >= hi) return;  // uniform across the block; the merge reads no record here
+    }
     const int64_t tile0 = lo / kTileN * kTileN;
     const int tiles = static_cast<int>((hi - tile0 + kTileN - 1) / kTileN);
     // The warp's own span, to skip tiles none of its rows sees.
     const int64_t warp_first_row = min(rows_total - 1, block_row0 + warp * kRowsPerWarp);
     const int64_t warp_last_row = min(rows_total - 1, block_row0 + warp * kRowsPerWarp + 15);
-    const int64_t warp_lo = first_visible(pos0 + warp_first_row / a.group, a.window);
-    const int64_t warp_hi = pos0 + warp_last_row / a.group + 1;
+    const int64_t warp_lo = max(lo, first_visible(pos0 + warp_first_row / a.group, a.window));
+    const int64_t warp_hi = min(hi, pos0 + warp_last_row / a.group + 1);
 
     float o[D / 8][4] = {};
     float m[2] = {-INFINITY, -INFINITY};
@@ -213,6 +233,12 @@ __global__ void __launch_bounds__(kThreads) flash_prefill_kernel(const FlashArgs
             float s[kTileN / 8][4] = {};
 #pragma unroll
             for (int kk = 0; kk < D / 16; ++kk) {
+                // Matrices (lane / 8): rows 0-7 and 8-15 of elements kk*16 + 0..7, then + 8..15.
+                const int q_offset = ((lane / 8) % 2 * 8 + lane % 8) * row_halves<D>() +
+                                     kk * 16 + (lane / 16) * 8;
+                uint32_t a_hi[4], a_lo[4];
+                load_matrices(a_hi, q_hi + q_offset);
+                load_matrices(a_lo, q_lo + q_offset);
 #pragma unroll
                 for (int nt = 0; nt < kTileN / 8; nt += 2) {
                     // Matrices (lane / 8): positions nt (elements kk*16 + 0..7, + 8..15), nt + 1.
@@ -220,8 +246,10 @@ __global__ void __launch_bounds__(kThreads) flash_prefill_kernel(const FlashArgs
                     const int row = (nt + piece / 2) * 8 + lane % 8;
                     uint32_t b[4];
                     load_matrices(b, k_tile + row * row_halves<D>() + kk * 16 + (piece % 2) * 8);
-                    mma(s[nt], q_frag[kk], b[0], b[1]);
-                    mma(s[nt + 1], q_frag[kk], b[2], b[3]);
+                    mma(s[nt], a_hi, b[0], b[1]);
+                    mma(s[nt + 1], a_hi, b[2], b[3]);
+                    mma(s[nt], a_lo, b[0], b[1]);
+                    mma(s[nt + 1], a_lo, b[2], b[3]);
                 }
             }
             // Soft-cap, masks, and one online-softmax step per row.
@@ -296,6 +324,21 @@ __global__ void __launch_bounds__(kThreads) flash_prefill_kernel(const FlashArgs
         l[i] += __shfl_xor_sync(0xffffffffu, l[i], 1);
         l[i] += __shfl_xor_sync(0xffffffffu, l[i], 2);
         if (!row_valid[i]) continue;
+        if (a.partials != nullptr) {
+            float* record = a.partials +
+                            ((token[i] * a.n_head + head[i]) * a.chunks + blockIdx.z) * (2 + D);
+            if (quad_col == 0) {
+                record[0] = m[i];
+                record[1] = l[i];
+            }
+#pragma unroll
+            for (int dt = 0; dt < D / 8; ++dt) {
+                const int c = dt * 8 + 2 * quad_col;
+                record[2 + c] = o[dt][2 * i];
+                record[3 + c] = o[dt][2 * i + 1];
+            }
+            continue;
+        }
         float weight = 1.0f;  // exp(m - top)
         float denominator = l[i];
         if (a.sinks != nullptr) {
@@ -326,7 +369,8 @@ void launch(const FlashArgs& args, cudaStream_t stream) {
     }
     const int64_t rows = args.n * args.group;
     const dim3 grid(static_cast<unsigned>((rows + kTileM - 1) / kTileM),
-                    static_cast<unsigned>(args.layer.k_width / D));
+                    static_cast<unsigned>(args.layer.k_width / D),
+                    static_cast<unsigned>(args.partials != nullptr ? args.chunks : 1));
     kernel<<<grid, kThreads, bytes, stream>>>(args);
     check_launch("flash_prefill_kernel");
 }
@@ -342,8 +386,12 @@ bool flash_attend_supports(const AttendShape& shape, const KvLayerView& layer) {
 }
 
 void flash_attend(const AttendShape& shape, const KvLayerView& layer, const float* q,
-                  const int64_t* pos0, int64_t n, float* out, cudaStream_t stream) {
+                  const int64_t* pos0, int64_t n, int64_t chunks, float* partials, float* out,
+                  cudaStream_t stream) {
     if (n <= 0) return;
+    if ((partials == nullptr) == (out == nullptr) || (partials != nullptr && chunks < 1)) {
+        throw std::invalid_argument("flash attention: either records (chunks >= 1) or the output");
+    }
     if (!flash_attend_supports(shape, layer)) {
         throw std::invalid_argument("flash attention: heads of " + std::to_string(shape.head_dim) +
                                     " / " + std::to_string(shape.value_dim) +
@@ -363,6 +411,9 @@ void flash_attend(const AttendShape& shape, const KvLayerView& layer, const floa
     args.softcap = shape.softcap;
     args.sinks = shape.sinks;
     args.out = out;
+    args.chunk = shape.chunk;
+    args.chunks = chunks;
+    args.partials = partials;
     switch (shape.head_dim) {
         case 16: return launch<16>(args, stream);
         case 32: return launch<32>(args, stream);
