@@ -348,6 +348,30 @@ TEST_F(LongWork, ScriptedJsonlStoppedBySigterm) {
     expect_scripted_stop(model_, *dir_, SIGTERM);
 }
 
+TEST_F(LongWork, ScriptedJsonlFromStdinStopsAndReadsNoFurtherPrompt) {
+    // A script of two prompts on stdin: SIGTERM while the first is read ends the run there.
+    const std::string input = dir_->file("prompts.jsonl");
+    std::ofstream(input) << json{{"prompt", long_prompt()}}.dump() << "\n"
+                         << json{{"prompt", "And the next question?"}}.dump() << "\n";
+    const std::string command = "exec " + shell_quote(ember_binary()) + " chat -m " +
+                                shell_quote(model_) + " --jsonl --progress --no-db -c 8192 -n 16 " +
+                                "-t 2 --temp 0 < " + shell_quote(input);
+    BackgroundProcess chat({"/bin/sh", "-c", command}, dir_->file("stdin.log"));
+    ASSERT_FALSE(chat.wait_for_line("\"event\":\"progress\"", 60).empty()) << chat.log();
+    const auto sent = Clock::now();
+    EXPECT_EQ(chat.stop(SIGTERM, 10), 128 + SIGTERM) << chat.log();
+    EXPECT_LT(since(sent), 1.5);
+    std::vector<json> turns;
+    for (const auto& line : split_lines(chat.log())) {
+        if (!line.starts_with("{")) continue;
+        const json j = json::parse(line);
+        if (!j.contains("event")) turns.push_back(j);
+    }
+    ASSERT_EQ(turns.size(), 1u) << chat.log();
+    EXPECT_EQ(turns[0]["finish"], "cancelled");
+    EXPECT_TRUE(shows(chat.log(), "ember: stopped by SIGTERM")) << chat.log();
+}
+
 // Processes whose command line mentions `text`.
 std::vector<int> processes_mentioning(const std::string& text) {
     std::vector<int> found;

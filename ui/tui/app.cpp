@@ -46,7 +46,8 @@ const char* const kKeysHelp =
     "  Ctrl-T: show or hide thinking · Ctrl-O or F2: sessions · Ctrl-L: redraw\n"
     "  Ctrl-X Ctrl-E: write the message in $EDITOR · /copy [N]: the last reply (or its Nth code "
     "block) to the clipboard · /preset [NAME]: a preset of the config file\n"
-    "  Esc or Ctrl-C: stop the reply · Ctrl-D, /quit (or Ctrl-C twice on an empty input): leave\n"
+    "  Esc or Ctrl-C: stop the reply (or the reading of a long prompt) · Ctrl-D, /quit (or "
+    "Ctrl-C twice on an empty input): leave\n"
     "  /edit alone puts your last prompt in the input box to change and resend";
 
 void ensure_utf8_locale() {
