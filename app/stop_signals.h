@@ -20,7 +20,7 @@ public:
     int raised() const;
 
 private:
-    struct sigaction previous_[3] {};
+    struct sigaction previous_[3]{};
     bool installed_[3] = {false, false, false};
 };
 

@@ -50,8 +50,8 @@ std::string grouped(int64_t n) {
 std::string prefill_text(const PrefillProgress& p) {
     const int percent =
         p.total > 0 ? static_cast<int>(100 * std::min(p.done, p.total) / p.total) : 0;
-    std::string text = grouped(p.done) + "/" + grouped(p.total) + " tok " +
-                       std::to_string(percent) + "%";
+    std::string text =
+        grouped(p.done) + "/" + grouped(p.total) + " tok " + std::to_string(percent) + "%";
     if (const double rate = prefill_rate(p); rate > 0) {
         text += " · " + grouped(static_cast<int64_t>(std::lround(rate))) + " tok/s";
     }

@@ -41,8 +41,8 @@ double since(Clock::time_point t) {
 std::string long_prompt() {
     std::string text = "Read these notes, then say which item is filed under 3. ";
     for (int i = 0; i < 720; ++i) {
-        text += "Item " + std::to_string(i) + " is filed under " + std::to_string(i * 7 % 13) +
-                ". ";
+        text +=
+            "Item " + std::to_string(i) + " is filed under " + std::to_string(i * 7 % 13) + ". ";
     }
     return text;
 }
@@ -227,9 +227,9 @@ TEST_F(LongWork, FullScreenShowsTheReadingAndEscStopsIt) {
     const double stop_seconds = since(pressed);
     EXPECT_LT(stop_seconds, 1.0) << "Esc took " << stop_seconds << " s to stop the prefill";
     // The reply's note says how far the reading got; the read part is kept.
-    ASSERT_TRUE(wait_for(
-        [](const std::string& s) { return shows(s, "[stopped reading the prompt at "); }, screen,
-        5))
+    ASSERT_TRUE(
+        wait_for([](const std::string& s) { return shows(s, "[stopped reading the prompt at "); },
+                 screen, 5))
         << screen;
     static const std::regex kNote("stopped reading the prompt at ([0-9]+) of ([0-9]+) tokens");
     std::smatch m;
@@ -286,9 +286,9 @@ TEST_F(LongWork, LineModeShowsTheReadingAndCtrlCStopsIt) {
     ASSERT_TRUE(wait_for(line_reading, screen, 60)) << screen;
     const auto pressed = Clock::now();
     tmux_->keys("C-c");
-    ASSERT_TRUE(wait_for(
-        [](const std::string& s) { return shows(s, "[stopped reading the prompt at "); }, screen,
-        10))
+    ASSERT_TRUE(
+        wait_for([](const std::string& s) { return shows(s, "[stopped reading the prompt at "); },
+                 screen, 10))
         << screen;
     EXPECT_LT(since(pressed), 1.0);
     // The progress line is gone; SIGTERM at the prompt ends line mode at once.
@@ -302,10 +302,10 @@ TEST_F(LongWork, LineModeShowsTheReadingAndCtrlCStopsIt) {
 // A scripted --jsonl run stopped by `signal_number` while it reads a long prompt.
 void expect_scripted_stop(const std::string& model, const TempDir& dir, int signal_number) {
     const std::string db = dir.file("scripted.db");
-    BackgroundProcess chat({ember_binary(), "chat", "-m", model, "--jsonl", "--progress", "-p",
-                            long_prompt(), "--db", db, "-c", "8192", "-n", "16", "-t", "2",
-                            "--temp", "0"},
-                           dir.file("scripted.log"));
+    BackgroundProcess chat(
+        {ember_binary(), "chat", "-m", model, "--jsonl", "--progress", "-p", long_prompt(), "--db",
+         db, "-c", "8192", "-n", "16", "-t", "2", "--temp", "0"},
+        dir.file("scripted.log"));
     const std::string event = chat.wait_for_line("\"event\":\"progress\"", 60);
     ASSERT_FALSE(event.empty()) << chat.log();
     const auto sent = Clock::now();
@@ -391,8 +391,8 @@ std::vector<int> processes_mentioning(const std::string& text) {
 TEST_F(LongWork, BenchResumeStopsWithItsChatProcesses) {
     // bench-resume runs chat processes for a minute or more; SIGTERM ends it and them at once.
     const std::string keep = dir_->file("bench");
-    BackgroundProcess bench({ember_binary(), "bench-resume", "-m", model_, "--tokens", "3000",
-                             "-t", "2", "--keep", keep},
+    BackgroundProcess bench({ember_binary(), "bench-resume", "-m", model_, "--tokens", "3000", "-t",
+                             "2", "--keep", keep},
                             dir_->file("bench.log"));
     // Its first chat process is running.
     const auto start = Clock::now();

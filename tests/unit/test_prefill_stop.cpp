@@ -26,8 +26,8 @@ Sampler greedy() {
 std::string long_message() {
     std::string text;
     for (int i = 0; i < 120; ++i) {
-        text += "Item " + std::to_string(i) + " is filed under " + std::to_string(i * 7 % 13) +
-                ". ";
+        text +=
+            "Item " + std::to_string(i) + " is filed under " + std::to_string(i * 7 % 13) + ". ";
     }
     return text;
 }
