@@ -14,6 +14,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -24,10 +25,12 @@
 
 #include "app/commands.h"
 #include "app/model_locator.h"
+#include "app/stop_signals.h"
 #include "engine/model/model.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "sessions/sqlite.h"
 #include "sessions/state_store.h"
+#include "ui/progress.h"
 #include "ui/terminal_text.h"
 
 namespace ember::app {
@@ -38,7 +41,23 @@ namespace fs = std::filesystem;
 using json = nlohmann::ordered_json;
 using Clock = std::chrono::steady_clock;
 
+// What a long benchmark run shows and who may stop it: the stage on a terminal's stderr with
+// its elapsed time, and Ctrl-C, SIGTERM or SIGHUP (StopSignals), which stop the run at the
+// next poll of its chat processes (a tenth of a second apart); those are killed, the temporary
+// databases removed, and the exit status is 128 + the signal.
+struct BenchControl {
+    const StopSignals& stop;
+    ui::ElapsedLine line{stderr};
+    std::string stage;
+};
+
+// Thrown when a stop signal ends the run.
+struct BenchStopped {
+    int signal_number;
+};
+
 struct BenchResumeOptions {
+    BenchControl* control = nullptr;  // set by run_bench_resume
     std::string model;
     int64_t tokens = 2000;
     int threads = 0;
@@ -59,7 +78,7 @@ double since(Clock::time_point t) {
 // An `ember` child process with pipes on stdin, stdout and stderr, read line by line.
 class Child {
 public:
-    explicit Child(const std::vector<std::string>& args) {
+    Child(const std::vector<std::string>& args, BenchControl* control) : control_(control) {
         int in[2], out[2], err[2];
         if (pipe(in) != 0 || pipe(out) != 0 || pipe(err) != 0) {
             throw std::runtime_error("bench-resume: cannot create pipes");
@@ -150,7 +169,13 @@ private:
             if (since(start) > kChildTimeoutSeconds) {
                 throw std::runtime_error("bench-resume: the chat process did not answer in time");
             }
-            if (!pump(1000) && !ready()) {
+            if (control_ != nullptr) {
+                if (const int signal_number = control_->stop.raised()) {
+                    throw BenchStopped{signal_number};
+                }
+                control_->line.show("bench-resume: " + control_->stage);
+            }
+            if (!pump(100) && !ready()) {
                 throw std::runtime_error("bench-resume: the chat process ended early: " +
                                          err_text_);
             }
@@ -176,6 +201,7 @@ private:
         return out_ >= 0 || err_ >= 0;
     }
 
+    BenchControl* control_;
     pid_t pid_ = -1;
     int in_ = -1, out_ = -1, err_ = -1;
     std::string out_text_, err_text_;
@@ -232,11 +258,16 @@ Build build_conversation(const BenchResumeOptions& o, const std::string& model,
     auto args = chat_args(o, model, db, 8);
     args.push_back("--system");
     args.push_back("You are a helpful assistant. Answer briefly.");
-    Child child(args);
+    Child child(args, o.control);
     Build b;
     // About 1.3 tokens per filler word; four or five turns make the conversation.
     const int words = static_cast<int>(std::max<int64_t>(20, o.tokens / 6));
     while (b.tokens < o.tokens - 40) {
+        if (o.control != nullptr) {
+            o.control->stage = "building the conversation: turn " + std::to_string(b.turns + 1) +
+                               ", " + ui::grouped(b.tokens) + " of " + ui::grouped(o.tokens) +
+                               " tokens";
+        }
         child.write_line(
             json{{"role", "user"}, {"content", filler_message(b.turns, words)}}.dump());
         const json reply = json::parse(child.read_line());
@@ -267,7 +298,11 @@ Answer answer_turn(const BenchResumeOptions& o, const std::string& model, const 
     auto args = chat_args(o, model, db, 1);
     args.push_back("--continue");
     if (!warm) args.push_back("--no-prefix-cache");
-    Child child(args);
+    if (o.control != nullptr) {
+        o.control->stage = warm ? "the warm turn (a new process, restoring)"
+                                : "the cold turn (a new process, recomputing)";
+    }
+    Child child(args, o.control);
     child.write_line("{\"ready\": true}");
     child.wait_stderr("line skipped");
     const auto asked = Clock::now();
@@ -411,8 +446,11 @@ void print_text(const json& r) {
     std::printf("%s\n", r["pass"].get<bool>() ? "PASS" : "FAIL");
 }
 
-int run_bench_resume(const BenchResumeOptions& o) {
+int run_bench_resume(BenchResumeOptions o) {
     if (o.tokens < 100) throw std::invalid_argument("--tokens must be at least 100");
+    const StopSignals stop;
+    BenchControl control{stop};
+    o.control = &control;
     std::string dir = o.keep_dir;
     bool temporary = false;
     if (dir.empty()) {
@@ -428,11 +466,20 @@ int run_bench_resume(const BenchResumeOptions& o) {
     json result;
     try {
         result = run_bench(o, dir);
+    } catch (const BenchStopped& stopped) {
+        control.line.clear();
+        std::error_code ec;
+        if (temporary) fs::remove_all(dir, ec);
+        std::fprintf(stderr, "bench-resume: stopped by SIG%s; nothing measured\n",
+                     sigabbrev_np(stopped.signal_number));
+        return 128 + stopped.signal_number;
     } catch (...) {
+        control.line.clear();
         std::error_code ec;
         if (temporary) fs::remove_all(dir, ec);
         throw;
     }
+    control.line.clear();
     std::error_code ec;
     if (temporary) fs::remove_all(dir, ec);
     if (o.json_out) {

@@ -1,6 +1,8 @@
 // ember chat: a conversation with the model's chat template, warm across turns.
 #include <unistd.h>
 
+#include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <iostream>
 #include <limits>
@@ -16,6 +18,7 @@
 #include "engine/generate/constrained.h"
 #include "app/serve/client.h"
 #include "app/session_adapter.h"
+#include "app/stop_signals.h"
 #include "engine/generate/conversation.h"
 #include "engine/generate/harmony.h"
 #include "engine/model/model.h"
@@ -59,6 +62,7 @@ struct ChatOptions {
     bool plain = false;    // line mode even where the curses UI could run
     bool verbose = false;  // a line of numbers after each reply (/set stats)
     bool show_thinking = false;
+    bool progress = false;  // --progress: a long prompt's evaluation reported as it goes
     OutputFormatFlags output_format;  // --json-schema, --grammar (scripted chats)
     bool no_spec = false;
     int draft_max = 6;
@@ -207,9 +211,20 @@ int run_front_end(ui::ChatEngine& engine, Sampler& sampler, ChatSessions& sessio
         } else {
             sessions.backend().new_session(o.system);
         }
+        // Ctrl-C, SIGTERM, SIGHUP: the reply in progress (or the prompt being read) stops, is
+        // saved and reported ("finish": "cancelled"), and the run ends with 128 + the signal.
+        const StopSignals stop;
+        so.stop_signal = [&stop] { return stop.raised(); };
+        so.progress = o.progress;
         const int status =
             o.prompt.empty() ? ui::run_scripted(engine, sampler, std::cin, stdout, stderr, so)
                              : ui::run_single_prompt(engine, sampler, o.prompt, stdout, stderr, so);
+        if (const int signal_number = stop.raised()) {
+            std::fprintf(stderr, "ember: stopped by SIG%s%s\n", sigabbrev_np(signal_number),
+                         sessions.backend().current_id().empty()
+                             ? ""
+                             : "; the conversation so far is saved");
+        }
         return status;
     }
     // A terminal: the full-screen UI, or line mode.
@@ -528,6 +543,10 @@ void register_chat_command(CLI::App& app, std::vector<Command>& out) {
     cmd->add_option("--draft-max", o->draft_max, "Drafted tokens per verification at most")
         ->capture_default_str()
         ->check(CLI::Range(1, 16));
+    cmd->add_flag("--progress", o->progress,
+                  "Scripted mode: report a long prompt's evaluation as it goes: with --jsonl, "
+                  "{\"event\": \"progress\", ...} lines on stdout before the reply's line; "
+                  "otherwise lines on stderr");
     cmd->add_flag("--show-thinking", o->show_thinking,
                   "Scripted mode: print a thinking model's reasoning too");
     cmd->add_option("--reasoning-effort", o->reasoning_effort,

@@ -2,6 +2,7 @@
 // state store's sizes, hit rates and evictions, and a check (and repair) of the message trees.
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <ctime>
 #include <filesystem>
 #include <fstream>
@@ -12,10 +13,12 @@
 #include "app/commands.h"
 #include "app/model_locator.h"
 #include "app/session_adapter.h"
+#include "app/stop_signals.h"
 #include "engine/model/model.h"
 #include "sessions/integrity.h"
 #include "sessions/session_store.h"
 #include "sessions/state_store.h"
+#include "ui/progress.h"
 #include "ui/terminal_text.h"
 
 namespace ember::app {
@@ -306,17 +309,45 @@ int run_prune(const SessionsOptions& o) {
     }
     auto db = open_session_db(path, DbUse::write, "nothing was pruned");
     const uint64_t before = file_bytes(path) + file_bytes(path + "-wal");
-    const sessions::PruneResult pruned = sessions::prune_state(*db, since);
+    // Deleting gigabytes of state and rewriting the file (VACUUM) takes a while: a terminal
+    // sees how long, and Ctrl-C, SIGTERM or SIGHUP interrupt the statement running (its
+    // transaction rolls back: nothing half done).
+    const StopSignals stop;
+    ui::ElapsedLine elapsed(stderr);
+    std::string doing = "deleting the state blocks";
+    db->set_progress_check([&] {
+        elapsed.show("sessions prune: " + doing);
+        return stop.raised() == 0;
+    });
+    const auto stopped = [&](const std::string& what) {
+        elapsed.clear();
+        std::printf("stopped by SIG%s: %s\n", sigabbrev_np(stop.raised()), what.c_str());
+        return 128 + stop.raised();
+    };
+    sessions::PruneResult pruned;
+    try {
+        pruned = sessions::prune_state(*db, since);
+    } catch (const std::exception&) {
+        if (stop.raised() != 0) return stopped("nothing was pruned");
+        throw;
+    }
+    elapsed.clear();
     ui::TextWriter out(stdout);
     std::printf("pruned %lld state blocks (%s stored)%s; messages untouched\n",
                 static_cast<long long>(pruned.blocks),
                 mib(static_cast<double>(pruned.stored_bytes)).c_str(),
                 since ? (" not used since " + *since).c_str() : "");
     // The freed pages go back to the file system only when the file is rewritten.
+    doing = "rewriting the file (VACUUM)";
     try {
         db->exec_retrying_busy("VACUUM");
         db->exec_retrying_busy("PRAGMA wal_checkpoint(TRUNCATE)");
     } catch (const std::exception& e) {
+        if (stop.raised() != 0) {
+            return stopped("the file keeps its size for now (VACUUM rolled back); prune again "
+                           "shrinks it");
+        }
+        elapsed.clear();
         out.raw("the file keeps its size for now (VACUUM: ")
             .text(e.what())
             .raw(
@@ -324,6 +355,7 @@ int run_prune(const SessionsOptions& o) {
                 "shrinks it\n");
         return 0;
     }
+    elapsed.clear();
     const uint64_t after = file_bytes(path) + file_bytes(path + "-wal");
     std::printf("file: %s -> %s (VACUUM)\n", mib(static_cast<double>(before)).c_str(),
                 mib(static_cast<double>(after)).c_str());

@@ -141,6 +141,19 @@ Database::~Database() {
     if (db_ != nullptr) sqlite3_close(db_);
 }
 
+void Database::set_progress_check(std::function<bool()> keep_going) {
+    keep_going_ = std::move(keep_going);
+    if (!keep_going_) {
+        sqlite3_progress_handler(db_, 0, nullptr, nullptr);
+        return;
+    }
+    // Some thousands of virtual-machine steps: well under a millisecond apart.
+    constexpr int kSteps = 4096;
+    sqlite3_progress_handler(
+        db_, kSteps,
+        [](void* self) { return static_cast<Database*>(self)->keep_going_() ? 0 : 1; }, this);
+}
+
 void Database::fail(std::string_view doing) const {
     throw SqliteError("session database '" + path_ + "': " + std::string(doing) + ": " +
                       sqlite3_errmsg(db_));

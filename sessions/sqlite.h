@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <stdexcept>
 #include <string>
@@ -55,6 +56,10 @@ public:
     bool immutable() const { return immutable_; }
     int user_version();
     void set_user_version(int version);
+    // Asked every few thousand steps of a running statement (a long DELETE, VACUUM): false
+    // interrupts it, which then throws SqliteError ("interrupted"; its transaction rolls
+    // back). Empty: never asked. Runs on the thread running the statement.
+    void set_progress_check(std::function<bool()> keep_going);
     // Throws a SqliteError for the last error of this connection, prefixed with `doing`.
     [[noreturn]] void fail(std::string_view doing) const;
     sqlite3* handle() const { return db_; }
@@ -66,6 +71,7 @@ private:
     std::string path_;
     sqlite3* db_ = nullptr;
     bool immutable_ = false;
+    std::function<bool()> keep_going_;  // set_progress_check
 };
 
 class Statement {

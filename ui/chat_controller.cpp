@@ -204,6 +204,13 @@ std::string ChatController::turn_notes(const TurnResult& turn) {
         line += line.empty() ? "" : " ";
         line += "[cut at the token limit: /continue goes on]";
     }
+    if (turn.tokens_not_evaluated > 0) {
+        const int64_t read = turn.prompt_tokens - turn.tokens_not_evaluated;
+        line += format("%s[stopped reading the prompt at %lld of %lld tokens; what was read is "
+                       "kept: /regen goes on from there]",
+                       line.empty() ? "" : " ", static_cast<long long>(read),
+                       static_cast<long long>(turn.prompt_tokens));
+    }
     return line;
 }
 
@@ -268,7 +275,13 @@ void ChatController::add_user_message(const std::string& text) {
 
 bool ChatController::stop_requested() const {
     return cancel_requested_.load(std::memory_order_relaxed) ||
-           (outside_stop_ != nullptr && outside_stop_->load(std::memory_order_relaxed));
+           (outside_stop_ != nullptr && outside_stop_->load(std::memory_order_relaxed)) ||
+           leaving();
+}
+
+bool ChatController::leaving() const {
+    return leaving_.load(std::memory_order_relaxed) ||
+           (outside_leave_ != nullptr && outside_leave_->load(std::memory_order_relaxed) != 0);
 }
 
 ChatOutcome ChatController::run_turn(const TextCallback& on_text,
@@ -328,8 +341,10 @@ ChatOutcome ChatController::run_turn(const TextCallback& on_text,
         outcome.message += std::string("the reply was not saved: ") + e.what();
     }
     // The state behind the reply (and the next turn's start, prepared) is stored once the
-    // reply is committed: the message is what must survive, the state is a cache.
-    engine_.store_pending_state();
+    // reply is committed: the message is what must survive, the state is a cache. Not when
+    // the process is leaving, nor after a prefill the user stopped: that part-read prompt
+    // stays in the live state, and the next turn stores it before it starts.
+    if (!leaving() && outcome.turn->tokens_not_evaluated == 0) engine_.store_pending_state();
     offer_tool_calls(outcome);
     return outcome;
 }

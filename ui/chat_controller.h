@@ -70,6 +70,21 @@ public:
     // A flag set from outside (line mode's SIGINT handler) that stops a reply too, also while
     // a remote server has sent nothing yet. Must outlive the controller; null: none.
     void stop_also_on(const std::atomic<bool>* flag) { outside_stop_ = flag; }
+    // The process is leaving (a terminating signal, the terminal gone): the reply in progress
+    // stops as with request_cancel() and is committed, but the model state behind it is not
+    // stored (a cache; storing a long prompt's rows takes seconds). Signal-safe, any thread.
+    void request_leave() {
+        leaving_.store(true, std::memory_order_relaxed);
+        request_cancel();
+    }
+    // A terminating signal's number set from outside (line mode's handler; 0: none) that
+    // does what request_leave() does. Must outlive the controller; null: none.
+    void leave_also_on(const std::atomic<int>* signal) { outside_leave_ = signal; }
+    // Told how the evaluation of a long prompt goes (GenerateOptions::on_prefill), on the
+    // thread that runs the turn; empty: nothing is told.
+    void set_prefill_progress(PrefillCallback on_prefill) {
+        generation_.on_prefill = std::move(on_prefill);
+    }
 
     // What /model switches with (not owned; must outlive the controller); null: the model
     // cannot be switched (a remote one), and /model says so.
@@ -178,6 +193,7 @@ private:
     ChatOutcome command_tools() const;
 
     bool stop_requested() const;
+    bool leaving() const;
 
     ChatEngine& engine_;
     Sampler& sampler_;
@@ -196,6 +212,8 @@ private:
     int tool_rounds_ = 0;                  // replies after tool results since the last prompt
     std::atomic<bool> cancel_requested_{false};
     const std::atomic<bool>* outside_stop_ = nullptr;
+    std::atomic<bool> leaving_{false};
+    const std::atomic<int>* outside_leave_ = nullptr;
     static_assert(std::atomic<bool>::is_always_lock_free, "request_cancel must be signal-safe");
 };
 

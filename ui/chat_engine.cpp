@@ -64,6 +64,8 @@ ChatReply LocalChatEngine::respond(Sampler& sampler, const GenerateOptions& opti
         return !(stop_requested && stop_requested());
     };
     GenerateOptions generation = options;
+    // A long prompt stops between two layers when asked, not only at the first token.
+    if (stop_requested) generation.stop_prefill = stop_requested;
     std::optional<grammar::GrammarConstraint> call_constraint;
     if (tools_.active() && options.constraint == nullptr) {
         if (!call_grammar_) call_grammar_ = call_grammar();
@@ -111,7 +113,9 @@ ChatReply LocalChatEngine::continue_reply(Sampler& sampler, const GenerateOption
     try {
         std::vector<int32_t> tokens = conversation_->prompt_tokens();
         tokens.insert(tokens.end(), last.ids.begin(), last.ids.end());
-        reply.turn = conversation_->complete(tokens, sampler, options, checked);
+        GenerateOptions generation = options;
+        if (stop_requested) generation.stop_prefill = stop_requested;
+        reply.turn = conversation_->complete(tokens, sampler, generation, checked);
     } catch (...) {
         conversation_->add_message(std::move(last));
         throw;

@@ -15,11 +15,13 @@
 #include <cstring>
 #include <filesystem>
 #include <functional>
+#include <optional>
 #include <stdexcept>
 #include <system_error>
 #include <utility>
 #include <vector>
 
+#include "ui/progress.h"
 #include "ui/terminal_text.h"
 
 namespace ember::ui {
@@ -47,6 +49,8 @@ const char* const kReset = "\033[0m";
 // block it, so the main thread's read() is not reliably interrupted).
 struct InterruptSignal {
     std::atomic<bool> raised{false};
+    // SIGTERM or SIGHUP (the terminal closed): the reply stops, is saved, and line mode ends.
+    std::atomic<int> terminate{0};
     std::atomic<int> wake_read_fd{-1};
     std::atomic<int> wake_write_fd{-1};
 };
@@ -65,6 +69,11 @@ extern "C" void on_sigint(int) {
     errno = saved_errno;
 }
 
+extern "C" void on_terminate(int signal_number) {
+    g_interrupt.terminate.store(signal_number);
+    on_sigint(signal_number);  // stops the reply and wakes the key reader
+}
+
 void drain_wake_pipe() {
     const int fd = g_interrupt.wake_read_fd.load();
     char buffer[64];
@@ -78,6 +87,7 @@ void drain_wake_pipe() {
 int read_key(FILE* stream) {
     const int fd = fileno(stream);
     for (;;) {
+        if (g_interrupt.terminate.load() != 0) return EOF;
         if (g_interrupt.raised.load()) return kInterruptKey;
         pollfd fds[2] = {{fd, POLLIN, 0}, {g_interrupt.wake_read_fd.load(), POLLIN, 0}};
         if (poll(fds, 2, -1) < 0) {
@@ -202,6 +212,8 @@ public:
     Read read_line(const char* prompt);
     void remember(const std::string& line);
     bool interrupted() const { return g_interrupt.raised.load(); }
+    // The terminating signal that arrived (SIGTERM, SIGHUP), 0: none.
+    int terminating() const { return g_interrupt.terminate.load(); }
     void clear_interrupt() {
         g_interrupt.raised.store(false);
         drain_wake_pipe();
@@ -212,6 +224,8 @@ private:
 
     std::string history_path_;
     struct sigaction previous_sigint_ {};
+    struct sigaction previous_sigterm_ {};
+    struct sigaction previous_sighup_ {};
     rl_getc_func_t* previous_getc_ = nullptr;
 };
 
@@ -250,10 +264,16 @@ LineEditor::LineEditor(std::string history_path) : history_path_(std::move(histo
     sigemptyset(&action.sa_mask);
     action.sa_flags = 0;  // no SA_RESTART: a blocking poll() returns EINTR
     sigaction(SIGINT, &action, &previous_sigint_);
+    g_interrupt.terminate.store(0);
+    action.sa_handler = on_terminate;
+    sigaction(SIGTERM, &action, &previous_sigterm_);
+    sigaction(SIGHUP, &action, &previous_sighup_);
 }
 
 LineEditor::~LineEditor() {
     sigaction(SIGINT, &previous_sigint_, nullptr);
+    sigaction(SIGTERM, &previous_sigterm_, nullptr);
+    sigaction(SIGHUP, &previous_sighup_, nullptr);
     if (!history_path_.empty()) history_truncate_file(history_path_.c_str(), kHistoryEntries);
     clear_history();
     rl_getc_function = previous_getc_;
@@ -283,7 +303,9 @@ LineEditor::Read LineEditor::read_line(const char* prompt) {
     clear_interrupt();
     char* raw = readline(prompt);
     Read result;
-    if (interrupted()) {
+    if (terminating()) {
+        result.status = Status::EndOfInput;
+    } else if (interrupted()) {
         result.status = Status::Interrupted;
         clear_interrupt();
     } else if (raw != nullptr) {
@@ -424,8 +446,16 @@ ChatOutcome run_step(const std::function<ChatOutcome(const TextCallback&)>& run,
     const TextCallback on_text = [&](const std::string& text, TextKind kind) {
         return printer(text, kind);
     };
+    // A long prompt's progress, redrawn in place on the terminal until the reply starts.
+    std::optional<TerminalProgress> progress;
+    if (is_terminal(stdout)) progress.emplace(stdout);
+    controller.set_prefill_progress([&progress](const PrefillProgress& p) {
+        if (progress) progress->prefill(p);
+    });
     editor.clear_interrupt();
     ChatOutcome outcome = run(on_text);
+    controller.set_prefill_progress({});
+    if (progress) progress->clear();
     printer.finish();
     // A Ctrl-C that stopped the reply is spent; it must not also clear the next prompt.
     editor.clear_interrupt();
@@ -438,6 +468,7 @@ ChatOutcome run_step(const std::function<ChatOutcome(const TextCallback&)>& run,
 bool follow_up(ChatOutcome outcome, ChatController& controller, LineEditor& editor,
                const LineModeOptions& options) {
     while (outcome.confirm || outcome.tools_continue) {
+        if (editor.terminating() != 0) return false;
         if (outcome.confirm) {
             // This line answers it (Enter alone, Ctrl-C or Ctrl-D: no). Typed or pasted
             // before the question was asked, a line is not an answer to it: the terminal's
@@ -523,8 +554,10 @@ int run_line_mode(ChatController& controller, const LineModeOptions& options) {
     const CompletionScope completion(controller);
     MultilineInput input;
     std::printf("ember line mode: /help for commands, Ctrl-D to leave\n");
-    // Ctrl-C stops a reply also before its first text (a remote server still thinking).
+    // Ctrl-C stops a reply also before its first text (a remote server still thinking, a
+    // long prompt being read); SIGTERM and SIGHUP stop it and end line mode.
     controller.stop_also_on(&g_interrupt.raised);
+    controller.leave_also_on(&g_interrupt.terminate);
     // A resumed conversation's tool call that waited for the user's yes asks again.
     ChatOutcome waiting = controller.waiting_call_question();
     for (;;) {
@@ -555,10 +588,13 @@ int run_line_mode(ChatController& controller, const LineModeOptions& options) {
                                : controller.submit(complete->text, on_text);
             },
             command ? complete->text : std::string(), controller, editor, options);
+        if (editor.terminating() != 0) break;
         if (!follow_up(outcome, controller, editor, options)) break;
     }
     std::fflush(stdout);
-    return 0;
+    const int signal_number = editor.terminating();
+    controller.leave_also_on(nullptr);  // the flag goes with the editor
+    return signal_number != 0 ? 128 + signal_number : 0;
 }
 
 }  // namespace ember::ui

@@ -1,6 +1,7 @@
 // Line mode: a readline prompt for terminals where curses is not wanted (ember chat --plain)
-// or cannot start (TERM=dumb). Replies stream to stdout as they are generated; Ctrl-C stops a
-// reply (keeping what was generated) or, at the prompt, clears the line; Ctrl-D leaves.
+// or cannot start (TERM=dumb). Replies stream to stdout as they are generated, after a progress
+// line while a long prompt is read; Ctrl-C stops a reply or the reading (keeping what was
+// generated or read) or, at the prompt, clears the line; Ctrl-D leaves.
 #pragma once
 
 #include <optional>
@@ -48,7 +49,8 @@ private:
     bool in_block_ = false;
 };
 
-// Runs the prompt loop on the terminal until Ctrl-D or /quit. Returns the exit status (0).
+// Runs the prompt loop on the terminal until Ctrl-D, /quit, SIGTERM or SIGHUP (the reply in
+// progress stops and is saved). Returns the exit status: 0, or 128 + the signal's number.
 int run_line_mode(ChatController& controller, const LineModeOptions& options);
 
 }  // namespace ember::ui

@@ -8,6 +8,7 @@
 
 #include "engine/generate/constrained.h"
 #include "ui/attachments.h"
+#include "ui/progress.h"
 #include "ui/terminal_text.h"
 
 namespace ember::ui {
@@ -45,6 +46,8 @@ json turn_json(const TurnResult& r, bool show_thinking) {
     j["thinking_end"] = std::string(thinking_end_name(r.thinking_end));
     j["tokens_reused"] = r.tokens_reused;
     j["tokens_evaluated"] = r.tokens_evaluated;
+    // A prompt whose reading was stopped (a signal): what it did not read.
+    if (r.tokens_not_evaluated > 0) j["tokens_not_evaluated"] = r.tokens_not_evaluated;
     // A remote reply carries no token ids; its count is the server's.
     j["tokens_generated"] =
         r.ids.empty() ? r.stats.generated_tokens : static_cast<int64_t>(r.ids.size());
@@ -110,7 +113,35 @@ private:
     bool gone_ = false;
 };
 
-enum class TurnOutcome { Answered, Failed, OutputGone };
+enum class TurnOutcome { Answered, Failed, OutputGone, Stopped };
+
+// --progress: a long prompt's evaluation as JSON lines on the reply's stream (JSONL), or as
+// lines on `err`; one a second at most, and the last one when the prompt is read.
+class PrefillReporter {
+public:
+    PrefillReporter(PlainPrinter& printer, std::FILE* err, const ScriptedOptions& o)
+        : printer_(printer), err_(err), o_(o) {}
+    void operator()(const PrefillProgress& p) {
+        const bool finished = p.total > 0 && p.done >= p.total;
+        if (!finished && p.seconds < next_) return;
+        if (finished && !reported_) return;  // a short prompt: nothing to report
+        next_ = p.seconds + 1.0;
+        reported_ = true;
+        if (o_.jsonl_out) {
+            printer_.write_json(prefill_event(p));
+        } else {
+            std::fprintf(err_, "ember: reading the prompt: %s\n", prefill_text(p).c_str());
+            std::fflush(err_);
+        }
+    }
+
+private:
+    PlainPrinter& printer_;
+    std::FILE* err_;
+    const ScriptedOptions& o_;
+    double next_ = 1.0;  // the first report after a second
+    bool reported_ = false;
+};
 
 // Commits a scripted run's messages to the session backend. A failing database is reported
 // once and recording stops; the chat itself goes on (the replies matter more than the log).
@@ -216,13 +247,27 @@ std::vector<AnsweredCall> answer_calls(ChatEngine& conv, const ScriptedOptions& 
 // and its calls answered. False when no reply could start (reported on `err` and, in JSONL,
 // as an error object); the caller takes its prompt back out then.
 std::optional<ChatReply> generate_reply(ChatEngine& conv, Sampler& sampler, ReplySeeds& seeds,
-                                        const GenerateOptions& generation, PlainPrinter& printer,
+                                        const GenerateOptions& options, PlainPrinter& printer,
                                         std::FILE* err, const ScriptedOptions& o,
                                         Recorder& rec) {
     ChatReply reply;
+    GenerateOptions generation = options;
+    // A long prompt's progress: a bar on a terminal, events or lines when asked (--progress).
+    std::optional<TerminalProgress> bar;
+    if (is_terminal(err)) bar.emplace(err);
+    PrefillReporter reporter(printer, err, o);
+    if (bar || o.progress) {
+        generation.on_prefill = [&](const PrefillProgress& p) {
+            if (bar) bar->prefill(p);
+            if (o.progress) reporter(p);
+        };
+    }
+    const StopRequested stop = [&o] { return o.stop_signal && o.stop_signal() != 0; };
     try {
-        reply = respond_seeded(conv, sampler, seeds, generation, std::ref(printer), nullptr);
+        reply = respond_seeded(conv, sampler, seeds, generation, std::ref(printer), stop);
+        if (bar) bar->clear();
     } catch (const std::exception& e) {
+        if (bar) bar->clear();
         const bool overflow = dynamic_cast<const ContextOverflow*>(&e) != nullptr;
         TextWriter(err)
             .raw(overflow ? "ember: prompt skipped: " : "ember: no reply: ")
@@ -284,10 +329,16 @@ TurnOutcome answer(ChatEngine& conv, Sampler& sampler, ReplySeeds& seeds, const 
         return printer.gone() ? TurnOutcome::OutputGone : TurnOutcome::Failed;
     }
     for (int rounds = 0;; ++rounds) {
-        const std::vector<AnsweredCall> calls = answer_calls(conv, o, rec, rounds);
+        // Stopped by a signal: the reply is reported as it got ("finish": "cancelled"), its
+        // calls are not run, and its state is not stored (a cache: storing a long prompt's
+        // rows takes seconds), nor that of a prompt read only in part.
+        const bool stopping = o.stop_signal && o.stop_signal() != 0;
+        const std::vector<AnsweredCall> calls =
+            stopping ? std::vector<AnsweredCall>{} : answer_calls(conv, o, rec, rounds);
         const TurnOutcome outcome = report_reply(*reply, printer, err, o, calls);
+        if (stopping) return outcome == TurnOutcome::Answered ? TurnOutcome::Stopped : outcome;
         // The state behind the reply is stored once the reply is out.
-        conv.store_pending_state();
+        if (reply->turn.tokens_not_evaluated == 0) conv.store_pending_state();
         const bool any_ran = std::any_of(calls.begin(), calls.end(),
                                          [](const AnsweredCall& a) { return a.ran; });
         if (outcome != TurnOutcome::Answered || !any_ran) return outcome;
@@ -432,6 +483,9 @@ int run_single_prompt(ChatEngine& conversation, Sampler& sampler, const std::str
     const TurnOutcome outcome =
         answer(conversation, sampler, seeds, join_attachments(options.attachments, prompt), out,
                err, options, rec, options.grammar);
+    if (const int signal_number = options.stop_signal ? options.stop_signal() : 0) {
+        return 128 + signal_number;
+    }
     return outcome == TurnOutcome::Failed || rec.failed() ? 1 : 0;
 }
 
@@ -465,7 +519,12 @@ int run_scripted(ChatEngine& conversation, Sampler& sampler, std::istream& in, s
     bool attached = false;
     Recorder rec(options, err);
     ReplySeeds seeds(options.seed);
+    const auto stop_signal = [&options] {
+        return options.stop_signal ? options.stop_signal() : 0;
+    };
     for (;;) {
+        if (stop_signal() != 0) break;
+        // A signal while waiting for input ends the read (EINTR): End.
         const LineRead read = read_line(in, line, kMaxScriptLineBytes);
         if (read == LineRead::End) break;
         ++line_no;
@@ -509,9 +568,10 @@ int run_scripted(ChatEngine& conversation, Sampler& sampler, std::istream& in, s
         }
         const TurnOutcome outcome =
             answer(conversation, sampler, seeds, *prompt, out, err, options, rec, turn_grammar);
-        if (outcome == TurnOutcome::OutputGone) break;
+        if (outcome == TurnOutcome::OutputGone || outcome == TurnOutcome::Stopped) break;
         if (outcome == TurnOutcome::Failed) any_failed = true;
     }
+    if (const int signal_number = stop_signal()) return 128 + signal_number;
     return any_failed || rec.failed() ? 1 : 0;
 }
 

@@ -48,6 +48,15 @@ struct ScriptedOptions {
     // "tool_calls" and "tool_results". With --yes-tools the model then reads the results and
     // replies again (another line), up to tools.max_rounds times.
     ChatToolSettings tools;
+    // A terminating signal (SIGINT, SIGTERM, SIGHUP) that asked the run to stop, 0: none.
+    // Polled while a reply is produced (between the layers of a long prompt, at each token):
+    // the reply stops, is committed and reported (JSONL: "finish": "cancelled"), and the run
+    // ends with 128 + the signal's number. Empty: never.
+    std::function<int()> stop_signal;
+    // Report a long prompt's evaluation as it goes (--progress): JSON lines
+    // {"event": "progress", ...} on `out` with jsonl_out, lines on `err` otherwise. A terminal
+    // `err` gets a progress bar redrawn in place either way.
+    bool progress = false;
 };
 
 // A line of scripted input (a prompt, a JSONL object) holds at most this many bytes; a longer
@@ -57,8 +66,8 @@ inline constexpr size_t kMaxScriptLineBytes = size_t{64} << 20;
 // Runs prompts from `in` until EOF. A line that is not a valid request (named by its line
 // number), a prompt too long for the context and a prompt a remote server did not answer are
 // reported on `err` and skipped, and the run goes on; a reply that broke off (a remote server
-// lost mid-reply) is kept as far as it got and reported. The status is then 1, else 0. A
-// closed output pipe ends quietly.
+// lost mid-reply) is kept as far as it got and reported. The status is then 1, else 0; after
+// options.stop_signal, 128 + the signal. A closed output pipe ends quietly.
 int run_scripted(ChatEngine& engine, Sampler& sampler, std::istream& in, std::FILE* out,
                  std::FILE* err, const ScriptedOptions& options);
 

@@ -1,6 +1,7 @@
 #include "engine/generate/conversation.h"
 
 #include <algorithm>
+#include <chrono>
 #include <stdexcept>
 
 #include "engine/template/template.h"
@@ -516,7 +517,8 @@ size_t Conversation::last_message_start(const std::vector<int32_t>& tokens) cons
 }
 
 void Conversation::evaluate_hybrid_prompt(const std::vector<int32_t>& tokens, size_t reuse,
-                                          std::vector<int32_t>& prompt) {
+                                          std::vector<int32_t>& prompt, PrefillWatch& watch) {
+    const size_t first = tokens.size() - prompt.size();  // where this turn's evaluation starts
     if (!snapshots_) {
         snapshots_ = std::make_unique<RecurrentSnapshotPool>();
         snapshots_->init(state_->recurrent, kSnapshotSlots);
@@ -532,8 +534,9 @@ void Conversation::evaluate_hybrid_prompt(const std::vector<int32_t>& tokens, si
     auto snapshot_at = [&](size_t end, int slot) {
         const size_t at = tokens.size() - prompt.size();
         if (end > at) {
+            // A stop (EvaluationStopped) leaves the state at the end of a whole batch.
             forward(model_, *state_, pool_, std::span<const int32_t>(prompt.data(), end - at),
-                    LogitsWanted::Last);
+                    LogitsWanted::Last, watch.at(static_cast<int64_t>(at - first)));
             prompt.erase(prompt.begin(), prompt.begin() + static_cast<ptrdiff_t>(end - at));
             snapshot_is_new_[static_cast<size_t>(slot)] = true;
         }
@@ -603,11 +606,9 @@ TurnResult Conversation::respond(Sampler& sampler, const GenerateOptions& option
     const size_t reuse = reuse_prefix(tokens, result);
 
     prepare_speculation(options, tokens);
-    std::vector<int32_t> prompt(tokens.begin() + static_cast<ptrdiff_t>(reuse), tokens.end());
-    if (!state_->recurrent.empty()) evaluate_hybrid_prompt(tokens, reuse, prompt);
-    const bool stop_cut = generate_reply(std::move(prompt), sampler, options, on_text,
-                                         &on_tool_call, replies_think(), starts_in_thinking,
-                                         result);
+    const bool stop_cut = evaluate_and_generate(tokens, reuse, sampler, options, on_text,
+                                                &on_tool_call, replies_think(),
+                                                starts_in_thinking, result);
     // The ids stand for the reply text only when they are exactly its tokens: no stop string
     // cut the text short and no thinking precedes it. A harmony reply's ids hold its channel
     // markup, and the template writes a past reply otherwise anyway (no analysis, <|end|>).
@@ -618,10 +619,51 @@ TurnResult Conversation::respond(Sampler& sampler, const GenerateOptions& option
     messages_.push_back(ChatMessage{"assistant", result.reply,
                                     ids_are_text ? result.ids : std::vector<int32_t>{},
                                     result.thinking, result.tool_calls});
-    // After the reply is a message: preparing the next turn renders the conversation.
-    next_turn_pending_ = options_.prepare_next_turn;
+    // After the reply is a message: preparing the next turn renders the conversation. Not
+    // after a stopped prefill: the user asked for the work to stop.
+    next_turn_pending_ = options_.prepare_next_turn && result.tokens_not_evaluated == 0;
     remember_evaluated(tokens, result);
     return result;
+}
+
+bool Conversation::evaluate_and_generate(const std::vector<int32_t>& tokens, size_t reuse,
+                                         Sampler& sampler, const GenerateOptions& options,
+                                         const TextCallback& on_text,
+                                         const ToolCallCallback* on_tool_call,
+                                         bool thinking_possible, bool starts_in_thinking,
+                                         TurnResult& result) {
+    std::vector<int32_t> prompt(tokens.begin() + static_cast<ptrdiff_t>(reuse), tokens.end());
+    // The turn's whole prompt counts in its progress: a hybrid evaluates most of it here,
+    // generate() the rest.
+    const auto start = std::chrono::steady_clock::now();
+    const auto total = static_cast<int64_t>(prompt.size());
+    PrefillWatch watch(options, total, start);
+    bool stop_cut = false;
+    try {
+        if (!state_->recurrent.empty()) evaluate_hybrid_prompt(tokens, reuse, prompt, watch);
+        GenerateOptions rest = options;
+        if (options.on_prefill) {
+            const int64_t done = total - static_cast<int64_t>(prompt.size());
+            rest.on_prefill = [&options, done, total, start](const PrefillProgress& p) {
+                options.on_prefill(
+                    {done + p.done, total,
+                     std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+                         .count()});
+            };
+        }
+        stop_cut = generate_reply(std::move(prompt), sampler, rest, on_text, on_tool_call,
+                                  thinking_possible, starts_in_thinking, result);
+    } catch (const EvaluationStopped&) {
+        result.finish = FinishReason::Cancelled;  // a hybrid's prompt, stopped part way
+    }
+    // A stopped prefill: the batches evaluated stay (the next turn reuses them).
+    const int64_t held = state_->kv.length();
+    if (held < static_cast<int64_t>(tokens.size())) {
+        result.tokens_evaluated = held - static_cast<int64_t>(reuse);
+        result.tokens_not_evaluated = static_cast<int64_t>(tokens.size()) - held;
+        result.stats.prompt_tokens = total;
+    }
+    return stop_cut;
 }
 
 void Conversation::prepare_speculation(const GenerateOptions& options,
@@ -737,10 +779,8 @@ TurnResult Conversation::complete(const std::vector<int32_t>& tokens, Sampler& s
     result.prompt_tokens = static_cast<int64_t>(tokens.size());
     const size_t reuse = reuse_prefix(tokens, result);
     prepare_speculation(options, tokens);
-    std::vector<int32_t> prompt(tokens.begin() + static_cast<ptrdiff_t>(reuse), tokens.end());
-    if (!state_->recurrent.empty()) evaluate_hybrid_prompt(tokens, reuse, prompt);
-    generate_reply(std::move(prompt), sampler, options, on_text, /*on_tool_call=*/nullptr,
-                   /*thinking_possible=*/false, /*starts_in_thinking=*/false, result);
+    evaluate_and_generate(tokens, reuse, sampler, options, on_text, /*on_tool_call=*/nullptr,
+                          /*thinking_possible=*/false, /*starts_in_thinking=*/false, result);
     remember_evaluated(tokens, result);
     return result;
 }
@@ -837,6 +877,7 @@ bool Conversation::generate_reply(std::vector<int32_t> prompt, Sampler& sampler,
         for (int32_t id : forced_ids) sampler.accept(id);
         if (unbounded.ngram != nullptr) unbounded.ngram->add(forced_ids);
         result.ids.insert(result.ids.end(), forced_ids.begin(), forced_ids.end());
+        unbounded.on_prefill = nullptr;  // a few tokens in the middle of the reply
         GenerateResult rest =
             generate(model_, *state_, pool_, sampler, resume, unbounded, on_token);
         result.ids.insert(result.ids.end(), rest.ids.begin(), rest.ids.end());

@@ -107,6 +107,9 @@ struct TurnResult {
     int64_t tokens_reused = 0;     // of those, already in the state (or restored from a store)
     int64_t tokens_restored = 0;   // of the reused, loaded from the prefix store this turn
     int64_t tokens_evaluated = 0;  // of those, computed this turn
+    // A prefill stopped part way (GenerateOptions::stop_prefill): the prompt tokens left
+    // unevaluated (what was evaluated stays in the state for the next turn); 0 otherwise.
+    int64_t tokens_not_evaluated = 0;
     int64_t tokens_dropped = 0;    // dropped from the start to fit the context
     int64_t messages_dropped = 0;
     // Output that broke the model's chat format (harmony, tool calls), shown as plain text
@@ -285,7 +288,14 @@ private:
     // Evaluates a hybrid's prompt up to its last token, snapshotting on the way; `prompt`
     // (tokens past `reuse`) keeps what is left to evaluate.
     void evaluate_hybrid_prompt(const std::vector<int32_t>& tokens, size_t reuse,
-                                std::vector<int32_t>& prompt);
+                                std::vector<int32_t>& prompt, PrefillWatch& watch);
+    // Evaluates tokens[reuse..] and generates the reply (generate_reply); a prefill stopped
+    // part way (options.stop_prefill) ends the turn Cancelled with what was evaluated kept.
+    bool evaluate_and_generate(const std::vector<int32_t>& tokens, size_t reuse,
+                               Sampler& sampler, const GenerateOptions& options,
+                               const TextCallback& on_text, const ToolCallCallback* on_tool_call,
+                               bool thinking_possible, bool starts_in_thinking,
+                               TurnResult& result);
     size_t last_message_start(const std::vector<int32_t>& tokens) const;
     void save_snapshot_to_store(int slot, const std::vector<int32_t>& tokens);
     int64_t thinking_budget_on_ = 4096;  // the budget to return to when thinking is switched on

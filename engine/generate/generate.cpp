@@ -193,6 +193,28 @@ TokenFilter* constraint_for_next(const GenerateOptions& options, int64_t generat
 
 }  // namespace
 
+PrefillWatch::PrefillWatch(const GenerateOptions& options, int64_t total,
+                           std::chrono::steady_clock::time_point start)
+    : options_(options), total_(total), start_(start) {
+    if (!options_.on_prefill && !options_.stop_prefill) return;
+    watch_ = [this](double tokens_done) {
+        if (options_.on_prefill) {
+            PrefillProgress progress;
+            progress.done = std::min(total_, offset_ + static_cast<int64_t>(tokens_done));
+            progress.total = total_;
+            progress.seconds =
+                std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+            options_.on_prefill(progress);
+        }
+        return !(options_.stop_prefill && options_.stop_prefill());
+    };
+}
+
+const EvaluationWatch* PrefillWatch::at(int64_t offset) {
+    offset_ = offset;
+    return watch_ ? &watch_ : nullptr;
+}
+
 GenerateResult generate(const Model& model, InferenceState& state, ThreadPool& pool,
                         Sampler& sampler, std::span<const int32_t> prompt,
                         const GenerateOptions& options, const TokenCallback& on_token) {
@@ -207,7 +229,20 @@ GenerateResult generate(const Model& model, InferenceState& state, ThreadPool& p
         return constraint_for_next(options, static_cast<int64_t>(result.ids.size()), state);
     };
 
-    std::span<const float> logits = forward(model, state, pool, prompt, LogitsWanted::Last);
+    // A long prompt can be stopped part way; what was evaluated stays in the state.
+    PrefillWatch prefill(options, static_cast<int64_t>(prompt.size()), start);
+    std::span<const float> logits;
+    try {
+        logits = forward(model, state, pool, prompt, LogitsWanted::Last, prefill.at(0));
+    } catch (const EvaluationStopped&) {
+        result.finish = FinishReason::Cancelled;
+        result.stats.prefill_seconds = seconds(Clock::now() - start);
+        return result;
+    }
+    if (options.on_prefill) {
+        options.on_prefill({result.stats.prompt_tokens, result.stats.prompt_tokens,
+                            seconds(Clock::now() - start)});
+    }
     int32_t next = sampler.sample(logits, filter());
     const auto first = Clock::now();
     result.stats.ttft_seconds = seconds(first - start);

@@ -1,12 +1,14 @@
 // The decode loop: prefill a prompt, then sample one token at a time until a stop condition.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <span>
 #include <string>
 #include <vector>
 
+#include "engine/model/forward.h"
 #include "engine/sampling/sampler.h"
 
 namespace ember {
@@ -58,6 +60,14 @@ struct SpeculationStats {
     }
 };
 
+// How far the evaluation of a prompt got, for a front end's progress display.
+struct PrefillProgress {
+    int64_t done = 0;    // prompt tokens evaluated (a batch in progress counts by its layers)
+    int64_t total = 0;   // prompt tokens this turn evaluates
+    double seconds = 0;  // since the evaluation started
+};
+using PrefillCallback = std::function<void(const PrefillProgress&)>;
+
 class NgramTable;
 namespace grammar {
 class GrammarConstraint;
@@ -80,6 +90,13 @@ struct GenerateOptions {
     // close its output within the limit; unset: from max_tokens (none when that is < 0).
     // The room left in the context limits it as well.
     std::function<int64_t()> tokens_left;
+    // A long prompt: `on_prefill` hears how far its evaluation got and `stop_prefill` (true:
+    // stop) is asked, between the layers of each batch (EvaluationWatch, forward.h: after
+    // each batch for the hybrid families and on a GPU). A stop ends the turn at once with
+    // FinishReason::Cancelled and no token; the batches evaluated stay in the state, so the
+    // next turn reuses them. Either may be empty. Called on the generating thread.
+    PrefillCallback on_prefill;
+    std::function<bool()> stop_prefill;
 };
 
 struct GenerateStats {
@@ -99,6 +116,26 @@ struct GenerateResult {
 
 // Called with each generated token; return false to stop (FinishReason::Cancelled).
 using TokenCallback = std::function<bool(int32_t id)>;
+
+// The watch forward() takes while a turn evaluates its `total` prompt tokens (in one call, or
+// a hybrid's several), reporting to `options`' on_prefill and asking its stop_prefill;
+// `start` is when the turn's evaluation started.
+struct PrefillWatch {
+    PrefillWatch(const GenerateOptions& options, int64_t total,
+                 std::chrono::steady_clock::time_point start);
+    PrefillWatch(const PrefillWatch&) = delete;  // the watch points at this object
+    PrefillWatch& operator=(const PrefillWatch&) = delete;
+    // The watch for a call that starts `offset` tokens into the prompt; null when `options`
+    // wants neither progress nor a way to stop.
+    const EvaluationWatch* at(int64_t offset);
+
+private:
+    const GenerateOptions& options_;
+    int64_t total_;
+    std::chrono::steady_clock::time_point start_;
+    int64_t offset_ = 0;
+    EvaluationWatch watch_;
+};
 
 // Evaluates `prompt` on top of what `state` holds and generates. The state keeps the prompt
 // and every generated token except the last sampled one, which has not been evaluated yet.

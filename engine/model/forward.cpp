@@ -3,6 +3,7 @@
 #include "engine/model/forward.h"
 
 #include <algorithm>
+#include <functional>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -26,15 +27,17 @@ static_assert(kMaxBatch <= KvCache::kRingSlack, "a batch must fit a sliding laye
 // One batch (n <= the batch limit, so a sliding layer's rows never overwrite a row one of its
 // tokens attends to): appends its K/V rows and recurrent state, writes logits of rows
 // [first_out, n) to out.
-void forward_batch(const Model& model, InferenceState& st, Backend& backend,
-                   std::span<const int32_t> tokens, int64_t first_out, float* out) {
+// Returns false when `between_layers` stopped it (nothing committed: the caller rolls back).
+bool forward_batch(const Model& model, InferenceState& st, Backend& backend,
+                   std::span<const int32_t> tokens, int64_t first_out, float* out,
+                   const std::function<bool(int64_t)>* between_layers) {
     const ModelConfig& c = model.config();
     const auto n = static_cast<int64_t>(tokens.size());
     const int64_t pos0 = st.kv.length();
     const int64_t n_out = n - first_out;
     BatchBuffers& b = backend.begin_batch(pos0, n, n_out);
     backend.embed(tokens, b.x);
-    run_layers({model, backend, b, pos0, n});
+    if (!run_layers({model, backend, b, pos0, n, between_layers})) return false;
     if (n_out > 0) {
         float* logits = backend.logits_buffer(out, n_out);  // [n_out x n_vocab]
         backend.rms_norm_rows(b.x + first_out * c.n_embd, model.output_norm(), b.xn, n_out);
@@ -47,6 +50,7 @@ void forward_batch(const Model& model, InferenceState& st, Backend& backend,
     }
     st.kv.set_length(pos0 + n);
     if (is_hybrid(c.family)) st.recurrent.set_position(pos0 + n);
+    return true;
 }
 
 // The hybrids' recurrent state must be where the KV cache is: a cache rolled back to 0 resets
@@ -104,7 +108,8 @@ void check_tokens(const ModelConfig& c, const InferenceState& st,
 }  // namespace
 
 std::span<const float> forward(const Model& model, InferenceState& st, ThreadPool& pool,
-                               std::span<const int32_t> tokens, LogitsWanted wanted) {
+                               std::span<const int32_t> tokens, LogitsWanted wanted,
+                               const EvaluationWatch* watch) {
     const ModelConfig& c = model.config();
     check_tokens(c, st, tokens);
     if (is_hybrid(c.family)) check_recurrent_state(c, st);
@@ -120,18 +125,43 @@ std::span<const float> forward(const Model& model, InferenceState& st, ThreadPoo
     if (model.device()) device_backend = model.device()->make_backend(st);
     CpuBackend cpu_backend(model, st, pool);
     Backend& backend = device_backend ? *device_backend : cpu_backend;
+    // A watch is asked between the layers only where a batch can be dropped half done: the
+    // CPU (the rows it wrote lie past the cache's length) and no recurrent state (which would
+    // have folded in part of the batch).
+    const bool per_layer = watch != nullptr && !device_backend && !is_hybrid(c.family);
+    const double n_layers = static_cast<double>(std::max<size_t>(1, model.layers().size()));
+    int64_t batch_start = 0, batch_len = 0;
+    const std::function<bool(int64_t)> between_layers = [&](int64_t layers_done) {
+        return (*watch)(static_cast<double>(batch_start) +
+                        static_cast<double>(batch_len) * static_cast<double>(layers_done) /
+                            n_layers);
+    };
     try {
         for (int64_t b = 0; b < n; b += max_batch) {
             const int64_t len = std::min(max_batch, n - b);
+            batch_start = b;
+            batch_len = len;
             auto chunk = tokens.subspan(static_cast<size_t>(b), static_cast<size_t>(len));
+            bool done = false;
             if (wanted == LogitsWanted::All) {
-                forward_batch(model, st, backend, chunk, 0, logits.data() + b * c.n_vocab);
+                done = forward_batch(model, st, backend, chunk, 0, logits.data() + b * c.n_vocab,
+                                     per_layer ? &between_layers : nullptr);
             } else {
                 // Only the final batch produces a logits row (None: not even that).
                 const bool last = wanted == LogitsWanted::Last && b + len == n;
-                forward_batch(model, st, backend, chunk, last ? len - 1 : len, logits.data());
+                done = forward_batch(model, st, backend, chunk, last ? len - 1 : len,
+                                     logits.data(), per_layer ? &between_layers : nullptr);
+            }
+            // Stopped between layers, or after a batch that is not the last: the batches
+            // before stay evaluated.
+            if (!done || (watch != nullptr && b + len < n &&
+                          !(*watch)(static_cast<double>(b + len)))) {
+                if (!done) roll_back(st, st.kv.length());
+                throw EvaluationStopped(st.kv.length() - start);
             }
         }
+    } catch (const EvaluationStopped&) {
+        throw;  // what was evaluated stays
     } catch (...) {
         roll_back(st, start);
         throw;

@@ -2,7 +2,9 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <span>
+#include <stdexcept>
 
 namespace ember {
 
@@ -14,14 +16,33 @@ struct InferenceState;
 // the output matrix.
 enum class LogitsWanted { Last, All, None };
 
+// Watches a long evaluation (a pasted prompt of thousands of tokens) so a front end can show
+// how far it got and stop it. Called with how many of the call's tokens are evaluated: on the
+// CPU between the layers of each batch (a batch counts in proportion to its finished layers),
+// for the hybrid families and on a GPU after each batch (their recurrent state, or the
+// device's queue, cannot be left in the middle of a batch). Returning false stops the
+// evaluation there: forward() throws EvaluationStopped.
+using EvaluationWatch = std::function<bool(double tokens_done)>;
+
+// forward() stopped by its watch. The batches evaluated before the stop stay in the state (its
+// length moved past them: `evaluated` tokens of the call); the batch in progress is rolled back.
+class EvaluationStopped : public std::runtime_error {
+public:
+    explicit EvaluationStopped(int64_t evaluated_tokens)
+        : std::runtime_error("evaluation stopped"), evaluated(evaluated_tokens) {}
+    int64_t evaluated;
+};
+
 // Evaluates `tokens` at positions state.n_past() onwards, appends their K/V rows to the
 // cache and returns the logits: [1 x n_vocab] for Last, [tokens.size() x n_vocab] for All,
 // empty for None.
 // The span points into state's scratch and stays valid until the next call.
 // Throws std::length_error when the tokens do not fit the state's context, and
 // std::out_of_range for a token id outside the vocabulary; the state is unchanged then.
+// `watch` (may be null) can stop a long evaluation part way (EvaluationWatch).
 std::span<const float> forward(const Model& model, InferenceState& state, ThreadPool& pool,
-                               std::span<const int32_t> tokens, LogitsWanted wanted);
+                               std::span<const int32_t> tokens, LogitsWanted wanted,
+                               const EvaluationWatch* watch = nullptr);
 
 // Largest number of tokens evaluated in one batch; longer inputs are split internally.
 inline constexpr int64_t kMaxBatch = 256;

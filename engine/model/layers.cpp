@@ -100,10 +100,12 @@ void ffn_sublayer(const LayerPass& p, const LayerWeights& L, Residual& residual)
 
 }  // namespace
 
-void run_layers(const LayerPass& p) {
+bool run_layers(const LayerPass& p) {
     const auto& layers = p.model.layers();
+    const auto n_layers = static_cast<int64_t>(layers.size());
     Residual residual(p);
-    for (int64_t l = 0; l < static_cast<int64_t>(layers.size()); ++l) {
+    for (int64_t l = 0; l < n_layers; ++l) {
+        if (l > 0 && p.between_layers != nullptr && !(*p.between_layers)(l)) return false;
         const LayerWeights& L = layers[static_cast<size_t>(l)];
         residual.norm_into_xn(L.attn_norm);
         switch (L.kind) {
@@ -121,6 +123,7 @@ void run_layers(const LayerPass& p) {
         ffn_sublayer(p, L, residual);
     }
     residual.flush();
+    return true;
 }
 
 }  // namespace ember

@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 
 namespace ember {
 
@@ -25,10 +26,14 @@ struct LayerPass {
     BatchBuffers& buffers;
     int64_t pos0;
     int64_t n;
+    // Asked after each layer but the last with the layers done; false stops the pass there.
+    // Null: every layer runs.
+    const std::function<bool(int64_t layers_done)>* between_layers = nullptr;
 };
 
 // Runs every layer: buffers.x [n x n_embd] holds the embeddings on entry and the last layer's
-// output on return.
-void run_layers(const LayerPass& pass);
+// output on return. False when `between_layers` stopped it part way (buffers and the KV rows
+// of this batch's positions are then half written: the caller drops the batch).
+bool run_layers(const LayerPass& pass);
 
 }  // namespace ember

@@ -121,5 +121,87 @@ TEST_F(ForwardTest, ThreadCountDoesNotChangeResults) {
     EXPECT_LT(max_abs_diff(b, ref), 1e-6);
 }
 
+// A watch that stops the evaluation once it reports more than `after` tokens done, recording
+// what it was told.
+struct StopAfter {
+    double after;
+    std::vector<double> seen;
+    EvaluationWatch watch() {
+        return [this](double done) {
+            seen.push_back(done);
+            return done <= after;
+        };
+    }
+};
+
+// Asks `arch`'s long sequence to stop once past its first batch of `batch` tokens, then
+// evaluates the rest: `kept` tokens (whole batches) stay, and the logits are those of one
+// uninterrupted evaluation.
+void expect_stop_keeps_whole_batches(const std::string& arch, int64_t batch, int64_t kept) {
+    const std::string file = "arch/" + arch + "/" + arch + ".gguf";
+    EMBER_REQUIRE_FIXTURE(file);
+    auto model = Model::load(fixture_path(file));
+    ThreadPool pool(2);
+    const std::vector<int32_t> ids = reference_ids(arch, "long");
+    ASSERT_GT(static_cast<int64_t>(ids.size()), batch + 1);
+    auto whole = make_state(model->config(), 512);
+    auto expected_span = forward(*model, *whole, pool, ids, LogitsWanted::Last);
+    const std::vector<float> expected(expected_span.begin(), expected_span.end());
+
+    auto state = make_state(model->config(), 512);
+    StopAfter stop{static_cast<double>(batch) + 1.0, {}};
+    const EvaluationWatch watch = stop.watch();
+    try {
+        forward(*model, *state, pool, ids, LogitsWanted::Last, &watch);
+        FAIL() << "the watch did not stop the evaluation";
+    } catch (const EvaluationStopped& e) {
+        EXPECT_EQ(e.evaluated, kept);
+    }
+    ASSERT_EQ(state->n_past(), kept);
+    ASSERT_FALSE(stop.seen.empty());
+    EXPECT_TRUE(std::is_sorted(stop.seen.begin(), stop.seen.end()));
+    auto rest = forward(*model, *state, pool, std::span(ids).subspan(static_cast<size_t>(kept)),
+                        LogitsWanted::Last);
+    EXPECT_EQ(max_abs_diff(rest, expected), 0.0);
+    EXPECT_EQ(state->n_past(), static_cast<int64_t>(ids.size()));
+}
+
+TEST(ForwardStop, BetweenLayersKeepsTheBatchesBefore) {
+    // qwen3 is watched between layers: the second batch reports fractions of its tokens, the
+    // stop comes inside it, and it is dropped.
+    expect_stop_keeps_whole_batches("qwen3", kMaxBatch, kMaxBatch);
+}
+
+TEST(ForwardStop, SlidingLayersResumeAfterAStopInsideABatch) {
+    // gemma3's sliding layers keep rings; the dropped batch's half-written rows must not cost
+    // the rows the window needs.
+    expect_stop_keeps_whole_batches("gemma3", kMaxBatch, kMaxBatch);
+}
+
+TEST(ForwardStop, HybridStopsOnlyBetweenBatches) {
+    // lfm2's recurrent state cannot be left inside a batch: batches of 128, watched after
+    // each, so the stop comes after the second one, which is kept.
+    expect_stop_keeps_whole_batches("lfm2", 128, 256);
+}
+
+TEST_F(ForwardTest, WatchThatNeverStopsChangesNothing) {
+    std::vector<int32_t> long_ids = reference_ids("qwen3", "long");
+    auto plain_state = make_state(model_->config(), 512);
+    auto plain = forward(*model_, *plain_state, pool_, long_ids, LogitsWanted::Last);
+    const std::vector<float> expected(plain.begin(), plain.end());
+    std::vector<double> seen;
+    const EvaluationWatch watch = [&](double done) {
+        seen.push_back(done);
+        return true;
+    };
+    auto watched_state = make_state(model_->config(), 512);
+    auto watched = forward(*model_, *watched_state, pool_, long_ids, LogitsWanted::Last, &watch);
+    EXPECT_EQ(max_abs_diff(watched, expected), 0.0);
+    // Between every two layers of both batches, and once between the batches.
+    const auto layers = static_cast<size_t>(model_->layers().size());
+    EXPECT_EQ(seen.size(), 2 * (layers - 1) + 1);
+    EXPECT_LT(seen.back(), static_cast<double>(long_ids.size()));
+}
+
 }  // namespace
 }  // namespace ember::test

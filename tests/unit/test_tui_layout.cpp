@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "ui/progress.h"
 #include "ui/tui/markdown.h"
 #include "ui/tui/text.h"
 #include "ui/tui/transcript.h"
@@ -270,6 +271,52 @@ TEST(TuiStatus, NarrowLinesShortenNamesAndLabelsNeverNumbers) {
     EXPECT_NE(status_text(info).left.find("lighthouses"), std::string::npos);
     info.width = 200;
     EXPECT_NE(status_text(info).left.find("prefill 800 tok/s"), std::string::npos);
+}
+
+TEST(TuiStatus, APromptBeingReadShowsItsProgressAndKeepsItsNumbersWhenNarrow) {
+    StatusInfo info;
+    info.model = "SmolLM2-135M-Instruct.Q4_1.gguf";
+    info.context_total = 8192;
+    info.busy = true;
+    info.prefill = {3072, 6511, 2.0};
+    const std::string right = status_text(info).right;
+    EXPECT_NE(right.find("reading prompt ▕"), std::string::npos) << right;
+    EXPECT_NE(right.find("3,072/6,511 tok 47%"), std::string::npos) << right;
+    EXPECT_NE(right.find("1,536 tok/s"), std::string::npos) << right;
+    EXPECT_NE(right.find("3s left"), std::string::npos) << right;
+    EXPECT_EQ(right.find("replying"), std::string::npos) << right;
+    for (int width = 24; width <= 160; width += 4) {
+        info.width = width;
+        const StatusText text = status_text(info);
+        EXPECT_NE(text.right.find("3,072/6,511 tok"), std::string::npos) << width << ": " << text.right;
+    }
+    // Once the reply streams, or the prompt is read, it is a reply again.
+    info.width = 0;
+    info.streamed = 3;
+    EXPECT_NE(status_text(info).right.find("replying 3 tok"), std::string::npos);
+    info.streamed = 0;
+    info.prefill.done = info.prefill.total;
+    EXPECT_NE(status_text(info).right.find("replying 0 tok"), std::string::npos);
+}
+
+TEST(Progress, BarsFillInEighthsAndNumbersAreGrouped) {
+    EXPECT_EQ(progress_bar(0.0, 4), "    ");
+    EXPECT_EQ(progress_bar(1.0, 4), "████");
+    EXPECT_EQ(progress_bar(0.5, 4), "██  ");
+    EXPECT_EQ(progress_bar(0.5 + 1.0 / 32, 4), "██▏ ");  // an eighth of a cell more
+    EXPECT_EQ(progress_bar(2.0, 3), "███");               // clamped
+    EXPECT_EQ(progress_bar(-1.0, 2), "  ");
+    EXPECT_EQ(grouped(0), "0");
+    EXPECT_EQ(grouped(999), "999");
+    EXPECT_EQ(grouped(1000), "1,000");
+    EXPECT_EQ(grouped(1234567), "1,234,567");
+    EXPECT_EQ(prefill_text({0, 100, 0.0}), "0/100 tok 0%");
+    const nlohmann::json event = prefill_event({50, 200, 2.0});
+    EXPECT_EQ(event["event"], "progress");
+    EXPECT_EQ(event["stage"], "prefill");
+    EXPECT_EQ(event["done"], 50);
+    EXPECT_EQ(event["total"], 200);
+    EXPECT_DOUBLE_EQ(event["tokens_per_second"].get<double>(), 25.0);
 }
 
 }  // namespace

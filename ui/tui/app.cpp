@@ -25,6 +25,9 @@ constexpr auto kFrameInterval = 16ms;
 // After a lone ESC byte, how long to wait for the rest of an escape sequence.
 constexpr auto kEscapeWait = 30ms;
 constexpr auto kMessageTime = 5s;
+// While a job runs the status line repaints on its own this often (its elapsed time, a
+// prompt's progress), keys or no keys.
+constexpr auto kBusyRepaint = 200ms;
 // A second Ctrl-C on an empty input within this time leaves.
 constexpr auto kDoubleCtrlC = 1s;
 constexpr int kWheelRows = 3;
@@ -43,7 +46,8 @@ const char* const kKeysHelp =
     "  Ctrl-T: show or hide thinking · Ctrl-O or F2: sessions · Ctrl-L: redraw\n"
     "  Ctrl-X Ctrl-E: write the message in $EDITOR · /copy [N]: the last reply (or its Nth code "
     "block) to the clipboard · /preset [NAME]: a preset of the config file\n"
-    "  Esc or Ctrl-C: stop the reply · Ctrl-D, /quit (or Ctrl-C twice on an empty input): leave\n"
+    "  Esc or Ctrl-C: stop the reply (or the reading of a long prompt) · Ctrl-D, /quit (or "
+    "Ctrl-C twice on an empty input): leave\n"
     "  /edit alone puts your last prompt in the input box to change and resend";
 
 void ensure_utf8_locale() {
@@ -179,6 +183,12 @@ int FullScreen::Impl::run(ChatController& c) {
     events.wake();
     if (loader.joinable()) loader.join();
     controller = &c;
+    // Called on the worker between layers: atomics the status line reads at its next repaint.
+    c.set_prefill_progress([this](const PrefillProgress& p) {
+        prefill_total.store(p.total, std::memory_order_relaxed);
+        prefill_done.store(p.done, std::memory_order_relaxed);
+        prefill_millis.store(static_cast<int64_t>(p.seconds * 1000.0), std::memory_order_relaxed);
+    });
     worker = std::make_unique<tui::Worker>();
     context_total = c.engine().context_size();
     // A resumed conversation is not evaluated yet: what it takes.
@@ -216,7 +226,9 @@ int FullScreen::Impl::run(ChatController& c) {
     // got, and the worker is done with the controller before the caller destroys it.
     const auto leave = [&] {
         cancel.store(true);
-        c.request_cancel();
+        // A reply (or a long prompt being read) stops within a layer and is committed; its
+        // state is not stored, so leaving takes no longer than that.
+        c.request_leave();
         worker->finish();
         worker.reset();
         screen->restore();
@@ -253,6 +265,7 @@ void FullScreen::Impl::loop() {
             message.clear();
             dirty = true;
         }
+        if (job != JobKind::None && now - last_frame >= kBusyRepaint) dirty = true;
         if (quit) break;
         // Keys are answered at once; streamed text waits for the next frame.
         if (dirty && (key_pressed || now - last_frame >= kFrameInterval)) {
@@ -271,7 +284,8 @@ void FullScreen::Impl::poll_once() {
     if (dirty) lower_timeout(timeout, poll_timeout(now, last_frame + kFrameInterval));
     if (keys.pending()) lower_timeout(timeout, static_cast<int>(kEscapeWait.count()));
     if (!message.empty()) lower_timeout(timeout, poll_timeout(now, message_until));
-    if (job != JobKind::None) lower_timeout(timeout, 500);  // the elapsed time in the status
+    // The elapsed time and a prompt's progress in the status line.
+    if (job != JobKind::None) lower_timeout(timeout, poll_timeout(now, last_frame + kBusyRepaint));
     pollfd fds[3] = {{screen->input_fd(), POLLIN, 0},
                      {events.wake_fd(), POLLIN, 0},
                      {screen->stderr_fd(), POLLIN, 0}};

@@ -50,6 +50,11 @@ struct FullScreen::Impl {
     std::string job_activity;  // what a job that is no reply does (/model: "loading NAME")
     int64_t streamed = 0;
     bool reply_thinking = false;
+    // A long prompt being read, as the worker reports it (ChatController::set_prefill_progress);
+    // total 0: none is being read.
+    std::atomic<int64_t> prefill_done{0};
+    std::atomic<int64_t> prefill_total{0};
+    std::atomic<int64_t> prefill_millis{0};
 
     tui::Transcript transcript;
     tui::InputEditor input;

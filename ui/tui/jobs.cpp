@@ -26,6 +26,10 @@ void FullScreen::Impl::start_job(JobKind kind, const std::string& line) {
         const size_t name = line.find_first_not_of(" \t", 7);
         if (name != std::string::npos) job_activity = "loading " + line.substr(name);
     }
+    if (kind == JobKind::Command && line.starts_with("/file ")) {
+        // A big file takes a moment to read and count: the status line says so.
+        job_activity = "reading " + line.substr(6);
+    }
     if (kind == JobKind::Command && confirming_tool) {
         // The answer to a tool call's question: a yes runs the tool (within its time limit).
         job_activity = "tool call";
@@ -33,6 +37,9 @@ void FullScreen::Impl::start_job(JobKind kind, const std::string& line) {
     confirming_tool = false;
     streamed = 0;
     reply_thinking = false;
+    prefill_total.store(0);
+    prefill_done.store(0);
+    prefill_millis.store(0);
     cancel.store(false);
     // The transcript shows the turn at once; if the job fails it is rebuilt from the
     // conversation the job leaves behind.
@@ -199,7 +206,10 @@ void FullScreen::Impl::apply(tui::DoneEvent& event) {
     }
     if (outcome.turn && outcome.turn->finish == FinishReason::Cancelled &&
         outcome.message.empty()) {
-        show_message("reply stopped; what was written is kept", false);
+        show_message(outcome.turn->tokens_not_evaluated > 0
+                         ? "stopped while reading the prompt; what was read is kept"
+                         : "reply stopped; what was written is kept",
+                     false);
     }
     show_tool_activity(outcome);
     if (outcome.quit) quit = true;

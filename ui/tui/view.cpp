@@ -8,6 +8,7 @@
 #include <string_view>
 #include <vector>
 
+#include "ui/progress.h"
 #include "ui/tui/app_impl.h"
 #include "ui/tui/text.h"
 
@@ -142,6 +143,28 @@ StatusText status_text(const StatusInfo& info) {
         char seconds[32];
         std::snprintf(seconds, sizeof seconds, "%.0fs", std::floor(info.busy_seconds));
         out.right += info.activity + " " + seconds + " ";
+    } else if (info.busy && info.streamed == 0 && info.prefill.total > 0 &&
+               info.prefill.done < info.prefill.total) {
+        // A long prompt being read: how far, how fast, how long still; the numbers stay on a
+        // narrow line, the bar and the words go first.
+        const PrefillProgress& p = info.prefill;
+        const std::string numbers = prefill_text(p);
+        const std::string bar =
+            "▕" + progress_bar(static_cast<double>(p.done) / static_cast<double>(p.total), 12) +
+            "▏";
+        const std::string counts = numbers.substr(0, numbers.find(" · "));  // "3,072/6,511 tok 47%"
+        const std::string choices[] = {"reading prompt " + bar + " " + numbers + " ",
+                                       bar + " " + numbers + " ", counts + " "};
+        // The left keeps room for the model's shortened name and the context (fit_left).
+        constexpr int kLeftRoom = 36;
+        std::string right = choices[2];
+        for (const std::string& choice : choices) {
+            if (info.width <= 0 || display_width(choice) + kLeftRoom <= info.width) {
+                right = choice;
+                break;
+            }
+        }
+        out.right += right;
     } else if (info.busy) {
         char seconds[32];
         std::snprintf(seconds, sizeof seconds, "%.0fs", std::floor(info.busy_seconds));
@@ -306,6 +329,10 @@ void FullScreen::Impl::draw_status(int row) {
     info.thinking = reply_thinking;
     info.activity = job_activity;
     info.streamed = streamed;
+    info.prefill.total = prefill_total.load(std::memory_order_relaxed);
+    info.prefill.done = prefill_done.load(std::memory_order_relaxed);
+    info.prefill.seconds =
+        static_cast<double>(prefill_millis.load(std::memory_order_relaxed)) / 1000.0;
     info.context_used = context_used + (info.busy ? streamed : 0);
     info.busy_seconds = std::chrono::duration<double>(Clock::now() - job_started).count();
     info.scrolled_rows = follow ? 0 : std::max(0, view_total - view_top - view_height);

@@ -20,6 +20,8 @@ struct StatusInfo {
     // What the busy job is when it is no reply ("loading gemma3" for /model); empty: a reply.
     std::string activity;
     int64_t streamed = 0;   // tokens of the reply being written (about)
+    // The prompt being read before the reply starts (total 0: none), and how long it took.
+    PrefillProgress prefill;
     double busy_seconds = 0;
     int scrolled_rows = 0;  // rows below the view when the user scrolled back; 0: follows
     // Columns the line has (0: any): names shorten and labels go before any number is cut.
