@@ -45,7 +45,9 @@ struct BenchArgs {
     bool json_out = false;
     uint64_t seed = 1234;
     int64_t bw_mib = 1024;
-    int bw_passes = 5;  // per probe; one probe after the warm-up and after every rep
+    int bw_passes = 5;  // per probe at most; one probe after the warm-up and after every rep
+    bool bw_passes_given = false;  // --bw-passes typed: every probe makes that many passes
+    bool no_bandwidth = false;     // --no-bandwidth: no probe, no roofline
     // f16 by default: the reference engine's default cache, so the comparison is like for like.
     std::string kv_type = "f16";
     std::string activations = "auto";  // --activations
@@ -232,33 +234,55 @@ int run_bench(BenchArgs a) {
     uint64_t peak_rss = 0;
     BandwidthResult bw;
     std::vector<double> bw_after_rep;  // median of the probe that followed each timed rep
-    auto probe = [&] {
+    double probe_seconds = 0;  // all the probes together, reported beside the bench's time
+    auto probe = [&](int passes) {
+        const auto t_probe = Clock::now();
         peak_rss = std::max(peak_rss, peak_rss_bytes());
         // On a GPU the roofline is the card's: a copy within its memory.
         BandwidthResult one;
         if (ComputeDevice* device = model->device()) {
             one.bytes = bw_bytes;
-            one.gbs = device->measure_bandwidth_gbs(bw_bytes, a.bw_passes);
+            one.gbs = device->measure_bandwidth_gbs(bw_bytes, passes);
             one.isa = "gpu copy";
             std::vector<double> sorted = one.gbs;
             std::sort(sorted.begin(), sorted.end());
             one.median_gbs = sorted[sorted.size() / 2];
         } else {
-            one = measure_read_bandwidth(pool, bw_bytes, a.bw_passes);
+            one = measure_read_bandwidth(pool, bw_bytes, passes);
         }
         bw.bytes = one.bytes;
         bw.isa = one.isa;
         bw.checksum += one.checksum;
         bw.gbs.insert(bw.gbs.end(), one.gbs.begin(), one.gbs.end());
         reset_peak_rss();
+        probe_seconds += seconds_since(t_probe);
         return one.median_gbs;
     };
 
     Context ctx = make_context(*model, *state, pool, a.depth, a.seed);
     bool finite = true;
     // Warm-up: pages the weights in, grows the scratch and the cache.
+    const auto t_run = Clock::now();
     run_rep(*model, *state, pool, ctx, prompt, a.gen, a.verify, finite);
-    if (interleave) probe();
+    const double warm_up_seconds = seconds_since(t_run);
+    // The probe is kept in proportion to the run (a short bench used to spend most of its time
+    // in it): unless --bw-passes says how many, the first probe makes one pass, and the probes
+    // after the reps make as many as fit in a quarter of a rep (the warm-up's time standing in
+    // for one), none when even one pass does not fit.
+    int rep_passes = 0;
+    if (a.no_bandwidth) {
+    } else if (a.bw_passes_given) {
+        rep_passes = a.bw_passes;
+        if (interleave) probe(a.bw_passes);
+    } else if (interleave) {
+        const double before = probe_seconds;
+        probe(1);
+        const double one_pass = probe_seconds - before;
+        const double share = 0.25 * warm_up_seconds;
+        rep_passes = one_pass <= share
+                         ? std::clamp(static_cast<int>(share / one_pass), 1, a.bw_passes)
+                         : 0;
+    }
     std::vector<double> prefill_tps, decode_tps, after_prompt_tps, ttft_ms, verify_ms;
     for (int i = 0; i < a.reps; ++i) {
         const RepResult r = run_rep(*model, *state, pool, ctx, prompt, a.gen, a.verify, finite);
@@ -267,9 +291,10 @@ int run_bench(BenchArgs a) {
         after_prompt_tps.push_back(static_cast<double>(a.gen) / r.decode_after_prompt_s);
         ttft_ms.push_back(r.ttft_s * 1e3);
         if (a.verify > 0) verify_ms.push_back(r.verify_s * 1e3);
-        if (interleave) bw_after_rep.push_back(probe());
+        if (interleave && rep_passes > 0) bw_after_rep.push_back(probe(rep_passes));
     }
-    if (!interleave) probe();
+    if (!interleave && !a.no_bandwidth) probe(a.bw_passes_given ? a.bw_passes : 1);
+    const double run_seconds = seconds_since(t_run);
     peak_rss = std::max(peak_rss, peak_rss_bytes());
     summarize(bw);
 
@@ -323,7 +348,15 @@ int run_bench(BenchArgs a) {
     j["bandwidth_gbs_passes"] = bw.gbs;
     j["bandwidth_mib"] = static_cast<double>(bw.bytes) / kMiB;
     j["bandwidth_passes"] = bw.gbs.size();
-    j["bandwidth_interleaved"] = interleave;
+    j["bandwidth_interleaved"] = interleave && rep_passes > 0;
+    j["bandwidth_seconds"] = probe_seconds;
+    j["run_seconds"] = run_seconds;  // warm-up, reps and probes
+    if (a.no_bandwidth) {
+        for (const char* key : {"bandwidth_gbs", "roofline_fraction",
+                                "roofline_fraction_weights_only", "bandwidth_best_gbs"}) {
+            j[key] = nullptr;
+        }
+    }
     j["bandwidth_isa"] = bw.isa;
     j["isa"] = active_kernels().isa;
     j["device"] = model_placement(*model);
@@ -339,6 +372,7 @@ int run_bench(BenchArgs a) {
     j["decode_after_prompt_tps"] = after_prompt_med;
     j["roofline_fraction_after_prompt"] = roofline_after_prompt;
     j["decode_after_prompt_tps_reps"] = after_prompt_tps;
+    if (a.no_bandwidth) j["roofline_fraction_after_prompt"] = nullptr;
     j["rss_bound_mb"] = rss_bound_mb;
     j["within_rss_bound"] = peak_rss_mb <= rss_bound_mb;
     j["load_ms"] = load_s * 1e3;
@@ -373,13 +407,20 @@ int run_bench(BenchArgs a) {
     std::printf("  after prompt   %10.2f %s (roofline %.3f)\n", after_prompt_med,
                 range(after_prompt_tps).c_str(), roofline_after_prompt);
     std::printf("ttft ms          %10.2f %s\n", median(ttft_ms), range(ttft_ms).c_str());
-    std::printf(
-        "read bandwidth   %10.2f GB/s (median of %zu passes over %.0f MiB, best %.2f, %s)\n",
-        bw.median_gbs, bw.gbs.size(), static_cast<double>(bw.bytes) / kMiB, bw.best_gbs, bw.isa);
+    if (a.no_bandwidth) {
+        std::printf("read bandwidth   not measured (--no-bandwidth): no roofline\n");
+    } else {
+        std::printf("read bandwidth   %10.2f GB/s (median of %zu passes over %.0f MiB, best %.2f, "
+                    "%s; probing took %.1f s of %.1f s)\n",
+                    bw.median_gbs, bw.gbs.size(), static_cast<double>(bw.bytes) / kMiB,
+                    bw.best_gbs, bw.isa, probe_seconds, run_seconds);
+    }
     std::printf("weights / token  %10.2f MiB\n", static_cast<double>(wbpt) / kMiB);
     std::printf("KV / token       %10.2f MiB (read by attention, decode average)\n", kv_bpt / kMiB);
-    std::printf("roofline         %10.3f (decode tok/s x (weight + KV bytes) / bandwidth)\n",
-                roofline);
+    if (!a.no_bandwidth) {
+        std::printf("roofline         %10.3f (decode tok/s x (weight + KV bytes) / bandwidth)\n",
+                    roofline);
+    }
     std::printf(
         "peak RSS         %10.1f MiB (bound %.1f = file + KV %.1f + recurrent %.1f + %.0f: %s)\n",
         peak_rss_mb, rss_bound_mb, kv_mb, recurrent_mb, kRssSlackMiB,
@@ -438,11 +479,16 @@ void register_bench_command(CLI::App& app, std::vector<Command>& out) {
         ->capture_default_str()
         ->check(CLI::Range(int64_t{1024}, int64_t{1} << 20));
     cmd->add_option("--bw-passes", args->bw_passes,
-                    "Timed passes per bandwidth probe (one probe after every rep)")
-        ->capture_default_str();
+                    "Timed passes per bandwidth probe (one probe after every rep); by default "
+                    "up to this many, as many as fit in a quarter of a rep")
+        ->capture_default_str()
+        ->check(CLI::Range(1, 1000));
+    cmd->add_flag("--no-bandwidth", args->no_bandwidth,
+                  "No bandwidth probe (and no roofline): the quickest run");
     add_output_format_options(cmd, args->output_format);
-    out.push_back({cmd, [args, reps_opt] {
+    out.push_back({cmd, [args, reps_opt, cmd] {
                        args->model = model_path_for(args->model);
+                       args->bw_passes_given = cmd->count("--bw-passes") > 0;
                        if (!args->output_format.json_schema.empty() ||
                            !args->output_format.grammar_file.empty()) {
                            BenchGrammarArgs g;
