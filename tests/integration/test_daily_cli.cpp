@@ -109,11 +109,12 @@ TEST(JsonSchemaOutput, StartsWithTheJsonValueNotABlank) {
     for (const std::string seed : {"1", "2", "3", "4", "5", "6"}) {
         const auto r = run_command(
             {ember_binary(), "run", "-m", fixture_path(kLlama), "-p", "JSON?", "-n", "12",
-             "--temp", "2", "--seed", seed, "-t", "1", "--json-schema",
+             "--temp", "2", "--seed", seed, "-t", "1", "--json", "--json-schema",
              R"({"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]})"});
         ASSERT_EQ(r.status, 0) << r.err;
-        ASSERT_FALSE(r.out.empty());
-        EXPECT_EQ(r.out.front(), '{') << "seed " << seed << ": [" << r.out << "]";
+        const std::string text = json::parse(r.out)["text"];  // the completion, not the prompt
+        ASSERT_FALSE(text.empty());
+        EXPECT_EQ(text.front(), '{') << "seed " << seed << ": [" << text << "]";
     }
 }
 
