@@ -1,5 +1,7 @@
 #include "app/cli_hints.h"
 
+#include <algorithm>
+
 #include "app/did_you_mean.h"
 
 namespace ember::app {
@@ -45,6 +47,19 @@ std::string unknown_option_message(CLI::App& app, const std::vector<std::string>
     for (const auto& arg : args) {
         for (CLI::App* sub : command->get_subcommands([](CLI::App*) { return true; })) {
             if (sub->check_name(arg)) add_option_names(*sub, known);
+        }
+    }
+    // `ember sessions lst`: the word after a command that has sub-commands names one of them.
+    std::vector<std::string> sub_names;
+    for (CLI::App* sub : command->get_subcommands([](CLI::App*) { return true; })) {
+        sub_names.push_back(sub->get_name());
+    }
+    if (!sub_names.empty() && args.size() > 1 && !args[1].starts_with("-") &&
+        std::find(sub_names.begin(), sub_names.end(), args[1]) == sub_names.end()) {
+        const std::string near = nearest_name(args[1], sub_names);
+        if (!near.empty()) {
+            return "unknown command '" + args[0] + " " + args[1] + "'; did you mean '" + args[0] +
+                   " " + near + "'?";
         }
     }
     for (size_t i = 1; i < args.size(); ++i) {

@@ -12,10 +12,11 @@ namespace ember::app {
 // hint only when one command is near).
 std::string unknown_command_message(CLI::App& app, const std::string& typed);
 
-// After a parse error, for `args` (in the order typed): the first option the chosen command
-// (and its sub-command, if one was named) does not know, with the nearest one it does:
-// "unknown option '--tmep'; did you mean '--temp'?". Empty when every option is known or
-// none is near (CLI11's own message is then the better one).
+// After a parse error, for `args` (in the order typed): a sub-command the chosen command does
+// not have ("unknown command 'sessions lst'; did you mean 'sessions list'?"), or the first
+// option it (and its sub-command, if one was named) does not know, with the nearest one it
+// does: "unknown option '--tmep'; did you mean '--temp'?". Empty when nothing is unknown or
+// nothing is near (CLI11's own message is then the better one).
 std::string unknown_option_message(CLI::App& app, const std::vector<std::string>& args);
 
 }  // namespace ember::app

@@ -59,8 +59,9 @@ int main(int argc, char** argv) {
         // Usage errors quote what was typed (an unknown option, a bad value): on a terminal,
         // control characters in it are shown, not obeyed. A usage error exits 2, as
         // command-line programs do (CLI11's own codes are 100+); --help and --version exit 0.
-        // An unknown option near a known one: say which ("--tmep": did you mean "--temp"?).
-        if (dynamic_cast<const CLI::ExtrasError*>(&e) != nullptr) {
+        // An unknown option or sub-command near a known one: say which ("--tmep": did you
+        // mean "--temp"?). --help and --version are not errors.
+        if (e.get_exit_code() != 0) {
             if (const std::string hint = ember::app::unknown_option_message(app, typed);
                 !hint.empty()) {
                 ember::ui::TextWriter(stderr).raw("ember: error: ").text(hint).raw(

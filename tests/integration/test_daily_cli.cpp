@@ -31,6 +31,12 @@ TEST(DidYouMean, AMistypedCommandIsAnsweredWithTheNearestOne) {
     r = run_command({ember_binary(), "sesions", "list"});
     EXPECT_EQ(r.status, 2);
     EXPECT_NE(r.err.find("did you mean 'sessions'?"), std::string::npos) << r.err;
+    // A sub-command of a command.
+    r = run_command({ember_binary(), "sessions", "lst"});
+    EXPECT_EQ(r.status, 2);
+    EXPECT_EQ(r.err,
+              "ember: error: unknown command 'sessions lst'; did you mean 'sessions list'?\n"
+              "Run with --help for more information.\n");
     // Nothing near: no guess.
     r = run_command({ember_binary(), "xyzzy"});
     EXPECT_EQ(r.status, 2);

@@ -47,7 +47,8 @@ TEST(JsonSchema, ObjectsWithRequiredAndOptionalProperties) {
     EXPECT_TRUE(s.accepts(R"({"name":"x"})"));
     EXPECT_TRUE(s.accepts(R"({"name": "x", "age": 3, "ok": true})"));
     EXPECT_TRUE(s.accepts(R"({"name":"x","ok":false})"));
-    EXPECT_TRUE(s.accepts(" {\n  \"name\": \"x\",\n  \"age\": -12\n}"));
+    EXPECT_TRUE(s.accepts("{\n  \"name\": \"x\",\n  \"age\": -12\n}"));
+    EXPECT_FALSE(s.accepts(" {\"name\":\"x\"}"));              // nothing before the value
     EXPECT_FALSE(s.accepts(R"({"age":3})"));                 // required name missing
     EXPECT_FALSE(s.accepts(R"({})"));
     EXPECT_FALSE(s.accepts(R"({"name":"x",})"));             // trailing comma
