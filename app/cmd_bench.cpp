@@ -208,6 +208,77 @@ RepResult run_rep(const Model& model, InferenceState& state, ThreadPool& pool, C
     return r;
 }
 
+// The memory-bandwidth probe behind the roofline. It runs after the warm-up and after every
+// rep, so the roofline compares decode with the bandwidth of the same minutes on a machine
+// whose neighbours come and go, and it is kept in proportion to the run (a short bench used to
+// spend most of its time in it). Its buffer must not count as the model's peak RSS: the peak is
+// read before each probe and reset after it (the buffer is unmapped by then); where the peak
+// cannot be reset, the probe runs once, after the last rep.
+class BandwidthProbe {
+public:
+    BandwidthProbe(ComputeDevice* device, ThreadPool& pool, uint64_t bytes)
+        : device_(device), pool_(pool), bytes_(bytes), interleave_(reset_peak_rss()) {}
+
+    bool interleaved() const { return interleave_; }
+
+    // After the warm-up (which took `warm_up_seconds`): the passes of the probe after each rep.
+    // --bw-passes given: that many, after the warm-up too. Otherwise one pass now, and after each
+    // rep as many as fit in a quarter of a rep (the warm-up standing in for one), up to
+    // `max_passes`; none when even one pass does not fit.
+    int plan(bool none, bool passes_given, int max_passes, double warm_up_seconds) {
+        if (none) return 0;
+        if (passes_given) {
+            if (interleave_) measure(max_passes);
+            return max_passes;
+        }
+        if (!interleave_) return 0;
+        const double before = seconds_;
+        measure(1);
+        const double one_pass = seconds_ - before;
+        const double share = 0.25 * warm_up_seconds;
+        return one_pass <= share ? std::clamp(static_cast<int>(share / one_pass), 1, max_passes)
+                                 : 0;
+    }
+
+    // One probe of `passes` timed passes; returns its median GB/s.
+    double measure(int passes) {
+        const auto start = Clock::now();
+        peak_rss_ = std::max(peak_rss_, peak_rss_bytes());
+        BandwidthResult one;
+        if (device_ != nullptr) {
+            // On a GPU the roofline is the card's: a copy within its memory.
+            one.bytes = bytes_;
+            one.gbs = device_->measure_bandwidth_gbs(bytes_, passes);
+            one.isa = "gpu copy";
+            std::vector<double> sorted = one.gbs;
+            std::sort(sorted.begin(), sorted.end());
+            one.median_gbs = sorted[sorted.size() / 2];
+        } else {
+            one = measure_read_bandwidth(pool_, bytes_, passes);
+        }
+        all_.bytes = one.bytes;
+        all_.isa = one.isa;
+        all_.checksum += one.checksum;
+        all_.gbs.insert(all_.gbs.end(), one.gbs.begin(), one.gbs.end());
+        reset_peak_rss();
+        seconds_ += seconds_since(start);
+        return one.median_gbs;
+    }
+
+    const BandwidthResult& result() const { return all_; }  // every probe's passes
+    double seconds() const { return seconds_; }             // all the probes together
+    uint64_t peak_rss_before_probes() const { return peak_rss_; }
+
+private:
+    ComputeDevice* device_;
+    ThreadPool& pool_;
+    uint64_t bytes_;
+    bool interleave_;
+    uint64_t peak_rss_ = 0;
+    BandwidthResult all_;
+    double seconds_ = 0;
+};
+
 int run_bench(BenchArgs a) {
     if (a.threads == 0) a.threads = default_threads();
     if (a.prompt < 1 || a.gen < 1 || a.reps < 1 || a.threads < 1 || a.bw_passes < 1) {
@@ -224,40 +295,9 @@ int run_bench(BenchArgs a) {
         make_state(c, a.depth + a.prompt + std::max(a.gen, a.verify), kv_type_of(a.kv_type));
     const std::vector<int32_t> prompt = random_prompt(a.prompt, c.n_vocab, a.seed);
 
-    // The bandwidth probe runs after the warm-up and after every rep, so the roofline compares
-    // decode with the bandwidth of the same minutes on a machine whose neighbours come and go.
-    // Its buffer must not count as the model's peak RSS: the peak is read before each probe
-    // and reset after it (the buffer is unmapped by then). Where the peak cannot be reset, the
-    // probe runs once, after the last rep.
-    const uint64_t bw_bytes = static_cast<uint64_t>(a.bw_mib) << 20;
-    const bool interleave = reset_peak_rss();
-    uint64_t peak_rss = 0;
-    BandwidthResult bw;
+    BandwidthProbe probe(model->device(), pool, static_cast<uint64_t>(a.bw_mib) << 20);
+    const bool interleave = probe.interleaved();
     std::vector<double> bw_after_rep;  // median of the probe that followed each timed rep
-    double probe_seconds = 0;  // all the probes together, reported beside the bench's time
-    auto probe = [&](int passes) {
-        const auto t_probe = Clock::now();
-        peak_rss = std::max(peak_rss, peak_rss_bytes());
-        // On a GPU the roofline is the card's: a copy within its memory.
-        BandwidthResult one;
-        if (ComputeDevice* device = model->device()) {
-            one.bytes = bw_bytes;
-            one.gbs = device->measure_bandwidth_gbs(bw_bytes, passes);
-            one.isa = "gpu copy";
-            std::vector<double> sorted = one.gbs;
-            std::sort(sorted.begin(), sorted.end());
-            one.median_gbs = sorted[sorted.size() / 2];
-        } else {
-            one = measure_read_bandwidth(pool, bw_bytes, passes);
-        }
-        bw.bytes = one.bytes;
-        bw.isa = one.isa;
-        bw.checksum += one.checksum;
-        bw.gbs.insert(bw.gbs.end(), one.gbs.begin(), one.gbs.end());
-        reset_peak_rss();
-        probe_seconds += seconds_since(t_probe);
-        return one.median_gbs;
-    };
 
     Context ctx = make_context(*model, *state, pool, a.depth, a.seed);
     bool finite = true;
@@ -265,24 +305,8 @@ int run_bench(BenchArgs a) {
     const auto t_run = Clock::now();
     run_rep(*model, *state, pool, ctx, prompt, a.gen, a.verify, finite);
     const double warm_up_seconds = seconds_since(t_run);
-    // The probe is kept in proportion to the run (a short bench used to spend most of its time
-    // in it): unless --bw-passes says how many, the first probe makes one pass, and the probes
-    // after the reps make as many as fit in a quarter of a rep (the warm-up's time standing in
-    // for one), none when even one pass does not fit.
-    int rep_passes = 0;
-    if (a.no_bandwidth) {
-    } else if (a.bw_passes_given) {
-        rep_passes = a.bw_passes;
-        if (interleave) probe(a.bw_passes);
-    } else if (interleave) {
-        const double before = probe_seconds;
-        probe(1);
-        const double one_pass = probe_seconds - before;
-        const double share = 0.25 * warm_up_seconds;
-        rep_passes = one_pass <= share
-                         ? std::clamp(static_cast<int>(share / one_pass), 1, a.bw_passes)
-                         : 0;
-    }
+    const int rep_passes = probe.plan(a.no_bandwidth, a.bw_passes_given, a.bw_passes,
+                                      warm_up_seconds);
     std::vector<double> prefill_tps, decode_tps, after_prompt_tps, ttft_ms, verify_ms;
     for (int i = 0; i < a.reps; ++i) {
         const RepResult r = run_rep(*model, *state, pool, ctx, prompt, a.gen, a.verify, finite);
@@ -291,12 +315,14 @@ int run_bench(BenchArgs a) {
         after_prompt_tps.push_back(static_cast<double>(a.gen) / r.decode_after_prompt_s);
         ttft_ms.push_back(r.ttft_s * 1e3);
         if (a.verify > 0) verify_ms.push_back(r.verify_s * 1e3);
-        if (interleave && rep_passes > 0) bw_after_rep.push_back(probe(rep_passes));
+        if (interleave && rep_passes > 0) bw_after_rep.push_back(probe.measure(rep_passes));
     }
-    if (!interleave && !a.no_bandwidth) probe(a.bw_passes_given ? a.bw_passes : 1);
+    if (!interleave && !a.no_bandwidth) probe.measure(a.bw_passes_given ? a.bw_passes : 1);
     const double run_seconds = seconds_since(t_run);
-    peak_rss = std::max(peak_rss, peak_rss_bytes());
+    const uint64_t peak_rss = std::max(probe.peak_rss_before_probes(), peak_rss_bytes());
+    BandwidthResult bw = probe.result();
     summarize(bw);
+    const double probe_seconds = probe.seconds();
 
     const double peak_rss_mb = static_cast<double>(peak_rss) / kMiB;
     const double kv_mb = static_cast<double>(state->kv.allocated_bytes()) / kMiB;

@@ -441,7 +441,6 @@ bool ChatSessions::open_database(const ChatSessionOptions& o) {
     // A pipe of prompts is recorded only where a database is asked for, so batch runs do not
     // fill the conversation list (and scripted tests do not depend on the user's history).
     if (o.scripted && o.db_path.empty() && !resuming) return false;
-    check_named_db(o.db_path, DbUse::write);
     path_ = o.db_path.empty() ? default_db_path() : o.db_path;
     cap_ = parse_byte_size(o.state_cap);
     std::error_code ec;
