@@ -305,8 +305,8 @@ int run_bench(BenchArgs a) {
     const auto t_run = Clock::now();
     run_rep(*model, *state, pool, ctx, prompt, a.gen, a.verify, finite);
     const double warm_up_seconds = seconds_since(t_run);
-    const int rep_passes = probe.plan(a.no_bandwidth, a.bw_passes_given, a.bw_passes,
-                                      warm_up_seconds);
+    const int rep_passes =
+        probe.plan(a.no_bandwidth, a.bw_passes_given, a.bw_passes, warm_up_seconds);
     std::vector<double> prefill_tps, decode_tps, after_prompt_tps, ttft_ms, verify_ms;
     for (int i = 0; i < a.reps; ++i) {
         const RepResult r = run_rep(*model, *state, pool, ctx, prompt, a.gen, a.verify, finite);
@@ -436,10 +436,11 @@ int run_bench(BenchArgs a) {
     if (a.no_bandwidth) {
         std::printf("read bandwidth   not measured (--no-bandwidth): no roofline\n");
     } else {
-        std::printf("read bandwidth   %10.2f GB/s (median of %zu passes over %.0f MiB, best %.2f, "
-                    "%s; probing took %.1f s of %.1f s)\n",
-                    bw.median_gbs, bw.gbs.size(), static_cast<double>(bw.bytes) / kMiB,
-                    bw.best_gbs, bw.isa, probe_seconds, run_seconds);
+        std::printf(
+            "read bandwidth   %10.2f GB/s (median of %zu passes over %.0f MiB, best %.2f, "
+            "%s; probing took %.1f s of %.1f s)\n",
+            bw.median_gbs, bw.gbs.size(), static_cast<double>(bw.bytes) / kMiB, bw.best_gbs, bw.isa,
+            probe_seconds, run_seconds);
     }
     std::printf("weights / token  %10.2f MiB\n", static_cast<double>(wbpt) / kMiB);
     std::printf("KV / token       %10.2f MiB (read by attention, decode average)\n", kv_bpt / kMiB);

@@ -23,8 +23,9 @@ struct PullArgs {
 
 void register_pull_command(CLI::App& app, std::vector<Command>& out) {
     auto* cmd = app.add_subcommand(
-        "pull", "Download a GGUF model from a Hugging Face-style hub ($HF_ENDPOINT, $HF_TOKEN) "
-                "into Ember's models directory");
+        "pull",
+        "Download a GGUF model from a Hugging Face-style hub ($HF_ENDPOINT, $HF_TOKEN) "
+        "into Ember's models directory");
     auto args = std::make_shared<PullArgs>();
     cmd->add_option("model", args->spec,
                     "OWNER/REPO, OWNER/REPO:QUANT (Q4_K_M, Q8_0, ...) or OWNER/REPO:FILE.gguf")

@@ -53,7 +53,7 @@ std::unique_ptr<sessions::Database> open_for_reading(const SessionsOptions& o,
                                                      const std::string& instead = {}) {
     const std::string path = db_path(o);
     std::error_code ec;
-    check_db_path(path);  // a URI or a device is refused as chat refuses it
+    check_db_path(path);                // a URI or a device is refused as chat refuses it
     check_named_db(o.db, DbUse::read);  // a --db typed wrong is said, not an empty list
     if (path != ":memory:" && !fs::exists(path, ec)) return open_session_db(":memory:");
     return open_session_db(path, use, instead);

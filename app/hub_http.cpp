@@ -70,9 +70,8 @@ std::string next_link(const std::string& link) {
         const size_t end = link.find('>', at);
         if (end == std::string::npos) break;
         const size_t comma = link.find(',', end);
-        const std::string params = link.substr(end + 1, comma == std::string::npos
-                                                            ? std::string::npos
-                                                            : comma - end - 1);
+        const std::string params =
+            link.substr(end + 1, comma == std::string::npos ? std::string::npos : comma - end - 1);
         if (params.find("rel=\"next\"") != std::string::npos ||
             params.find("rel=next") != std::string::npos) {
             return link.substr(at + 1, end - at - 1);

@@ -27,9 +27,9 @@ using json = nlohmann::json;
 namespace {
 
 // Bounds on what a hub may send and a user may name; each error says which one was hit.
-constexpr size_t kMaxNameLength = 96;        // OWNER and REPO each, as the hub allows
+constexpr size_t kMaxNameLength = 96;  // OWNER and REPO each, as the hub allows
 constexpr size_t kMaxQuantLength = 64;
-constexpr size_t kMaxPathLength = 1024;      // a file path inside a repository
+constexpr size_t kMaxPathLength = 1024;             // a file path inside a repository
 constexpr uint64_t kMaxListingBytes = 16ull << 20;  // one page of the file listing
 constexpr int kMaxListingPages = 100;
 constexpr size_t kMaxListedFiles = 100000;
@@ -87,7 +87,9 @@ std::string path_problem(const std::string& path) {
     return {};
 }
 
-bool is_gguf(const std::string& path) { return upper(path).ends_with(".GGUF"); }
+bool is_gguf(const std::string& path) {
+    return upper(path).ends_with(".GGUF");
+}
 
 std::string base_name(const std::string& path) {
     const size_t slash = path.rfind('/');
@@ -203,7 +205,8 @@ bool looks_like_spec(const std::string& text) {
         return !part.empty() && std::isalnum(static_cast<unsigned char>(part.front())) != 0;
     };
     return starts_well(name.substr(0, slash)) && starts_well(name.substr(slash + 1)) &&
-           std::all_of(name.begin(), name.end(), [](char c) { return c == '/' || hub_name_char(c); });
+           std::all_of(name.begin(), name.end(),
+                       [](char c) { return c == '/' || hub_name_char(c); });
 }
 
 ModelSpec parse_spec(const std::string& text) {
@@ -234,7 +237,8 @@ ModelSpec parse_spec(const std::string& text) {
     }
     if (selector.find("..") != std::string::npos ||
         !std::all_of(selector.begin(), selector.end(), hub_name_char)) {
-        throw HubError("'" + text + "': a quantization (after ':') may hold only letters, digits, "
+        throw HubError("'" + text +
+                       "': a quantization (after ':') may hold only letters, digits, "
                        "'-', '_' and '.', and no '..'");
     }
     spec.quant = selector;
@@ -282,8 +286,8 @@ ModelFiles select_model(const ModelSpec& spec, const std::vector<RepoFile>& list
     }
     if (picked.size() > 1) {
         throw HubError("'" + spec.text() + "' matches " + std::to_string(picked.size()) +
-                       " models in " + repo + ": " + names_of(picked) +
-                       "; name one as " + repo + ":QUANT or " + repo + ":FILE");
+                       " models in " + repo + ": " + names_of(picked) + "; name one as " + repo +
+                       ":QUANT or " + repo + ":FILE");
     }
     check_split_set(*picked.front());
     return *picked.front();
@@ -320,15 +324,15 @@ std::vector<RepoFile> list_repo(HttpClient& http, const ModelSpec& spec) {
                            std::to_string(kMaxListingPages) + " pages");
         }
         std::string next;
-        const auto parsed =
-            parse_json_bounded<json>(http.get_text(url, kMaxListingBytes, &next), kListingJsonDepth);
+        const auto parsed = parse_json_bounded<json>(http.get_text(url, kMaxListingBytes, &next),
+                                                     kListingJsonDepth);
         if (parsed.too_deep || !parsed.value.is_array()) {
             throw HubError(url + ": the listing is not a JSON array of files");
         }
         for (const auto& entry : parsed.value) {
             if (!entry.is_object() || entry.value("type", "") != "file") continue;
-            if (!entry.contains("path") || !entry["path"].is_string() ||
-                !entry.contains("size") || !entry["size"].is_number_unsigned()) {
+            if (!entry.contains("path") || !entry["path"].is_string() || !entry.contains("size") ||
+                !entry["size"].is_number_unsigned()) {
                 throw HubError(url + ": a listed file lacks a path or a size");
             }
             RepoFile file{entry["path"].get<std::string>(), entry["size"].get<uint64_t>(), {}};
@@ -338,7 +342,8 @@ std::vector<RepoFile> list_repo(HttpClient& http, const ModelSpec& spec) {
             }
             if (file.size > kMaxFileBytes) {
                 throw HubError(repo + ": the hub lists " + file.path + " at " +
-                               std::to_string(file.size) + " bytes, past the 1 TiB bound on a "
+                               std::to_string(file.size) +
+                               " bytes, past the 1 TiB bound on a "
                                "model file");
             }
             if (entry.contains("lfs") && entry["lfs"].is_object()) {
@@ -389,8 +394,8 @@ public:
         last_ = now;
         const double seconds = std::chrono::duration<double>(now - started_).count();
         const double rate = seconds > 0.2 ? static_cast<double>(have - start_have_) / seconds : 0;
-        const int percent = static_cast<int>(100.0 * static_cast<double>(have) /
-                                             static_cast<double>(total));
+        const int percent =
+            static_cast<int>(100.0 * static_cast<double>(have) / static_cast<double>(total));
         constexpr int kWidth = 24;
         const int filled = percent * kWidth / 100;
         std::string bar(static_cast<size_t>(filled), '#');
@@ -419,7 +424,9 @@ private:
     std::chrono::steady_clock::time_point started_{}, last_{};
 };
 
-void say(const std::string& line) { ui::TextWriter(stderr).raw("ember: ").text(line).raw("\n"); }
+void say(const std::string& line) {
+    ui::TextWriter(stderr).raw("ember: ").text(line).raw("\n");
+}
 
 void check_free_space(const fs::path& dir, uint64_t needed) {
     struct statvfs fs_info {};
@@ -441,8 +448,8 @@ uint64_t size_or_zero(const fs::path& path) {
 // mismatch the download is deleted.
 void fetch_checked(HttpClient& http, const ModelSpec& spec, const RepoFile& file,
                    const fs::path& part, const PullOptions& options) {
-    const std::string url = hub_endpoint() + "/" + spec.owner + "/" + spec.repo +
-                            "/resolve/main/" + http.escape_path(file.path);
+    const std::string url = hub_endpoint() + "/" + spec.owner + "/" + spec.repo + "/resolve/main/" +
+                            http.escape_path(file.path);
     const uint64_t had = size_or_zero(part);
     if (had > 0 && had < file.size) {
         say("resuming " + file.path + " at " + mib(had) + " of " + mib(file.size));
@@ -487,7 +494,8 @@ std::string pull(const ModelSpec& spec, const PullOptions& options) {
     const ModelFiles model = select_model(spec, list_repo(http, spec));
     for (const auto& part : model.parts) {
         if (part.sha256.empty()) {
-            throw HubError(part.path + ": the hub publishes no SHA-256 for it, so it cannot be "
+            throw HubError(part.path +
+                           ": the hub publishes no SHA-256 for it, so it cannot be "
                            "checked; not downloaded");
         }
     }
@@ -504,9 +512,10 @@ std::string pull(const ModelSpec& spec, const PullOptions& options) {
     uint64_t needed = split ? model.total_bytes() : 0;  // the joined copy
     for (const auto& part : model.parts) {
         const fs::path verified = dir / (base_name(part.path) + ".verified");
-        const fs::path partial = split ? dir / (base_name(part.path) + ".part")
-                                       : fs::path(dest.string() + ".part");
-        if (size_or_zero(verified) != part.size) needed += part.size - std::min(part.size, size_or_zero(partial));
+        const fs::path partial =
+            split ? dir / (base_name(part.path) + ".part") : fs::path(dest.string() + ".part");
+        if (size_or_zero(verified) != part.size)
+            needed += part.size - std::min(part.size, size_or_zero(partial));
     }
     check_free_space(dir, needed);
     if (!split) {
@@ -542,7 +551,8 @@ std::optional<std::string> find_pulled(const ModelSpec& spec) {
     }
     ModelSpec by_name = spec;
     by_name.file = spec.file.empty() ? "" : base_name(spec.file);
-    if (const auto split = split_name(by_name.file)) by_name.file = base_name(split->prefix) + ".gguf";
+    if (const auto split = split_name(by_name.file))
+        by_name.file = base_name(split->prefix) + ".gguf";
     try {
         return (dir / select_model(by_name, local).name).string();
     } catch (const HubError&) {

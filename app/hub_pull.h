@@ -27,8 +27,8 @@ namespace ember::app::hub {
 struct ModelSpec {
     std::string owner;
     std::string repo;
-    std::string quant;  // empty when a file or nothing was named
-    std::string file;   // a path inside the repository ending in .gguf, or empty
+    std::string quant;         // empty when a file or nothing was named
+    std::string file;          // a path inside the repository ending in .gguf, or empty
     std::string text() const;  // as the user would type it
 };
 
@@ -61,7 +61,7 @@ struct ModelFiles {
 ModelFiles select_model(const ModelSpec& spec, const std::vector<RepoFile>& listing);
 
 struct PullOptions {
-    int retries = 3;          // resumes within one run after a cut
+    int retries = 3;            // resumes within one run after a cut
     bool show_progress = true;  // a progress bar on stderr when it is a terminal
 };
 

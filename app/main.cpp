@@ -47,7 +47,7 @@ int main(int argc, char** argv) {
         return 2;
     }
     const std::vector<std::string> typed = args;  // for "did you mean" after a parse error
-    std::reverse(args.begin(), args.end());  // CLI11 takes a vector in reverse order
+    std::reverse(args.begin(), args.end());       // CLI11 takes a vector in reverse order
     // One prefix for every error a person sees, usage errors included.
     app.failure_message([](const CLI::App*, const CLI::Error& e) {
         return "ember: error: " + std::string(e.what()) +
@@ -64,8 +64,10 @@ int main(int argc, char** argv) {
         if (e.get_exit_code() != 0) {
             if (const std::string hint = ember::app::unknown_option_message(app, typed);
                 !hint.empty()) {
-                ember::ui::TextWriter(stderr).raw("ember: error: ").text(hint).raw(
-                    "\nRun with --help for more information.\n");
+                ember::ui::TextWriter(stderr)
+                    .raw("ember: error: ")
+                    .text(hint)
+                    .raw("\nRun with --help for more information.\n");
                 return 2;
             }
         }

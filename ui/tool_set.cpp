@@ -77,8 +77,9 @@ std::string why_program_cannot_run(const std::string& program) {
         if (runnable(fs::path(dir.empty() ? "." : dir) / program)) return {};
         at = colon + 1;
     }
-    return "'" + program + "' is not found on PATH (a program beside the tools file is written "
-           "./" + program + ")";
+    const std::string beside = "./" + program;
+    return "'" + program + "' is not found on PATH (a program beside the tools file is written " +
+           beside + ")";
 }
 
 std::vector<std::string> parse_command(const ojson& entry, const std::string& base_dir,

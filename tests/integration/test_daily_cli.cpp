@@ -40,7 +40,8 @@ TEST(DidYouMean, AMistypedCommandIsAnsweredWithTheNearestOne) {
     // Nothing near: no guess.
     r = run_command({ember_binary(), "xyzzy"});
     EXPECT_EQ(r.status, 2);
-    EXPECT_EQ(r.err, "ember: error: unknown command 'xyzzy'\nRun with --help for more information.\n");
+    EXPECT_EQ(r.err,
+              "ember: error: unknown command 'xyzzy'\nRun with --help for more information.\n");
 }
 
 TEST(DidYouMean, AMistypedOptionIsAnsweredWithTheNearestOneOfItsCommand) {
@@ -67,9 +68,9 @@ TEST(DidYouMean, AMistypedModelNameIsAnsweredWithTheNearestFoundModel) {
     const fs::path models = home.path() / ".local/share/ember/models";
     fs::create_directories(models);
     fs::copy_file(fixture_path(kLlama), models / "tiny-llama.gguf");
-    const auto r = run_command({"/usr/bin/env", "-u", "XDG_DATA_HOME", "-u", "EMBER_MODEL",
-                                "HOME=" + home.path().string(), ember_binary(), "info", "-m",
-                                "tiny-lama"});
+    const auto r =
+        run_command({"/usr/bin/env", "-u", "XDG_DATA_HOME", "-u", "EMBER_MODEL",
+                     "HOME=" + home.path().string(), ember_binary(), "info", "-m", "tiny-lama"});
     EXPECT_EQ(r.status, 1);
     EXPECT_NE(r.err.find("model 'tiny-lama': no such file; did you mean 'tiny-llama'?"),
               std::string::npos)
@@ -114,8 +115,8 @@ TEST(JsonSchemaOutput, StartsWithTheJsonValueNotABlank) {
     // Random weights at a high temperature: a blank first was often drawn when allowed.
     for (const std::string seed : {"1", "2", "3", "4", "5", "6"}) {
         const auto r = run_command(
-            {ember_binary(), "run", "-m", fixture_path(kLlama), "-p", "JSON?", "-n", "12",
-             "--temp", "2", "--seed", seed, "-t", "1", "--json", "--json-schema",
+            {ember_binary(), "run", "-m", fixture_path(kLlama), "-p", "JSON?", "-n", "12", "--temp",
+             "2", "--seed", seed, "-t", "1", "--json", "--json-schema",
              R"({"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]})"});
         ASSERT_EQ(r.status, 0) << r.err;
         const std::string text = json::parse(r.out)["text"];  // the completion, not the prompt
@@ -126,8 +127,8 @@ TEST(JsonSchemaOutput, StartsWithTheJsonValueNotABlank) {
 
 // A conversation saved in `db` by a one-prompt chat; returns its id (from `sessions list`).
 std::string saved_conversation(const std::string& db, const std::vector<std::string>& extra) {
-    std::vector<std::string> argv = {ember_binary(), "chat", "-m", fixture_path(kLlama), "-p",
-                                     "hi", "-n", "2", "--db", db};
+    std::vector<std::string> argv = {
+        ember_binary(), "chat", "-m", fixture_path(kLlama), "-p", "hi", "-n", "2", "--db", db};
     argv.insert(argv.end(), extra.begin(), extra.end());
     const auto r = run_command(argv);
     EXPECT_EQ(r.status, 0) << r.err;
@@ -143,8 +144,8 @@ TEST(SessionsExport, SettingsAreTheShortestDecimalsOfTheirFloats) {
     const std::string db = dir.file("h.db");
     const std::string id = saved_conversation(db, {"--temp", "0.8", "--top-p", "0.95"});
     ASSERT_FALSE(id.empty());
-    const auto r = run_command({ember_binary(), "sessions", "export", id, "--format", "json",
-                                "--db", db});
+    const auto r =
+        run_command({ember_binary(), "sessions", "export", id, "--format", "json", "--db", db});
     ASSERT_EQ(r.status, 0) << r.err;
     EXPECT_EQ(r.out.find("0.800000011920929"), std::string::npos) << r.out;
     EXPECT_EQ(r.out.find("0.949999988"), std::string::npos) << r.out;
@@ -220,10 +221,11 @@ TEST(ReadmeTools, TheExampleRunsAsWrittenAndABadProgramStopsTheStart) {
                               "required": ["city"]}},
   "command": ["./weather.sh", "--metric"],
   "timeout_seconds": 10}])";
-    std::ofstream(dir.file("weather.sh")) << "#!/bin/sh\n"
-                                             "# Reads the call's arguments, {\"city\": ...}, on stdin.\n"
-                                             "read -r args\n"
-                                             "echo \"Sunny, 18 C (arguments: $args)\"\n";
+    std::ofstream(dir.file("weather.sh"))
+        << "#!/bin/sh\n"
+           "# Reads the call's arguments, {\"city\": ...}, on stdin.\n"
+           "read -r args\n"
+           "echo \"Sunny, 18 C (arguments: $args)\"\n";
     fs::permissions(dir.file("weather.sh"), fs::perms::owner_all);
     const auto in_dir = [&](const std::string& command) {
         return run_command({"/bin/sh", "-c",

@@ -34,8 +34,8 @@ struct Hub {
         const std::string python = find_in_path("python3");
         if (python.empty()) return;
         std::vector<std::string> argv = {
-            python, std::string(EMBER_SOURCE_DIR) + "/tests/integration/py/hub_server.py",
-            "--root", root.string()};
+            python, std::string(EMBER_SOURCE_DIR) + "/tests/integration/py/hub_server.py", "--root",
+            root.string()};
         argv.insert(argv.end(), flags.begin(), flags.end());
         process = std::make_unique<BackgroundProcess>(argv, dir.file("hub.log"));
         const std::string line = process->wait_for_line("port ", 20);
@@ -67,8 +67,7 @@ void write_split(const std::string& source, const fs::path& first, const fs::pat
         const size_t begin = part == 0 ? 0 : half, end = part == 0 ? half : tensors.size();
         for (size_t i = begin; i < end; ++i) {
             const auto& t = tensors[i];
-            w.add_tensor(t.name, t.dims, t.type,
-                         std::vector<uint8_t>(t.data, t.data + t.n_bytes));
+            w.add_tensor(t.name, t.dims, t.type, std::vector<uint8_t>(t.data, t.data + t.n_bytes));
         }
         w.write((part == 0 ? first : second).string(), file->alignment());
     }
@@ -119,8 +118,8 @@ protected:
     TempDir home_{"ember-pull-home"};
 };
 
-#define START_HUB(hub, ...)                                                \
-    Hub hub(repos_.path(), __VA_ARGS__);                                   \
+#define START_HUB(hub, ...)              \
+    Hub hub(repos_.path(), __VA_ARGS__); \
     ASSERT_GT(hub.port, 0) << "the hub did not start: " << hub.log()
 
 TEST_F(Pull, FetchesTheNamedQuantThroughTheRedirectAndChecksItsSha256) {
@@ -335,17 +334,14 @@ TEST_F(Pull, DashMWithAHubNameAsksOnATerminalAndPullsOnYes) {
     EMBER_REQUIRE_TMUX(tmux);
     START_HUB(hub, {});
     TmuxSession session(tmux, "ember-pull");
-    const std::string command = "env HOME=" + shell_quote(home_.path().string()) +
-                                " HF_ENDPOINT=" + hub.endpoint() + " " +
-                                shell_quote(ember_binary()) +
-                                " info -m acme/tiny-GGUF:Q4_K_M; echo EXIT=$?; sleep 30";
+    const std::string command =
+        "env HOME=" + shell_quote(home_.path().string()) + " HF_ENDPOINT=" + hub.endpoint() + " " +
+        shell_quote(ember_binary()) + " info -m acme/tiny-GGUF:Q4_K_M; echo EXIT=$?; sleep 30";
     ASSERT_EQ(session.start(command, 120, 30).status, 0);
     std::string screen;
-    ASSERT_TRUE(TmuxSession::poll([&] { return session.capture(); },
-                                  [](const std::string& s) {
-                                      return s.find("now? [y/N]") != std::string::npos;
-                                  },
-                                  screen, 20))
+    ASSERT_TRUE(TmuxSession::poll(
+        [&] { return session.capture(); },
+        [](const std::string& s) { return s.find("now? [y/N]") != std::string::npos; }, screen, 20))
         << screen;
     EXPECT_NE(screen.find("acme/tiny-GGUF:Q4_K_M is not on this machine. Download it from " +
                           hub.endpoint() + " now? [y/N]"),
@@ -353,11 +349,9 @@ TEST_F(Pull, DashMWithAHubNameAsksOnATerminalAndPullsOnYes) {
         << screen;
     session.text("y");
     session.keys("Enter");
-    ASSERT_TRUE(TmuxSession::poll([&] { return session.capture({"-J"}); },
-                                  [](const std::string& s) {
-                                      return s.find("EXIT=") != std::string::npos;
-                                  },
-                                  screen, 60))
+    ASSERT_TRUE(TmuxSession::poll(
+        [&] { return session.capture({"-J"}); },
+        [](const std::string& s) { return s.find("EXIT=") != std::string::npos; }, screen, 60))
         << screen;
     EXPECT_NE(screen.find("EXIT=0"), std::string::npos) << screen;
     EXPECT_NE(screen.find("100% [########################]"), std::string::npos) << screen;
