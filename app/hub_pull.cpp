@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <map>
 #include <regex>
+#include <set>
 #include <thread>
 
 #include "app/hub_http.h"
@@ -130,23 +131,23 @@ std::optional<SplitName> split_name(const std::string& path) {
 // path that names them (a single file's path, a split set's prefix).
 std::map<std::string, ModelFiles> group_models(const std::vector<RepoFile>& listing) {
     std::map<std::string, ModelFiles> models;
-    std::map<std::string, int> split_counts;
+    std::set<std::string> split_prefixes;
     for (const auto& file : listing) {
         if (!is_gguf(file.path)) continue;
         if (const auto split = split_name(file.path)) {
             ModelFiles& m = models[split->prefix];
             m.name = base_name(split->prefix) + ".gguf";
             m.parts.push_back(file);
-            split_counts[split->prefix] = split->count;
+            split_prefixes.insert(split->prefix);
         } else {
             models[file.path] = ModelFiles{base_name(file.path), {file}};
         }
     }
-    for (auto& [prefix, count] : split_counts) {
+    // The parts in order: the zero-padded numbers sort as text.
+    for (const auto& prefix : split_prefixes) {
         ModelFiles& m = models[prefix];
         std::sort(m.parts.begin(), m.parts.end(),
                   [](const RepoFile& a, const RepoFile& b) { return a.path < b.path; });
-        (void)count;
     }
     return models;
 }
