@@ -105,7 +105,8 @@ std::string ChatModels::switch_to(const std::string& name) {
     if (engine_ == nullptr || sessions_ == nullptr) {
         throw std::logic_error("ChatModels::switch_to before attach()");
     }
-    const std::string path = resolve_model(name);
+    // The chat owns the terminal: a hub name is used if pulled, never asked about here.
+    const std::string path = resolve_model(name, nullptr, /*may_ask_to_pull=*/false);
     if (same_file(path, path_)) return "already chatting with " + current_name();
     // Everything that can fail comes before anything changes: a name that resolves to
     // nothing, a file that does not load, a record that cannot be written.

@@ -45,7 +45,9 @@ struct BenchArgs {
     bool json_out = false;
     uint64_t seed = 1234;
     int64_t bw_mib = 1024;
-    int bw_passes = 5;  // per probe; one probe after the warm-up and after every rep
+    int bw_passes = 5;  // per probe at most; one probe after the warm-up and after every rep
+    bool bw_passes_given = false;  // --bw-passes typed: every probe makes that many passes
+    bool no_bandwidth = false;     // --no-bandwidth: no probe, no roofline
     // f16 by default: the reference engine's default cache, so the comparison is like for like.
     std::string kv_type = "f16";
     std::string activations = "auto";  // --activations
@@ -206,6 +208,77 @@ RepResult run_rep(const Model& model, InferenceState& state, ThreadPool& pool, C
     return r;
 }
 
+// The memory-bandwidth probe behind the roofline. It runs after the warm-up and after every
+// rep, so the roofline compares decode with the bandwidth of the same minutes on a machine
+// whose neighbours come and go, and it is kept in proportion to the run (a short bench used to
+// spend most of its time in it). Its buffer must not count as the model's peak RSS: the peak is
+// read before each probe and reset after it (the buffer is unmapped by then); where the peak
+// cannot be reset, the probe runs once, after the last rep.
+class BandwidthProbe {
+public:
+    BandwidthProbe(ComputeDevice* device, ThreadPool& pool, uint64_t bytes)
+        : device_(device), pool_(pool), bytes_(bytes), interleave_(reset_peak_rss()) {}
+
+    bool interleaved() const { return interleave_; }
+
+    // After the warm-up (which took `warm_up_seconds`): the passes of the probe after each rep.
+    // --bw-passes given: that many, after the warm-up too. Otherwise one pass now, and after each
+    // rep as many as fit in a quarter of a rep (the warm-up standing in for one), up to
+    // `max_passes`; none when even one pass does not fit.
+    int plan(bool none, bool passes_given, int max_passes, double warm_up_seconds) {
+        if (none) return 0;
+        if (passes_given) {
+            if (interleave_) measure(max_passes);
+            return max_passes;
+        }
+        if (!interleave_) return 0;
+        const double before = seconds_;
+        measure(1);
+        const double one_pass = seconds_ - before;
+        const double share = 0.25 * warm_up_seconds;
+        return one_pass <= share ? std::clamp(static_cast<int>(share / one_pass), 1, max_passes)
+                                 : 0;
+    }
+
+    // One probe of `passes` timed passes; returns its median GB/s.
+    double measure(int passes) {
+        const auto start = Clock::now();
+        peak_rss_ = std::max(peak_rss_, peak_rss_bytes());
+        BandwidthResult one;
+        if (device_ != nullptr) {
+            // On a GPU the roofline is the card's: a copy within its memory.
+            one.bytes = bytes_;
+            one.gbs = device_->measure_bandwidth_gbs(bytes_, passes);
+            one.isa = "gpu copy";
+            std::vector<double> sorted = one.gbs;
+            std::sort(sorted.begin(), sorted.end());
+            one.median_gbs = sorted[sorted.size() / 2];
+        } else {
+            one = measure_read_bandwidth(pool_, bytes_, passes);
+        }
+        all_.bytes = one.bytes;
+        all_.isa = one.isa;
+        all_.checksum += one.checksum;
+        all_.gbs.insert(all_.gbs.end(), one.gbs.begin(), one.gbs.end());
+        reset_peak_rss();
+        seconds_ += seconds_since(start);
+        return one.median_gbs;
+    }
+
+    const BandwidthResult& result() const { return all_; }  // every probe's passes
+    double seconds() const { return seconds_; }             // all the probes together
+    uint64_t peak_rss_before_probes() const { return peak_rss_; }
+
+private:
+    ComputeDevice* device_;
+    ThreadPool& pool_;
+    uint64_t bytes_;
+    bool interleave_;
+    uint64_t peak_rss_ = 0;
+    BandwidthResult all_;
+    double seconds_ = 0;
+};
+
 int run_bench(BenchArgs a) {
     if (a.threads == 0) a.threads = default_threads();
     if (a.prompt < 1 || a.gen < 1 || a.reps < 1 || a.threads < 1 || a.bw_passes < 1) {
@@ -222,43 +295,18 @@ int run_bench(BenchArgs a) {
         make_state(c, a.depth + a.prompt + std::max(a.gen, a.verify), kv_type_of(a.kv_type));
     const std::vector<int32_t> prompt = random_prompt(a.prompt, c.n_vocab, a.seed);
 
-    // The bandwidth probe runs after the warm-up and after every rep, so the roofline compares
-    // decode with the bandwidth of the same minutes on a machine whose neighbours come and go.
-    // Its buffer must not count as the model's peak RSS: the peak is read before each probe
-    // and reset after it (the buffer is unmapped by then). Where the peak cannot be reset, the
-    // probe runs once, after the last rep.
-    const uint64_t bw_bytes = static_cast<uint64_t>(a.bw_mib) << 20;
-    const bool interleave = reset_peak_rss();
-    uint64_t peak_rss = 0;
-    BandwidthResult bw;
+    BandwidthProbe probe(model->device(), pool, static_cast<uint64_t>(a.bw_mib) << 20);
+    const bool interleave = probe.interleaved();
     std::vector<double> bw_after_rep;  // median of the probe that followed each timed rep
-    auto probe = [&] {
-        peak_rss = std::max(peak_rss, peak_rss_bytes());
-        // On a GPU the roofline is the card's: a copy within its memory.
-        BandwidthResult one;
-        if (ComputeDevice* device = model->device()) {
-            one.bytes = bw_bytes;
-            one.gbs = device->measure_bandwidth_gbs(bw_bytes, a.bw_passes);
-            one.isa = "gpu copy";
-            std::vector<double> sorted = one.gbs;
-            std::sort(sorted.begin(), sorted.end());
-            one.median_gbs = sorted[sorted.size() / 2];
-        } else {
-            one = measure_read_bandwidth(pool, bw_bytes, a.bw_passes);
-        }
-        bw.bytes = one.bytes;
-        bw.isa = one.isa;
-        bw.checksum += one.checksum;
-        bw.gbs.insert(bw.gbs.end(), one.gbs.begin(), one.gbs.end());
-        reset_peak_rss();
-        return one.median_gbs;
-    };
 
     Context ctx = make_context(*model, *state, pool, a.depth, a.seed);
     bool finite = true;
     // Warm-up: pages the weights in, grows the scratch and the cache.
+    const auto t_run = Clock::now();
     run_rep(*model, *state, pool, ctx, prompt, a.gen, a.verify, finite);
-    if (interleave) probe();
+    const double warm_up_seconds = seconds_since(t_run);
+    const int rep_passes =
+        probe.plan(a.no_bandwidth, a.bw_passes_given, a.bw_passes, warm_up_seconds);
     std::vector<double> prefill_tps, decode_tps, after_prompt_tps, ttft_ms, verify_ms;
     for (int i = 0; i < a.reps; ++i) {
         const RepResult r = run_rep(*model, *state, pool, ctx, prompt, a.gen, a.verify, finite);
@@ -267,11 +315,14 @@ int run_bench(BenchArgs a) {
         after_prompt_tps.push_back(static_cast<double>(a.gen) / r.decode_after_prompt_s);
         ttft_ms.push_back(r.ttft_s * 1e3);
         if (a.verify > 0) verify_ms.push_back(r.verify_s * 1e3);
-        if (interleave) bw_after_rep.push_back(probe());
+        if (interleave && rep_passes > 0) bw_after_rep.push_back(probe.measure(rep_passes));
     }
-    if (!interleave) probe();
-    peak_rss = std::max(peak_rss, peak_rss_bytes());
+    if (!interleave && !a.no_bandwidth) probe.measure(a.bw_passes_given ? a.bw_passes : 1);
+    const double run_seconds = seconds_since(t_run);
+    const uint64_t peak_rss = std::max(probe.peak_rss_before_probes(), peak_rss_bytes());
+    BandwidthResult bw = probe.result();
     summarize(bw);
+    const double probe_seconds = probe.seconds();
 
     const double peak_rss_mb = static_cast<double>(peak_rss) / kMiB;
     const double kv_mb = static_cast<double>(state->kv.allocated_bytes()) / kMiB;
@@ -323,7 +374,15 @@ int run_bench(BenchArgs a) {
     j["bandwidth_gbs_passes"] = bw.gbs;
     j["bandwidth_mib"] = static_cast<double>(bw.bytes) / kMiB;
     j["bandwidth_passes"] = bw.gbs.size();
-    j["bandwidth_interleaved"] = interleave;
+    j["bandwidth_interleaved"] = interleave && rep_passes > 0;
+    j["bandwidth_seconds"] = probe_seconds;
+    j["run_seconds"] = run_seconds;  // warm-up, reps and probes
+    if (a.no_bandwidth) {
+        for (const char* key : {"bandwidth_gbs", "roofline_fraction",
+                                "roofline_fraction_weights_only", "bandwidth_best_gbs"}) {
+            j[key] = nullptr;
+        }
+    }
     j["bandwidth_isa"] = bw.isa;
     j["isa"] = active_kernels().isa;
     j["device"] = model_placement(*model);
@@ -339,6 +398,7 @@ int run_bench(BenchArgs a) {
     j["decode_after_prompt_tps"] = after_prompt_med;
     j["roofline_fraction_after_prompt"] = roofline_after_prompt;
     j["decode_after_prompt_tps_reps"] = after_prompt_tps;
+    if (a.no_bandwidth) j["roofline_fraction_after_prompt"] = nullptr;
     j["rss_bound_mb"] = rss_bound_mb;
     j["within_rss_bound"] = peak_rss_mb <= rss_bound_mb;
     j["load_ms"] = load_s * 1e3;
@@ -373,13 +433,21 @@ int run_bench(BenchArgs a) {
     std::printf("  after prompt   %10.2f %s (roofline %.3f)\n", after_prompt_med,
                 range(after_prompt_tps).c_str(), roofline_after_prompt);
     std::printf("ttft ms          %10.2f %s\n", median(ttft_ms), range(ttft_ms).c_str());
-    std::printf(
-        "read bandwidth   %10.2f GB/s (median of %zu passes over %.0f MiB, best %.2f, %s)\n",
-        bw.median_gbs, bw.gbs.size(), static_cast<double>(bw.bytes) / kMiB, bw.best_gbs, bw.isa);
+    if (a.no_bandwidth) {
+        std::printf("read bandwidth   not measured (--no-bandwidth): no roofline\n");
+    } else {
+        std::printf(
+            "read bandwidth   %10.2f GB/s (median of %zu passes over %.0f MiB, best %.2f, "
+            "%s; probing took %.1f s of %.1f s)\n",
+            bw.median_gbs, bw.gbs.size(), static_cast<double>(bw.bytes) / kMiB, bw.best_gbs, bw.isa,
+            probe_seconds, run_seconds);
+    }
     std::printf("weights / token  %10.2f MiB\n", static_cast<double>(wbpt) / kMiB);
     std::printf("KV / token       %10.2f MiB (read by attention, decode average)\n", kv_bpt / kMiB);
-    std::printf("roofline         %10.3f (decode tok/s x (weight + KV bytes) / bandwidth)\n",
-                roofline);
+    if (!a.no_bandwidth) {
+        std::printf("roofline         %10.3f (decode tok/s x (weight + KV bytes) / bandwidth)\n",
+                    roofline);
+    }
     std::printf(
         "peak RSS         %10.1f MiB (bound %.1f = file + KV %.1f + recurrent %.1f + %.0f: %s)\n",
         peak_rss_mb, rss_bound_mb, kv_mb, recurrent_mb, kRssSlackMiB,
@@ -438,11 +506,16 @@ void register_bench_command(CLI::App& app, std::vector<Command>& out) {
         ->capture_default_str()
         ->check(CLI::Range(int64_t{1024}, int64_t{1} << 20));
     cmd->add_option("--bw-passes", args->bw_passes,
-                    "Timed passes per bandwidth probe (one probe after every rep)")
-        ->capture_default_str();
+                    "Timed passes per bandwidth probe (one probe after every rep); by default "
+                    "up to this many, as many as fit in a quarter of a rep")
+        ->capture_default_str()
+        ->check(CLI::Range(1, 1000));
+    cmd->add_flag("--no-bandwidth", args->no_bandwidth,
+                  "No bandwidth probe (and no roofline): the quickest run");
     add_output_format_options(cmd, args->output_format);
-    out.push_back({cmd, [args, reps_opt] {
+    out.push_back({cmd, [args, reps_opt, cmd] {
                        args->model = model_path_for(args->model);
+                       args->bw_passes_given = cmd->count("--bw-passes") > 0;
                        if (!args->output_format.json_schema.empty() ||
                            !args->output_format.grammar_file.empty()) {
                            BenchGrammarArgs g;

@@ -334,6 +334,8 @@ int run_local_chat(ChatOptions& o) {
                                    "and --grammar exclude --tools: a reply is either the schema's "
                                    "answer or a call");
     }
+    // A --db typed wrong is said before the screen takes the terminal (ChatSessions opens it).
+    if (!o.no_db) check_named_db(o.db, DbUse::write);
     // The full-screen UI takes the terminal before the model loads, so the load shows at once.
     std::unique_ptr<ui::FullScreen> screen = open_screen(o, scripted, model_path, "");
     ThreadPool pool(o.threads > 0 ? o.threads : default_threads());
@@ -420,6 +422,7 @@ int run_remote_chat(ChatOptions& o) {
         }
         model = ids.front();
     }
+    if (!o.no_db) check_named_db(o.db, DbUse::write);  // before the screen, as above
     std::unique_ptr<ui::FullScreen> screen = open_screen(o, scripted, "", model);
     RemoteChatOptions remote_options;
     remote_options.model = model;

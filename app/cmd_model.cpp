@@ -382,8 +382,8 @@ void add_gpu_option(CLI::App* cmd, std::string& gpu) {
 void add_model_option(CLI::App* cmd, std::string& model) {
     // Not required: without it the model is found as app/model_locator.h describes.
     cmd->add_option("-m,--model", model,
-                    "GGUF model file or a found model's name (default: EMBER_MODEL, the config "
-                    "file, then `ember models`)");
+                    "GGUF model file, a found model's name, or OWNER/REPO:QUANT from a hub "
+                    "(`ember pull`) (default: EMBER_MODEL, the config file, then `ember models`)");
 }
 
 void add_sampling_options(CLI::App* cmd, SamplingParams& sampling) {

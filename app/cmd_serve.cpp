@@ -179,6 +179,7 @@ int run_serve(const ServeOptions& o) {
     std::unique_ptr<sessions::Database> db;
     std::unique_ptr<sessions::StateStore> state;
     if (!o.no_db) {
+        check_named_db(o.db, DbUse::write);
         db = open_session_db(o.db.empty() ? default_db_path() : o.db);
         sessions::StateStoreOptions state_options;
         state_options.cap_bytes = parse_byte_size(o.state_cap);

@@ -20,6 +20,7 @@
 #include "sessions/state_store.h"
 #include "ui/progress.h"
 #include "ui/terminal_text.h"
+#include "ui/tui/text.h"
 
 namespace ember::app {
 
@@ -55,7 +56,8 @@ std::unique_ptr<sessions::Database> open_for_reading(const SessionsOptions& o,
                                                      const std::string& instead = {}) {
     const std::string path = db_path(o);
     std::error_code ec;
-    check_db_path(path);  // a URI or a device is refused as chat refuses it
+    check_db_path(path);                // a URI or a device is refused as chat refuses it
+    check_named_db(o.db, DbUse::read);  // a --db typed wrong is said, not an empty list
     if (path != ":memory:" && !fs::exists(path, ec)) return open_session_db(":memory:");
     return open_session_db(path, use, instead);
 }
@@ -81,6 +83,21 @@ std::string one_line(std::string text, size_t width) {
     return text;
 }
 
+// `text` on one line in exactly `columns` terminal columns: cut ("...") or padded by display
+// width, so CJK titles (two columns a character) and accented ones line up like ASCII.
+std::string in_columns(std::string text, int columns) {
+    for (char& c : text) {
+        if (c == '\n' || c == '\t' || c == '\r') c = ' ';
+    }
+    int width = ui::tui::display_width(text);
+    if (width > columns) {
+        text = std::string(ui::tui::fit_prefix(text, columns - 3)) + "...";
+        width = ui::tui::display_width(text);
+    }
+    text.append(static_cast<size_t>(std::max(0, columns - width)), ' ');
+    return text;
+}
+
 // Everything read from the database (ids and roles too: the file may come from anyone) and
 // everything the user typed is written through ui::TextWriter: on a terminal its control
 // characters show as visible stand-ins, to a file or a pipe it goes as it is.
@@ -97,9 +114,9 @@ int run_list(const SessionsOptions& o) {
     std::printf("%-10s %-40s %-24s %5s  %s\n", "ID", "TITLE", "MODEL", "TURNS", "UPDATED");
     for (const auto& info : all) {
         const ui::SessionSummary s = summarize(info);
-        std::printf("%-10s %-40s %-24s %5lld  %s\n", out.shown(s.id).c_str(),
-                    one_line(s.title.empty() ? "(untitled)" : out.shown(s.title), 40).c_str(),
-                    one_line(out.shown(s.model), 24).c_str(), static_cast<long long>(s.turns),
+        std::printf("%-10s %s %s %5lld  %s\n", out.shown(s.id).c_str(),
+                    in_columns(s.title.empty() ? "(untitled)" : out.shown(s.title), 40).c_str(),
+                    in_columns(out.shown(s.model), 24).c_str(), static_cast<long long>(s.turns),
                     s.updated.c_str());
     }
     return 0;

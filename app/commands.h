@@ -44,6 +44,9 @@ void register_replay_command(CLI::App& app, std::vector<Command>& out);
 // ember bench-resume: warm resume in a new process against recomputing (real processes).
 void register_bench_resume_command(CLI::App& app, std::vector<Command>& out);
 
+// ember pull: a GGUF model from a Hugging Face-style hub (app/hub_pull.h).
+void register_pull_command(CLI::App& app, std::vector<Command>& out);
+
 // ember serve: the OpenAI-compatible HTTP API (cmd_serve.cpp, app/serve/).
 void register_serve_command(CLI::App& app, std::vector<Command>& out);
 // ember bench-serve: throughput and TTFT of the server under concurrent clients.

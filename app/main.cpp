@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "app/cli_hints.h"
 #include "app/commands.h"
 #include "app/model_locator.h"
 #include "app/session_adapter.h"
@@ -21,6 +22,7 @@ int main(int argc, char** argv) {
     ember::app::register_sessions_command(app, commands);
     ember::app::register_replay_command(app, commands);
     ember::app::register_models_command(app, commands);
+    ember::app::register_pull_command(app, commands);
     ember::app::register_serve_command(app, commands);
     ember::app::register_model_commands(app, commands);
     ember::app::register_render_command(app, commands);
@@ -39,12 +41,13 @@ int main(int argc, char** argv) {
     if (!args.empty() && !args[0].starts_with("-") &&
         app.get_subcommands([&](CLI::App* sub) { return sub->check_name(args[0]); }).empty()) {
         ember::ui::TextWriter(stderr)
-            .raw("ember: error: unknown command '")
-            .text(args[0])
-            .raw("'\nRun with --help for more information.\n");
+            .raw("ember: error: ")
+            .text(ember::app::unknown_command_message(app, args[0]))
+            .raw("\nRun with --help for more information.\n");
         return 2;
     }
-    std::reverse(args.begin(), args.end());  // CLI11 takes a vector in reverse order
+    const std::vector<std::string> typed = args;  // for "did you mean" after a parse error
+    std::reverse(args.begin(), args.end());       // CLI11 takes a vector in reverse order
     // One prefix for every error a person sees, usage errors included.
     app.failure_message([](const CLI::App*, const CLI::Error& e) {
         return "ember: error: " + std::string(e.what()) +
@@ -56,6 +59,18 @@ int main(int argc, char** argv) {
         // Usage errors quote what was typed (an unknown option, a bad value): on a terminal,
         // control characters in it are shown, not obeyed. A usage error exits 2, as
         // command-line programs do (CLI11's own codes are 100+); --help and --version exit 0.
+        // An unknown option or sub-command near a known one: say which ("--tmep": did you
+        // mean "--temp"?). --help and --version are not errors.
+        if (e.get_exit_code() != 0) {
+            if (const std::string hint = ember::app::unknown_option_message(app, typed);
+                !hint.empty()) {
+                ember::ui::TextWriter(stderr)
+                    .raw("ember: error: ")
+                    .text(hint)
+                    .raw("\nRun with --help for more information.\n");
+                return 2;
+            }
+        }
         std::ostringstream out, err;
         const int status = app.exit(e, out, err);
         ember::ui::TextWriter(stdout).text(out.str());

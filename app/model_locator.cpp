@@ -1,5 +1,7 @@
 #include "app/model_locator.h"
 
+#include <curl/curl.h>
+
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -8,6 +10,9 @@
 #include <sstream>
 
 #include "app/commands.h"
+#include "app/did_you_mean.h"
+#include "app/hub_http.h"
+#include "app/hub_pull.h"
 #include "engine/util/xdg_paths.h"
 #include "ui/terminal_text.h"
 
@@ -103,8 +108,46 @@ std::string where_to_put_models(const ModelDirs& dirs) {
     return s.str();
 }
 
+// OWNER/REPO[:QUANT|FILE] named as a model: the file pulled before, or pulled now once the
+// user says yes on a terminal. Without a terminal nothing is downloaded unasked.
+std::string pulled_or_pull(const std::string& requested, const char* origin, bool may_ask) {
+    const hub::ModelSpec spec = hub::parse_spec(requested);
+    if (auto path = hub::find_pulled(spec)) return *path;
+    const std::string where = hub::hub_endpoint();
+    if (!may_ask) {
+        throw std::runtime_error(std::string(origin) + " '" + requested + "': not pulled from " +
+                                 where + " yet; run `ember pull " + requested +
+                                 "` in a shell first");
+    }
+    if (!ui::is_terminal(stdin) || !ui::is_terminal(stderr)) {
+        throw std::runtime_error(std::string(origin) + " '" + requested +
+                                 "': no such file, and not pulled from " + where +
+                                 " yet; there is no terminal to ask on, so run `ember pull " +
+                                 requested + "` first");
+    }
+    ui::TextWriter(stderr)
+        .raw("ember: ")
+        .text(requested)
+        .raw(" is not on this machine. Download it from ")
+        .text(where)
+        .raw(" now? [y/N] ");
+    std::fflush(stderr);
+    char answer[64] = {};
+    const bool yes = std::fgets(answer, sizeof answer, stdin) != nullptr &&
+                     (std::strcmp(answer, "y\n") == 0 || std::strcmp(answer, "yes\n") == 0 ||
+                      std::strcmp(answer, "Y\n") == 0);
+    if (!yes) {
+        throw std::runtime_error(std::string(origin) + " '" + requested +
+                                 "': not downloaded (the answer was not yes)");
+    }
+    curl_global_init(CURL_GLOBAL_DEFAULT);
+    std::string path = hub::pull(spec, hub::PullOptions{});
+    curl_global_cleanup();
+    return path;
+}
+
 // A path that exists, or a name among the found models.
-std::string path_or_name(const std::string& requested, const char* origin) {
+std::string path_or_name(const std::string& requested, const char* origin, bool may_ask = true) {
     // A NUL would cut the path where the file system reads it: another file than named.
     if (requested.find('\0') != std::string::npos) {
         throw std::runtime_error(std::string(origin) + ": the path holds a NUL byte");
@@ -127,6 +170,7 @@ std::string path_or_name(const std::string& requested, const char* origin) {
         }
         return requested;
     }
+    if (hub::looks_like_spec(requested)) return pulled_or_pull(requested, origin, may_ask);
     const bool looks_like_path =
         requested.find('/') != std::string::npos || requested.ends_with(".gguf");
     const auto found = find_models(model_dirs());
@@ -147,6 +191,11 @@ std::string path_or_name(const std::string& requested, const char* origin) {
     }
     std::string msg = std::string(origin) + " '" + requested + "': no such file";
     if (!looks_like_path) {
+        std::vector<std::string> names;
+        for (const auto& m : found) names.push_back(m.name);
+        if (const std::string near = nearest_name(requested, names); !near.empty()) {
+            throw std::runtime_error(msg + "; did you mean '" + near + "'? (see `ember models`)");
+        }
         msg += found.empty() ? " and no models were found by name (see `ember models`)"
                              : ", and it names no single found model; found:";
         for (const auto& m : found) msg += " " + m.name;
@@ -204,8 +253,8 @@ json load_config() {
     }
 }
 
-std::string resolve_model(const std::string& requested, std::string* note) {
-    if (!requested.empty()) return path_or_name(requested, "model");
+std::string resolve_model(const std::string& requested, std::string* note, bool may_ask_to_pull) {
+    if (!requested.empty()) return path_or_name(requested, "model", may_ask_to_pull);
     if (const char* env = std::getenv("EMBER_MODEL"); env != nullptr && env[0] != '\0') {
         return path_or_name(env, "EMBER_MODEL");
     }

@@ -48,9 +48,14 @@ nlohmann::json load_config();
 std::string config_path();
 
 // Resolves `requested` (may be empty) to a model file by the order above. Throws a message
-// that says where to put a model when nothing is found, or which names exist when a name
-// matches none. `note` receives a line for stderr when a model was picked implicitly.
-std::string resolve_model(const std::string& requested, std::string* note = nullptr);
+// that says where to put a model when nothing is found, or which names exist (and the nearest
+// one) when a name matches none. `note` receives a line for stderr when a model was picked
+// implicitly. A hub name, OWNER/REPO[:QUANT|FILE] (app/hub_pull.h), is the file `ember pull`
+// installed for it; one not pulled yet is pulled after a yes on the terminal when
+// `may_ask_to_pull` (not from inside the full-screen chat, which owns the terminal), and is
+// otherwise an error saying to run `ember pull` first.
+std::string resolve_model(const std::string& requested, std::string* note = nullptr,
+                          bool may_ask_to_pull = true);
 
 // resolve_model(), printing the note (if any) to stderr: for the commands' run functions.
 std::string model_path_for(const std::string& requested);

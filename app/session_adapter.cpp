@@ -84,6 +84,25 @@ void check_db_path(const std::string& path) {
                              ", not a database file (--no-db chats without saving)");
 }
 
+void check_named_db(const std::string& db_option, DbUse use) {
+    if (db_option.empty() || db_option == ":memory:") return;
+    check_db_path(db_option);
+    std::error_code ec;
+    if (fs::exists(db_option, ec)) return;
+    const fs::path parent = fs::path(db_option).parent_path();
+    if (!parent.empty() && !fs::is_directory(parent, ec)) {
+        throw std::runtime_error("session database '" + db_option + "': the folder '" +
+                                 parent.string() +
+                                 "' does not exist (a typo? create it first to start a new "
+                                 "database there)");
+    }
+    if (use == DbUse::read) throw std::runtime_error("no session database at " + db_option);
+    ui::TextWriter(stderr)
+        .raw("ember: no session database at ")
+        .text(db_option)
+        .raw(" yet: starting a new one there\n");
+}
+
 namespace {
 
 // Why the existing database file at `path` cannot be written, or empty when it can. SQLite

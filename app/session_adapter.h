@@ -43,6 +43,12 @@ enum class DbUse {
     write,  // chat, serve, rm, rename, prune, check --repair
     read,   // list, show, search, export, stats, check, replay
 };
+// A --db the user typed (`db_option`; empty: the default path, which is created with its
+// directory on the first run) is checked before it is opened, so a typo never quietly starts
+// an empty history: a folder that does not exist is refused (nothing is created), and a file
+// that does not exist is refused for reading and, for writing, created with one line on stderr
+// saying a new database starts there.
+void check_named_db(const std::string& db_option, DbUse use);
 // Opens and migrates the database at `path` (check_db_path first), creating its directory
 // when missing. A database that cannot be written (the file, the directory that holds its
 // -wal and -shm, or the file system is read-only) is never migrated or changed:

@@ -24,7 +24,7 @@ BUILD_DIR=${1:-build}
 RUNTIME_PACKAGES=(cmake g++ make pkg-config
                   libcli11-dev nlohmann-json3-dev libxxhash-dev libzstd-dev
                   libpcre2-dev libutf8proc-dev libmd4c-dev libsqlite3-dev libncurses-dev
-                  libreadline-dev libcpp-httplib-dev python3-pip)
+                  libreadline-dev libcpp-httplib-dev libcurl4-openssl-dev libssl-dev python3-pip)
 # Only for the test suite, the benchmarks and the developer tools (python3-venv: the tests'
 # Python environment, scripts/test_venv.sh).
 TEST_PACKAGES=(clang git libgtest-dev libbenchmark-dev tmux clang-format python3-venv)

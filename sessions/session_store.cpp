@@ -2,8 +2,11 @@
 
 #include <algorithm>
 #include <cctype>
+#include <charconv>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <ctime>
 #include <nlohmann/json.hpp>
 #include <random>
@@ -151,6 +154,22 @@ nlohmann::ordered_json stats_json(const ReplyStats& r) {
             {"decode_seconds", r.decode_seconds},
             {"ttft_seconds", r.ttft_seconds},
             {"finish", r.finish}};
+}
+
+// Settings are floats written out as doubles (0.8f is stored as 0.800000011920929): a value a
+// float holds exactly is shown as the shortest decimal that reads back as that float (0.8).
+void shortest_float_decimals(nlohmann::ordered_json& value) {
+    if (value.is_structured()) {
+        for (auto& item : value) shortest_float_decimals(item);
+        return;
+    }
+    if (!value.is_number_float()) return;
+    const double d = value.get<double>();
+    const float f = static_cast<float>(d);
+    if (!std::isfinite(d) || static_cast<double>(f) != d) return;
+    char text[32];
+    const auto end = std::to_chars(text, text + sizeof text, f).ptr;
+    value = std::strtod(std::string(text, end).c_str(), nullptr);
 }
 
 }  // namespace
@@ -503,6 +522,7 @@ std::string SessionStore::export_json(const ConversationInfo& c, bool ascii_only
     }
     json sampling = std::move(parsed.value);
     if (sampling.is_discarded()) sampling = c.sampling_json;
+    shortest_float_decimals(sampling);
     json out = {{"id", c.public_id},
                 {"title", c.title},
                 {"model", c.model},

@@ -1,5 +1,8 @@
 #include "ui/tool_set.h"
 
+#include <unistd.h>
+
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -41,10 +44,42 @@ private:
     std::string name_;
 };
 
-// "./weather.sh" from the tools file's directory; "python3" stays for PATH.
+// "./weather.sh" from the tools file's directory; "python3" stays for PATH. The result keeps a
+// slash ("./weather.sh" from "." is not "weather.sh", which posix_spawnp would look up on PATH).
 std::string resolve_program(const std::string& program, const std::string& base_dir) {
     if (program.find('/') == std::string::npos || program.front() == '/') return program;
-    return (fs::path(base_dir.empty() ? "." : base_dir) / program).lexically_normal().string();
+    std::string path =
+        (fs::path(base_dir.empty() ? "." : base_dir) / program).lexically_normal().string();
+    if (path.find('/') == std::string::npos) path = "./" + path;
+    return path;
+}
+
+// Why `program` (argv[0] as resolved) would not start, or empty: a path that is no executable
+// file, a bare name found nowhere on PATH.
+std::string why_program_cannot_run(const std::string& program) {
+    const auto runnable = [](const fs::path& p) {
+        std::error_code ec;
+        return fs::is_regular_file(p, ec) && ::access(p.c_str(), X_OK) == 0;
+    };
+    if (program.find('/') != std::string::npos) {
+        std::error_code ec;
+        if (!fs::exists(program, ec)) return "'" + program + "' does not exist";
+        if (!runnable(program)) return "'" + program + "' is not an executable file (chmod +x?)";
+        return {};
+    }
+    const char* path_env = std::getenv("PATH");
+    std::string dirs = path_env != nullptr ? path_env : "/usr/bin:/bin";
+    size_t at = 0;
+    while (at <= dirs.size()) {
+        size_t colon = dirs.find(':', at);
+        if (colon == std::string::npos) colon = dirs.size();
+        const std::string dir = dirs.substr(at, colon - at);
+        if (runnable(fs::path(dir.empty() ? "." : dir) / program)) return {};
+        at = colon + 1;
+    }
+    const std::string beside = "./" + program;
+    return "'" + program + "' is not found on PATH (a program beside the tools file is written " +
+           beside + ")";
 }
 
 std::vector<std::string> parse_command(const ojson& entry, const std::string& base_dir,
@@ -193,7 +228,20 @@ std::vector<ToolSpec> read_tools_file(const std::string& path) {
     std::ostringstream text;
     text << in.rdbuf();
     if (in.bad()) throw ToolsError(path + ": cannot be read");
-    return parse_tools_json(text.str(), path, fs::path(path).parent_path().string());
+    // Relative programs are taken from the file's directory whatever the current one is.
+    const fs::path base = fs::absolute(fs::path(path), error).parent_path();
+    std::vector<ToolSpec> tools = parse_tools_json(text.str(), path, base.string());
+    // A program that cannot start is a mistake in the file: said now, not as a failed call
+    // after the model has answered (and a script's exit status 0).
+    for (size_t i = 0; i < tools.size(); ++i) {
+        if (tools[i].kind != ToolKind::Command || tools[i].command.empty()) continue;
+        if (const std::string why = why_program_cannot_run(tools[i].command.front());
+            !why.empty()) {
+            throw ToolsError(path + ": tool " + std::to_string(i + 1) + " (\"" + tools[i].name +
+                             "\"): \"command\"[0] " + why);
+        }
+    }
+    return tools;
 }
 
 const std::vector<std::string>& builtin_tool_names() {

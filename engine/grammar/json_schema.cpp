@@ -91,7 +91,9 @@ public:
 
     std::string compile() {
         const std::string value = rule_for(root_, "");
-        std::string out = "root ::= ws " + value + "\n";
+        // No blank before the value: a program reading the answer gets JSON that starts at its
+        // first byte (a model's first token is often " {", which used to be taken).
+        std::string out = "root ::= " + value + "\n";
         out += kCommonRules;
         out += rules_;
         return out;
@@ -383,7 +385,7 @@ std::string json_schema_to_gbnf(const nlohmann::ordered_json& schema, CompileBud
 }
 
 std::string json_object_gbnf() {
-    return std::string("root ::= ws json-object\n") + kCommonRules;
+    return std::string("root ::= json-object\n") + kCommonRules;
 }
 
 }  // namespace ember::grammar

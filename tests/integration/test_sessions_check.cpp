@@ -293,11 +293,13 @@ TEST(SessionsCheckVocabulary, IdsPastTheModelsVocabularyNeedTheModelToBeSeen) {
     EXPECT_EQ(ember({"sessions", "--db", store.db, "check", "-m", fixture_path(kModel)}).status, 0);
 }
 
-TEST(SessionsCheckVocabulary, MissingDatabaseIsCleanAndNotCreated) {
+// A --db that names no file is said (a typo must not pass for a clean store), and not created.
+TEST(SessionsCheckVocabulary, MissingDatabaseIsSaidAndNotCreated) {
     TempDir dir;
     const std::string db = dir.file("none.db");
     const auto r = ember({"sessions", "--db", db, "check", "--repair"});
-    EXPECT_EQ(r.status, 0) << r.err;
+    EXPECT_EQ(r.status, 1);
+    EXPECT_EQ(r.err, "ember: error: no session database at " + db + "\n");
     EXPECT_FALSE(fs::exists(db));
 }
 

@@ -47,7 +47,7 @@ TEST(JsonSchema, ObjectsWithRequiredAndOptionalProperties) {
     EXPECT_TRUE(s.accepts(R"({"name":"x"})"));
     EXPECT_TRUE(s.accepts(R"({"name": "x", "age": 3, "ok": true})"));
     EXPECT_TRUE(s.accepts(R"({"name":"x","ok":false})"));
-    EXPECT_TRUE(s.accepts(" {\n  \"name\": \"x\",\n  \"age\": -12\n}"));
+    EXPECT_TRUE(s.accepts("{\n  \"name\": \"x\",\n  \"age\": -12\n}"));
     EXPECT_FALSE(s.accepts(R"({"age":3})"));                 // required name missing
     EXPECT_FALSE(s.accepts(R"({})"));
     EXPECT_FALSE(s.accepts(R"({"name":"x",})"));             // trailing comma
@@ -55,6 +55,8 @@ TEST(JsonSchema, ObjectsWithRequiredAndOptionalProperties) {
     EXPECT_FALSE(s.accepts(R"({"name":"x","age":03})"));      // leading zero
     EXPECT_FALSE(s.accepts(R"({"name":"x","other":1})"));     // undeclared
     EXPECT_FALSE(s.accepts(R"({"name":"x"} )"));              // nothing after the value
+    // Nor before it: a program reading the answer gets JSON from its first byte.
+    EXPECT_FALSE(s.accepts(R"( {"name":"x"})"));
 }
 
 TEST(JsonSchema, OnlyOptionalPropertiesNeedNoCommaBeforeTheFirst) {
