@@ -75,7 +75,7 @@ std::string range_problem(const SamplingParams& p) {
         {"frequency_penalty", p.frequency_penalty}};
     for (const auto& [field, value] : values) {
         if (const std::string rule = sampling_range_problem(field, value); !rule.empty()) {
-            return format("%s %g: %s", field, value, rule.c_str());
+            return format("%s %.9g: %s", field, value, rule.c_str());
         }
     }
     return {};

@@ -241,6 +241,13 @@ LineEditor::LineEditor(std::string history_path) : history_path_(std::move(histo
             rl_bind_key_in_map(kInterruptKey, on_interrupt_key, map);
         }
     }
+    // Esc is Emacs mode's Meta prefix and readline waits for the key after it however long
+    // that takes: Esc, then Enter a second later, read as the unbound Meta-Enter, lost the
+    // Enter (and the line was not sent). Meta-Enter sends the line like Enter.
+    if (Keymap emacs = rl_get_keymap_by_name("emacs")) {
+        rl_bind_keyseq_in_map("\\e\\r", rl_newline, emacs);
+        rl_bind_keyseq_in_map("\\e\\n", rl_newline, emacs);
+    }
     using_history();
     stifle_history(kHistoryEntries);
     open_history();

@@ -43,8 +43,8 @@ inline std::optional<SamplingRange> sampling_range(std::string_view field) {
 // "must be a number between 0 and 2": the words every way in uses for `range`.
 inline std::string sampling_rule(const SamplingRange& range) {
     char lo[32], hi[32];
-    std::snprintf(lo, sizeof lo, "%g", range.lo);
-    std::snprintf(hi, sizeof hi, "%g", range.hi);
+    std::snprintf(lo, sizeof lo, "%.15g", range.lo);
+    std::snprintf(hi, sizeof hi, "%.15g", range.hi);
     const char* what = range.whole ? "a whole number" : "a number";
     if (range.lo_excluded) {
         return std::string("must be ") + what + " more than " + lo + " and at most " + hi;

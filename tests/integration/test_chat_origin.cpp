@@ -8,7 +8,8 @@
 //   keeps none of A's, and the CLI refuses what the server refuses, in the same words;
 // - what went with a message stays visible: attachments collapsed with name and size, titles
 //   from what the user typed, Esc or Ctrl-C answering a pending /run question with no, Esc
-//   during a reply followed by Enter (the Enter is not lost);
+//   followed by Enter a second later (full-screen during a reply, and in line mode, where the
+//   Enter was lost);
 // - a remote chat whose server went away keeps the prompt on screen with the reason
 //   (connection refused), and its status line shows no "cold" or "prefill";
 // - a database of schema 6 is migrated without loss;
@@ -409,6 +410,24 @@ TEST_F(ChatOrigin, EscDuringAReplyThenEnterSendsTheNextPrompt) {
     tmux_->keys("Escape");
     ASSERT_TRUE(wait_for(idle, screen)) << screen;
     leave();
+}
+
+// Line mode: readline read Esc as a Meta prefix and the Enter a second later as an unbound
+// Meta-Enter, so the line was not sent.
+TEST_F(ChatOrigin, LineModeEnterAfterEscSendsTheLine) {
+    std::string screen;
+    chat("--plain -m qwen3 --temp 0 -n 4 -c 1024 -v");
+    ASSERT_TRUE(wait_for([](const std::string& s) { return shows(s, "ember line mode"); }, screen))
+        << screen;
+    tmux_->text("hello there");
+    tmux_->keys("Escape");
+    std::this_thread::sleep_for(std::chrono::seconds(1));
+    tmux_->keys("Enter");
+    ASSERT_TRUE(wait_for([](const std::string& s) { return shows(s, " tokens, "); }, screen, 10))
+        << "the Enter after Esc sends the line\n"
+        << screen;
+    tmux_->keys("C-d");
+    ASSERT_TRUE(wait_for(at_shell, screen)) << screen;
 }
 
 TEST_F(ChatOrigin, CopySaysWhatItDid) {
