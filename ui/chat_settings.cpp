@@ -9,6 +9,8 @@
 #include <sstream>
 #include <stdexcept>
 #include <system_error>
+#include <utility>
+#include <vector>
 
 #include "engine/sampling/sampling_ranges.h"
 #include "ui/chat_controller.h"
@@ -315,6 +317,24 @@ void ChatController::set_presets(Presets presets, std::string config_path, Prese
     preset_base_ = std::move(base);
 }
 
+namespace {
+
+// A preset's sampling keys as /set names them, with the value each has in `p` (and the seed
+// `seed` when fixed), in kPresetKeys' order.
+std::vector<std::pair<std::string, std::string>> sampling_values(
+    const SamplingParams& p, const std::optional<uint64_t>& seed) {
+    return {{"temp", format("%g", static_cast<double>(p.temperature))},
+            {"top-k", std::to_string(p.top_k)},
+            {"top-p", format("%g", static_cast<double>(p.top_p))},
+            {"min-p", format("%g", static_cast<double>(p.min_p))},
+            {"repeat-penalty", format("%g", static_cast<double>(p.repeat_penalty))},
+            {"seed", seed ? std::to_string(*seed) : std::string("random")}};
+}
+
+const char* const kPresetKeys[] = {"temp", "top_k", "top_p", "min_p", "repeat_penalty", "seed"};
+
+}  // namespace
+
 ChatOutcome ChatController::command_preset(const std::string& name) {
     if (name.empty()) {
         std::string names;
@@ -329,6 +349,8 @@ ChatOutcome ChatController::command_preset(const std::string& name) {
     // Over the settings the chat had before any preset, not over the last preset's: a
     // setting this preset does not name goes back to what it was.
     const PresetBase base = preset_base_.value_or(PresetBase{sampler_.params(), seeds_.next(), {}});
+    const auto before = sampling_values(sampler_.params(), seeds_.next());
+    const std::string system_before = system_prompt();
     ChatSettings s = settings();
     s.sampling = base.sampling;
     s.fixed_seed = base.fixed_seed;
@@ -336,7 +358,7 @@ ChatOutcome ChatController::command_preset(const std::string& name) {
     const std::string not_taken = apply_settings(s);
     if (!not_taken.empty()) return failure("/preset " + name + ": " + not_taken);
     const std::string system = preset.system.value_or(base.system);
-    if (system != system_prompt()) {
+    if (system != system_before) {
         backend_.set_system_prompt(system);
         if (system.empty()) {
             // No system prompt: the leading system message goes.
@@ -349,14 +371,27 @@ ChatOutcome ChatController::command_preset(const std::string& name) {
             engine_.set_system(system);
         }
     }
-    const SamplingParams& p = sampler_.params();
-    ChatOutcome outcome = info(format(
-        "preset %s: temp %g, top-k %d, top-p %g, min-p %g, repeat-penalty %g, seed %s%s",
-        name.c_str(), static_cast<double>(p.temperature), static_cast<int>(p.top_k),
-        static_cast<double>(p.top_p), static_cast<double>(p.min_p),
-        static_cast<double>(p.repeat_penalty),
-        seeds_.next() ? std::to_string(*seeds_.next()).c_str() : "random",
-        preset.system ? ", its system prompt" : ""));
+    // What the preset set, then what went back to the chat's own.
+    const auto after = sampling_values(sampler_.params(), seeds_.next());
+    std::string applied = preset.system ? "system prompt" : "";
+    std::string restored;
+    const auto add = [](std::string& list, const std::string& item) {
+        list += (list.empty() ? "" : ", ") + item;
+    };
+    for (size_t k = 0; k < after.size(); ++k) {
+        const std::string item = after[k].first + " " + after[k].second;
+        if (preset.sampling.contains(kPresetKeys[k])) {
+            add(applied, item);
+        } else if (after[k].second != before[k].second) {
+            add(restored, item);
+        }
+    }
+    if (!preset.system && system != system_before) {
+        add(restored, system.empty() ? "no system prompt" : "its system prompt");
+    }
+    ChatOutcome outcome = info("preset " + name + ": " +
+                               (applied.empty() ? std::string("nothing to set") : applied) +
+                               (restored.empty() ? "" : "; back to the chat's own: " + restored));
     record_settings(outcome);
     return outcome;
 }

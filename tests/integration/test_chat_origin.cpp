@@ -277,13 +277,16 @@ TEST_F(ChatOrigin, SettingsStickPresetsReplaceAndReplayUsesEachTurnsOwn) {
 
     // Presets replace: b after a keeps none of a's (top-k back to 40, a's system prompt gone).
     line("/preset a");
-    ASSERT_TRUE(wait_for([](const std::string& s) { return shows(s, "preset a: temp 0.2, top-k 5"); },
-                         screen))
+    ASSERT_TRUE(wait_for(
+        [](const std::string& s) { return shows(s, "preset a: system prompt, temp 0.2, top-k 5"); },
+        screen))
         << screen;
     line("/preset b");
-    ASSERT_TRUE(
-        wait_for([](const std::string& s) { return shows(s, "preset b: temp 0.5, top-k 40"); },
-                 screen))
+    ASSERT_TRUE(wait_for(
+        [](const std::string& s) {
+            return shows(s, "preset b: temp 0.5; back to the chat's own: top-k 40, no system");
+        },
+        screen))
         << screen;
     line("/system");
     ASSERT_TRUE(wait_for([](const std::string& s) { return shows(s, "no system prompt"); }, screen))

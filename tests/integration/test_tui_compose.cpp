@@ -292,7 +292,7 @@ TEST_F(TuiCompose, PresetCommandSetsSystemAndSampling) {
     line("/preset terse");
     ASSERT_TRUE(wait_for(
         [](const std::string& s) {
-            return shows(s, "preset terse: temp 0.8,") && shows(s, "seed 7, its system prompt");
+            return shows(s, "preset terse: system prompt, temp 0.8, seed 7");
         },
         screen))
         << screen;
