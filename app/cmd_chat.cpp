@@ -266,10 +266,12 @@ int run_front_end(ui::ChatEngine& engine, Sampler& sampler, ChatSessions& sessio
     controller.set_presets(o.presets, config_path(), o.preset_base);
     if (o.tools.enabled()) controller.set_tools(o.tools);
     if (!sessions.resume_id().empty()) {
-        const ui::ChatOutcome loaded = controller.load_session(sessions.resume_id());
+        // The model is the command line's choice here (-m, else the conversation's own).
+        const ui::ChatOutcome loaded =
+            controller.load_session(sessions.resume_id(), /*own_model=*/false);
         if (loaded.error) throw std::runtime_error(loaded.message);
         for (const std::string& set : o.settings_given) {
-            const ui::ChatOutcome applied = controller.handle_command(set, {});
+            const ui::ChatOutcome applied = controller.apply_setting(set.substr(5));  // "/set "
             if (applied.error) throw std::runtime_error(applied.message);
         }
     }

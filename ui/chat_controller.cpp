@@ -489,7 +489,7 @@ ChatOutcome ChatController::command_sessions() {
     return info(text);
 }
 
-ChatOutcome ChatController::load_session(const std::string& id) {
+ChatOutcome ChatController::load_session(const std::string& id, bool own_model) {
     if (id.empty()) return failure("usage: /load ID (/sessions lists them)");
     std::optional<LoadedSession> loaded = backend_.load(id);
     if (!loaded) return failure("/load: no saved conversation '" + id + "' (/sessions lists them)");
@@ -498,7 +498,7 @@ ChatOutcome ChatController::load_session(const std::string& id) {
     }
     // Its own model first (the picker, /load): the messages then load under it, so its
     // stored reply tokens and state are used.
-    const std::string model_note = reopen_model_of(*loaded);
+    const std::string model_note = own_model ? reopen_model_of(*loaded) : std::string();
     if (!model_note.empty()) {
         loaded = backend_.load(id);
         if (!loaded || loaded->messages.size() != loaded->message_ids.size()) {

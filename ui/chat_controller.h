@@ -58,8 +58,15 @@ public:
     ChatOutcome submit(const std::string& prompt, const TextCallback& on_text);
 
     // Makes the stored session `id` current (what /load does); a front end may call it at
-    // start to resume one.
-    ChatOutcome load_session(const std::string& id);
+    // start to resume one. `own_model`: a conversation made with another model is opened
+    // with that one (the switcher loads it); false at start, where the command line chose
+    // the model (-m, else the conversation's own).
+    ChatOutcome load_session(const std::string& id, bool own_model = true);
+
+    // "/set NAME VALUE" without the /set, never taken as the answer to a waiting question
+    // (a resumed conversation's tool call): the command line's settings over a resumed
+    // conversation's.
+    ChatOutcome apply_setting(const std::string& name_value) { return command_set(name_value); }
 
     // Whether `line` is a slash command rather than a prompt.
     static bool is_command(const std::string& line);

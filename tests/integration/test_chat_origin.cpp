@@ -233,6 +233,14 @@ TEST_F(ChatOrigin, EveryReplyNamesItsModelAndThePickerReopensIt) {
     leave();
     EXPECT_EQ(query_text(db_, "SELECT model FROM conversations WHERE public_id = '" + id + "'"),
               "gemma3.gguf");
+
+    // -m with --continue still chooses the model: the conversation goes on with qwen3.
+    chat("-m qwen3 --continue");
+    ASSERT_TRUE(wait_for(
+        [](const std::string& s) { return idle(s) && shows(s, "hello two"); }, screen))
+        << screen;
+    EXPECT_TRUE(status_row(screen).starts_with(" qwen3.gguf")) << screen;
+    leave();
 }
 
 TEST_F(ChatOrigin, SettingsStickPresetsReplaceAndReplayUsesEachTurnsOwn) {
