@@ -105,8 +105,8 @@ std::optional<ui::ChatSettings> settings_from(const std::string& stored) {
     s.ignore_eos = value_or(chat, "ignore_eos", false);
     s.thinking_budget = value_or<int64_t>(chat, "max_thinking_tokens", -1);
     s.context = value_or<int64_t>(chat, "context", 0);
-    const json vars = chat.is_object() && chat.contains("template_vars") ? chat["template_vars"]
-                                                                         : json();
+    const json vars =
+        chat.is_object() && chat.contains("template_vars") ? chat["template_vars"] : json();
     if (vars.is_object() && vars.contains("enable_thinking") &&
         vars["enable_thinking"].is_boolean()) {
         s.think = vars["enable_thinking"].get<bool>();

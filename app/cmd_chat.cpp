@@ -11,12 +11,12 @@
 #include "app/cli_checks.h"
 #include "app/commands.h"
 #include "app/model_locator.h"
-#include "app/recorded_model.h"
 #include "app/output_format.h"
+#include "app/recorded_model.h"
 #include "app/remote_chat.h"
-#include "engine/generate/constrained.h"
 #include "app/serve/client.h"
 #include "app/session_adapter.h"
+#include "engine/generate/constrained.h"
 #include "engine/generate/conversation.h"
 #include "engine/generate/harmony.h"
 #include "engine/model/model.h"
@@ -190,13 +190,12 @@ struct Constrained {
 
 // A scripted --continue/--resume: the settings the conversation went on with (/set, /preset in
 // an earlier chat), except those a flag names now.
-void apply_resumed_settings(const ui::ChatSettings& stored, const ChatOptions& o,
-                            Sampler& sampler, ui::ScriptedOptions& so) {
+void apply_resumed_settings(const ui::ChatSettings& stored, const ChatOptions& o, Sampler& sampler,
+                            ui::ScriptedOptions& so) {
     const auto given = [&](const std::string& name) {
-        return std::any_of(o.settings_given.begin(), o.settings_given.end(),
-                           [&](const std::string& set) {
-                               return set.starts_with("/set " + name + " ");
-                           });
+        return std::any_of(
+            o.settings_given.begin(), o.settings_given.end(),
+            [&](const std::string& set) { return set.starts_with("/set " + name + " "); });
     };
     SamplingParams p = sampler.params();
     if (!given("temp")) p.temperature = stored.sampling.temperature;
@@ -654,10 +653,10 @@ void register_chat_command(CLI::App& app, std::vector<Command>& out) {
                            cmd->count("--seed") > 0 ||
                            (config.contains("sampling") && config["sampling"].contains("seed"));
                        o->presets = ui::parse_presets(config, config_path());
-                       o->preset_base = {o->sampling,
-                                         o->seed_given ? std::optional(o->sampling.seed)
-                                                       : std::nullopt,
-                                         o->system};
+                       o->preset_base = {
+                           o->sampling,
+                           o->seed_given ? std::optional(o->sampling.seed) : std::nullopt,
+                           o->system};
                        o->settings_given = settings_given(*o, *cmd);
                        if (!o->preset.empty()) apply_preset(*o, *cmd);
                        return run_chat(*o);

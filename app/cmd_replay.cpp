@@ -291,10 +291,11 @@ public:
             model = load_model(recorded_model_path(recorded, stdout));
         } catch (const std::exception& e) {
             const ui::TextWriter out(stdout);
-            std::printf("note: turn %d was written by %s, which cannot be opened (%s); %s "
-                        "replays it\n",
-                        turn, out.shown(origin.model).c_str(), out.shown(e.what()).c_str(),
-                        out.shown(fs::path(model_->path()).filename().string()).c_str());
+            std::printf(
+                "note: turn %d was written by %s, which cannot be opened (%s); %s "
+                "replays it\n",
+                turn, out.shown(origin.model).c_str(), out.shown(e.what()).c_str(),
+                out.shown(fs::path(model_->path()).filename().string()).c_str());
             return;
         }
         const ui::TextWriter out(stdout);
@@ -369,8 +370,8 @@ int replay_branch(ui::ChatEngine& conv, Sampler& sampler, const SamplingParams& 
             kept.tool_calls = tool_calls_from_json(m.tool_calls);
             kept.tool_call_id = m.tool_call_id;
             kept.name = m.tool_name;
-            if (ids_apply(m) &&
-                sessions::token_ids_fit(m, models != nullptr ? models->vocab_size() : server_vocab)) {
+            if (ids_apply(m) && sessions::token_ids_fit(
+                                    m, models != nullptr ? models->vocab_size() : server_vocab)) {
                 kept.ids = m.token_ids;
             }
             conv.add_message(std::move(kept));

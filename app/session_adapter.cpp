@@ -1,6 +1,7 @@
 #include "app/session_adapter.h"
 
-#include "app/chat_settings.h"
+#include <sys/statvfs.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cctype>
@@ -10,9 +11,7 @@
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 
-#include <sys/statvfs.h>
-#include <unistd.h>
-
+#include "app/chat_settings.h"
 #include "engine/model/model.h"
 #include "engine/template/json_depth.h"
 #include "engine/util/xdg_paths.h"

@@ -225,9 +225,8 @@ struct Migration {
     bool rebuilds_tables = false;
 };
 
-constexpr Migration kMigrations[] = {{kVersion1}, {kVersion2},       {kVersion3},
-                                     {kVersion4}, {kVersion5}, {kVersion6, true},
-                                     {kVersion7}};
+constexpr Migration kMigrations[] = {{kVersion1}, {kVersion2},       {kVersion3}, {kVersion4},
+                                     {kVersion5}, {kVersion6, true}, {kVersion7}};
 static_assert(std::size(kMigrations) == kSchemaVersion);
 
 // Foreign keys off for one migration (the pragma is a no-op inside a transaction, so it is

@@ -504,12 +504,12 @@ std::string SessionStore::export_markdown(const ConversationInfo& c) {
           "\n";
     if (!c.system_prompt.empty()) md += "\n## System\n\n" + c.system_prompt + "\n";
     for (const StoredMessage& m : branch(c)) {
-        const std::string heading = m.role == "user" ? "User"
-                                    : m.role == "assistant"
-                                        ? (m.origin.model.empty() ? "Assistant"
-                                                                  : "Assistant (" + m.origin.model + ")")
-                                    : m.role == "tool"      ? "Tool result (" + m.tool_name + ")"
-                                                            : "System";
+        const std::string heading =
+            m.role == "user" ? "User"
+            : m.role == "assistant"
+                ? (m.origin.model.empty() ? "Assistant" : "Assistant (" + m.origin.model + ")")
+            : m.role == "tool" ? "Tool result (" + m.tool_name + ")"
+                               : "System";
         md += "\n## " + heading + "\n\n";
         if (!m.thinking.empty()) {
             md += "<details><summary>Thinking</summary>\n\n" + m.thinking + "\n\n</details>\n\n";

@@ -281,7 +281,8 @@ ChatOutcome ChatController::run_turn(const TextCallback& on_text,
         // A cancelled reply is kept as far as it got, in the conversation and in the store.
         MessageNotes notes;
         notes.model = model_name();
-        const int64_t id = backend_.commit(engine_.messages().back(), parent, &*outcome.turn, notes);
+        const int64_t id =
+            backend_.commit(engine_.messages().back(), parent, &*outcome.turn, notes);
         message_ids_.push_back(id);
         if (!notes.model.empty()) notes_[id] = std::move(notes);
         // A fixed seed moved on to the next reply's: --continue goes on from there.

@@ -67,14 +67,13 @@ std::string rule_of(const std::invalid_argument& e) {
 // The first of `p`'s settings outside the range every way in shares (sampling_ranges.h), as
 // "temperature 5: must be a number between 0 and 2"; empty when all are in range.
 std::string range_problem(const SamplingParams& p) {
-    const std::pair<const char*, double> values[] = {
-        {"temperature", p.temperature},
-        {"top_k", p.top_k},
-        {"top_p", p.top_p},
-        {"min_p", p.min_p},
-        {"repeat_penalty", p.repeat_penalty},
-        {"presence_penalty", p.presence_penalty},
-        {"frequency_penalty", p.frequency_penalty}};
+    const std::pair<const char*, double> values[] = {{"temperature", p.temperature},
+                                                     {"top_k", p.top_k},
+                                                     {"top_p", p.top_p},
+                                                     {"min_p", p.min_p},
+                                                     {"repeat_penalty", p.repeat_penalty},
+                                                     {"presence_penalty", p.presence_penalty},
+                                                     {"frequency_penalty", p.frequency_penalty}};
     for (const auto& [field, value] : values) {
         if (const std::string rule = sampling_range_problem(field, value); !rule.empty()) {
             return format("%s %.9g: %s", field, value, rule.c_str());
@@ -389,9 +388,9 @@ ChatOutcome ChatController::command_preset(const std::string& name) {
     if (!preset.system && system != system_before) {
         add(restored, system.empty() ? "no system prompt" : "its system prompt");
     }
-    ChatOutcome outcome = info("preset " + name + ": " +
-                               (applied.empty() ? std::string("nothing to set") : applied) +
-                               (restored.empty() ? "" : "; back to the chat's own: " + restored));
+    ChatOutcome outcome =
+        info("preset " + name + ": " + (applied.empty() ? std::string("nothing to set") : applied) +
+             (restored.empty() ? "" : "; back to the chat's own: " + restored));
     record_settings(outcome);
     return outcome;
 }
@@ -402,16 +401,14 @@ std::string ChatController::reopen_model_of(const LoadedSession& loaded) {
     std::error_code ec;
     const std::string current = switcher_->current_path();
     if (!s.model_path.empty() && std::filesystem::equivalent(s.model_path, current, ec)) return {};
-    if (s.model_path.empty() &&
-        std::filesystem::path(current).filename().string() == s.model) {
+    if (s.model_path.empty() && std::filesystem::path(current).filename().string() == s.model) {
         return {};
     }
     // The conversation's record must not change to the model answering now: it is left
     // before the switch, which then records nothing for it.
     backend_.new_session(system_prompt());
-    const std::string wanted = !s.model_path.empty() && std::filesystem::exists(s.model_path, ec)
-                                   ? s.model_path
-                                   : s.model;
+    const std::string wanted =
+        !s.model_path.empty() && std::filesystem::exists(s.model_path, ec) ? s.model_path : s.model;
     try {
         switcher_->switch_to(wanted);
     } catch (const std::exception& e) {

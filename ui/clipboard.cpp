@@ -1,7 +1,5 @@
 #include "ui/clipboard.h"
 
-#include "ui/attachments.h"
-
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -12,6 +10,8 @@
 #include <filesystem>
 #include <sstream>
 #include <vector>
+
+#include "ui/attachments.h"
 
 namespace ember::ui {
 

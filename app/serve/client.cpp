@@ -94,8 +94,8 @@ std::string connect_failure(const std::string& origin) {
     }
     std::string reason;
     for (addrinfo* a = found; a != nullptr; a = a->ai_next) {
-        const int fd = ::socket(a->ai_family, a->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC,
-                                a->ai_protocol);
+        const int fd =
+            ::socket(a->ai_family, a->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, a->ai_protocol);
         if (fd < 0) continue;
         int error = 0;
         if (::connect(fd, a->ai_addr, a->ai_addrlen) != 0) {
@@ -268,12 +268,10 @@ StreamResult ApiClient::stream(const std::string& endpoint, json body,
     if (at_limit) return result;  // complete as far as -n asked
     if (result.cancelled || !result.error.empty()) return result;
     if (!res) {
-        result.error =
-            status == 0
-                ? "cannot reach " + endpoint_.origin + ": " +
-                      failure_reason(res.error(), endpoint_.origin)
-                : "the connection was lost mid-reply (" +
-                      failure_reason(res.error(), endpoint_.origin) + ")";
+        result.error = status == 0 ? "cannot reach " + endpoint_.origin + ": " +
+                                         failure_reason(res.error(), endpoint_.origin)
+                                   : "the connection was lost mid-reply (" +
+                                         failure_reason(res.error(), endpoint_.origin) + ")";
         return result;
     }
     if (status != 200) {

@@ -23,12 +23,9 @@ struct SamplingRange {
 };
 
 inline constexpr SamplingRange kSamplingRanges[] = {
-    {"temperature", 0, 2},
-    {"top_k", 0, 1 << 20, false, true},
-    {"top_p", 0, 1, true},
-    {"min_p", 0, 1},
-    {"repeat_penalty", 0, 10, true},
-    {"presence_penalty", -2, 2},
+    {"temperature", 0, 2},           {"top_k", 0, 1 << 20, false, true},
+    {"top_p", 0, 1, true},           {"min_p", 0, 1},
+    {"repeat_penalty", 0, 10, true}, {"presence_penalty", -2, 2},
     {"frequency_penalty", -2, 2},
 };
 

@@ -139,8 +139,8 @@ protected:
         tmux_->keys("Enter");
     }
     void chat(const std::string& flags) const {
-        line("clear; " + shell_quote(ember_binary()) + " chat --db " + shell_quote(db_) +
-             " -t 1 " + flags);
+        line("clear; " + shell_quote(ember_binary()) + " chat --db " + shell_quote(db_) + " -t 1 " +
+             flags);
     }
     void leave() const {
         tmux_->keys("C-d");
@@ -188,8 +188,9 @@ TEST_F(ChatOrigin, EveryReplyNamesItsModelAndThePickerReopensIt) {
     // Stored per reply, and shown by sessions show, the export and replay.
     EXPECT_EQ(query_text(db_, "SELECT model FROM messages WHERE role = 'assistant' ORDER BY id"),
               "qwen3.gguf");
-    EXPECT_EQ(query_text(db_, "SELECT model FROM messages WHERE role = 'assistant' ORDER BY id "
-                              "DESC"),
+    EXPECT_EQ(query_text(db_,
+                         "SELECT model FROM messages WHERE role = 'assistant' ORDER BY id "
+                         "DESC"),
               "gemma3.gguf");
     const CommandResult show = ember({"sessions", "show", id});
     ASSERT_EQ(show.status, 0) << show.err;
@@ -236,8 +237,8 @@ TEST_F(ChatOrigin, EveryReplyNamesItsModelAndThePickerReopensIt) {
 
     // -m with --continue still chooses the model: the conversation goes on with qwen3.
     chat("-m qwen3 --continue");
-    ASSERT_TRUE(wait_for(
-        [](const std::string& s) { return idle(s) && shows(s, "hello two"); }, screen))
+    ASSERT_TRUE(
+        wait_for([](const std::string& s) { return idle(s) && shows(s, "hello two"); }, screen))
         << screen;
     EXPECT_TRUE(status_row(screen).starts_with(" qwen3.gguf")) << screen;
     leave();
@@ -307,8 +308,8 @@ TEST_F(ChatOrigin, SettingsStickPresetsReplaceAndReplayUsesEachTurnsOwn) {
 }
 
 TEST_F(ChatOrigin, CommandLineRefusesWhatTheServerRefusesInTheSameWords) {
-    const CommandResult cli = run_command(
-        {ember_binary(), "chat", "-m", fixture_path(kStories), "--no-db", "--temp", "5", "-p", "hi"});
+    const CommandResult cli = run_command({ember_binary(), "chat", "-m", fixture_path(kStories),
+                                           "--no-db", "--temp", "5", "-p", "hi"});
     EXPECT_EQ(cli.status, 2) << cli.out << cli.err;
     EXPECT_TRUE(shows(cli.err, "--temp: must be a number between 0 and 2, not '5'")) << cli.err;
 
@@ -332,8 +333,8 @@ TEST_F(ChatOrigin, AttachmentsShowCollapsedTitlesComeFromTheTypedTextAndQuestion
     chat("-m qwen3 --temp 0 -n 4 -c 1024");
     ASSERT_TRUE(wait_for(idle, screen)) << screen;
     line("/file " + notes);
-    ASSERT_TRUE(wait_for([](const std::string& s) { return shows(s, "attached notes.txt"); },
-                         screen))
+    ASSERT_TRUE(
+        wait_for([](const std::string& s) { return shows(s, "attached notes.txt"); }, screen))
         << screen;
     line("what is in it?");
     ASSERT_TRUE(wait_for(replied, screen)) << screen;
@@ -342,38 +343,39 @@ TEST_F(ChatOrigin, AttachmentsShowCollapsedTitlesComeFromTheTypedTextAndQuestion
 
     // /run's question: Ctrl-C answers no at once; a "y" typed later is a prompt.
     line("/run echo hi");
-    ASSERT_TRUE(wait_for([](const std::string& s) { return shows(s, "run this command?"); },
-                         screen))
+    ASSERT_TRUE(
+        wait_for([](const std::string& s) { return shows(s, "run this command?"); }, screen))
         << screen;
     tmux_->keys("C-c");
-    ASSERT_TRUE(wait_for([](const std::string& s) { return shows(s, "/run: cancelled; nothing ran"); },
-                         screen))
+    ASSERT_TRUE(wait_for(
+        [](const std::string& s) { return shows(s, "/run: cancelled; nothing ran"); }, screen))
         << screen;
     line("y");
     const std::string db = db_;
     const auto y_answered = [db](const std::string& s) {
-        return idle(s) && query_number(db, "SELECT COUNT(*) FROM messages WHERE role = "
-                                           "'assistant'") == 2;
+        return idle(s) && query_number(db,
+                                       "SELECT COUNT(*) FROM messages WHERE role = "
+                                       "'assistant'") == 2;
     };
     ASSERT_TRUE(wait_for(y_answered, screen)) << screen;
-    EXPECT_EQ(query_number(db_, "SELECT COUNT(*) FROM messages WHERE role = 'user' AND content = "
-                                "'y'"),
+    EXPECT_EQ(query_number(db_,
+                           "SELECT COUNT(*) FROM messages WHERE role = 'user' AND content = "
+                           "'y'"),
               1)
         << "the late y is sent as a prompt, never as the yes";
     EXPECT_FALSE(shows(screen, "Output of: echo hi")) << screen;
 
     // A conversation started with an attachment is titled by what was typed.
     line("/new");
-    ASSERT_TRUE(wait_for([](const std::string& s) { return shows(s, "new conversation"); },
-                         screen))
+    ASSERT_TRUE(wait_for([](const std::string& s) { return shows(s, "new conversation"); }, screen))
         << screen;
     line("/run echo hi");
-    ASSERT_TRUE(wait_for([](const std::string& s) { return shows(s, "run this command?"); },
-                         screen))
+    ASSERT_TRUE(
+        wait_for([](const std::string& s) { return shows(s, "run this command?"); }, screen))
         << screen;
     line("y");
-    ASSERT_TRUE(wait_for([](const std::string& s) { return shows(s, "attached the output of"); },
-                         screen))
+    ASSERT_TRUE(
+        wait_for([](const std::string& s) { return shows(s, "attached the output of"); }, screen))
         << screen;
     line("summarize the output");
     ASSERT_TRUE(wait_for(
@@ -385,8 +387,9 @@ TEST_F(ChatOrigin, AttachmentsShowCollapsedTitlesComeFromTheTypedTextAndQuestion
     EXPECT_EQ(query_text(db_, "SELECT title FROM conversations ORDER BY activity DESC"),
               "summarize the output");
     // Stored whole (the model read it), with the record of what was attached.
-    EXPECT_TRUE(shows(query_text(db_, "SELECT content FROM messages WHERE content LIKE "
-                                      "'%summarize%'"),
+    EXPECT_TRUE(shows(query_text(db_,
+                                 "SELECT content FROM messages WHERE content LIKE "
+                                 "'%summarize%'"),
                       "Output of: echo hi\n```\nhi\n```"));
 }
 
@@ -449,14 +452,14 @@ TEST_F(ChatOrigin, CopySaysWhatItDid) {
     ASSERT_TRUE(wait_for(replied, screen)) << screen;
     // tmux's default set-clipboard ("external") drops an application's OSC 52.
     line("/copy");
-    ASSERT_TRUE(wait_for([](const std::string& s) { return shows(s, "/copy: nothing copied"); },
-                         screen))
+    ASSERT_TRUE(
+        wait_for([](const std::string& s) { return shows(s, "/copy: nothing copied"); }, screen))
         << screen;
     EXPECT_FALSE(shows(screen, "copied the last reply")) << screen;
     tmux_->run({"set-option", "-g", "set-clipboard", "on"});
     line("/copy");
-    ASSERT_TRUE(wait_for(
-        [](const std::string& s) { return shows(s, "sent the last reply"); }, screen))
+    ASSERT_TRUE(
+        wait_for([](const std::string& s) { return shows(s, "sent the last reply"); }, screen))
         << screen;
     leave();
 }
@@ -467,8 +470,8 @@ TEST_F(ChatOrigin, ARemoteChatKeepsThePromptAndTheReasonWhenTheServerGoes) {
         dir_->file("serve.log"));
     ASSERT_GT(server->port(), 0) << server->process().log();
     std::string screen;
-    line("clear; " + shell_quote(ember_binary()) + " chat --db " + shell_quote(db_) +
-         " --remote " + server->url() + "/v1 --temp 0 -n 4");
+    line("clear; " + shell_quote(ember_binary()) + " chat --db " + shell_quote(db_) + " --remote " +
+         server->url() + "/v1 --temp 0 -n 4");
     ASSERT_TRUE(wait_for(idle, screen)) << screen;
     line("hello there");
     ASSERT_TRUE(wait_for(replied, screen)) << screen;
@@ -483,8 +486,9 @@ TEST_F(ChatOrigin, ARemoteChatKeepsThePromptAndTheReasonWhenTheServerGoes) {
         << screen;
     EXPECT_TRUE(shows(screen, "are you still there")) << "the prompt stays on screen\n" << screen;
     leave();
-    EXPECT_EQ(query_number(db_, "SELECT COUNT(*) FROM messages WHERE content = 'are you still "
-                                "there'"),
+    EXPECT_EQ(query_number(db_,
+                           "SELECT COUNT(*) FROM messages WHERE content = 'are you still "
+                           "there'"),
               1);
 }
 
@@ -494,8 +498,8 @@ TEST(ChatOriginStore, ScriptedContinueKeepsTheConversationsSettings) {
     TempDir dir("ember-origin-scripted");
     const std::string db = dir.file("chat.db");
     const auto chat = [&](std::vector<std::string> extra) {
-        std::vector<std::string> argv = {ember_binary(), "chat", "-m", fixture_path(kStories),
-                                         "--db", db, "-t", "1", "-n", "4"};
+        std::vector<std::string> argv = {
+            ember_binary(), "chat", "-m", fixture_path(kStories), "--db", db, "-t", "1", "-n", "4"};
         argv.insert(argv.end(), extra.begin(), extra.end());
         return run_command(argv);
     };

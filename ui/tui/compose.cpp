@@ -59,9 +59,11 @@ void FullScreen::Impl::copy_reply(const std::string& args) {
     // No tool took it: the terminal is asked (OSC 52), and whether it did cannot be known,
     // so the message says what was done, not that it was copied.
     if (const std::string blocker = osc52_blocker(); !blocker.empty()) {
-        show_message("/copy: nothing copied: no clipboard tool (wl-copy, xclip, xsel, pbcopy) "
-                     "and " + blocker,
-                     true);
+        show_message(
+            "/copy: nothing copied: no clipboard tool (wl-copy, xclip, xsel, pbcopy) "
+            "and " +
+                blocker,
+            true);
         return;
     }
     screen->write_raw(result.osc52);

@@ -99,8 +99,7 @@ void FullScreen::Impl::start_job(JobKind kind, const std::string& line) {
         // A conversation replaced (/new, /load, /model) or a context made afresh (/set ctx)
         // holds nothing evaluated yet: what the conversation will take.
         const int64_t used = controller->engine().context_used();
-        const bool afresh =
-            !done.outcome.turn && (done.outcome.conversation_replaced || used == 0);
+        const bool afresh = !done.outcome.turn && (done.outcome.conversation_replaced || used == 0);
         done.context_used = afresh ? controller->engine().context_needed() : used;
         done.context_total = controller->engine().context_size();
         done.show_stats = controller->show_stats();
@@ -156,9 +155,9 @@ void FullScreen::Impl::rebuild_transcript(const std::vector<ChatMessage>& messag
             ++index;
         }
         if (m.role == "user") {
-            transcript.add({tui::EntryKind::User,
-                            note != nullptr ? ChatController::shown_message(m.content, *note)
-                                            : m.content});
+            transcript.add(
+                {tui::EntryKind::User,
+                 note != nullptr ? ChatController::shown_message(m.content, *note) : m.content});
         } else if (m.role == "assistant") {
             if (note != nullptr && !note->model.empty()) {
                 if (first_reply && shown_reply_model.empty() && !answering.empty() &&
