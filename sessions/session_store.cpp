@@ -503,11 +503,17 @@ std::string SessionStore::export_markdown(const ConversationInfo& c) {
           "\n- created: " + local_time(c.created_at) + "\n- updated: " + local_time(c.updated_at) +
           "\n";
     if (!c.system_prompt.empty()) md += "\n## System\n\n" + c.system_prompt + "\n";
+    // A reply's model is named where it changes (a conversation that went on with /model):
+    // from the first reply on when another model than the one named above wrote it.
+    std::string previous_model = c.model;
     for (const StoredMessage& m : branch(c)) {
+        const bool model_changes =
+            m.role == "assistant" && !m.origin.model.empty() && m.origin.model != previous_model;
+        if (m.role == "assistant" && !m.origin.model.empty()) previous_model = m.origin.model;
         const std::string heading =
             m.role == "user" ? "User"
             : m.role == "assistant"
-                ? (m.origin.model.empty() ? "Assistant" : "Assistant (" + m.origin.model + ")")
+                ? (model_changes ? "Assistant (" + m.origin.model + ")" : "Assistant")
             : m.role == "tool" ? "Tool result (" + m.tool_name + ")"
                                : "System";
         md += "\n## " + heading + "\n\n";
