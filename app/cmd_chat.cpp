@@ -1,6 +1,7 @@
 // ember chat: a conversation with the model's chat template, warm across turns.
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -12,13 +13,13 @@
 #include "app/cli_checks.h"
 #include "app/commands.h"
 #include "app/model_locator.h"
-#include "app/recorded_model.h"
 #include "app/output_format.h"
+#include "app/recorded_model.h"
 #include "app/remote_chat.h"
-#include "engine/generate/constrained.h"
 #include "app/serve/client.h"
 #include "app/session_adapter.h"
 #include "app/stop_signals.h"
+#include "engine/generate/constrained.h"
 #include "engine/generate/conversation.h"
 #include "engine/generate/harmony.h"
 #include "engine/model/model.h"
@@ -78,6 +79,11 @@ struct ChatOptions {
     std::string api_key_env;
     std::string preset;   // --preset: a named preset of the config file
     ui::Presets presets;  // the config file's, for --preset and /preset
+    // What /preset applies a preset over: the settings and system prompt before --preset.
+    ui::ChatController::PresetBase preset_base;
+    // The settings flags named on the command line, as /set commands: over a resumed
+    // conversation's stored settings (which come back with it otherwise).
+    std::vector<std::string> settings_given;
     std::string remote_model;
     // Tools (README: Tools): --tools FILE (repeatable), --builtin-tools NAMES, --tool-root,
     // --tool-choice, --yes-tools.
@@ -186,6 +192,31 @@ struct Constrained {
     std::function<std::shared_ptr<const grammar::TokenTrie>()> token_trie;
 };
 
+// A scripted --continue/--resume: the settings the conversation went on with (/set, /preset in
+// an earlier chat), except those a flag names now.
+void apply_resumed_settings(const ui::ChatSettings& stored, const ChatOptions& o, Sampler& sampler,
+                            ui::ScriptedOptions& so) {
+    const auto given = [&](const std::string& name) {
+        return std::any_of(
+            o.settings_given.begin(), o.settings_given.end(),
+            [&](const std::string& set) { return set.starts_with("/set " + name + " "); });
+    };
+    SamplingParams p = sampler.params();
+    if (!given("temp")) p.temperature = stored.sampling.temperature;
+    if (!given("top-k")) p.top_k = stored.sampling.top_k;
+    if (!given("top-p")) p.top_p = stored.sampling.top_p;
+    if (!given("min-p")) p.min_p = stored.sampling.min_p;
+    if (!given("repeat-penalty")) p.repeat_penalty = stored.sampling.repeat_penalty;
+    try {
+        sampler.set_params(p);
+    } catch (const std::invalid_argument&) {
+        // A hand-edited record out of range: the flags' and config's settings stay.
+    }
+    if (!given("seed") && stored.fixed_seed) so.seed = stored.fixed_seed;
+    if (!given("n-predict")) so.generation.max_tokens = stored.max_tokens;
+    if (!given("ignore-eos")) so.generation.ignore_eos = stored.ignore_eos;
+}
+
 int run_front_end(ui::ChatEngine& engine, Sampler& sampler, ChatSessions& sessions,
                   const ChatOptions& o, bool scripted, ui::FullScreen* screen,
                   ui::ModelSwitcher* models, const Constrained& constrained) {
@@ -208,6 +239,9 @@ int run_front_end(ui::ChatEngine& engine, Sampler& sampler, ChatSessions& sessio
         if (!sessions.resume_id().empty()) {
             so.parent_id = sessions.load_into(engine);
             if (!o.system.empty()) engine.set_system(o.system);
+            if (sessions.resumed_settings()) {
+                apply_resumed_settings(*sessions.resumed_settings(), o, sampler, so);
+            }
         } else {
             sessions.backend().new_session(o.system);
         }
@@ -216,6 +250,17 @@ int run_front_end(ui::ChatEngine& engine, Sampler& sampler, ChatSessions& sessio
         const StopSignals stop;
         so.stop_signal = [&stop] { return stop.raised(); };
         so.progress = o.progress;
+        // What the replies are generated with, recorded with the conversation and each reply.
+        ui::ChatSettings settings;
+        settings.sampling = sampler.params();
+        settings.fixed_seed = so.seed;
+        settings.max_tokens = so.generation.max_tokens;
+        settings.ignore_eos = so.generation.ignore_eos;
+        settings.think = engine.thinking();
+        settings.thinking_budget = engine.thinking_budget();
+        settings.reasoning_effort = engine.reasoning_effort();
+        settings.context = engine.context_size();
+        sessions.backend().record_settings(settings);
         const int status =
             o.prompt.empty() ? ui::run_scripted(engine, sampler, std::cin, stdout, stderr, so)
                              : ui::run_single_prompt(engine, sampler, o.prompt, stdout, stderr, so);
@@ -232,10 +277,17 @@ int run_front_end(ui::ChatEngine& engine, Sampler& sampler, ChatSessions& sessio
     controller.set_seeds(ui::ReplySeeds(so.seed));
     controller.set_show_stats(o.verbose);
     controller.set_model_switcher(models);
+    controller.set_presets(o.presets, config_path(), o.preset_base);
     if (o.tools.enabled()) controller.set_tools(o.tools);
     if (!sessions.resume_id().empty()) {
-        const ui::ChatOutcome loaded = controller.load_session(sessions.resume_id());
+        // The model is the command line's choice here (-m, else the conversation's own).
+        const ui::ChatOutcome loaded =
+            controller.load_session(sessions.resume_id(), /*own_model=*/false);
         if (loaded.error) throw std::runtime_error(loaded.message);
+        for (const std::string& set : o.settings_given) {
+            const ui::ChatOutcome applied = controller.apply_setting(set.substr(5));  // "/set "
+            if (applied.error) throw std::runtime_error(applied.message);
+        }
     }
     std::string notice = first_run_notice(sessions, o);
     for (const std::string& file : o.files) {
@@ -286,8 +338,6 @@ std::unique_ptr<ui::FullScreen> open_screen(const ChatOptions& o, bool scripted,
     screen_options.model_path = model_path;
     screen_options.model_name = model_name;
     screen_options.history_path = ui::default_history_path();
-    screen_options.presets = o.presets;
-    screen_options.config_path = config_path();
     return ui::FullScreen::open(screen_options);
 }
 
@@ -467,6 +517,32 @@ void apply_preset(ChatOptions& o, const CLI::App& cmd) {
     if (preset.system && cmd.count("--system") == 0) o.system = *preset.system;
 }
 
+// The settings flags given on the command line, as the /set commands that make them: they
+// win over what a resumed conversation stored (--continue --temp 0.2).
+std::vector<std::string> settings_given(const ChatOptions& o, const CLI::App& cmd) {
+    std::vector<std::string> sets;
+    const auto given = [&](const char* flag, const std::string& set) {
+        if (cmd.count(flag) > 0) sets.push_back("/set " + set);
+    };
+    const auto number = [](double v) {
+        char buffer[32];
+        std::snprintf(buffer, sizeof buffer, "%.9g", v);
+        return std::string(buffer);
+    };
+    given("--temp", "temp " + number(o.sampling.temperature));
+    given("--top-k", "top-k " + std::to_string(o.sampling.top_k));
+    given("--top-p", "top-p " + number(o.sampling.top_p));
+    given("--min-p", "min-p " + number(o.sampling.min_p));
+    given("--repeat-penalty", "repeat-penalty " + number(o.sampling.repeat_penalty));
+    given("--seed", "seed " + std::to_string(o.sampling.seed));
+    given("--n-predict", "n-predict " + std::to_string(o.n_predict));
+    if (o.ignore_eos) sets.push_back("/set ignore-eos on");
+    if (o.think != "auto") sets.push_back("/set think " + o.think);
+    given("--reasoning-effort", "reasoning-effort " + o.reasoning_effort);
+    given("--ctx", "ctx " + std::to_string(o.ctx));
+    return sets;
+}
+
 void add_tool_options(CLI::App* cmd, ChatOptions& o) {
     cmd->add_option("--tools", o.tool_files,
                     "Offer the model the tools of this JSON file (repeatable): OpenAI-style "
@@ -599,6 +675,11 @@ void register_chat_command(CLI::App& app, std::vector<Command>& out) {
                            cmd->count("--seed") > 0 ||
                            (config.contains("sampling") && config["sampling"].contains("seed"));
                        o->presets = ui::parse_presets(config, config_path());
+                       o->preset_base = {
+                           o->sampling,
+                           o->seed_given ? std::optional(o->sampling.seed) : std::nullopt,
+                           o->system};
+                       o->settings_given = settings_given(*o, *cmd);
                        if (!o->preset.empty()) apply_preset(*o, *cmd);
                        return run_chat(*o);
                    }});

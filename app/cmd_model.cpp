@@ -9,8 +9,8 @@
 #include <iostream>
 #include <limits>
 #include <map>
-#include <optional>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <set>
 #include <string>
 #include <string_view>
@@ -29,6 +29,7 @@
 #include "engine/model/gpu.h"
 #include "engine/model/model.h"
 #include "engine/model/state.h"
+#include "engine/sampling/sampling_ranges.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "engine/util/thread_pool.h"
 #include "ui/attachments.h"
@@ -386,31 +387,50 @@ void add_model_option(CLI::App* cmd, std::string& model) {
                     "(`ember pull`) (default: EMBER_MODEL, the config file, then `ember models`)");
 }
 
+namespace {
+
+// A sampling flag's value in the range the server and /set also hold it to
+// (engine/sampling/sampling_ranges.h), refused with the same words: "--temp: must be a
+// number between 0 and 2, not '5'".
+CLI::Validator sampling_value(std::string_view field) {
+    const SamplingRange range = *sampling_range(field);
+    return CLI::Validator(
+        [range](std::string& text) -> std::string {
+            char* end = nullptr;
+            const double value = std::strtod(text.c_str(), &end);
+            const bool whole = !text.empty() && end == text.c_str() + text.size();
+            if (!whole || !in_sampling_range(range, value)) {
+                return sampling_rule(range) + ", not '" + text + "'";
+            }
+            return {};
+        },
+        "", "sampling_value");
+}
+
+}  // namespace
+
 void add_sampling_options(CLI::App* cmd, SamplingParams& sampling) {
-    // The rules of SamplingParams::validate, checked on the text so the message names the flag.
-    constexpr int64_t kInt32Max = std::numeric_limits<int32_t>::max();
     cmd->add_option("--temp", sampling.temperature, "Temperature (0 = greedy)")
         ->capture_default_str()
-        ->check(real_number([](double v) { return v >= 0; }, "a number >= 0 (0 = greedy)"));
+        ->check(sampling_value("temperature"));
     cmd->add_option("--top-k", sampling.top_k, "Top-k cut (0 = off)")
         ->capture_default_str()
-        ->check(whole_number(0, kInt32Max, "a whole number >= 0 (0 = off)"));
+        ->check(sampling_value("top_k"));
     cmd->add_option("--top-p", sampling.top_p, "Top-p (nucleus) cut (1 = off)")
         ->capture_default_str()
-        ->check(real_number([](double v) { return v > 0 && v <= 1; },
-                            "more than 0 and at most 1 (1 = off)"));
+        ->check(sampling_value("top_p"));
     cmd->add_option("--min-p", sampling.min_p, "Min-p cut (0 = off)")
         ->capture_default_str()
-        ->check(real_number([](double v) { return v >= 0 && v <= 1; }, "from 0 to 1 (0 = off)"));
+        ->check(sampling_value("min_p"));
     cmd->add_option("--repeat-penalty", sampling.repeat_penalty, "Repetition penalty (1 = off)")
         ->capture_default_str()
-        ->check(real_number([](double v) { return v > 0; }, "a number > 0 (1 = off)"));
+        ->check(sampling_value("repeat_penalty"));
     cmd->add_option("--presence-penalty", sampling.presence_penalty, "Presence penalty")
         ->capture_default_str()
-        ->check(real_number([](double) { return true; }, "a finite number (0 = off)"));
+        ->check(sampling_value("presence_penalty"));
     cmd->add_option("--frequency-penalty", sampling.frequency_penalty, "Frequency penalty")
         ->capture_default_str()
-        ->check(real_number([](double) { return true; }, "a finite number (0 = off)"));
+        ->check(sampling_value("frequency_penalty"));
     cmd->add_option("--repeat-last-n", sampling.penalty_last_n, "Tokens the penalties look at")
         ->capture_default_str()
         ->check(whole_number(

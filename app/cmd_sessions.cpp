@@ -139,7 +139,10 @@ int run_show(const SessionsOptions& o) {
     if (!info.system_prompt.empty()) out.raw("system:  ").text(info.system_prompt).raw("\n");
     for (const auto& m : branch) {
         out.raw("\n[").text(m.role);
-        std::printf(" #%lld]", static_cast<long long>(m.id));
+        std::printf(" #%lld", static_cast<long long>(m.id));
+        // The model that wrote a reply (a conversation may change models with /model).
+        if (!m.origin.model.empty()) out.raw(" by ").text(m.origin.model);
+        out.raw("]");
         if (m.stats) {
             const auto& s = *m.stats;
             std::printf(

@@ -1,5 +1,8 @@
 #include "app/session_adapter.h"
 
+#include <sys/statvfs.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cctype>
 #include <cstdlib>
@@ -8,9 +11,7 @@
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 
-#include <sys/statvfs.h>
-#include <unistd.h>
-
+#include "app/chat_settings.h"
 #include "engine/model/model.h"
 #include "engine/template/json_depth.h"
 #include "engine/util/xdg_paths.h"
@@ -250,12 +251,17 @@ ui::SessionSummary summarize(const sessions::ConversationInfo& info) {
     s.model = info.model;
     s.turns = info.turns;
     s.updated = sessions::local_time(info.updated_at);
+    s.model_path = info.model_path;
     return s;
 }
 
 SqliteSessionBackend::SqliteSessionBackend(sessions::Database& db, SessionDefaults defaults,
                                            uint64_t state_cap)
-    : db_(db), store_(db), defaults_(std::move(defaults)), state_cap_(state_cap) {}
+    : db_(db),
+      store_(db),
+      defaults_(std::move(defaults)),
+      state_cap_(state_cap),
+      settings_json_(defaults_.sampling_json) {}
 
 void SqliteSessionBackend::new_session(const std::string& system_prompt) {
     current_.reset();
@@ -267,24 +273,38 @@ std::string SqliteSessionBackend::current_id() const {
 }
 
 int64_t SqliteSessionBackend::commit(const ChatMessage& message, int64_t parent_id,
-                                     const TurnResult* turn) {
+                                     const TurnResult* turn, const ui::MessageNotes& notes) {
     try {
-        return record(message, parent_id, turn);
+        return record(message, parent_id, turn, notes);
     } catch (const std::exception&) {
         write_failed_ = true;
         throw;
     }
 }
 
+void SqliteSessionBackend::record_settings(const ui::ChatSettings& settings) {
+    const std::string updated = settings_with(settings_json_, settings);
+    if (current_ && updated != current_->sampling_json) {
+        try {
+            store_.set_settings(current_->id, updated);
+        } catch (const std::exception&) {
+            write_failed_ = true;
+            throw;
+        }
+        current_->sampling_json = updated;
+    }
+    settings_json_ = updated;
+}
+
 int64_t SqliteSessionBackend::record(const ChatMessage& message, int64_t parent_id,
-                                     const TurnResult* turn) {
+                                     const TurnResult* turn, const ui::MessageNotes& notes) {
     if (!current_) {
         sessions::NewConversation n;
         n.model = defaults_.model;
         n.model_fingerprint = defaults_.model_fingerprint;
         n.model_path = defaults_.model_path;
         n.system_prompt = pending_system_;
-        n.sampling_json = defaults_.sampling_json;
+        n.sampling_json = settings_json_;
         current_ = store_.create(n);
     }
     sessions::ReplyStats stats;
@@ -311,6 +331,15 @@ int64_t SqliteSessionBackend::record(const ChatMessage& message, int64_t parent_
     m.tool_calls = tool_calls_to_json(message.tool_calls);
     m.tool_call_id = message.tool_call_id;
     m.tool_name = message.name;
+    if (message.role == "assistant") {
+        // Who wrote it, and how: the model answering now and the settings in force.
+        m.origin = {defaults_.model, defaults_.model_path, defaults_.model_fingerprint,
+                    settings_json_};
+    }
+    m.attachments = attachments_to_json(notes.attachments);
+    for (const ui::AttachmentNote& a : notes.attachments) {
+        m.attached_bytes += static_cast<size_t>(std::max<int64_t>(0, a.length));
+    }
     const int64_t id = store_.add_message(current_->id, parent_id, m);
     current_->current_leaf = id;
     return id;
@@ -364,9 +393,17 @@ std::optional<ui::LoadedSession> SqliteSessionBackend::load(const std::string& i
         if (same_model && sessions::token_ids_fit(m, defaults_.vocab_size)) {
             message.ids = std::move(m.token_ids);
         }
+        ui::MessageNotes notes;
+        notes.attachments = attachments_from_json(m.attachments);
+        notes.model = std::move(m.origin.model);
         loaded.messages.push_back(std::move(message));
         loaded.message_ids.push_back(m.id);
+        loaded.notes.push_back(std::move(notes));
     }
+    loaded.settings = settings_from(info->sampling_json);
+    // Later replies record what the conversation goes on with (the controller restores these
+    // settings and records them again, with anything a flag changed).
+    settings_json_ = info->sampling_json;
     current_ = std::move(info);
     pending_system_ = loaded.system_prompt;
     return loaded;
@@ -411,13 +448,13 @@ std::optional<std::string> SqliteSessionBackend::most_recent_id() {
 
 std::string chat_settings_json(const SamplingParams& p, const ConversationOptions& c,
                                int64_t max_tokens, const SpeculationOptions& speculation) {
-    nlohmann::ordered_json j = {{"temperature", p.temperature},
+    nlohmann::ordered_json j = {{"temperature", decimal(p.temperature)},
                                 {"top_k", p.top_k},
-                                {"top_p", p.top_p},
-                                {"min_p", p.min_p},
-                                {"repeat_penalty", p.repeat_penalty},
-                                {"presence_penalty", p.presence_penalty},
-                                {"frequency_penalty", p.frequency_penalty},
+                                {"top_p", decimal(p.top_p)},
+                                {"min_p", decimal(p.min_p)},
+                                {"repeat_penalty", decimal(p.repeat_penalty)},
+                                {"presence_penalty", decimal(p.presence_penalty)},
+                                {"frequency_penalty", decimal(p.frequency_penalty)},
                                 {"penalty_last_n", p.penalty_last_n},
                                 {"seed", p.seed}};
     j["chat"] = {{"template_vars", c.template_vars},
@@ -568,6 +605,7 @@ int64_t ChatSessions::load_into(ui::ChatEngine& conversation) {
     conversation.clear();
     if (!loaded->system_prompt.empty()) conversation.set_system(loaded->system_prompt);
     for (auto& m : loaded->messages) conversation.add_message(std::move(m));
+    resumed_settings_ = loaded->settings;
     return loaded->message_ids.empty() ? 0 : loaded->message_ids.back();
 }
 

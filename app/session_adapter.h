@@ -78,7 +78,10 @@ public:
 
     void new_session(const std::string& system_prompt) override;
     std::string current_id() const override;
-    int64_t commit(const ChatMessage& message, int64_t parent_id, const TurnResult* turn) override;
+    using ui::SessionBackend::commit;
+    int64_t commit(const ChatMessage& message, int64_t parent_id, const TurnResult* turn,
+                   const ui::MessageNotes& notes) override;
+    void record_settings(const ui::ChatSettings& settings) override;
     void set_system_prompt(const std::string& text) override;
     void rename(const std::string& title) override;
     std::vector<ui::SessionSummary> list(int64_t limit) override;
@@ -99,13 +102,17 @@ public:
 
 private:
     // commit() without the bookkeeping of failures.
-    int64_t record(const ChatMessage& message, int64_t parent_id, const TurnResult* turn);
+    int64_t record(const ChatMessage& message, int64_t parent_id, const TurnResult* turn,
+                   const ui::MessageNotes& notes);
 
     sessions::Database& db_;
     sessions::SessionStore store_;
     SessionDefaults defaults_;
     uint64_t state_cap_;
     std::string pending_system_;  // for the conversation created by the first commit
+    // The settings replies are generated with now (JSON, see chat_settings.h): the start's,
+    // then what record_settings() wrote over them.
+    std::string settings_json_;
     std::optional<sessions::ConversationInfo> current_;
     bool write_failed_ = false;
 };
@@ -170,6 +177,8 @@ public:
     // Loads the resumed conversation into `conversation` (scripted mode; the interactive
     // front end loads it through its controller) and returns the id of its last message.
     int64_t load_into(ui::ChatEngine& conversation);
+    // The settings the conversation load_into() loaded went on with (nullopt: none stored).
+    const std::optional<ui::ChatSettings>& resumed_settings() const { return resumed_settings_; }
 
 private:
     // Opens the database when one is wanted (false: none is); throws for --resume without one.
@@ -192,6 +201,7 @@ private:
     bool created_ = false;
     std::FILE* err_;
     std::string last_state_warning_;  // the state store's last warning, not printed twice
+    std::optional<ui::ChatSettings> resumed_settings_;
 };
 
 // ember sessions list|show|search|export|rm|rename|stats (cmd_sessions.cpp).

@@ -202,6 +202,22 @@ CREATE TRIGGER messages_fts_update AFTER UPDATE OF content ON messages BEGIN
 END;
 )sql";
 
+// Version 7: where each message came from. A reply records the model that wrote it (its file
+// name, absolute path and fingerprint: a conversation may change models with /model) and the
+// settings it was generated with (JSON, as the conversation's sampling column; /set changes
+// them mid-conversation), so the transcript, `sessions show`, exports and `replay
+// --regenerate` can say and use each turn's own. A prompt records what was attached before
+// the typed text (/file, /run: a JSON array of {"heading", "bytes", "length"}, where length
+// is the bytes of the content the attachment takes), so it is shown collapsed and the
+// conversation's title comes from what the user typed. Older rows keep '' and NULL: unknown.
+constexpr const char* kVersion7 = R"sql(
+ALTER TABLE messages ADD COLUMN model TEXT NOT NULL DEFAULT '';
+ALTER TABLE messages ADD COLUMN model_path TEXT NOT NULL DEFAULT '';
+ALTER TABLE messages ADD COLUMN model_fingerprint TEXT NOT NULL DEFAULT '';
+ALTER TABLE messages ADD COLUMN settings TEXT;
+ALTER TABLE messages ADD COLUMN attachments TEXT;
+)sql";
+
 struct Migration {
     const char* sql;
     // Drops and recreates a table other tables refer to: foreign keys must be off while it
@@ -209,8 +225,8 @@ struct Migration {
     bool rebuilds_tables = false;
 };
 
-constexpr Migration kMigrations[] = {{kVersion1}, {kVersion2},       {kVersion3},
-                                     {kVersion4}, {kVersion5}, {kVersion6, true}};
+constexpr Migration kMigrations[] = {{kVersion1}, {kVersion2},       {kVersion3}, {kVersion4},
+                                     {kVersion5}, {kVersion6, true}, {kVersion7}};
 static_assert(std::size(kMigrations) == kSchemaVersion);
 
 // Foreign keys off for one migration (the pragma is a no-op inside a transaction, so it is

@@ -8,7 +8,7 @@
 namespace ember::sessions {
 
 // The version this build writes.
-inline constexpr int kSchemaVersion = 6;
+inline constexpr int kSchemaVersion = 7;
 
 // Brings `db` from its user_version up to `target` (default: the latest). Throws SqliteError
 // when the file was written by a newer ember (a higher version than this build knows).

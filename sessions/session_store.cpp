@@ -122,6 +122,11 @@ StoredMessage read_message(Database& db, Statement& s) {
     if (!s.is_null(7)) m.tool_calls = s.column_text(7);
     m.tool_call_id = s.column_text(8);
     m.tool_name = s.column_text(9);
+    m.origin.model = s.column_text(10);
+    m.origin.model_path = s.column_text(11);
+    m.origin.model_fingerprint = s.column_text(12);
+    if (!s.is_null(13)) m.origin.settings = s.column_text(13);
+    if (!s.is_null(14)) m.attachments = s.column_text(14);
     if (m.role == "assistant") m.stats = read_stats(db, m.id);
     return m;
 }
@@ -278,7 +283,8 @@ int64_t SessionStore::add_message(int64_t conversation_id, int64_t parent_id, co
     }
     Statement s = db_.prepare(
         "INSERT INTO messages(conversation_id, parent_id, role, content, thinking, token_ids, "
-        "created_at, tool_calls, tool_call_id, tool_name) VALUES (?,?,?,?,?,?,?,?,?,?)");
+        "created_at, tool_calls, tool_call_id, tool_name, model, model_path, model_fingerprint, "
+        "settings, attachments) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)");
     s.bind(1, conversation_id);
     if (parent_id == 0) {
         s.bind_null(2);
@@ -297,7 +303,19 @@ int64_t SessionStore::add_message(int64_t conversation_id, int64_t parent_id, co
     } else {
         s.bind(8, m.tool_calls);
     }
-    s.bind(9, m.tool_call_id).bind(10, m.tool_name).run();
+    s.bind(9, m.tool_call_id).bind(10, m.tool_name);
+    s.bind(11, m.origin.model).bind(12, m.origin.model_path).bind(13, m.origin.model_fingerprint);
+    if (m.origin.settings.empty()) {
+        s.bind_null(14);
+    } else {
+        s.bind(14, m.origin.settings);
+    }
+    if (m.attachments.empty()) {
+        s.bind_null(15);
+    } else {
+        s.bind(15, m.attachments);
+    }
+    s.run();
     const int64_t id = db_.last_insert_id();
     if (m.stats != nullptr) {
         const ReplyStats& r = *m.stats;
@@ -319,7 +337,11 @@ int64_t SessionStore::add_message(int64_t conversation_id, int64_t parent_id, co
     Statement c = db_.prepare(
         "UPDATE conversations SET current_leaf = ?, "
         "title = CASE WHEN title = '' AND ? = 'user' THEN ? ELSE title END WHERE id = ?");
-    c.bind(1, id).bind(2, m.role).bind(3, title_from(m.content)).bind(4, conversation_id).run();
+    // Titled by what the user typed, not by what was attached before it ("Output of: ls").
+    const size_t typed = std::min(m.attached_bytes, m.content.size());
+    const std::string title = title_from(m.content.substr(typed));
+    c.bind(1, id).bind(2, m.role).bind(3, title.empty() ? title_from(m.content) : title);
+    c.bind(4, conversation_id).run();
     touch(conversation_id);
     tx.commit();
     return id;
@@ -363,6 +385,14 @@ void SessionStore::set_model(int64_t conversation_id, const std::string& model,
     Statement s = db_.prepare(
         "UPDATE conversations SET model = ?, model_fingerprint = ?, model_path = ? WHERE id = ?");
     s.bind(1, model).bind(2, model_fingerprint).bind(3, model_path).bind(4, conversation_id).run();
+    touch(conversation_id);
+    tx.commit();
+}
+
+void SessionStore::set_settings(int64_t conversation_id, const std::string& settings_json) {
+    Transaction tx(db_);
+    Statement s = db_.prepare("UPDATE conversations SET sampling = ? WHERE id = ?");
+    s.bind(1, settings_json).bind(2, conversation_id).run();
     touch(conversation_id);
     tx.commit();
 }
@@ -416,7 +446,8 @@ std::vector<StoredMessage> SessionStore::branch(const ConversationInfo& c, int64
     std::vector<StoredMessage> path;
     Statement s = db_.prepare(
         "SELECT id, COALESCE(parent_id, 0), role, content, thinking, token_ids, created_at, "
-        "tool_calls, tool_call_id, tool_name "
+        "tool_calls, tool_call_id, tool_name, model, model_path, model_fingerprint, settings, "
+        "attachments "
         "FROM messages "
         "WHERE id = ? AND conversation_id = ?");
     // Every message is visited at most once: a parent chain that comes back to a message
@@ -457,7 +488,8 @@ std::vector<StoredMessage> SessionStore::branch(const ConversationInfo& c, int64
 std::vector<StoredMessage> SessionStore::all_messages(int64_t conversation_id) {
     Statement s = db_.prepare(
         "SELECT id, COALESCE(parent_id, 0), role, content, thinking, token_ids, created_at, "
-        "tool_calls, tool_call_id, tool_name "
+        "tool_calls, tool_call_id, tool_name, model, model_path, model_fingerprint, settings, "
+        "attachments "
         "FROM messages "
         "WHERE conversation_id = ? ORDER BY id");
     s.bind(1, conversation_id);
@@ -490,11 +522,19 @@ std::string SessionStore::export_markdown(const ConversationInfo& c) {
           "\n- created: " + local_time(c.created_at) + "\n- updated: " + local_time(c.updated_at) +
           "\n";
     if (!c.system_prompt.empty()) md += "\n## System\n\n" + c.system_prompt + "\n";
+    // A reply's model is named where it changes (a conversation that went on with /model):
+    // from the first reply on when another model than the one named above wrote it.
+    std::string previous_model = c.model;
     for (const StoredMessage& m : branch(c)) {
-        const std::string heading = m.role == "user"        ? "User"
-                                    : m.role == "assistant" ? "Assistant"
-                                    : m.role == "tool"      ? "Tool result (" + m.tool_name + ")"
-                                                            : "System";
+        const bool model_changes =
+            m.role == "assistant" && !m.origin.model.empty() && m.origin.model != previous_model;
+        if (m.role == "assistant" && !m.origin.model.empty()) previous_model = m.origin.model;
+        const std::string heading =
+            m.role == "user" ? "User"
+            : m.role == "assistant"
+                ? (model_changes ? "Assistant (" + m.origin.model + ")" : "Assistant")
+            : m.role == "tool" ? "Tool result (" + m.tool_name + ")"
+                               : "System";
         md += "\n## " + heading + "\n\n";
         if (!m.thinking.empty()) {
             md += "<details><summary>Thinking</summary>\n\n" + m.thinking + "\n\n</details>\n\n";
@@ -554,6 +594,19 @@ std::string SessionStore::export_json(const ConversationInfo& c, bool ascii_only
             j["tool_call_id"] = m.tool_call_id;
             j["tool_name"] = m.tool_name;
         }
+        if (!m.origin.model.empty()) {
+            j["model"] = m.origin.model;
+            j["model_path"] = m.origin.model_path;
+            j["model_fingerprint"] = m.origin.model_fingerprint;
+        }
+        // Stored JSON (schema 7) is text anyone with the file can edit: parsed with a depth
+        // bound, and kept as a string when it does not parse.
+        const auto stored_json = [](const std::string& text) {
+            const json value = parse_json_bounded<json>(text).value;
+            return value.is_discarded() ? json(text) : value;
+        };
+        if (!m.origin.settings.empty()) j["settings"] = stored_json(m.origin.settings);
+        if (!m.attachments.empty()) j["attachments"] = stored_json(m.attachments);
         messages.push_back(j);
     }
     out["messages"] = messages;

@@ -16,6 +16,14 @@
 
 namespace ember::sessions {
 
+// Where a reply came from (schema 7; empty in older rows).
+struct MessageOrigin {
+    std::string model;  // the model file's name
+    std::string model_path;
+    std::string model_fingerprint;
+    std::string settings;  // JSON; empty: not recorded
+};
+
 struct ReplyStats {
     int64_t prompt_tokens = 0;
     int64_t tokens_reused = 0;
@@ -77,6 +85,11 @@ struct StoredMessage {
     std::string tool_calls;
     std::string tool_call_id;
     std::string tool_name;
+    // Schema 7 (older rows: empty, unknown). A reply: the model that wrote it and the
+    // settings it was generated with (JSON, as ConversationInfo::sampling_json). A prompt:
+    // what was attached before the typed text (JSON array, see schema.cpp's version 7).
+    MessageOrigin origin;
+    std::string attachments;
 };
 
 struct NewConversation {
@@ -97,6 +110,11 @@ struct NewMessage {
     std::string tool_calls;  // see StoredMessage
     std::string tool_call_id;
     std::string tool_name;
+    MessageOrigin origin;     // a reply's, see StoredMessage
+    std::string attachments;  // a prompt's, see StoredMessage
+    // Bytes at the start of `content` that the attachments take: the title of a new
+    // conversation comes from what follows (what the user typed).
+    size_t attached_bytes = 0;
 };
 
 struct SearchHit {
@@ -123,6 +141,9 @@ public:
     // and replay reopen, and whose fingerprint decides whether stored reply ids are reused.
     void set_model(int64_t conversation_id, const std::string& model,
                    const std::string& model_fingerprint, const std::string& model_path);
+    // The settings the conversation goes on with (/set, /preset), as JSON: what --continue,
+    // --resume and replay restore.
+    void set_settings(int64_t conversation_id, const std::string& settings_json);
     void remove(int64_t conversation_id);
 
     // Most recently updated first.

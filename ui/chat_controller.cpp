@@ -6,9 +6,12 @@
 #include <cstdarg>
 #include <cstdio>
 #include <exception>
+#include <filesystem>
 #include <sstream>
 #include <stdexcept>
 #include <system_error>
+
+#include "ui/chat_text.h"
 
 namespace ember::ui {
 
@@ -17,37 +20,11 @@ namespace {
 // Sessions listed by /sessions: enough to find recent work without flooding a status line.
 constexpr int64_t kSessionListLimit = 20;
 
-const char* const kSettingNames =
-    "temp, top-k, top-p, min-p, repeat-penalty, seed, n-predict, ignore-eos, stats, think, "
-    "thinking-budget, reasoning-effort, ctx";
-
-std::string trim(const std::string& s) {
-    const size_t begin = s.find_first_not_of(" \t\r\n");
-    if (begin == std::string::npos) return {};
-    const size_t end = s.find_last_not_of(" \t\r\n");
-    return s.substr(begin, end - begin + 1);
-}
-
-// Splits "/name rest of line" into "/name" and the trimmed rest.
-std::pair<std::string, std::string> split_command(const std::string& line) {
-    const std::string text = trim(line);
-    const size_t space = text.find_first_of(" \t");
-    if (space == std::string::npos) return {text, {}};
-    return {text.substr(0, space), trim(text.substr(space))};
-}
-
-ChatOutcome info(std::string message) {
-    ChatOutcome outcome;
-    outcome.message = std::move(message);
-    return outcome;
-}
-
-ChatOutcome failure(std::string message) {
-    ChatOutcome outcome;
-    outcome.message = std::move(message);
-    outcome.error = true;
-    return outcome;
-}
+using chat_text::failure;
+using chat_text::format;
+using chat_text::info;
+using chat_text::split_command;
+using chat_text::trim;
 
 double per_second(int64_t count, double seconds) {
     return seconds > 0 ? static_cast<double>(count) / seconds : 0.0;
@@ -56,54 +33,6 @@ double per_second(int64_t count, double seconds) {
 // The first token's time is prefill; decode speed counts the tokens after it.
 int64_t decoded_after_first(const TurnResult& turn) {
     return std::max<int64_t>(0, turn.stats.generated_tokens - 1);
-}
-
-__attribute__((format(printf, 1, 2))) std::string format(const char* fmt, ...) {
-    std::va_list args;
-    va_start(args, fmt);
-    std::va_list copy;
-    va_copy(copy, args);
-    const int size = std::vsnprintf(nullptr, 0, fmt, copy);
-    va_end(copy);
-    std::string text(size > 0 ? static_cast<size_t>(size) : 0, '\0');
-    if (size > 0) std::vsnprintf(text.data(), text.size() + 1, fmt, args);
-    va_end(args);
-    return text;
-}
-
-// Whole-string numeric parsing: "12x", "" and out-of-range values are rejected.
-template <class T>
-std::optional<T> parse_number(const std::string& text) {
-    T value{};
-    const char* first = text.data();
-    const char* last = first + text.size();
-    if (first != last && *first == '+') ++first;
-    const auto [end, error] = std::from_chars(first, last, value);
-    if (error != std::errc() || end != last || first == last) return std::nullopt;
-    return value;
-}
-
-std::optional<bool> parse_switch(const std::string& text) {
-    if (text == "on" || text == "true" || text == "1" || text == "yes") return true;
-    if (text == "off" || text == "false" || text == "0" || text == "no") return false;
-    return std::nullopt;
-}
-
-// "Top_K" and "top-k" name the same setting.
-std::string normalize_setting(std::string name) {
-    for (char& c : name) {
-        c = c == '_' ? '-' : static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-    }
-    while (!name.empty() && name.front() == '-') name.erase(name.begin());
-    return name;
-}
-
-// SamplingParams::validate() says "SamplingParams.top_p = 2: must lie in (0, 1]"; the user
-// typed "top-p", so keep only the rule.
-std::string rule_of(const std::invalid_argument& e) {
-    const std::string what = e.what();
-    const size_t colon = what.find(": ");
-    return colon == std::string::npos ? what : what.substr(colon + 2);
 }
 
 }  // namespace
@@ -128,36 +57,66 @@ bool ChatController::is_command(const std::string& line) {
     return !line.empty() && line[0] == '/' && !(line.size() > 1 && line[1] == '/');
 }
 
-std::string ChatController::help_text() {
-    return "Commands:\n"
-           "  /help               this list\n"
-           "  /new                start a new conversation (the system prompt stays)\n"
-           "  /regen              answer the last prompt again (the old reply stays saved)\n"
-           "  /continue           go on with a reply that was cut short\n"
-           "  /edit TEXT          replace the last prompt with TEXT and answer it\n"
-           "  /branch [TITLE]     go on in a copy of this conversation (the original stays)\n"
-           "  /system [TEXT]      set the system prompt, or show it\n"
-           "  /set [PARAM VALUE]  change a setting, or list them all\n"
-           "  /stats              numbers for the last reply and the session store\n"
-           "  /sessions           list saved conversations\n"
-           "  /load ID            open a saved conversation\n"
-           "  /rename TITLE       rename this conversation\n"
-           "  /export PATH        write this conversation as Markdown\n"
-           "  /model [NAME]       go on with another model (a path or a name `ember models`\n"
-           "                      lists; the conversation stays), or show them\n"
-           "  /file PATH          attach a text file to your next message\n"
-           "  /run CMD            attach a command's output to your next message (asks first)\n"
-           "  /tools              the tools the model may call (ember chat --tools FILE,\n"
-           "                      --builtin-tools read_file,list_directory); each call asks first\n"
-           "  /quit               leave (Ctrl-D does too)\n"
-           "Start a line with // to send a prompt that begins with /.";
+namespace {
+
+// Every slash command, once: /help's list and Tab completion (both front ends) come from
+// here. `full_screen`: the command exists only in the full-screen chat (it needs the screen).
+struct CommandInfo {
+    const char* name;
+    const char* usage;  // the name with its arguments, as /help shows it
+    const char* help;
+    bool full_screen = false;
+};
+
+constexpr CommandInfo kCommands[] = {
+    {"/help", "/help", "this list"},
+    {"/new", "/new", "start a new conversation (the system prompt stays)"},
+    {"/regen", "/regen", "answer the last prompt again (the old reply stays saved)"},
+    {"/continue", "/continue", "go on with a reply that was cut short"},
+    {"/edit", "/edit TEXT", "replace the last prompt with TEXT and answer it"},
+    {"/branch", "/branch [TITLE]", "go on in a copy of this conversation (the original stays)"},
+    {"/system", "/system [TEXT]", "set the system prompt, or show it"},
+    {"/set", "/set [NAME VALUE]",
+     "change a setting (kept with the conversation), or list them all"},
+    {"/preset", "/preset [NAME]",
+     "use a preset of the config file instead of the settings now (alone: list them)"},
+    {"/stats", "/stats", "numbers for the last reply and the session store"},
+    {"/sessions", "/sessions", "list saved conversations"},
+    {"/load", "/load ID", "open a saved conversation (with its own model and settings)"},
+    {"/rename", "/rename TITLE", "rename this conversation"},
+    {"/export", "/export PATH", "write this conversation as Markdown"},
+    {"/model", "/model [NAME]",
+     "go on with another model (a path or a name `ember models` lists; the conversation "
+     "stays), or show them"},
+    {"/file", "/file PATH", "attach a text file to your next message"},
+    {"/run", "/run CMD", "attach a command's output to your next message (asks first)"},
+    {"/tools", "/tools",
+     "the tools the model may call (ember chat --tools FILE, --builtin-tools NAMES); each call "
+     "asks first"},
+    {"/copy", "/copy [N]", "the last reply (or its Nth code block) to the clipboard", true},
+    {"/quit", "/quit", "leave (Ctrl-D does too)"},
+};
+
+}  // namespace
+
+std::string ChatController::help_text(bool full_screen) {
+    constexpr size_t kUsageWidth = 20;
+    std::string text = "Commands:\n";
+    for (const CommandInfo& c : kCommands) {
+        if (c.full_screen && !full_screen) continue;
+        std::string usage = c.usage;
+        usage.resize(std::max(kUsageWidth, usage.size() + 1), ' ');
+        text += "  " + usage + c.help + "\n";
+    }
+    return text + "Start a line with // to send a prompt that begins with /.";
 }
 
-const std::vector<std::string>& ChatController::command_names() {
-    static const std::vector<std::string> names = {
-        "/branch", "/continue", "/edit", "/export",   "/file",  "/help",
-        "/load",   "/model",    "/new",  "/quit",     "/regen", "/rename",
-        "/run",    "/set",      "/sessions", "/stats", "/system", "/tools"};
+std::vector<std::string> ChatController::command_names(bool full_screen) {
+    std::vector<std::string> names;
+    for (const CommandInfo& c : kCommands) {
+        if (!c.full_screen || full_screen) names.push_back(c.name);
+    }
+    std::sort(names.begin(), names.end());
     return names;
 }
 
@@ -265,12 +224,13 @@ void ChatController::replace_messages(const std::vector<ChatMessage>& messages) 
     for (const auto& m : messages) engine_.add_message(m);
 }
 
-void ChatController::add_user_message(const std::string& text) {
+void ChatController::add_user_message(const std::string& text, const MessageNotes& notes) {
     ChatMessage message{"user", text, {}, {}};
     // Committed before the reply is generated, so a crash mid-reply loses only the reply.
-    const int64_t id = backend_.commit(message, current_parent(), nullptr);
+    const int64_t id = backend_.commit(message, current_parent(), nullptr, notes);
     engine_.add_message(std::move(message));
     message_ids_.push_back(id);
+    if (!notes.attachments.empty()) notes_[id] = notes;
 }
 
 bool ChatController::stop_requested() const {
@@ -332,7 +292,14 @@ ChatOutcome ChatController::run_turn(const TextCallback& on_text,
     }
     try {
         // A cancelled reply is kept as far as it got, in the conversation and in the store.
-        message_ids_.push_back(backend_.commit(engine_.messages().back(), parent, &*outcome.turn));
+        MessageNotes notes;
+        notes.model = model_name();
+        const int64_t id =
+            backend_.commit(engine_.messages().back(), parent, &*outcome.turn, notes);
+        message_ids_.push_back(id);
+        if (!notes.model.empty()) notes_[id] = std::move(notes);
+        // A fixed seed moved on to the next reply's: --continue goes on from there.
+        record_settings(outcome);
     } catch (const std::exception& e) {
         // The reply stays on screen and in the conversation; 0 marks it as unsaved.
         message_ids_.push_back(0);
@@ -357,11 +324,13 @@ ChatOutcome ChatController::submit(const std::string& prompt, const TextCallback
     // Attached files and command output go first (ui/attachments.h), so a conversation
     // opened on the same file shares its prompt prefix.
     const std::string text = join_attachments(attachments_, typed);
+    MessageNotes notes;
+    notes.attachments = pending_attachments();
     const auto saved_messages = engine_.messages();
     const auto saved_ids = message_ids_;
     try {
         start_tool_rounds();
-        add_user_message(text);
+        add_user_message(text, notes);
     } catch (const std::exception& e) {
         return failure(std::string("could not save the prompt: ") + e.what());
     }
@@ -397,6 +366,7 @@ ChatOutcome ChatController::handle_command(const std::string& line, const TextCa
         if (name == "/branch") return command_branch(args);
         if (name == "/model") return command_model(args);
         if (name == "/tools") return command_tools();
+        if (name == "/preset") return command_preset(args);
     } catch (const std::exception& e) {
         return failure(name + ": " + e.what());
     }
@@ -515,136 +485,6 @@ ChatOutcome ChatController::command_system(const std::string& text) {
     return info("system prompt set");
 }
 
-std::string ChatController::settings_text() const {
-    const SamplingParams& p = sampler_.params();
-    std::ostringstream text;
-    text << "settings (/set NAME VALUE changes one):\n";
-    text << "  temp " << p.temperature << ", top-k " << p.top_k << ", top-p " << p.top_p
-         << ", min-p " << p.min_p << ", repeat-penalty " << p.repeat_penalty << ", seed ";
-    if (seeds_.next()) {
-        text << *seeds_.next() << " (the next reply's)";
-    } else {
-        text << "random (a fresh one per reply)";
-    }
-    text << "\n  n-predict " << generation_.max_tokens
-         << (generation_.max_tokens < 0 ? " (to the end of the turn or the context)" : "")
-         << ", ignore-eos " << (generation_.ignore_eos ? "on" : "off") << ", stats "
-         << (show_stats_ ? "on" : "off") << "\n  think ";
-    if (const std::optional<bool> think = engine_.thinking()) {
-        text << (*think ? "on" : "off");
-    } else {
-        text << "auto (the template's default)";
-    }
-    text << ", thinking-budget ";
-    if (engine_.thinking_budget() >= 0) {
-        text << engine_.thinking_budget();
-    } else {
-        text << "(the server's)";
-    }
-    text << ", reasoning-effort ";
-    const std::string effort = engine_.reasoning_effort();
-    text << (effort.empty() ? std::string("(the template's default)") : effort) << ", ctx ";
-    if (engine_.context_size() > 0) {
-        text << engine_.context_size();
-    } else {
-        text << "(the server's)";
-    }
-    return text.str();
-}
-
-ChatOutcome ChatController::command_set(const std::string& args) {
-    if (args.empty()) return info(settings_text());
-    const auto [raw_name, value] = split_command(args);
-    const std::string name = normalize_setting(raw_name);
-    if (value.empty()) {
-        return failure("usage: /set PARAM VALUE, PARAM one of: " + std::string(kSettingNames));
-    }
-    const auto not_a = [&](const char* what) {
-        return failure("/set " + name + ": '" + value + "' is not " + what);
-    };
-    SamplingParams params = sampler_.params();
-    if (name == "temp" || name == "temperature") {
-        const auto v = parse_number<float>(value);
-        if (!v) return not_a("a number");
-        params.temperature = *v;
-    } else if (name == "top-k") {
-        const auto v = parse_number<int32_t>(value);
-        if (!v) return not_a("a whole number");
-        params.top_k = *v;
-    } else if (name == "top-p") {
-        const auto v = parse_number<float>(value);
-        if (!v) return not_a("a number");
-        params.top_p = *v;
-    } else if (name == "min-p") {
-        const auto v = parse_number<float>(value);
-        if (!v) return not_a("a number");
-        params.min_p = *v;
-    } else if (name == "repeat-penalty") {
-        const auto v = parse_number<float>(value);
-        if (!v) return not_a("a number");
-        params.repeat_penalty = *v;
-    } else if (name == "seed") {
-        const auto v = parse_number<uint64_t>(value);
-        if (!v) return not_a("a whole number >= 0");
-        sampler_.reset(*v);
-        seeds_.fix(*v);
-        return info("seed = " + std::to_string(*v) + " (the next reply starts from it)");
-    } else if (name == "n-predict" || name == "n" || name == "max-tokens") {
-        const auto v = parse_number<int64_t>(value);
-        if (!v) return not_a("a whole number");
-        if (*v == 0 || *v < -1) {
-            return failure("/set n-predict: must be > 0, or -1 for as many as the context holds");
-        }
-        generation_.max_tokens = *v;
-        return info("n-predict = " + value);
-    } else if (name == "stats") {
-        const auto v = parse_switch(value);
-        if (!v) return not_a("on or off");
-        show_stats_ = *v;
-        return info(*v ? "stats = on (a line of numbers after each reply)"
-                       : "stats = off (the status line keeps the numbers)");
-    } else if (name == "ignore-eos") {
-        const auto v = parse_switch(value);
-        if (!v) return not_a("on or off");
-        generation_.ignore_eos = *v;
-        return info(std::string("ignore-eos = ") + (*v ? "on" : "off"));
-    } else if (name == "think") {
-        const auto v = parse_switch(value);
-        if (!v) return not_a("on or off");
-        engine_.set_thinking(*v);
-        return info(std::string("think = ") + (*v ? "on" : "off"));
-    } else if (name == "thinking-budget" || name == "max-thinking-tokens") {
-        const auto v = parse_number<int64_t>(value);
-        if (!v || *v < 0) return not_a("a whole number >= 0");
-        engine_.set_thinking(*v > 0, *v);
-        return info("thinking-budget = " + value);
-    } else if (name == "reasoning-effort") {
-        // gpt-oss's system message says how hard to think: low, medium or high.
-        if (value != "low" && value != "medium" && value != "high") {
-            return not_a("low, medium or high");
-        }
-        engine_.set_reasoning_effort(value);
-        return info("reasoning-effort = " + value);
-    } else if (name == "ctx" || name == "context") {
-        const auto v = parse_number<int64_t>(value);
-        if (!v) return not_a("a whole number");
-        try {
-            engine_.set_context(*v);
-        } catch (const std::invalid_argument& e) {
-            return failure("/set ctx " + value + ": " + e.what());
-        }
-        return info("ctx = " + value + " (the next turn is evaluated afresh)");
-    } else {
-        return failure("/set: unknown setting '" + raw_name + "'; settings: " + kSettingNames);
-    }
-    try {
-        sampler_.set_params(params);  // validates; on error nothing changes
-    } catch (const std::invalid_argument& e) {
-        return failure("/set " + name + " " + value + ": " + rule_of(e));
-    }
-    return info(name + " = " + value);
-}
-
 ChatOutcome ChatController::command_stats() {
     std::string text = last_turn_ ? turn_details(*last_turn_) : "no reply yet";
     text += "\nsession store: " + backend_.stats_text();
@@ -665,21 +505,42 @@ ChatOutcome ChatController::command_sessions() {
     return info(text);
 }
 
-ChatOutcome ChatController::load_session(const std::string& id) {
+ChatOutcome ChatController::load_session(const std::string& id, bool own_model) {
     if (id.empty()) return failure("usage: /load ID (/sessions lists them)");
     std::optional<LoadedSession> loaded = backend_.load(id);
     if (!loaded) return failure("/load: no saved conversation '" + id + "' (/sessions lists them)");
     if (loaded->messages.size() != loaded->message_ids.size()) {
         return failure("/load: conversation '" + id + "' is inconsistent in the store");
     }
+    // Its own model first (the picker, /load): the messages then load under it, so its
+    // stored reply tokens and state are used.
+    const std::string model_note = own_model ? reopen_model_of(*loaded) : std::string();
+    if (!model_note.empty()) {
+        loaded = backend_.load(id);
+        if (!loaded || loaded->messages.size() != loaded->message_ids.size()) {
+            return failure("/load: conversation '" + id + "' changed in the store");
+        }
+    }
     engine_.clear();
     if (!loaded->system_prompt.empty()) engine_.set_system(loaded->system_prompt);
     for (auto& m : loaded->messages) engine_.add_message(std::move(m));
     message_ids_ = std::move(loaded->message_ids);
+    notes_.clear();
+    for (size_t i = 0; i < message_ids_.size() && i < loaded->notes.size(); ++i) {
+        const MessageNotes& n = loaded->notes[i];
+        if (!n.attachments.empty() || !n.model.empty()) notes_[message_ids_[i]] = n;
+    }
     last_turn_.reset();
     ChatOutcome outcome = info("loaded '" + loaded->summary.title + "' (" +
                                std::to_string(message_ids_.size()) + " messages)");
     outcome.conversation_replaced = true;
+    if (!model_note.empty()) outcome.message += "; " + model_note;
+    // The settings it went on with (/set, /preset) come back with it.
+    if (loaded->settings) {
+        const std::string not_taken = apply_settings(*loaded->settings);
+        if (!not_taken.empty()) outcome.message += "; " + not_taken;
+    }
+    record_settings(outcome);
     resume_waiting_calls();
     if (tool_call_waiting()) {
         const std::string loaded_note = outcome.message;
@@ -755,6 +616,8 @@ ChatOutcome ChatController::command_model(const std::string& name) {
     // model's (/continue cannot extend a reply across models).
     last_turn_.reset();
     outcome.conversation_replaced = true;
+    // The new model's context may differ: the record says what later replies run with.
+    record_settings(outcome);
     return outcome;
 }
 
@@ -762,6 +625,35 @@ ChatOutcome ChatController::command_export(const std::string& path) {
     if (path.empty()) return failure("usage: /export PATH");
     backend_.export_markdown(path);
     return info("written to " + path);
+}
+
+std::vector<AttachmentNote> ChatController::pending_attachments() const {
+    std::vector<AttachmentNote> notes;
+    for (const Attachment& a : attachments_) {
+        notes.push_back({a.heading, static_cast<int64_t>(a.content.size()),
+                         static_cast<int64_t>(join_attachments({a}, "").size())});
+    }
+    return notes;
+}
+
+std::string ChatController::shown_prompt(const std::string& typed,
+                                         const std::vector<AttachmentNote>& attachments) {
+    std::string shown;
+    for (const AttachmentNote& a : attachments) {
+        shown += "[attached] " + a.heading + " (" + std::to_string(a.bytes) +
+                 (a.bytes == 1 ? " byte" : " bytes") + ")\n";
+    }
+    return shown.empty() ? typed : shown + "\n" + typed;
+}
+
+std::string ChatController::shown_message(const std::string& content, const MessageNotes& notes) {
+    size_t attached = 0;
+    for (const AttachmentNote& a : notes.attachments) {
+        attached += static_cast<size_t>(std::max<int64_t>(0, a.length));
+    }
+    // A record that does not fit the content (an edited file) shows the content whole.
+    if (notes.attachments.empty() || attached > content.size()) return content;
+    return shown_prompt(content.substr(attached), notes.attachments);
 }
 
 }  // namespace ember::ui

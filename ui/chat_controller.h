@@ -11,12 +11,14 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "engine/generate/conversation.h"
 #include "ui/attachments.h"
 #include "ui/chat_engine.h"
 #include "ui/model_switcher.h"
+#include "ui/presets.h"
 #include "ui/session_backend.h"
 #include "ui/tool_turns.h"
 
@@ -56,8 +58,15 @@ public:
     ChatOutcome submit(const std::string& prompt, const TextCallback& on_text);
 
     // Makes the stored session `id` current (what /load does); a front end may call it at
-    // start to resume one.
-    ChatOutcome load_session(const std::string& id);
+    // start to resume one. `own_model`: a conversation made with another model is opened
+    // with that one (the switcher loads it); false at start, where the command line chose
+    // the model (-m, else the conversation's own).
+    ChatOutcome load_session(const std::string& id, bool own_model = true);
+
+    // "/set NAME VALUE" without the /set, never taken as the answer to a waiting question
+    // (a resumed conversation's tool call): the command line's settings over a resumed
+    // conversation's.
+    ChatOutcome apply_setting(const std::string& name_value) { return command_set(name_value); }
 
     // Whether `line` is a slash command rather than a prompt.
     static bool is_command(const std::string& line);
@@ -110,13 +119,42 @@ public:
     ChatOutcome continue_after_tools(const TextCallback& on_text);
 
     // The seeds replies are sampled with (default: fixed from the sampler's seed).
-    void set_seeds(ReplySeeds seeds) { seeds_ = seeds; }
+    void set_seeds(ReplySeeds seeds);
+
+    // The config file's presets for /preset, and what a preset is applied over: the settings
+    // and system prompt the chat had before any preset, so a preset replaces the one before
+    // it instead of adding to it.
+    struct PresetBase {
+        SamplingParams sampling;
+        std::optional<uint64_t> fixed_seed;
+        std::string system;
+    };
+    void set_presets(Presets presets, std::string config_path, PresetBase base);
+
+    // The settings later replies are generated with (what /set changes).
+    ChatSettings settings() const;
+    // Makes `settings` the ones later replies use (as /set would, one by one) and records
+    // them; what the engine cannot take (a context a remote server decides) is left as it is.
+    // Returns what was not taken, or empty.
+    std::string apply_settings(const ChatSettings& settings);
+    // What is attached to the next prompt (/file, /run), collapsed.
+    std::vector<AttachmentNote> pending_attachments() const;
+    // A prompt as the transcript shows it: a line per attachment (its heading and size), then
+    // what the user typed. `shown_message`: the same from a stored message's content.
+    static std::string shown_prompt(const std::string& typed,
+                                    const std::vector<AttachmentNote>& attachments);
+    static std::string shown_message(const std::string& content, const MessageNotes& notes);
+
+    // What each message of the current branch carries (a prompt's attachments, a reply's
+    // model), in the order of message_ids().
+    std::vector<MessageNotes> message_notes() const;
     // Whether a line of numbers follows each reply (--verbose, /set stats); the status line
     // shows them either way.
     bool show_stats() const { return show_stats_; }
     void set_show_stats(bool on) { show_stats_ = on; }
 
     ChatEngine& engine() { return engine_; }
+    const ChatEngine& engine() const { return engine_; }
     const Sampler& sampler() const { return sampler_; }
     const GenerateOptions& generation() const { return generation_; }
     // Store ids of the conversation's non-system messages, in order (the current branch).
@@ -127,13 +165,14 @@ public:
     // Id of the current conversation in the store; empty until its first message is saved.
     std::string session_id() const { return backend_.current_id(); }
 
-    // The slash commands, for Tab completion ("/help", "/load", ...).
-    static const std::vector<std::string>& command_names();
+    // The slash commands, for Tab completion ("/help", "/load", ...); `full_screen` adds
+    // the full-screen chat's own (/copy).
+    static std::vector<std::string> command_names(bool full_screen = false);
     // What /set accepts ("temp", "top-k", ...), for Tab completion.
     static const std::vector<std::string>& setting_names();
 
-    // The command list shown by /help.
-    static std::string help_text();
+    // The command list shown by /help (`full_screen`: with the full-screen chat's own).
+    static std::string help_text(bool full_screen = false);
     // One short line after a reply: tokens, speed, time to first token, why it ended.
     static std::string turn_summary(const TurnResult& turn);
     // What must be said after a reply even without the stats line: warnings, turns dropped
@@ -151,7 +190,7 @@ private:
                          const std::vector<ChatMessage>& restore_messages,
                          const std::vector<int64_t>& restore_ids, bool continuing = false);
     // Adds a user message to the conversation and commits it at once.
-    void add_user_message(const std::string& text);
+    void add_user_message(const std::string& text, const MessageNotes& notes = {});
     void replace_messages(const std::vector<ChatMessage>& messages);
     int64_t current_parent() const { return message_ids_.empty() ? 0 : message_ids_.back(); }
     const ChatMessage* last_non_system() const;
@@ -163,12 +202,20 @@ private:
     ChatOutcome command_edit(const std::string& text, const TextCallback& on_text);
     ChatOutcome command_system(const std::string& text);
     ChatOutcome command_set(const std::string& args);
+    ChatOutcome set_one(const std::string& args);  // /set NAME VALUE, not recorded
     ChatOutcome command_stats();
     ChatOutcome command_sessions();
     ChatOutcome command_rename(const std::string& title);
     ChatOutcome command_export(const std::string& path);
     ChatOutcome command_model(const std::string& name);
     ChatOutcome command_branch(const std::string& title);
+    ChatOutcome command_preset(const std::string& name);
+    // Stores the settings now in force with the conversation (after /set, /preset, /model, a
+    // load); a failed write becomes `outcome`'s error.
+    void record_settings(ChatOutcome& outcome);
+    // /load of a conversation made with another model: that model answers again (asked of
+    // the switcher); says what happened, or why it could not.
+    std::string reopen_model_of(const LoadedSession& loaded);
     // /file and /run (ui/chat_attachments.cpp): attach to the next prompt.
     ChatOutcome command_file(const std::string& path);
     ChatOutcome command_run(const std::string& command);
@@ -203,6 +250,11 @@ private:
     ReplySeeds seeds_;
     bool show_stats_ = false;
     std::vector<int64_t> message_ids_;
+    // What went with a message (by store id; a message without notes has none here).
+    std::unordered_map<int64_t, MessageNotes> notes_;
+    Presets presets_;
+    std::string config_path_;
+    std::optional<PresetBase> preset_base_;
     std::optional<TurnResult> last_turn_;
     std::vector<Attachment> attachments_;   // joined before the next prompt
     std::optional<std::string> run_asked_;  // the /run command waiting for its yes

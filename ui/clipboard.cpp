@@ -11,6 +11,8 @@
 #include <sstream>
 #include <vector>
 
+#include "ui/attachments.h"
+
 namespace ember::ui {
 
 namespace {
@@ -164,6 +166,19 @@ std::string osc52_sequence(const std::string& text) {
     }
     out += '\a';
     return out;
+}
+
+std::string osc52_blocker() {
+    const char* tmux = std::getenv("TMUX");
+    if (tmux == nullptr || *tmux == '\0') return {};
+    constexpr size_t kMaxAnswer = 256;
+    constexpr int kTimeoutMs = 2000;
+    const CommandOutput out =
+        run_shell_command("tmux show-options -gv set-clipboard", kMaxAnswer, kTimeoutMs);
+    std::string value = out.output;
+    while (!value.empty() && (value.back() == '\n' || value.back() == ' ')) value.pop_back();
+    if (out.exit_status != 0 || out.timed_out || value == "on") return {};
+    return "tmux's set-clipboard is " + value + " (tmux set -g set-clipboard on lets it through)";
 }
 
 ClipboardResult copy_to_clipboard(const std::string& text) {

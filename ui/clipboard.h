@@ -27,6 +27,11 @@ struct ClipboardResult {
 // sequence carrying it.
 ClipboardResult copy_to_clipboard(const std::string& text);
 
+// Why an OSC 52 sequence written now would set no clipboard, when that can be known: tmux
+// passes one on only with its set-clipboard option "on" (its default, "external", drops it);
+// empty when nothing is known to stop it (whether the terminal takes it cannot be asked).
+std::string osc52_blocker();
+
 // ESC ] 52 ; c ; BASE64(text) BEL
 std::string osc52_sequence(const std::string& text);
 

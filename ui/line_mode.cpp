@@ -255,6 +255,13 @@ LineEditor::LineEditor(std::string history_path) : history_path_(std::move(histo
             rl_bind_key_in_map(kInterruptKey, on_interrupt_key, map);
         }
     }
+    // Esc is Emacs mode's Meta prefix and readline waits for the key after it however long
+    // that takes: Esc, then Enter a second later, read as the unbound Meta-Enter, lost the
+    // Enter (and the line was not sent). Meta-Enter sends the line like Enter.
+    if (Keymap emacs = rl_get_keymap_by_name("emacs")) {
+        rl_bind_keyseq_in_map("\\e\\r", rl_newline, emacs);
+        rl_bind_keyseq_in_map("\\e\\n", rl_newline, emacs);
+    }
     using_history();
     stifle_history(kHistoryEntries);
     open_history();
@@ -391,13 +398,25 @@ void print_note(const std::string& text, bool dim) {
     std::fflush(stderr);
 }
 
-// After /load: the conversation so far, so the user sees where it stands.
-void print_transcript(const ChatEngine& conversation) {
+// After /load: the conversation so far, so the user sees where it stands: attachments
+// collapsed, and each reply's model where it changes (from the first reply on when another
+// model than the one answering now wrote it).
+void print_transcript(const ChatController& controller) {
     TextWriter out(stdout);
-    for (const auto& m : conversation.messages()) {
+    const std::vector<MessageNotes> notes = controller.message_notes();
+    std::string previous_model = controller.model_name();
+    size_t index = 0;
+    for (const auto& m : controller.engine().messages()) {
+        const MessageNotes note =
+            m.role != "system" && index < notes.size() ? notes[index] : MessageNotes{};
+        if (m.role != "system") ++index;
         if (m.role == "user") {
-            out.raw("> ").text(m.content).raw("\n");
+            out.raw("> ").text(ChatController::shown_message(m.content, note)).raw("\n");
         } else if (m.role == "assistant") {
+            if (!note.model.empty() && note.model != previous_model) {
+                out.raw("[model: ").text(note.model).raw("]\n");
+            }
+            if (!note.model.empty()) previous_model = note.model;
             if (!m.content.empty() || m.tool_calls.empty()) out.text(m.content).raw("\n");
             for (const ToolCall& call : m.tool_calls) {
                 out.raw("[tool call] ").text(describe_call(call)).raw("\n");
@@ -434,7 +453,7 @@ void show_outcome(const ChatOutcome& outcome, const std::string& input, bool col
         TextWriter(stdout).text(outcome.message).raw("\n");
         std::fflush(stdout);
     }
-    if (input.starts_with("/load")) print_transcript(controller.engine());
+    if (input.starts_with("/load")) print_transcript(controller);
 }
 
 // One step of the chat: a prompt, a command, an answer to a question, the model going on

@@ -3,6 +3,8 @@
 #include <stdexcept>
 #include <utility>
 
+#include "engine/sampling/sampling_ranges.h"
+
 namespace ember::ui {
 
 namespace {
@@ -43,6 +45,13 @@ Preset parse_one(const std::string& name, const json& value, const std::string& 
                     throw std::runtime_error(where + ".sampling." + setting + " must be a " +
                                              (setting == "seed" ? "whole number >= 0" : "number"));
                 }
+                // The ranges the command line, /set and the server hold values to.
+                const std::string field = setting == "temp" ? "temperature" : setting;
+                if (const std::string rule = sampling_range_problem(field, number.get<double>());
+                    !rule.empty()) {
+                    throw std::runtime_error(where + ".sampling." + setting + " " + rule +
+                                             ", not " + number.dump());
+                }
             }
             preset.sampling = item;
         } else {
@@ -77,15 +86,18 @@ const Preset& find_preset(const Presets& presets, const std::string& name,
         (names.empty() ? std::string(" (it defines none)") : " (presets: " + names + ")"));
 }
 
-std::vector<std::string> preset_commands(const Preset& preset) {
-    std::vector<std::string> commands;
-    if (preset.system) commands.push_back("/system " + *preset.system);
-    for (const auto& [key, setting] : sampling_keys()) {
-        if (preset.sampling.contains(key)) {
-            commands.push_back("/set " + setting + " " + preset.sampling[key].dump());
-        }
+void apply_preset_sampling(const Preset& preset, SamplingParams& sampling,
+                           std::optional<uint64_t>& fixed_seed) {
+    const json& j = preset.sampling;
+    if (j.contains("temp")) sampling.temperature = j["temp"].get<float>();
+    if (j.contains("top_k")) sampling.top_k = j["top_k"].get<int32_t>();
+    if (j.contains("top_p")) sampling.top_p = j["top_p"].get<float>();
+    if (j.contains("min_p")) sampling.min_p = j["min_p"].get<float>();
+    if (j.contains("repeat_penalty")) sampling.repeat_penalty = j["repeat_penalty"].get<float>();
+    if (j.contains("seed")) {
+        fixed_seed = j["seed"].get<uint64_t>();
+        sampling.seed = *fixed_seed;
     }
-    return commands;
 }
 
 }  // namespace ember::ui

@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "engine/sampling/sampler.h"
+
 namespace ember::ui {
 
 struct Preset {
@@ -28,7 +30,8 @@ Presets parse_presets(const nlohmann::json& config, const std::string& config_pa
 const Preset& find_preset(const Presets& presets, const std::string& name,
                           const std::string& config_path);
 
-// The chat commands that apply `preset` ("/system TEXT", "/set temp 0.2", ...), in order.
-std::vector<std::string> preset_commands(const Preset& preset);
+// Writes `preset`'s sampling settings over `sampling` (a seed it names becomes `fixed_seed`).
+void apply_preset_sampling(const Preset& preset, SamplingParams& sampling,
+                           std::optional<uint64_t>& fixed_seed);
 
 }  // namespace ember::ui

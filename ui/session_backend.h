@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "engine/generate/conversation.h"
+#include "engine/sampling/sampler.h"
 
 namespace ember::ui {
 
@@ -22,16 +23,49 @@ struct SessionSummary {
     std::string id;  // stable, short, typeable (Tab-completed)
     std::string title;
     std::string model;
+    std::string model_path;  // absolute; empty: unknown (older ember, a remote model)
     int64_t turns = 0;     // user messages on the current branch
     std::string updated;  // ISO 8601, local time
+};
+
+// Something attached before a prompt's typed text (/file, /run, -f): shown collapsed, by its
+// heading and size. `length`: the bytes of the message's content it takes (with its fence
+// and the blank line after it), so the typed text starts after all of them.
+struct AttachmentNote {
+    std::string heading;  // "File: notes.txt", "Output of: ls"
+    int64_t bytes = 0;    // of the attached text
+    int64_t length = 0;
+};
+
+// What a message carries besides its text: a prompt's attachments, a reply's model.
+struct MessageNotes {
+    std::vector<AttachmentNote> attachments;
+    std::string model;  // the reply's model (file name); empty: unknown
+};
+
+// The settings that decide a reply and that /set and /preset change, stored with the
+// conversation (and with each reply) so --continue, --resume, /load and replay restore them.
+struct ChatSettings {
+    SamplingParams sampling;
+    std::optional<uint64_t> fixed_seed;  // the next reply's seed when fixed (/set seed, --seed)
+    int64_t max_tokens = -1;
+    bool ignore_eos = false;
+    std::optional<bool> think;  // unset: the template's default
+    int64_t thinking_budget = -1;
+    std::string reasoning_effort;
+    int64_t context = 0;  // 0: unknown (a remote server's)
 };
 
 struct LoadedSession {
     SessionSummary summary;
     std::string system_prompt;
-    // The current branch, root first; ids[i] is the store's id of messages[i].
+    // The current branch, root first; ids[i] is the store's id of messages[i], notes[i] what
+    // else it carries.
     std::vector<ChatMessage> messages;
     std::vector<int64_t> message_ids;
+    std::vector<MessageNotes> notes;
+    // The settings the conversation went on with; nullopt: none stored that can be read.
+    std::optional<ChatSettings> settings;
 };
 
 class SessionBackend {
@@ -44,8 +78,16 @@ public:
     virtual std::string current_id() const = 0;
     // Commits a complete message (a cancelled reply is complete as far as it got) under
     // `parent_id` (0: a root) and returns its id. `turn` carries the reply's stats.
-    virtual int64_t commit(const ChatMessage& message, int64_t parent_id,
-                           const TurnResult* turn) = 0;
+    // `notes.attachments`: what a prompt's content begins with (a reply's model is the
+    // backend's own record of the model answering).
+    virtual int64_t commit(const ChatMessage& message, int64_t parent_id, const TurnResult* turn,
+                           const MessageNotes& notes) = 0;
+    int64_t commit(const ChatMessage& message, int64_t parent_id, const TurnResult* turn) {
+        return commit(message, parent_id, turn, MessageNotes{});
+    }
+    // The settings later replies are generated with: stored with the conversation (when it is
+    // saved, and at its first commit) and with each reply. Throws when the write fails.
+    virtual void record_settings(const ChatSettings& settings) = 0;
     virtual void set_system_prompt(const std::string& text) = 0;
     virtual void rename(const std::string& title) = 0;
 
@@ -63,9 +105,12 @@ class NullSessionBackend final : public SessionBackend {
 public:
     void new_session(const std::string&) override {}
     std::string current_id() const override { return {}; }
-    int64_t commit(const ChatMessage&, int64_t parent_id, const TurnResult*) override {
+    using SessionBackend::commit;
+    int64_t commit(const ChatMessage&, int64_t parent_id, const TurnResult*,
+                   const MessageNotes&) override {
         return parent_id + 1;
     }
+    void record_settings(const ChatSettings&) override {}
     void set_system_prompt(const std::string&) override {}
     void rename(const std::string&) override {}
     std::vector<SessionSummary> list(int64_t) override { return {}; }

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "engine/generate/constrained.h"
+#include "engine/sampling/sampling_ranges.h"
 
 namespace ember::serve {
 
@@ -160,14 +161,14 @@ json parse_body(const std::string& body, const RequestLimits& limits) {
     return j;
 }
 
-std::optional<double> number_field(const json& j, const char* name, double lo, double hi) {
+// A sampling field checked against the range every way in shares (sampling_ranges.h).
+std::optional<double> sampling_field(const json& j, const char* name) {
     auto it = j.find(name);
     if (it == j.end() || it->is_null()) return std::nullopt;
     if (!it->is_number()) throw bad_field(name, "must be a number");
     const double v = it->get<double>();
-    if (!std::isfinite(v) || v < lo || v > hi) {
-        throw bad_field(name, "must be between " + json(lo).dump() + " and " + json(hi).dump() +
-                                  ", not " + it->dump());
+    if (const std::string rule = sampling_range_problem(name, v); !rule.empty()) {
+        throw bad_field(name, rule + ", not " + it->dump());
     }
     return v;
 }
@@ -203,13 +204,13 @@ std::string string_field(const json& j, const char* name) {
 
 SamplingRequest parse_sampling(const json& j, const RequestLimits& limits) {
     SamplingRequest s;
-    s.temperature = number_field(j, "temperature", 0, 2);
-    s.top_p = number_field(j, "top_p", 0, 1);
-    s.min_p = number_field(j, "min_p", 0, 1);
-    s.presence_penalty = number_field(j, "presence_penalty", -2, 2);
-    s.frequency_penalty = number_field(j, "frequency_penalty", -2, 2);
-    s.repeat_penalty = number_field(j, "repeat_penalty", 0, 10);
-    s.top_k = integer_field(j, "top_k", 0, 1 << 20);
+    s.temperature = sampling_field(j, "temperature");
+    s.top_p = sampling_field(j, "top_p");
+    s.min_p = sampling_field(j, "min_p");
+    s.presence_penalty = sampling_field(j, "presence_penalty");
+    s.frequency_penalty = sampling_field(j, "frequency_penalty");
+    s.repeat_penalty = sampling_field(j, "repeat_penalty");
+    s.top_k = integer_field(j, "top_k", 0, static_cast<int64_t>(sampling_range("top_k")->hi));
     if (auto seed = integer_field(j, "seed", std::numeric_limits<int64_t>::min(),
                                   std::numeric_limits<int64_t>::max())) {
         s.seed = static_cast<uint64_t>(*seed);

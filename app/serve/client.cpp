@@ -1,13 +1,25 @@
 #include "app/serve/client.h"
 
+#include <fcntl.h>
 #include <httplib.h>
+#include <netdb.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
+#include <cctype>
+#include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <stdexcept>
 
 namespace ember::serve {
 
 using json = nlohmann::json;
+
+namespace {
+constexpr int kConnectTimeoutSeconds = 10;
+}  // namespace
 
 ApiEndpoint parse_api_url(const std::string& url) {
     const size_t scheme_end = url.find("://");
@@ -32,7 +44,7 @@ ApiClient::ApiClient(const std::string& url, std::string api_key, int read_timeo
     : endpoint_(parse_api_url(url)), api_key_(std::move(api_key)) {
     http_ = std::make_unique<httplib::Client>(endpoint_.origin);
     http_->set_read_timeout(read_timeout_seconds, 0);
-    http_->set_connection_timeout(10, 0);
+    http_->set_connection_timeout(kConnectTimeoutSeconds, 0);
     http_->set_keep_alive(true);
     if (!api_key_.empty()) http_->set_bearer_token_auth(api_key_);
 }
@@ -55,6 +67,82 @@ std::string error_text(int status, const std::string& body) {
     } catch (const std::exception&) {
     }
     return "HTTP " + std::to_string(status) + (body.empty() ? "" : ": " + body.substr(0, 300));
+}
+
+// Why a TCP connection to `origin` ("http://host:port") fails, in the system's words
+// ("connection refused", "no route to host"); empty when it does not fail now. httplib only
+// says "Connection" and keeps no errno, so the connection is tried once more, briefly.
+std::string connect_failure(const std::string& origin) {
+    const bool https = origin.starts_with("https://");
+    std::string host = origin.substr(origin.find("://") + 3);
+    std::string port = https ? "443" : "80";
+    if (host.starts_with("[")) {  // [::1]:8080
+        const size_t close = host.find(']');
+        if (close != std::string::npos) {
+            if (close + 1 < host.size() && host[close + 1] == ':') port = host.substr(close + 2);
+            host = host.substr(1, close - 1);
+        }
+    } else if (const size_t colon = host.rfind(':'); colon != std::string::npos) {
+        port = host.substr(colon + 1);
+        host = host.substr(0, colon);
+    }
+    addrinfo hints{};
+    hints.ai_socktype = SOCK_STREAM;
+    addrinfo* found = nullptr;
+    if (const int rc = ::getaddrinfo(host.c_str(), port.c_str(), &hints, &found); rc != 0) {
+        return "cannot resolve " + host + " (" + ::gai_strerror(rc) + ")";
+    }
+    std::string reason;
+    for (addrinfo* a = found; a != nullptr; a = a->ai_next) {
+        const int fd =
+            ::socket(a->ai_family, a->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, a->ai_protocol);
+        if (fd < 0) continue;
+        int error = 0;
+        if (::connect(fd, a->ai_addr, a->ai_addrlen) != 0) {
+            error = errno;
+            if (error == EINPROGRESS) {
+                pollfd p{fd, POLLOUT, 0};
+                constexpr int kProbeMs = 3000;
+                if (::poll(&p, 1, kProbeMs) <= 0) {
+                    error = ETIMEDOUT;
+                } else {
+                    socklen_t size = sizeof error;
+                    ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &error, &size);
+                }
+            }
+        }
+        ::close(fd);
+        if (error == 0) {
+            reason.clear();
+            break;
+        }
+        if (reason.empty()) {
+            reason = std::strerror(error);
+            if (!reason.empty()) reason[0] = static_cast<char>(std::tolower(reason[0]));
+        }
+    }
+    ::freeaddrinfo(found);
+    return reason;
+}
+
+// What went wrong with a request that got no response, in words a user can act on.
+std::string failure_reason(httplib::Error error, const std::string& origin) {
+    switch (error) {
+        case httplib::Error::ConnectionTimeout:
+            return "timed out (no connection within " + std::to_string(kConnectTimeoutSeconds) +
+                   " s)";
+        case httplib::Error::Read:
+            return "no answer (the server closed the connection or timed out)";
+        case httplib::Error::Connection: {
+            const std::string why = connect_failure(origin);
+            return why.empty() ? "the connection failed" : why;
+        }
+        default: {
+            std::string text = httplib::to_string(error);
+            if (!text.empty()) text[0] = static_cast<char>(std::tolower(text[0]));
+            return text;
+        }
+    }
 }
 
 }  // namespace
@@ -180,10 +268,10 @@ StreamResult ApiClient::stream(const std::string& endpoint, json body,
     if (at_limit) return result;  // complete as far as -n asked
     if (result.cancelled || !result.error.empty()) return result;
     if (!res) {
-        result.error =
-            status == 0
-                ? "cannot reach " + endpoint_.origin + ": " + httplib::to_string(res.error())
-                : "the connection was lost mid-reply (" + httplib::to_string(res.error()) + ")";
+        result.error = status == 0 ? "cannot reach " + endpoint_.origin + ": " +
+                                         failure_reason(res.error(), endpoint_.origin)
+                                   : "the connection was lost mid-reply (" +
+                                         failure_reason(res.error(), endpoint_.origin) + ")";
         return result;
     }
     if (status != 200) {
@@ -206,7 +294,7 @@ std::vector<std::string> ApiClient::model_ids() {
     auto res = http_->Get((endpoint_.prefix + "/models").c_str());
     if (!res) {
         throw std::runtime_error("cannot reach " + endpoint_.origin + ": " +
-                                 httplib::to_string(res.error()));
+                                 failure_reason(res.error(), endpoint_.origin));
     }
     if (res->status != 200) throw std::runtime_error(error_text(res->status, res->body));
     std::vector<std::string> ids;

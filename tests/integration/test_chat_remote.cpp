@@ -162,6 +162,8 @@ TEST(ChatRemote, UnreachableServerIsReportedAndThePromptStaysSaved) {
     EXPECT_EQ(r.status, 1);
     EXPECT_NE(r.err.find("ember: no reply: cannot reach http://127.0.0.1:"), std::string::npos)
         << r.err;
+    // The system's reason, not httplib's bare "Connection".
+    EXPECT_NE(r.err.find(": connection refused"), std::string::npos) << r.err;
     EXPECT_EQ(query_int(db, "SELECT COUNT(*) FROM messages WHERE role = 'user'"), 1);
     EXPECT_EQ(query_int(db, "SELECT COUNT(*) FROM messages WHERE role = 'assistant'"), 0);
 }

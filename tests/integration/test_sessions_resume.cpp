@@ -271,7 +271,8 @@ TEST(SessionsCommands, ListSearchExportRenameRemove) {
     EXPECT_EQ(sessions_cmd(db, {"rename", id, "Jam notes"}).status, 0);
     EXPECT_NE(sessions_cmd(db, {"list"}).out.find("Jam notes"), std::string::npos);
     const auto show = sessions_cmd(db, {"show", id});
-    EXPECT_NE(show.out.find("[assistant #2]"), std::string::npos) << show.out;
+    // Each reply names the model that wrote it.
+    EXPECT_NE(show.out.find("[assistant #2 by llama.gguf]"), std::string::npos) << show.out;
 
     EXPECT_EQ(sessions_cmd(db, {"rm", id}).status, 0);
     EXPECT_NE(sessions_cmd(db, {"list"}).out.find("no saved conversations"), std::string::npos);

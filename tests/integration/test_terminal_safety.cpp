@@ -186,11 +186,12 @@ protected:
     }
     void SetUp() override { EMBER_REQUIRE_FIXTURE(kModel); }
 
-    // `ember chat` on the test's database, sampling hot from a fixed seed.
+    // `ember chat` on the test's database, sampling hot (the hottest the command line takes,
+    // the server's limit) from a fixed seed.
     static std::vector<std::string> chat(const std::vector<std::string>& extra) {
         std::vector<std::string> argv = {ember_binary(), "chat", "-m",     fixture_path(kModel),
                                          "--db",         db_,    "-t",     "1",
-                                         "--temp",       "5",    "--seed", "7",
+                                         "--temp",       "2",    "--seed", "7",
                                          "-n",           "48"};
         argv.insert(argv.end(), extra.begin(), extra.end());
         return argv;
@@ -485,7 +486,7 @@ TEST_F(TerminalSafety, RunDetokenizeAndRenderOnATerminal) {
         SCOPED_TRACE("run: the echoed prompt and the completion");
         const std::vector<std::string> argv = {
             ember_binary(), "run",  "-m",     fixture_path(kModel),
-            "-t",           "1",    "--temp", "5",
+            "-t",           "1",    "--temp", "2",
             "--seed",       "7",    "-n",     "48",
             "-p",           kPrompt};
         const CommandResult piped = run_command(argv);

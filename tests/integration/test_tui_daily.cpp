@@ -180,7 +180,7 @@ TEST_F(TuiDaily, QuietRepliesContinueSettingsKeysAndTheWayBack) {
     tmux_->text("/s");
     tmux_->keys("Tab");
     ASSERT_TRUE(wait_for(
-        [](const std::string& s) { return shows(s, "/set  /sessions  /stats  /system"); }, screen))
+        [](const std::string& s) { return shows(s, "/sessions  /set  /stats  /system"); }, screen))
         << screen;
     tmux_->keys("C-u");
 

@@ -33,8 +33,10 @@ public:
         int64_t parent = 0;
         int64_t id = 0;
         bool with_turn = false;
+        ui::MessageNotes notes;
     };
     std::vector<Commit> commits;
+    std::vector<ui::ChatSettings> settings;  // every record_settings(), in order
     int new_sessions = 0;
     std::string system_prompt;
     std::optional<ui::LoadedSession> stored;
@@ -44,11 +46,14 @@ public:
         system_prompt = system;
     }
     std::string current_id() const override { return "s1"; }
-    int64_t commit(const ChatMessage& message, int64_t parent_id, const TurnResult* turn) override {
+    using ui::SessionBackend::commit;
+    int64_t commit(const ChatMessage& message, int64_t parent_id, const TurnResult* turn,
+                   const ui::MessageNotes& notes) override {
         const int64_t id = static_cast<int64_t>(commits.size()) + 100;
-        commits.push_back({message, parent_id, id, turn != nullptr});
+        commits.push_back({message, parent_id, id, turn != nullptr, notes});
         return id;
     }
+    void record_settings(const ui::ChatSettings& s) override { settings.push_back(s); }
     void set_system_prompt(const std::string& text) override { system_prompt = text; }
     void rename(const std::string&) override {}
     std::vector<ui::SessionSummary> list(int64_t) override { return {}; }
@@ -190,16 +195,18 @@ TEST_F(ChatControllerTest, SetRejectsBadValuesAndSaysWhy) {
         const char* says;
     };
     const Case cases[] = {
-        {"/set temp -1", ">= 0"},
+        // The words the command line and the server use (engine/sampling/sampling_ranges.h).
+        {"/set temp -1", "/set temp -1: must be a number between 0 and 2"},
+        {"/set temp 5", "/set temp 5: must be a number between 0 and 2"},
         {"/set temp abc", "not a number"},
         {"/set temp 0.5x", "not a number"},
-        {"/set temp nan", "finite"},
+        {"/set temp nan", "must be a number between 0 and 2"},
         {"/set top-k 3.5", "not a whole number"},
-        {"/set top-k -2", ">= 0"},
-        {"/set top-p 1.5", "(0, 1]"},
-        {"/set top-p 0", "(0, 1]"},
-        {"/set min-p 2", "[0, 1]"},
-        {"/set repeat-penalty 0", "> 0"},
+        {"/set top-k -2", "must be a whole number between 0 and 1048576"},
+        {"/set top-p 1.5", "must be a number more than 0 and at most 1"},
+        {"/set top-p 0", "must be a number more than 0 and at most 1"},
+        {"/set min-p 2", "must be a number between 0 and 1"},
+        {"/set repeat-penalty 0", "must be a number more than 0 and at most 10"},
         {"/set seed -3", "not a whole number"},
         {"/set n-predict 0", "> 0"},
         {"/set n-predict many", "not a whole number"},
@@ -310,6 +317,23 @@ TEST_F(ChatControllerTest, BranchCopiesTheConversationIntoANewSession) {
     // The next turn goes on in the copy.
     ASSERT_FALSE(controller_->submit("More", nullptr).error);
     EXPECT_EQ(backend_.commits[4].parent, backend_.commits[3].id);
+}
+
+// /help and Tab completion come from one table: every command completed is in the help, the
+// full-screen chat's own (/copy) only there, and /preset in both.
+TEST(ChatControllerParsing, HelpAndCompletionComeFromOneTable) {
+    for (const bool full_screen : {false, true}) {
+        const std::string help = ChatController::help_text(full_screen);
+        for (const std::string& name : ChatController::command_names(full_screen)) {
+            EXPECT_NE(help.find("  " + name), std::string::npos) << name << " missing from\n"
+                                                                 << help;
+        }
+        EXPECT_NE(help.find("/preset"), std::string::npos);
+        EXPECT_EQ(help.find("/copy") != std::string::npos, full_screen) << help;
+    }
+    const auto names = ChatController::command_names(true);
+    EXPECT_NE(std::find(names.begin(), names.end(), "/copy"), names.end());
+    EXPECT_NE(std::find(names.begin(), names.end(), "/quit"), names.end());
 }
 
 TEST(ChatControllerParsing, CompletionListsNameEveryCommandAndSetting) {
@@ -472,6 +496,73 @@ TEST(MultilineInput, BackslashContinuesAndTripleQuotesMakeABlock) {
     done = input.feed("fresh");
     ASSERT_TRUE(done);
     EXPECT_EQ(done->text, "fresh");
+}
+
+// /preset B after /preset A: B's settings over the chat's own, none of A's left (A's top_k
+// goes back); each change is recorded for the conversation.
+TEST_F(ChatControllerTest, PresetsReplaceEachOtherInsteadOfStacking) {
+    SamplingParams base = sampler_->params();
+    base.top_k = 40;
+    base.temperature = 0.8f;
+    ASSERT_NO_THROW(sampler_->set_params(base));
+    ui::Presets presets;
+    presets["a"].sampling = {{"top_k", 5}, {"temp", 0.2}};
+    presets["a"].system = "Be brief.";
+    presets["b"].sampling = {{"temp", 0.5}};
+    controller_->set_presets(presets, "/cfg/config.json", {base, std::nullopt, ""});
+    const size_t recorded = backend_.settings.size();
+    ASSERT_FALSE(command("/preset a").error);
+    EXPECT_EQ(sampler_->params().top_k, 5);
+    EXPECT_FLOAT_EQ(sampler_->params().temperature, 0.2f);
+    EXPECT_EQ(roles().front(), "system");
+    const ChatOutcome b = command("/preset b");
+    ASSERT_FALSE(b.error) << b.message;
+    EXPECT_EQ(sampler_->params().top_k, 40) << "a's top_k must not stay: " << b.message;
+    EXPECT_FLOAT_EQ(sampler_->params().temperature, 0.5f);
+    EXPECT_TRUE(roles().empty() || roles().front() != "system") << "a's system prompt stays";
+    ASSERT_GE(backend_.settings.size(), recorded + 2);
+    EXPECT_EQ(backend_.settings.back().sampling.top_k, 40);
+    const ChatOutcome missing = command("/preset c");
+    EXPECT_TRUE(missing.error);
+    EXPECT_NE(missing.message.find("presets: a, b"), std::string::npos) << missing.message;
+}
+
+// /set is recorded for the conversation; a load brings the stored settings back.
+TEST_F(ChatControllerTest, SettingsAreRecordedAndComeBackWithALoad) {
+    ASSERT_FALSE(command("/set temp 0.3").error);
+    ASSERT_FALSE(backend_.settings.empty());
+    EXPECT_FLOAT_EQ(backend_.settings.back().sampling.temperature, 0.3f);
+    ui::LoadedSession stored;
+    stored.summary.id = "old";
+    stored.summary.title = "old";
+    ui::ChatSettings settings;
+    settings.sampling.temperature = 0.25f;
+    settings.sampling.top_k = 7;
+    settings.max_tokens = 5;
+    settings.fixed_seed = 1234;
+    stored.settings = settings;
+    backend_.stored = stored;
+    const ChatOutcome loaded = command("/load old");
+    ASSERT_FALSE(loaded.error) << loaded.message;
+    EXPECT_FLOAT_EQ(sampler_->params().temperature, 0.25f);
+    EXPECT_EQ(sampler_->params().top_k, 7);
+    EXPECT_EQ(controller_->generation().max_tokens, 5);
+    ASSERT_TRUE(controller_->settings().fixed_seed);
+    EXPECT_EQ(*controller_->settings().fixed_seed, 1234u);
+}
+
+// What was attached goes with the prompt's commit, and the transcript shows it collapsed.
+TEST_F(ChatControllerTest, AttachmentsAreNotedWithThePrompt) {
+    ui::AttachmentNote note{"File: notes.txt", 12, 0};
+    const std::string shown = ChatController::shown_prompt("what is this?", {note});
+    EXPECT_EQ(shown, "[attached] File: notes.txt (12 bytes)\n\nwhat is this?");
+    ui::MessageNotes notes;
+    notes.attachments.push_back({"Output of: ls", 4, 6});
+    EXPECT_EQ(ChatController::shown_message("abcdefTyped", notes),
+              "[attached] Output of: ls (4 bytes)\n\nTyped");
+    // A record longer than the content (an edited file): the content as it is.
+    notes.attachments[0].length = 99;
+    EXPECT_EQ(ChatController::shown_message("short", notes), "short");
 }
 
 }  // namespace

@@ -383,3 +383,51 @@ TEST(SessionsSchema, ConnectionsMigratingANewFileAtOnceAllSucceed) {
 
 }  // namespace
 }  // namespace ember::sessions
+
+namespace ember::sessions {
+namespace {
+
+// Schema 7: a reply's model and settings, a prompt's attachments; the title comes from the
+// typed text after the attachments, not from the first attachment's heading.
+TEST(SessionsOrigin, RepliesKeepTheirModelAndPromptsTheirAttachments) {
+    ember::test::TempDir dir;
+    Database db(dir.file("o.db"));
+    migrate(db);
+    SessionStore store(db);
+    const auto c = store.create({});
+    const std::string attached = "Output of: ls\n```\na.txt\n```\n\n";
+    NewMessage prompt;
+    prompt.role = "user";
+    prompt.content = attached + "what are these files?";
+    prompt.attachments = R"([{"heading": "Output of: ls", "bytes": 6, "length": 27}])";
+    prompt.attached_bytes = attached.size();
+    const int64_t p = store.add_message(c.id, 0, prompt);
+    NewMessage reply;
+    reply.role = "assistant";
+    reply.content = "text files";
+    reply.origin = {"qwen3.gguf", "/m/qwen3.gguf", "f00d", R"({"temperature": 0.3})"};
+    store.add_message(c.id, p, reply);
+    const auto info = store.find(c.public_id);
+    ASSERT_TRUE(info);
+    EXPECT_EQ(info->title, "what are these files?");
+    const auto branch = store.branch(*info);
+    ASSERT_EQ(branch.size(), 2u);
+    EXPECT_EQ(branch[0].attachments, prompt.attachments);
+    EXPECT_EQ(branch[0].content, prompt.content);  // stored whole: the model read it
+    EXPECT_EQ(branch[1].origin.model, "qwen3.gguf");
+    EXPECT_EQ(branch[1].origin.model_path, "/m/qwen3.gguf");
+    EXPECT_EQ(branch[1].origin.model_fingerprint, "f00d");
+    EXPECT_EQ(branch[1].origin.settings, R"({"temperature": 0.3})");
+    // Exports say it too.
+    EXPECT_NE(store.export_markdown(*info).find("## Assistant (qwen3.gguf)"), std::string::npos);
+    const auto json = nlohmann::json::parse(store.export_json(*info));
+    EXPECT_EQ(json["messages"][1]["model"], "qwen3.gguf");
+    EXPECT_EQ(json["messages"][1]["settings"]["temperature"], 0.3);
+    EXPECT_EQ(json["messages"][0]["attachments"][0]["heading"], "Output of: ls");
+    // /set: the conversation's settings change in place.
+    store.set_settings(c.id, R"({"temperature": 0.5})");
+    EXPECT_EQ(store.find(c.public_id)->sampling_json, R"({"temperature": 0.5})");
+}
+
+}  // namespace
+}  // namespace ember::sessions

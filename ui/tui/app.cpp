@@ -44,9 +44,9 @@ const char* const kKeysHelp =
     "  Ctrl-Left/Right, Alt-B/F: word moves\n"
     "  PgUp/PgDn, mouse wheel: scroll · Ctrl-Home/End (Home/End on an empty input): top/bottom\n"
     "  Ctrl-T: show or hide thinking · Ctrl-O or F2: sessions · Ctrl-L: redraw\n"
-    "  Ctrl-X Ctrl-E: write the message in $EDITOR · /copy [N]: the last reply (or its Nth code "
-    "block) to the clipboard · /preset [NAME]: a preset of the config file\n"
-    "  Esc or Ctrl-C: stop the reply (or the reading of a long prompt) · Ctrl-D, /quit (or "
+    "  Ctrl-X Ctrl-E: write the message in $EDITOR\n"
+    "  Esc or Ctrl-C: stop the reply (or the reading of a long prompt), or answer no to a [y/N] "
+    "question · Ctrl-D, /quit (or "
     "Ctrl-C twice on an empty input): leave\n"
     "  /edit alone puts your last prompt in the input box to change and resend";
 
@@ -193,7 +193,7 @@ int FullScreen::Impl::run(ChatController& c) {
     context_total = c.engine().context_size();
     // A resumed conversation is not evaluated yet: what it takes.
     context_used = c.engine().context_needed();
-    rebuild_transcript(c.engine().messages());
+    rebuild_transcript(c.engine().messages(), c.message_notes());
     try {
         sessions = c.list_sessions(kSessionLimit);
     } catch (const std::exception& e) {
@@ -292,7 +292,11 @@ void FullScreen::Impl::poll_once() {
     const int ready = poll(fds, screen->stderr_fd() >= 0 ? 3 : 2, timeout);
     if (ready < 0) return;  // EINTR: a signal; the loop looks at the flags
     std::vector<tui::KeyEvent> typed;
-    if (ready == 0 && keys.pending()) keys.flush(typed);
+    // A lone ESC is a key of its own once no sequence followed it in time, also while
+    // streamed text keeps poll() from timing out: else an Enter typed later would join it
+    // (ESC CR, Alt-Enter) and be lost as a newline.
+    const bool escape_due = escape_since && Clock::now() - *escape_since >= kEscapeWait;
+    if (keys.pending() && (ready == 0 || escape_due)) keys.flush(typed);
     if (fds[1].revents & POLLIN) events.drain();
     if (fds[0].revents & POLLIN) {
         char buffer[4096];
@@ -306,6 +310,11 @@ void FullScreen::Impl::poll_once() {
     } else if (fds[0].revents & (POLLHUP | POLLERR | POLLNVAL)) {
         quit = true;
         exit_status = 129;
+    }
+    if (!keys.pending()) {
+        escape_since.reset();
+    } else if (!escape_since) {
+        escape_since = Clock::now();
     }
     for (const auto& key : typed) handle_key(key);
     if (!typed.empty()) {
@@ -484,6 +493,8 @@ void FullScreen::Impl::handle_key(const tui::KeyEvent& key) {
         case tui::Key::Escape:
             if (busy) {
                 stop_reply();
+            } else if (confirming) {
+                answer_no();
             } else if (editing_last) {
                 editing_last = false;
                 input.take();
@@ -504,6 +515,8 @@ void FullScreen::Impl::handle_key(const tui::KeyEvent& key) {
                 case 'c':
                     if (busy) {
                         stop_reply();
+                    } else if (confirming) {
+                        answer_no();
                     } else if (!input.empty() || editing_last) {
                         input.take();
                         editing_last = false;
@@ -597,6 +610,12 @@ void FullScreen::Impl::send_input() {
     start_job(JobKind::Reply, text);
 }
 
+void FullScreen::Impl::answer_no() {
+    confirming = false;
+    input.take();
+    start_job(JobKind::Command, "n");
+}
+
 void FullScreen::Impl::run_command(const std::string& line) {
     const auto [name, args] = split_command(line);
     if (name == "/quit" || name == "/exit" || name == "/q") {
@@ -605,10 +624,9 @@ void FullScreen::Impl::run_command(const std::string& line) {
         open_picker();
     } else if (name == "/copy") {
         copy_reply(args);
-    } else if (name == "/preset") {
-        apply_preset(args);
     } else if (name == "/help" || name == "/?") {
-        transcript.add({tui::EntryKind::Notice, ChatController::help_text() + "\n" + kKeysHelp});
+        transcript.add({tui::EntryKind::Notice,
+                        ChatController::help_text(/*full_screen=*/true) + "\n" + kKeysHelp});
     } else if (name == "/edit" && args.empty()) {
         const auto& entries = transcript.entries();
         auto last_user = std::find_if(entries.rbegin(), entries.rend(), [](const tui::Entry& e) {
@@ -654,10 +672,7 @@ void FullScreen::Impl::complete_input() {
         return;
     }
     tui::CompletionSources sources;
-    sources.commands = ChatController::command_names();
-    sources.commands.push_back("/quit");
-    // The full-screen chat's own commands (line mode has none of them).
-    for (const char* own : {"/copy", "/preset"}) sources.commands.push_back(own);
+    sources.commands = ChatController::command_names(/*full_screen=*/true);
     for (const auto& s : sessions) sources.session_ids.push_back(s.id);
     sources.models = model_names;
     sources.settings = ChatController::setting_names();

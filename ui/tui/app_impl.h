@@ -62,6 +62,9 @@ struct FullScreen::Impl {
     bool ctrl_x_pending = false;  // Ctrl-X was pressed: Ctrl-E next composes in $EDITOR
     bool confirming = false;      // the next input answers a yes/no question (/run, a tool call)
     bool confirming_tool = false;  // the question is a tool call's (not /run's)
+    std::string shown_reply_model;  // the model of the last reply in the transcript
+    // When the key decoder began holding a lone ESC (it may start a sequence).
+    std::optional<Clock::time_point> escape_since;
 
     // Scrolling: the view follows the end unless the user scrolled back.
     bool follow = true;
@@ -109,11 +112,18 @@ struct FullScreen::Impl {
     void scroll_to_top();
     void scroll_to_end();
     void send_input();
+    // Esc or Ctrl-C on a [y/N] question (/run's, a tool call's): answered no at once, so a
+    // "y" typed later is a prompt, never a yes.
+    void answer_no();
     void run_command(const std::string& line);
     void start_job(JobKind kind, const std::string& line);
     void apply(tui::StreamEvent& event);
     void apply(tui::DoneEvent& event);
-    void rebuild_transcript(const std::vector<ChatMessage>& messages);
+    // `notes`: what went with each non-system message (attachments, a reply's model).
+    void rebuild_transcript(const std::vector<ChatMessage>& messages,
+                            const std::vector<MessageNotes>& notes);
+    // Before a reply from `model` (empty: unknown): a line naming it where it changes.
+    void mark_reply_model(const std::string& model);
     // A done job's tool calls and results in the transcript; the model's next step if due.
     void show_tool_activity(const ChatOutcome& outcome);
     void complete_input();
@@ -127,7 +137,6 @@ struct FullScreen::Impl {
     // compose.cpp
     void compose_in_editor();
     void copy_reply(const std::string& args);
-    void apply_preset(const std::string& name);
 
     // view.cpp
     void draw();

@@ -1,5 +1,5 @@
 // The full-screen chat's ways out to other programs: composing a message in the user's editor
-// (Ctrl-X Ctrl-E) and /copy to the system clipboard; and /preset, the config file's presets.
+// (Ctrl-X Ctrl-E) and /copy to the system clipboard.
 #include <algorithm>
 
 #include "ui/clipboard.h"
@@ -56,44 +56,21 @@ void FullScreen::Impl::copy_reply(const std::string& args) {
             false);
         return;
     }
+    // No tool took it: the terminal is asked (OSC 52), and whether it did cannot be known,
+    // so the message says what was done, not that it was copied.
+    if (const std::string blocker = osc52_blocker(); !blocker.empty()) {
+        show_message(
+            "/copy: nothing copied: no clipboard tool (wl-copy, xclip, xsel, pbcopy) "
+            "and " +
+                blocker,
+            true);
+        return;
+    }
     screen->write_raw(result.osc52);
-    show_message("copied " + what + " (" + std::to_string(text->size()) +
-                     " bytes) through the terminal (OSC 52: no clipboard tool found)",
+    show_message("sent " + what + " (" + std::to_string(text->size()) +
+                     " bytes) to the terminal's clipboard (OSC 52; no clipboard tool found): "
+                     "it is there if the terminal allows OSC 52",
                  false);
-}
-
-void FullScreen::Impl::apply_preset(const std::string& name) {
-    if (job != JobKind::None) {
-        show_message("a reply is being written: /preset once it is done", false);
-        return;
-    }
-    if (name.empty()) {
-        std::string names;
-        for (const auto& [n, p] : options.presets) names += (names.empty() ? "" : ", ") + n;
-        show_message(names.empty() ? "/preset: no presets in " + options.config_path
-                                   : "/preset NAME: " + names,
-                     names.empty());
-        return;
-    }
-    try {
-        const Preset& preset = find_preset(options.presets, name, options.config_path);
-        std::string applied;
-        for (const std::string& command : preset_commands(preset)) {
-            const ChatOutcome outcome = controller->handle_command(
-                command, [](const std::string&, TextKind) { return true; });
-            if (outcome.error) {
-                show_message("/preset " + name + ": " + outcome.message, true);
-                return;
-            }
-            const std::string what =
-                command.starts_with("/system") ? "system prompt" : command.substr(5);
-            applied += (applied.empty() ? "" : ", ") + what;
-        }
-        show_message("preset " + name + ": " + (applied.empty() ? "nothing to set" : applied),
-                     false);
-    } catch (const std::exception& e) {
-        show_message(std::string("/preset: ") + e.what(), true);
-    }
 }
 
 }  // namespace ember::ui

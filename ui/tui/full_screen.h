@@ -11,7 +11,6 @@
 #include <string>
 
 #include "ui/chat_controller.h"
-#include "ui/presets.h"
 
 namespace ember::ui {
 
@@ -20,8 +19,6 @@ struct FullScreenOptions {
     std::string model_name;    // shown instead of model_path's file name (a remote model)
     std::string history_path;  // sent prompts (one line each) are read from and added to it
     bool color = true;         // false: attributes only (NO_COLOR)
-    Presets presets;           // the config file's, for /preset NAME
-    std::string config_path;   // named when /preset finds no such preset
 };
 
 // stdin and stdout are terminals and TERM names one a full-screen UI can use (set, not dumb).

@@ -51,7 +51,11 @@ void FullScreen::Impl::start_job(JobKind kind, const std::string& line) {
         return false;
     };
     if (kind == JobKind::Reply) {
-        transcript.add({tui::EntryKind::User, line.starts_with("//") ? line.substr(1) : line});
+        // What goes with the prompt shows with it, collapsed (the worker has not started:
+        // the controller is this thread's).
+        transcript.add({tui::EntryKind::User,
+                        ChatController::shown_prompt(line.starts_with("//") ? line.substr(1) : line,
+                                                     controller->pending_attachments())});
     } else if (kind == JobKind::Regenerate) {
         pop_last(tui::EntryKind::Assistant);
     } else if (kind == JobKind::Edit) {
@@ -72,6 +76,7 @@ void FullScreen::Impl::start_job(JobKind kind, const std::string& line) {
     }
     if (kind == JobKind::Reply || kind == JobKind::Regenerate || kind == JobKind::Edit ||
         kind == JobKind::ToolsContinue) {
+        mark_reply_model(controller->model_name());
         tui::Entry reply{tui::EntryKind::Assistant};
         reply.streaming = true;
         transcript.add(std::move(reply));
@@ -97,10 +102,12 @@ void FullScreen::Impl::start_job(JobKind kind, const std::string& line) {
         }
         // A snapshot for the UI thread, which does not touch the controller.
         done.messages = controller->engine().messages();
-        // A conversation replaced (/load, /new) is not evaluated yet: what it will take.
-        const bool replaced = done.outcome.conversation_replaced && !done.outcome.turn;
-        done.context_used =
-            replaced ? controller->engine().context_needed() : controller->engine().context_used();
+        done.notes = controller->message_notes();
+        // A conversation replaced (/new, /load, /model) or a context made afresh (/set ctx)
+        // holds nothing evaluated yet: what the conversation will take.
+        const int64_t used = controller->engine().context_used();
+        const bool afresh = !done.outcome.turn && (done.outcome.conversation_replaced || used == 0);
+        done.context_used = afresh ? controller->engine().context_needed() : used;
         done.context_total = controller->engine().context_size();
         done.show_stats = controller->show_stats();
         done.model_name = controller->model_name();
@@ -131,12 +138,42 @@ void FullScreen::Impl::apply(tui::StreamEvent& event) {
     });
 }
 
-void FullScreen::Impl::rebuild_transcript(const std::vector<ChatMessage>& messages) {
+void FullScreen::Impl::mark_reply_model(const std::string& model) {
+    if (model.empty()) return;
+    // A line where the model changes (after /model, or in a conversation several wrote).
+    if (!shown_reply_model.empty() && model != shown_reply_model) {
+        transcript.add({tui::EntryKind::Notice, "model: " + model});
+    }
+    shown_reply_model = model;
+}
+
+void FullScreen::Impl::rebuild_transcript(const std::vector<ChatMessage>& messages,
+                                          const std::vector<MessageNotes>& notes) {
     transcript.clear();
+    shown_reply_model.clear();
+    // Replies by a model other than the one answering now are named from the first on.
+    const std::string answering = controller != nullptr ? controller->model_name() : "";
+    bool first_reply = true;
+    size_t index = 0;  // into notes: non-system messages
     for (const auto& m : messages) {
+        const MessageNotes* note = nullptr;
+        if (m.role != "system") {
+            if (index < notes.size()) note = &notes[index];
+            ++index;
+        }
         if (m.role == "user") {
-            transcript.add({tui::EntryKind::User, m.content});
+            transcript.add(
+                {tui::EntryKind::User,
+                 note != nullptr ? ChatController::shown_message(m.content, *note) : m.content});
         } else if (m.role == "assistant") {
+            if (note != nullptr && !note->model.empty()) {
+                if (first_reply && shown_reply_model.empty() && !answering.empty() &&
+                    note->model != answering) {
+                    transcript.add({tui::EntryKind::Notice, "model: " + note->model});
+                }
+                mark_reply_model(note->model);
+            }
+            first_reply = false;
             if (!m.content.empty() || !m.thinking.empty() || m.tool_calls.empty()) {
                 tui::Entry reply{tui::EntryKind::Assistant, m.content};
                 reply.thinking = m.thinking;
@@ -160,12 +197,22 @@ void FullScreen::Impl::apply(tui::DoneEvent& event) {
     const bool generating = kind == JobKind::Reply || kind == JobKind::Regenerate ||
                             kind == JobKind::Edit || kind == JobKind::Continue ||
                             kind == JobKind::ToolsContinue;
+    // A prompt that got no reply (a server gone, a context too small) stays on screen with
+    // the reason under it: it is saved, and the user may want to send it again.
+    const bool prompt_failed = kind == JobKind::Reply && outcome.error && !outcome.turn;
     // /edit always reports the conversation replaced; the transcript already shows the edit.
     const bool rebuild =
-        (outcome.conversation_replaced && !(kind == JobKind::Edit && !outcome.error)) ||
-        (outcome.error && generating);
-    if (rebuild) {
-        rebuild_transcript(event.messages);
+        !prompt_failed &&
+        ((outcome.conversation_replaced && !(kind == JobKind::Edit && !outcome.error)) ||
+         (outcome.error && generating));
+    if (prompt_failed) {
+        if (!transcript.empty() && is_streaming_reply(transcript.entries().back())) {
+            transcript.pop_back();
+        }
+        transcript.add({tui::EntryKind::Error, outcome.message});
+        follow = true;
+    } else if (rebuild) {
+        rebuild_transcript(event.messages, event.notes);
         follow = true;
     } else if (!transcript.empty() && is_streaming_reply(transcript.entries().back())) {
         const tui::Entry& last = transcript.entries().back();
@@ -197,7 +244,7 @@ void FullScreen::Impl::apply(tui::DoneEvent& event) {
     if (!event.sessions.empty() || kind == JobKind::Refresh) sessions = std::move(event.sessions);
     if (picker_open && kind != JobKind::Refresh) picker_open = false;
     if (!outcome.message.empty()) {
-        if (outcome.message.find('\n') != std::string::npos) {
+        if (outcome.message.find('\n') != std::string::npos && !prompt_failed) {
             transcript.add(
                 {outcome.error ? tui::EntryKind::Error : tui::EntryKind::Notice, outcome.message});
             follow = true;

@@ -81,7 +81,7 @@ std::vector<Piece> status_pieces(const StatusInfo& info) {
                           std::to_string(t.stats.generated_tokens) + " tok", 3});
         const std::string prefill =
             format_rate(static_cast<double>(t.tokens_evaluated), t.stats.prefill_seconds);
-        pieces.push_back({"prefill " + prefill + " tok/s", "pp " + prefill, 4});
+        if (!info.remote) pieces.push_back({"prefill " + prefill + " tok/s", "pp " + prefill, 4});
         const std::string decode =
             format_rate(static_cast<double>(decoded), t.stats.decode_seconds);
         pieces.push_back({"decode " + decode + " tok/s", "tg " + decode, 2});
@@ -92,10 +92,12 @@ std::vector<Piece> status_pieces(const StatusInfo& info) {
                 std::to_string(static_cast<int>(spec.acceptance_rate() * 100.0 + 0.5)) + "%";
             pieces.push_back({"spec " + share, "spec " + share, 5});
         }
-        pieces.push_back({t.tokens_reused > 0
-                              ? "warm, " + std::to_string(t.tokens_reused) + " reused"
-                              : std::string("cold"),
-                          t.tokens_reused > 0 ? "warm" : "cold", 5});
+        if (!info.remote) {
+            pieces.push_back({t.tokens_reused > 0
+                                  ? "warm, " + std::to_string(t.tokens_reused) + " reused"
+                                  : std::string("cold"),
+                              t.tokens_reused > 0 ? "warm" : "cold", 5});
+        }
     }
     if (!info.title.empty()) {
         std::string title = sanitize(info.title);
@@ -324,6 +326,7 @@ void FullScreen::Impl::draw_status(int row) {
     info.model = model_name;
     info.context_total = context_total;
     info.last_turn = last_turn;
+    info.remote = options.model_path.empty();
     info.title = session_title();
     info.busy = job != JobKind::None && job != JobKind::Refresh;
     info.thinking = reply_thinking;

@@ -26,6 +26,9 @@ struct StatusInfo {
     int scrolled_rows = 0;  // rows below the view when the user scrolled back; 0: follows
     // Columns the line has (0: any): names shorten and labels go before any number is cut.
     int width = 0;
+    // A remote server's model: its prefill speed and reuse are not known here, so they are
+    // not shown (no "cold", no "prefill –").
+    bool remote = false;
 };
 
 // " llama.gguf │ ctx 530/4096 │ 16 tok │ prefill 812 tok/s │ decode 85.3 tok/s │ warm 120

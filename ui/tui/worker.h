@@ -29,6 +29,8 @@ struct StreamEvent {
 struct DoneEvent {
     ChatOutcome outcome;
     std::vector<ChatMessage> messages;  // the conversation after the job (system included)
+    // What went with each non-system message (ChatController::message_notes), in order.
+    std::vector<MessageNotes> notes;
     std::vector<SessionSummary> sessions;
     std::string session_id;
     int64_t context_used = 0;   // tokens the inference state holds
