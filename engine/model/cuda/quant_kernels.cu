@@ -572,9 +572,12 @@ void gemv_gated(const DeviceMatrix& gate, const DeviceMatrix& up, GatedActivatio
     }
 }
 
-void dequantize_rows(const DeviceMatrix& w, int64_t row0, int64_t rows, float* out,
-                     cudaStream_t stream) {
-    if (row0 < 0 || rows < 0 || row0 + rows > w.rows) fail("dequantize_rows: rows out of range");
+namespace {
+
+// Rows [row0, row0 + rows) of w into `out`, unscaled (DequantArgs of the products' inputs).
+DequantArgs rows_args(const DeviceMatrix& w, int64_t row0, int64_t rows, void* out,
+                      const char* what) {
+    if (row0 < 0 || rows < 0 || row0 + rows > w.rows) fail(std::string(what) + ": rows out of range");
     DequantArgs args{};
     args.data = static_cast<const uint8_t*>(w.data);
     args.row_stride = w.row_stride;
@@ -585,22 +588,19 @@ void dequantize_rows(const DeviceMatrix& w, int64_t row0, int64_t rows, float* o
     args.n = rows;
     args.scale = 1.0f;
     args.out = out;
-    launch_dequantize(w, args, stream);
+    return args;
+}
+
+}  // namespace
+
+void dequantize_rows(const DeviceMatrix& w, int64_t row0, int64_t rows, float* out,
+                     cudaStream_t stream) {
+    launch_dequantize(w, rows_args(w, row0, rows, out, "dequantize_rows"), stream);
 }
 
 void dequantize_rows_half(const DeviceMatrix& w, int64_t row0, int64_t rows, __half* out,
                           cudaStream_t stream) {
-    if (row0 < 0 || rows < 0 || row0 + rows > w.rows) fail("dequantize_rows_half: rows out of range");
-    DequantArgs args{};
-    args.data = static_cast<const uint8_t*>(w.data);
-    args.row_stride = w.row_stride;
-    args.rows = w.rows;
-    args.cols = w.cols;
-    args.row0 = row0;
-    args.ids = nullptr;
-    args.n = rows;
-    args.scale = 1.0f;
-    args.out = out;
+    const DequantArgs args = rows_args(w, row0, rows, out, "dequantize_rows_half");
     check_matrix(w);
     if (!aligned(out, 16)) fail("dequantization output not 16-byte aligned");
     if (rows <= 0) return;
@@ -618,12 +618,7 @@ float max_abs_weight(const DeviceMatrix& w, cudaStream_t stream) {
     check_cuda(cudaMallocAsync(reinterpret_cast<void**>(&amax), sizeof(unsigned), stream),
                "max_abs_weight");
     check_cuda(cudaMemsetAsync(amax, 0, sizeof(unsigned), stream), "max_abs_weight");
-    DequantArgs args{};
-    args.data = static_cast<const uint8_t*>(w.data);
-    args.row_stride = w.row_stride;
-    args.rows = w.rows;
-    args.cols = w.cols;
-    args.n = w.rows;
+    const DequantArgs args = rows_args(w, 0, w.rows, nullptr, "max_abs_weight");
     with_format(w.type, [&](auto fmt) {
         using F = decltype(fmt);
         const int64_t units = w.cols / (F::kBlockElems / F::kUnitsPerBlock);
