@@ -6,6 +6,7 @@
 
 #include "ui/attachments.h"
 #include "ui/chat_controller.h"
+#include "ui/progress.h"
 
 namespace ember::ui {
 
@@ -26,17 +27,6 @@ std::string trimmed(const std::string& s) {
     const size_t begin = s.find_first_not_of(" \t\r\n");
     if (begin == std::string::npos) return {};
     return s.substr(begin, s.find_last_not_of(" \t\r\n") - begin + 1);
-}
-
-// 4012 -> "4,012".
-std::string grouped(int64_t n) {
-    const std::string digits = std::to_string(n < 0 ? -n : n);
-    std::string out = n < 0 ? "-" : "";
-    for (size_t i = 0; i < digits.size(); ++i) {
-        if (i > 0 && (digits.size() - i) % 3 == 0) out += ',';
-        out += digits[i];
-    }
-    return out;
 }
 
 std::string base_name(const std::string& path) {

@@ -308,15 +308,18 @@ std::shared_ptr<const grammar::Grammar> build_call_grammar(ToolCallFormat format
         prefix += '-';
         rules += prefix_rules(gbnf, prefix) + "\n";
         if (!alternatives.empty()) alternatives += " | ";
+        // Blanks may come before the arguments, as in the JSON of the template's own examples
+        // (json_schema_to_gbnf's root starts at the value itself: --json-schema answers do).
+        const std::string arguments = prefix + "ws " + prefix + "root";
         if (harmony && lazy) {  // engaged at <|message|>, the name fed by hand
-            alternatives += gbnf_literal(name) + " " + prefix + "root";
+            alternatives += gbnf_literal(name) + " " + arguments;
         } else if (harmony) {
             alternatives += gbnf_literal(name + " ") + " " +
                             gbnf_literal(harmony_sentinel("constrain") + "json" +
                                          harmony_sentinel("message")) +
-                            " " + prefix + "root";
+                            " " + arguments;
         } else {
-            alternatives += gbnf_literal(name + "\", \"" + key + "\": ") + " " + prefix + "root";
+            alternatives += gbnf_literal(name + "\", \"" + key + "\": ") + " " + arguments;
         }
     }
     // Built by appending: GCC 12 warns falsely (-Wrestrict) on "literal" + std::string&&.
