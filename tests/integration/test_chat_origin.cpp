@@ -493,6 +493,27 @@ TEST_F(ChatOrigin, ARemoteChatKeepsThePromptAndTheReasonWhenTheServerGoes) {
 }
 
 // A scripted --continue goes on with the conversation's settings (a flag given now wins).
+// The status line's context counter follows /set ctx and /new at once (it showed the old
+// figures until the next reply).
+TEST_F(ChatOrigin, TheContextCounterFollowsSetCtxAndNew) {
+    std::string screen;
+    chat("-m qwen3 --temp 0 -n 8 -c 1024");
+    ASSERT_TRUE(wait_for(idle, screen)) << screen;
+    EXPECT_TRUE(shows(status_row(screen), "/1024")) << status_row(screen);
+    line("first question");
+    ASSERT_TRUE(wait_for(replied, screen)) << screen;
+    EXPECT_FALSE(shows(status_row(screen), "ctx 0/")) << status_row(screen);
+    line("/set ctx 512");
+    ASSERT_TRUE(wait_for([](const std::string& s) { return shows(status_row(s), "/512"); },
+                         screen, 10.0))
+        << screen;
+    line("/new");
+    ASSERT_TRUE(wait_for([](const std::string& s) { return shows(status_row(s), "ctx 0/512"); },
+                         screen, 10.0))
+        << screen;
+    leave();
+}
+
 TEST(ChatOriginStore, ScriptedContinueKeepsTheConversationsSettings) {
     EMBER_REQUIRE_FIXTURE(kStories);
     TempDir dir("ember-origin-scripted");
