@@ -45,24 +45,12 @@ std::string shell_flags() {
     return out;
 }
 
-std::vector<std::string> lines_of(const std::string& screen) {
-    std::vector<std::string> lines;
-    std::stringstream in(screen);
-    std::string line;
-    while (std::getline(in, line)) {
-        while (!line.empty() && (line.back() == ' ' || line.back() == '\r')) line.pop_back();
-        lines.push_back(line);
-    }
-    while (!lines.empty() && lines.back().empty()) lines.pop_back();
-    return lines;
-}
-
 bool shows(const std::string& screen, const std::string& text) {
     return screen.find(text) != std::string::npos;
 }
 
 std::string last_line(const std::string& screen) {
-    const auto lines = lines_of(screen);
+    const auto lines = screen_lines(screen);
     return lines.empty() ? std::string() : lines.back();
 }
 
@@ -79,7 +67,7 @@ struct TurnStats {
 std::vector<TurnStats> stats_lines(const std::string& screen) {
     static const std::regex pattern(R"(^\[\d+ tokens, .* prompt (\d+) reused \+ (\d+) evaluated)");
     std::vector<TurnStats> out;
-    for (const auto& line : lines_of(screen)) {
+    for (const auto& line : screen_lines(screen)) {
         std::smatch m;
         if (std::regex_search(line, m, pattern)) out.push_back({std::stoll(m[1]), std::stoll(m[2])});
     }
@@ -95,7 +83,7 @@ auto turns_done(size_t count) {
 
 // Full screen: the status line is the row above the input box.
 std::string status_row(const std::string& screen) {
-    const auto rows = lines_of(screen);
+    const auto rows = screen_lines(screen);
     for (size_t i = 1; i < rows.size(); ++i) {
         if (rows[i].starts_with("» ")) return rows[i - 1];
     }
@@ -104,7 +92,7 @@ std::string status_row(const std::string& screen) {
 
 // Whether a line of `screen`, blanks around it dropped, is `text`.
 bool has_line(const std::string& screen, const std::string& text) {
-    for (const auto& line : lines_of(screen)) {
+    for (const auto& line : screen_lines(screen)) {
         const size_t begin = line.find_first_not_of(' ');
         if (begin != std::string::npos && line.substr(begin) == text) return true;
     }

@@ -45,30 +45,18 @@ const char* const kFirst = "arch/qwen3/qwen3.gguf";     // found as "qwen3"
 const char* const kSecond = "arch/gemma3/gemma3.gguf";  // found as "gemma3"
 const char* const kStories = "models/stories260K.gguf";
 
-std::vector<std::string> lines_of(const std::string& screen) {
-    std::vector<std::string> lines;
-    std::stringstream in(screen);
-    std::string line;
-    while (std::getline(in, line)) {
-        while (!line.empty() && (line.back() == ' ' || line.back() == '\r')) line.pop_back();
-        lines.push_back(line);
-    }
-    while (!lines.empty() && lines.back().empty()) lines.pop_back();
-    return lines;
-}
-
 bool shows(const std::string& screen, const std::string& text) {
     return screen.find(text) != std::string::npos;
 }
 
 bool at_shell(const std::string& screen) {
-    const auto lines = lines_of(screen);
+    const auto lines = screen_lines(screen);
     return !lines.empty() && lines.back() == kShellPrompt;
 }
 
 // The status line: the row above the input box.
 std::string status_row(const std::string& screen) {
-    const auto rows = lines_of(screen);
+    const auto rows = screen_lines(screen);
     for (size_t i = 1; i < rows.size(); ++i) {
         if (rows[i].starts_with("» ")) return rows[i - 1];
     }

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <filesystem>
 #include <functional>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -16,6 +17,20 @@
 #include "tests/support/process.h"
 
 namespace ember::test {
+
+// A captured screen's rows, trailing blanks (and carriage returns) trimmed, without the empty
+// rows at the bottom.
+inline std::vector<std::string> screen_lines(const std::string& screen) {
+    std::vector<std::string> lines;
+    std::stringstream in(screen);
+    std::string line;
+    while (std::getline(in, line)) {
+        while (!line.empty() && (line.back() == ' ' || line.back() == '\r')) line.pop_back();
+        lines.push_back(line);
+    }
+    while (!lines.empty() && lines.back().empty()) lines.pop_back();
+    return lines;
+}
 
 class TmuxSession {
 public:

@@ -209,10 +209,35 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(const GemvArgs args) {
 }
 
 // ---------------------------------------------------------------------------------------------
+// Helpers of the kernels that read whole units (dequantization, the load-time range check).
+
+// Unit u of `row` (counted from the row's start), unpacked.
+template <class F>
+__device__ __forceinline__ typename F::Unit load_unit(const uint8_t* data, size_t row_stride,
+                                                      int64_t row, int64_t u) {
+    const int k = static_cast<int>(u % F::kUnitsPerBlock);
+    const uint8_t* block = data + static_cast<size_t>(row) * row_stride +
+                           static_cast<size_t>(u / F::kUnitsPerBlock) * F::kBlockBytes;
+    return F::unpack(F::load(block, k), k);
+}
+
+// Chunk c of a unit (c a constant once the caller's loop is unrolled; the switch turns it into
+// the template argument).
+template <class F>
+__device__ __forceinline__ void unit_chunk(const typename F::Unit& unit, int c, float (&w)[8]) {
+    switch (c) {
+        case 0: F::template chunk<0>(unit, w); break;
+        case 1: F::template chunk<1 % F::kChunks>(unit, w); break;
+        case 2: F::template chunk<2 % F::kChunks>(unit, w); break;
+        default: F::template chunk<3 % F::kChunks>(unit, w); break;
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
 // Dequantization kernel: one thread per unit of an output row.
 
 // Output row i is source row ids[i] (embedding) or row0 + i; times scale when ids is given.
-// `out` is float or __half ([n x cols] of the kernel's output type).
+// `out`: [n x cols] floats (dequantize_kernel) or halves (dequantize_half_kernel).
 struct DequantArgs {
     const uint8_t* data;
     size_t row_stride;
@@ -240,14 +265,14 @@ __device__ __forceinline__ void store8(__half* o, const float (&w)[8]) {
     *reinterpret_cast<uint4*>(o) = *reinterpret_cast<const uint4*>(h);
 }
 
-template <class F, class Out>
+template <class F>
 __global__ void __launch_bounds__(kThreads) dequantize_kernel(const DequantArgs a) {
     const int64_t units = a.cols / (F::kBlockElems / F::kUnitsPerBlock);
     const int64_t index = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
     if (index >= a.n * units) return;
     const int64_t i = index / units;
     const int u = static_cast<int>(index % units);
-    Out* out_row = static_cast<Out*>(a.out) + i * a.cols;
+    float* out_row = static_cast<float*>(a.out) + i * a.cols;
     const int k = u % F::kUnitsPerBlock;
     const int64_t block_elem0 = static_cast<int64_t>(u / F::kUnitsPerBlock) * F::kBlockElems;
 
@@ -257,24 +282,17 @@ __global__ void __launch_bounds__(kThreads) dequantize_kernel(const DequantArgs 
         if (row < 0 || row >= a.rows) {  // a bad id shows as NaN rather than reading out of bounds
 #pragma unroll
             for (int c = 0; c < F::kChunks; ++c) {
-                Out* o = out_row + block_elem0 + F::chunk_pos(k, c);
-                for (int e = 0; e < 8; ++e) o[e] = static_cast<Out>(__int_as_float(0x7fffffff));
+                float* o = out_row + block_elem0 + F::chunk_pos(k, c);
+                for (int e = 0; e < 8; ++e) o[e] = __int_as_float(0x7fffffff);
             }
             return;
         }
     }
-    const uint8_t* block = a.data + static_cast<size_t>(row) * a.row_stride +
-                           static_cast<size_t>(u / F::kUnitsPerBlock) * F::kBlockBytes;
-    const typename F::Unit unit = F::unpack(F::load(block, k), k);
+    const typename F::Unit unit = load_unit<F>(a.data, a.row_stride, row, u);
 #pragma unroll
     for (int c = 0; c < F::kChunks; ++c) {
         float w[8];
-        switch (c) {
-            case 0: F::template chunk<0>(unit, w); break;
-            case 1: F::template chunk<1 % F::kChunks>(unit, w); break;
-            case 2: F::template chunk<2 % F::kChunks>(unit, w); break;
-            default: F::template chunk<3 % F::kChunks>(unit, w); break;
-        }
+        unit_chunk<F>(unit, c, w);
         if (a.ids != nullptr) {
 #pragma unroll
             for (int e = 0; e < 8; ++e) w[e] = __fmul_rn(w[e], a.scale);
@@ -303,19 +321,12 @@ __global__ void __launch_bounds__(kThreads) dequantize_half_kernel(const Dequant
         const int64_t i = index / units_per_row;
         const int64_t u = index % units_per_row;
         const int k = static_cast<int>(u % F::kUnitsPerBlock);
-        const uint8_t* block = a.data + static_cast<size_t>(a.row0 + i) * a.row_stride +
-                               static_cast<size_t>(u / F::kUnitsPerBlock) * F::kBlockBytes;
-        const typename F::Unit unit = F::unpack(F::load(block, k), k);
+        const typename F::Unit unit = load_unit<F>(a.data, a.row_stride, a.row0 + i, u);
         __half* dst = tile + (threadIdx.x / F::kUnitsPerBlock) * F::kBlockElems;
 #pragma unroll
         for (int c = 0; c < F::kChunks; ++c) {
             float w[8];
-            switch (c) {
-                case 0: F::template chunk<0>(unit, w); break;
-                case 1: F::template chunk<1 % F::kChunks>(unit, w); break;
-                case 2: F::template chunk<2 % F::kChunks>(unit, w); break;
-                default: F::template chunk<3 % F::kChunks>(unit, w); break;
-            }
+            unit_chunk<F>(unit, c, w);
             store8(dst + F::chunk_pos(k, c), w);
         }
     }
@@ -337,21 +348,12 @@ __global__ void __launch_bounds__(kThreads) max_abs_kernel(const DequantArgs a, 
     const int64_t index = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
     float top = 0.0f;
     if (index < a.n * units) {
-        const int64_t row = a.row0 + index / units;
-        const int u = static_cast<int>(index % units);
-        const int k = u % F::kUnitsPerBlock;
-        const uint8_t* block = a.data + static_cast<size_t>(row) * a.row_stride +
-                               static_cast<size_t>(u / F::kUnitsPerBlock) * F::kBlockBytes;
-        const typename F::Unit unit = F::unpack(F::load(block, k), k);
+        const typename F::Unit unit =
+            load_unit<F>(a.data, a.row_stride, a.row0 + index / units, index % units);
 #pragma unroll
         for (int c = 0; c < F::kChunks; ++c) {
             float w[8];
-            switch (c) {
-                case 0: F::template chunk<0>(unit, w); break;
-                case 1: F::template chunk<1 % F::kChunks>(unit, w); break;
-                case 2: F::template chunk<2 % F::kChunks>(unit, w); break;
-                default: F::template chunk<3 % F::kChunks>(unit, w); break;
-            }
+            unit_chunk<F>(unit, c, w);
 #pragma unroll
             for (int e = 0; e < 8; ++e) top = fmaxf(top, isnan(w[e]) ? INFINITY : fabsf(w[e]));
         }
@@ -470,7 +472,6 @@ void launch_gemv(TensorType type, GemvArgs& args, cudaStream_t stream) {
     });
 }
 
-template <class Out = float>
 void launch_dequantize(const DeviceMatrix& w, DequantArgs args, cudaStream_t stream) {
     check_matrix(w);
     if (!aligned(args.out, 16)) fail("dequantization output not 16-byte aligned");
@@ -479,7 +480,7 @@ void launch_dequantize(const DeviceMatrix& w, DequantArgs args, cudaStream_t str
         using F = decltype(fmt);
         const int64_t units = w.cols / (F::kBlockElems / F::kUnitsPerBlock);
         const int64_t blocks = (args.n * units + kThreads - 1) / kThreads;
-        dequantize_kernel<F, Out><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(args);
+        dequantize_kernel<F><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(args);
     });
 }
 
