@@ -15,6 +15,8 @@
 #include "app/session_adapter.h"
 #include "app/stop_signals.h"
 #include "engine/model/model.h"
+#include "engine/util/utc_time.h"
+#include "engine/util/utf8.h"
 #include "sessions/integrity.h"
 #include "sessions/session_store.h"
 #include "sessions/state_store.h"
@@ -76,9 +78,7 @@ std::string one_line(std::string text, size_t width) {
         if (c == '\n' || c == '\t' || c == '\r') c = ' ';
     }
     if (text.size() > width) {
-        size_t cut = width - 3;
-        while (cut > 0 && (static_cast<unsigned char>(text[cut]) & 0xC0) == 0x80) --cut;
-        text = text.substr(0, cut) + "...";
+        text = text.substr(0, utf8_cut(text, width - 3)) + "...";
     }
     return text;
 }
@@ -307,12 +307,8 @@ int64_t duration_seconds(const std::string& text) {
 }
 
 std::string utc_seconds_ago(int64_t seconds) {
-    const std::time_t t = std::time(nullptr) - static_cast<std::time_t>(seconds);
-    std::tm tm{};
-    gmtime_r(&t, &tm);
-    char buf[32];
-    std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
-    return buf;
+    return format_utc(std::chrono::system_clock::now() - std::chrono::seconds(seconds),
+                      UtcFormat::Iso8601Seconds);
 }
 
 int run_prune(const SessionsOptions& o) {

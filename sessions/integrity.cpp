@@ -1,10 +1,10 @@
 #include "sessions/integrity.h"
 
 #include <algorithm>
-#include <chrono>
-#include <ctime>
 #include <filesystem>
 #include <unordered_map>
+
+#include "engine/util/utc_time.h"
 
 namespace ember::sessions {
 
@@ -29,15 +29,6 @@ std::string token_ids_fault(const std::vector<uint8_t>& blob, int64_t limit,
         }
     }
     return {};
-}
-
-std::string utc_stamp() {
-    const std::time_t t = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
-    std::tm tm{};
-    gmtime_r(&t, &tm);
-    char buf[32];
-    std::strftime(buf, sizeof buf, "%Y%m%d-%H%M%S", &tm);
-    return buf;
 }
 
 }  // namespace
@@ -208,10 +199,10 @@ std::string backup_database(Database& db) {
     // Fold the write-ahead log into the file first, so the copy of the file is the whole
     // database (a no-op, leaving the file as it is, when the log is empty).
     db.exec("PRAGMA wal_checkpoint(TRUNCATE)");
-    std::string backup = path + ".backup-" + utc_stamp();
+    std::string backup = path + ".backup-" + utc_now(UtcFormat::FileNameStamp);
     std::error_code ec;
     for (int n = 2; fs::exists(backup, ec); ++n) {
-        backup = path + ".backup-" + utc_stamp() + "-" + std::to_string(n);
+        backup = path + ".backup-" + utc_now(UtcFormat::FileNameStamp) + "-" + std::to_string(n);
     }
     // The write lock keeps other ember processes from committing while the file is copied;
     // anything committed between the checkpoint and the lock is in the log, copied with it.

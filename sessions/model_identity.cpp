@@ -7,19 +7,11 @@
 #include <ctime>
 
 #include "engine/model/model.h"
+#include "engine/util/utc_time.h"
 
 namespace ember::sessions {
 
 namespace {
-
-std::string now_iso8601() {
-    const std::time_t t = std::time(nullptr);
-    std::tm tm{};
-    gmtime_r(&t, &tm);
-    char buf[32];
-    std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
-    return buf;
-}
 
 std::optional<std::string> cached_hash(Database& db, const FileIdentity& id) {
     Statement s = db.prepare(
@@ -40,7 +32,7 @@ void cache_hash(Database& db, const FileIdentity& id, const std::string& hash) {
         "hashed_at) VALUES (?,?,?,?,?,?)");
     s.bind(1, static_cast<int64_t>(id.device)).bind(2, static_cast<int64_t>(id.inode));
     s.bind(3, static_cast<int64_t>(id.size)).bind(4, id.mtime_ns);
-    s.bind(5, hash).bind(6, now_iso8601()).run();
+    s.bind(5, hash).bind(6, utc_now(UtcFormat::Iso8601Seconds)).run();
     if (tx) tx->commit();
 }
 

@@ -13,6 +13,8 @@
 #include <unordered_set>
 
 #include "engine/template/json_depth.h"
+#include "engine/util/utc_time.h"
+#include "engine/util/utf8.h"
 
 namespace ember::sessions {
 
@@ -23,19 +25,6 @@ constexpr const char* kInfoColumns =
     "c.sampling, COALESCE(c.current_leaf, 0), c.created_at, c.updated_at, "
     "(SELECT COUNT(*) FROM messages m WHERE m.conversation_id = c.id), c.model_path "
     "FROM conversations c ";
-
-std::string now_utc() {
-    using namespace std::chrono;
-    const auto now = system_clock::now();
-    const std::time_t t = system_clock::to_time_t(now);
-    const auto ms = duration_cast<milliseconds>(now.time_since_epoch()).count() % 1000;
-    std::tm tm{};
-    gmtime_r(&t, &tm);
-    char buf[40];
-    const size_t n = std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%S", &tm);
-    std::snprintf(buf + n, sizeof buf - n, ".%03dZ", static_cast<int>(ms));
-    return buf;
-}
 
 // Eight hex digits: short enough to type, and unique prefixes are accepted.
 std::string random_public_id() {
@@ -52,9 +41,7 @@ std::string title_from(const std::string& content) {
     line = start == std::string::npos ? std::string() : line.substr(start);
     constexpr size_t kMax = 60;
     if (line.size() > kMax) {
-        size_t cut = kMax;
-        while (cut > 0 && (static_cast<unsigned char>(line[cut]) & 0xC0) == 0x80) --cut;
-        line = line.substr(0, cut) + "...";
+        line = line.substr(0, utf8_cut(line, kMax)) + "...";
     }
     return line;
 }
@@ -234,7 +221,7 @@ void SessionStore::touch(int64_t conversation_id) {
     Statement s = db_.prepare(
         "UPDATE conversations SET updated_at = ?, "
         "activity = (SELECT COALESCE(MAX(activity), 0) + 1 FROM conversations) WHERE id = ?");
-    s.bind(1, now_utc()).bind(2, conversation_id).run();
+    s.bind(1, utc_now(UtcFormat::Iso8601Milliseconds)).bind(2, conversation_id).run();
 }
 
 ConversationInfo SessionStore::create(const NewConversation& n) {
@@ -247,7 +234,7 @@ ConversationInfo SessionStore::create(const NewConversation& n) {
         if (!s.step()) break;
         if (attempt > 100) db_.fail("cannot find a free conversation id");
     }
-    const std::string now = now_utc();
+    const std::string now = utc_now(UtcFormat::Iso8601Milliseconds);
     Statement s = db_.prepare(
         "INSERT INTO conversations(public_id, title, model, model_fingerprint, system_prompt, "
         "sampling, created_at, updated_at, activity, model_path) VALUES (?,?,?,?,?,?,?,?, "
@@ -297,7 +284,7 @@ int64_t SessionStore::add_message(int64_t conversation_id, int64_t parent_id, co
     } else {
         s.bind_blob(6, tokens_to_blob(m.token_ids));
     }
-    s.bind(7, now_utc());
+    s.bind(7, utc_now(UtcFormat::Iso8601Milliseconds));
     if (m.tool_calls.empty()) {
         s.bind_null(8);
     } else {

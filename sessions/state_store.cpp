@@ -15,6 +15,7 @@
 
 #include "engine/model/model.h"
 #include "engine/model/state_io.h"
+#include "engine/util/utc_time.h"
 #include "sessions/blob_codec.h"
 #include "sessions/model_identity.h"
 
@@ -62,15 +63,6 @@ size_t common_prefix(std::span<const int32_t> a, std::span<const int32_t> b) {
     size_t i = 0;
     while (i < n && a[i] == b[i]) ++i;
     return i;
-}
-
-std::string now_iso8601() {
-    const std::time_t t = std::time(nullptr);
-    std::tm tm{};
-    gmtime_r(&t, &tm);
-    char buf[32];
-    std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
-    return buf;
 }
 
 int64_t counter(Database& db, const char* name) {
@@ -256,7 +248,7 @@ int64_t StateStore::next_tick() {
 
 void StateStore::touch(const std::vector<int64_t>& ids, int64_t tick) {
     Statement s = db_.prepare("UPDATE state_blocks SET last_used = ?, used_at = ? WHERE id = ?");
-    const std::string now = now_iso8601();
+    const std::string now = utc_now(UtcFormat::Iso8601Seconds);
     for (int64_t id : ids) {
         s.bind(1, tick).bind(2, now).bind(3, id).run();
         s.reset();
@@ -613,7 +605,7 @@ int64_t StateStore::insert_block(int64_t parent_id, const StateKey& key, int64_t
     s.bind(7, static_cast<int64_t>(packed.size()));
     s.bind(8, static_cast<int64_t>(raw.size()));
     s.bind(9, tick);
-    s.bind(10, now_iso8601());
+    s.bind(10, utc_now(UtcFormat::Iso8601Seconds));
     s.run();
     const int64_t id = db_.last_insert_id();  // before the counters insert rows of their own
     Statement blob = db_.prepare("INSERT INTO state_blobs(block_id, state) VALUES (?, ?)");

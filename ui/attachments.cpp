@@ -15,38 +15,11 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "engine/util/utf8.h"
+
 namespace ember::ui {
 
 namespace {
-
-// Length of the UTF-8 sequence starting at s[i], or 0 when it is not a valid one (overlong
-// forms, surrogates and code points past U+10FFFF are invalid).
-size_t utf8_sequence(const std::string& s, size_t i) {
-    const auto byte = [&](size_t k) { return static_cast<unsigned char>(s[k]); };
-    const unsigned char c = byte(i);
-    if (c < 0x80) return 1;
-    size_t len = 0;
-    unsigned min_next = 0x80, max_next = 0xBF;
-    if (c >= 0xC2 && c <= 0xDF) {
-        len = 2;
-    } else if (c >= 0xE0 && c <= 0xEF) {
-        len = 3;
-        if (c == 0xE0) min_next = 0xA0;
-        if (c == 0xED) max_next = 0x9F;
-    } else if (c >= 0xF0 && c <= 0xF4) {
-        len = 4;
-        if (c == 0xF0) min_next = 0x90;
-        if (c == 0xF4) max_next = 0x8F;
-    } else {
-        return 0;
-    }
-    if (i + len > s.size()) return 0;
-    if (byte(i + 1) < min_next || byte(i + 1) > max_next) return 0;
-    for (size_t k = 2; k < len; ++k) {
-        if ((byte(i + k) & 0xC0) != 0x80) return 0;
-    }
-    return len;
-}
 
 std::string fence_for(const std::string& content) {
     size_t longest = 0, run = 0;
@@ -69,9 +42,9 @@ Attachment checked(std::string heading, std::string content, const std::string& 
 std::string text_problem(const std::string& content) {
     for (size_t i = 0; i < content.size();) {
         if (content[i] == '\0') return "it holds a NUL byte (byte " + std::to_string(i) + ")";
-        const size_t len = utf8_sequence(content, i);
-        if (len == 0) return "invalid UTF-8 at byte " + std::to_string(i);
-        i += len;
+        const Utf8Step step = utf8_step(std::string_view(content).substr(i));
+        if (step.status != Utf8Status::Valid) return "invalid UTF-8 at byte " + std::to_string(i);
+        i += step.length;
     }
     return {};
 }

@@ -15,6 +15,7 @@
 #include <optional>
 #include <vector>
 
+#include "engine/util/utf8.h"
 #include "ui/attachments.h"
 
 namespace ember::ui {
@@ -320,9 +321,7 @@ ToolOutput read_file_tool(const ToolRoot& root, const nlohmann::json& arguments)
     std::string out = text.substr(begin, end_of(to) - begin);
     bool cut_line = false;
     if (out.size() > kReadFileMaxBytes) {
-        size_t cut = kReadFileMaxBytes;
-        while (cut > 0 && (static_cast<unsigned char>(out[cut]) & 0xC0) == 0x80) --cut;
-        out.resize(cut);
+        out.resize(utf8_cut(out, kReadFileMaxBytes));
         cut_line = true;
     }
     const int64_t wanted_to = last == 0 ? total : std::min(last, total);

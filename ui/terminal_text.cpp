@@ -2,6 +2,8 @@
 
 #include <unistd.h>
 
+#include "engine/util/utf8.h"
+
 namespace ember::ui {
 
 namespace {
@@ -74,49 +76,24 @@ struct Decoded {
     unsigned value = 0;  // the byte (C0) or code point (C1, Format)
 };
 
-// One UTF-8 sequence (or one ill-formed part of one) at `offset`. The valid second bytes
-// follow Unicode's table of well-formed sequences (no overlong forms, no surrogates, nothing
-// past U+10FFFF); an ill-formed part is as long as the valid prefix before the bad byte.
+// One UTF-8 sequence (or one ill-formed part of one) at `offset`, as utf8_step() reads it:
+// an ill-formed part is as long as the valid prefix before the bad byte.
 Decoded decode_one(std::string_view text, size_t offset) {
-    const auto byte = [&](size_t i) { return static_cast<unsigned char>(text[offset + i]); };
-    const unsigned b0 = byte(0);
+    const auto b0 = static_cast<unsigned char>(text[offset]);
     if (b0 < 0x80) {
         if (b0 == '\n' || b0 == '\t') return {Kind::Plain, 1, b0};
         if (b0 < 0x20) return {Kind::C0, 1, b0};
         if (b0 == 0x7F) return {Kind::Delete, 1, b0};
         return {Kind::Plain, 1, b0};
     }
-    size_t need = 0;
-    unsigned low = 0x80, high = 0xBF;  // range of the second byte
-    if (b0 >= 0xC2 && b0 <= 0xDF) {
-        need = 2;
-    } else if (b0 >= 0xE0 && b0 <= 0xEF) {
-        need = 3;
-        if (b0 == 0xE0) low = 0xA0;
-        if (b0 == 0xED) high = 0x9F;
-    } else if (b0 >= 0xF0 && b0 <= 0xF4) {
-        need = 4;
-        if (b0 == 0xF0) low = 0x90;
-        if (b0 == 0xF4) high = 0x8F;
-    } else {
-        return {Kind::Invalid, 1, b0};  // a continuation byte, C0/C1 lead bytes, F5..FF
-    }
-    for (size_t i = 1; i < need; ++i) {
-        if (offset + i >= text.size()) return {Kind::Truncated, i, 0};
-        const unsigned b = byte(i);
-        const bool fits = i == 1 ? (b >= low && b <= high) : (b >= 0x80 && b <= 0xBF);
-        if (!fits) return {Kind::Invalid, i, 0};
-    }
-    unsigned cp = 0;
-    if (need == 2) {
-        cp = ((b0 & 0x1F) << 6) | (byte(1) & 0x3F);
-        if (cp < 0xA0) return {Kind::C1, 2, cp};
-    } else if (need == 3) {
-        cp = ((b0 & 0x0F) << 12) | ((byte(1) & 0x3F) << 6) | (byte(2) & 0x3F);
-    }
+    const Utf8Step step = utf8_step(text.substr(offset));
+    if (step.status == Utf8Status::Incomplete) return {Kind::Truncated, step.length, 0};
+    if (step.status == Utf8Status::Invalid) return {Kind::Invalid, step.length, 0};
+    const char32_t cp = step.code_point;
+    if (cp >= 0x80 && cp < 0xA0) return {Kind::C1, 2, cp};
     // Every flagged format character is two or three bytes long (U+061C .. U+FEFF).
-    if (need <= 3 && !format_stand_in(cp).empty()) return {Kind::Format, need, cp};
-    return {Kind::Plain, need, 0};
+    if (step.length <= 3 && !format_stand_in(cp).empty()) return {Kind::Format, step.length, cp};
+    return {Kind::Plain, step.length, 0};
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "engine/util/depth_guard.h"
+#include "engine/util/utf8.h"
 
 namespace ember::grammar {
 
@@ -227,24 +228,11 @@ private:
             }
         }
         // A UTF-8 sequence from the grammar text itself.
-        const size_t length = byte < 0x80 ? 1 : byte >= 0xF0 ? 4 : byte >= 0xE0 ? 3 : byte >= 0xC0 ? 2 : 0;
-        if (length == 0 || pos_ + length > text_.size()) fail("invalid UTF-8 in the grammar");
-        uint32_t cp = length == 1 ? byte : byte & (0x7F >> length);
-        for (size_t i = 1; i < length; ++i) {
-            const auto next = static_cast<uint8_t>(text_[pos_ + i]);
-            if ((next & 0xC0) != 0x80) fail("invalid UTF-8 in the grammar");
-            cp = (cp << 6) | (next & 0x3F);
-        }
-        // Overlong forms, surrogates and code points past U+10FFFF are not UTF-8 either.
-        const uint32_t shortest = length == 1   ? 0
-                                  : length == 2 ? 0x80
-                                  : length == 3 ? 0x800
-                                                : 0x10000;
-        if (cp < shortest || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) {
-            fail("invalid UTF-8 in the grammar");
-        }
-        pos_ += length;
-        return cp;
+        if (at_end()) fail("invalid UTF-8 in the grammar");
+        const Utf8Step step = utf8_step(text_.substr(pos_));
+        if (step.status != Utf8Status::Valid) fail("invalid UTF-8 in the grammar");
+        pos_ += step.length;
+        return step.code_point;
     }
 
     uint32_t parse_hex(int digits, size_t start) {

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "engine/util/depth_guard.h"
+#include "engine/util/utf8.h"
 
 namespace ember::grammar {
 
@@ -66,9 +67,7 @@ std::string literal(const std::string& bytes) {
 std::string path_segment(const std::string& name) {
     constexpr size_t kMax = 64;
     if (name.size() <= kMax) return name;
-    size_t cut = kMax;
-    while (cut > 0 && (static_cast<uint8_t>(name[cut]) & 0xC0) == 0x80) --cut;  // whole chars
-    return name.substr(0, cut) + "...";
+    return name.substr(0, utf8_cut(name, kMax)) + "...";
 }
 
 std::string json_type_of(const json& v) {

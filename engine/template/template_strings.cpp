@@ -4,6 +4,8 @@
 #include <array>
 #include <cstdio>
 
+#include "engine/util/utf8.h"
+
 namespace ember::jinja {
 
 namespace {
@@ -86,40 +88,15 @@ std::u32string utf8_decode(std::string_view s) {
     out.reserve(s.size());
     std::size_t i = 0;
     while (i < s.size()) {
-        const auto b0 = static_cast<unsigned char>(s[i]);
-        int len = 0;
-        char32_t cp = 0;
-        if (b0 < 0x80) {
-            len = 1;
-            cp = b0;
-        } else if (b0 >= 0xC2 && b0 <= 0xDF) {
-            len = 2;
-            cp = b0 & 0x1F;
-        } else if (b0 >= 0xE0 && b0 <= 0xEF) {
-            len = 3;
-            cp = b0 & 0x0F;
-        } else if (b0 >= 0xF0 && b0 <= 0xF4) {
-            len = 4;
-            cp = b0 & 0x07;
-        }
-        bool ok = len > 0 && i + static_cast<std::size_t>(len) <= s.size();
-        for (int k = 1; ok && k < len; ++k) {
-            const auto b = static_cast<unsigned char>(s[i + static_cast<std::size_t>(k)]);
-            if ((b & 0xC0) != 0x80) ok = false;
-            cp = (cp << 6) | (b & 0x3F);
-        }
-        // Reject overlong forms, surrogates and values past U+10FFFF, as Python's decoder does.
-        if (ok && ((len == 3 && (cp < 0x800 || (cp >= 0xD800 && cp <= 0xDFFF))) ||
-                   (len == 4 && (cp < 0x10000 || cp > 0x10FFFF)))) {
-            ok = false;
-        }
-        if (!ok) {
-            out.push_back(0xDC00 + b0);
+        const Utf8Step step = utf8_step(s.substr(i));
+        if (step.status == Utf8Status::Valid) {
+            out.push_back(step.code_point);
+            i += step.length;
+        } else {
+            // Python's "surrogateescape": each byte of an ill-formed part on its own.
+            out.push_back(0xDC00 + static_cast<unsigned char>(s[i]));
             ++i;
-            continue;
         }
-        out.push_back(cp);
-        i += static_cast<std::size_t>(len);
     }
     return out;
 }
@@ -127,20 +104,8 @@ std::u32string utf8_decode(std::string_view s) {
 void utf8_append(std::string& out, char32_t cp) {
     if (cp >= 0xDC80 && cp <= 0xDCFF) {  // an escaped invalid byte: write it back raw
         out.push_back(static_cast<char>(cp - 0xDC00));
-    } else if (cp < 0x80) {
-        out.push_back(static_cast<char>(cp));
-    } else if (cp < 0x800) {
-        out.push_back(static_cast<char>(0xC0 | (cp >> 6)));
-        out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-    } else if (cp < 0x10000) {
-        out.push_back(static_cast<char>(0xE0 | (cp >> 12)));
-        out.push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-        out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
     } else {
-        out.push_back(static_cast<char>(0xF0 | (cp >> 18)));
-        out.push_back(static_cast<char>(0x80 | ((cp >> 12) & 0x3F)));
-        out.push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-        out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
+        append_utf8(out, cp);
     }
 }
 

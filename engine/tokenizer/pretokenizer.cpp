@@ -154,7 +154,7 @@ struct MatchData {
 // Advances past one character, or one byte where the text is not valid UTF-8.
 size_t next_char(std::string_view s, size_t pos) {
     const Utf8Step st = utf8_step(s.substr(pos));
-    return pos + (st.status == Utf8Status::Valid ? st.len : 1);
+    return pos + (st.status == Utf8Status::Valid ? st.length : 1);
 }
 
 // Splits s[begin, end) by one regex, appending the resulting ranges to `out`.

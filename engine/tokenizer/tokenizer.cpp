@@ -447,7 +447,7 @@ Tokenizer::Impl::Impl(TokenizerSpec spec) {
         const tok::ByteLevelTables& bl = tok::byte_level_tables();
         for (size_t b = 0; b < 256; ++b) {
             std::string ch;
-            tok::append_utf8(ch, bl.byte_to_cp[b]);
+            append_utf8(ch, bl.byte_to_cp[b]);
             bpe_byte_ids[b] = token_to_id.find(ch);
         }
 
@@ -555,8 +555,8 @@ void Tokenizer::Impl::encode_spm(std::string_view raw, bool space_prefix,
     std::vector<Sym> sym;
     sym.reserve(text.size());
     for (size_t i = 0; i < text.size();) {
-        const tok::Utf8Step st = tok::utf8_step(std::string_view(text).substr(i));
-        const size_t len = st.status == tok::Utf8Status::Valid ? st.len : 1;
+        const Utf8Step st = utf8_step(std::string_view(text).substr(i));
+        const size_t len = st.status == Utf8Status::Valid ? st.length : 1;
         const auto idx = static_cast<int32_t>(sym.size());
         sym.push_back({static_cast<uint32_t>(i), static_cast<uint32_t>(len), idx - 1, idx + 1});
         i += len;

@@ -2,47 +2,18 @@
 
 namespace ember::tok {
 
-Utf8Step utf8_step(std::string_view s) {
-    const auto b0 = static_cast<unsigned char>(s[0]);
-    if (b0 < 0x80) return {Utf8Status::Valid, 1};
-    size_t need = 0;
-    // Bounds of the second byte, which is where overlongs and surrogates are excluded.
-    unsigned char lo = 0x80, hi = 0xBF;
-    if (b0 >= 0xC2 && b0 <= 0xDF) {
-        need = 2;
-    } else if (b0 >= 0xE0 && b0 <= 0xEF) {
-        need = 3;
-        if (b0 == 0xE0) lo = 0xA0;
-        if (b0 == 0xED) hi = 0x9F;
-    } else if (b0 >= 0xF0 && b0 <= 0xF4) {
-        need = 4;
-        if (b0 == 0xF0) lo = 0x90;
-        if (b0 == 0xF4) hi = 0x8F;
-    } else {
-        return {Utf8Status::Invalid, 1};
-    }
-    for (size_t i = 1; i < need; ++i) {
-        if (i >= s.size()) return {Utf8Status::Incomplete, i};
-        const auto b = static_cast<unsigned char>(s[i]);
-        const unsigned char l = i == 1 ? lo : 0x80;
-        const unsigned char h = i == 1 ? hi : 0xBF;
-        if (b < l || b > h) return {Utf8Status::Invalid, i};
-    }
-    return {Utf8Status::Valid, need};
-}
-
 size_t append_lossy_utf8(std::string_view bytes, std::string& out, bool hold_incomplete) {
     size_t i = 0;
     while (i < bytes.size()) {
         const Utf8Step st = utf8_step(bytes.substr(i));
         if (st.status == Utf8Status::Valid) {
-            out.append(bytes.substr(i, st.len));
+            out.append(bytes.substr(i, st.length));
         } else if (st.status == Utf8Status::Incomplete && hold_incomplete) {
             return i;
         } else {
-            out += "\xEF\xBF\xBD";  // U+FFFD
+            out += kReplacementCharacter;
         }
-        i += st.len;
+        i += st.length;
     }
     return i;
 }
@@ -89,17 +60,16 @@ void byte_level_decode_append(std::string_view text, std::string& out) {
             continue;
         }
         const Utf8Step st = utf8_step(text.substr(i));
-        if (st.status == Utf8Status::Valid && st.len == 2) {
-            const uint32_t cp =
-                ((b0 & 0x1Fu) << 6) | (static_cast<unsigned char>(text[i + 1]) & 0x3Fu);
+        if (st.status == Utf8Status::Valid && st.length == 2) {
+            const char32_t cp = st.code_point;
             if (cp < t.cp_to_byte.size() && t.cp_to_byte[cp] >= 0) {
                 out += static_cast<char>(t.cp_to_byte[cp]);
                 i += 2;
                 continue;
             }
         }
-        out.append(text.substr(i, st.len));
-        i += st.len;
+        out.append(text.substr(i, st.length));
+        i += st.length;
     }
 }
 

@@ -2,6 +2,7 @@
 
 #include <charconv>
 
+#include "engine/util/utf8.h"
 #include "ui/tui/text.h"
 
 namespace ember::ui::tui {

@@ -5,6 +5,7 @@
 #include <charconv>
 #include <string>
 
+#include "engine/util/utf8.h"
 #include "ui/tui/text.h"
 
 namespace ember::ui::tui {

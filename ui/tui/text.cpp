@@ -2,6 +2,7 @@
 
 #include <utf8proc.h>
 
+#include "engine/util/utf8.h"
 #include "ui/terminal_text.h"
 
 namespace ember::ui::tui {
@@ -24,23 +25,14 @@ bool attaches_to_previous(char32_t cp) {
 }  // namespace
 
 size_t decode_at(std::string_view text, size_t offset, char32_t& codepoint) {
-    utf8proc_int32_t cp = 0;
-    const auto* bytes = reinterpret_cast<const utf8proc_uint8_t*>(text.data() + offset);
-    const utf8proc_ssize_t n =
-        utf8proc_iterate(bytes, static_cast<utf8proc_ssize_t>(text.size() - offset), &cp);
-    if (n <= 0 || cp < 0) {
+    // Past the end reads as one invalid byte, as it did through utf8proc.
+    const Utf8Step step = offset < text.size() ? utf8_step(text.substr(offset)) : Utf8Step{};
+    if (step.status != Utf8Status::Valid) {
         codepoint = kReplacement;
         return 1;
     }
-    codepoint = static_cast<char32_t>(cp);
-    return static_cast<size_t>(n);
-}
-
-void append_utf8(std::string& out, char32_t codepoint) {
-    utf8proc_uint8_t buffer[4];
-    const utf8proc_ssize_t n =
-        utf8proc_encode_char(static_cast<utf8proc_int32_t>(codepoint), buffer);
-    out.append(reinterpret_cast<const char*>(buffer), static_cast<size_t>(n));
+    codepoint = step.code_point;
+    return step.length;
 }
 
 int codepoint_width(char32_t codepoint) {

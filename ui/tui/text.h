@@ -51,8 +51,6 @@ size_t next_boundary(std::string_view text, size_t offset);
 // Decodes one code point at `offset`; returns its length in bytes (1 for an invalid byte,
 // which decodes as U+FFFD).
 size_t decode_at(std::string_view text, size_t offset, char32_t& codepoint);
-// Appends `codepoint` encoded as UTF-8.
-void append_utf8(std::string& out, char32_t codepoint);
 // Columns a single code point takes (utf8proc), 0 for marks and joiners.
 int codepoint_width(char32_t codepoint);
 
