@@ -1,8 +1,8 @@
 #include "engine/template/template_interp.h"
 
 #include <algorithm>
-#include <atomic>
 
+#include "engine/template/render_budget.h"
 #include "engine/template/template.h"
 #include "engine/template/template_builtins.h"
 #include "engine/util/depth_guard.h"
@@ -105,31 +105,6 @@ Value make_loop_object(const std::vector<Value>& items, std::size_t i,
     return loop;
 }
 
-thread_local RenderBudget* t_budget = nullptr;
-
-// Makes `budget` the thread's current one for as long as it lives.
-class BudgetScope {
-public:
-    explicit BudgetScope(RenderBudget* budget) : saved_(t_budget) { t_budget = budget; }
-    ~BudgetScope() { t_budget = saved_; }
-    BudgetScope(const BudgetScope&) = delete;
-    BudgetScope& operator=(const BudgetScope&) = delete;
-
-private:
-    RenderBudget* saved_;
-};
-
-// "10000000" -> "10,000,000": the limit reads at a glance in the error.
-std::string with_commas(std::int64_t n) {
-    const std::string digits = std::to_string(n);
-    std::string out;
-    for (std::size_t i = 0; i < digits.size(); ++i) {
-        if (i > 0 && (digits.size() - i) % 3 == 0) out.push_back(',');
-        out.push_back(digits[i]);
-    }
-    return out;
-}
-
 // Bytes of text in a value (what kRenderTextPerInputByte scales). Containers nest at most
 // kMaxTemplateValueDepth deep here: the variables came through from_json.
 std::int64_t text_bytes(const Value& v, int depth) {
@@ -147,29 +122,6 @@ std::int64_t text_bytes(const Value& v, int depth) {
 }
 
 }  // namespace
-
-RenderBudget::RenderBudget(std::int64_t input_text_bytes)
-    : text_limit_(kRenderTextFloor +
-                  std::min(input_text_bytes, (INT64_MAX / 2) / kRenderTextPerInputByte) *
-                      kRenderTextPerInputByte) {
-    static std::atomic<std::uint64_t> renders{0};
-    serial_ = ++renders;
-}
-
-void RenderBudget::steps_exceeded() const {
-    fail("exceeded the budget of " + with_commas(kMaxRenderSteps) +
-         " evaluation steps (a runaway loop?)");
-}
-
-void RenderBudget::text_exceeded() const {
-    const std::int64_t mib = (text_limit_ + (std::int64_t{1} << 20) - 1) >> 20;
-    fail("exceeded the budget of " + with_commas(mib) +
-         " MiB of text and containers (a runaway string, list or dict?)");
-}
-
-RenderBudget* current_budget() noexcept {
-    return t_budget;
-}
 
 const Value* Scope::find(std::string_view name) const {
     for (const auto& [k, v] : vars) {

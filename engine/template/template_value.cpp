@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdio>
 
+#include "engine/template/render_budget.h"
 #include "engine/template/template.h"
 #include "engine/template/template_builtins.h"
 #include "engine/template/template_strings.h"
