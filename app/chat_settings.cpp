@@ -4,7 +4,7 @@
 #include <cstdlib>
 #include <nlohmann/json.hpp>
 
-#include "engine/template/json_depth.h"
+#include "engine/util/bounded_json.h"
 
 namespace ember::app {
 
@@ -16,9 +16,8 @@ using json = nlohmann::ordered_json;
 // not parse is discarded.
 json parse_stored(const std::string& text) {
     if (text.empty()) return json();
-    auto parsed = parse_json_bounded<json>(text);
-    if (parsed.too_deep || parsed.value.is_discarded()) return json();
-    return std::move(parsed.value);
+    json parsed = try_parse_json_bounded<json>(text);
+    return parsed.is_discarded() ? json() : parsed;
 }
 
 template <class T>

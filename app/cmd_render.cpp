@@ -7,12 +7,12 @@
 
 #include "app/commands.h"
 #include "app/serve/api.h"
-#include "engine/generate/tool_calls.h"
-#include "engine/template/json_depth.h"
-#include "engine/template/template.h"
 #include "engine/generate/default_template.h"
+#include "engine/generate/tool_calls.h"
 #include "engine/gguf/gguf.h"
+#include "engine/template/template.h"
 #include "engine/tokenizer/tokenizer.h"
+#include "engine/util/bounded_json.h"
 #include "ui/terminal_text.h"
 
 namespace ember::app {
@@ -45,13 +45,9 @@ std::string slurp(const std::string& path, const std::string& what) {
 // built: copying or converting one recurses once per level and a 100,000-deep one overflows
 // the stack. `what` names the file or flag in the one-line error.
 ojson parse_json_input(const std::string& text, const std::string& what) {
-    auto j = parse_json_bounded(text, kMaxTemplateValueDepth);
-    if (j.too_deep) {
-        throw std::runtime_error(what + ": JSON nested deeper than " +
-                                 std::to_string(kMaxTemplateValueDepth) + " levels");
-    }
-    if (j.value.is_discarded()) throw std::runtime_error(what + ": not valid JSON");
-    return std::move(j.value);
+    ojson j = parse_json_bounded(text, {}, what);
+    if (j.is_discarded()) throw std::runtime_error(what + ": not valid JSON");
+    return j;
 }
 
 int run_render(const RenderOptions& o, bool bos_given, bool eos_given) {

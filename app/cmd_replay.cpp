@@ -34,9 +34,9 @@
 #include "app/remote_chat.h"
 #include "app/serve/client.h"
 #include "app/session_adapter.h"
-#include "engine/template/json_depth.h"
 #include "engine/generate/conversation.h"
 #include "engine/model/model.h"
+#include "engine/util/bounded_json.h"
 #include "engine/util/thread_pool.h"
 #include "sessions/session_store.h"
 #include "ui/chat_engine.h"
@@ -64,13 +64,9 @@ struct ReplayOptions {
 // is text anyone with the file can edit: JSON nested deeper than the template limit is an
 // error here, before the deep document is built (converting it would overflow the stack).
 nlohmann::json stored_settings_json(const std::string& text) {
-    auto j = parse_json_bounded<nlohmann::json>(text);
-    if (j.too_deep) {
-        throw std::runtime_error("the conversation's stored settings (the sampling column) are "
-                                 "JSON nested deeper than " +
-                                 std::to_string(kMaxTemplateValueDepth) + " levels");
-    }
-    return j.value.is_discarded() ? nlohmann::json() : std::move(j.value);
+    nlohmann::json j = parse_json_bounded<nlohmann::json>(
+        text, {}, "the conversation's stored settings (the sampling column)");
+    return j.is_discarded() ? nlohmann::json() : j;
 }
 
 SamplingParams stored_sampling(const std::string& text) {

@@ -17,7 +17,7 @@
 #include "app/hub_http.h"
 #include "app/hub_join.h"
 #include "app/model_locator.h"
-#include "engine/template/json_depth.h"
+#include "engine/util/bounded_json.h"
 #include "ui/terminal_text.h"
 
 namespace ember::app::hub {
@@ -325,12 +325,16 @@ std::vector<RepoFile> list_repo(HttpClient& http, const ModelSpec& spec) {
                            std::to_string(kMaxListingPages) + " pages");
         }
         std::string next;
-        const auto parsed = parse_json_bounded<json>(http.get_text(url, kMaxListingBytes, &next),
-                                                     kListingJsonDepth);
-        if (parsed.too_deep || !parsed.value.is_array()) {
-            throw HubError(url + ": the listing is not a JSON array of files");
+        const std::string listing = http.get_text(url, kMaxListingBytes, &next);
+        json parsed;
+        try {
+            parsed = parse_json_bounded<json>(
+                listing, {static_cast<size_t>(kMaxListingBytes), kListingJsonDepth}, url);
+        } catch (const JsonLimitError& e) {
+            throw HubError(e.what());
         }
-        for (const auto& entry : parsed.value) {
+        if (!parsed.is_array()) throw HubError(url + ": the listing is not a JSON array of files");
+        for (const auto& entry : parsed) {
             if (!entry.is_object() || entry.value("type", "") != "file") continue;
             if (!entry.contains("path") || !entry["path"].is_string() || !entry.contains("size") ||
                 !entry["size"].is_number_unsigned()) {

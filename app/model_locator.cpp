@@ -13,6 +13,7 @@
 #include "app/did_you_mean.h"
 #include "app/hub_http.h"
 #include "app/hub_pull.h"
+#include "engine/util/bounded_json.h"
 #include "engine/util/xdg_paths.h"
 #include "ui/terminal_text.h"
 
@@ -22,6 +23,10 @@ namespace fs = std::filesystem;
 using json = nlohmann::json;
 
 namespace {
+
+// The config file and ollama's manifests are a few KiB; whoever can write there is not
+// trusted to make Ember read or build more.
+constexpr JsonLimits kSmallFileLimits{size_t{1} << 20, kMaxJsonDepth};
 
 // GGUF files start with these four bytes; ollama's blobs have no extension, so the magic is
 // what tells a model apart from its other layers (template, license, params).
@@ -72,7 +77,8 @@ void scan_ollama(std::vector<FoundModel>& out, const std::string& root) {
     for (; !ec && it != fs::recursive_directory_iterator(); it.increment(ec)) {
         if (!it->is_regular_file(ec)) continue;
         std::ifstream in(it->path());
-        const json manifest = json::parse(in, nullptr, /*allow_exceptions=*/false);
+        const json manifest =
+            try_parse_json_bounded<json>(read_json_text(in, kSmallFileLimits), kSmallFileLimits);
         if (!manifest.is_object() || !manifest.contains("layers")) continue;
         for (const auto& layer : manifest["layers"]) {
             if (!layer.is_object() ||
@@ -245,7 +251,9 @@ json load_config() {
     std::ifstream in(path);
     if (!in) return json::object();
     try {
-        json config = json::parse(in);
+        // The error names the file (below).
+        json config = parse_json_bounded<json>(read_json_text(in, kSmallFileLimits),
+                                               kSmallFileLimits, "", InvalidJson::Throw);
         if (!config.is_object()) throw std::runtime_error("the top level must be an object");
         return config;
     } catch (const std::exception& e) {

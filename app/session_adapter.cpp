@@ -13,7 +13,7 @@
 
 #include "app/chat_settings.h"
 #include "engine/model/model.h"
-#include "engine/template/json_depth.h"
+#include "engine/util/bounded_json.h"
 #include "engine/util/xdg_paths.h"
 #include "sessions/schema.h"
 #include "ui/terminal_text.h"
@@ -231,7 +231,7 @@ std::vector<ToolCall> tool_calls_from_json(const std::string& stored) {
     std::vector<ToolCall> calls;
     if (stored.empty()) return calls;
     // The column is text anyone with the file can edit: what is not a list of calls is none.
-    const auto parsed = parse_json_bounded<nlohmann::json>(stored).value;
+    const auto parsed = try_parse_json_bounded<nlohmann::json>(stored);
     if (!parsed.is_array()) return calls;
     for (const auto& call : parsed) {
         if (!call.is_object()) continue;

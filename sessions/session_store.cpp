@@ -12,7 +12,7 @@
 #include <random>
 #include <unordered_set>
 
-#include "engine/template/json_depth.h"
+#include "engine/util/bounded_json.h"
 #include "engine/util/utc_time.h"
 #include "engine/util/utf8.h"
 
@@ -122,7 +122,7 @@ StoredMessage read_message(Database& db, Statement& s) {
 std::string tool_calls_markdown(const std::string& stored) {
     if (stored.empty()) return {};
     // The column is text anyone with the file can edit: parsed with a depth bound.
-    const auto calls = parse_json_bounded<nlohmann::json>(stored).value;
+    const auto calls = try_parse_json_bounded<nlohmann::json>(stored);
     if (!calls.is_array()) return "\nTool calls: `" + stored + "`\n";
     std::string md;
     for (const auto& call : calls) {
@@ -540,14 +540,9 @@ std::string SessionStore::export_json(const ConversationInfo& c, bool ascii_only
     using json = nlohmann::ordered_json;
     // The column is text anyone with the file can edit: a document nested deeper than the
     // limit is refused before it is built (dumping it would recurse once per level).
-    auto parsed = parse_json_bounded(c.sampling_json);
-    if (parsed.too_deep) {
-        throw std::runtime_error("conversation " + c.public_id +
-                                 ": its stored settings (the sampling column) are JSON nested "
-                                 "deeper than " +
-                                 std::to_string(kMaxTemplateValueDepth) + " levels");
-    }
-    json sampling = std::move(parsed.value);
+    json sampling = parse_json_bounded(
+        c.sampling_json, {},
+        "conversation " + c.public_id + ": its stored settings (the sampling column)");
     if (sampling.is_discarded()) sampling = c.sampling_json;
     shortest_float_decimals(sampling);
     json out = {{"id", c.public_id},
@@ -574,7 +569,7 @@ std::string SessionStore::export_json(const ConversationInfo& c, bool ascii_only
         if (!m.token_ids.empty()) j["token_ids"] = m.token_ids;
         if (m.stats) j["stats"] = stats_json(*m.stats);
         if (!m.tool_calls.empty()) {
-            const json calls = parse_json_bounded<json>(m.tool_calls).value;
+            const json calls = try_parse_json_bounded<json>(m.tool_calls);
             j["tool_calls"] = calls.is_discarded() ? json(m.tool_calls) : calls;
         }
         if (m.role == "tool") {
@@ -589,7 +584,7 @@ std::string SessionStore::export_json(const ConversationInfo& c, bool ascii_only
         // Stored JSON (schema 7) is text anyone with the file can edit: parsed with a depth
         // bound, and kept as a string when it does not parse.
         const auto stored_json = [](const std::string& text) {
-            const json value = parse_json_bounded<json>(text).value;
+            const json value = try_parse_json_bounded<json>(text);
             return value.is_discarded() ? json(text) : value;
         };
         if (!m.origin.settings.empty()) j["settings"] = stored_json(m.origin.settings);

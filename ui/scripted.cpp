@@ -7,6 +7,7 @@
 #include <optional>
 
 #include "engine/generate/constrained.h"
+#include "engine/util/bounded_json.h"
 #include "ui/attachments.h"
 #include "ui/progress.h"
 #include "ui/terminal_text.h"
@@ -435,7 +436,12 @@ std::optional<std::string> jsonl_prompt(const std::string& line, int64_t line_no
         bad = true;
         return std::nullopt;
     };
-    json j = json::parse(line, nullptr, /*allow_exceptions=*/false);
+    json j;
+    try {
+        j = parse_json_bounded<json>(line, {}, "");  // complain() names the line
+    } catch (const JsonLimitError& e) {
+        return complain(e.what());
+    }
     if (j.is_discarded()) return complain("not valid JSON");
     if (!j.is_object()) return complain("not a JSON object");
     grammar = nullptr;

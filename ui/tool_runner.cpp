@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "engine/util/bounded_json.h"
 #include "ui/attachments.h"
 
 extern char** environ;
@@ -241,7 +242,7 @@ ProcessRun run_process(const std::vector<std::string>& argv, const std::string& 
 ToolOutput run_tool(const ToolSpec& tool, const std::string& arguments, const ToolRoot* root) {
     const nlohmann::json parsed =
         arguments.empty() ? nlohmann::json::object()
-                          : nlohmann::json::parse(arguments, nullptr, /*allow_exceptions=*/false);
+                          : try_parse_json_bounded<nlohmann::json>(arguments);
     if (parsed.is_discarded() || !parsed.is_object()) {
         return {"the arguments are not a JSON object: " + arguments, true};
     }

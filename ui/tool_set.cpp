@@ -7,6 +7,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "engine/util/bounded_json.h"
 #include "ui/builtin_tools.h"
 
 namespace ember::ui {
@@ -192,7 +193,9 @@ std::vector<ToolSpec> parse_tools_json(const std::string& text, const std::strin
                                        const std::string& base_dir) {
     ojson root;
     try {
-        root = ojson::parse(text);
+        root = parse_json_bounded(text, {}, source, InvalidJson::Throw);
+    } catch (const JsonLimitError& e) {
+        throw ToolsError(e.what());
     } catch (const nlohmann::json::parse_error& e) {
         // "[json.exception.parse_error.101] parse error at line 3, column 5: ..." without the
         // library's prefix.

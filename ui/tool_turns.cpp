@@ -2,6 +2,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "engine/util/bounded_json.h"
 #include "ui/tool_runner.h"
 
 namespace ember::ui {
@@ -38,8 +39,7 @@ ToolOptions tool_options(const ChatToolSettings& settings, bool first) {
 }
 
 std::string describe_call(const ToolCall& call) {
-    const auto arguments =
-        nlohmann::ordered_json::parse(call.arguments, nullptr, /*allow_exceptions=*/false);
+    const auto arguments = try_parse_json_bounded<nlohmann::ordered_json>(call.arguments);
     std::string shown;
     if (arguments.is_object() && arguments.empty()) {
         shown = "(no arguments)";

@@ -1,5 +1,7 @@
 #include "app/serve/api.h"
 
+#include <algorithm>
+#include <climits>
 #include <cmath>
 #include <limits>
 #include <random>
@@ -7,6 +9,7 @@
 
 #include "engine/generate/constrained.h"
 #include "engine/sampling/sampling_ranges.h"
+#include "engine/util/bounded_json.h"
 
 namespace ember::serve {
 
@@ -43,35 +46,6 @@ namespace {
 
 ApiError bad_field(const std::string& field, const std::string& what) {
     return ApiError(400, "'" + field + "' " + what, field);
-}
-
-// nlohmann's parser recurses once per nesting level, so a body of a million '[' would
-// exhaust the stack: count the depth first (outside strings) and refuse deep bodies.
-void check_nesting(const std::string& body, int64_t max_depth) {
-    int64_t depth = 0;
-    bool in_string = false, escaped = false;
-    for (char c : body) {
-        if (in_string) {
-            if (escaped) {
-                escaped = false;
-            } else if (c == '\\') {
-                escaped = true;
-            } else if (c == '"') {
-                in_string = false;
-            }
-            continue;
-        }
-        if (c == '"') {
-            in_string = true;
-        } else if (c == '[' || c == '{') {
-            if (++depth > max_depth) {
-                throw ApiError(400, "the request body nests deeper than " +
-                                        std::to_string(max_depth) + " levels");
-            }
-        } else if (c == ']' || c == '}') {
-            --depth;
-        }
-    }
 }
 
 // One open object or array while parsing: the key last seen, or the element's index.
@@ -124,17 +98,21 @@ std::string json_path(const std::vector<JsonFrame>& frames) {
 
 json parse_body(const std::string& body, const RequestLimits& limits) {
     if (body.empty()) throw ApiError(400, "the request body is empty (a JSON object is expected)");
-    check_nesting(body, limits.max_nesting);
     json j;
     // Where the parser is, as a field path ("messages[2].content"): nlohmann reports a number
     // too large for a double (1e309) without a position, so the error would not name the
     // field otherwise.
     std::vector<JsonFrame> where;
+    // The body's size was bounded before it was read (--max-body); its depth is bounded here.
+    const JsonLimits bounds{std::numeric_limits<size_t>::max(),
+                            static_cast<int>(std::clamp<int64_t>(limits.max_nesting, 0, INT_MAX))};
     try {
-        j = json::parse(body, [&where](int, json::parse_event_t event, json& parsed) {
-            track_json_path(where, event, parsed);
-            return true;
-        });
+        j = parse_json_bounded<json>(body, bounds, "the request body", InvalidJson::Throw,
+                                     [&where](json::parse_event_t event, const json& parsed) {
+                                         track_json_path(where, event, parsed);
+                                     });
+    } catch (const JsonLimitError& e) {
+        throw ApiError(400, e.what());
     } catch (const json::parse_error& e) {
         // e.byte is 1-based: the offset where parsing failed.
         throw ApiError(400, "the request body is not valid JSON (at byte " +

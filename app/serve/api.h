@@ -44,7 +44,7 @@ std::string dump_json(const nlohmann::json& j);
 
 struct RequestLimits {
     int64_t max_messages = 4096;
-    int64_t max_nesting = 64;  // JSON nesting depth (deeper bodies are refused unparsed)
+    int64_t max_nesting = 64;  // JSON nesting depth (deeper bodies are refused while parsing)
     int64_t max_stop_strings = 4;
     int64_t max_stop_bytes = 256;
     // Compiling a request's response_format or tool schemas (under its slot) may take this

@@ -13,6 +13,8 @@
 #include <cstring>
 #include <stdexcept>
 
+#include "engine/util/bounded_json.h"
+
 namespace ember::serve {
 
 using json = nlohmann::json;
@@ -56,7 +58,7 @@ namespace {
 // The error message of an error body, or the body itself (cut short).
 std::string error_text(int status, const std::string& body) {
     try {
-        const json j = json::parse(body);
+        const json j = parse_json_bounded<json>(body, {}, "the error body", InvalidJson::Throw);
         if (j.contains("error")) {
             const json& e = j["error"];
             if (e.is_string()) return e.get<std::string>();
@@ -177,7 +179,7 @@ StreamResult ApiClient::stream(const std::string& endpoint, json body,
         }
         json event;
         try {
-            event = json::parse(data);
+            event = parse_json_bounded<json>(data, {}, "the event", InvalidJson::Throw);
         } catch (const std::exception&) {
             result.error = "the server sent an event that is not JSON: " + data.substr(0, 200);
             return false;
@@ -301,7 +303,8 @@ std::vector<std::string> ApiClient::model_ids() {
     try {
         // Parsed into a variable first: a range-for over a member of a temporary would
         // outlive the temporary.
-        const json list = json::parse(res->body);
+        const json list =
+            parse_json_bounded<json>(res->body, {}, "the model list", InvalidJson::Throw);
         for (const auto& m : list.at("data")) ids.push_back(m.at("id").get<std::string>());
     } catch (const std::exception& e) {
         throw std::runtime_error(std::string("the model list is not what the API returns: ") +

@@ -8,8 +8,8 @@
 #include "engine/grammar/gbnf.h"
 #include "engine/grammar/json_schema.h"
 #include "engine/grammar/matcher.h"
-#include "engine/template/json_depth.h"
 #include "engine/tokenizer/tokenizer.h"
+#include "engine/util/bounded_json.h"
 
 namespace ember {
 
@@ -73,26 +73,20 @@ std::shared_ptr<const grammar::Grammar> compile_output_format(const OutputFormat
             return std::make_shared<const grammar::Grammar>(
                 grammar::parse_gbnf(grammar::json_object_gbnf()));
         case OutputFormatKind::JsonSchema: {
-            // Parsed with a depth bound: the compiler's own walk is bounded, but dumping a
+            // Parsed within the JSON bounds: the compiler's own walk is bounded, but dumping a
             // "const" nested 100,000 deep would recurse once a level.
-            auto parsed = parse_json_bounded(format.text);
-            if (parsed.too_deep) {
-                throw grammar::SchemaError("the JSON schema nests deeper than " +
-                                               std::to_string(kMaxTemplateValueDepth) + " levels",
+            nlohmann::ordered_json parsed;
+            try {
+                parsed = parse_json_bounded(format.text, {}, "the JSON schema", InvalidJson::Throw);
+            } catch (const JsonLimitError& e) {
+                throw grammar::SchemaError(e.what(), "", "/");
+            } catch (const nlohmann::json::exception& e) {
+                throw grammar::SchemaError(std::string("the JSON schema is not valid JSON: ") +
+                                               e.what(),
                                            "", "/");
             }
-            if (parsed.value.is_discarded()) {
-                std::string why = "not valid JSON";
-                try {
-                    const auto again = nlohmann::ordered_json::parse(format.text);  // the reason
-                    (void)again;
-                } catch (const nlohmann::json::exception& e) {
-                    why += std::string(": ") + e.what();
-                }
-                throw grammar::SchemaError("the JSON schema is " + why, "", "/");
-            }
             out = std::make_shared<const grammar::Grammar>(grammar::parse_gbnf(
-                grammar::json_schema_to_gbnf(parsed.value, budget), "root", budget));
+                grammar::json_schema_to_gbnf(parsed, budget), "root", budget));
             break;
         }
     }

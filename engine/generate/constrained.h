@@ -35,7 +35,7 @@ struct OutputFormat {
 
 // The grammar of `format` (null for Free). Throws grammar::GrammarError (a SchemaError naming
 // the keyword for an unsupported schema feature; a schema that is not JSON, or nested deeper
-// than kMaxTemplateValueDepth, is a SchemaError too), naming the limit of `budget` (null: the
+// than kMaxJsonDepth, is a SchemaError too), naming the limit of `budget` (null: the
 // defaults of grammar::CompileLimits) that it passes; grammar::CompileCancelled when the
 // budget's cancel callback says so. A grammar so ambiguous that the matcher gives up on its
 // first byte is refused here, not at the first token.

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "engine/util/bounded_json.h"
+
 namespace ember {
 
 namespace {
@@ -236,7 +238,7 @@ void HarmonyRouter::call_text(const std::string& text) {
 
 void HarmonyRouter::close_call() {
     const ToolCall& call = calls_.back();
-    const auto parsed = nlohmann::json::parse(call.arguments, nullptr, /*allow_exceptions=*/false);
+    const auto parsed = try_parse_json_bounded<nlohmann::json>(call.arguments);
     if (!parsed.is_object()) {
         warn("the arguments of call " + std::to_string(calls_.size() - 1) + " (" + call.name +
              ") are not a valid JSON object");

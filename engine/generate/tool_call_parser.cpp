@@ -10,6 +10,7 @@
 #include <random>
 
 #include "engine/generate/tool_calls.h"
+#include "engine/util/bounded_json.h"
 
 namespace ember {
 
@@ -189,7 +190,7 @@ void ToolCallParser::call_arguments(std::string_view fragment) {
 
 void ToolCallParser::end_call() {
     const ToolCall& call = calls_.back();
-    const auto parsed = nlohmann::json::parse(call.arguments, nullptr, /*allow_exceptions=*/false);
+    const auto parsed = try_parse_json_bounded<nlohmann::json>(call.arguments);
     if (!parsed.is_object()) {
         warn("the arguments of call " + std::to_string(calls_.size() - 1) + " (" + call.name +
              ") are not a valid JSON object");
@@ -353,7 +354,7 @@ bool ToolCallParser::step_arguments(bool) {
     if (string_arguments_) {
         scanned_ = i;
         if (!closed) return false;
-        const auto text = nlohmann::json::parse(buf_.substr(0, i), nullptr, false);
+        const auto text = try_parse_json_bounded<nlohmann::json>(buf_.substr(0, i));
         call_arguments(text.is_string() ? text.get<std::string>() : buf_.substr(0, i));
     } else {
         call_arguments(std::string_view(buf_).substr(0, i));

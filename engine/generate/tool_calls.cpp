@@ -6,6 +6,7 @@
 #include "engine/grammar/gbnf.h"
 #include "engine/grammar/json_schema.h"
 #include "engine/grammar/token_mask.h"
+#include "engine/util/bounded_json.h"
 
 namespace ember {
 
@@ -55,7 +56,7 @@ bool valid_name(const std::string& name) {
 
 // A call's arguments as the template gets them: the object they spell, or the text itself.
 ojson arguments_value(const std::string& arguments) {
-    ojson parsed = ojson::parse(arguments, nullptr, /*allow_exceptions=*/false);
+    ojson parsed = try_parse_json_bounded<ojson>(arguments);
     return parsed.is_discarded() ? ojson(arguments) : parsed;
 }
 

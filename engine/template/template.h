@@ -19,6 +19,8 @@
 #include <string>
 #include <string_view>
 
+#include "engine/util/bounded_json.h"
+
 namespace ember {
 
 namespace jinja {
@@ -59,11 +61,9 @@ struct TemplateTime {
 };
 
 // Deepest nesting of arrays and objects accepted in template variables, and that tojson or
-// printing will walk. Real tool schemas nest a dozen levels; 512 leaves room for odd ones while
-// keeping the recursive conversion and printing far from the end of a thread's stack. Callers
-// parsing untrusted JSON should refuse deeper documents before building them
-// (nlohmann's parser callback reports the depth), since copying a json is recursive too.
-constexpr int kMaxTemplateValueDepth = 512;
+// printing will walk: the JSON bound (engine/util/bounded_json.h), so that whatever JSON is
+// parsed with the default limits converts.
+constexpr int kMaxTemplateValueDepth = kMaxJsonDepth;
 
 // The variables HF transformers passes to a chat template.
 struct ChatTemplateInputs {

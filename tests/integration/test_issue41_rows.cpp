@@ -195,7 +195,7 @@ TEST(Issue41Cli, HostileSchemasAndGrammarsAreOneLineUsageErrors) {
         std::string flag, file, says;
     };
     const Case cases[] = {
-        {"--json-schema", write_file_in(dir, "deep.json", deep), "nests deeper than"},
+        {"--json-schema", write_file_in(dir, "deep.json", deep), "JSON nested deeper than 512"},
         {"--json-schema", write_file_in(dir, "refs.json", ref_chain_schema(7000)),
          "nests deeper than 256 levels"},
         {"--grammar", write_file_in(dir, "n300.gbnf", R"(root ::= (("a"{0,300}){0,300}){0,300})"),

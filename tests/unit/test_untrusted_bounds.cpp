@@ -119,7 +119,8 @@ TEST(UntrustedBounds, DeeplyNestedAnyOfIsRefused) {
     for (int i = 0; i < 10000; ++i) schema += "]}";
     in_bounded_child([&] {
         // Deeper than the JSON bound: refused before the compiler walks it.
-        require(format_error(OutputFormatKind::JsonSchema, schema), "nests deeper than");
+        require(format_error(OutputFormatKind::JsonSchema, schema),
+                "the JSON schema: JSON nested deeper than 512 levels");
         // Past the compiler's own bound (256), under the JSON one (512): its error.
         std::string mid;
         for (int i = 0; i < 300; ++i) mid += R"({"items": )";
