@@ -17,6 +17,7 @@
 #include "app/serve/client.h"
 #include "app/serve/server.h"
 #include "engine/model/model.h"
+#include "engine/util/fan_out.h"
 #include "engine/util/thread_pool.h"
 
 namespace ember::app {
@@ -111,12 +112,9 @@ json run_level(const std::string& url, const std::string& model, int run, int n_
                const BenchServeOptions& o) {
     std::vector<std::vector<RequestSample>> per_client(static_cast<size_t>(n_clients));
     const auto start = std::chrono::steady_clock::now();
-    std::vector<std::thread> threads;
-    for (int c = 0; c < n_clients; ++c) {
-        threads.emplace_back(
-            [&, c] { per_client[static_cast<size_t>(c)] = run_client(url, model, run, c, o); });
-    }
-    for (auto& t : threads) t.join();
+    fan_out(n_clients, [&](int c) {
+        per_client[static_cast<size_t>(c)] = run_client(url, model, run, c, o);
+    });
     const double wall =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     std::vector<double> ttft, latency;

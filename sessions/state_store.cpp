@@ -10,11 +10,11 @@
 #include <exception>
 #include <mutex>
 #include <optional>
-#include <thread>
 #include <utility>
 
 #include "engine/model/model.h"
 #include "engine/model/state_io.h"
+#include "engine/util/fan_out.h"
 #include "engine/util/utc_time.h"
 #include "sessions/blob_codec.h"
 #include "sessions/model_identity.h"
@@ -443,23 +443,18 @@ int64_t StateStore::load_chain(const std::vector<BlockRow>& chain, int64_t have,
     if (loads.empty()) return have;
     // Blocks write their own rows, so they can be restored side by side; but a sliding
     // layer's ring slot serves positions a window apart, and the later block must write last.
-    const unsigned threads =
+    const int threads =
         kv.ring_positions() > 0
-            ? 1u
-            : std::clamp(
-                  std::thread::hardware_concurrency(), 1u,
-                  std::min<unsigned>(kMaxRestoreThreads, static_cast<unsigned>(loads.size())));
+            ? 1
+            : fan_out_threads(std::min<int64_t>(kMaxRestoreThreads,
+                                                static_cast<int64_t>(loads.size())));
     // The chunks, before threads write into them (a blob reaching past the context is
     // refused by apply_kv_rows and dropped).
     kv.reserve(std::min(loads.back().end, kv.capacity()), KvCache::Pages::SmallPages);
     std::mutex db_mutex;
-    std::vector<std::thread> helpers;
-    for (unsigned t = 1; t < threads; ++t) {
-        helpers.emplace_back(load_blocks, std::ref(db_), std::ref(db_mutex), std::ref(loads), t,
-                             threads, std::ref(kv));
-    }
-    load_blocks(db_, db_mutex, loads, 0, threads, kv);
-    for (std::thread& h : helpers) h.join();
+    fan_out(threads, [&](int t) {
+        load_blocks(db_, db_mutex, loads, static_cast<size_t>(t), static_cast<size_t>(threads), kv);
+    });
 
     int64_t restored = have;
     for (const BlockLoad& b : loads) {

@@ -12,13 +12,13 @@
 #include <cstring>
 #include <optional>
 #include <sstream>
-#include <thread>
 
 #include "engine/model/binder.h"
 #include "engine/model/family.h"
 #include "engine/tensor/panels16.h"
 #include "engine/tensor/traits.h"
 #include "engine/tokenizer/tokenizer.h"
+#include "engine/util/fan_out.h"
 
 namespace ember {
 
@@ -505,7 +505,7 @@ void Model::write_weight_panels() {
     // Anonymous memory on huge pages: filling it costs a fault per 2 MiB, where rewriting the
     // mapping in place (copy-on-write) cost one per 4 KiB: 5.6 s more to load an 8B Q4_K_M.
     weight_panels_ = PageRegion(total, /*huge=*/true);
-    const int threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    const int threads = fan_out_threads();
     // Rows per step: the file pages of a step leave the resident set before the next is read,
     // so the rewrite never holds more than a step's bytes twice (peak RSS stays file + KV + a
     // little, as for the row layout).

@@ -4,11 +4,11 @@
 #include <cstring>
 #include <stdexcept>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "engine/tensor/traits.h"
 #include "engine/tensor/types.h"
+#include "engine/util/fan_out.h"
 
 namespace ember {
 
@@ -73,12 +73,9 @@ void write_panels16(const uint8_t* src, uint8_t* dst, int64_t rows, size_t row_b
         }
     };
     // Below ~2 MB a thread costs more than it saves.
-    const int64_t n = std::clamp<int64_t>(static_cast<int64_t>(panel_bytes) * panels / (2 << 20), 1,
-                                          std::max(1, threads));
-    std::vector<std::thread> workers;
-    for (int64_t i = 1; i < n; ++i) workers.emplace_back(run, panels * i / n, panels * (i + 1) / n);
-    run(0, panels / n);
-    for (auto& t : workers) t.join();
+    const int n = static_cast<int>(std::clamp<int64_t>(
+        static_cast<int64_t>(panel_bytes) * panels / (2 << 20), 1, std::max(1, threads)));
+    fan_out(n, [&](int i) { run(panels * i / n, panels * (i + 1) / n); });
 }
 
 void read_panels16_block(const MatrixView& w, int64_t row, int64_t block, uint8_t* dst) {
