@@ -8,6 +8,7 @@
 #include <fstream>
 
 #include "engine/gguf/gguf.h"
+#include "engine/util/grow.h"
 
 namespace ember {
 
@@ -243,7 +244,7 @@ void GgufWriter::write(const std::string& path, uint32_t alignment) const {
         std::vector<uint8_t> produced;  // [largest filled tensor's bytes], reused
         for (const auto& t : tensors_) {
             if (t.fill) {
-                if (produced.size() < t.n_bytes) produced.resize(t.n_bytes);
+                grow(produced, t.n_bytes);
                 try {
                     t.fill(produced.data());
                 } catch (...) {

@@ -7,6 +7,7 @@
 
 #include "engine/tensor/panels16.h"
 #include "engine/tensor/traits.h"
+#include "engine/util/grow.h"
 #include "engine/util/thread_pool.h"
 
 namespace ember {
@@ -143,7 +144,7 @@ const uint8_t* prepare_activations(ThreadPool* pool, const KernelTable& table,
         return reinterpret_cast<const uint8_t*>(x);
     }
     const size_t need = act_stride * static_cast<size_t>(n_tokens);
-    if (scratch.act.size() < need) scratch.act.resize(need);
+    grow(scratch.act, need);
     uint8_t* act = scratch.act.data();  // [n_tokens x act_stride bytes]
     struct ActJob {
         QuantizeActFn quantize;
@@ -171,7 +172,7 @@ const uint8_t* prepare_activations(ThreadPool* pool, const KernelTable& table,
 uint8_t* gemm_scratch(size_t per_worker, int64_t workers, MatmulScratch& scratch, size_t* stride) {
     *stride = (per_worker + kScratchAlign - 1) / kScratchAlign * kScratchAlign;
     const size_t need = *stride * static_cast<size_t>(workers) + kScratchAlign;
-    if (scratch.gemm.size() < need) scratch.gemm.resize(need);
+    grow(scratch.gemm, need);
     const auto base = reinterpret_cast<uintptr_t>(scratch.gemm.data());
     return scratch.gemm.data() + ((kScratchAlign - base % kScratchAlign) % kScratchAlign);
 }
@@ -449,7 +450,7 @@ void matmul_grouped(ThreadPool& pool, std::span<const MatmulGroup> groups, Matmu
     }
     const uint8_t* act = nullptr;
     if (quantized) {
-        if (scratch.act.size() < act_bytes) scratch.act.resize(act_bytes);
+        grow(scratch.act, act_bytes);
         struct ActJob {
             QuantizeActFn quantize;
             std::span<const MatmulGroup> groups;
