@@ -39,9 +39,9 @@ TEST(Utf8, StepsThroughValidSequences) {
                         char32_t{0x10000}, kMaxCodePoint}) {
         const std::string bytes = encoded(cp);
         const Utf8Step step = utf8_step(bytes);
-        EXPECT_EQ(step.status, Utf8Status::Valid) << std::hex << cp;
-        EXPECT_EQ(step.length, bytes.size()) << std::hex << cp;
-        EXPECT_EQ(step.code_point, cp) << std::hex << cp;
+        EXPECT_EQ(step.status, Utf8Status::Valid) << std::hex << static_cast<uint32_t>(cp);
+        EXPECT_EQ(step.length, bytes.size()) << std::hex << static_cast<uint32_t>(cp);
+        EXPECT_EQ(step.code_point, cp) << std::hex << static_cast<uint32_t>(cp);
     }
 }
 
@@ -111,7 +111,7 @@ TEST(Utf8, TheReadersAgree) {
     EXPECT_EQ(ui::terminal_safe(good), good);
     EXPECT_EQ(jinja::utf8_decode(good), U"a\u00E9\u20AC\U0001F600z");
     char32_t cp = 0;
-    EXPECT_EQ(ui::tui::decode_at(good, 5, cp), 4u);
+    EXPECT_EQ(ui::tui::decode_at(good, 6, cp), 4u);
     EXPECT_EQ(cp, 0x1F600u);
     EXPECT_NO_THROW(grammar::parse_gbnf("root ::= \"" + good + "\""));
 }
