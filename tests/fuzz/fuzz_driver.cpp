@@ -7,15 +7,20 @@
 // A finding is a crash or sanitizer report (the process dies), an exception the target does
 // not catch (each target catches exactly its parser's documented error type, so anything else
 // reaching here is a finding), or one input taking longer than --input-seconds (a hang). The
-// input at fault is written to FILE (--crash-file) before the run fails, to replay with
+// input at fault is written to FILE (--crash-file) before the run fails (from a signal
+// handler or the sanitizer's death callback when the process dies), to replay with
 // `driver --replay FILE` or with the libFuzzer target.
 //
 // Usage: fuzz_X_driver SEED... [--dict FILE] [--iterations N] [--seconds S]
 //                      [--input-seconds S] [--random-seed R] [--crash-file FILE]
 //        (a SEED is a file, or a folder whose files are seeds)
 //        fuzz_X_driver --replay FILE
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
+#include <csignal>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -30,11 +35,48 @@
 #include <vector>
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size);
+// Present when a sanitizer runtime is linked: called as a report ends the process.
+extern "C" void __sanitizer_set_death_callback(void (*callback)()) __attribute__((weak));
 
 namespace {
 
 using Clock = std::chrono::steady_clock;
 using Bytes = std::string;
+
+// The input being run, for the handlers that save it when the process dies on it.
+const char* g_current_data = nullptr;
+size_t g_current_size = 0;
+const char* g_crash_file = nullptr;
+
+// Async-signal-safe: open, write and close only.
+void save_current_input() {
+    if (g_current_data == nullptr || g_crash_file == nullptr) return;
+    const int fd = ::open(g_crash_file, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd < 0) return;
+    for (size_t done = 0; done < g_current_size;) {
+        const ssize_t n = ::write(fd, g_current_data + done, g_current_size - done);
+        if (n <= 0) break;
+        done += static_cast<size_t>(n);
+    }
+    ::close(fd);
+    static const char kSaved[] = "\nfuzz driver: the input that ended the run is saved in ";
+    (void)!::write(2, kSaved, sizeof kSaved - 1);
+    (void)!::write(2, g_crash_file, std::strlen(g_crash_file));
+    (void)!::write(2, "\n", 1);
+    g_current_data = nullptr;  // once
+}
+
+extern "C" void on_fatal_signal(int signal_number) {
+    save_current_input();
+    std::signal(signal_number, SIG_DFL);
+    std::raise(signal_number);
+}
+
+void save_input_when_dying(const std::string& crash_file) {
+    g_crash_file = crash_file.c_str();
+    for (const int s : {SIGABRT, SIGSEGV, SIGBUS, SIGFPE, SIGILL}) std::signal(s, on_fatal_signal);
+    if (__sanitizer_set_death_callback != nullptr) __sanitizer_set_death_callback(save_current_input);
+}
 
 // Inputs stay below this, so duplication mutations cannot grow them without bound.
 constexpr size_t kMaxInputBytes = 64 << 10;
@@ -167,7 +209,10 @@ bool run_one(const Bytes& input, const Settings& settings) {
         // The target gets a buffer of exactly the input's size, as libFuzzer gives it, so
         // AddressSanitizer sees a read one byte past the end.
         std::vector<uint8_t> exact(input.begin(), input.end());
+        g_current_data = input.data();
+        g_current_size = input.size();
         LLVMFuzzerTestOneInput(exact.data(), exact.size());
+        g_current_data = nullptr;
     } catch (const std::exception& e) {
         save(settings.crash_file, input);
         std::cerr << "FINDING: an exception the parser does not document escaped: " << e.what()
@@ -228,6 +273,7 @@ int main(int argc, char** argv) {
                      " [--random-seed R] [--crash-file FILE] | --replay FILE\n";
         return 2;
     }
+    save_input_when_dying(settings.crash_file);
     if (!settings.replay_file.empty()) {
         return run_one(read_whole(settings.replay_file), settings) ? 0 : 1;
     }

@@ -7,6 +7,7 @@
 // checked here by feeding it again in pieces whose lengths come from the input.
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <string>
 #include <string_view>
@@ -16,8 +17,10 @@
 
 namespace {
 
-void check(bool ok) {
-    if (!ok) std::abort();
+void check(bool ok, const char* what) {
+    if (ok) return;
+    std::fprintf(stderr, "fuzz_tool_calls: %s\n", what);
+    std::abort();
 }
 
 }  // namespace
@@ -56,19 +59,21 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     }
     parser.finish();
 
-    check(parser.content() == whole.content);
-    check(streamed_content == whole.content);
-    check(parser.calls().size() == whole.calls.size());
+    check(parser.content() == whole.content, "streamed content differs from the whole reply's");
+    check(streamed_content == whole.content, "content passed on differs from content()");
+    check(parser.calls().size() == whole.calls.size(), "streamed calls differ in number");
     for (size_t i = 0; i < whole.calls.size(); ++i) {
         // Ids are random per call; the name and the arguments are the reply's.
-        check(parser.calls()[i].name == whole.calls[i].name);
-        check(parser.calls()[i].arguments == whole.calls[i].arguments);
+        check(parser.calls()[i].name == whole.calls[i].name, "a streamed call's name differs");
+        check(parser.calls()[i].arguments == whole.calls[i].arguments,
+              "a streamed call's arguments differ");
     }
-    check(options.max_calls == SIZE_MAX || whole.calls.size() <= options.max_calls);
+    check(options.max_calls == SIZE_MAX || whole.calls.size() <= options.max_calls,
+          "more calls than max_calls");
     // The deltas rebuild each call: the first names it, the rest are its arguments' text.
     std::vector<std::string> rebuilt(whole.calls.size());
     for (const ToolCallDelta& d : deltas) {
-        check(d.index < rebuilt.size());
+        check(d.index < rebuilt.size(), "a delta names a call that is not in calls()");
         rebuilt[d.index] += d.arguments;
     }
     return 0;
