@@ -73,10 +73,7 @@ public:
 class ChatControllerTest : public ::testing::Test {
 protected:
     void SetUp() override {
-        if (!fixture_exists(kModel)) {
-            if (running_in_ci()) FAIL() << "fixture missing under CI=true: " << kModel;
-            GTEST_SKIP() << "fixture not found: " << fixture_path(kModel);
-        }
+        EMBER_REQUIRE_FIXTURE(kModel);
         model_ = Model::load(fixture_path(kModel));
         pool_ = std::make_unique<ThreadPool>(2);
         make_controller(512);
