@@ -9,7 +9,7 @@
 #include <random>
 #include <vector>
 
-#include "engine/model/attention.h"
+#include "engine/model/cpu/attention.h"
 #include "engine/model/state.h"
 #include "engine/util/thread_pool.h"
 

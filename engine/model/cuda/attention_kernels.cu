@@ -1,6 +1,6 @@
 // KV-cache writes and attention of the CUDA backend (layer_kernels.cuh).
 //
-// Attention is split like the CPU's (attention.h): a query's visible positions are cut into
+// Attention is split like the CPU's (cpu/attention.h): a query's visible positions are cut into
 // chunks of positions (AttendShape::chunk) that start at multiples of it, one block per (chunk, head,
 // token) computes a partial softmax record, and a second kernel merges a head's records in
 // chunk order (with the head's sink logit). The cut depends only on the query's position, so a
