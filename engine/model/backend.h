@@ -127,6 +127,11 @@ public:
     // x[0..n) = cap * tanh(x / cap)
     virtual void soft_cap(float* x, int64_t n, float cap) = 0;
 
+    // Whether the batch begin_batch() started is recorded whole already (a GPU's captured decode
+    // step, replayed as one graph): its blocks' work is done by publish_logits(), so forward()
+    // calls embed() (which hands over the token ids) and the logits pair, and no block between.
+    virtual bool batch_recorded() const { return false; }
+
     // Where `rows` rows of logits are computed: host_out itself, or the backend's own memory,
     // from which publish_logits() copies `count` floats to host_out.
     virtual float* logits_buffer(float* host_out, int64_t /*rows*/) { return host_out; }
