@@ -16,10 +16,6 @@ namespace {
 // that goes through in slices of rows, so the scratch stays a few percent of the weights.
 constexpr int64_t kDequantizedCap = int64_t{16} << 20;
 
-bool is_float_type(TensorType type) {
-    return type == TensorType::F32 || type == TensorType::F16 || type == TensorType::BF16;
-}
-
 // EMBER_CUDA_GRAPHS=0 runs every decode step launch by launch (to compare, or to rule graphs
 // out when looking for a fault).
 bool graphs_enabled() {

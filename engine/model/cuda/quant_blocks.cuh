@@ -141,17 +141,29 @@ __device__ __forceinline__ void quant_chunk(const QuantUnit& u, float* w) {
     }
 }
 
-// Q8_0 (34 bytes, 2-byte aligned): one unit per block, runs = elements 0..15 and 16..31.
-struct FmtQ8_0 {
-    using Block = BlockQ8_0;
-    static constexpr int kBlockBytes = sizeof(Block), kBlockElems = kQK;
-    static constexpr int kUnitsPerBlock = 1, kChunks = 4;
-    static constexpr int kBias = 128;  // int8 stored as byte ^ 0x80 in 0..255
+// What the quantized formats below share: their blocks.h struct B of kElems elements in kUnits
+// units, each unit a QuantUnit of four chunks that quant_chunk dequantizes with the format's
+// bias. A format adds its Raw, load, unpack and chunk_pos.
+template <class B, int kElems, int kUnits, int kQuantBias>
+struct QuantFormat {
+    using Block = B;
+    using Unit = QuantUnit;
+    static constexpr int kBlockBytes = sizeof(B), kBlockElems = kElems;
+    static constexpr int kUnitsPerBlock = kUnits, kChunks = 4;
+    static constexpr int kBias = kQuantBias;
+    template <int C>
+    static __device__ __forceinline__ void chunk(const Unit& u, float* w) {
+        quant_chunk<C, kBias>(u, w);
+    }
+};
+
+// Q8_0 (34 bytes, 2-byte aligned): one unit per block, runs = elements 0..15 and 16..31; the
+// int8 quants are read as byte ^ 0x80 (0..255), hence the bias of 128.
+struct FmtQ8_0 : QuantFormat<BlockQ8_0, kQK, 1, 128> {
     struct Raw {
         uint32_t d;
         Window<2> qs;
     };
-    using Unit = QuantUnit;
     static __device__ __forceinline__ Raw load(const uint8_t* block, int) {
         return {load_u16(block + offsetof(Block, d)), load_window<2>(block + offsetof(Block, qs))};
     }
@@ -165,26 +177,17 @@ struct FmtQ8_0 {
         return u;
     }
     static __device__ __forceinline__ int chunk_pos(int, int c) { return 8 * c; }
-    template <int C>
-    static __device__ __forceinline__ void chunk(const Unit& u, float* w) {
-        quant_chunk<C, kBias>(u, w);
-    }
 };
 static_assert(sizeof(BlockQ8_0::qs) == 2 * 16, "Q8_0: the quants are one Window<2>");
 static_assert(u16_loadable<BlockQ8_0>(offsetof(BlockQ8_0, d)));
 
 // Q4_0 (18 bytes, 2-byte aligned): one unit per block; run 0 = low nibbles = elements 0..15,
 // run 1 = high nibbles = elements 16..31.
-struct FmtQ4_0 {
-    using Block = BlockQ4_0;
-    static constexpr int kBlockBytes = sizeof(Block), kBlockElems = kQK;
-    static constexpr int kUnitsPerBlock = 1, kChunks = 4;
-    static constexpr int kBias = 8;
+struct FmtQ4_0 : QuantFormat<BlockQ4_0, kQK, 1, 8> {
     struct Raw {
         uint32_t d;
         Window<1> qs;
     };
-    using Unit = QuantUnit;
     static __device__ __forceinline__ Raw load(const uint8_t* block, int) {
         return {load_u16(block + offsetof(Block, d)), load_window<1>(block + offsetof(Block, qs))};
     }
@@ -202,10 +205,6 @@ struct FmtQ4_0 {
         return u;
     }
     static __device__ __forceinline__ int chunk_pos(int, int c) { return 8 * c; }
-    template <int C>
-    static __device__ __forceinline__ void chunk(const Unit& u, float* w) {
-        quant_chunk<C, kBias>(u, w);
-    }
 };
 static_assert(sizeof(BlockQ4_0::qs) == 16, "Q4_0: the nibbles are one Window<1>");
 static_assert(u16_loadable<BlockQ4_0>(offsetof(BlockQ4_0, d)));
@@ -244,16 +243,11 @@ __device__ __forceinline__ void k_scale_min(const uint4& head, int i, float* sca
 // Q4_K (144 bytes, always 16-byte aligned given an aligned row start): unit k (0..7) is
 // qs[16k .. 16k+15]; with j = k / 2, h = k % 2: run 0 = low nibbles = elements 64j + 16h + l
 // (sub-block 2j), run 1 = high nibbles = elements 64j + 32 + 16h + l (sub-block 2j + 1).
-struct FmtQ4_K {
-    using Block = BlockQ4_K;
-    static constexpr int kBlockBytes = sizeof(Block), kBlockElems = kQK_K;
-    static constexpr int kUnitsPerBlock = 8, kChunks = 4;
-    static constexpr int kBias = 0;
+struct FmtQ4_K : QuantFormat<BlockQ4_K, kQK_K, 8, 0> {
     struct Raw {
         uint4 head;  // d, dmin, scales[12]
         uint4 qs;
     };
-    using Unit = QuantUnit;
     static __device__ __forceinline__ Raw load(const uint8_t* block, int k) {
         return {load16(block), load16(block + offsetof(Block, qs) + 16 * k)};
     }
@@ -273,10 +267,6 @@ struct FmtQ4_K {
     static __device__ __forceinline__ int chunk_pos(int k, int c) {
         return 64 * (k >> 1) + 16 * (k & 1) + 32 * (c >> 1) + 8 * (c & 1);
     }
-    template <int C>
-    static __device__ __forceinline__ void chunk(const Unit& u, float* w) {
-        quant_chunk<C, kBias>(u, w);
-    }
 };
 static_assert(k_head_layout<BlockQ4_K>());
 static_assert(u128_loadable<BlockQ4_K>(offsetof(BlockQ4_K, qs)) &&
@@ -285,17 +275,12 @@ static_assert(u128_loadable<BlockQ4_K>(offsetof(BlockQ4_K, qs)) &&
 
 // Q5_K (176 bytes, 16-byte aligned): as Q4_K, qs at 48; the fifth bits of unit k are
 // qh[16h .. 16h+15] (h = k % 2), bit 2j for run 0 and bit 2j + 1 for run 1.
-struct FmtQ5_K {
-    using Block = BlockQ5_K;
-    static constexpr int kBlockBytes = sizeof(Block), kBlockElems = kQK_K;
-    static constexpr int kUnitsPerBlock = 8, kChunks = 4;
-    static constexpr int kBias = 0;
+struct FmtQ5_K : QuantFormat<BlockQ5_K, kQK_K, 8, 0> {
     struct Raw {
         uint4 head;
         uint4 qh;
         uint4 qs;
     };
-    using Unit = QuantUnit;
     static __device__ __forceinline__ Raw load(const uint8_t* block, int k) {
         return {load16(block), load16(block + offsetof(Block, qh) + 16 * (k & 1)),
                 load16(block + offsetof(Block, qs) + 16 * k)};
@@ -317,10 +302,6 @@ struct FmtQ5_K {
     static __device__ __forceinline__ int chunk_pos(int k, int c) {
         return FmtQ4_K::chunk_pos(k, c);
     }
-    template <int C>
-    static __device__ __forceinline__ void chunk(const Unit& u, float* w) {
-        quant_chunk<C, kBias>(u, w);
-    }
 };
 static_assert(k_head_layout<BlockQ5_K>());
 static_assert(u128_loadable<BlockQ5_K>(offsetof(BlockQ5_K, qh)) &&
@@ -334,18 +315,13 @@ static_assert(u128_loadable<BlockQ5_K>(offsetof(BlockQ5_K, qs)) &&
 // p = (k / 2) % 2, l0 = 16 (k % 2): run 0 = low nibbles = elements 128n + 32p + l0 + l,
 // run 1 = high nibbles = elements 128n + 32(p + 2) + l0 + l; their high bits are bits 2p and
 // 2(p + 2) of qh[32n + l0 + l]; their scales are scales[8n + 2p + k % 2] and the one 4 later.
-struct FmtQ6_K {
-    using Block = BlockQ6_K;
-    static constexpr int kBlockBytes = sizeof(Block), kBlockElems = kQK_K;
-    static constexpr int kUnitsPerBlock = 8, kChunks = 4;
-    static constexpr int kBias = 32;
+struct FmtQ6_K : QuantFormat<BlockQ6_K, kQK_K, 8, 32> {
     struct Raw {
         Window<1> ql;
         Window<1> qh;
         int32_t scale0, scale1;
         uint32_t d;
     };
-    using Unit = QuantUnit;
     static __device__ __forceinline__ int group0(int k) {
         return 8 * (k >> 2) + 2 * ((k >> 1) & 1) + (k & 1);
     }
@@ -375,10 +351,6 @@ struct FmtQ6_K {
     }
     static __device__ __forceinline__ int chunk_pos(int k, int c) {
         return 128 * (k >> 2) + 32 * ((k >> 1) & 1) + 16 * (k & 1) + 64 * (c >> 1) + 8 * (c & 1);
-    }
-    template <int C>
-    static __device__ __forceinline__ void chunk(const Unit& u, float* w) {
-        quant_chunk<C, kBias>(u, w);
     }
 };
 static_assert(sizeof(BlockQ6_K::ql) == 16 * FmtQ6_K::kUnitsPerBlock,
