@@ -39,14 +39,18 @@ bool forward_batch(const Model& model, InferenceState& st, Backend& backend,
     const int64_t n_out = n - first_out;
     BatchBuffers& b = backend.begin_batch(pos0, n, n_out);
     backend.embed(tokens, b.x);
-    if (!run_layers({model, backend, b, pos0, n, between_layers})) return false;
+    // A recorded batch's blocks run inside publish_logits: they are not called again.
+    const bool recorded = backend.batch_recorded();
+    if (!recorded && !run_layers({model, backend, b, pos0, n, between_layers})) return false;
     if (n_out > 0) {
         float* logits = backend.logits_buffer(out, n_out);  // [n_out x n_vocab]
-        backend.rms_norm_rows(b.x + first_out * c.n_embd, model.output_norm(), b.xn, n_out);
-        backend.matmul(model.output(), b.xn, n_out, logits);
-        if (c.final_logit_softcap > 0) {
-            backend.soft_cap(logits, n_out * c.n_vocab,
-                             static_cast<float>(c.final_logit_softcap));
+        if (!recorded) {
+            backend.rms_norm_rows(b.x + first_out * c.n_embd, model.output_norm(), b.xn, n_out);
+            backend.matmul(model.output(), b.xn, n_out, logits);
+            if (c.final_logit_softcap > 0) {
+                backend.soft_cap(logits, n_out * c.n_vocab,
+                                 static_cast<float>(c.final_logit_softcap));
+            }
         }
         backend.publish_logits(logits, out, n_out * c.n_vocab);
     }

@@ -14,7 +14,6 @@
 #include <vector>
 
 #include "engine/gguf/gguf.h"
-#include "engine/model/attention.h"
 #include "engine/model/backend.h"
 #include "engine/model/compute_device.h"
 #include "engine/tensor/matmul.h"
