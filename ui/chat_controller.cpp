@@ -610,8 +610,19 @@ ChatOutcome ChatController::command_model(const std::string& name) {
         }
         return info(text);
     }
-    // Nothing changes unless the new model loads: the switcher throws before it swaps.
-    ChatOutcome outcome = info(switcher_->switch_to(name));
+    // Nothing changes unless the new model loads: the switcher throws before it swaps, also
+    // when Esc / Ctrl-C stop a long load.
+    cancel_requested_.store(false, std::memory_order_relaxed);
+    const auto stop = [this] { return stop_requested(); };
+    std::string switched;
+    try {
+        switched = switcher_->switch_to(name, stop);
+    } catch (const std::exception&) {
+        if (!stop_requested()) throw;
+        return info("/model: loading " + name + " stopped; " + switcher_->current_name() +
+                    " still answers");
+    }
+    ChatOutcome outcome = info(std::move(switched));
     // The numbers of the last reply were the old model's, and its tokens are not the new
     // model's (/continue cannot extend a reply across models).
     last_turn_.reset();

@@ -1,5 +1,6 @@
 #include "ui/chat_engine.h"
 
+#include <algorithm>
 #include <random>
 #include <stdexcept>
 
@@ -126,13 +127,29 @@ ChatReply LocalChatEngine::continue_reply(Sampler& sampler, const GenerateOption
     return reply;
 }
 
-int64_t LocalChatEngine::context_needed() const {
+int64_t LocalChatEngine::context_needed(const std::function<bool()>* stop) const {
     if (conversation_->messages().empty()) return 0;
     try {
-        return static_cast<int64_t>(conversation_->prompt_tokens().size());
+        return static_cast<int64_t>(conversation_->prompt_tokens(stop).size());
+    } catch (const EncodeStopped&) {
+        throw;  // asked to stop: not a count of 0
     } catch (const std::exception&) {
         return 0;
     }
+}
+
+int64_t LocalChatEngine::fewest_tokens(size_t bytes) const {
+    if (longest_token_bytes_ == 0) {
+        // An entry's stored text is never shorter than the bytes it stands for (BPE's byte
+        // alphabet and SPM's U+2581 take 2-3 bytes for one; <0xXX> six).
+        const Tokenizer& tok = conversation_->tokenizer();
+        size_t longest = 1;
+        for (size_t id = 0; id < tok.vocab_size(); ++id) {
+            longest = std::max(longest, tok.token_text(static_cast<TokenId>(id)).size());
+        }
+        longest_token_bytes_ = longest;
+    }
+    return static_cast<int64_t>(bytes / longest_token_bytes_);
 }
 
 std::optional<bool> LocalChatEngine::thinking() const {

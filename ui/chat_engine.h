@@ -103,8 +103,18 @@ public:
     // Tokens of the context in use after the last reply (a remote one: as the server counted).
     virtual int64_t context_used() const = 0;
     // Tokens the conversation as it stands takes (after /load, --continue, /new: before any
-    // of it is evaluated); by default what context_used() says.
-    virtual int64_t context_needed() const { return context_used(); }
+    // of it is evaluated); by default what context_used() says. `stop` (may be null) is asked
+    // while a long text is counted (a large /file); true ends the count with an exception.
+    virtual int64_t context_needed(const std::function<bool()>* stop = nullptr) const {
+        (void)stop;
+        return context_used();
+    }
+    // The fewest tokens `bytes` of text can take (the vocabulary's longest entry each); 0:
+    // unknown (a remote server's vocabulary).
+    virtual int64_t fewest_tokens(size_t bytes) const {
+        (void)bytes;
+        return 0;
+    }
 };
 
 // Resets `sampler` to the next seed of `seeds`, asks `engine` for the reply and records the
@@ -157,7 +167,8 @@ public:
         return static_cast<int64_t>(conversation_->cached_tokens().size());
     }
     // The conversation rendered and tokenized as the next turn's prompt.
-    int64_t context_needed() const override;
+    int64_t context_needed(const std::function<bool()>* stop = nullptr) const override;
+    int64_t fewest_tokens(size_t bytes) const override;
 
     Conversation& conversation() { return *conversation_; }
     // From now on the replies come from `conversation` (another model's, holding the same
@@ -178,6 +189,7 @@ private:
     std::shared_ptr<const grammar::Grammar> call_grammar() const;
     TrieSource tool_trie_;
     std::shared_ptr<const grammar::Grammar> call_grammar_;
+    mutable size_t longest_token_bytes_ = 0;  // fewest_tokens(); 0: not looked up yet
 };
 
 }  // namespace ember::ui

@@ -404,13 +404,14 @@ std::string ChatController::reopen_model_of(const LoadedSession& loaded) {
     if (s.model_path.empty() && std::filesystem::path(current).filename().string() == s.model) {
         return {};
     }
+    cancel_requested_.store(false, std::memory_order_relaxed);  // Esc from here on stops the load
     // The conversation's record must not change to the model answering now: it is left
     // before the switch, which then records nothing for it.
     backend_.new_session(system_prompt());
     const std::string wanted =
         !s.model_path.empty() && std::filesystem::exists(s.model_path, ec) ? s.model_path : s.model;
     try {
-        switcher_->switch_to(wanted);
+        switcher_->switch_to(wanted, [this] { return stop_requested(); });
     } catch (const std::exception& e) {
         return "its model " + s.model + " could not be opened (" + e.what() + "); " +
                switcher_->current_name() + " answers";

@@ -3,6 +3,7 @@
 // whose model cannot be switched (a remote server's) has no switcher.
 #pragma once
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -22,8 +23,11 @@ public:
     // from the next turn on: the messages so far stay and are rendered with its own chat
     // template; no state of the old model is used for it. Returns a line for the user.
     // Throws with a one-line reason when `name` names no model or its file does not load;
-    // the old model then goes on as if nothing happened.
-    virtual std::string switch_to(const std::string& name) = 0;
+    // the old model then goes on as if nothing happened. `stop` (may be empty) is asked while
+    // the file loads (Esc, Ctrl-C: a large file takes seconds); true ends the load with an
+    // exception, the old model still answering.
+    virtual std::string switch_to(const std::string& name,
+                                  const std::function<bool()>& stop = {}) = 0;
 };
 
 }  // namespace ember::ui

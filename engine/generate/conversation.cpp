@@ -360,19 +360,26 @@ int64_t default_context_size(const ModelConfig& c, KvType kv_type) {
 
 std::vector<int32_t> tokenize_rendered(const Tokenizer& tok, std::string_view text,
                                        std::string_view bos_text,
-                                       std::span<const TextRange> literal) {
+                                       std::span<const TextRange> literal,
+                                       const std::function<bool()>* stop) {
     EncodeOptions enc;
     enc.parse_special = true;
     enc.literal = literal;
+    enc.stop = stop;
     // Templates usually write the BOS text themselves; add it only when they do not.
     enc.add_bos = tok.add_bos() && tok.bos_id() != kNoToken &&
                   (bos_text.empty() || !text.starts_with(bos_text));
     return tok.encode(text, enc);
 }
 
+const Tokenizer& Conversation::tokenizer() const {
+    return model_.tokenizer();
+}
+
 std::vector<int32_t> Conversation::tokenize_segment(std::string_view text, size_t begin,
                                                     size_t end,
-                                                    const std::vector<TextRange>& literal) const {
+                                                    const std::vector<TextRange>& literal,
+                                                    const std::function<bool()>* stop) const {
     // The literal ranges inside [begin, end), relative to begin.
     std::vector<TextRange> inside;
     for (const TextRange& r : literal) {
@@ -381,10 +388,11 @@ std::vector<int32_t> Conversation::tokenize_segment(std::string_view text, size_
     }
     const std::string_view segment = text.substr(begin, end - begin);
     const Tokenizer& tok = model_.tokenizer();
-    if (begin == 0) return tokenize_rendered(tok, segment, bos_text_, inside);
+    if (begin == 0) return tokenize_rendered(tok, segment, bos_text_, inside, stop);
     EncodeOptions enc;
     enc.parse_special = true;
     enc.literal = inside;
+    enc.stop = stop;
     return tok.encode(segment, enc);
 }
 
@@ -407,7 +415,8 @@ std::pair<size_t, size_t> find_content(std::string_view text, std::string_view c
 
 }  // namespace
 
-std::vector<int32_t> Conversation::tokenize_prompt(const RenderedPrompt& prompt) const {
+std::vector<int32_t> Conversation::tokenize_prompt(const RenderedPrompt& prompt,
+                                                   const std::function<bool()>* stop) const {
     // Where a generated reply appears verbatim in the rendered text, use its own tokens and
     // tokenize only the text around it. Every message is located in order (the search
     // cursor moves past each one), so a short reply cannot match inside an earlier message.
@@ -439,12 +448,12 @@ std::vector<int32_t> Conversation::tokenize_prompt(const RenderedPrompt& prompt)
     std::vector<int32_t> out;
     size_t pending = 0;  // start of the text not yet tokenized
     for (const Located& r : replies) {
-        auto seg = tokenize_segment(text, pending, r.at, literal);
+        auto seg = tokenize_segment(text, pending, r.at, literal, stop);
         out.insert(out.end(), seg.begin(), seg.end());
         out.insert(out.end(), r.message->ids.begin(), r.message->ids.end());
         pending = r.end;
     }
-    auto rest = tokenize_segment(text, pending, text.size(), literal);
+    auto rest = tokenize_segment(text, pending, text.size(), literal, stop);
     out.insert(out.end(), rest.begin(), rest.end());
     return out;
 }

@@ -199,7 +199,11 @@ public:
 
     // The tokens the next turn would evaluate: the conversation rendered and tokenized as
     // respond() does, before any message is dropped to fit the context.
-    std::vector<int32_t> prompt_tokens() const { return tokenize_prompt(render_marked()); }
+    // `stop` (may be null): asked while a long text is tokenized (EncodeOptions::stop); true
+    // ends it with EncodeStopped.
+    std::vector<int32_t> prompt_tokens(const std::function<bool()>* stop = nullptr) const {
+        return tokenize_prompt(render_marked(), stop);
+    }
 
     // The prompt the next turn would evaluate (for debugging and `ember render`).
     // The prompt for the first `n_messages` messages (all by default).
@@ -211,6 +215,8 @@ public:
     // Whether the model's own template is in use (false: override or ChatML fallback).
     bool uses_model_template() const { return uses_model_template_; }
     const ConversationOptions& options() const { return options_; }
+    // The model's tokenizer (what a front end counts text with).
+    const Tokenizer& tokenizer() const;
     InferenceState& state() { return *state_; }
     // Tokens whose K/V rows the state holds, in order.
     const std::vector<int32_t>& cached_tokens() const { return cached_; }
@@ -230,11 +236,13 @@ private:
     };
     RenderedPrompt render_marked(size_t n_messages = SIZE_MAX,
                                  bool generation_prompt = true) const;
-    std::vector<int32_t> tokenize_prompt(const RenderedPrompt& prompt) const;
+    std::vector<int32_t> tokenize_prompt(const RenderedPrompt& prompt,
+                                         const std::function<bool()>* stop = nullptr) const;
     // text[begin, end) tokenized as part of a rendered prompt (`literal`: message text, see
     // tokenize_prompt; ranges of the whole text).
     std::vector<int32_t> tokenize_segment(std::string_view text, size_t begin, size_t end,
-                                          const std::vector<TextRange>& literal) const;
+                                          const std::vector<TextRange>& literal,
+                                          const std::function<bool()>* stop) const;
     std::vector<int32_t> fit_to_context(int64_t reserve, TurnResult& result);
     size_t reuse_prefix(const std::vector<int32_t>& tokens, TurnResult& result);
     // Returns whether a stop string cut the reply's text short.
@@ -316,7 +324,8 @@ class Tokenizer;
 // `literal`: byte ranges of `text` (message content) whose control-token text stays text.
 std::vector<int32_t> tokenize_rendered(const Tokenizer& tokenizer, std::string_view text,
                                        std::string_view bos_text,
-                                       std::span<const TextRange> literal = {});
+                                       std::span<const TextRange> literal = {},
+                                       const std::function<bool()>* stop = nullptr);
 
 // ChatML, used when a model carries no template of its own.
 extern const char* const kChatMlTemplate;

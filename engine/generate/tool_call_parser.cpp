@@ -230,6 +230,9 @@ bool ToolCallParser::step(bool at_end) {
             state_ = State::Content;
             return true;
         }
+        case State::Drop:
+            buf_.clear();
+            return false;
     }
     return false;
 }
@@ -391,8 +394,10 @@ bool ToolCallParser::step_trailer(bool at_end) {
     if (m == Match::No) {
         warn("unexpected text after the arguments of call " + std::to_string(calls_.size() - 1) +
              "; dropped");
-        state_ = format_ == ToolCallFormat::Hermes ? State::Skip : State::Content;
-        if (format_ != ToolCallFormat::Hermes) buf_.clear();
+        // Llama3/Gemma3 have no closing markup to resume after: the rest of the reply goes,
+        // however it streams in (clearing only the buffer made the text that arrived later
+        // content, so the result depended on the split: found by fuzz_tool_calls).
+        state_ = format_ == ToolCallFormat::Hermes ? State::Skip : State::Drop;
         return true;
     }
     buf_.erase(0, at);

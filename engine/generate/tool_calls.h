@@ -189,7 +189,9 @@ public:
     bool done() const { return done_; }
 
 private:
-    enum class State { Start, Content, Header, Arguments, Trailer, Skip };
+    // Skip: a Hermes call's unreadable rest, up to its </tool_call>. Drop: the rest of a
+    // Llama3/Gemma3 reply after a call whose end cannot be read (the call is the reply).
+    enum class State { Start, Content, Header, Arguments, Trailer, Skip, Drop };
     bool step(bool at_end);  // one transition over buf_; false: needs more text
     bool step_start(bool at_end);
     bool step_content(bool at_end);

@@ -5,7 +5,7 @@
 // set. A backend owns those buffers (host memory for the CPU; a GPU backend keeps them, the
 // KV cache and the recurrent state in device memory) and runs each block with its kernels.
 // The CPU backend (cpu/cpu_backend.h) is the engine's kernels: engine/tensor's matmuls and
-// ops.h's vector operations, dispatched at run time from what the CPU allows.
+// cpu/ops.h's vector operations, dispatched at run time from what the CPU allows.
 //
 // One backend object serves one forward() call on one conversation's state.
 #pragma once
@@ -14,7 +14,6 @@
 #include <span>
 #include <vector>
 
-#include "engine/model/attention.h"
 #include "engine/model/gated_activation.h"
 #include "engine/tensor/matmul.h"
 
@@ -35,6 +34,23 @@ struct BatchBuffers {
     float* q_gate = nullptr;    // [n x n_head*head_dim] gated attention's output gates
     float* ffn_gate = nullptr;  // [n x n_ff]
     float* ffn_up = nullptr;    // [n x n_ff]
+};
+
+// The heads of one attention layer.
+struct AttentionHeads {
+    int64_t n_head = 0;
+    int64_t n_head_kv = 0;  // divides n_head: query heads h read KV head h / (n_head / n_head_kv)
+    int64_t head_dim = 0;   // query / key length
+    int64_t value_dim = 0;
+};
+
+// What differs between the attention layers of the families (Backend::attend).
+struct AttentionSettings {
+    int64_t cache_layer = 0;       // layer of the KV cache (a hybrid's attention slot)
+    int64_t window = 0;            // 0: every earlier position; W: the last W, itself included
+    float scale = 1.0f;            // query scale (scores = scale * q . k)
+    float softcap = 0.0f;          // > 0: scores = softcap * tanh(scores / softcap)
+    const float* sinks = nullptr;  // [n_head] logits joining each softmax's denominator, or null
 };
 
 // What happens to a batch's projected heads before they are stored and attended: biases,
@@ -98,10 +114,11 @@ public:
     virtual void prepare_heads(const HeadPrep& prep, float* q, float* k, float* v, int64_t n) = 0;
     // Writes the batch's K/V rows into the cache at positions pos0.. (begin_batch's).
     virtual void store_kv(int64_t cache_layer, const float* k, const float* v, int64_t n) = 0;
-    // Attention of the batch's queries over the cache (attention.h); out [n x n_head*value_dim].
+    // Attention of the batch's queries over the cache (the CPU's: cpu/attention.h);
+    // out [n x n_head*value_dim].
     virtual void attend(const AttentionSettings& settings, const float* q, int64_t n,
                         float* out) = 0;
-    // x += moe(ffn_norm(x)) for a mixture-of-experts layer; xn is scratch (moe.h).
+    // x += moe(ffn_norm(x)) for a mixture-of-experts layer; xn is scratch (cpu/moe.h).
     virtual void moe_ffn(const LayerWeights& layer, float* x, float* xn, int64_t n) = 0;
     // The recurrent mixers of the hybrids: read xn (the normed input), add their output to x,
     // carry the layer's recurrent state forward.
@@ -109,6 +126,11 @@ public:
     virtual void delta_net_mixer(const LayerWeights& layer, int64_t index, int64_t n) = 0;
     // x[0..n) = cap * tanh(x / cap)
     virtual void soft_cap(float* x, int64_t n, float cap) = 0;
+
+    // Whether the batch begin_batch() started is recorded whole already (a GPU's captured decode
+    // step, replayed as one graph): its blocks' work is done by publish_logits(), so forward()
+    // calls embed() (which hands over the token ids) and the logits pair, and no block between.
+    virtual bool batch_recorded() const { return false; }
 
     // Where `rows` rows of logits are computed: host_out itself, or the backend's own memory,
     // from which publish_logits() copies `count` floats to host_out.

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string>
 
@@ -12,6 +13,7 @@
 #include "engine/model/layers.h"
 #include "engine/model/model.h"
 #include "engine/model/state.h"
+#include "engine/util/thread_pool.h"
 
 namespace ember {
 
@@ -37,14 +39,18 @@ bool forward_batch(const Model& model, InferenceState& st, Backend& backend,
     const int64_t n_out = n - first_out;
     BatchBuffers& b = backend.begin_batch(pos0, n, n_out);
     backend.embed(tokens, b.x);
-    if (!run_layers({model, backend, b, pos0, n, between_layers})) return false;
+    // A recorded batch's blocks run inside publish_logits: they are not called again.
+    const bool recorded = backend.batch_recorded();
+    if (!recorded && !run_layers({model, backend, b, pos0, n, between_layers})) return false;
     if (n_out > 0) {
         float* logits = backend.logits_buffer(out, n_out);  // [n_out x n_vocab]
-        backend.rms_norm_rows(b.x + first_out * c.n_embd, model.output_norm(), b.xn, n_out);
-        backend.matmul(model.output(), b.xn, n_out, logits);
-        if (c.final_logit_softcap > 0) {
-            backend.soft_cap(logits, n_out * c.n_vocab,
-                             static_cast<float>(c.final_logit_softcap));
+        if (!recorded) {
+            backend.rms_norm_rows(b.x + first_out * c.n_embd, model.output_norm(), b.xn, n_out);
+            backend.matmul(model.output(), b.xn, n_out, logits);
+            if (c.final_logit_softcap > 0) {
+                backend.soft_cap(logits, n_out * c.n_vocab,
+                                 static_cast<float>(c.final_logit_softcap));
+            }
         }
         backend.publish_logits(logits, out, n_out * c.n_vocab);
     }
@@ -131,11 +137,18 @@ std::span<const float> forward(const Model& model, InferenceState& st, ThreadPoo
     const bool per_layer = watch != nullptr && !device_backend && !is_hybrid(c.family);
     const double n_layers = static_cast<double>(std::max<size_t>(1, model.layers().size()));
     int64_t batch_start = 0, batch_len = 0;
+    double tokens_done = 0;  // what the watch last heard
     const std::function<bool(int64_t)> between_layers = [&](int64_t layers_done) {
-        return (*watch)(static_cast<double>(batch_start) +
-                        static_cast<double>(batch_len) * static_cast<double>(layers_done) /
-                            n_layers);
+        tokens_done = static_cast<double>(batch_start) +
+                      static_cast<double>(batch_len) * static_cast<double>(layers_done) / n_layers;
+        return (*watch)(tokens_done);
     };
+    // A layer of a large model's batch takes longer than a stop may wait (seconds on two
+    // cores), so the CPU's parallel sections ask the watch too, between their tasks; a stop
+    // there drops the batch in progress like a stop between layers.
+    const std::function<bool()> stop_within_layer = [&] { return !(*watch)(tokens_done); };
+    std::optional<ThreadPool::Interruption> interruption;
+    if (per_layer) interruption.emplace(pool, stop_within_layer);
     try {
         for (int64_t b = 0; b < n; b += max_batch) {
             const int64_t len = std::min(max_batch, n - b);
@@ -143,15 +156,23 @@ std::span<const float> forward(const Model& model, InferenceState& st, ThreadPoo
             batch_len = len;
             auto chunk = tokens.subspan(static_cast<size_t>(b), static_cast<size_t>(len));
             bool done = false;
-            if (wanted == LogitsWanted::All) {
-                done = forward_batch(model, st, backend, chunk, 0, logits.data() + b * c.n_vocab,
-                                     per_layer ? &between_layers : nullptr);
-            } else {
-                // Only the final batch produces a logits row (None: not even that).
-                const bool last = wanted == LogitsWanted::Last && b + len == n;
-                done = forward_batch(model, st, backend, chunk, last ? len - 1 : len,
-                                     logits.data(), per_layer ? &between_layers : nullptr);
+            try {
+                if (wanted == LogitsWanted::All) {
+                    done = forward_batch(model, st, backend, chunk, 0,
+                                         logits.data() + b * c.n_vocab,
+                                         per_layer ? &between_layers : nullptr);
+                } else {
+                    // Only the final batch produces a logits row (None: not even that).
+                    const bool last = wanted == LogitsWanted::Last && b + len == n;
+                    done = forward_batch(model, st, backend, chunk, last ? len - 1 : len,
+                                         logits.data(), per_layer ? &between_layers : nullptr);
+                }
+            } catch (const ThreadPool::Interrupted&) {
+                done = false;  // stopped inside a layer
             }
+            // What a question from inside the next batch's first layer reports (the last
+            // layer of a batch is not followed by a between_layers question).
+            if (done) tokens_done = static_cast<double>(b + len);
             // Stopped between layers, or after a batch that is not the last: the batches
             // before stay evaluated.
             if (!done || (watch != nullptr && b + len < n &&

@@ -18,7 +18,8 @@ enum class LogitsWanted { Last, All, None };
 
 // Watches a long evaluation (a pasted prompt of thousands of tokens) so a front end can show
 // how far it got and stop it. Called with how many of the call's tokens are evaluated: on the
-// CPU between the layers of each batch (a batch counts in proportion to its finished layers),
+// CPU between the layers of each batch (a batch counts in proportion to its finished layers)
+// and, every ThreadPool::kInterruptionPoll, between the tasks of a layer's parallel sections,
 // for the hybrid families and on a GPU after each batch (their recurrent state, or the
 // device's queue, cannot be left in the middle of a batch). Returning false stops the
 // evaluation there: forward() throws EvaluationStopped.

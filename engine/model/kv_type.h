@@ -11,12 +11,14 @@
 #include <optional>
 #include <string_view>
 
+#include "engine/tensor/blocks.h"
+
 namespace ember {
 
 enum class KvType { F32, F16, Q8_0 };
 
-inline constexpr int64_t kKvQ8Block = 32;       // elements per q8_0 block
-inline constexpr int64_t kKvQ8BlockBytes = 34;  // fp16 scale + 32 int8
+inline constexpr int64_t kKvQ8Block = kQK;                     // elements per q8_0 block
+inline constexpr int64_t kKvQ8BlockBytes = sizeof(BlockQ8_0);  // fp16 scale + 32 int8
 
 // Elements a row of `width` elements occupies in the cache: q8_0 rounds up to whole blocks.
 inline int64_t kv_padded_width(KvType type, int64_t width) {

@@ -472,7 +472,8 @@ std::unique_ptr<Model> Model::load(const std::string& path, const LoadOptions& o
         bind_layer(bind, spec, c, i, m->layers_[static_cast<size_t>(i)]);
     }
     m->fingerprint_ = compute_fingerprint(f, c);  // from the file's bytes, before any rewrite
-    if (options.weight_panels) m->write_weight_panels();
+    if (options.stop && options.stop()) throw LoadStopped(path);
+    if (options.weight_panels) m->write_weight_panels(options.stop);
     // The tokenizer holds its own copy of the vocabulary; the parsed metadata's would only
     // count against the memory bound (peak RSS <= file + state + 64 MiB).
     for (const char* key : {"tokenizer.ggml.tokens", "tokenizer.ggml.merges",
@@ -482,7 +483,7 @@ std::unique_ptr<Model> Model::load(const std::string& path, const LoadOptions& o
     return m;
 }
 
-void Model::write_weight_panels() {
+void Model::write_weight_panels(const std::function<bool()>& stop) {
     const KernelTable& table = active_kernels();
     // Every dense matrix of the decode step that can take the layout, the tied output once (its
     // embedding view follows it). MoE experts keep the file's layout: in panels, Qwen3-30B-A3B
@@ -517,6 +518,7 @@ void Model::write_weight_panels() {
             std::max<int64_t>(1, static_cast<int64_t>(kStepBytes / (kPanelRows * w->row_stride))) *
             kPanelRows;
         for (int64_t r = 0; r < w->rows; r += step) {
+            if (stop && stop()) throw LoadStopped(file_->path());
             const int64_t n = std::min(step, w->rows - r);
             const size_t at = static_cast<size_t>(r) * w->row_stride;
             write_panels16(src + at, dst + at, n, w->row_stride, type_info(w->type).block_bytes,

@@ -4,15 +4,16 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
 
 #include "engine/gguf/gguf.h"
-#include "engine/model/attention.h"
 #include "engine/model/backend.h"
 #include "engine/model/compute_device.h"
 #include "engine/tensor/matmul.h"
@@ -177,6 +178,17 @@ struct LoadOptions {
     // How quantized matrices take their activations (MatrixView::activations): Auto picks
     // default_activations(file).
     ActivationChoice activations = ActivationChoice::Auto;
+    // Asked between the steps of a long load (each 16 MiB of the panel rewrite, which reads
+    // the whole file: seconds for a large model on a cold disk); true stops the load with
+    // LoadStopped and nothing of it stays. Empty: never asked.
+    std::function<bool()> stop;
+};
+
+// Model::load stopped because LoadOptions::stop asked.
+class LoadStopped : public std::runtime_error {
+public:
+    explicit LoadStopped(const std::string& path)
+        : std::runtime_error("loading " + path + " stopped") {}
 };
 
 class Model {
@@ -231,7 +243,8 @@ private:
     template <class F>
     void for_each_decode_expert_share(F&& f) const;
     // LoadOptions::weight_panels: the matrices of a decode step that can take Panels16.
-    void write_weight_panels();
+    // Checks `stop` (LoadOptions::stop, may be empty) between its 16 MiB steps.
+    void write_weight_panels(const std::function<bool()>& stop);
 
     std::unique_ptr<GgufFile> file_;
     ModelConfig config_;

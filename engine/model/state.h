@@ -23,10 +23,12 @@
 #include <memory>
 #include <vector>
 
-#include "engine/model/attention.h"
+// The CPU backend's own headers: ForwardScratch holds its buffers, and KvCache::run() hands
+// its attention kernels a run of rows (ops.h's KvRun).
+#include "engine/model/cpu/attention.h"
+#include "engine/model/cpu/moe.h"
+#include "engine/model/cpu/ops.h"
 #include "engine/model/kv_type.h"
-#include "engine/model/moe.h"
-#include "engine/model/ops.h"
 #include "engine/model/recurrent_state.h"
 #include "engine/tensor/matmul.h"
 #include "engine/util/page_region.h"

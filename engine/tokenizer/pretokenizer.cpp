@@ -6,6 +6,7 @@
 #include <array>
 #include <stdexcept>
 
+#include "engine/tokenizer/tokenizer.h"
 #include "engine/tokenizer/unicode.h"
 
 namespace ember::tok {
@@ -158,14 +159,21 @@ size_t next_char(std::string_view s, size_t pos) {
 }
 
 // Splits s[begin, end) by one regex, appending the resulting ranges to `out`.
+// Matches between two questions to a splitter's `stop`: well under a millisecond of matching.
+constexpr size_t kMatchesPerQuestion = 4096;
+
 void split_piece(const pcre2_code* code, pcre2_match_data* md, std::string_view s, size_t begin,
-                 size_t end, std::vector<std::pair<size_t, size_t>>& out) {
+                 size_t end, std::vector<std::pair<size_t, size_t>>& out,
+                 const std::function<bool()>* stop, size_t& matches) {
     const auto* subject = reinterpret_cast<PCRE2_SPTR>(s.data() + begin);
     const size_t len = end - begin;
     const std::string_view piece = s.substr(begin, len);
     size_t last = 0;    // end of what has been emitted, relative to begin
     size_t offset = 0;  // where the next search starts
     while (offset <= len) {
+        if (stop != nullptr && ++matches % kMatchesPerQuestion == 0 && (*stop)()) {
+            throw EncodeStopped();
+        }
         int rc = pcre2_match(code, subject, len, offset, 0, md, nullptr);
         if (rc == PCRE2_ERROR_JIT_STACKLIMIT) {
             // Very long runs can exhaust the JIT stack; the interpreter uses the heap.
@@ -197,8 +205,10 @@ void split_piece(const pcre2_code* code, pcre2_match_data* md, std::string_view 
 
 }  // namespace
 
-std::vector<std::pair<size_t, size_t>> RegexSplitter::split(std::string_view text) const {
+std::vector<std::pair<size_t, size_t>> RegexSplitter::split(
+    std::string_view text, const std::function<bool()>* stop) const {
     std::vector<std::pair<size_t, size_t>> pieces;
+    size_t matches = 0;
     if (text.empty()) return pieces;
     pieces.emplace_back(0, text.size());
     std::vector<std::pair<size_t, size_t>> next;
@@ -206,7 +216,9 @@ std::vector<std::pair<size_t, size_t>> RegexSplitter::split(std::string_view tex
         MatchData md(c->code);
         next.clear();
         next.reserve(pieces.size() * 2);
-        for (const auto& [b, e] : pieces) split_piece(c->code, md.md, text, b, e, next);
+        for (const auto& [b, e] : pieces) {
+            split_piece(c->code, md.md, text, b, e, next, stop, matches);
+        }
         pieces.swap(next);
     }
     return pieces;

@@ -7,6 +7,7 @@
 // at piece boundaries.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -40,8 +41,10 @@ public:
     RegexSplitter& operator=(const RegexSplitter&) = delete;
 
     // Byte ranges [begin, end) of the pieces of `text`, in order, covering all of it. Safe to
-    // call from several threads at once (match data is per call).
-    std::vector<std::pair<size_t, size_t>> split(std::string_view text) const;
+    // call from several threads at once (match data is per call). `stop` (may be null) is
+    // asked every few thousand matches; true ends the split with EncodeStopped.
+    std::vector<std::pair<size_t, size_t>> split(std::string_view text,
+                                                 const std::function<bool()>* stop = nullptr) const;
 
 private:
     struct Compiled;

@@ -13,6 +13,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
@@ -95,6 +96,16 @@ struct EncodeOptions {
     // special, what a user typed is not). Sorted, not overlapping. A control token is taken only
     // where its text lies wholly outside them; the text around is tokenized as one piece.
     std::span<const TextRange> literal;
+    // Asked every few thousand pieces of a long input (a 16 MiB attachment takes seconds);
+    // true ends the encoding with EncodeStopped. Null: never asked. SPM text is asked between
+    // its fragments only.
+    const std::function<bool()>* stop = nullptr;
+};
+
+// encode() stopped because EncodeOptions::stop asked.
+class EncodeStopped : public std::runtime_error {
+public:
+    EncodeStopped() : std::runtime_error("tokenizing stopped") {}
 };
 
 struct DecodeOptions {

@@ -61,10 +61,36 @@ ThreadPool::~ThreadPool() {
     for (auto& t : threads_) t.join();
 }
 
+ThreadPool::Interruption::Interruption(ThreadPool& pool, const std::function<bool()>& stop)
+    : pool_(pool) {
+    pool_.stop_ = &stop;
+    pool_.next_stop_poll_ = std::chrono::steady_clock::now() + kInterruptionPoll;
+    pool_.interrupted_.store(false, std::memory_order_relaxed);
+}
+
+ThreadPool::Interruption::~Interruption() {
+    pool_.stop_ = nullptr;
+    pool_.interrupted_.store(false, std::memory_order_relaxed);
+}
+
+bool ThreadPool::stop_asked() {
+    if (stop_ == nullptr) return false;
+    if (interrupted_.load(std::memory_order_relaxed)) return true;
+    const auto now = std::chrono::steady_clock::now();
+    if (now < next_stop_poll_) return false;
+    next_stop_poll_ = now + kInterruptionPoll;
+    if (!(*stop_)()) return false;
+    interrupted_.store(true, std::memory_order_relaxed);
+    return true;
+}
+
 void ThreadPool::run_tasks(int worker) {
     for (;;) {
         int64_t task = next_task_.fetch_add(1, std::memory_order_relaxed);
         if (task >= n_tasks_) break;
+        // An interrupted section's tasks are claimed and skipped, so the section closes as
+        // soon as the tasks running now end.
+        if (worker == 0 ? stop_asked() : interrupted_.load(std::memory_order_relaxed)) continue;
         (*fn_)(task, worker);
     }
 }
@@ -108,8 +134,12 @@ void ThreadPool::worker_loop(int worker) {
 
 void ThreadPool::parallel_for(int64_t n_tasks, const TaskFn& fn) {
     if (n_tasks <= 0) return;
+    if (stop_asked()) throw Interrupted();
     if (n_threads_ == 1 || n_tasks == 1) {
-        for (int64_t t = 0; t < n_tasks; ++t) fn(t, 0);
+        for (int64_t t = 0; t < n_tasks; ++t) {
+            if (stop_asked()) throw Interrupted();
+            fn(t, 0);
+        }
         return;
     }
     // No worker is joined here (the previous section ended with none), so these plain writes
@@ -136,6 +166,7 @@ void ThreadPool::parallel_for(int64_t n_tasks, const TaskFn& fn) {
         v = busy_workers_.load(std::memory_order_acquire);
     }
     fn_ = nullptr;
+    if (interrupted_.load(std::memory_order_relaxed)) throw Interrupted();
 }
 
 void ThreadPool::parallel_ranges(int64_t n, int64_t align,

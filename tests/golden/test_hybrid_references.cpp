@@ -36,7 +36,7 @@ protected:
     void SetUp() override {
         const std::string arch = GetParam();
         gguf_ = "arch/" + arch + "/" + arch + ".gguf";
-        if (!fixture_exists(gguf_)) GTEST_SKIP() << "fixture not found: " << gguf_;
+        EMBER_REQUIRE_FIXTURE(gguf_);
         model_ = Model::load(fixture_path(gguf_));
         ref_ = json::parse(read_file(fixture_path("arch/" + arch + "/ref.json")));
     }

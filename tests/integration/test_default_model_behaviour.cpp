@@ -43,12 +43,6 @@ constexpr double kDecisiveMargin = 1e-3;
 // binary from hanging the suite.
 constexpr double kTimeoutSeconds = 300;
 
-#define SKIP_OR_FAIL(why)                                                    \
-    do {                                                                     \
-        if (running_in_ci()) FAIL() << (why) << " (required under CI=true)"; \
-        GTEST_SKIP() << (why);                                               \
-    } while (0)
-
 json load_questions() {
     return json::parse(read_file(real_model_reference("questions.json", kSmolLM2_135m)));
 }
@@ -163,7 +157,7 @@ fs::path build_dir() {
 TEST_F(DefaultModelBehaviour, ServeRepliesAsTheFloat64ReferenceThroughTheOpenAiClient) {
     const fs::path python = build_dir() / "venv" / "bin" / "python";
     if (!fs::exists(python)) {
-        SKIP_OR_FAIL("no Python venv with the OpenAI client at " + python.string() +
+        EMBER_SKIP_OR_FAIL("no Python venv with the OpenAI client at " + python.string() +
                      ": run scripts/test_venv.sh " + build_dir().string());
     }
     json asked = json::array();

@@ -19,12 +19,6 @@ namespace {
 namespace fs = std::filesystem;
 using json = nlohmann::json;
 
-#define SKIP_OR_FAIL(why)                                                    \
-    do {                                                                     \
-        if (running_in_ci()) FAIL() << (why) << " (required under CI=true)"; \
-        GTEST_SKIP() << (why);                                               \
-    } while (0)
-
 const std::vector<std::string> kModels = {"arch/qwen3/qwen3.gguf", "arch/llama/llama.gguf",
                                           "arch/gemma3/gemma3.gguf"};
 
@@ -57,7 +51,7 @@ TEST(GrammarAcceptance, TwoHundredRandomSchemasOnThreeModelsAllValidate) {
     const fs::path python = build_dir() / "venv" / "bin" / "python";
     if (!fs::exists(python) ||
         run_command({python.string(), "-c", "import jsonschema"}, "", 60).status != 0) {
-        SKIP_OR_FAIL("no Python venv with jsonschema at " + python.string() +
+        EMBER_SKIP_OR_FAIL("no Python venv with jsonschema at " + python.string() +
                      ": run scripts/test_venv.sh " + build_dir().string());
     }
     // top-k 40 (the candidates are checked one by one when that settles the draw)...

@@ -58,7 +58,7 @@ int64_t query_int(const std::string& db, const std::string& sql) {
 class Issue41Serve : public ::testing::Test {
 protected:
     void SetUp() override {
-        if (!fixture_exists(kModel)) GTEST_SKIP() << "fixture " << kModel << " missing";
+        EMBER_REQUIRE_FIXTURE(kModel);
         dir_ = std::make_unique<TempDir>("ember-issue41");
         setenv("EMBER_TEST_KEY", "sekrit", 1);
         log_ = dir_->file("serve.log");

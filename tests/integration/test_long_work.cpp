@@ -121,7 +121,10 @@ protected:
                 << shell_quote(ember_binary()) << " chat -m " << shell_quote(model_) << " --db "
                 << shell_quote(db_) << " -c 8192 -n 16 -t 2 --temp 0";
         for (const auto& e : extra) command << " " << shell_quote(e);
-        ASSERT_EQ(tmux_->start("sh -c " + shell_quote(command.str()), 110, 30).status, 0);
+        // Built by appending: GCC 12 warns (-Wrestrict, wrongly) on "literal" + std::string&&.
+        std::string shell_command = "sh -c ";
+        shell_command += shell_quote(command.str());
+        ASSERT_EQ(tmux_->start(shell_command, 110, 30).status, 0);
         std::string screen;
         ASSERT_TRUE(wait_for([&](const std::string& s) { return ready(s, extra); }, screen, 60))
             << screen;

@@ -63,7 +63,7 @@ long children_peak_rss_kib() {
 
 #define REQUIRE_SERVER(server)                                                       \
     if ((server).port <= 0) {                                                        \
-        if (find_in_path("python3").empty()) GTEST_SKIP() << "no python3 on PATH";   \
+        if (find_in_path("python3").empty()) EMBER_SKIP_OR_FAIL("no python3 on PATH"); \
         FAIL() << "the hostile server did not start: " << (server).process->log();   \
     }
 

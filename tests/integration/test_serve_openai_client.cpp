@@ -38,12 +38,6 @@ constexpr int kCancelMaxTokens = 3000;   // far more than arrive before the hang
 // the runner-up by more than this; closer than that, rounding may pick the other.
 constexpr double kDecisiveMargin = 1e-2;
 
-#define SKIP_OR_FAIL(why)                                                    \
-    do {                                                                     \
-        if (running_in_ci()) FAIL() << (why) << " (required under CI=true)"; \
-        GTEST_SKIP() << (why);                                               \
-    } while (0)
-
 // The build tree this test binary belongs to (it lives in BUILD_DIR/tests), where
 // scripts/test_venv.sh puts the venv.
 fs::path build_dir() {
@@ -94,7 +88,7 @@ TEST(ServeOpenAiClient, ChatStreamingErrorsAndCancelThroughTheOfficialLibrary) {
     EMBER_REQUIRE_FIXTURE(kTokenizerReference);
     const fs::path python = build_dir() / "venv" / "bin" / "python";
     if (!fs::exists(python)) {
-        SKIP_OR_FAIL("no Python venv with the OpenAI client at " + python.string() +
+        EMBER_SKIP_OR_FAIL("no Python venv with the OpenAI client at " + python.string() +
                      ": run scripts/test_venv.sh " + build_dir().string());
     }
     const json forward = json::parse(read_file(fixture_path(kForwardReference)));

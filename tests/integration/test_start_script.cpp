@@ -60,14 +60,9 @@ const Download kGemma = {{"gemma-3-270m"},
 void PrintTo(const Download& d, std::ostream* os) { *os << d.file; }
 
 // Skips with the reason, or fails under CI=true, where nothing may be missing.
-#define SKIP_OR_FAIL_UNLESS(condition, why)                     \
-    do {                                                        \
-        if (!(condition)) {                                     \
-            if (::ember::test::running_in_ci()) {               \
-                FAIL() << (why) << " (required under CI=true)"; \
-            }                                                   \
-            GTEST_SKIP() << (why);                              \
-        }                                                       \
+#define SKIP_OR_FAIL_UNLESS(condition, why)             \
+    do {                                                \
+        if (!(condition)) EMBER_SKIP_OR_FAIL(why);      \
     } while (0)
 
 std::string script(const std::string& name) {

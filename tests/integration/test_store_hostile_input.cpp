@@ -55,7 +55,7 @@ std::string make_conversation(const std::string& db) {
 TEST(StoreHostileInput, DeepJsonInTheSamplingColumnIsAClearError) {
     EMBER_REQUIRE_FIXTURE(kModel);
     const std::string python = find_in_path("python3");
-    if (python.empty()) GTEST_SKIP() << "python3 is needed to edit the SQLite file";
+    if (python.empty()) EMBER_SKIP_OR_FAIL("python3 is needed to edit the SQLite file");
     TempDir dir;
     const std::string db = dir.file("chat.db");
     const std::string id = make_conversation(db);

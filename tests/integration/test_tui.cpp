@@ -162,10 +162,7 @@ class TuiTest : public ::testing::Test {
 protected:
     void SetUp() override {
         tmux_binary_ = find_in_path("tmux");
-        if (tmux_binary_.empty()) {
-            if (running_in_ci()) FAIL() << "tmux is required under CI=true";
-            GTEST_SKIP() << "tmux not found in PATH";
-        }
+        if (tmux_binary_.empty()) EMBER_SKIP_OR_FAIL("tmux not found in PATH");
         char dir_template[] = "/tmp/ember-tui-test-XXXXXX";
         ASSERT_NE(mkdtemp(dir_template), nullptr);
         dir_ = dir_template;

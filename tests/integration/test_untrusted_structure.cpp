@@ -127,7 +127,7 @@ TEST_F(UntrustedStructure, BidiControlsShowAsStandInsOnATerminal) {
 
 TEST_F(UntrustedStructure, ServeShowsAnEscapeNamedModelSafely) {
     const std::string model = "arch/llama/llama.gguf";
-    if (!fixture_exists(model)) GTEST_SKIP() << "no fixture " << model;
+    EMBER_REQUIRE_FIXTURE(model);
     const std::string evil = dir_.file("evil\x1B]0;pwned\x07\x1B[2J.gguf");
     std::filesystem::copy_file(fixture_path(model), evil);
     TerminalProcess server({ember_binary(), "serve", "-m", evil, "--port", "0", "--no-db", "-t",

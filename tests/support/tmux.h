@@ -95,8 +95,7 @@ private:
     const std::string var = ::ember::test::find_in_path("tmux");                 \
     do {                                                                         \
         if (var.empty()) {                                                       \
-            if (::ember::test::running_in_ci()) FAIL() << "tmux is required under CI=true"; \
-            GTEST_SKIP() << "tmux not found in PATH";                            \
+            EMBER_SKIP_OR_FAIL("tmux not found in PATH");                        \
         }                                                                        \
     } while (0)
 

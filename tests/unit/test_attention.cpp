@@ -1,4 +1,4 @@
-// engine/model/attention.h against attention computed directly in float64 from the same
+// engine/model/cpu/attention.h against attention computed directly in float64 from the same
 // queries, keys and values: causal, sliding windows (the cache's ring included), sink logits,
 // soft-capped scores and GQA, with batches of every size the scheduler treats differently
 // (single tokens and short batches split per run, longer ones in token blocks).
@@ -9,7 +9,7 @@
 #include <random>
 #include <vector>
 
-#include "engine/model/attention.h"
+#include "engine/model/cpu/attention.h"
 #include "engine/model/state.h"
 #include "engine/util/thread_pool.h"
 

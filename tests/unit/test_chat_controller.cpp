@@ -4,15 +4,20 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <fstream>
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "engine/generate/conversation.h"
 #include "engine/model/model.h"
 #include "engine/util/thread_pool.h"
 #include "tests/support/fixtures.h"
+#include "tests/support/temp_dir.h"
 #include "ui/chat_controller.h"
 #include "ui/line_mode.h"
 #include "ui/session_backend.h"
@@ -68,10 +73,7 @@ public:
 class ChatControllerTest : public ::testing::Test {
 protected:
     void SetUp() override {
-        if (!fixture_exists(kModel)) {
-            if (running_in_ci()) FAIL() << "fixture missing under CI=true: " << kModel;
-            GTEST_SKIP() << "fixture not found: " << fixture_path(kModel);
-        }
+        EMBER_REQUIRE_FIXTURE(kModel);
         model_ = Model::load(fixture_path(kModel));
         pool_ = std::make_unique<ThreadPool>(2);
         make_controller(512);
@@ -419,7 +421,7 @@ public:
     std::string current_name() const override { return current; }
     std::string current_path() const override { return "/models/" + current; }
     std::vector<std::string> candidates() override { return {"first", "second"}; }
-    std::string switch_to(const std::string& name) override {
+    std::string switch_to(const std::string& name, const std::function<bool()>&) override {
         if (name != "second") throw std::runtime_error("model '" + name + "': no such file");
         ++switches;
         current = "second.gguf";
@@ -463,6 +465,107 @@ TEST_F(ChatControllerTest, ModelSwitchesListsAndRefusesWithoutASwitcher) {
     EXPECT_EQ(controller_->model_name(), "second.gguf");
     EXPECT_FALSE(controller_->last_turn().has_value());
     EXPECT_EQ(roles(), (std::vector<std::string>{"user", "assistant"}));
+}
+
+// Stands in for app/'s switcher loading a large file: the load goes on until its stop says
+// yes (LoadOptions::stop), then ends the way Model::load does, by throwing.
+class SlowSwitcher final : public ui::ModelSwitcher {
+public:
+    std::atomic<bool> loading{false};
+    int questions = 0;
+    std::string current_name() const override { return "first.gguf"; }
+    std::string current_path() const override { return "/models/first.gguf"; }
+    std::vector<std::string> candidates() override { return {"big"}; }
+    std::string switch_to(const std::string& name, const std::function<bool()>& stop) override {
+        loading = true;
+        const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+        while (std::chrono::steady_clock::now() < give_up) {
+            ++questions;
+            if (stop && stop()) throw std::runtime_error("loading " + name + " stopped");
+            std::this_thread::sleep_for(std::chrono::milliseconds(5));
+        }
+        return "now chatting with " + name;
+    }
+};
+
+// Esc / Ctrl-C during /model of a large file (request_cancel from the front end's thread)
+// stops the load: the chat goes on with its model and says so in one line.
+TEST_F(ChatControllerTest, ModelLoadStopsWhenCancelled) {
+    SlowSwitcher switcher;
+    controller_->set_model_switcher(&switcher);
+    ASSERT_FALSE(controller_->submit("Hi", nullptr).error);
+    // A cancel left from before the command does not stop it: only one during the load does.
+    controller_->request_cancel();
+    std::thread front_end([&] {
+        while (!switcher.loading) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+        controller_->request_cancel();
+    });
+    const auto start = std::chrono::steady_clock::now();
+    const ChatOutcome out = command("/model big");
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    front_end.join();
+    EXPECT_FALSE(out.error) << out.message;
+    EXPECT_EQ(out.message, "/model: loading big stopped; first.gguf still answers");
+    EXPECT_FALSE(out.conversation_replaced);
+    EXPECT_GT(switcher.questions, 1);  // it was loading, not stopped at once by the old cancel
+    EXPECT_LT(seconds, 10.0);          // not the switcher's own 20 s limit
+    EXPECT_EQ(controller_->model_name(), "first.gguf");
+    EXPECT_TRUE(controller_->last_turn().has_value());
+    EXPECT_EQ(roles(), (std::vector<std::string>{"user", "assistant"}));
+}
+
+// /file of a large file (16 MiB: seconds to count its tokens) stops when cancelled from the
+// front end's thread, attaching nothing; a small file still attaches afterwards.
+TEST_F(ChatControllerTest, FileOfALargeFileStopsWhenCancelled) {
+    TempDir dir("ember-file-stop");
+    const std::string big = dir.file("big.txt");
+    {
+        std::ofstream out(big);
+        std::string line;
+        for (int i = 0; line.size() < 4096; ++i) line += "word" + std::to_string(i % 97) + " ";
+        line += "\n";
+        for (size_t written = 0; written + line.size() <= (size_t{16} << 20); written += line.size()) {
+            out << line;
+        }
+    }
+    // A context of 512 cannot hold it even at the vocabulary's longest token per token: refused
+    // before its tokens are counted.
+    const ChatOutcome refused = command("/file " + big);
+    EXPECT_TRUE(refused.error);
+    EXPECT_NE(refused.message.find("big.txt is at least "), std::string::npos) << refused.message;
+    EXPECT_NE(refused.message.find("nothing attached"), std::string::npos) << refused.message;
+    EXPECT_TRUE(controller_->pending_attachments().empty());
+
+    // A context it might fit (the longest entry of this vocabulary is 162 bytes): counted, and
+    // the count stops when cancelled.
+    make_controller(131072);
+    std::atomic<bool> counting{false};
+    std::thread front_end([&] {
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        counting = true;
+        controller_->request_cancel();
+    });
+    const auto start = std::chrono::steady_clock::now();
+    const ChatOutcome out = command("/file " + big);
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    front_end.join();
+    // Stopped while counting (had it finished first, it would have said how many tokens).
+    EXPECT_TRUE(counting.load());
+    EXPECT_FALSE(out.error) << out.message;
+    EXPECT_EQ(out.message, "/file: stopped; nothing attached");
+    EXPECT_TRUE(controller_->pending_attachments().empty());
+    EXPECT_LT(seconds, 5.0);
+
+
+    const std::string small = dir.file("small.txt");
+    std::ofstream(small) << "a small note";
+    const ChatOutcome attached = command("/file " + small);
+    EXPECT_FALSE(attached.error) << attached.message;
+    EXPECT_NE(attached.message.find("attached small.txt"), std::string::npos) << attached.message;
+    EXPECT_EQ(controller_->pending_attachments().size(), 1u);
 }
 
 TEST(MultilineInput, BackslashContinuesAndTripleQuotesMakeABlock) {

@@ -26,10 +26,7 @@ namespace {
 const int64_t kBatches[] = {2, 3, 4, 5, 6, 7, 8, 9, kExactBatchTokens - 1, kExactBatchTokens};
 
 void check_model(const std::string& fixture) {
-    if (!fixture_exists(fixture)) {
-        if (running_in_ci()) FAIL() << "fixture missing under CI=true: " << fixture;
-        GTEST_SKIP() << "fixture not found: " << fixture;
-    }
+    EMBER_REQUIRE_FIXTURE(fixture);
     const auto model = Model::load(fixture_path(fixture));
     const ModelConfig& c = model->config();
     ThreadPool pool(2);

@@ -375,10 +375,7 @@ std::string rewrite(const std::string& src, const std::string& dst, const Edit& 
 class ModelLoadErrors : public ::testing::Test {
 protected:
     void SetUp() override {
-        if (!fixture_exists(kStories)) {
-            if (running_in_ci()) FAIL() << "fixture missing under CI=true: " << kStories;
-            GTEST_SKIP() << "fixture not found: " << fixture_path(kStories);
-        }
+        EMBER_REQUIRE_FIXTURE(kStories);
     }
     std::string make(const Edit& e) {
         return rewrite(fixture_path(kStories), tmp_.file("m.gguf"), e);

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/model/moe.h"
+#include "engine/model/cpu/moe.h"
 #include "engine/tensor/matmul.h"
 #include "engine/tensor/traits.h"
 #include "engine/util/thread_pool.h"

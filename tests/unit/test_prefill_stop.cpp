@@ -4,12 +4,17 @@
 // evaluated and answers exactly what an uninterrupted turn answers.
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <chrono>
+#include <span>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "engine/generate/conversation.h"
 #include "engine/model/forward.h"
 #include "engine/model/model.h"
+#include "engine/model/state.h"
 #include "engine/util/thread_pool.h"
 #include "tests/support/fixtures.h"
 
@@ -109,6 +114,97 @@ TEST_P(PrefillStop, KeepsWholeBatchesAndTheNextTurnReusesThem) {
     // The last report says the prompt is read.
     EXPECT_EQ(seen.back().done, seen.back().total);
     EXPECT_EQ(seen.back().total, expected.prompt_tokens - kept);
+}
+
+// A stop asked inside a parallel section skips the section's remaining tasks (a layer of a
+// large model's batch takes seconds on two cores; a stop must not wait for it) and every later
+// section until the interruption ends; afterwards the pool runs whole sections again.
+TEST(PoolInterruption, SkipsTheRestOfASectionAndTheSectionsAfterIt) {
+    ThreadPool pool(2);
+    constexpr int64_t kTasks = 400;
+    std::atomic<int64_t> ran{0};
+    const ThreadPool::TaskFn one_ms = [&](int64_t, int) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        ran.fetch_add(1);
+    };
+    {
+        int asked = 0;
+        const std::function<bool()> stop = [&] { return ++asked >= 2; };
+        ThreadPool::Interruption interruption(pool, stop);
+        EXPECT_THROW(pool.parallel_for(kTasks, one_ms), ThreadPool::Interrupted);
+        // Two polls kInterruptionPoll apart, with two workers of 1 ms tasks: a few tens of tasks,
+        // far from all of them (a bound with room for a loaded machine's sleeps).
+        EXPECT_GE(asked, 2);
+        EXPECT_LT(ran.load(), kTasks / 2);
+        const int64_t before = ran.load();
+        EXPECT_THROW(pool.parallel_for(kTasks, one_ms), ThreadPool::Interrupted);
+        EXPECT_THROW(pool.parallel_for(1, one_ms), ThreadPool::Interrupted);
+        EXPECT_EQ(ran.load(), before);
+    }
+    ran = 0;
+    pool.parallel_for(kTasks, one_ms);
+    EXPECT_EQ(ran.load(), kTasks);
+
+    // A check that never says stop changes nothing.
+    ran = 0;
+    {
+        const std::function<bool()> never = [] { return false; };
+        ThreadPool::Interruption interruption(pool, never);
+        pool.parallel_for(kTasks / 4, one_ms);
+        pool.parallel_ranges(1000, 16, [&](int64_t begin, int64_t end, int) {
+            ran.fetch_add(end - begin);
+        });
+    }
+    EXPECT_EQ(ran.load(), kTasks / 4 + 1000);
+}
+
+// A stop inside a layer (the pool's poll between tasks) ends the evaluation like a stop
+// between layers: EvaluationStopped, the batch in progress dropped, the state at the batches
+// before; evaluating the rest then gives the uninterrupted run's logits bit for bit.
+TEST(PoolInterruption, AStopInsideALayerDropsOnlyTheBatchInProgress) {
+    const char* name = "arch/qwen3/qwen3.gguf";
+    EMBER_REQUIRE_FIXTURE(name);
+    auto model = Model::load(fixture_path(name));
+    ThreadPool pool(2);
+    std::vector<int32_t> tokens(static_cast<size_t>(kMaxBatch + 40));
+    for (size_t i = 0; i < tokens.size(); ++i) {
+        tokens[i] = static_cast<int32_t>((i * 37 + 11) % model->config().n_vocab);
+    }
+    auto whole_state = make_state(model->config(), 1024);
+    InferenceState& whole = *whole_state;
+    const auto expected_span = forward(*model, whole, pool, tokens, LogitsWanted::Last);
+    const std::vector<float> expected(expected_span.begin(), expected_span.end());
+
+    auto stopped_state = make_state(model->config(), 1024);
+    InferenceState& st = *stopped_state;
+    // The first batch whole, then a stop at the first question inside the second batch: each
+    // answer waits past the pool's poll interval, so the next question comes from inside a
+    // parallel section (a question between layers comes only after a whole layer).
+    // The questions from the end of the first batch on: the one between the batches, then
+    // the stopping one. From inside a layer it repeats the last figure heard; between layers
+    // it would say a layer of the second batch is done.
+    std::vector<double> heard;
+    const EvaluationWatch watch = [&](double tokens_done) {
+        if (tokens_done < static_cast<double>(kMaxBatch)) return true;
+        heard.push_back(tokens_done);
+        std::this_thread::sleep_for(ThreadPool::kInterruptionPoll * 2);
+        return heard.size() < 2;
+    };
+    int64_t evaluated = -1;
+    try {
+        forward(*model, st, pool, tokens, LogitsWanted::Last, &watch);
+    } catch (const EvaluationStopped& e) {
+        evaluated = e.evaluated;
+    }
+    EXPECT_EQ(evaluated, kMaxBatch);
+    EXPECT_EQ(st.kv.length(), kMaxBatch);
+    ASSERT_EQ(heard.size(), 2u);
+    EXPECT_EQ(heard[0], static_cast<double>(kMaxBatch));
+    EXPECT_EQ(heard[1], static_cast<double>(kMaxBatch));  // inside the second batch's first layer
+    const auto rest = std::span<const int32_t>(tokens).subspan(static_cast<size_t>(kMaxBatch));
+    const auto resumed = forward(*model, st, pool, rest, LogitsWanted::Last);
+    ASSERT_EQ(resumed.size(), expected.size());
+    for (size_t i = 0; i < expected.size(); ++i) ASSERT_EQ(resumed[i], expected[i]) << i;
 }
 
 INSTANTIATE_TEST_SUITE_P(Families, PrefillStop,

@@ -20,10 +20,7 @@ namespace ember::test {
 namespace {
 
 void check_model(const std::string& fixture) {
-    if (!fixture_exists(fixture)) {
-        if (running_in_ci()) FAIL() << "fixture missing under CI=true: " << fixture;
-        GTEST_SKIP() << "fixture not found: " << fixture;
-    }
+    EMBER_REQUIRE_FIXTURE(fixture);
     const auto model = Model::load(fixture_path(fixture));
     const ModelConfig& c = model->config();
     ThreadPool pool(2);

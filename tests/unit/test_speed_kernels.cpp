@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/model/ops.h"
+#include "engine/model/cpu/ops.h"
 #include "engine/tensor/blocks.h"
 #include "engine/tensor/cpu_features.h"
 #include "engine/tensor/matmul.h"

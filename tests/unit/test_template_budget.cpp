@@ -10,8 +10,10 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "engine/template/template.h"
+#include "tests/support/sanitizers.h"
 
 namespace ember {
 namespace {
@@ -52,7 +54,7 @@ TEST(TemplateBudget, NestedRangeLoopsStopAtTheStepBudget) {
         "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}");
     EXPECT_NE(err.find("exceeded the budget of 10,000,000 evaluation steps"), std::string::npos)
         << err;
-    EXPECT_LT(seconds_since(start), 10.0);
+    EXPECT_LT(seconds_since(start), test::time_limit(10.0));
 }
 
 TEST(TemplateBudget, LoopsWithBodiesStopToo) {
@@ -78,7 +80,9 @@ TEST(TemplateBudget, DoublingAStringStopsAtTheTextBudget) {
     EXPECT_NE(err.find("MiB of text"), std::string::npos) << err;
     EXPECT_NE(err.find("exceeded the budget of 6"), std::string::npos) << err;  // 64-65 MiB
     // The strings built before the limit (64 MiB at most at once, plus copies in flight).
-    EXPECT_LT(peak_rss_mib() - rss_before, 400) << "peak RSS grew too much";
+    if (test::kMemoryLimitsHold) {
+        EXPECT_LT(peak_rss_mib() - rss_before, 400) << "peak RSS grew too much";
+    }
 }
 
 TEST(TemplateBudget, EveryStringBuilderIsCounted) {
@@ -114,7 +118,7 @@ TEST(TemplateBudget, EveryStringBuilderIsCounted) {
         EXPECT_TRUE(err.find("MiB of text") != std::string::npos ||
                     err.find("result too large") != std::string::npos)
             << source << "\n -> " << err;
-        EXPECT_LT(seconds_since(start), 10.0) << source;
+        EXPECT_LT(seconds_since(start), test::time_limit(10.0)) << source;
     }
 }
 
@@ -190,7 +194,34 @@ TEST(TemplateBudget, OrdinaryTemplateIsFast) {
             "{%- if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{%- endif %}")
             .render_variables(vars);
     EXPECT_GT(out.size(), 2000u * 500u);
-    EXPECT_LT(seconds_since(start), 2.0);
+    EXPECT_LT(seconds_since(start), test::time_limit(2.0));
+}
+
+std::string repeated(std::string_view piece, int times) {
+    std::string out;
+    for (int i = 0; i < times; ++i) out += piece;
+    return out;
+}
+
+// Found by tests/fuzz (fuzz_template): nesting, and chains the parser builds in a loop (each
+// link one level deeper in the tree that checks, rendering and destruction walk), overflowed
+// the stack. Both now count against one bound, named in the error.
+TEST(TemplateBudget, DeepNestingAndLongChainsAreRefusedNamingTheBound) {
+    const std::vector<std::string> hostile = {
+        repeated("{% if true %}", 20000) + "x" + repeated("{% endif %}", 20000),
+        "{{ 1" + repeated("+1", 50000) + " }}",
+        "{{ x" + repeated("|trim", 50000) + " }}",
+        "{{ a" + repeated(".b", 50000) + " }}",
+        "{{ " + repeated("(", 50000) + "1" + repeated(")", 50000) + " }}",
+    };
+    for (const std::string& source : hostile) {
+        const std::string err = render_error(source);
+        EXPECT_NE(err.find("template nests deeper than 256 levels"), std::string::npos)
+            << source.substr(0, 40) << ": " << err;
+    }
+    // Real templates are far from it.
+    EXPECT_EQ(render_error(repeated("{% if true %}", 40) + "x" + repeated("{% endif %}", 40)), "");
+    EXPECT_EQ(render_error("{{ 1" + repeated(" + 1", 100) + " }}"), "");
 }
 
 }  // namespace

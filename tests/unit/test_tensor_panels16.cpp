@@ -197,6 +197,38 @@ TEST(Panels16Model, LogitsBitForBitWithAndWithoutPanels) {
     expect_same_logits(*with, *without);
 }
 
+// A load asked to stop (LoadOptions::stop: Esc during /model) ends with LoadStopped naming the
+// file, between the steps of the panel rewrite; a stop that never says yes changes nothing.
+TEST(Panels16Model, ALoadAskedToStopEndsWithLoadStopped) {
+    const std::string rel = "quant/qfix-Q4_K_M.gguf";
+    EMBER_REQUIRE_FIXTURE(rel);
+    if (active_kernels()[TensorType::Q4_K].gemm_panels16 == nullptr) {
+        GTEST_SKIP() << "the active kernels (" << active_kernels().isa << ") have no panel kernel";
+    }
+    const std::string path = test::fixture_path(rel);
+    for (int stop_at : {1, 2, 5}) {
+        int asked = 0;
+        LoadOptions stopping{true, ActivationChoice::Quantized};
+        stopping.stop = [&] { return ++asked >= stop_at; };
+        try {
+            Model::load(path, stopping);
+            FAIL() << "the load went on past a stop at question " << stop_at;
+        } catch (const LoadStopped& e) {
+            EXPECT_EQ(asked, stop_at);
+            EXPECT_NE(std::string(e.what()).find(path), std::string::npos) << e.what();
+            EXPECT_NE(std::string(e.what()).find("stopped"), std::string::npos) << e.what();
+        }
+    }
+    int asked = 0;
+    LoadOptions asking{true, ActivationChoice::Quantized};
+    asking.stop = [&] { ++asked; return false; };
+    const auto asked_model = Model::load(path, asking);
+    EXPECT_GT(asked, 5);  // once before the rewrite, then every step of every matrix
+    const auto plain = Model::load(path, LoadOptions{true, ActivationChoice::Quantized});
+    EXPECT_EQ(asked_model->fingerprint(), plain->fingerprint());
+    expect_same_logits(*asked_model, *plain);
+}
+
 // A MoE model (Q4_K_M: Q4_K attention and experts, a Q6_K down projection in the last
 // layer): its attention and output go to panels, its experts keep the file's row layout (see
 // Model::write_weight_panels), and the logits are the same bits. Written by `ember synth` with

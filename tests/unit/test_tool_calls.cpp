@@ -239,6 +239,20 @@ TEST(ToolCallsLlama3, TextAndJsonThatIsNotACall) {
     EXPECT_EQ(broken.warnings.size(), 1u);
 }
 
+// Found by tests/fuzz (fuzz_tool_calls): text after a call's arguments that is not its closing
+// brace was dropped only as far as it had arrived, and what came later became content.
+TEST(ToolCallsLlama3, TextAfterTheArgumentsIsDroppedHoweverItStreams) {
+    for (const ToolCallFormat format : {ToolCallFormat::Llama3, ToolCallFormat::Gemma3}) {
+        const Streamed s = check_every_split(
+            format, "{\"name\": \"add\", \"parameters\": {\"a\": 1}.5e3, \"b\": \"x\"}}");
+        ASSERT_EQ(s.calls.size(), 1u);
+        EXPECT_EQ(args(s.calls[0]), ojson({{"a", 1}}));
+        EXPECT_EQ(s.content, "");
+        ASSERT_EQ(s.warnings.size(), 1u);
+        EXPECT_NE(s.warnings[0].find("unexpected text after the arguments"), std::string::npos);
+    }
+}
+
 // Gemma (Google's "Function calling with Gemma" guide, JSON variant): {"name": function name,
 // "parameters": dictionary of argument name and its value}; a fence around it is accepted.
 TEST(ToolCallsGemma3, JsonCallBareAndFenced) {

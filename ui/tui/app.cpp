@@ -427,7 +427,8 @@ void FullScreen::Impl::handle_key(const tui::KeyEvent& key) {
     const auto stop_reply = [&] {
         cancel.store(true);
         controller->request_cancel();
-        show_message("stopping the reply…", false);
+        // A command's long work (/model loading a large file) stops the same way.
+        show_message(job == JobKind::Command ? "stopping…" : "stopping the reply…", false);
     };
     switch (key.key) {
         case tui::Key::Text:

@@ -4,10 +4,11 @@
 #include <algorithm>
 #include <cmath>
 
+#include "engine/model/cpu/attention.h"
 #include "engine/model/cpu/mixers.h"
+#include "engine/model/cpu/moe.h"
+#include "engine/model/cpu/ops.h"
 #include "engine/model/model.h"
-#include "engine/model/moe.h"
-#include "engine/model/ops.h"
 #include "engine/model/state.h"
 #include "engine/util/grow.h"
 #include "engine/util/thread_pool.h"

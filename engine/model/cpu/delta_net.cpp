@@ -16,9 +16,9 @@
 #include <cmath>
 
 #include "engine/model/cpu/mixers.h"
+#include "engine/model/cpu/ops.h"
 #include "engine/model/forward.h"
 #include "engine/model/model.h"
-#include "engine/model/ops.h"
 #include "engine/model/state.h"
 #include "engine/util/thread_pool.h"
 

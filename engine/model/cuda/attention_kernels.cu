@@ -1,6 +1,6 @@
 // KV-cache writes and attention of the CUDA backend (layer_kernels.cuh).
 //
-// Attention is split like the CPU's (attention.h): a query's visible positions are cut into
+// Attention is split like the CPU's (cpu/attention.h): a query's visible positions are cut into
 // chunks of positions (AttendShape::chunk) that start at multiples of it, one block per (chunk, head,
 // token) computes a partial softmax record, and a second kernel merges a head's records in
 // chunk order (with the head's sink logit). The cut depends only on the query's position, so a
@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <limits>
 
 #include "engine/model/cuda/cuda_check.cuh"
@@ -29,6 +30,11 @@ constexpr int kUnroll = 4;           // positions a warp has in flight
 constexpr int kMaxPerLane = 8;       // head or value elements a lane holds: dims up to 256
 constexpr int kMaxValueDim = 32 * kMaxPerLane;
 
+// Where a q8_0 row's quants start inside each of its blocks (kv_type.h: blocks.h's BlockQ8_0,
+// the fp16 scale first).
+constexpr int kKvQ8Quants = offsetof(BlockQ8_0, qs);
+static_assert(offsetof(BlockQ8_0, d) == 0, "the scale is written at the block's start");
+
 // Element i of a cached row in the cache's type.
 template <KvType T>
 __device__ inline float row_element(const uint8_t* row, int64_t i) {
@@ -39,7 +45,7 @@ __device__ inline float row_element(const uint8_t* row, int64_t i) {
     } else {
         const uint8_t* block = row + (i / kKvQ8Block) * kKvQ8BlockBytes;  // fp16 d, 32 int8
         const float d = __half2float(*reinterpret_cast<const __half*>(block));
-        return d * static_cast<float>(static_cast<int8_t>(block[2 + i % kKvQ8Block]));
+        return d * static_cast<float>(static_cast<int8_t>(block[kKvQ8Quants + i % kKvQ8Block]));
     }
 }
 
@@ -134,7 +140,7 @@ __global__ void store_kv_kernel(KvLayerView layer, int64_t k_row_bytes, int64_t 
                 const int q = d != 0.0f ? max(-127, min(127, __float2int_rn(x / d))) : 0;
                 uint8_t* block = dst + b * kKvQ8BlockBytes;
                 if (lane == 0) *reinterpret_cast<__half*>(block) = dh;
-                block[2 + lane] = static_cast<uint8_t>(static_cast<int8_t>(q));
+                block[kKvQ8Quants + lane] = static_cast<uint8_t>(static_cast<int8_t>(q));
             }
             return;
         }

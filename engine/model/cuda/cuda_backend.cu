@@ -16,10 +16,6 @@ namespace {
 // that goes through in slices of rows, so the scratch stays a few percent of the weights.
 constexpr int64_t kDequantizedCap = int64_t{16} << 20;
 
-bool is_float_type(TensorType type) {
-    return type == TensorType::F32 || type == TensorType::F16 || type == TensorType::BF16;
-}
-
 // EMBER_CUDA_GRAPHS=0 runs every decode step launch by launch (to compare, or to rule graphs
 // out when looking for a fault).
 bool graphs_enabled() {
@@ -82,7 +78,7 @@ public:
     void embed(std::span<const int32_t> tokens, float* x) override {
         const auto n = static_cast<int64_t>(tokens.size());
         std::copy(tokens.begin(), tokens.end(), gpu_.step_host()->ids);
-        if (replaying()) return;
+        if (batch_recorded()) return;  // the graph reads the ids from pinned memory
         int32_t* ids = gpu_.step_ids();
         EMBER_CUDA_CHECK(cudaMemcpyAsync(ids, gpu_.step_host()->ids, tokens.size_bytes(),
                                          cudaMemcpyHostToDevice, stream()));
@@ -93,32 +89,28 @@ public:
 
     void rms_norm_rows(const float* x, const std::vector<float>& weight, float* out,
                        int64_t rows) override {
-        if (replaying()) return;
         cuda::rms_norm_rows(x, dev_.vector(weight), out, rows,
                             static_cast<int64_t>(weight.size()), static_cast<float>(c_.rms_eps),
                             stream());
     }
 
     void add(float* y, const float* x, int64_t n) override {
-        if (!replaying()) cuda::add(y, x, n, stream());
+        cuda::add(y, x, n, stream());
     }
 
     void add_rms_norm_rows(float* x, const float* delta, const std::vector<float>& weight,
                            float* out, int64_t rows) override {
-        if (replaying()) return;
         cuda::add_rms_norm_rows(x, delta, dev_.vector(weight), out, rows,
                                 static_cast<int64_t>(weight.size()),
                                 static_cast<float>(c_.rms_eps), stream());
     }
 
     void add_bias_rows(float* y, const std::vector<float>& bias, int64_t rows) override {
-        if (replaying()) return;
         cuda::add_bias_rows(y, dev_.vector(bias), rows, static_cast<int64_t>(bias.size()),
                             stream());
     }
 
     void matmul(const MatrixView& w, const float* x, int64_t n, float* out) override {
-        if (replaying()) return;
         const DeviceMatrix& m = dev_.matrix(w);
         if (n <= kGemvMaxTokens) {
             gemv(m, x, m.cols, n, out, m.rows, stream());
@@ -129,7 +121,6 @@ public:
     }
 
     void matmul_many(std::span<const MatmulOut> outs, const float* x, int64_t n) override {
-        if (replaying()) return;
         if (n > kGemvMaxTokens) {
             // The activations go to f16 once for every matrix that takes them so.
             bool all_half = true;
@@ -158,7 +149,6 @@ public:
 
     void gated_activation(GatedActivation act, float* gate, const float* up,
                           int64_t n) override {
-        if (replaying()) return;
         switch (act) {
             case GatedActivation::Silu:
                 return swiglu(gate, up, n, stream());
@@ -169,7 +159,6 @@ public:
 
     void gated_ffn_input(GatedActivation act, const MatrixView& w_gate, const MatrixView& w_up,
                          const float* x, int64_t n, float* gate, float* up) override {
-        if (replaying()) return;
         const DeviceMatrix& g = dev_.matrix(w_gate);
         const DeviceMatrix& u = dev_.matrix(w_up);
         if (n > kGemvGatedMaxTokens || !gemv_gated_supports(g, u)) {
@@ -180,17 +169,14 @@ public:
     }
 
     void sigmoid_gate(float* x, const float* gate, int64_t n) override {
-        if (replaying()) return;
         cuda::sigmoid_gate(x, gate, n, stream());
     }
 
     void split_query_gate(const float* q_proj, float* q, float* gate, int64_t n) override {
-        if (replaying()) return;
         cuda::split_query_gate(q_proj, q, gate, n, c_.n_head, c_.head_dim, stream());
     }
 
     void prepare_heads(const HeadPrep& prep, float* q, float* k, float* v, int64_t n) override {
-        if (replaying()) return;
         const int64_t q_dim = c_.n_head * c_.head_dim;
         const int64_t k_dim = c_.n_head_kv * c_.head_dim;
         const int64_t v_dim = c_.n_head_kv * c_.value_dim;
@@ -212,13 +198,11 @@ public:
     }
 
     void store_kv(int64_t cache_layer, const float* k, const float* v, int64_t n) override {
-        if (replaying()) return;
         cuda::store_kv(gpu_.layer(cache_layer), k, v, gpu_.step_pos0(), n, stream());
     }
 
     void attend(const AttentionSettings& settings, const float* q, int64_t n,
                 float* out) override {
-        if (replaying()) return;
         AttendShape shape;
         shape.n_head = c_.n_head;
         shape.n_head_kv = c_.n_head_kv;
@@ -250,8 +234,10 @@ public:
     }
 
     void soft_cap(float* x, int64_t n, float cap) override {
-        if (!replaying()) cuda::soft_cap(x, n, cap, stream());
+        cuda::soft_cap(x, n, cap, stream());
     }
+
+    bool batch_recorded() const override { return mode_ == Mode::Replay; }
 
     float* logits_buffer(float*, int64_t rows) override {
         if (mode_ != Mode::Direct) return gpu_.decode_logits.as<float>();
@@ -277,10 +263,10 @@ public:
 
 private:
     // Direct: each block launches its kernels. Capture: they are recorded into the state's
-    // decode graph (launched at publish_logits). Replay: the graph holds them; the blocks only
-    // leave their inputs in pinned memory.
+    // decode graph (launched at publish_logits). Replay: the graph holds them, so forward()
+    // calls no block (batch_recorded); begin_batch and embed leave the step's inputs in pinned
+    // memory, which the graph reads.
     enum class Mode { Direct, Capture, Replay };
-    bool replaying() const { return mode_ == Mode::Replay; }
 
     cudaStream_t stream() const { return gpu_.stream(); }
 

@@ -109,9 +109,7 @@ void CudaDevice::upload_matrix(const MatrixView& view, const char* name) {
     m.data = block.get();
     // f16 holds up to 65504; the margin covers the rounding of the largest weights.
     constexpr float kHalfSafe = 60000.0f;
-    const bool float_type = m.type == TensorType::F32 || m.type == TensorType::F16 ||
-                            m.type == TensorType::BF16;
-    m.half_products = !float_type && max_abs_weight(m, nullptr) < kHalfSafe;
+    m.half_products = !is_float_type(m.type) && max_abs_weight(m, nullptr) < kHalfSafe;
     weight_bytes_ += block.bytes();
     matrices_.emplace(view.data, m);
     blocks_.push_back(std::move(block));

@@ -10,12 +10,19 @@
 // where k is the unit's index inside its block. The values are those of the CPU's
 // dequantize_row bit for bit: every K-quant product d * sc and ds * q is exact in f32, so
 // fma(ds, q, -dm) rounds once, like ds * q - dm.
+//
+// The bytes are those of blocks.h's structs, the host's statement of the layouts: each reader
+// takes its offsets and sizes from them, and static_asserts pin what its loads assume besides
+// (which fields share a 16-byte load, the alignment a load needs), so the two cannot drift.
 #pragma once
 
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <cstddef>
 #include <cstdint>
+
+#include "engine/tensor/blocks.h"
 
 namespace ember::cuda::blocks {
 
@@ -29,6 +36,18 @@ __device__ __forceinline__ uint4 load16(const uint8_t* p) {
 
 __device__ __forceinline__ uint32_t load_u16(const uint8_t* p) {
     return __ldg(reinterpret_cast<const unsigned short*>(p));
+}
+
+// What the loads need of a field at `offset` of a block B, in every block of a row whose start
+// check_matrix() has found aligned: 2 bytes for load_u16, 16 for load16. (Windows read any
+// address.)
+template <class B>
+constexpr bool u16_loadable(size_t offset) {
+    return offset % 2 == 0 && sizeof(B) % 2 == 0;
+}
+template <class B>
+constexpr bool u128_loadable(size_t offset) {
+    return offset % 16 == 0 && sizeof(B) % 16 == 0;
 }
 
 // The aligned 16-byte words covering bytes [p, p + 16 * N) of any address: N + 1 words, the
@@ -122,17 +141,31 @@ __device__ __forceinline__ void quant_chunk(const QuantUnit& u, float* w) {
     }
 }
 
-// Q8_0 (34 bytes, 2-byte aligned): one unit per block, runs = elements 0..15 and 16..31.
-struct FmtQ8_0 {
-    static constexpr int kBlockBytes = 34, kBlockElems = 32, kUnitsPerBlock = 1, kChunks = 4;
-    static constexpr int kBias = 128;  // int8 stored as byte ^ 0x80 in 0..255
+// What the quantized formats below share: their blocks.h struct B of kElems elements in kUnits
+// units, each unit a QuantUnit of four chunks that quant_chunk dequantizes with the format's
+// bias. A format adds its Raw, load, unpack and chunk_pos.
+template <class B, int kElems, int kUnits, int kQuantBias>
+struct QuantFormat {
+    using Block = B;
+    using Unit = QuantUnit;
+    static constexpr int kBlockBytes = sizeof(B), kBlockElems = kElems;
+    static constexpr int kUnitsPerBlock = kUnits, kChunks = 4;
+    static constexpr int kBias = kQuantBias;
+    template <int C>
+    static __device__ __forceinline__ void chunk(const Unit& u, float* w) {
+        quant_chunk<C, kBias>(u, w);
+    }
+};
+
+// Q8_0 (34 bytes, 2-byte aligned): one unit per block, runs = elements 0..15 and 16..31; the
+// int8 quants are read as byte ^ 0x80 (0..255), hence the bias of 128.
+struct FmtQ8_0 : QuantFormat<BlockQ8_0, kQK, 1, 128> {
     struct Raw {
         uint32_t d;
         Window<2> qs;
     };
-    using Unit = QuantUnit;
     static __device__ __forceinline__ Raw load(const uint8_t* block, int) {
-        return {load_u16(block), load_window<2>(block + 2)};
+        return {load_u16(block + offsetof(Block, d)), load_window<2>(block + offsetof(Block, qs))};
     }
     static __device__ __forceinline__ Unit unpack(const Raw& raw, int) {
         Unit u;
@@ -144,24 +177,19 @@ struct FmtQ8_0 {
         return u;
     }
     static __device__ __forceinline__ int chunk_pos(int, int c) { return 8 * c; }
-    template <int C>
-    static __device__ __forceinline__ void chunk(const Unit& u, float* w) {
-        quant_chunk<C, kBias>(u, w);
-    }
 };
+static_assert(sizeof(BlockQ8_0::qs) == 2 * 16, "Q8_0: the quants are one Window<2>");
+static_assert(u16_loadable<BlockQ8_0>(offsetof(BlockQ8_0, d)));
 
 // Q4_0 (18 bytes, 2-byte aligned): one unit per block; run 0 = low nibbles = elements 0..15,
 // run 1 = high nibbles = elements 16..31.
-struct FmtQ4_0 {
-    static constexpr int kBlockBytes = 18, kBlockElems = 32, kUnitsPerBlock = 1, kChunks = 4;
-    static constexpr int kBias = 8;
+struct FmtQ4_0 : QuantFormat<BlockQ4_0, kQK, 1, 8> {
     struct Raw {
         uint32_t d;
         Window<1> qs;
     };
-    using Unit = QuantUnit;
     static __device__ __forceinline__ Raw load(const uint8_t* block, int) {
-        return {load_u16(block), load_window<1>(block + 2)};
+        return {load_u16(block + offsetof(Block, d)), load_window<1>(block + offsetof(Block, qs))};
     }
     static __device__ __forceinline__ Unit unpack(const Raw& raw, int) {
         Unit u;
@@ -177,11 +205,17 @@ struct FmtQ4_0 {
         return u;
     }
     static __device__ __forceinline__ int chunk_pos(int, int c) { return 8 * c; }
-    template <int C>
-    static __device__ __forceinline__ void chunk(const Unit& u, float* w) {
-        quant_chunk<C, kBias>(u, w);
-    }
 };
+static_assert(sizeof(BlockQ4_0::qs) == 16, "Q4_0: the nibbles are one Window<1>");
+static_assert(u16_loadable<BlockQ4_0>(offsetof(BlockQ4_0, d)));
+
+// The 16 bytes of a Q4_K/Q5_K block read as one `head` (below): d in the low half of word 0,
+// dmin in its high half, the 12 scale bytes in words 1..3.
+template <class B>
+constexpr bool k_head_layout() {
+    return offsetof(B, d) == 0 && offsetof(B, dmin) == 2 && offsetof(B, scales) == 4 &&
+           sizeof(B::scales) == 12 && u128_loadable<B>(0);
+}
 
 // Byte i (0..11) of the 12 scale bytes of Q4_K/Q5_K, held in words 1..3 of the header.
 __device__ __forceinline__ uint32_t scale_byte(const uint4& head, int i) {
@@ -209,16 +243,13 @@ __device__ __forceinline__ void k_scale_min(const uint4& head, int i, float* sca
 // Q4_K (144 bytes, always 16-byte aligned given an aligned row start): unit k (0..7) is
 // qs[16k .. 16k+15]; with j = k / 2, h = k % 2: run 0 = low nibbles = elements 64j + 16h + l
 // (sub-block 2j), run 1 = high nibbles = elements 64j + 32 + 16h + l (sub-block 2j + 1).
-struct FmtQ4_K {
-    static constexpr int kBlockBytes = 144, kBlockElems = 256, kUnitsPerBlock = 8, kChunks = 4;
-    static constexpr int kBias = 0;
+struct FmtQ4_K : QuantFormat<BlockQ4_K, kQK_K, 8, 0> {
     struct Raw {
         uint4 head;  // d, dmin, scales[12]
         uint4 qs;
     };
-    using Unit = QuantUnit;
     static __device__ __forceinline__ Raw load(const uint8_t* block, int k) {
-        return {load16(block), load16(block + 16 + 16 * k)};
+        return {load16(block), load16(block + offsetof(Block, qs) + 16 * k)};
     }
     static __device__ __forceinline__ Unit unpack(const Raw& raw, int k) {
         Unit u;
@@ -236,25 +267,23 @@ struct FmtQ4_K {
     static __device__ __forceinline__ int chunk_pos(int k, int c) {
         return 64 * (k >> 1) + 16 * (k & 1) + 32 * (c >> 1) + 8 * (c & 1);
     }
-    template <int C>
-    static __device__ __forceinline__ void chunk(const Unit& u, float* w) {
-        quant_chunk<C, kBias>(u, w);
-    }
 };
+static_assert(k_head_layout<BlockQ4_K>());
+static_assert(u128_loadable<BlockQ4_K>(offsetof(BlockQ4_K, qs)) &&
+                  sizeof(BlockQ4_K::qs) == 16 * FmtQ4_K::kUnitsPerBlock,
+              "Q4_K: unit k is the k-th 16 bytes of qs");
 
 // Q5_K (176 bytes, 16-byte aligned): as Q4_K, qs at 48; the fifth bits of unit k are
 // qh[16h .. 16h+15] (h = k % 2), bit 2j for run 0 and bit 2j + 1 for run 1.
-struct FmtQ5_K {
-    static constexpr int kBlockBytes = 176, kBlockElems = 256, kUnitsPerBlock = 8, kChunks = 4;
-    static constexpr int kBias = 0;
+struct FmtQ5_K : QuantFormat<BlockQ5_K, kQK_K, 8, 0> {
     struct Raw {
         uint4 head;
         uint4 qh;
         uint4 qs;
     };
-    using Unit = QuantUnit;
     static __device__ __forceinline__ Raw load(const uint8_t* block, int k) {
-        return {load16(block), load16(block + 16 + 16 * (k & 1)), load16(block + 48 + 16 * k)};
+        return {load16(block), load16(block + offsetof(Block, qh) + 16 * (k & 1)),
+                load16(block + offsetof(Block, qs) + 16 * k)};
     }
     static __device__ __forceinline__ Unit unpack(const Raw& raw, int k) {
         Unit u;
@@ -273,34 +302,35 @@ struct FmtQ5_K {
     static __device__ __forceinline__ int chunk_pos(int k, int c) {
         return FmtQ4_K::chunk_pos(k, c);
     }
-    template <int C>
-    static __device__ __forceinline__ void chunk(const Unit& u, float* w) {
-        quant_chunk<C, kBias>(u, w);
-    }
 };
+static_assert(k_head_layout<BlockQ5_K>());
+static_assert(u128_loadable<BlockQ5_K>(offsetof(BlockQ5_K, qh)) &&
+                  sizeof(BlockQ5_K::qh) == 2 * 16,
+              "Q5_K: the fifth bits are two 16-byte halves");
+static_assert(u128_loadable<BlockQ5_K>(offsetof(BlockQ5_K, qs)) &&
+                  sizeof(BlockQ5_K::qs) == 16 * FmtQ5_K::kUnitsPerBlock,
+              "Q5_K: unit k is the k-th 16 bytes of qs");
 
 // Q6_K (210 bytes, 2-byte aligned): unit k (0..7) is ql[16k .. 16k+15]; with n = k / 4,
 // p = (k / 2) % 2, l0 = 16 (k % 2): run 0 = low nibbles = elements 128n + 32p + l0 + l,
 // run 1 = high nibbles = elements 128n + 32(p + 2) + l0 + l; their high bits are bits 2p and
 // 2(p + 2) of qh[32n + l0 + l]; their scales are scales[8n + 2p + k % 2] and the one 4 later.
-struct FmtQ6_K {
-    static constexpr int kBlockBytes = 210, kBlockElems = 256, kUnitsPerBlock = 8, kChunks = 4;
-    static constexpr int kBias = 32;
+struct FmtQ6_K : QuantFormat<BlockQ6_K, kQK_K, 8, 32> {
     struct Raw {
         Window<1> ql;
         Window<1> qh;
         int32_t scale0, scale1;
         uint32_t d;
     };
-    using Unit = QuantUnit;
     static __device__ __forceinline__ int group0(int k) {
         return 8 * (k >> 2) + 2 * ((k >> 1) & 1) + (k & 1);
     }
     static __device__ __forceinline__ Raw load(const uint8_t* block, int k) {
-        const auto* scales = reinterpret_cast<const int8_t*>(block + 192);
-        return {load_window<1>(block + 16 * k),
-                load_window<1>(block + 128 + 32 * (k >> 2) + 16 * (k & 1)),
-                __ldg(scales + group0(k)), __ldg(scales + group0(k) + 4), load_u16(block + 208)};
+        const auto* scales = reinterpret_cast<const int8_t*>(block + offsetof(Block, scales));
+        return {load_window<1>(block + offsetof(Block, ql) + 16 * k),
+                load_window<1>(block + offsetof(Block, qh) + 32 * (k >> 2) + 16 * (k & 1)),
+                __ldg(scales + group0(k)), __ldg(scales + group0(k) + 4),
+                load_u16(block + offsetof(Block, d))};
     }
     static __device__ __forceinline__ Unit unpack(const Raw& raw, int k) {
         Unit u;
@@ -322,11 +352,12 @@ struct FmtQ6_K {
     static __device__ __forceinline__ int chunk_pos(int k, int c) {
         return 128 * (k >> 2) + 32 * ((k >> 1) & 1) + 16 * (k & 1) + 64 * (c >> 1) + 8 * (c & 1);
     }
-    template <int C>
-    static __device__ __forceinline__ void chunk(const Unit& u, float* w) {
-        quant_chunk<C, kBias>(u, w);
-    }
 };
+static_assert(sizeof(BlockQ6_K::ql) == 16 * FmtQ6_K::kUnitsPerBlock,
+              "Q6_K: unit k's low bits are the k-th 16 bytes of ql");
+static_assert(sizeof(BlockQ6_K::qh) == 64 && sizeof(BlockQ6_K::scales) == 16,
+              "Q6_K: qh and scales as load() indexes them");
+static_assert(u16_loadable<BlockQ6_K>(offsetof(BlockQ6_K, d)));
 
 // ---------------------------------------------------------------------------------------------
 // Float types: "blocks" of 8 elements, one unit each, read with aligned 16-byte loads.

@@ -12,6 +12,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "engine/model/forward.h"
 #include "engine/model/gated_activation.h"
 #include "engine/tensor/types.h"
 
@@ -30,9 +31,14 @@ struct DeviceMatrix {
     bool half_products = false;
 };
 
+// F32, F16, BF16: elements stored as floats, no block scales (their products stay exact f32).
+inline bool is_float_type(TensorType type) {
+    return type == TensorType::F32 || type == TensorType::F16 || type == TensorType::BF16;
+}
+
 // Most tokens gemv() takes: the longest batch whose outputs must equal those of the tokens one
-// at a time, bit for bit (forward.h kExactBatchTokens: speculative verification).
-inline constexpr int64_t kGemvMaxTokens = 17;
+// at a time, bit for bit (speculative verification).
+inline constexpr int64_t kGemvMaxTokens = kExactBatchTokens;
 
 // Types the kernels read directly: F32, F16, BF16, Q4_0, Q8_0, Q4_K, Q5_K, Q6_K. The device
 // model converts matrices of other types at load.

@@ -4,7 +4,7 @@
 // SmolLM2-135M that was most of a 512-token prefill.
 #pragma once
 
-#include "engine/model/ops.h"
+#include "engine/model/cpu/ops.h"
 
 namespace ember::avx2 {
 

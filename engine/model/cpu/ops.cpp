@@ -1,10 +1,10 @@
-#include "engine/model/ops.h"
+#include "engine/model/cpu/ops.h"
 
 #include <algorithm>
 #include <cmath>
 
-#include "engine/model/ops_avx2.h"
-#include "engine/model/ops_avx512.h"
+#include "engine/model/cpu/ops_avx2.h"
+#include "engine/model/cpu/ops_avx512.h"
 #include "engine/tensor/blocks.h"
 #include "engine/tensor/cpu_features.h"
 #include "engine/tensor/traits.h"

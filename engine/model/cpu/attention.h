@@ -19,6 +19,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "engine/model/backend.h"  // AttentionHeads, AttentionSettings
+
 namespace ember {
 
 class KvCache;
@@ -26,23 +28,6 @@ class ThreadPool;
 
 // Positions per attention run; a run never straddles a KV cache chunk.
 inline constexpr int64_t kAttnRunPositions = 128;
-
-// The heads of one attention layer.
-struct AttentionHeads {
-    int64_t n_head = 0;
-    int64_t n_head_kv = 0;  // divides n_head: query heads h read KV head h / (n_head / n_head_kv)
-    int64_t head_dim = 0;   // query / key length
-    int64_t value_dim = 0;
-};
-
-// What differs between the attention layers of the families.
-struct AttentionSettings {
-    int64_t cache_layer = 0;       // layer of the KV cache (a hybrid's attention slot)
-    int64_t window = 0;            // 0: every earlier position; W: the last W, itself included
-    float scale = 1.0f;            // query scale (scores = scale * q . k)
-    float softcap = 0.0f;          // > 0: scores = softcap * tanh(scores / softcap)
-    const float* sinks = nullptr;  // [n_head] logits joining each softmax's denominator, or null
-};
 
 // Buffers grown on demand and never shrunk (decode does not allocate).
 struct AttentionScratch {

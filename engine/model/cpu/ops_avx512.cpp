@@ -1,6 +1,6 @@
 // AVX-512 versions of the forward pass's vector ops (attention dots, softmax, SwiGLU).
 // Compiled with AVX-512 flags (see engine/CMakeLists.txt); called only after a CPU check.
-#include "engine/model/ops_avx512.h"
+#include "engine/model/cpu/ops_avx512.h"
 
 #include <immintrin.h>
 

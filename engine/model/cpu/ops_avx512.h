@@ -4,7 +4,7 @@
 
 #include <cstdint>
 
-#include "engine/model/ops.h"
+#include "engine/model/cpu/ops.h"
 
 namespace ember::avx512 {
 

@@ -1,10 +1,10 @@
 // The attention scheduler (see attention.h for how the work is cut and why).
-#include "engine/model/attention.h"
+#include "engine/model/cpu/attention.h"
 
 #include <algorithm>
 #include <cmath>
 
-#include "engine/model/ops.h"
+#include "engine/model/cpu/ops.h"
 #include "engine/model/state.h"
 #include "engine/util/grow.h"
 #include "engine/util/thread_pool.h"

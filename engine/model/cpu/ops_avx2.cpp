@@ -2,7 +2,7 @@
 // Compiled with AVX2 + FMA + F16C flags (engine/CMakeLists.txt); installed only after the CPU
 // check (make_ops_table). The AVX-512 file holds the same ops for 16-float vectors; these work
 // on 8, with tails through masked loads so an element's value never depends on where it falls.
-#include "engine/model/ops_avx2.h"
+#include "engine/model/cpu/ops_avx2.h"
 
 #include <immintrin.h>
 

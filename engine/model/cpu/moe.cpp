@@ -1,10 +1,10 @@
-#include "engine/model/moe.h"
+#include "engine/model/cpu/moe.h"
 
 #include <algorithm>
 #include <cmath>
 
+#include "engine/model/cpu/ops.h"
 #include "engine/model/model.h"
-#include "engine/model/ops.h"
 #include "engine/util/grow.h"
 #include "engine/util/thread_pool.h"
 
