@@ -215,11 +215,13 @@ private:
     // The entry `name` names (its own name or another it answers to); null when none.
     static const Command* find_command(const std::string& name);
     static const Setting* find_setting(const std::string& name);
-    // A sampling setting (`field` of the sampler's parameters) set from `value`, as /set does;
-    // `what` says what the value must be when it does not parse.
-    template <class T>
-    ChatOutcome set_sampling(const std::string& name, const std::string& value,
-                             T SamplingParams::*field, const char* what);
+    // A sampling setting's entry (`Field` of the sampler's parameters): set from `value` as
+    // /set does, and its value read back.
+    template <auto Field>
+    static ChatOutcome set_sampling(ChatController& chat, const std::string& name,
+                                    const std::string& value);
+    template <auto Field>
+    static std::string sampling_value(const ChatController& chat);
 
     ChatOutcome command_new();
     ChatOutcome command_regen(const TextCallback& on_text);

@@ -9,6 +9,7 @@
 #include <sstream>
 #include <stdexcept>
 #include <system_error>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -134,6 +135,38 @@ ChatOutcome ChatController::command_set(const std::string& args) {
     return outcome;
 }
 
+template <auto Field>
+ChatOutcome ChatController::set_sampling(ChatController& chat, const std::string& name,
+                                         const std::string& value) {
+    using Value = std::remove_cvref_t<decltype(SamplingParams{}.*Field)>;
+    const auto parsed = parse_number<Value>(value);
+    if (!parsed) {
+        return not_a(name, value, std::is_integral_v<Value> ? "a whole number" : "a number");
+    }
+    SamplingParams params = chat.sampler_.params();
+    params.*Field = *parsed;
+    if (const std::string rule = range_problem(params); !rule.empty()) {
+        // The words the command line and the server use for the same value.
+        return failure("/set " + name + " " + value + ": " + rule.substr(rule.find(": ") + 2));
+    }
+    try {
+        chat.sampler_.set_params(params);  // validates; on error nothing changes
+    } catch (const std::invalid_argument& e) {
+        return failure("/set " + name + " " + value + ": " + rule_of(e));
+    }
+    return info(name + " = " + value);
+}
+
+template <auto Field>
+std::string ChatController::sampling_value(const ChatController& chat) {
+    const auto value = chat.sampler_.params().*Field;
+    if constexpr (std::is_integral_v<decltype(value)>) {
+        return std::to_string(value);
+    } else {
+        return format("%g", static_cast<double>(value));
+    }
+}
+
 // A /set setting: the names it answers to, how a value is set and how the value now reads.
 struct ChatController::Setting {
     const char* name;
@@ -150,31 +183,16 @@ std::span<const ChatController::Setting> ChatController::setting_table() {
     using Chat = ChatController;
     using Text = const std::string&;
     static constexpr Setting kSettings[] = {
-        {"temp", "temperature", true,
-         [](Chat& c, Text n, Text v) {
-             return c.set_sampling(n, v, &SamplingParams::temperature, "a number");
-         },
-         [](const Chat& c) { return format("%g", double{c.sampler_.params().temperature}); }},
-        {"top-k", "", true,
-         [](Chat& c, Text n, Text v) {
-             return c.set_sampling(n, v, &SamplingParams::top_k, "a whole number");
-         },
-         [](const Chat& c) { return std::to_string(c.sampler_.params().top_k); }},
-        {"top-p", "", true,
-         [](Chat& c, Text n, Text v) {
-             return c.set_sampling(n, v, &SamplingParams::top_p, "a number");
-         },
-         [](const Chat& c) { return format("%g", double{c.sampler_.params().top_p}); }},
-        {"min-p", "", true,
-         [](Chat& c, Text n, Text v) {
-             return c.set_sampling(n, v, &SamplingParams::min_p, "a number");
-         },
-         [](const Chat& c) { return format("%g", double{c.sampler_.params().min_p}); }},
-        {"repeat-penalty", "", true,
-         [](Chat& c, Text n, Text v) {
-             return c.set_sampling(n, v, &SamplingParams::repeat_penalty, "a number");
-         },
-         [](const Chat& c) { return format("%g", double{c.sampler_.params().repeat_penalty}); }},
+        {"temp", "temperature", true, &Chat::set_sampling<&SamplingParams::temperature>,
+         &Chat::sampling_value<&SamplingParams::temperature>},
+        {"top-k", "", true, &Chat::set_sampling<&SamplingParams::top_k>,
+         &Chat::sampling_value<&SamplingParams::top_k>},
+        {"top-p", "", true, &Chat::set_sampling<&SamplingParams::top_p>,
+         &Chat::sampling_value<&SamplingParams::top_p>},
+        {"min-p", "", true, &Chat::set_sampling<&SamplingParams::min_p>,
+         &Chat::sampling_value<&SamplingParams::min_p>},
+        {"repeat-penalty", "", true, &Chat::set_sampling<&SamplingParams::repeat_penalty>,
+         &Chat::sampling_value<&SamplingParams::repeat_penalty>},
         {"seed", "", true,
          [](Chat& c, Text n, Text v) {
              const auto seed = parse_number<uint64_t>(v);
@@ -311,25 +329,6 @@ ChatOutcome ChatController::set_one(const std::string& args) {
         return failure("/set: unknown setting '" + raw_name + "'; settings: " + setting_list());
     }
     return setting->set(*this, name, value);
-}
-
-template <class T>
-ChatOutcome ChatController::set_sampling(const std::string& name, const std::string& value,
-                                         T SamplingParams::*field, const char* what) {
-    const auto parsed = parse_number<T>(value);
-    if (!parsed) return not_a(name, value, what);
-    SamplingParams params = sampler_.params();
-    params.*field = *parsed;
-    if (const std::string rule = range_problem(params); !rule.empty()) {
-        // The words the command line and the server use for the same value.
-        return failure("/set " + name + " " + value + ": " + rule.substr(rule.find(": ") + 2));
-    }
-    try {
-        sampler_.set_params(params);  // validates; on error nothing changes
-    } catch (const std::invalid_argument& e) {
-        return failure("/set " + name + " " + value + ": " + rule_of(e));
-    }
-    return info(name + " = " + value);
 }
 
 void ChatController::set_seeds(ReplySeeds seeds) {
