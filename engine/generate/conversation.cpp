@@ -208,6 +208,43 @@ void constrain_answer(GenerateOptions& unbounded, ReplyStream& router,
     };
 }
 
+// Takes each generated token as the thinking's (the policy may end the block) or the
+// answer's, counts it in the turn's result and says whether generation goes on: not after the
+// reply's end, the policy's end of the thinking or the answer's own limit (thinking does not
+// count against it).
+class ReplyTally {
+public:
+    ReplyTally(ReplyStream& router, ThinkingPolicy& thinking, int64_t max_answer_tokens,
+               TurnResult& result)
+        : router_(router), thinking_(thinking), max_answer_(max_answer_tokens), result_(result) {}
+
+    bool take(int32_t id) {
+        const bool was_thinking = router_.phase() == ReplyRouter::Phase::Thinking;
+        router_.push(id);
+        const bool thinking_now = router_.phase() == ReplyRouter::Phase::Thinking;
+        if (was_thinking || thinking_now) {
+            ++result_.thinking_tokens;
+            thinking_.count(id);
+            if (was_thinking && !thinking_now) result_.thinking_end = ThinkingEnd::Model;
+        } else {
+            ++result_.answer_tokens;
+        }
+        if (router_.done() || router_.cancelled()) return false;
+        if (thinking_now) return !thinking_.must_end_now();
+        answer_full_ = max_answer_ >= 0 && result_.answer_tokens >= max_answer_;
+        return !answer_full_;
+    }
+    // The answer reached its limit (max_tokens).
+    bool answer_full() const { return answer_full_; }
+
+private:
+    ReplyStream& router_;
+    ThinkingPolicy& thinking_;
+    int64_t max_answer_;
+    TurnResult& result_;
+    bool answer_full_ = false;
+};
+
 // `text` (control-token text parsed as such) tokenized, for markup Ember writes into a reply.
 std::vector<int32_t> encode_markup(const Tokenizer& tok, std::string_view text) {
     EncodeOptions special;
@@ -837,25 +874,8 @@ bool Conversation::generate_reply(ReplySetup reply, Sampler& sampler,
                        may_think && thinking.allows_thinking(), starts_in_thinking,
                        starts_in_final, !generation.ignore_eos, *reply.on_text);
     if (tools_on) router.enable_tool_calls(tool_format_, *tools_, *reply.on_tool_call);
-    bool answer_full = false;
-    // Each token is the thinking's (the policy may end the block) or the answer's (which
-    // stops at its own limit: thinking does not count against it).
-    const TokenCallback on_token = [&](int32_t id) {
-        const bool was_thinking = router.phase() == ReplyRouter::Phase::Thinking;
-        router.push(id);
-        const bool thinking_now = router.phase() == ReplyRouter::Phase::Thinking;
-        if (was_thinking || thinking_now) {
-            ++result.thinking_tokens;
-            thinking.count(id);
-            if (was_thinking && !thinking_now) result.thinking_end = ThinkingEnd::Model;
-        } else {
-            ++result.answer_tokens;
-        }
-        if (router.done() || router.cancelled()) return false;
-        if (thinking_now) return !thinking.must_end_now();
-        answer_full = generation.max_tokens >= 0 && result.answer_tokens >= generation.max_tokens;
-        return !answer_full;
-    };
+    ReplyTally tally(router, thinking, generation.max_tokens, result);
+    const TokenCallback on_token = [&tally](int32_t id) { return tally.take(id); };
 
     // The answer's limit is enforced above, so the generator itself runs until the context
     // is full.
@@ -894,10 +914,10 @@ bool Conversation::generate_reply(ReplySetup reply, Sampler& sampler,
     router.finish();
     result.warnings = router.warnings();
     result.tool_calls = router.tool_calls();
-    result.finish = router.done()        ? FinishReason::Stop
-                    : answer_full        ? FinishReason::Length
-                    : router.cancelled() ? FinishReason::Cancelled
-                                         : finish;
+    result.finish = router.done()         ? FinishReason::Stop
+                    : tally.answer_full() ? FinishReason::Length
+                    : router.cancelled()  ? FinishReason::Cancelled
+                                          : finish;
     result.reply = router.answer();
     result.thinking = router.thinking();
     return router.stopped_by_string();
