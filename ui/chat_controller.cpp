@@ -7,9 +7,11 @@
 #include <cstdio>
 #include <exception>
 #include <filesystem>
+#include <functional>
 #include <sstream>
 #include <stdexcept>
 #include <system_error>
+#include <type_traits>
 
 #include "ui/chat_text.h"
 
@@ -75,54 +77,68 @@ struct ChatController::Command {
     ChatOutcome (*run)(ChatController& chat, const CommandCall& call);
 };
 
+template <auto Method>
+ChatOutcome ChatController::run(ChatController& chat, const CommandCall& call) {
+    using Self = ChatController&;
+    if constexpr (std::is_invocable_v<decltype(Method), Self, const std::string&,
+                                      const TextCallback&>) {
+        return std::invoke(Method, chat, call.args, call.on_text);
+    } else if constexpr (std::is_invocable_v<decltype(Method), Self, const std::string&>) {
+        return std::invoke(Method, chat, call.args);
+    } else if constexpr (std::is_invocable_v<decltype(Method), Self, const TextCallback&>) {
+        return std::invoke(Method, chat, call.on_text);
+    } else {
+        return std::invoke(Method, chat);
+    }
+}
+
 std::span<const ChatController::Command> ChatController::commands() {
+    using Chat = ChatController;
     using Call = CommandCall;
     static constexpr Command kCommands[] = {
         {"/help", "/?", "/help", "this list",
          [](ChatController&, const Call&) { return info(help_text()); }},
         {"/new", "", "/new", "start a new conversation (the system prompt stays)",
-         [](ChatController& c, const Call&) { return c.command_new(); }},
+         &Chat::run<&Chat::command_new>},
         {"/regen", "", "/regen", "answer the last prompt again (the old reply stays saved)",
-         [](ChatController& c, const Call& call) { return c.command_regen(call.on_text); }},
+         &Chat::run<&Chat::command_regen>},
         {"/continue", "", "/continue", "go on with a reply that was cut short",
-         [](ChatController& c, const Call& call) { return c.command_continue(call.on_text); }},
+         &Chat::run<&Chat::command_continue>},
         {"/edit", "", "/edit TEXT", "replace the last prompt with TEXT and answer it",
-         [](ChatController& c, const Call& call) {
-             return c.command_edit(call.args, call.on_text);
-         }},
+         &Chat::run<&Chat::command_edit>},
         {"/branch", "", "/branch [TITLE]",
          "go on in a copy of this conversation (the original stays)",
-         [](ChatController& c, const Call& call) { return c.command_branch(call.args); }},
+         &Chat::run<&Chat::command_branch>},
         {"/system", "", "/system [TEXT]", "set the system prompt, or show it",
-         [](ChatController& c, const Call& call) { return c.command_system(call.args); }},
+         &Chat::run<&Chat::command_system>},
         {"/set", "", "/set [NAME VALUE]",
          "change a setting (kept with the conversation), or list them all",
-         [](ChatController& c, const Call& call) { return c.command_set(call.args); }},
+         &Chat::run<&Chat::command_set>},
         {"/preset", "", "/preset [NAME]",
          "use a preset of the config file instead of the settings now (alone: list them)",
-         [](ChatController& c, const Call& call) { return c.command_preset(call.args); }},
+         &Chat::run<&Chat::command_preset>},
         {"/stats", "", "/stats", "numbers for the last reply and the session store",
-         [](ChatController& c, const Call&) { return c.command_stats(); }},
+         &Chat::run<&Chat::command_stats>},
         {"/sessions", "", "/sessions", "list saved conversations",
-         [](ChatController& c, const Call&) { return c.command_sessions(); }},
+         &Chat::run<&Chat::command_sessions>},
         {"/load", "", "/load ID", "open a saved conversation (with its own model and settings)",
          [](ChatController& c, const Call& call) { return c.load_session(call.args); }},
         {"/rename", "", "/rename TITLE", "rename this conversation",
-         [](ChatController& c, const Call& call) { return c.command_rename(call.args); }},
+         &Chat::run<&Chat::command_rename>},
         {"/export", "", "/export PATH", "write this conversation as Markdown",
-         [](ChatController& c, const Call& call) { return c.command_export(call.args); }},
+         &Chat::run<&Chat::command_export>},
         {"/model", "", "/model [NAME]",
          "go on with another model (a path or a name `ember models` lists; the conversation "
          "stays), or show them",
-         [](ChatController& c, const Call& call) { return c.command_model(call.args); }},
+         &Chat::run<&Chat::command_model>},
         {"/file", "", "/file PATH", "attach a text file to your next message",
-         [](ChatController& c, const Call& call) { return c.command_file(call.args); }},
+         &Chat::run<&Chat::command_file>},
         {"/run", "", "/run CMD", "attach a command's output to your next message (asks first)",
-         [](ChatController& c, const Call& call) { return c.command_run(call.args); }},
+         &Chat::run<&Chat::command_run>},
         {"/tools", "", "/tools",
          "the tools the model may call (ember chat --tools FILE, --builtin-tools NAMES); each "
          "call asks first",
-         [](ChatController& c, const Call&) { return c.command_tools(); }},
+         &Chat::run<&Chat::command_tools>},
         {"/copy", "", "/copy [N]", "the last reply (or its Nth code block) to the clipboard",
          nullptr},
         {"/quit", "/exit /q", "/quit", "leave (Ctrl-D does too)",

@@ -211,6 +211,10 @@ private:
     struct Command;
     struct Setting;
     static std::span<const Command> commands();
+    // A command's entry that runs `Method` with what it takes of the call (its arguments,
+    // where a reply streams, both or neither).
+    template <auto Method>
+    static ChatOutcome run(ChatController& chat, const CommandCall& call);
     static std::span<const Setting> setting_table();
     // The entry `name` names (its own name or another it answers to); null when none.
     static const Command* find_command(const std::string& name);
