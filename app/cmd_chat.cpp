@@ -21,7 +21,6 @@
 #include "app/stop_signals.h"
 #include "engine/generate/constrained.h"
 #include "engine/generate/conversation.h"
-#include "engine/generate/harmony.h"
 #include "engine/model/model.h"
 #include "engine/util/thread_pool.h"
 #include "ui/attachments.h"
@@ -131,13 +130,6 @@ void load_tools(ChatOptions& o) {
     }
     settings.auto_approve = o.yes_tools;
     settings.tools = std::move(tools);
-}
-
-// The vocabulary a forced tool call's grammar masks (harmony models: with their markers).
-std::shared_ptr<const grammar::TokenTrie> tool_call_trie(const Model& model) {
-    const std::optional<HarmonyTokens> harmony = HarmonyTokens::find(model.tokenizer());
-    return harmony ? make_harmony_token_trie(model.tokenizer(), *harmony)
-                   : make_token_trie(model.tokenizer());
 }
 
 // What the front end records about the conversation and how it finds it again.
@@ -417,30 +409,12 @@ int run_local_chat(ChatOptions& o) {
     // /model NAME swaps the engine's model and conversation, and the sessions' record of them.
     models.attach(engine, sessions);
     if (o.tools.enabled()) {
-        // Built when a forced call first needs it, and again for a model switched to.
-        std::shared_ptr<const grammar::TokenTrie> call_trie;
-        const Model* call_trie_model = nullptr;
-        engine.set_tool_trie([call_trie, call_trie_model, &models]() mutable {
-            if (!call_trie || call_trie_model != &models.model()) {
-                call_trie = tool_call_trie(models.model());
-                call_trie_model = &models.model();
-            }
-            return call_trie;
-        });
         // A model whose template has no tool-call format Ember knows: said before the chat.
         engine.set_tools(ui::tool_options(o.tools, /*first=*/true));
     }
-    // The vocabulary trie is built when a turn first needs it (a JSONL line's schema), and
-    // again for a model switched to.
-    std::shared_ptr<const grammar::TokenTrie> trie;
-    const Model* trie_model = nullptr;
-    constrained.token_trie = [&trie, &trie_model, &models] {
-        if (!trie || trie_model != &models.model()) {
-            trie = make_token_trie(models.model().tokenizer());
-            trie_model = &models.model();
-        }
-        return trie;
-    };
+    // The answering model's vocabulary, built by its conversation when a turn first needs it
+    // (a JSONL line's schema); a model switched to has its own.
+    constrained.token_trie = [&models] { return models.conversation().answer_trie(); };
     return run_front_end(engine, sampler, sessions, o, scripted, screen.get(), &models,
                          constrained);
 }

@@ -13,6 +13,7 @@
 #include "app/commands.h"
 #include "app/model_locator.h"
 #include "app/session_adapter.h"
+#include "app/state_stats_text.h"
 #include "app/stop_signals.h"
 #include "engine/model/model.h"
 #include "engine/util/utc_time.h"
@@ -279,7 +280,7 @@ int run_stats(const SessionsOptions& o) {
         std::printf("free:     %lld bytes inside the file (reused by later writes)\n",
                     static_cast<long long>(free_bytes));
     }
-    out.text(sessions::format_state_stats(state, cap));
+    out.text(state_stats_text(state, cap));
     return 0;
 }
 

@@ -12,6 +12,7 @@
 #include <stdexcept>
 
 #include "app/chat_settings.h"
+#include "app/state_stats_text.h"
 #include "engine/model/model.h"
 #include "engine/util/bounded_json.h"
 #include "engine/util/xdg_paths.h"
@@ -419,7 +420,7 @@ void SqliteSessionBackend::export_markdown(const std::string& path) {
 
 std::string SqliteSessionBackend::stats_text() {
     std::string text = "database " + db_.path() + "\n";
-    text += sessions::format_state_stats(sessions::read_state_stats(db_), state_cap_);
+    text += state_stats_text(sessions::read_state_stats(db_), state_cap_);
     if (!text.empty() && text.back() == '\n') text.pop_back();
     return text;
 }

@@ -79,9 +79,8 @@ struct StateStats {
     int64_t restore_stored_bytes = 0;
 };
 
-// Reads the sizes and counters without a model (for the command line).
+// Reads the sizes and counters without a model (for the command line, which words them).
 StateStats read_state_stats(Database& db);
-std::string format_state_stats(const StateStats& stats, uint64_t cap_bytes);
 
 // Deletes stored state (blocks, their blobs and snapshots; never messages): every block, or
 // those not used since `unused_since` (UTC, "YYYY-MM-DDTHH:MM:SSZ"), with the blocks that

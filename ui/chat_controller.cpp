@@ -7,9 +7,11 @@
 #include <cstdio>
 #include <exception>
 #include <filesystem>
+#include <functional>
 #include <sstream>
 #include <stdexcept>
 #include <system_error>
+#include <type_traits>
 
 #include "ui/chat_text.h"
 
@@ -20,6 +22,7 @@ namespace {
 // Sessions listed by /sessions: enough to find recent work without flooding a status line.
 constexpr int64_t kSessionListLimit = 20;
 
+using chat_text::answers_to;
 using chat_text::failure;
 using chat_text::format;
 using chat_text::info;
@@ -57,53 +60,114 @@ bool ChatController::is_command(const std::string& line) {
     return !line.empty() && line[0] == '/' && !(line.size() > 1 && line[1] == '/');
 }
 
-namespace {
+// What a command is run with: the rest of its line, and where a reply it generates streams.
+struct ChatController::CommandCall {
+    const std::string& args;
+    const TextCallback& on_text;
+};
 
-// Every slash command, once: /help's list and Tab completion (both front ends) come from
-// here. `full_screen`: the command exists only in the full-screen chat (it needs the screen).
-struct CommandInfo {
+// A slash command: /help's line for it, the names it answers to and what runs it.
+struct ChatController::Command {
     const char* name;
-    const char* usage;  // the name with its arguments, as /help shows it
+    const char* aliases;  // the other names it answers to, space-separated ("" for none)
+    const char* usage;    // the name with its arguments, as /help shows it
     const char* help;
-    bool full_screen = false;
+    // Null: the command exists only in the full-screen chat, which runs it itself (it needs
+    // the screen); elsewhere it is unknown.
+    ChatOutcome (*run)(ChatController& chat, const CommandCall& call);
 };
 
-constexpr CommandInfo kCommands[] = {
-    {"/help", "/help", "this list"},
-    {"/new", "/new", "start a new conversation (the system prompt stays)"},
-    {"/regen", "/regen", "answer the last prompt again (the old reply stays saved)"},
-    {"/continue", "/continue", "go on with a reply that was cut short"},
-    {"/edit", "/edit TEXT", "replace the last prompt with TEXT and answer it"},
-    {"/branch", "/branch [TITLE]", "go on in a copy of this conversation (the original stays)"},
-    {"/system", "/system [TEXT]", "set the system prompt, or show it"},
-    {"/set", "/set [NAME VALUE]",
-     "change a setting (kept with the conversation), or list them all"},
-    {"/preset", "/preset [NAME]",
-     "use a preset of the config file instead of the settings now (alone: list them)"},
-    {"/stats", "/stats", "numbers for the last reply and the session store"},
-    {"/sessions", "/sessions", "list saved conversations"},
-    {"/load", "/load ID", "open a saved conversation (with its own model and settings)"},
-    {"/rename", "/rename TITLE", "rename this conversation"},
-    {"/export", "/export PATH", "write this conversation as Markdown"},
-    {"/model", "/model [NAME]",
-     "go on with another model (a path or a name `ember models` lists; the conversation "
-     "stays), or show them"},
-    {"/file", "/file PATH", "attach a text file to your next message"},
-    {"/run", "/run CMD", "attach a command's output to your next message (asks first)"},
-    {"/tools", "/tools",
-     "the tools the model may call (ember chat --tools FILE, --builtin-tools NAMES); each call "
-     "asks first"},
-    {"/copy", "/copy [N]", "the last reply (or its Nth code block) to the clipboard", true},
-    {"/quit", "/quit", "leave (Ctrl-D does too)"},
-};
+template <auto Method>
+ChatOutcome ChatController::run(ChatController& chat, const CommandCall& call) {
+    using Self = ChatController&;
+    if constexpr (std::is_invocable_v<decltype(Method), Self, const std::string&,
+                                      const TextCallback&>) {
+        return std::invoke(Method, chat, call.args, call.on_text);
+    } else if constexpr (std::is_invocable_v<decltype(Method), Self, const std::string&>) {
+        return std::invoke(Method, chat, call.args);
+    } else if constexpr (std::is_invocable_v<decltype(Method), Self, const TextCallback&>) {
+        return std::invoke(Method, chat, call.on_text);
+    } else {
+        return std::invoke(Method, chat);
+    }
+}
 
-}  // namespace
+std::span<const ChatController::Command> ChatController::commands() {
+    using Chat = ChatController;
+    using Call = CommandCall;
+    static constexpr Command kCommands[] = {
+        {"/help", "/?", "/help", "this list",
+         [](ChatController&, const Call&) { return info(help_text()); }},
+        {"/new", "", "/new", "start a new conversation (the system prompt stays)",
+         &Chat::run<&Chat::command_new>},
+        {"/regen", "", "/regen", "answer the last prompt again (the old reply stays saved)",
+         &Chat::run<&Chat::command_regen>},
+        {"/continue", "", "/continue", "go on with a reply that was cut short",
+         &Chat::run<&Chat::command_continue>},
+        {"/edit", "", "/edit TEXT", "replace the last prompt with TEXT and answer it",
+         &Chat::run<&Chat::command_edit>},
+        {"/branch", "", "/branch [TITLE]",
+         "go on in a copy of this conversation (the original stays)",
+         &Chat::run<&Chat::command_branch>},
+        {"/system", "", "/system [TEXT]", "set the system prompt, or show it",
+         &Chat::run<&Chat::command_system>},
+        {"/set", "", "/set [NAME VALUE]",
+         "change a setting (kept with the conversation), or list them all",
+         &Chat::run<&Chat::command_set>},
+        {"/preset", "", "/preset [NAME]",
+         "use a preset of the config file instead of the settings now (alone: list them)",
+         &Chat::run<&Chat::command_preset>},
+        {"/stats", "", "/stats", "numbers for the last reply and the session store",
+         &Chat::run<&Chat::command_stats>},
+        {"/sessions", "", "/sessions", "list saved conversations",
+         &Chat::run<&Chat::command_sessions>},
+        {"/load", "", "/load ID", "open a saved conversation (with its own model and settings)",
+         [](ChatController& c, const Call& call) { return c.load_session(call.args); }},
+        {"/rename", "", "/rename TITLE", "rename this conversation",
+         &Chat::run<&Chat::command_rename>},
+        {"/export", "", "/export PATH", "write this conversation as Markdown",
+         &Chat::run<&Chat::command_export>},
+        {"/model", "", "/model [NAME]",
+         "go on with another model (a path or a name `ember models` lists; the conversation "
+         "stays), or show them",
+         &Chat::run<&Chat::command_model>},
+        {"/file", "", "/file PATH", "attach a text file to your next message",
+         &Chat::run<&Chat::command_file>},
+        {"/run", "", "/run CMD", "attach a command's output to your next message (asks first)",
+         &Chat::run<&Chat::command_run>},
+        {"/tools", "", "/tools",
+         "the tools the model may call (ember chat --tools FILE, --builtin-tools NAMES); each "
+         "call asks first",
+         &Chat::run<&Chat::command_tools>},
+        {"/copy", "", "/copy [N]", "the last reply (or its Nth code block) to the clipboard",
+         nullptr},
+        {"/quit", "/exit /q", "/quit", "leave (Ctrl-D does too)",
+         [](ChatController&, const Call&) {
+             ChatOutcome outcome;
+             outcome.quit = true;
+             return outcome;
+         }},
+    };
+    return kCommands;
+}
+
+const ChatController::Command* ChatController::find_command(const std::string& name) {
+    for (const Command& c : commands()) {
+        if (answers_to(c.name, c.aliases, name)) return &c;
+    }
+    return nullptr;
+}
+
+std::string ChatController::command_name(const std::string& typed) {
+    const Command* command = find_command(typed);
+    return command != nullptr ? command->name : typed;
+}
 
 std::string ChatController::help_text(bool full_screen) {
     constexpr size_t kUsageWidth = 20;
     std::string text = "Commands:\n";
-    for (const CommandInfo& c : kCommands) {
-        if (c.full_screen && !full_screen) continue;
+    for (const Command& c : commands()) {
+        if (c.run == nullptr && !full_screen) continue;
         std::string usage = c.usage;
         usage.resize(std::max(kUsageWidth, usage.size() + 1), ' ');
         text += "  " + usage + c.help + "\n";
@@ -113,17 +177,10 @@ std::string ChatController::help_text(bool full_screen) {
 
 std::vector<std::string> ChatController::command_names(bool full_screen) {
     std::vector<std::string> names;
-    for (const CommandInfo& c : kCommands) {
-        if (!c.full_screen || full_screen) names.push_back(c.name);
+    for (const Command& c : commands()) {
+        if (c.run != nullptr || full_screen) names.push_back(c.name);
     }
     std::sort(names.begin(), names.end());
-    return names;
-}
-
-const std::vector<std::string>& ChatController::setting_names() {
-    static const std::vector<std::string> names = {
-        "temp",       "top-k", "top-p", "min-p",           "repeat-penalty",   "seed", "n-predict",
-        "ignore-eos", "stats", "think", "thinking-budget", "reasoning-effort", "ctx"};
     return names;
 }
 
@@ -343,32 +400,13 @@ ChatOutcome ChatController::handle_command(const std::string& line, const TextCa
     if (run_asked_) return answer_run(line);
     if (!calls_waiting_.empty()) return answer_tool_call(line);
     const auto [name, args] = split_command(line);
-    try {
-        if (name == "/help" || name == "/?") return info(help_text());
-        if (name == "/file") return command_file(args);
-        if (name == "/run") return command_run(args);
-        if (name == "/quit" || name == "/exit" || name == "/q") {
-            ChatOutcome outcome;
-            outcome.quit = true;
-            return outcome;
+    const Command* command = find_command(name);
+    if (command != nullptr && command->run != nullptr) {
+        try {
+            return command->run(*this, CommandCall{args, on_text});
+        } catch (const std::exception& e) {
+            return failure(name + ": " + e.what());
         }
-        if (name == "/new") return command_new();
-        if (name == "/regen") return command_regen(on_text);
-        if (name == "/continue") return command_continue(on_text);
-        if (name == "/edit") return command_edit(args, on_text);
-        if (name == "/system") return command_system(args);
-        if (name == "/set") return command_set(args);
-        if (name == "/stats") return command_stats();
-        if (name == "/sessions") return command_sessions();
-        if (name == "/load") return load_session(args);
-        if (name == "/rename") return command_rename(args);
-        if (name == "/export") return command_export(args);
-        if (name == "/branch") return command_branch(args);
-        if (name == "/model") return command_model(args);
-        if (name == "/tools") return command_tools();
-        if (name == "/preset") return command_preset(args);
-    } catch (const std::exception& e) {
-        return failure(name + ": " + e.what());
     }
     return failure("unknown command " + name + "; /help lists the commands");
 }

@@ -10,6 +10,7 @@
 #include <atomic>
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -168,8 +169,15 @@ public:
     // The slash commands, for Tab completion ("/help", "/load", ...); `full_screen` adds
     // the full-screen chat's own (/copy).
     static std::vector<std::string> command_names(bool full_screen = false);
+    // The command `typed` names by its own name or another it answers to ("/q": "/quit");
+    // `typed` itself when it names none.
+    static std::string command_name(const std::string& typed);
     // What /set accepts ("temp", "top-k", ...), for Tab completion.
     static const std::vector<std::string>& setting_names();
+    // The value of the /set setting `name` now, as /set takes it back ("0.7", "on"); empty
+    // when it has none to give (a random seed, the template's default, the server's) or
+    // `name` is no setting.
+    std::string setting_value(const std::string& name) const;
 
     // The command list shown by /help (`full_screen`: with the full-screen chat's own).
     static std::string help_text(bool full_screen = false);
@@ -195,6 +203,29 @@ private:
     int64_t current_parent() const { return message_ids_.empty() ? 0 : message_ids_.back(); }
     const ChatMessage* last_non_system() const;
     std::string system_prompt() const;
+
+    // The slash commands and the /set settings, each listed once: dispatch, /help, Tab
+    // completion and the settings' names and values all come from these tables
+    // (ui/chat_controller.cpp, ui/chat_settings.cpp).
+    struct CommandCall;
+    struct Command;
+    struct Setting;
+    static std::span<const Command> commands();
+    // A command's entry that runs `Method` with what it takes of the call (its arguments,
+    // where a reply streams, both or neither).
+    template <auto Method>
+    static ChatOutcome run(ChatController& chat, const CommandCall& call);
+    static std::span<const Setting> setting_table();
+    // The entry `name` names (its own name or another it answers to); null when none.
+    static const Command* find_command(const std::string& name);
+    static const Setting* find_setting(const std::string& name);
+    // A sampling setting's entry (`Field` of the sampler's parameters): set from `value` as
+    // /set does, and its value read back.
+    template <auto Field>
+    static ChatOutcome set_sampling(ChatController& chat, const std::string& name,
+                                    const std::string& value);
+    template <auto Field>
+    static std::string sampling_value(const ChatController& chat);
 
     ChatOutcome command_new();
     ChatOutcome command_regen(const TextCallback& on_text);

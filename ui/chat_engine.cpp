@@ -38,7 +38,6 @@ void LocalChatEngine::set_tools(const ToolOptions& tools) {
 
 std::shared_ptr<const grammar::Grammar> LocalChatEngine::call_grammar() const {
     if (!tools_.active()) return nullptr;
-    if (!tool_trie_) throw std::invalid_argument("tool calls need the model's vocabulary");
     // A forced call is held from the reply's start; in auto mode a call is held from its
     // start marker on (harmony's calls are then only parsed: null).
     const ToolCallFormat format = conversation_->tool_call_format();
@@ -71,7 +70,7 @@ ChatReply LocalChatEngine::respond(Sampler& sampler, const GenerateOptions& opti
     if (tools_.active() && options.constraint == nullptr) {
         if (!call_grammar_) call_grammar_ = call_grammar();
         if (call_grammar_) {
-            call_constraint.emplace(call_grammar_, tool_trie_());
+            call_constraint.emplace(call_grammar_, conversation_->tool_call_trie());
             generation.constraint = &*call_constraint;
         }
     }

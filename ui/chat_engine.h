@@ -141,12 +141,8 @@ public:
     // Kept here as well, so a conversation rebound to (/model) offers the same tools. A
     // choice that forces a call (required, a named function) holds the reply to the call
     // grammar (tool_call_grammar), auto mode each call from its start marker on (the lazy
-    // grammar), over the vocabulary `set_tool_trie` gives.
+    // grammar), over the conversation's tool_call_trie().
     void set_tools(const ToolOptions& tools) override;
-    // The current model's vocabulary as the call grammar sees it (harmony models: their
-    // markers as sentinels, make_harmony_token_trie); needed only for forced calls.
-    using TrieSource = std::function<std::shared_ptr<const grammar::TokenTrie>()>;
-    void set_tool_trie(TrieSource source) { tool_trie_ = std::move(source); }
     ChatReply respond(Sampler& sampler, const GenerateOptions& options, const TextCallback& on_text,
                       const StopRequested& stop_requested) override;
     ChatReply continue_reply(Sampler& sampler, const GenerateOptions& options,
@@ -187,7 +183,6 @@ private:
     // The grammar calls are held to for tools_ (a forced call's, or auto mode's lazy one;
     // null: none), and building it.
     std::shared_ptr<const grammar::Grammar> call_grammar() const;
-    TrieSource tool_trie_;
     std::shared_ptr<const grammar::Grammar> call_grammar_;
     mutable size_t longest_token_bytes_ = 0;  // fewest_tokens(); 0: not looked up yet
 };

@@ -9,6 +9,7 @@
 #include <sstream>
 #include <stdexcept>
 #include <system_error>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -20,14 +21,11 @@ namespace ember::ui {
 
 namespace {
 
+using chat_text::answers_to;
 using chat_text::failure;
 using chat_text::format;
 using chat_text::info;
 using chat_text::split_command;
-
-const char* const kSettingNames =
-    "temp, top-k, top-p, min-p, repeat-penalty, seed, n-predict, ignore-eos, stats, think, "
-    "thinking-budget, reasoning-effort, ctx";
 
 // Whole-string numeric parsing: "12x", "" and out-of-range values are rejected.
 template <class T>
@@ -45,6 +43,14 @@ std::optional<bool> parse_switch(const std::string& text) {
     if (text == "on" || text == "true" || text == "1" || text == "yes") return true;
     if (text == "off" || text == "false" || text == "0" || text == "no") return false;
     return std::nullopt;
+}
+
+ChatOutcome not_a(const std::string& name, const std::string& value, const char* what) {
+    return failure("/set " + name + ": '" + value + "' is not " + what);
+}
+
+const char* on_off(bool on) {
+    return on ? "on" : "off";
 }
 
 // "Top_K" and "top-k" name the same setting.
@@ -129,100 +135,200 @@ ChatOutcome ChatController::command_set(const std::string& args) {
     return outcome;
 }
 
-ChatOutcome ChatController::set_one(const std::string& args) {
-    const auto [raw_name, value] = split_command(args);
-    const std::string name = normalize_setting(raw_name);
-    if (value.empty()) {
-        return failure("usage: /set PARAM VALUE, PARAM one of: " + std::string(kSettingNames));
+template <auto Field>
+ChatOutcome ChatController::set_sampling(ChatController& chat, const std::string& name,
+                                         const std::string& value) {
+    using Value = std::remove_cvref_t<decltype(SamplingParams{}.*Field)>;
+    const auto parsed = parse_number<Value>(value);
+    if (!parsed) {
+        return not_a(name, value, std::is_integral_v<Value> ? "a whole number" : "a number");
     }
-    const auto not_a = [&](const char* what) {
-        return failure("/set " + name + ": '" + value + "' is not " + what);
-    };
-    SamplingParams params = sampler_.params();
-    if (name == "temp" || name == "temperature") {
-        const auto v = parse_number<float>(value);
-        if (!v) return not_a("a number");
-        params.temperature = *v;
-    } else if (name == "top-k") {
-        const auto v = parse_number<int32_t>(value);
-        if (!v) return not_a("a whole number");
-        params.top_k = *v;
-    } else if (name == "top-p") {
-        const auto v = parse_number<float>(value);
-        if (!v) return not_a("a number");
-        params.top_p = *v;
-    } else if (name == "min-p") {
-        const auto v = parse_number<float>(value);
-        if (!v) return not_a("a number");
-        params.min_p = *v;
-    } else if (name == "repeat-penalty") {
-        const auto v = parse_number<float>(value);
-        if (!v) return not_a("a number");
-        params.repeat_penalty = *v;
-    } else if (name == "seed") {
-        const auto v = parse_number<uint64_t>(value);
-        if (!v) return not_a("a whole number >= 0");
-        sampler_.reset(*v);
-        seeds_.fix(*v);
-        return info("seed = " + std::to_string(*v) + " (the next reply starts from it)");
-    } else if (name == "n-predict" || name == "n" || name == "max-tokens") {
-        const auto v = parse_number<int64_t>(value);
-        if (!v) return not_a("a whole number");
-        if (*v == 0 || *v < -1) {
-            return failure("/set n-predict: must be > 0, or -1 for as many as the context holds");
-        }
-        generation_.max_tokens = *v;
-        return info("n-predict = " + value);
-    } else if (name == "stats") {
-        const auto v = parse_switch(value);
-        if (!v) return not_a("on or off");
-        show_stats_ = *v;
-        return info(*v ? "stats = on (a line of numbers after each reply)"
-                       : "stats = off (the status line keeps the numbers)");
-    } else if (name == "ignore-eos") {
-        const auto v = parse_switch(value);
-        if (!v) return not_a("on or off");
-        generation_.ignore_eos = *v;
-        return info(std::string("ignore-eos = ") + (*v ? "on" : "off"));
-    } else if (name == "think") {
-        const auto v = parse_switch(value);
-        if (!v) return not_a("on or off");
-        engine_.set_thinking(*v);
-        return info(std::string("think = ") + (*v ? "on" : "off"));
-    } else if (name == "thinking-budget" || name == "max-thinking-tokens") {
-        const auto v = parse_number<int64_t>(value);
-        if (!v || *v < 0) return not_a("a whole number >= 0");
-        engine_.set_thinking(*v > 0, *v);
-        return info("thinking-budget = " + value);
-    } else if (name == "reasoning-effort") {
-        // gpt-oss's system message says how hard to think: low, medium or high.
-        if (value != "low" && value != "medium" && value != "high") {
-            return not_a("low, medium or high");
-        }
-        engine_.set_reasoning_effort(value);
-        return info("reasoning-effort = " + value);
-    } else if (name == "ctx" || name == "context") {
-        const auto v = parse_number<int64_t>(value);
-        if (!v) return not_a("a whole number");
-        try {
-            engine_.set_context(*v);
-        } catch (const std::invalid_argument& e) {
-            return failure("/set ctx " + value + ": " + e.what());
-        }
-        return info("ctx = " + value + " (the next turn is evaluated afresh)");
-    } else {
-        return failure("/set: unknown setting '" + raw_name + "'; settings: " + kSettingNames);
-    }
+    SamplingParams params = chat.sampler_.params();
+    params.*Field = *parsed;
     if (const std::string rule = range_problem(params); !rule.empty()) {
         // The words the command line and the server use for the same value.
         return failure("/set " + name + " " + value + ": " + rule.substr(rule.find(": ") + 2));
     }
     try {
-        sampler_.set_params(params);  // validates; on error nothing changes
+        chat.sampler_.set_params(params);  // validates; on error nothing changes
     } catch (const std::invalid_argument& e) {
         return failure("/set " + name + " " + value + ": " + rule_of(e));
     }
     return info(name + " = " + value);
+}
+
+template <auto Field>
+std::string ChatController::sampling_value(const ChatController& chat) {
+    const auto value = chat.sampler_.params().*Field;
+    if constexpr (std::is_integral_v<decltype(value)>) {
+        return std::to_string(value);
+    } else {
+        return format("%g", static_cast<double>(value));
+    }
+}
+
+// A /set setting: the names it answers to, how a value is set and how the value now reads.
+struct ChatController::Setting {
+    const char* name;
+    const char* aliases;  // the other names it answers to, space-separated ("" for none)
+    // A preset of the config file sets it too, named with '_' for '-' (presets.h).
+    bool in_presets;
+    // Sets it to `value` (`name`: as the user typed it, normalized).
+    ChatOutcome (*set)(ChatController& chat, const std::string& name, const std::string& value);
+    // The value now, as /set takes it back; empty when it has none to give.
+    std::string (*value)(const ChatController& chat);
+};
+
+std::span<const ChatController::Setting> ChatController::setting_table() {
+    using Chat = ChatController;
+    using Text = const std::string&;
+    static constexpr Setting kSettings[] = {
+        {"temp", "temperature", true, &Chat::set_sampling<&SamplingParams::temperature>,
+         &Chat::sampling_value<&SamplingParams::temperature>},
+        {"top-k", "", true, &Chat::set_sampling<&SamplingParams::top_k>,
+         &Chat::sampling_value<&SamplingParams::top_k>},
+        {"top-p", "", true, &Chat::set_sampling<&SamplingParams::top_p>,
+         &Chat::sampling_value<&SamplingParams::top_p>},
+        {"min-p", "", true, &Chat::set_sampling<&SamplingParams::min_p>,
+         &Chat::sampling_value<&SamplingParams::min_p>},
+        {"repeat-penalty", "", true, &Chat::set_sampling<&SamplingParams::repeat_penalty>,
+         &Chat::sampling_value<&SamplingParams::repeat_penalty>},
+        {"seed", "", true,
+         [](Chat& c, Text n, Text v) {
+             const auto seed = parse_number<uint64_t>(v);
+             if (!seed) return not_a(n, v, "a whole number >= 0");
+             c.sampler_.reset(*seed);
+             c.seeds_.fix(*seed);
+             return info("seed = " + std::to_string(*seed) + " (the next reply starts from it)");
+         },
+         [](const Chat& c) {
+             return c.seeds_.next() ? std::to_string(*c.seeds_.next()) : std::string();
+         }},
+        {"n-predict", "n max-tokens", false,
+         [](Chat& c, Text n, Text v) {
+             const auto tokens = parse_number<int64_t>(v);
+             if (!tokens) return not_a(n, v, "a whole number");
+             if (*tokens == 0 || *tokens < -1) {
+                 return failure(
+                     "/set n-predict: must be > 0, or -1 for as many as the context holds");
+             }
+             c.generation_.max_tokens = *tokens;
+             return info("n-predict = " + v);
+         },
+         [](const Chat& c) { return std::to_string(c.generation_.max_tokens); }},
+        {"ignore-eos", "", false,
+         [](Chat& c, Text n, Text v) {
+             const auto on = parse_switch(v);
+             if (!on) return not_a(n, v, "on or off");
+             c.generation_.ignore_eos = *on;
+             return info(std::string("ignore-eos = ") + on_off(*on));
+         },
+         [](const Chat& c) { return std::string(on_off(c.generation_.ignore_eos)); }},
+        {"stats", "", false,
+         [](Chat& c, Text n, Text v) {
+             const auto on = parse_switch(v);
+             if (!on) return not_a(n, v, "on or off");
+             c.show_stats_ = *on;
+             return info(*on ? "stats = on (a line of numbers after each reply)"
+                             : "stats = off (the status line keeps the numbers)");
+         },
+         [](const Chat& c) { return std::string(on_off(c.show_stats_)); }},
+        {"think", "", false,
+         [](Chat& c, Text n, Text v) {
+             const auto on = parse_switch(v);
+             if (!on) return not_a(n, v, "on or off");
+             c.engine_.set_thinking(*on);
+             return info(std::string("think = ") + on_off(*on));
+         },
+         [](const Chat& c) {
+             const std::optional<bool> on = c.engine_.thinking();
+             return on ? std::string(on_off(*on)) : std::string();
+         }},
+        {"thinking-budget", "max-thinking-tokens", false,
+         [](Chat& c, Text n, Text v) {
+             const auto budget = parse_number<int64_t>(v);
+             if (!budget || *budget < 0) return not_a(n, v, "a whole number >= 0");
+             c.engine_.set_thinking(*budget > 0, *budget);
+             return info("thinking-budget = " + v);
+         },
+         [](const Chat& c) {
+             const int64_t budget = c.engine_.thinking_budget();
+             return budget >= 0 ? std::to_string(budget) : std::string();
+         }},
+        {"reasoning-effort", "", false,
+         [](Chat& c, Text n, Text v) {
+             // gpt-oss's system message says how hard to think: low, medium or high.
+             if (v != "low" && v != "medium" && v != "high") {
+                 return not_a(n, v, "low, medium or high");
+             }
+             c.engine_.set_reasoning_effort(v);
+             return info("reasoning-effort = " + v);
+         },
+         [](const Chat& c) { return c.engine_.reasoning_effort(); }},
+        {"ctx", "context", false,
+         [](Chat& c, Text n, Text v) {
+             const auto tokens = parse_number<int64_t>(v);
+             if (!tokens) return not_a(n, v, "a whole number");
+             try {
+                 c.engine_.set_context(*tokens);
+             } catch (const std::invalid_argument& e) {
+                 return failure("/set ctx " + v + ": " + e.what());
+             }
+             return info("ctx = " + v + " (the next turn is evaluated afresh)");
+         },
+         [](const Chat& c) {
+             const int64_t tokens = c.engine_.context_size();
+             return tokens > 0 ? std::to_string(tokens) : std::string();
+         }},
+    };
+    return kSettings;
+}
+
+const ChatController::Setting* ChatController::find_setting(const std::string& name) {
+    for (const Setting& s : setting_table()) {
+        if (answers_to(s.name, s.aliases, name)) return &s;
+    }
+    return nullptr;
+}
+
+const std::vector<std::string>& ChatController::setting_names() {
+    static const std::vector<std::string> names = [] {
+        std::vector<std::string> out;
+        for (const Setting& s : setting_table()) out.push_back(s.name);
+        return out;
+    }();
+    return names;
+}
+
+std::string ChatController::setting_value(const std::string& name) const {
+    const Setting* setting = find_setting(normalize_setting(name));
+    return setting != nullptr ? setting->value(*this) : std::string();
+}
+
+namespace {
+
+// The settings' names as a list in a sentence: "temp, top-k, ..., ctx".
+std::string setting_list() {
+    std::string list;
+    for (const std::string& name : ChatController::setting_names()) {
+        list += (list.empty() ? "" : ", ") + name;
+    }
+    return list;
+}
+
+}  // namespace
+
+ChatOutcome ChatController::set_one(const std::string& args) {
+    const auto [raw_name, value] = split_command(args);
+    const std::string name = normalize_setting(raw_name);
+    if (value.empty()) {
+        return failure("usage: /set PARAM VALUE, PARAM one of: " + setting_list());
+    }
+    const Setting* setting = find_setting(name);
+    if (setting == nullptr) {
+        return failure("/set: unknown setting '" + raw_name + "'; settings: " + setting_list());
+    }
+    return setting->set(*this, name, value);
 }
 
 void ChatController::set_seeds(ReplySeeds seeds) {
@@ -318,19 +424,11 @@ void ChatController::set_presets(Presets presets, std::string config_path, Prese
 
 namespace {
 
-// A preset's sampling keys as /set names them, with the value each has in `p` (and the seed
-// `seed` when fixed), in kPresetKeys' order.
-std::vector<std::pair<std::string, std::string>> sampling_values(
-    const SamplingParams& p, const std::optional<uint64_t>& seed) {
-    return {{"temp", format("%g", static_cast<double>(p.temperature))},
-            {"top-k", std::to_string(p.top_k)},
-            {"top-p", format("%g", static_cast<double>(p.top_p))},
-            {"min-p", format("%g", static_cast<double>(p.min_p))},
-            {"repeat-penalty", format("%g", static_cast<double>(p.repeat_penalty))},
-            {"seed", seed ? std::to_string(*seed) : std::string("random")}};
+// The key a preset of the config file gives a setting: its /set name with '_' for '-'.
+std::string preset_key(std::string name) {
+    std::replace(name.begin(), name.end(), '-', '_');
+    return name;
 }
-
-const char* const kPresetKeys[] = {"temp", "top_k", "top_p", "min_p", "repeat_penalty", "seed"};
 
 }  // namespace
 
@@ -348,7 +446,17 @@ ChatOutcome ChatController::command_preset(const std::string& name) {
     // Over the settings the chat had before any preset, not over the last preset's: a
     // setting this preset does not name goes back to what it was.
     const PresetBase base = preset_base_.value_or(PresetBase{sampler_.params(), seeds_.next(), {}});
-    const auto before = sampling_values(sampler_.params(), seeds_.next());
+    // The settings a preset sets, with their values now ("random": a seed not fixed).
+    const auto preset_values = [this] {
+        std::vector<std::pair<std::string, std::string>> values;
+        for (const Setting& s : setting_table()) {
+            if (!s.in_presets) continue;
+            const std::string value = s.value(*this);
+            values.emplace_back(s.name, value.empty() ? "random" : value);
+        }
+        return values;
+    };
+    const auto before = preset_values();
     const std::string system_before = system_prompt();
     ChatSettings s = settings();
     s.sampling = base.sampling;
@@ -371,7 +479,7 @@ ChatOutcome ChatController::command_preset(const std::string& name) {
         }
     }
     // What the preset set, then what went back to the chat's own.
-    const auto after = sampling_values(sampler_.params(), seeds_.next());
+    const auto after = preset_values();
     std::string applied = preset.system ? "system prompt" : "";
     std::string restored;
     const auto add = [](std::string& list, const std::string& item) {
@@ -379,7 +487,7 @@ ChatOutcome ChatController::command_preset(const std::string& name) {
     };
     for (size_t k = 0; k < after.size(); ++k) {
         const std::string item = after[k].first + " " + after[k].second;
-        if (preset.sampling.contains(kPresetKeys[k])) {
+        if (preset.sampling.contains(preset_key(after[k].first))) {
             add(applied, item);
         } else if (after[k].second != before[k].second) {
             add(restored, item);

@@ -5,6 +5,7 @@
 #include <cstdarg>
 #include <cstdio>
 #include <string>
+#include <string_view>
 #include <utility>
 
 #include "ui/chat_controller.h"
@@ -24,6 +25,19 @@ inline std::pair<std::string, std::string> split_command(const std::string& line
     const size_t space = text.find_first_of(" \t");
     if (space == std::string::npos) return {text, {}};
     return {text.substr(0, space), trim(text.substr(space))};
+}
+
+// Whether `typed` is `name` or one of the space-separated `aliases` (a command's or a
+// setting's other names).
+inline bool answers_to(const char* name, const char* aliases, std::string_view typed) {
+    if (typed == name) return true;
+    std::string_view rest = aliases;
+    while (!rest.empty()) {
+        const size_t space = rest.find(' ');
+        if (rest.substr(0, space) == typed) return true;
+        rest = space == std::string_view::npos ? std::string_view() : rest.substr(space + 1);
+    }
+    return false;
 }
 
 inline ChatOutcome info(std::string message) {

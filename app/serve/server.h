@@ -4,7 +4,8 @@
 //   POST /v1/completions        raw text completion, streamed or not
 //   GET  /v1/models, /health
 //
-// Requests are parsed by api.h, scheduled by slots.h; errors are OpenAI's JSON shape with
+// Requests are parsed by api.h, checked and turned into jobs by routes.h, run on the slots of
+// slots.h by jobs.h, answered by streaming.h; errors are OpenAI's JSON shape with
 // their status (400 bad request, 401 missing key, 404 unknown model or path, 408 body too
 // slow, 413 body too large, 431 headers too long, 503 too many waiting or stopping). The
 // engine knows nothing of HTTP; this file knows nothing of the command line.

@@ -49,6 +49,20 @@ std::shared_ptr<const grammar::TokenTrie> make_harmony_token_trie(const Tokenize
     return std::make_shared<const grammar::TokenTrie>(std::move(pieces), std::move(ends));
 }
 
+std::shared_ptr<const grammar::TokenTrie> VocabularyTries::plain() const {
+    std::call_once(plain_once_, [this] { plain_ = make_token_trie(tokenizer_); });
+    return plain_;
+}
+
+std::shared_ptr<const grammar::TokenTrie> VocabularyTries::harmony() const {
+    std::call_once(harmony_once_, [this] {
+        if (const auto markers = HarmonyTokens::find(tokenizer_)) {
+            harmony_ = make_harmony_token_trie(tokenizer_, *markers);
+        }
+    });
+    return harmony_;
+}
+
 void check_first_byte(const std::shared_ptr<const grammar::Grammar>& grammar) {
     grammar::Matcher matcher(grammar);
     grammar::StackSet next;

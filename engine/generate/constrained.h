@@ -3,6 +3,7 @@
 #pragma once
 
 #include <memory>
+#include <mutex>
 #include <string>
 #include <string_view>
 
@@ -25,6 +26,27 @@ std::shared_ptr<const grammar::TokenTrie> make_token_trie(const Tokenizer& token
 // are not end tokens here, so a grammar decides where the reply's markup goes.
 std::shared_ptr<const grammar::TokenTrie> make_harmony_token_trie(const Tokenizer& tokenizer,
                                                                   const HarmonyTokens& markers);
+
+// A model's vocabulary as the grammar masks see it, each trie built the first time it is asked
+// for and kept: every constrained reply over the model (a conversation's, a server's slots')
+// shares one. Safe to ask from several threads.
+class VocabularyTries {
+public:
+    // `tokenizer` must outlive the tries.
+    explicit VocabularyTries(const Tokenizer& tokenizer) : tokenizer_(tokenizer) {}
+    // make_token_trie: for a caller's grammar or JSON schema, and for tool calls that are text.
+    std::shared_ptr<const grammar::TokenTrie> plain() const;
+    // make_harmony_token_trie: for a harmony model's tool calls; null when the vocabulary has
+    // no harmony markers.
+    std::shared_ptr<const grammar::TokenTrie> harmony() const;
+
+private:
+    const Tokenizer& tokenizer_;
+    mutable std::once_flag plain_once_;
+    mutable std::shared_ptr<const grammar::TokenTrie> plain_;
+    mutable std::once_flag harmony_once_;
+    mutable std::shared_ptr<const grammar::TokenTrie> harmony_;
+};
 
 // What a request asks its output to be.
 enum class OutputFormatKind { Free, Grammar, JsonSchema, JsonObject };

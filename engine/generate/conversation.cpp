@@ -5,11 +5,13 @@
 #include <stdexcept>
 
 #include "engine/template/template.h"
+#include "engine/generate/constrained.h"
 #include "engine/generate/control_text.h"
 #include "engine/generate/default_template.h"
 #include "engine/generate/harmony.h"
 #include "engine/generate/ngram.h"
 #include "engine/generate/reply_router.h"
+#include "engine/generate/thinking_policy.h"
 #include "engine/generate/tool_calls.h"
 #include "engine/grammar/token_mask.h"
 #include "engine/model/forward.h"
@@ -52,11 +54,6 @@ size_t shared_prefix(const std::vector<int32_t>& a, const std::vector<int32_t>& 
 std::string token_text_or_empty(const Tokenizer& tok, TokenId id) {
     return id == kNoToken ? std::string() : tok.token_to_piece(id, /*render_special=*/true);
 }
-
-// The words that close a thinking block cut short by its budget or a loop, before
-// "</think>": they tell the model to answer from what it has.
-constexpr const char* kThinkingTransition =
-    "\n\nI have thought enough; I will answer now based on the thinking above.\n";
 
 bool prompt_opens_thinking(const std::string& text) {
     const size_t end = text.find_last_not_of(" \t\r\n");
@@ -186,29 +183,73 @@ private:
     LazyToolConstraint* lazy_ = nullptr;
 };
 
-// Samples the answer through options.constraint; the reasoning stays free. Before the reply has
-// shown which it starts with, the grammar holds, and a thinking model (`thinking_tokenizer`
+// Samples the answer through generation.constraint; the reasoning stays free. Before the reply
+// has shown which it starts with, the grammar holds, and a thinking model (`thinking_tokenizer`
 // set) may still open its block. With `lazy`, only the tool calls in the answer are held.
-void constrain_answer(GenerateOptions& generation, ReplyStream& router,
-                      const GenerateOptions& options, const Tokenizer* thinking_tokenizer,
+void constrain_answer(GenerateOptions& unbounded, ReplyStream& router,
+                      const GenerateOptions& generation, const Tokenizer* thinking_tokenizer,
                       LazyToolConstraint* lazy, const TurnResult& result) {
     if (lazy != nullptr) {
-        generation.constrain_now = [&router, lazy] {
+        unbounded.constrain_now = [&router, lazy] {
             return router.phase() != ReplyRouter::Phase::Thinking && lazy->engaged();
         };
     } else {
         const std::optional<int32_t> open_tag =
             thinking_tokenizer ? thinking_tokenizer->find_token("<think>") : std::nullopt;
-        generation.constrain_now = [&router, &options, open_tag] {
+        unbounded.constrain_now = [&router, &generation, open_tag] {
             const ReplyRouter::Phase phase = router.phase();
-            options.constraint->set_extra_allowed(
+            generation.constraint->set_extra_allowed(
                 phase == ReplyRouter::Phase::Undecided && open_tag ? *open_tag : -1);
             return phase != ReplyRouter::Phase::Thinking;
         };
     }
-    generation.tokens_left = [&options, &result] {
-        return options.max_tokens < 0 ? -1 : options.max_tokens - result.answer_tokens - 1;
+    unbounded.tokens_left = [&generation, &result] {
+        return generation.max_tokens < 0 ? -1 : generation.max_tokens - result.answer_tokens - 1;
     };
+}
+
+// Takes each generated token as the thinking's (the policy may end the block) or the
+// answer's, counts it in the turn's result and says whether generation goes on: not after the
+// reply's end, the policy's end of the thinking or the answer's own limit (thinking does not
+// count against it).
+class ReplyTally {
+public:
+    ReplyTally(ReplyStream& router, ThinkingPolicy& thinking, int64_t max_answer_tokens,
+               TurnResult& result)
+        : router_(router), thinking_(thinking), max_answer_(max_answer_tokens), result_(result) {}
+
+    bool take(int32_t id) {
+        const bool was_thinking = router_.phase() == ReplyRouter::Phase::Thinking;
+        router_.push(id);
+        const bool thinking_now = router_.phase() == ReplyRouter::Phase::Thinking;
+        if (was_thinking || thinking_now) {
+            ++result_.thinking_tokens;
+            thinking_.count(id);
+            if (was_thinking && !thinking_now) result_.thinking_end = ThinkingEnd::Model;
+        } else {
+            ++result_.answer_tokens;
+        }
+        if (router_.done() || router_.cancelled()) return false;
+        if (thinking_now) return !thinking_.must_end_now();
+        answer_full_ = max_answer_ >= 0 && result_.answer_tokens >= max_answer_;
+        return !answer_full_;
+    }
+    // The answer reached its limit (max_tokens).
+    bool answer_full() const { return answer_full_; }
+
+private:
+    ReplyStream& router_;
+    ThinkingPolicy& thinking_;
+    int64_t max_answer_;
+    TurnResult& result_;
+    bool answer_full_ = false;
+};
+
+// `text` (control-token text parsed as such) tokenized, for markup Ember writes into a reply.
+std::vector<int32_t> encode_markup(const Tokenizer& tok, std::string_view text) {
+    EncodeOptions special;
+    special.parse_special = true;
+    return tok.encode(text, special);
 }
 
 }  // namespace
@@ -232,6 +273,7 @@ Conversation::Conversation(const Model& model, ThreadPool& pool, ConversationOpt
     }
     tool_format_ = detect_tool_call_format(source, harmony_ != nullptr);
     tools_ = std::make_unique<ToolOptions>();
+    tries_ = std::make_shared<const VocabularyTries>(tok);
     bos_text_ = token_text_or_empty(tok, tok.bos_id());
     eos_text_ = token_text_or_empty(tok, tok.eos_id());
     state_ = make_state(model_.config(), options_.context, options_.kv_type);
@@ -293,6 +335,23 @@ void Conversation::set_tools(ToolOptions tools) {
                         "tools");
     }
     *tools_ = std::move(tools);
+}
+
+std::shared_ptr<const grammar::TokenTrie> Conversation::answer_trie() const {
+    return tries_->plain();
+}
+
+std::shared_ptr<const grammar::TokenTrie> Conversation::tool_call_trie() const {
+    // Harmony's calls are spelled with its markers (harmony_sentinel); the other formats'
+    // calls are text, and their replies end at the vocabulary's end tokens.
+    return tool_format_ == ToolCallFormat::Harmony ? tries_->harmony() : tries_->plain();
+}
+
+void Conversation::share_vocabulary_tries(const Conversation& other) {
+    if (&other.model_ != &model_) {
+        throw std::invalid_argument("vocabulary tries are shared only over the same model");
+    }
+    tries_ = other.tries_;
 }
 
 Conversation::RenderedPrompt Conversation::render_marked(size_t n_messages,
@@ -596,28 +655,34 @@ size_t Conversation::reuse_prefix(const std::vector<int32_t>& tokens, TurnResult
     return reuse;
 }
 
-TurnResult Conversation::respond(Sampler& sampler, const GenerateOptions& options,
+TurnResult Conversation::respond(Sampler& sampler, const GenerateOptions& generation,
                                  const TextCallback& on_text,
                                  const ToolCallCallback& on_tool_call) {
     store_pending(/*prepare=*/false);  // this turn's prompt is here: no need to guess its start
     TurnResult result;
     const std::string rendered = render_prompt();
-    const bool starts_in_thinking = template_knows_thinking_ && prompt_opens_thinking(rendered);
+    ReplySetup reply;
+    reply.on_text = &on_text;
+    reply.on_tool_call = &on_tool_call;
+    if (template_knows_thinking_ && prompt_opens_thinking(rendered)) {
+        reply.thinking = ReplyThinking::Open;
+    } else if (replies_think()) {
+        reply.thinking = ReplyThinking::Possible;
+    }
     // Room for the reply: what was asked for (plus the thinking budget when the reply will
     // think), but never more than half the context.
     const int64_t thinking_room =
         replies_think() ? std::max<int64_t>(0, options_.max_thinking_tokens) : 0;
     const int64_t asked =
-        options.max_tokens < 0 ? options_.context / 2 : options.max_tokens + thinking_room;
+        generation.max_tokens < 0 ? options_.context / 2 : generation.max_tokens + thinking_room;
     const int64_t reserve = std::min<int64_t>(asked, options_.context / 2);
     std::vector<int32_t> tokens = fit_to_context(reserve, result);
     result.prompt_tokens = static_cast<int64_t>(tokens.size());
     const size_t reuse = reuse_prefix(tokens, result);
 
-    prepare_speculation(options, tokens);
-    const bool stop_cut = evaluate_and_generate(tokens, reuse, sampler, options, on_text,
-                                                &on_tool_call, replies_think(),
-                                                starts_in_thinking, result);
+    prepare_speculation(generation, tokens);
+    const bool stop_cut =
+        evaluate_and_generate(tokens, reuse, std::move(reply), sampler, generation, result);
     // The ids stand for the reply text only when they are exactly its tokens: no stop string
     // cut the text short and no thinking precedes it. A harmony reply's ids hold its channel
     // markup, and the template writes a past reply otherwise anyway (no analysis, <|end|>).
@@ -636,32 +701,29 @@ TurnResult Conversation::respond(Sampler& sampler, const GenerateOptions& option
 }
 
 bool Conversation::evaluate_and_generate(const std::vector<int32_t>& tokens, size_t reuse,
-                                         Sampler& sampler, const GenerateOptions& options,
-                                         const TextCallback& on_text,
-                                         const ToolCallCallback* on_tool_call,
-                                         bool thinking_possible, bool starts_in_thinking,
+                                         ReplySetup reply, Sampler& sampler,
+                                         const GenerateOptions& generation,
                                          TurnResult& result) {
-    std::vector<int32_t> prompt(tokens.begin() + static_cast<ptrdiff_t>(reuse), tokens.end());
+    reply.prompt.assign(tokens.begin() + static_cast<ptrdiff_t>(reuse), tokens.end());
     // The turn's whole prompt counts in its progress: a hybrid evaluates most of it here,
     // generate() the rest.
     const auto start = std::chrono::steady_clock::now();
-    const auto total = static_cast<int64_t>(prompt.size());
-    PrefillWatch watch(options, total, start);
+    const auto total = static_cast<int64_t>(reply.prompt.size());
+    PrefillWatch watch(generation, total, start);
     bool stop_cut = false;
     try {
-        if (!state_->recurrent.empty()) evaluate_hybrid_prompt(tokens, reuse, prompt, watch);
-        GenerateOptions rest = options;
-        if (options.on_prefill) {
-            const int64_t done = total - static_cast<int64_t>(prompt.size());
-            rest.on_prefill = [&options, done, total, start](const PrefillProgress& p) {
-                options.on_prefill(
+        if (!state_->recurrent.empty()) evaluate_hybrid_prompt(tokens, reuse, reply.prompt, watch);
+        GenerateOptions rest = generation;
+        if (generation.on_prefill) {
+            const int64_t done = total - static_cast<int64_t>(reply.prompt.size());
+            rest.on_prefill = [&generation, done, total, start](const PrefillProgress& p) {
+                generation.on_prefill(
                     {done + p.done, total,
                      std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
                          .count()});
             };
         }
-        stop_cut = generate_reply(std::move(prompt), sampler, rest, on_text, on_tool_call,
-                                  thinking_possible, starts_in_thinking, result);
+        stop_cut = generate_reply(std::move(reply), sampler, rest, result);
     } catch (const EvaluationStopped&) {
         result.finish = FinishReason::Cancelled;  // a hybrid's prompt, stopped part way
     }
@@ -675,9 +737,9 @@ bool Conversation::evaluate_and_generate(const std::vector<int32_t>& tokens, siz
     return stop_cut;
 }
 
-void Conversation::prepare_speculation(const GenerateOptions& options,
+void Conversation::prepare_speculation(const GenerateOptions& generation,
                                        const std::vector<int32_t>& tokens) {
-    if (!options.speculation.enabled) return;
+    if (!generation.speculation.enabled) return;
     // The table sees the whole conversation, so replies can draft from any earlier text.
     if (!ngram_) ngram_ = std::make_unique<NgramTable>();
     ngram_->clear();
@@ -774,10 +836,10 @@ void Conversation::prepare_next_turn_prefix() {
 }
 
 TurnResult Conversation::complete(const std::vector<int32_t>& tokens, Sampler& sampler,
-                                  const GenerateOptions& options, const TextCallback& on_text) {
+                                  const GenerateOptions& generation, const TextCallback& on_text) {
     if (tokens.empty()) throw std::invalid_argument("the prompt is empty (no tokens)");
     store_pending(/*prepare=*/false);
-    const int64_t room = options.max_tokens < 0 ? 1 : options.max_tokens;
+    const int64_t room = generation.max_tokens < 0 ? 1 : generation.max_tokens;
     if (static_cast<int64_t>(tokens.size()) + room > options_.context) {
         throw ContextOverflow("the prompt needs " + std::to_string(tokens.size()) +
                               " tokens (plus " + std::to_string(room) +
@@ -787,75 +849,49 @@ TurnResult Conversation::complete(const std::vector<int32_t>& tokens, Sampler& s
     TurnResult result;
     result.prompt_tokens = static_cast<int64_t>(tokens.size());
     const size_t reuse = reuse_prefix(tokens, result);
-    prepare_speculation(options, tokens);
-    evaluate_and_generate(tokens, reuse, sampler, options, on_text, /*on_tool_call=*/nullptr,
-                          /*thinking_possible=*/false, /*starts_in_thinking=*/false, result);
+    prepare_speculation(generation, tokens);
+    // Plain text: no calls are read and no thinking block is recognized.
+    ReplySetup reply;
+    reply.on_text = &on_text;
+    evaluate_and_generate(tokens, reuse, std::move(reply), sampler, generation, result);
     remember_evaluated(tokens, result);
     return result;
 }
 
-bool Conversation::generate_reply(std::vector<int32_t> prompt, Sampler& sampler,
-                                  const GenerateOptions& options, const TextCallback& on_text,
-                                  const ToolCallCallback* on_tool_call, bool thinking_possible,
-                                  bool starts_in_thinking, TurnResult& result) {
+bool Conversation::generate_reply(ReplySetup reply, Sampler& sampler,
+                                  const GenerateOptions& generation, TurnResult& result) {
     const Tokenizer& tok = model_.tokenizer();
-    const int64_t thinking_budget = std::max<int64_t>(0, options_.max_thinking_tokens);
-    EncodeOptions special;
-    special.parse_special = true;
-    const HarmonyTokens* harmony = thinking_possible ? harmony_.get() : nullptr;
+    ThinkingPolicy thinking(options_.max_thinking_tokens, options_.thinking_loop_check);
+    const bool may_think = reply.thinking != ReplyThinking::None;
+    bool starts_in_thinking = reply.thinking == ReplyThinking::Open;
+    const HarmonyTokens* harmony = may_think ? harmony_.get() : nullptr;
     bool starts_in_final = false;
     // With tools a harmony reply may be a call (a commentary message), so no thinking is not
     // taken to mean opening the final message at once.
-    const bool tools_on = on_tool_call != nullptr && tools_->active();
-    if (thinking_budget == 0 && (starts_in_thinking || (harmony != nullptr && !tools_on))) {
+    const bool tools_on = reply.on_tool_call != nullptr && tools_->active();
+    if (!thinking.allows_thinking() && (starts_in_thinking || (harmony != nullptr && !tools_on))) {
         // No thinking wanted: close the block the template opened (or open harmony's final
         // message) before the model starts.
-        const auto close = tok.encode(harmony ? kHarmonyOpenFinal : "</think>\n\n", special);
-        prompt.insert(prompt.end(), close.begin(), close.end());
+        const auto close = encode_markup(tok, harmony ? kHarmonyOpenFinal : "</think>\n\n");
+        reply.prompt.insert(reply.prompt.end(), close.begin(), close.end());
         starts_in_thinking = false;
         starts_in_final = harmony != nullptr;
         result.thinking_end = ThinkingEnd::Budget;
     }
 
     ReplyStream router(tok, harmony, options_.stop_strings,
-                       thinking_possible && thinking_budget > 0, starts_in_thinking,
-                       starts_in_final, !options.ignore_eos, on_text);
-    if (tools_on) router.enable_tool_calls(tool_format_, *tools_, *on_tool_call);
-    std::vector<int32_t> thinking_ids;  // for the loop check
-    ThinkingEnd forced = ThinkingEnd::None;
-    bool answer_full = false;
+                       may_think && thinking.allows_thinking(), starts_in_thinking,
+                       starts_in_final, !generation.ignore_eos, *reply.on_text);
+    if (tools_on) router.enable_tool_calls(tool_format_, *tools_, *reply.on_tool_call);
+    ReplyTally tally(router, thinking, generation.max_tokens, result);
+    const TokenCallback on_token = [&tally](int32_t id) { return tally.take(id); };
 
-    auto on_token = [&](int32_t id) {
-        const bool was_thinking = router.phase() == ReplyRouter::Phase::Thinking;
-        router.push(id);
-        if (was_thinking || router.phase() == ReplyRouter::Phase::Thinking) {
-            ++result.thinking_tokens;
-            thinking_ids.push_back(id);
-            if (was_thinking && router.phase() != ReplyRouter::Phase::Thinking) {
-                result.thinking_end = ThinkingEnd::Model;
-            }
-        } else {
-            ++result.answer_tokens;
-        }
-        if (router.done() || router.cancelled()) return false;
-        if (router.phase() == ReplyRouter::Phase::Thinking) {
-            if (result.thinking_tokens >= thinking_budget) {
-                forced = ThinkingEnd::Budget;
-            } else if (options_.thinking_loop_check && tokens_loop(thinking_ids)) {
-                forced = ThinkingEnd::Loop;
-            }
-            return forced == ThinkingEnd::None;
-        }
-        answer_full = options.max_tokens >= 0 && result.answer_tokens >= options.max_tokens;
-        return !answer_full;
-    };
-
-    // The answer's limit is enforced above (thinking does not count against it), so the
-    // generator itself runs until the context is full.
-    GenerateOptions unbounded = options;
+    // The answer's limit is enforced above, so the generator itself runs until the context
+    // is full.
+    GenerateOptions unbounded = generation;
     unbounded.max_tokens = -1;
     std::optional<LazyToolConstraint> lazy;
-    if (options.constraint != nullptr) {
+    if (generation.constraint != nullptr) {
         if (harmony != nullptr && !tools_on) {
             throw std::invalid_argument(
                 "constrained output (a grammar or JSON schema) is not supported for harmony "
@@ -863,48 +899,58 @@ bool Conversation::generate_reply(std::vector<int32_t> prompt, Sampler& sampler,
         }
         // tool_choice auto: the constraint holds the calls only (tool_call_lazy_grammar).
         if (tools_on && !tools_->forces_call()) {
-            lazy.emplace(tool_format_, *options.constraint);
+            lazy.emplace(tool_format_, *generation.constraint);
             router.set_lazy_constraint(&*lazy);
         }
-        constrain_answer(unbounded, router, options, thinking_possible ? &tok : nullptr,
+        constrain_answer(unbounded, router, generation, may_think ? &tok : nullptr,
                          lazy ? &*lazy : nullptr, result);
     }
     // Harmony ends a message with <|end|>, an end-of-generation token, also after the
     // thinking: the router says when the reply is over.
     if (harmony != nullptr) unbounded.ignore_eos = true;
-    unbounded.ngram = options.speculation.enabled ? ngram_.get() : nullptr;
-    GenerateResult gen = generate(model_, *state_, pool_, sampler, prompt, unbounded, on_token);
+    unbounded.ngram = generation.speculation.enabled ? ngram_.get() : nullptr;
+    GenerateResult gen =
+        generate(model_, *state_, pool_, sampler, reply.prompt, unbounded, on_token);
     result.stats = gen.stats;
     result.ids = gen.ids;
-    if (forced != ThinkingEnd::None && gen.finish == FinishReason::Cancelled) {
-        // Close the block: the transition and "</think>" are fed to the model after the last
-        // sampled token (which has not been evaluated yet), and the answer follows.
-        result.thinking_end = forced;
-        const auto forced_ids = tok.encode(router.force_end_thinking(kThinkingTransition), special);
-        std::vector<int32_t> resume{gen.ids.back()};
-        resume.insert(resume.end(), forced_ids.begin(), forced_ids.end());
-        for (int32_t id : forced_ids) sampler.accept(id);
-        if (unbounded.ngram != nullptr) unbounded.ngram->add(forced_ids);
-        result.ids.insert(result.ids.end(), forced_ids.begin(), forced_ids.end());
-        unbounded.on_prefill = nullptr;  // a few tokens in the middle of the reply
-        GenerateResult rest =
-            generate(model_, *state_, pool_, sampler, resume, unbounded, on_token);
-        result.ids.insert(result.ids.end(), rest.ids.begin(), rest.ids.end());
-        result.stats.generated_tokens += rest.stats.generated_tokens;
-        result.stats.speculation += rest.stats.speculation;
-        result.stats.decode_seconds += rest.stats.prefill_seconds + rest.stats.decode_seconds;
-        gen.finish = rest.finish;
+    FinishReason finish = gen.finish;
+    if (thinking.forced() != ThinkingEnd::None && gen.finish == FinishReason::Cancelled) {
+        result.thinking_end = thinking.forced();
+        const std::string closing = router.force_end_thinking(ThinkingPolicy::kTransition);
+        finish = answer_after_thinking(closing, gen.ids.back(), sampler, unbounded, on_token,
+                                       result);
     }
     router.finish();
     result.warnings = router.warnings();
     result.tool_calls = router.tool_calls();
-    result.finish = router.done()        ? FinishReason::Stop
-                    : answer_full        ? FinishReason::Length
-                    : router.cancelled() ? FinishReason::Cancelled
-                                         : gen.finish;
+    result.finish = router.done()         ? FinishReason::Stop
+                    : tally.answer_full() ? FinishReason::Length
+                    : router.cancelled()  ? FinishReason::Cancelled
+                                          : finish;
     result.reply = router.answer();
     result.thinking = router.thinking();
     return router.stopped_by_string();
+}
+
+FinishReason Conversation::answer_after_thinking(const std::string& closing, int32_t last_sampled,
+                                                 Sampler& sampler, GenerateOptions& unbounded,
+                                                 const TokenCallback& on_token,
+                                                 TurnResult& result) {
+    // The closing text is fed to the model after the last sampled token (which has not been
+    // evaluated yet), and the answer follows.
+    const auto closing_ids = encode_markup(model_.tokenizer(), closing);
+    std::vector<int32_t> resume{last_sampled};
+    resume.insert(resume.end(), closing_ids.begin(), closing_ids.end());
+    for (int32_t id : closing_ids) sampler.accept(id);
+    if (unbounded.ngram != nullptr) unbounded.ngram->add(closing_ids);
+    result.ids.insert(result.ids.end(), closing_ids.begin(), closing_ids.end());
+    unbounded.on_prefill = nullptr;  // a few tokens in the middle of the reply
+    GenerateResult rest = generate(model_, *state_, pool_, sampler, resume, unbounded, on_token);
+    result.ids.insert(result.ids.end(), rest.ids.begin(), rest.ids.end());
+    result.stats.generated_tokens += rest.stats.generated_tokens;
+    result.stats.speculation += rest.stats.speculation;
+    result.stats.decode_seconds += rest.stats.prefill_seconds + rest.stats.decode_seconds;
+    return rest.finish;
 }
 
 }  // namespace ember

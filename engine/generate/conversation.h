@@ -34,6 +34,10 @@ enum class ToolCallFormat;
 using ToolCallCallback = std::function<bool(const ToolCallDelta& delta)>;
 class NgramTable;
 class RecurrentSnapshotPool;
+class VocabularyTries;
+namespace grammar {
+class TokenTrie;
+}
 class Model;
 class ThreadPool;
 
@@ -172,9 +176,10 @@ public:
     // Generates the assistant's reply to the conversation so far and appends it. Throws
     // ContextOverflow when the newest message cannot fit. With tools set, calls in the reply
     // go to `on_tool_call` as they stream (never to `on_text`) and into TurnResult::tool_calls;
-    // `options.constraint` then holds tool_call_grammar() for a forced call (the whole answer
-    // follows it), or tool_call_lazy_grammar() in auto mode (engaged over each call only).
-    TurnResult respond(Sampler& sampler, const GenerateOptions& options,
+    // `generation.constraint` then holds tool_call_grammar() for a forced call (the whole answer
+    // follows it), or tool_call_lazy_grammar() in auto mode (engaged over each call only),
+    // over tool_call_trie().
+    TurnResult respond(Sampler& sampler, const GenerateOptions& generation,
                        const TextCallback& on_text, const ToolCallCallback& on_tool_call = {});
 
     // Functions the model is offered for later turns (tool_calls.h): rendered through the
@@ -185,6 +190,16 @@ public:
     // How this model writes calls (from its template): None when unknown.
     ToolCallFormat tool_call_format() const { return tool_format_; }
 
+    // The vocabulary the grammar masks a constrained reply with, built when first asked for
+    // (constrained.h): a caller's grammar or JSON schema is held over answer_trie(), the call
+    // grammar (tool_call_grammar, tool_call_lazy_grammar) over tool_call_trie(), which spells
+    // harmony's markers for a harmony model. Safe from several threads.
+    std::shared_ptr<const grammar::TokenTrie> answer_trie() const;
+    std::shared_ptr<const grammar::TokenTrie> tool_call_trie() const;
+    // From now on the tries are `other`'s (a conversation over the same model), so that
+    // conversations side by side (a server's slots) build them once between them.
+    void share_vocabulary_tries(const Conversation& other);
+
     // Stores in the prefix store what the last turn evaluated, if defer_state_save left that
     // pending; a no-op otherwise. Failures are the store's warnings, as for any save.
     void store_pending_state();
@@ -193,9 +208,10 @@ public:
     // longest prefix the state (or the prefix store) holds, and the reply follows it as plain
     // text (stop strings apply; no thinking block is recognized). The state keeps prompt and
     // reply, so the next turn or completion reuses them. Throws std::invalid_argument for an
-    // empty prompt and ContextOverflow when prompt and `options.max_tokens` exceed the context.
+    // empty prompt and ContextOverflow when prompt and `generation.max_tokens` exceed the
+    // context.
     TurnResult complete(const std::vector<int32_t>& prompt, Sampler& sampler,
-                        const GenerateOptions& options, const TextCallback& on_text);
+                        const GenerateOptions& generation, const TextCallback& on_text);
 
     // The tokens the next turn would evaluate: the conversation rendered and tokenized as
     // respond() does, before any message is dropped to fit the context.
@@ -245,12 +261,28 @@ private:
                                           const std::function<bool()>* stop) const;
     std::vector<int32_t> fit_to_context(int64_t reserve, TurnResult& result);
     size_t reuse_prefix(const std::vector<int32_t>& tokens, TurnResult& result);
+    // What one reply is generated from, besides the sampler and the generation options.
+    enum class ReplyThinking {
+        None,      // the reply cannot think (a raw completion)
+        Possible,  // the model may open a thinking block (or harmony's analysis message)
+        Open,      // the prompt already opened the block: the reply starts inside it
+    };
+    struct ReplySetup {
+        std::vector<int32_t> prompt;  // the tokens still to evaluate before the reply
+        const TextCallback* on_text = nullptr;
+        const ToolCallCallback* on_tool_call = nullptr;  // null: calls are not read
+        ReplyThinking thinking = ReplyThinking::None;
+    };
     // Returns whether a stop string cut the reply's text short.
-    bool generate_reply(std::vector<int32_t> prompt, Sampler& sampler,
-                        const GenerateOptions& options, const TextCallback& on_text,
-                        const ToolCallCallback* on_tool_call, bool thinking_possible,
-                        bool starts_in_thinking, TurnResult& result);
-    void prepare_speculation(const GenerateOptions& options, const std::vector<int32_t>& tokens);
+    bool generate_reply(ReplySetup reply, Sampler& sampler, const GenerateOptions& generation,
+                        TurnResult& result);
+    // After the thinking policy ended the block: feeds `closing` (its transition and closing
+    // tag) after the last sampled token and generates the answer; returns why that stopped.
+    FinishReason answer_after_thinking(const std::string& closing, int32_t last_sampled,
+                                       Sampler& sampler, GenerateOptions& unbounded,
+                                       const TokenCallback& on_token, TurnResult& result);
+    void prepare_speculation(const GenerateOptions& generation,
+                             const std::vector<int32_t>& tokens);
     // After a reply: what the state holds becomes cached_, and the store keeps it (now, or
     // when store_pending_state() is called).
     void remember_evaluated(const std::vector<int32_t>& tokens, const TurnResult& result);
@@ -275,6 +307,7 @@ private:
     std::unique_ptr<const HarmonyTokens> harmony_;
     ToolCallFormat tool_format_{};
     std::unique_ptr<ToolOptions> tools_;  // never null
+    std::shared_ptr<const VocabularyTries> tries_;  // never null; share_vocabulary_tries()
     bool replies_think() const { return template_knows_thinking_ || harmony_ != nullptr; }
     std::string bos_text_, eos_text_;
     std::vector<ChatMessage> messages_;
@@ -297,13 +330,12 @@ private:
     // (tokens past `reuse`) keeps what is left to evaluate.
     void evaluate_hybrid_prompt(const std::vector<int32_t>& tokens, size_t reuse,
                                 std::vector<int32_t>& prompt, PrefillWatch& watch);
-    // Evaluates tokens[reuse..] and generates the reply (generate_reply); a prefill stopped
-    // part way (options.stop_prefill) ends the turn Cancelled with what was evaluated kept.
+    // Evaluates tokens[reuse..] and generates the reply (generate_reply, `reply` without its
+    // prompt); a prefill stopped part way (generation.stop_prefill) ends the turn Cancelled
+    // with what was evaluated kept.
     bool evaluate_and_generate(const std::vector<int32_t>& tokens, size_t reuse,
-                               Sampler& sampler, const GenerateOptions& options,
-                               const TextCallback& on_text, const ToolCallCallback* on_tool_call,
-                               bool thinking_possible, bool starts_in_thinking,
-                               TurnResult& result);
+                               ReplySetup reply, Sampler& sampler,
+                               const GenerateOptions& generation, TurnResult& result);
     size_t last_message_start(const std::vector<int32_t>& tokens) const;
     void save_snapshot_to_store(int slot, const std::vector<int32_t>& tokens);
     int64_t thinking_budget_on_ = 4096;  // the budget to return to when thinking is switched on

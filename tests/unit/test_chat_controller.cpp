@@ -338,15 +338,64 @@ TEST(ChatControllerParsing, HelpAndCompletionComeFromOneTable) {
     EXPECT_NE(std::find(names.begin(), names.end(), "/quit"), names.end());
 }
 
-TEST(ChatControllerParsing, CompletionListsNameEveryCommandAndSetting) {
-    const auto& commands = ChatController::command_names();
-    for (const char* name : {"/branch", "/edit", "/load", "/regen", "/sessions", "/set"}) {
-        EXPECT_NE(std::find(commands.begin(), commands.end(), name), commands.end()) << name;
-        EXPECT_NE(ChatController::help_text().find(name), std::string::npos) << name;
+// Every command of the table: completed, in /help, and run by handle_command (whatever it
+// says, never that the command is unknown); the full-screen chat's own only there; the other
+// names a command answers to reach the same command.
+TEST_F(ChatControllerTest, EveryCommandDispatchesAndIsInTheHelp) {
+    const auto commands = ChatController::command_names();
+    EXPECT_GE(commands.size(), 19u);
+    for (const std::string& name : commands) {
+        EXPECT_NE(ChatController::help_text().find("  " + name), std::string::npos) << name;
+        EXPECT_EQ(ChatController::command_name(name), name);
+        const ChatOutcome outcome = command(name);
+        EXPECT_EQ(outcome.message.find("unknown command"), std::string::npos)
+            << name << ": " << outcome.message;
+        EXPECT_FALSE(outcome.confirm) << name << " asks a question without arguments";
     }
+    for (const std::string& name : ChatController::command_names(/*full_screen=*/true)) {
+        if (std::find(commands.begin(), commands.end(), name) != commands.end()) continue;
+        EXPECT_NE(command(name).message.find("unknown command"), std::string::npos)
+            << name << " is the full-screen chat's own";
+        EXPECT_EQ(ChatController::help_text().find(name), std::string::npos) << name;
+    }
+    EXPECT_EQ(ChatController::command_name("/q"), "/quit");
+    EXPECT_EQ(ChatController::command_name("/exit"), "/quit");
+    EXPECT_EQ(ChatController::command_name("/?"), "/help");
+    EXPECT_EQ(ChatController::command_name("/nope"), "/nope");
+    EXPECT_TRUE(command("/q").quit);
+    EXPECT_TRUE(command("/exit").quit);
+    EXPECT_EQ(command("/?").message, ChatController::help_text());
+}
+
+// Every /set setting of the table: named in the usage line, refuses a value it cannot take
+// with its own message (not as an unknown setting), and takes back the value it reads now.
+TEST_F(ChatControllerTest, EverySettingRoundTrips) {
+    // Settings that read empty until set: the template's default, otherwise.
+    ASSERT_FALSE(command("/set think off").error);
+    ASSERT_FALSE(command("/set reasoning-effort low").error);
+    const ChatOutcome usage = command("/set temp");
+    ASSERT_TRUE(usage.error);
     const auto& settings = ChatController::setting_names();
-    EXPECT_NE(std::find(settings.begin(), settings.end(), "temp"), settings.end());
-    EXPECT_NE(std::find(settings.begin(), settings.end(), "think"), settings.end());
+    EXPECT_EQ(settings.size(), 13u);
+    for (const std::string& name : settings) {
+        EXPECT_NE(usage.message.find(name), std::string::npos) << name;
+        const ChatOutcome bad = command("/set " + name + " garbage");
+        EXPECT_TRUE(bad.error) << name;
+        EXPECT_NE(bad.message.find("/set " + name), std::string::npos) << bad.message;
+        EXPECT_EQ(bad.message.find("unknown setting"), std::string::npos) << bad.message;
+        const std::string value = controller_->setting_value(name);
+        ASSERT_FALSE(value.empty()) << name;
+        const ChatOutcome set = command("/set " + name + " " + value);
+        EXPECT_FALSE(set.error) << name << " " << value << ": " << set.message;
+        EXPECT_EQ(controller_->setting_value(name), value) << name;
+    }
+    // Other names of a setting reach it.
+    EXPECT_FALSE(command("/set temperature 0.25").error);
+    EXPECT_EQ(controller_->setting_value("temp"), "0.25");
+    EXPECT_FALSE(command("/set max_tokens 16").error);
+    EXPECT_EQ(controller_->setting_value("n-predict"), "16");
+    EXPECT_TRUE(command("/set nope 1").error);
+    EXPECT_EQ(controller_->setting_value("nope"), "");
 }
 
 TEST_F(ChatControllerTest, EditBranchesFromTheOldPromptsParent) {

@@ -468,7 +468,7 @@ TEST(StateStore, EvictsLeastRecentlyUsedUnderCap) {
     const StateStats st = read_state_stats(f.db);
     EXPECT_GT(st.blocks_evicted, 0);
     EXPECT_LE(st.stored_bytes, static_cast<int64_t>(one_conversation * 2.5));
-    EXPECT_NE(format_state_stats(st, 1).find("evicted"), std::string::npos);
+    EXPECT_GT(st.bytes_evicted, 0);
 }
 
 // A hybrid's shape (lfm2-like: conv layers around one attention layer): the KV cache holds

@@ -618,14 +618,16 @@ void FullScreen::Impl::answer_no() {
 }
 
 void FullScreen::Impl::run_command(const std::string& line) {
-    const auto [name, args] = split_command(line);
-    if (name == "/quit" || name == "/exit" || name == "/q") {
+    const auto [typed, args] = split_command(line);
+    // Its other names ("/q", "/?") as the command they stand for.
+    const std::string name = ChatController::command_name(typed);
+    if (name == "/quit") {
         quit = true;
     } else if (name == "/sessions") {
         open_picker();
     } else if (name == "/copy") {
         copy_reply(args);
-    } else if (name == "/help" || name == "/?") {
+    } else if (name == "/help") {
         transcript.add({tui::EntryKind::Notice,
                         ChatController::help_text(/*full_screen=*/true) + "\n" + kKeysHelp});
     } else if (name == "/edit" && args.empty()) {
