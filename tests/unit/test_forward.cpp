@@ -197,9 +197,12 @@ TEST_F(ForwardTest, WatchThatNeverStopsChangesNothing) {
     auto watched_state = make_state(model_->config(), 512);
     auto watched = forward(*model_, *watched_state, pool_, long_ids, LogitsWanted::Last, &watch);
     EXPECT_EQ(max_abs_diff(watched, expected), 0.0);
-    // Between every two layers of both batches, and once between the batches.
+    // Between every two layers of both batches, and once between the batches; more from
+    // inside a layer when one takes longer than ThreadPool::kInterruptionPoll (a loaded
+    // machine), each repeating the last figure: never going back.
     const auto layers = static_cast<size_t>(model_->layers().size());
-    EXPECT_EQ(seen.size(), 2 * (layers - 1) + 1);
+    EXPECT_GE(seen.size(), 2 * (layers - 1) + 1);
+    for (size_t i = 1; i < seen.size(); ++i) EXPECT_GE(seen[i], seen[i - 1]) << i;
     EXPECT_LT(seen.back(), static_cast<double>(long_ids.size()));
 }
 
