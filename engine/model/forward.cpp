@@ -8,6 +8,7 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "engine/model/cpu/cpu_backend.h"
 #include "engine/model/layers.h"
@@ -24,6 +25,9 @@ namespace {
 // stays within the memory bound (peak RSS <= file + state + 64 MiB) while each weight is still
 // reused by 128 tokens, two delta-rule chunks.
 constexpr int64_t kMaxHybridBatch = 128;
+// Largest recurrent state forward() copies at each batch's start so that a stop inside a
+// layer can put it back (Qwen3.5-0.8B's is 18 MiB, a 9B's about 50).
+constexpr uint64_t kMaxRecurrentCopyBytes = 64ull << 20;
 static_assert(kMaxBatch <= KvCache::kRingSlack, "a batch must fit a sliding layer's ring slack");
 
 // One batch (n <= the batch limit, so a sliding layer's rows never overwrite a row one of its
@@ -131,10 +135,16 @@ std::span<const float> forward(const Model& model, InferenceState& st, ThreadPoo
     if (model.device()) device_backend = model.device()->make_backend(st);
     CpuBackend cpu_backend(model, st, pool);
     Backend& backend = device_backend ? *device_backend : cpu_backend;
-    // A watch is asked between the layers only where a batch can be dropped half done: the
-    // CPU (the rows it wrote lie past the cache's length) and no recurrent state (which would
-    // have folded in part of the batch).
-    const bool per_layer = watch != nullptr && !device_backend && !is_hybrid(c.family);
+    // A watch is asked between the layers only where a batch can be dropped half done: on the
+    // CPU (the rows it wrote lie past the cache's length), and for a hybrid only when its
+    // recurrent state (which folds in the batch layer by layer) can be copied at each batch's
+    // start and put back: up to kMaxRecurrentCopyBytes, a few milliseconds of memcpy against a
+    // batch's hundreds. A larger state keeps stopping between batches only.
+    const bool hybrid = is_hybrid(c.family);
+    const bool per_layer = watch != nullptr && !device_backend &&
+                           (!hybrid || st.recurrent.bytes() <= kMaxRecurrentCopyBytes);
+    std::vector<float> recurrent_at_batch_start;  // [st.recurrent.data().size()] when used
+    if (per_layer && hybrid) recurrent_at_batch_start.resize(st.recurrent.data().size());
     const double n_layers = static_cast<double>(std::max<size_t>(1, model.layers().size()));
     int64_t batch_start = 0, batch_len = 0;
     double tokens_done = 0;  // what the watch last heard
@@ -155,6 +165,10 @@ std::span<const float> forward(const Model& model, InferenceState& st, ThreadPoo
             batch_start = b;
             batch_len = len;
             auto chunk = tokens.subspan(static_cast<size_t>(b), static_cast<size_t>(len));
+            if (!recurrent_at_batch_start.empty()) {
+                std::copy(st.recurrent.data().begin(), st.recurrent.data().end(),
+                          recurrent_at_batch_start.begin());
+            }
             bool done = false;
             try {
                 if (wanted == LogitsWanted::All) {
@@ -177,7 +191,15 @@ std::span<const float> forward(const Model& model, InferenceState& st, ThreadPoo
             // before stay evaluated.
             if (!done || (watch != nullptr && b + len < n &&
                           !(*watch)(static_cast<double>(b + len)))) {
-                if (!done) roll_back(st, st.kv.length());
+                if (!done) {
+                    roll_back(st, st.kv.length());
+                    // The hybrid's state as it was before the dropped batch (its position
+                    // was not moved: forward_batch sets it only on success).
+                    if (!recurrent_at_batch_start.empty()) {
+                        std::copy(recurrent_at_batch_start.begin(),
+                                  recurrent_at_batch_start.end(), st.recurrent.data().begin());
+                    }
+                }
                 throw EvaluationStopped(st.kv.length() - start);
             }
         }

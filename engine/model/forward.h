@@ -19,10 +19,11 @@ enum class LogitsWanted { Last, All, None };
 // Watches a long evaluation (a pasted prompt of thousands of tokens) so a front end can show
 // how far it got and stop it. Called with how many of the call's tokens are evaluated: on the
 // CPU between the layers of each batch (a batch counts in proportion to its finished layers)
-// and, every ThreadPool::kInterruptionPoll, between the tasks of a layer's parallel sections,
-// for the hybrid families and on a GPU after each batch (their recurrent state, or the
-// device's queue, cannot be left in the middle of a batch). Returning false stops the
-// evaluation there: forward() throws EvaluationStopped.
+// and, every ThreadPool::kInterruptionPoll, between the tasks of a layer's parallel sections
+// (a hybrid's recurrent state is copied at each batch's start and put back on such a stop,
+// when it is at most 64 MiB; a larger one is asked after each batch only); on a GPU after
+// each batch (the device's queue cannot be left in the middle of one). Returning false stops
+// the evaluation there: forward() throws EvaluationStopped.
 using EvaluationWatch = std::function<bool(double tokens_done)>;
 
 // forward() stopped by its watch. The batches evaluated before the stop stay in the state (its
