@@ -6,11 +6,11 @@
 #include <string>
 #include <vector>
 
-#include "app/cli_hints.h"
-#include "app/commands.h"
-#include "app/model_locator.h"
-#include "app/session_adapter.h"
-#include "ui/terminal_text.h"
+#include "app/cli/cli_hints.h"
+#include "app/commands/commands.h"
+#include "app/models/model_locator.h"
+#include "app/store/session_adapter.h"
+#include "ui/io/terminal_text.h"
 
 int main(int argc, char** argv) {
     CLI::App app{"ember: fast local LLM inference and chat in the terminal", "ember"};

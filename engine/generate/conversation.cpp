@@ -21,12 +21,6 @@
 
 namespace ember {
 
-const char* const kChatMlTemplate =
-    "{%- for message in messages -%}"
-    "{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' }}"
-    "{%- endfor -%}"
-    "{%- if add_generation_prompt -%}{{ '<|im_start|>assistant\\n' }}{%- endif -%}";
-
 std::string_view thinking_end_name(ThinkingEnd end) {
     switch (end) {
         case ThinkingEnd::None:

@@ -13,6 +13,13 @@ namespace ember {
 class GgufFile;
 class Tokenizer;
 
+// Gemma's turn format (the published instruction models' template writes the same text): the
+// BOS, each message as `<start_of_turn>ROLE\n` + its trimmed text + `<end_of_turn>\n`, the
+// assistant's role named "model", a system message folded into the first user turn ahead of a
+// blank line, and `<start_of_turn>model\n` to ask for the reply
+// (assets/templates/gemma_turns.jinja, compiled in).
+extern const char* const kGemmaTurnTemplate;
+
 struct ChatTemplateChoice {
     std::string source;     // Jinja source
     bool from_file = false;  // the file's own template

@@ -1,6 +1,6 @@
 // Context brought into a conversation, through the real binary, real SQLite files and a real
 // terminal (tmux): -f FILE (repeatable) and stdin joined with -p in the documented format
-// (ui/attachments.h), for `ember chat -p`, scripted chat and `ember run`; text that is not
+// (ui/io/attachments.h), for `ember chat -p`, scripted chat and `ember run`; text that is not
 // text refused with one line; /file and /run in the full-screen chat and in line mode (token
 // count shown, binary and too-large files refused, nothing run without a yes); a file
 // attached first being a shared prefix that a new conversation resumes warm.

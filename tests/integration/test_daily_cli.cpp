@@ -210,22 +210,14 @@ TEST(Bench, TheBandwidthProbeStaysInProportionToAShortRun) {
         << r.out;
 }
 
-// The README's --tools example, files as it shows them, run from the tools file's folder.
+// The README's --tools example as it ships (assets/examples/tools.json and weather.sh), run
+// from the tools file's folder.
 TEST(ReadmeTools, TheExampleRunsAsWrittenAndABadProgramStopsTheStart) {
     EMBER_REQUIRE_FIXTURE(kQwen3);
     TempDir dir;
-    std::ofstream(dir.file("tools.json")) << R"([{"type": "function",
-  "function": {"name": "get_weather", "description": "Current weather in a city",
-               "parameters": {"type": "object",
-                              "properties": {"city": {"type": "string"}},
-                              "required": ["city"]}},
-  "command": ["./weather.sh", "--metric"],
-  "timeout_seconds": 10}])";
-    std::ofstream(dir.file("weather.sh"))
-        << "#!/bin/sh\n"
-           "# Reads the call's arguments, {\"city\": ...}, on stdin.\n"
-           "read -r args\n"
-           "echo \"Sunny, 18 C (arguments: $args)\"\n";
+    const fs::path examples = fs::path(EMBER_SOURCE_DIR) / "assets" / "examples";
+    fs::copy_file(examples / "tools.json", dir.file("tools.json"));
+    fs::copy_file(examples / "weather.sh", dir.file("weather.sh"));
     fs::permissions(dir.file("weather.sh"), fs::perms::owner_all);
     const auto in_dir = [&](const std::string& command) {
         return run_command({"/bin/sh", "-c",
@@ -250,6 +242,31 @@ TEST(ReadmeTools, TheExampleRunsAsWrittenAndABadProgramStopsTheStart) {
               std::string::npos)
         << r.err;
     EXPECT_EQ(r.out, "");
+}
+
+// The example config file (assets/examples/config.json) as the user's: its preset starts a
+// chat, and the preset's settings are the ones the run reports.
+TEST(ExampleConfig, ItsPresetStartsAChat) {
+    EMBER_REQUIRE_FIXTURE(kQwen3);
+    TempDir dir;
+    fs::create_directories(dir.path() / "config" / "ember");
+    fs::copy_file(fs::path(EMBER_SOURCE_DIR) / "assets" / "examples" / "config.json",
+                  dir.path() / "config" / "ember" / "config.json");
+    const auto r = run_command(
+        {"/usr/bin/env", "XDG_CONFIG_HOME=" + (dir.path() / "config").string(), ember_binary(),
+         "chat", "-m", fixture_path(kQwen3), "-t", "1", "-n", "2", "--think", "off", "--no-db",
+         "--preset", "code", "-p", "hi", "--jsonl"},
+        "", 120);
+    ASSERT_EQ(r.status, 0) << r.err;
+    EXPECT_NE(r.out.find("\"finish\""), std::string::npos) << r.out;
+    // A preset the file does not hold is refused, naming it and the ones it has.
+    const auto missing = run_command(
+        {"/usr/bin/env", "XDG_CONFIG_HOME=" + (dir.path() / "config").string(), ember_binary(),
+         "chat", "-m", fixture_path(kQwen3), "--no-db", "--preset", "poem", "-p", "hi"},
+        "", 120);
+    EXPECT_NE(missing.status, 0);
+    EXPECT_NE(missing.err.find("poem"), std::string::npos) << missing.err;
+    EXPECT_NE(missing.err.find("code"), std::string::npos) << missing.err;
 }
 
 }  // namespace

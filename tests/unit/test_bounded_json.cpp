@@ -10,7 +10,7 @@
 #include "engine/generate/constrained.h"
 #include "engine/grammar/grammar.h"
 #include "engine/util/bounded_json.h"
-#include "ui/tool_set.h"
+#include "ui/tools/tool_set.h"
 
 namespace ember {
 namespace {

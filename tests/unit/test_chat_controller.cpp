@@ -18,9 +18,9 @@
 #include "engine/util/thread_pool.h"
 #include "tests/support/fixtures.h"
 #include "tests/support/temp_dir.h"
-#include "ui/chat_controller.h"
-#include "ui/line_mode.h"
-#include "ui/session_backend.h"
+#include "ui/chat/chat_controller.h"
+#include "ui/line/line_mode.h"
+#include "ui/chat/session_backend.h"
 
 namespace ember::test {
 namespace {

@@ -14,9 +14,9 @@
 #include <string>
 
 #include "tests/support/temp_dir.h"
-#include "ui/builtin_tools.h"
-#include "ui/tool_runner.h"
-#include "ui/tool_set.h"
+#include "ui/tools/builtin_tools.h"
+#include "ui/tools/tool_runner.h"
+#include "ui/tools/tool_set.h"
 
 namespace ember::ui {
 namespace {

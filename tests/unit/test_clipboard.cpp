@@ -1,7 +1,7 @@
 // What /copy picks from a reply and how OSC 52 carries it (the tmux test covers the terminal).
 #include <gtest/gtest.h>
 
-#include "ui/clipboard.h"
+#include "ui/io/clipboard.h"
 
 namespace ember::ui {
 namespace {

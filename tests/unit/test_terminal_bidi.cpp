@@ -1,4 +1,4 @@
-// Invisible format characters on a terminal (ui/terminal_text.h): the bidirectional controls
+// Invisible format characters on a terminal (ui/io/terminal_text.h): the bidirectional controls
 // that can make a line read differently from what it holds, and the zero-width ones that hide
 // inside words, are shown as "<U+XXXX>". The UTF-8 bytes below are written out by hand from
 // the code points, never produced by the code under test.
@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "ui/terminal_text.h"
+#include "ui/io/terminal_text.h"
 
 namespace ember::ui {
 namespace {

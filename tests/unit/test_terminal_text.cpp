@@ -1,4 +1,4 @@
-// The terminal sanitizer (ui/terminal_text.h): every expected string below is written out by
+// The terminal sanitizer (ui/io/terminal_text.h): every expected string below is written out by
 // hand from the rules in the header (C0 -> U+2400 + c, DEL -> U+2421, C1 -> "<U+00XX>",
 // ill-formed UTF-8 -> U+FFFD per maximal ill-formed part), as UTF-8 bytes where that is
 // clearer, never produced by the code under test.
@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "ui/terminal_text.h"
+#include "ui/io/terminal_text.h"
 
 namespace ember::ui {
 namespace {

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "ui/progress.h"
+#include "ui/io/progress.h"
 #include "ui/tui/markdown.h"
 #include "ui/tui/text.h"
 #include "ui/tui/transcript.h"

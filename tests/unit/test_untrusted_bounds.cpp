@@ -30,7 +30,7 @@
 #include "sessions/sqlite.h"
 #include "tests/support/sanitizers.h"
 #include "tests/support/temp_dir.h"
-#include "ui/builtin_tools.h"
+#include "ui/tools/builtin_tools.h"
 
 namespace ember::test {
 namespace {

@@ -8,8 +8,8 @@
 #include "engine/grammar/gbnf.h"
 #include "engine/template/template_strings.h"
 #include "engine/util/utf8.h"
-#include "ui/attachments.h"
-#include "ui/terminal_text.h"
+#include "ui/io/attachments.h"
+#include "ui/io/terminal_text.h"
 #include "ui/tui/text.h"
 
 namespace ember {

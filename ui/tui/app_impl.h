@@ -11,7 +11,7 @@
 #include <thread>
 #include <vector>
 
-#include "ui/chat_controller.h"
+#include "ui/chat/chat_controller.h"
 #include "ui/tui/full_screen.h"
 #include "ui/tui/input.h"
 #include "ui/tui/keys.h"

@@ -2,7 +2,7 @@
 // (Ctrl-X Ctrl-E) and /copy to the system clipboard.
 #include <algorithm>
 
-#include "ui/clipboard.h"
+#include "ui/io/clipboard.h"
 #include "ui/tui/app_impl.h"
 #include "ui/tui/editor.h"
 

@@ -10,7 +10,7 @@
 #include <memory>
 #include <string>
 
-#include "ui/chat_controller.h"
+#include "ui/chat/chat_controller.h"
 
 namespace ember::ui {
 

@@ -16,7 +16,7 @@
 #endif
 #include <curses.h>
 
-#include "ui/terminal_text.h"
+#include "ui/io/terminal_text.h"
 #include "ui/tui/text.h"
 
 namespace ember::ui::tui {

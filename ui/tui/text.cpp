@@ -3,7 +3,7 @@
 #include <utf8proc.h>
 
 #include "engine/util/utf8.h"
-#include "ui/terminal_text.h"
+#include "ui/io/terminal_text.h"
 
 namespace ember::ui::tui {
 

@@ -35,7 +35,7 @@ void for_each_cluster(std::string_view text, Visit&& visit);
 int display_width(std::string_view text);
 
 // Text safe to hand to the terminal: control characters (other than '\n') and invalid UTF-8
-// become the visible stand-ins of ui/terminal_text.h ("␛", "␍", "<U+009B>", U+FFFD), a tab
+// become the visible stand-ins of ui/io/terminal_text.h ("␛", "␍", "<U+009B>", U+FFFD), a tab
 // becomes spaces up to the next multiple of 4 columns. A model's reply may contain anything;
 // an escape sequence must never reach the terminal.
 std::string sanitize(std::string_view text);

@@ -8,7 +8,7 @@
 #include <string_view>
 #include <vector>
 
-#include "ui/progress.h"
+#include "ui/io/progress.h"
 #include "ui/tui/app_impl.h"
 #include "ui/tui/text.h"
 

@@ -14,7 +14,7 @@
 #include <variant>
 #include <vector>
 
-#include "ui/chat_controller.h"
+#include "ui/chat/chat_controller.h"
 
 namespace ember::ui::tui {
 
