@@ -262,7 +262,8 @@ void migrate(Database& db, int target) {
         throw SqliteError("session database '" + db.path() + "': schema version " +
                           std::to_string(have) +
                           " is negative (PRAGMA user_version was set by something other than "
-                          "ember; this one knows 0 to " + std::to_string(kSchemaVersion) + ")");
+                          "ember; this one knows 0 to " +
+                          std::to_string(kSchemaVersion) + ")");
     }
     if (have > kSchemaVersion) {
         throw SqliteError("session database '" + db.path() + "': schema version " +
@@ -279,8 +280,10 @@ void migrate(Database& db, int target) {
         const int now = db.user_version();
         if (now < 0 || now > kSchemaVersion) {
             throw SqliteError("session database '" + db.path() + "': schema version " +
-                              std::to_string(now) + " changed under this ember to one it does "
-                              "not know (0 to " + std::to_string(kSchemaVersion) + ")");
+                              std::to_string(now) +
+                              " changed under this ember to one it does "
+                              "not know (0 to " +
+                              std::to_string(kSchemaVersion) + ")");
         }
         if (now >= version) continue;
         db.exec(migration.sql);

@@ -456,9 +456,9 @@ std::vector<StoredMessage> SessionStore::branch(const ConversationInfo& c, int64
             // without its history, silently). A missing parent means the root and
             // everything above it are lost.
             if (path.empty()) {
-                throw DamagedConversation(c.public_id, "its current message (" +
-                                                           std::to_string(id) +
-                                                           ") is not in the conversation");
+                throw DamagedConversation(
+                    c.public_id,
+                    "its current message (" + std::to_string(id) + ") is not in the conversation");
             }
             throw DamagedConversation(c.public_id, "message " + std::to_string(path.back().id) +
                                                        " has a parent (" + std::to_string(id) +
@@ -545,16 +545,11 @@ std::string SessionStore::export_json(const ConversationInfo& c, bool ascii_only
         "conversation " + c.public_id + ": its stored settings (the sampling column)");
     if (sampling.is_discarded()) sampling = c.sampling_json;
     shortest_float_decimals(sampling);
-    json out = {{"id", c.public_id},
-                {"title", c.title},
-                {"model", c.model},
-                {"model_fingerprint", c.model_fingerprint},
-                {"model_path", c.model_path},
-                {"system_prompt", c.system_prompt},
-                {"sampling", sampling},
-                {"created_at", c.created_at},
-                {"updated_at", c.updated_at},
-                {"current_leaf", c.current_leaf}};
+    json out = {{"id", c.public_id},          {"title", c.title},
+                {"model", c.model},           {"model_fingerprint", c.model_fingerprint},
+                {"model_path", c.model_path}, {"system_prompt", c.system_prompt},
+                {"sampling", sampling},       {"created_at", c.created_at},
+                {"updated_at", c.updated_at}, {"current_leaf", c.current_leaf}};
     json branch_ids = json::array();
     for (const StoredMessage& m : branch(c)) branch_ids.push_back(m.id);
     out["branch"] = branch_ids;

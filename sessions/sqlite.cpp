@@ -1,7 +1,6 @@
 #include "sessions/sqlite.h"
 
 #include <sqlite3.h>
-
 #include <sys/stat.h>
 
 #include <cctype>
@@ -109,11 +108,10 @@ void Database::open_read_only() {
         if (size_of(wal) > 0) {
             sqlite3_close(db_);
             db_ = nullptr;
-            throw SqliteError("session database '" + path_ +
-                              "' is read-only and its write-ahead log '" + wal +
-                              "' holds changes that SQLite cannot read without creating '" +
-                              path_ + "-shm' (" + why +
-                              "); open it once where its directory can be written");
+            throw SqliteError(
+                "session database '" + path_ + "' is read-only and its write-ahead log '" + wal +
+                "' holds changes that SQLite cannot read without creating '" + path_ + "-shm' (" +
+                why + "); open it once where its directory can be written");
         }
         // No log: the file alone is the whole database, so reading it as immutable (no
         // locks, no -shm) sees every committed change.
@@ -152,8 +150,8 @@ void Database::set_progress_check(std::function<bool()> keep_going) {
     // within some tens of milliseconds (4,096 steps let a VACUUM run 1.5 s before asking).
     constexpr int kSteps = 256;
     sqlite3_progress_handler(
-        db_, kSteps,
-        [](void* self) { return static_cast<Database*>(self)->keep_going_() ? 0 : 1; }, this);
+        db_, kSteps, [](void* self) { return static_cast<Database*>(self)->keep_going_() ? 0 : 1; },
+        this);
 }
 
 void Database::fail(std::string_view doing) const {

@@ -389,11 +389,10 @@ int64_t StateStore::load_chain(const std::vector<BlockRow>& chain, int64_t have,
     if (loads.empty()) return have;
     // Blocks write their own rows, so they can be restored side by side; but a sliding
     // layer's ring slot serves positions a window apart, and the later block must write last.
-    const int threads =
-        kv.ring_positions() > 0
-            ? 1
-            : fan_out_threads(std::min<int64_t>(kMaxRestoreThreads,
-                                                static_cast<int64_t>(loads.size())));
+    const int threads = kv.ring_positions() > 0
+                            ? 1
+                            : fan_out_threads(std::min<int64_t>(
+                                  kMaxRestoreThreads, static_cast<int64_t>(loads.size())));
     // The chunks, before threads write into them (a blob reaching past the context is
     // refused by apply_kv_rows and dropped).
     kv.reserve(std::min(loads.back().end, kv.capacity()), KvCache::Pages::SmallPages);

@@ -27,11 +27,11 @@ double ms_since(Clock::time_point t0) {
 
 // Per-token times of one rep, milliseconds, summed over its tokens.
 struct RepTimes {
-    double forward = 0;      // one-token forward pass
-    double plain = 0;        // the unconstrained draw
-    double constrained = 0;  // the draw through the grammar (best candidates, else the mask)
-    double full_mask = 0;    // a whole-vocabulary mask, every token
-    double worst_mask = 0;   // the slowest single mask
+    double forward = 0;        // one-token forward pass
+    double plain = 0;          // the unconstrained draw
+    double constrained = 0;    // the draw through the grammar (best candidates, else the mask)
+    double full_mask = 0;      // a whole-vocabulary mask, every token
+    double worst_mask = 0;     // the slowest single mask
     int64_t masks_needed = 0;  // constrained draws the best candidates did not settle
     int64_t documents = 0;     // JSON texts completed (the grammar restarts after each)
 };
@@ -78,12 +78,14 @@ RepTimes run_rep(const Model& model, InferenceState& state, ThreadPool& pool,
         t.full_mask += mask;
         t.worst_mask = std::max(t.worst_mask, mask);
         constraint.accept(next);
-        if (constraint.finished() || (constraint.complete() && !constraint.matcher().can_continue())) {
+        if (constraint.finished() ||
+            (constraint.complete() && !constraint.matcher().can_continue())) {
             ++t.documents;
             constraint.reset();
         }
         t0 = Clock::now();
-        logits = forward(model, state, pool, std::span<const int32_t>(&next, 1), LogitsWanted::Last);
+        logits =
+            forward(model, state, pool, std::span<const int32_t>(&next, 1), LogitsWanted::Last);
         t.forward += ms_since(t0);
     }
     t.masks_needed = filter.masks;
@@ -105,7 +107,8 @@ int run_bench_grammar(const BenchGrammarArgs& a) {
     const std::vector<int32_t> prompt = tok.encode("Reply with the order as JSON:");
     auto state = make_state(model->config(), static_cast<int64_t>(prompt.size()) + a.gen + 8,
                             kv_type_of(a.kv_type));
-    run_rep(*model, *state, pool, constraint, prompt, std::min<int64_t>(a.gen, 16), a.seed);  // warm-up
+    run_rep(*model, *state, pool, constraint, prompt, std::min<int64_t>(a.gen, 16),
+            a.seed);  // warm-up
     std::vector<double> forward, plain, constrained, full, worst;
     int64_t masks = 0, documents = 0;
     for (int r = 0; r < a.reps; ++r) {
@@ -121,28 +124,29 @@ int run_bench_grammar(const BenchGrammarArgs& a) {
     }
     const double decode_ms = median(forward) + median(plain);
     const double grammar_ms = std::max(0.0, median(constrained) - median(plain));
-    nlohmann::json j = {
-        {"model", a.model},
-        {"vocab", trie->vocab_size()},
-        {"trie_nodes", trie->nodes().size()},
-        {"trie_build_ms", trie_ms},
-        {"threads", a.threads},
-        {"tokens_per_rep", a.gen},
-        {"reps", a.reps},
-        {"decode_ms_per_token", decode_ms},
-        {"grammar_ms_per_token", grammar_ms},
-        {"grammar_share_of_decode", grammar_ms / decode_ms},
-        {"full_mask_ms_per_token", median(full)},
-        {"full_mask_share_of_decode", median(full) / decode_ms},
-        {"worst_full_mask_ms", *std::max_element(worst.begin(), worst.end())},
-        {"draws_needing_the_mask", static_cast<double>(masks) / static_cast<double>(a.gen * a.reps)},
-        {"json_documents_completed", documents}};
+    nlohmann::json j = {{"model", a.model},
+                        {"vocab", trie->vocab_size()},
+                        {"trie_nodes", trie->nodes().size()},
+                        {"trie_build_ms", trie_ms},
+                        {"threads", a.threads},
+                        {"tokens_per_rep", a.gen},
+                        {"reps", a.reps},
+                        {"decode_ms_per_token", decode_ms},
+                        {"grammar_ms_per_token", grammar_ms},
+                        {"grammar_share_of_decode", grammar_ms / decode_ms},
+                        {"full_mask_ms_per_token", median(full)},
+                        {"full_mask_share_of_decode", median(full) / decode_ms},
+                        {"worst_full_mask_ms", *std::max_element(worst.begin(), worst.end())},
+                        {"draws_needing_the_mask",
+                         static_cast<double>(masks) / static_cast<double>(a.gen * a.reps)},
+                        {"json_documents_completed", documents}};
     if (a.json_out) {
         std::printf("%s\n", j.dump().c_str());
         return 0;
     }
     std::printf(
-        "vocabulary %zu tokens (trie %zu nodes, built in %.0f ms); %lld tokens x %d reps, %d threads\n"
+        "vocabulary %zu tokens (trie %zu nodes, built in %.0f ms); %lld tokens x %d reps, %d "
+        "threads\n"
         "decode            %8.3f ms/token (forward + plain draw)\n"
         "grammar           %8.3f ms/token (%.1f%% of decode; %.0f%% of draws needed the mask)\n"
         "full mask         %8.3f ms/token (%.1f%% of decode; worst %.3f ms)\n",

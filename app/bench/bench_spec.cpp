@@ -58,8 +58,7 @@ std::vector<Workload> workloads() {
         {"high-overlap", "reindent code",
          "Reformat this code with four-space indents.\n\n" + code + "\n" + code},
         {"high-overlap", "edit a code block",
-         "Rename the function mean to average in this code.\n\nBefore:\n" + code +
-             "\nAfter:\n"},
+         "Rename the function mean to average in this code.\n\nBefore:\n" + code + "\nAfter:\n"},
         {"high-overlap", "renumber a list",
          "Renumber this list so that it starts at 10.\n\n" + list + "\nRenumbered:\n10."},
         {"high-overlap", "quote the question",
@@ -68,8 +67,7 @@ std::vector<Workload> workloads() {
         {"no-overlap", "write a story",
          "Write a short story about a lighthouse keeper who finds a message in a "
          "bottle on a stormy night."},
-        {"no-overlap", "explain",
-         "Explain how a refrigerator keeps food cold, in plain words."},
+        {"no-overlap", "explain", "Explain how a refrigerator keeps food cold, in plain words."},
         {"no-overlap", "write a story (penalized)",
          "Write a short story about a lighthouse keeper who finds a message in a "
          "bottle on a stormy night.",
@@ -181,10 +179,9 @@ int run_bench_spec(const BenchSpecArgs& a) {
         for (const auto& r : rows) {
             std::printf("%-13s %-26s %-7.1f %-6s %10.1f %10.2f %8.2f  %s\n",
                         r["workload"].get<std::string>().c_str(),
-                        r["task"].get<std::string>().c_str(),
-                        r["presence_penalty"].get<double>(), r["spec"].get<std::string>().c_str(),
-                        r["decode_tps"].get<double>(), r["acceptance_rate"].get<double>(),
-                        r["speedup"].get<double>(),
+                        r["task"].get<std::string>().c_str(), r["presence_penalty"].get<double>(),
+                        r["spec"].get<std::string>().c_str(), r["decode_tps"].get<double>(),
+                        r["acceptance_rate"].get<double>(), r["speedup"].get<double>(),
                         r["reply_loops"].get<bool>() ? "yes (high-hit)" : "no");
         }
         std::printf("ids of off and ngram rows equal: %s\n", all_equal ? "yes" : "NO");

@@ -19,7 +19,7 @@ struct BenchSpecArgs {
     KvType kv_type = KvType::F16;
     std::string activations = "auto";  // --activations
     std::string gpu = "auto";          // --gpu
-    SpeculationOptions speculation;  // enabled is set per row
+    SpeculationOptions speculation;    // enabled is set per row
 };
 
 // Median of the values (0 for none); the benchmarks report medians of their repetitions.

@@ -58,7 +58,8 @@ struct BenchArgs {
     // "ngram": compare n-gram speculation with plain decoding instead (app/bench/bench_spec.cpp).
     std::string spec;
     int draft_max = SpeculationOptions{}.draft_max;
-    // --json-schema / --grammar: the constrained-decoding cost instead (app/bench/bench_grammar.cpp).
+    // --json-schema / --grammar: the constrained-decoding cost instead
+    // (app/bench/bench_grammar.cpp).
     OutputFormatFlags output_format;
 };
 

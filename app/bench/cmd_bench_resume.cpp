@@ -23,9 +23,9 @@
 #include <string>
 #include <vector>
 
+#include "app/cli/stop_signals.h"
 #include "app/commands/commands.h"
 #include "app/models/model_locator.h"
-#include "app/cli/stop_signals.h"
 #include "engine/model/model.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "sessions/sqlite.h"
@@ -62,10 +62,10 @@ struct BenchResumeOptions {
     int64_t tokens = 2000;
     int threads = 0;
     bool json_out = false;
-    std::string kv_type = "f16";  // the chat processes' --kv-type (chat's default)
+    std::string kv_type = "f16";       // the chat processes' --kv-type (chat's default)
     std::string activations = "auto";  // --activations
     std::string gpu = "auto";          // --gpu
-    std::string keep_dir;         // keep the databases here instead of a temporary directory
+    std::string keep_dir;              // keep the databases here instead of a temporary directory
 };
 
 constexpr double kTtftLimit = 0.05;  // warm TTFT must be at most this fraction of cold (issue 15)
@@ -228,17 +228,28 @@ std::string filler_message(int index, int words) {
 std::vector<std::string> chat_args(const BenchResumeOptions& o, const std::string& model,
                                    const std::string& db, int reply_tokens) {
     const int threads = o.threads > 0 ? o.threads : default_threads();
-    return {"ember",     "chat",
-            "-m",        model,
-            "--db",      db,
-            "--script",  "--jsonl",
-            "--temp",    "0",
-            "--think",   "off",
-            "-n",        std::to_string(reply_tokens),
-            "-t",        std::to_string(threads),
-            "--kv-type", o.kv_type,
-            "--activations", o.activations,
-            "--gpu",         o.gpu};
+    return {"ember",
+            "chat",
+            "-m",
+            model,
+            "--db",
+            db,
+            "--script",
+            "--jsonl",
+            "--temp",
+            "0",
+            "--think",
+            "off",
+            "-n",
+            std::to_string(reply_tokens),
+            "-t",
+            std::to_string(threads),
+            "--kv-type",
+            o.kv_type,
+            "--activations",
+            o.activations,
+            "--gpu",
+            o.gpu};
 }
 
 int64_t num(const json& j, const char* key) {

@@ -112,9 +112,8 @@ json run_level(const std::string& url, const std::string& model, int run, int n_
                const BenchServeOptions& o) {
     std::vector<std::vector<RequestSample>> per_client(static_cast<size_t>(n_clients));
     const auto start = std::chrono::steady_clock::now();
-    fan_out(n_clients, [&](int c) {
-        per_client[static_cast<size_t>(c)] = run_client(url, model, run, c, o);
-    });
+    fan_out(n_clients,
+            [&](int c) { per_client[static_cast<size_t>(c)] = run_client(url, model, run, c, o); });
     const double wall =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     std::vector<double> ttft, latency;

@@ -92,7 +92,6 @@ void add_kv_type_option(CLI::App* cmd, std::string& kv_type) {
         ->check(CLI::IsMember({"f32", "f16", "q8_0"}));
 }
 
-
 KvType kv_type_of(const std::string& kv_type) {
     const std::optional<KvType> t = parse_kv_type(kv_type);
     if (!t) throw CLI::ValidationError("--kv-type", kv_type + " not in {f32,f16,q8_0}");

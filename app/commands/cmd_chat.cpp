@@ -9,28 +9,28 @@
 #include <limits>
 #include <sstream>
 
-#include "app/models/chat_models.h"
 #include "app/cli/cli_checks.h"
-#include "app/commands/commands.h"
-#include "app/models/model_locator.h"
 #include "app/cli/output_format.h"
-#include "app/models/recorded_model.h"
-#include "app/remote/remote_chat.h"
-#include "app/remote/client.h"
-#include "app/store/session_adapter.h"
 #include "app/cli/stop_signals.h"
+#include "app/commands/commands.h"
+#include "app/models/chat_models.h"
+#include "app/models/model_locator.h"
+#include "app/models/recorded_model.h"
+#include "app/remote/client.h"
+#include "app/remote/remote_chat.h"
+#include "app/store/session_adapter.h"
 #include "engine/generate/constrained.h"
 #include "engine/generate/conversation.h"
 #include "engine/model/model.h"
 #include "engine/util/thread_pool.h"
-#include "ui/io/attachments.h"
 #include "ui/chat/chat_controller.h"
 #include "ui/chat/chat_engine.h"
-#include "ui/line/line_mode.h"
 #include "ui/chat/presets.h"
-#include "ui/scripted/scripted.h"
 #include "ui/chat/session_backend.h"
+#include "ui/io/attachments.h"
 #include "ui/io/terminal_text.h"
+#include "ui/line/line_mode.h"
+#include "ui/scripted/scripted.h"
 #include "ui/tools/tool_turns.h"
 #include "ui/tui/full_screen.h"
 
@@ -62,7 +62,7 @@ struct ChatOptions {
     bool plain = false;    // line mode even where the curses UI could run
     bool verbose = false;  // a line of numbers after each reply (/set stats)
     bool show_thinking = false;
-    bool progress = false;  // --progress: a long prompt's evaluation reported as it goes
+    bool progress = false;            // --progress: a long prompt's evaluation reported as it goes
     OutputFormatFlags output_format;  // --json-schema, --grammar (scripted chats)
     bool no_spec = false;
     int draft_max = 6;
@@ -110,9 +110,11 @@ void load_tools(ChatOptions& o) {
     for (const std::string& name : o.builtin_tools) tools->add_builtin(name);
     ui::ChatToolSettings& settings = o.tools;
     if (!o.builtin_tools.empty()) {
-        settings.root = std::make_shared<const ui::ToolRoot>(o.tool_root.empty() ? "." : o.tool_root);
+        settings.root =
+            std::make_shared<const ui::ToolRoot>(o.tool_root.empty() ? "." : o.tool_root);
     } else if (!o.tool_root.empty()) {
-        throw CLI::ValidationError("--tool-root", "applies to the built-in tools (--builtin-tools)");
+        throw CLI::ValidationError("--tool-root",
+                                   "applies to the built-in tools (--builtin-tools)");
     }
     if (o.tool_choice == "auto") {
         settings.choice = ToolChoice::Auto;
@@ -430,7 +432,8 @@ int run_remote_chat(ChatOptions& o) {
                                    "and --grammar need the local engine, not --remote");
     }
     if (o.tools.enabled()) {
-        throw CLI::ValidationError("--tools", "and --builtin-tools need the local engine, not --remote");
+        throw CLI::ValidationError("--tools",
+                                   "and --builtin-tools need the local engine, not --remote");
     }
     if (!o.template_file.empty() || o.ctx > 0) {
         throw std::runtime_error(
@@ -527,9 +530,9 @@ void add_tool_options(CLI::App* cmd, ChatOptions& o) {
     for (const std::string& name : ui::builtin_tool_names()) {
         builtins += (builtins.empty() ? "" : ", ") + name;
     }
-    cmd->add_option("--builtin-tools", o.builtin_tools,
-                    "Offer these built-in read-only tools (" + builtins +
-                        "), confined to --tool-root")
+    cmd->add_option(
+           "--builtin-tools", o.builtin_tools,
+           "Offer these built-in read-only tools (" + builtins + "), confined to --tool-root")
         ->delimiter(',')
         ->type_name("NAMES");
     cmd->add_option("--tool-root", o.tool_root,
@@ -545,7 +548,6 @@ void add_tool_options(CLI::App* cmd, ChatOptions& o) {
 }
 
 }  // namespace
-
 
 void register_chat_command(CLI::App& app, std::vector<Command>& out) {
     auto o = std::make_shared<ChatOptions>();
@@ -634,22 +636,21 @@ void register_chat_command(CLI::App& app, std::vector<Command>& out) {
                     "A named preset of the config file (\"presets\": {NAME: {\"system\": ..., "
                     "\"sampling\": {...}}}), under the flags")
         ->type_name("NAME");
-    out.push_back({cmd, [o, cmd] {
-                       // Default sampling settings from the config file, under the flags.
-                       const nlohmann::json config = load_config();
-                       apply_config_sampling(config, *cmd, o->sampling);
-                       o->seed_given =
-                           cmd->count("--seed") > 0 ||
-                           (config.contains("sampling") && config["sampling"].contains("seed"));
-                       o->presets = ui::parse_presets(config, config_path());
-                       o->preset_base = {
-                           o->sampling,
-                           o->seed_given ? std::optional(o->sampling.seed) : std::nullopt,
-                           o->system};
-                       o->settings_given = settings_given(*o, *cmd);
-                       if (!o->preset.empty()) apply_preset(*o, *cmd);
-                       return run_chat(*o);
-                   }});
+    out.push_back(
+        {cmd, [o, cmd] {
+             // Default sampling settings from the config file, under the flags.
+             const nlohmann::json config = load_config();
+             apply_config_sampling(config, *cmd, o->sampling);
+             o->seed_given = cmd->count("--seed") > 0 ||
+                             (config.contains("sampling") && config["sampling"].contains("seed"));
+             o->presets = ui::parse_presets(config, config_path());
+             o->preset_base = {o->sampling,
+                               o->seed_given ? std::optional(o->sampling.seed) : std::nullopt,
+                               o->system};
+             o->settings_given = settings_given(*o, *cmd);
+             if (!o->preset.empty()) apply_preset(*o, *cmd);
+             return run_chat(*o);
+         }});
 }
 
 }  // namespace ember::app

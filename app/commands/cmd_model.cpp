@@ -17,9 +17,9 @@
 #include <thread>
 
 #include "app/cli/cli_checks.h"
+#include "app/cli/output_format.h"
 #include "app/commands/commands.h"
 #include "app/models/model_locator.h"
-#include "app/cli/output_format.h"
 #include "engine/generate/constrained.h"
 #include "engine/generate/conversation.h"
 #include "engine/generate/default_template.h"
@@ -32,8 +32,8 @@
 #include "engine/sampling/sampling_ranges.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "engine/util/thread_pool.h"
-#include "ui/io/attachments.h"
 #include "ui/chat/chat_engine.h"
+#include "ui/io/attachments.h"
 #include "ui/io/terminal_text.h"
 
 namespace ember::app {
@@ -55,8 +55,8 @@ struct RunOptions {
     bool json_out = false;
     bool ignore_eos = false;
     bool no_bos = false;
-    int64_t ctx = 0;              // 0: context_for() decides
-    std::string kv_type = "f16";  // as chat
+    int64_t ctx = 0;                   // 0: context_for() decides
+    std::string kv_type = "f16";       // as chat
     std::string activations = "auto";  // --activations
     std::string gpu = "auto";          // --gpu
     bool no_spec = false;
@@ -374,25 +374,24 @@ void register_model_commands(CLI::App& app, std::vector<Command>& out) {
         ->capture_default_str()
         ->check(CLI::Range(1, 16));
     add_output_format_options(run, run_opts->output_format);
-    out.push_back({run, [run_opts, run, prompt_opt, ids_opt, file_opt] {
-                       if (prompt_opt->count() == 0 && ids_opt->count() == 0 &&
-                           file_opt->count() == 0) {
-                           throw CLI::ValidationError("give a prompt with -p TEXT or --ids 1,2,3");
-                       }
-                       if (ids_opt->count() == 0) {
-                           // Files, then stdin with -p, then the prompt (ui/io/attachments.h).
-                           run_opts->prompt = ui::join_attachments(
-                               ui::command_line_attachments(run_opts->files,
-                                                            prompt_opt->count() > 0),
-                               run_opts->prompt);
-                       }
-                       run_opts->ids_given = ids_opt->count() > 0;
-                       // Sampled output differs from run to run unless --seed is given.
-                       if (run->count("--seed") == 0) {
-                           run_opts->sampling.seed = ui::ReplySeeds().take();
-                       }
-                       return run_completion(*run_opts);
-                   }});
+    out.push_back(
+        {run, [run_opts, run, prompt_opt, ids_opt, file_opt] {
+             if (prompt_opt->count() == 0 && ids_opt->count() == 0 && file_opt->count() == 0) {
+                 throw CLI::ValidationError("give a prompt with -p TEXT or --ids 1,2,3");
+             }
+             if (ids_opt->count() == 0) {
+                 // Files, then stdin with -p, then the prompt (ui/io/attachments.h).
+                 run_opts->prompt = ui::join_attachments(
+                     ui::command_line_attachments(run_opts->files, prompt_opt->count() > 0),
+                     run_opts->prompt);
+             }
+             run_opts->ids_given = ids_opt->count() > 0;
+             // Sampled output differs from run to run unless --seed is given.
+             if (run->count("--seed") == 0) {
+                 run_opts->sampling.seed = ui::ReplySeeds().take();
+             }
+             return run_completion(*run_opts);
+         }});
 
     auto eval_opts = std::make_shared<EvalOptions>();
     auto* eval =

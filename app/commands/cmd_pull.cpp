@@ -1,4 +1,5 @@
-// ember pull OWNER/REPO[:QUANT|FILE]: a GGUF model from a Hugging Face-style hub (app/models/hub_pull.h).
+// ember pull OWNER/REPO[:QUANT|FILE]: a GGUF model from a Hugging Face-style hub
+// (app/models/hub_pull.h).
 #include <curl/curl.h>
 
 #include <cstdio>

@@ -61,8 +61,12 @@ int run_render(const RenderOptions& o, bool bos_given, bool eos_given) {
         ChatTemplateChoice choice = choose_chat_template(*file, tok);
         source = std::move(choice.source);
         if (!choice.from_file) {
-            ui::TextWriter(stderr).raw("ember: ").text(o.model).raw(" has no chat template (")
-                .text(choice.description).raw(")\n");
+            ui::TextWriter(stderr)
+                .raw("ember: ")
+                .text(o.model)
+                .raw(" has no chat template (")
+                .text(choice.description)
+                .raw(")\n");
         }
         if (!bos_given && tok.bos_id() != kNoToken) bos = tok.token_to_piece(tok.bos_id(), true);
         if (!eos_given && tok.eos_id() != kNoToken) eos = tok.token_to_piece(tok.eos_id(), true);
@@ -147,7 +151,8 @@ void register_render_command(CLI::App& app, std::vector<Command>& out) {
                   "Do not open an assistant turn at the end");
     auto* bos = cmd->add_option("--bos", o->bos, "bos_token text (default: the model's)");
     auto* eos = cmd->add_option("--eos", o->eos, "eos_token text (default: the model's)");
-    cmd->add_option("--date", o->date, "The date strftime_now() gives, YYYY-MM-DD (default: today)");
+    cmd->add_option("--date", o->date,
+                    "The date strftime_now() gives, YYYY-MM-DD (default: today)");
     cmd->add_option("--var", o->vars, "Template variable NAME=JSON (repeatable)");
     out.push_back({cmd, [o, m, t, bos, eos] {
                        if (m->count() == 0 && t->count() == 0) {

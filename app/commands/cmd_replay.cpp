@@ -31,8 +31,8 @@
 #include "app/commands/commands.h"
 #include "app/models/model_locator.h"
 #include "app/models/recorded_model.h"
-#include "app/remote/remote_chat.h"
 #include "app/remote/client.h"
+#include "app/remote/remote_chat.h"
 #include "app/store/session_adapter.h"
 #include "engine/generate/conversation.h"
 #include "engine/model/model.h"
@@ -193,8 +193,7 @@ struct ReplayCounts {
 // reply after it; leaves the stored reply in the conversation.
 void replay_turn(ui::ChatEngine& conv, Sampler& sampler, const sessions::StoredMessage& user,
                  const sessions::StoredMessage& stored, bool same_model, int64_t vocab_size,
-                 int64_t stored_max, const SpeculationOptions& speculation,
-                 ReplayCounts& counts) {
+                 int64_t stored_max, const SpeculationOptions& speculation, ReplayCounts& counts) {
     conv.add_message(ChatMessage{"user", user.content, {}, {}});
     GenerateOptions generation;
     generation.max_tokens = token_limit(stored, stored_max);
@@ -390,11 +389,12 @@ int replay_branch(ui::ChatEngine& conv, Sampler& sampler, const SamplingParams& 
 void print_replay_header(const sessions::ConversationInfo& info, const std::string& model,
                          const SamplingParams& sampling) {
     const ui::TextWriter out(stdout);
-    std::printf("replaying %s: %lld turns with %s, temperature %g (each reply from the seed "
-                "stored with it; else seed %llu)\n",
-                out.shown(info.public_id).c_str(), static_cast<long long>(info.turns),
-                out.shown(model).c_str(), static_cast<double>(sampling.temperature),
-                static_cast<unsigned long long>(sampling.seed));
+    std::printf(
+        "replaying %s: %lld turns with %s, temperature %g (each reply from the seed "
+        "stored with it; else seed %llu)\n",
+        out.shown(info.public_id).c_str(), static_cast<long long>(info.turns),
+        out.shown(model).c_str(), static_cast<double>(sampling.temperature),
+        static_cast<unsigned long long>(sampling.seed));
 }
 
 // The conversation's turns asked of an OpenAI-compatible server: --remote, else the one it
@@ -449,8 +449,8 @@ int run_regenerate(sessions::SessionStore& store, const sessions::ConversationIn
         return run_remote_regenerate(store, info, o);
     }
     // Without -m: the model the conversation was recorded with, found again if it moved.
-    auto model = load_model(o.model.empty() ? recorded_model_path(info, stdout)
-                                            : model_path_for(o.model));
+    auto model =
+        load_model(o.model.empty() ? recorded_model_path(info, stdout) : model_path_for(o.model));
     const bool same_model = model->fingerprint() == info.model_fingerprint;
     if (!same_model) {
         const ui::TextWriter out(stdout);

@@ -2,7 +2,6 @@
 // database's prefix-state store behind its slots.
 #include <pthread.h>
 #include <signal.h>
-
 #include <unistd.h>
 
 #include <atomic>
@@ -32,7 +31,7 @@ struct ServeOptions {
     std::string api_key_env;
     int parallel = 4;
     int64_t ctx = 0;
-    std::string kv_type = "f16";  // as chat
+    std::string kv_type = "f16";       // as chat
     std::string activations = "auto";  // --activations
     std::string gpu = "auto";          // --gpu
     int threads = 0;
@@ -103,8 +102,8 @@ int run_serve(const ServeOptions& o) {
         throw CLI::ValidationError(
             "--max-connections",
             std::to_string(o.max_connections) + " leaves no room beside --parallel " +
-                std::to_string(o.parallel) + " and --max-waiting " +
-                std::to_string(o.max_waiting) + " (each request holds a connection)");
+                std::to_string(o.parallel) + " and --max-waiting " + std::to_string(o.max_waiting) +
+                " (each request holds a connection)");
     }
     serve::ServerOptions so;
     so.host = o.host;

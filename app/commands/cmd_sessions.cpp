@@ -10,11 +10,11 @@
 #include <optional>
 
 #include "app/cli/cli_checks.h"
+#include "app/cli/stop_signals.h"
 #include "app/commands/commands.h"
 #include "app/models/model_locator.h"
 #include "app/store/session_adapter.h"
 #include "app/store/state_stats_text.h"
-#include "app/cli/stop_signals.h"
 #include "engine/model/model.h"
 #include "engine/util/utc_time.h"
 #include "engine/util/utf8.h"
@@ -361,8 +361,9 @@ int run_prune(const SessionsOptions& o) {
         db->exec_retrying_busy("PRAGMA wal_checkpoint(TRUNCATE)");
     } catch (const std::exception& e) {
         if (stop.raised() != 0) {
-            return stopped("the file keeps its size for now (VACUUM rolled back); prune again "
-                           "shrinks it");
+            return stopped(
+                "the file keeps its size for now (VACUUM rolled back); prune again "
+                "shrinks it");
         }
         elapsed.clear();
         out.raw("the file keeps its size for now (VACUUM: ")

@@ -48,8 +48,7 @@ ChatModels::ChatModels(ChatModelSettings settings, ThreadPool& pool)
 
 ChatModels::~ChatModels() = default;
 
-int64_t ChatModels::context_for(const Model& model, bool cap_to_training,
-                                std::string& note) const {
+int64_t ChatModels::context_for(const Model& model, bool cap_to_training, std::string& note) const {
     const int64_t trained = model.config().n_ctx_train;
     if (settings_.context <= 0) {
         return default_context_size(model.config(), settings_.conversation.kv_type);

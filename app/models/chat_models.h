@@ -58,8 +58,7 @@ public:
     std::string current_name() const override;
     std::string current_path() const override { return path_; }
     std::vector<std::string> candidates() override;
-    std::string switch_to(const std::string& name,
-                          const std::function<bool()>& stop = {}) override;
+    std::string switch_to(const std::string& name, const std::function<bool()>& stop = {}) override;
 
 private:
     // The context `model` runs with: --ctx (capped at what it was trained for when

@@ -19,15 +19,16 @@ std::unique_ptr<Model> load_model(const std::string& path, const std::string& ac
     LoadOptions options;
     options.stop = stop;
     const std::optional<ActivationChoice> choice = parse_activation_choice(activations);
-    if (!choice) throw CLI::ValidationError("--activations", activations + " not in {auto,exact,quantized}");
+    if (!choice)
+        throw CLI::ValidationError("--activations", activations + " not in {auto,exact,quantized}");
     options.activations = *choice;
     const std::optional<GpuRequest> request = parse_gpu_request(gpu);
     if (!request) throw CLI::ValidationError("--gpu", gpu + " is not auto, off or a GPU number");
     // EMBER_WEIGHT_PANELS=0 keeps the file's row layout (for measuring the two side by side);
     // a model that may go to a GPU keeps it too (the GPU reads rows).
     const char* panels = std::getenv("EMBER_WEIGHT_PANELS");
-    options.weight_panels = (panels == nullptr || std::string_view(panels) != "0") &&
-                            !gpu_may_run(*request);
+    options.weight_panels =
+        (panels == nullptr || std::string_view(panels) != "0") && !gpu_may_run(*request);
     auto model = Model::load(path, options);
     for (const std::string& w : model->load_warnings()) {
         // Warnings quote the file's metadata.
@@ -35,12 +36,13 @@ std::unique_ptr<Model> load_model(const std::string& path, const std::string& ac
     }
     // The KV cache of the default context at f16 counts against the card's free memory.
     const ModelConfig& c = model->config();
-    const auto kv_bytes = static_cast<uint64_t>(default_context_size(c, KvType::F16)) *
-                          static_cast<uint64_t>(c.n_layer * c.n_head_kv * (c.head_dim + c.value_dim)) *
-                          2;
+    const auto kv_bytes =
+        static_cast<uint64_t>(default_context_size(c, KvType::F16)) *
+        static_cast<uint64_t>(c.n_layer * c.n_head_kv * (c.head_dim + c.value_dim)) * 2;
     if (stop && stop()) throw LoadStopped(path);  // before the upload to a GPU
     const GpuPlacement placed = place_model(*model, *request, kv_bytes);
-    if (!placed.note.empty()) ui::TextWriter(stderr).raw("ember: note: ").text(placed.note).raw("\n");
+    if (!placed.note.empty())
+        ui::TextWriter(stderr).raw("ember: note: ").text(placed.note).raw("\n");
     return model;
 }
 

@@ -103,7 +103,6 @@ std::string join_dir(const std::string& base, const char* rest) {
     return base.empty() ? std::string() : base + "/" + rest;
 }
 
-
 // OWNER/REPO[:QUANT|FILE] named as a model: the file pulled before, or pulled now once the
 // user says yes on a terminal. Without a terminal nothing is downloaded unasked.
 std::string pulled_or_pull(const std::string& requested, const char* origin, bool may_ask) {

@@ -255,8 +255,8 @@ OutputFormat parse_response_format(const json& j, const std::string& body) {
         if (spec == it->end() || !spec->is_object()) {
             throw bad_field("response_format.json_schema", "must be an object");
         }
-        if (auto strict = spec->find("strict"); strict != spec->end() && !strict->is_null() &&
-                                                !strict->is_boolean()) {
+        if (auto strict = spec->find("strict");
+            strict != spec->end() && !strict->is_null() && !strict->is_boolean()) {
             throw bad_field("response_format.json_schema.strict", "must be true or false");
         }
         format.kind = OutputFormatKind::JsonSchema;
@@ -312,7 +312,8 @@ std::vector<ToolCall> parse_message_tool_calls(const json& calls, const std::str
             throw bad_field(where + ".type", "must be \"function\"");
         }
         auto f = c.find("function");
-        if (f == c.end() || !f->is_object()) throw bad_field(where + ".function", "must be an object");
+        if (f == c.end() || !f->is_object())
+            throw bad_field(where + ".function", "must be an object");
         auto name = f->find("name");
         if (name == f->end() || !name->is_string() || name->get<std::string>().empty()) {
             throw bad_field(where + ".function.name", "must be a non-empty string");
@@ -406,21 +407,21 @@ ChatRequest parse_chat_request(const std::string& body, const RequestLimits& lim
         std::string name = role->get<std::string>();
         if (name == "developer") name = "system";  // the newer name for the system role
         if (name != "system" && name != "user" && name != "assistant" && name != "tool") {
-            throw bad_field(where + ".role",
-                            "must be system, developer, user, assistant or tool, not '" + name +
-                                "'");
+            throw bad_field(
+                where + ".role",
+                "must be system, developer, user, assistant or tool, not '" + name + "'");
         }
         auto content = m.find("content");
-        const bool calls = name == "assistant" && m.contains("tool_calls") &&
-                           !m["tool_calls"].is_null();
-        if ((content == m.end() || (content->is_null() && name == "tool")) &&
-            name != "assistant") {
+        const bool calls =
+            name == "assistant" && m.contains("tool_calls") && !m["tool_calls"].is_null();
+        if ((content == m.end() || (content->is_null() && name == "tool")) && name != "assistant") {
             throw bad_field(where + ".content", "is required");
         }
         ChatMessage msg;
         msg.role = name;
         if (content != m.end()) msg.content = message_content(*content, where + ".content");
-        if (calls) msg.tool_calls = parse_message_tool_calls(m["tool_calls"], where + ".tool_calls");
+        if (calls)
+            msg.tool_calls = parse_message_tool_calls(m["tool_calls"], where + ".tool_calls");
         if (name == "tool") {
             auto id = m.find("tool_call_id");
             if (id == m.end() || !id->is_string() || id->get<std::string>().empty()) {
@@ -489,8 +490,9 @@ SamplingParams sampling_for(const SamplingRequest& r, const SamplingParams& defa
     if (r.repeat_penalty) p.repeat_penalty = static_cast<float>(*r.repeat_penalty);
     if (r.top_k) p.top_k = static_cast<int32_t>(*r.top_k);
     // Without a seed in the request each request samples afresh (as OpenAI's API does).
-    p.seed = r.seed ? *r.seed : (static_cast<uint64_t>(std::random_device{}()) << 32) ^
-                                    std::random_device{}();
+    p.seed = r.seed
+                 ? *r.seed
+                 : (static_cast<uint64_t>(std::random_device{}()) << 32) ^ std::random_device{}();
     try {
         p.validate();
     } catch (const std::invalid_argument& e) {

@@ -70,7 +70,7 @@ struct SamplingRequest {
 };
 
 struct ChatRequest {
-    std::string model;  // empty: not given
+    std::string model;                  // empty: not given
     std::vector<ChatMessage> messages;  // tool results and assistant tool_calls included
     SamplingRequest sampling;
     // tools, tool_choice, parallel_tool_calls (tools empty: none offered). The tools keep the

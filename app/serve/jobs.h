@@ -44,9 +44,9 @@ struct Job {
     bool stream = false;
     bool include_usage = false;
     bool ignore_eos = false;
-    OutputFormat response_format;                     // as the request gave it
-    std::shared_ptr<const grammar::Grammar> grammar;  // ... compiled (null: free text)
-    ToolOptions tools;                                // offered functions (chat)
+    OutputFormat response_format;                       // as the request gave it
+    std::shared_ptr<const grammar::Grammar> grammar;    // ... compiled (null: free text)
+    ToolOptions tools;                                  // offered functions (chat)
     ToolCallFormat tool_format = ToolCallFormat::None;  // the template's, for tool_grammar
     // The grammar a reply that must call is held to (tool_choice required or a function), or
     // in auto mode the one each call is held to once it starts (null: none).

@@ -43,8 +43,8 @@ httplib::Server::Handler wrong_method(const std::string& allowed) {
 
 }  // namespace
 
-Routes::Routes(FrontDoor& http, JobRunner& jobs, ReplyWriter& replies,
-               const ServerOptions& options, std::string model_file_name)
+Routes::Routes(FrontDoor& http, JobRunner& jobs, ReplyWriter& replies, const ServerOptions& options,
+               std::string model_file_name)
     : http_(http),
       jobs_(jobs),
       replies_(replies),
@@ -65,12 +65,12 @@ int64_t Routes::max_tokens_for(const std::optional<int64_t>& asked, size_t promp
     const int64_t context = jobs_.context();
     const int64_t room = context - static_cast<int64_t>(prompt_tokens);
     if (room < 1 || (asked && *asked > room)) {
-        throw ApiError(400,
-                       "this model's context holds " + std::to_string(context) +
-                           " tokens; the prompt has " + std::to_string(prompt_tokens) +
-                           (asked ? " and " + std::to_string(*asked) + " more were asked for"
-                                  : std::string()),
-                       asked ? "max_tokens" : "messages", "context_length_exceeded");
+        throw ApiError(
+            400,
+            "this model's context holds " + std::to_string(context) + " tokens; the prompt has " +
+                std::to_string(prompt_tokens) +
+                (asked ? " and " + std::to_string(*asked) + " more were asked for" : std::string()),
+            asked ? "max_tokens" : "messages", "context_length_exceeded");
     }
     return asked ? *asked : room;
 }
@@ -93,8 +93,7 @@ Job Routes::make_job(bool chat, const SamplingRequest& s) {
     return job;
 }
 
-void Routes::handle_chat(const httplib::Request&, const std::string& body,
-                         httplib::Response& res) {
+void Routes::handle_chat(const httplib::Request&, const std::string& body, httplib::Response& res) {
     ChatRequest r = parse_chat_request(body, options_.limits);
     check_model(r.model);
     auto job = std::make_shared<Job>(make_job(true, r.sampling));
@@ -206,9 +205,8 @@ std::string Routes::read_body(httplib::Response& res, const httplib::ContentRead
 
 template <typename F>
 void Routes::post_route(const std::string& path, F handler) {
-    http_.Post(path, guarded([handler](const auto& req, auto& res) {
-                   handler(req, req.body, res);
-               }));
+    http_.Post(path,
+               guarded([handler](const auto& req, auto& res) { handler(req, req.body, res); }));
     http_.Post(path, [this, handler](const httplib::Request& req, httplib::Response& res,
                                      const httplib::ContentReader& read) {
         guarded([&](const httplib::Request& r, httplib::Response& s) {
@@ -264,9 +262,9 @@ void Routes::install() {
     limits.max_body = options_.max_body_bytes;
     limits.max_connections = options_.max_connections;
     http_.set_limits(limits);
-    http_.set_refusal_body(dump_json(error_json(
-        ApiError(503, "the server has " + std::to_string(options_.max_connections) +
-                          " connections open (--max-connections); retry later"))));
+    http_.set_refusal_body(dump_json(
+        error_json(ApiError(503, "the server has " + std::to_string(options_.max_connections) +
+                                     " connections open (--max-connections); retry later"))));
     // Called once a request's headers are in, before its body is read.
     http_.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
         return authorized(req, res) ? httplib::Server::HandlerResponse::Unhandled

@@ -30,10 +30,10 @@ namespace ember::serve {
 
 struct ServerOptions {
     std::string host = "127.0.0.1";
-    int port = 8080;          // 0: any free port (bind() says which)
-    std::string api_key;      // empty: no key needed; otherwise "Authorization: Bearer KEY"
-    int parallel = 1;         // slots
-    size_t max_waiting = 64;  // requests waiting for a slot at most; more get 503
+    int port = 8080;               // 0: any free port (bind() says which)
+    std::string api_key;           // empty: no key needed; otherwise "Authorization: Bearer KEY"
+    int parallel = 1;              // slots
+    size_t max_waiting = 64;       // requests waiting for a slot at most; more get 503
     size_t max_connections = 512;  // connections served at once; more get 503 unread
     size_t max_body_bytes = size_t{4} << 20;
     int read_timeout_seconds = 10;  // a read that stalls longer, or headers slower, drop it

@@ -100,30 +100,33 @@ json ReplyWriter::delta_chunk(const Job& job, json delta, const json& finish) co
 
 bool ReplyWriter::stream_job(Job& job, SlotLease& lease, httplib::DataSink& sink) {
     auto send = [&](const std::string& text) { return sink.write(text.data(), text.size()); };
-    bool client_gone = !send(
-        sse_event(delta_chunk(job, json{{"role", "assistant"}, {"content", ""}}, nullptr)));
+    bool client_gone =
+        !send(sse_event(delta_chunk(job, json{{"role", "assistant"}, {"content", ""}}, nullptr)));
     if (client_gone) {
         log_line(options_, job.id + " client left before generation started");
         return false;
     }
     TurnResult r;
     try {
-        r = jobs_.generate(job, lease, [&](const std::string& text, TextKind kind) {
-            if (text.empty()) return true;
-            const char* field = kind == TextKind::Thinking ? "reasoning_content" : "content";
-            if (!send(sse_event(delta_chunk(job, json{{field, text}}, nullptr)))) {
-                client_gone = true;
-                return false;  // stops generating: the client closed the connection
-            }
-            return true;
-        }, [&](const ToolCallDelta& delta) {
-            const json piece = {{"tool_calls", tool_call_delta_json(delta)}};
-            if (!send(sse_event(delta_chunk(job, piece, nullptr)))) {
-                client_gone = true;
-                return false;
-            }
-            return true;
-        });
+        r = jobs_.generate(
+            job, lease,
+            [&](const std::string& text, TextKind kind) {
+                if (text.empty()) return true;
+                const char* field = kind == TextKind::Thinking ? "reasoning_content" : "content";
+                if (!send(sse_event(delta_chunk(job, json{{field, text}}, nullptr)))) {
+                    client_gone = true;
+                    return false;  // stops generating: the client closed the connection
+                }
+                return true;
+            },
+            [&](const ToolCallDelta& delta) {
+                const json piece = {{"tool_calls", tool_call_delta_json(delta)}};
+                if (!send(sse_event(delta_chunk(job, piece, nullptr)))) {
+                    client_gone = true;
+                    return false;
+                }
+                return true;
+            });
     } catch (const std::exception& e) {
         send(sse_event(error_json(ApiError(500, e.what()))));
         log_line(options_, job.id + " failed: " + e.what());
@@ -155,29 +158,27 @@ bool ReplyWriter::stream_job(Job& job, SlotLease& lease, httplib::DataSink& sink
     return true;
 }
 
-void ReplyWriter::log_cut_short(const Job& job, const TurnResult& r, int slot,
-                                CutShort why) const {
+void ReplyWriter::log_cut_short(const Job& job, const TurnResult& r, int slot, CutShort why) const {
     const std::string tokens = std::to_string(r.ids.size());
     const std::string where = " (slot " + std::to_string(slot) + ")";
     if (why == CutShort::ClientGone) {
         log_line(options_, job.id + " client disconnected after " + tokens +
                                " tokens; generation cancelled" + where);
     } else {
-        log_line(options_, job.id + " cancelled after " + tokens +
-                               " tokens: the server is stopping" + where);
+        log_line(options_,
+                 job.id + " cancelled after " + tokens + " tokens: the server is stopping" + where);
     }
 }
 
 void ReplyWriter::log_turn(const Job& job, const TurnResult& r, int slot) const {
-    log_line(options_,
-             job.id + " slot " + std::to_string(slot) + ": prompt " +
-                 std::to_string(r.prompt_tokens) + " tokens (" + std::to_string(r.tokens_reused) +
-                 " reused, " + std::to_string(r.tokens_restored) +
-                 " of them from the state store), " + std::to_string(r.ids.size()) +
-                 " generated, " + finish_reason_text(r) +
-                 (r.tool_calls.empty()
-                      ? std::string()
-                      : ", " + std::to_string(r.tool_calls.size()) + " tool call(s)"));
+    log_line(
+        options_,
+        job.id + " slot " + std::to_string(slot) + ": prompt " + std::to_string(r.prompt_tokens) +
+            " tokens (" + std::to_string(r.tokens_reused) + " reused, " +
+            std::to_string(r.tokens_restored) + " of them from the state store), " +
+            std::to_string(r.ids.size()) + " generated, " + finish_reason_text(r) +
+            (r.tool_calls.empty() ? std::string()
+                                  : ", " + std::to_string(r.tool_calls.size()) + " tool call(s)"));
     for (const auto& w : r.warnings) log_line(options_, job.id + " warning: " + w);
 }
 

@@ -68,8 +68,8 @@ void check_db_path(const std::string& path) {
     if (path == ":memory:") return;
     if (path.starts_with("file:")) {
         throw std::runtime_error("session database '" + path +
-                                 "': SQLite URIs are not taken; give the file's path (./" +
-                                 path + " for a file whose name starts with file:)");
+                                 "': SQLite URIs are not taken; give the file's path (./" + path +
+                                 " for a file whose name starts with file:)");
     }
     std::error_code ec;
     const fs::file_status st = fs::status(path, ec);
@@ -79,9 +79,9 @@ void check_db_path(const std::string& path) {
     }
     const char* kind = st.type() == fs::file_type::character || st.type() == fs::file_type::block
                            ? "a device"
-                       : st.type() == fs::file_type::fifo ? "a FIFO"
+                       : st.type() == fs::file_type::fifo   ? "a FIFO"
                        : st.type() == fs::file_type::socket ? "a socket"
-                                                             : "not a regular file";
+                                                            : "not a regular file";
     throw std::runtime_error("session database '" + path + "' is " + kind +
                              ", not a database file (--no-db chats without saving)");
 }
@@ -149,10 +149,11 @@ std::unique_ptr<sessions::Database> open_read_only(const std::string& path,
         empty = tables.column_int(0) == 0;
     }
     if (version != sessions::kSchemaVersion && !empty) {
-        throw std::runtime_error(read_only_line(path, why) + " and at schema version " +
-                                 std::to_string(version) + ", which this ember reads only after "
-                                 "upgrading it to " + std::to_string(sessions::kSchemaVersion) +
-                                 ": open it once where it can be written");
+        throw std::runtime_error(
+            read_only_line(path, why) + " and at schema version " + std::to_string(version) +
+            ", which this ember reads only after "
+            "upgrading it to " +
+            std::to_string(sessions::kSchemaVersion) + ": open it once where it can be written");
     }
     ui::TextWriter(stderr)
         .raw("session database '")
@@ -428,8 +429,7 @@ std::string SqliteSessionBackend::stats_text() {
 void SqliteSessionBackend::set_model(const SessionDefaults& model) {
     if (current_) {
         try {
-            store_.set_model(current_->id, model.model, model.model_fingerprint,
-                             model.model_path);
+            store_.set_model(current_->id, model.model, model.model_fingerprint, model.model_path);
         } catch (const std::exception&) {
             write_failed_ = true;
             throw;
@@ -458,15 +458,15 @@ std::string chat_settings_json(const SamplingParams& p, const ConversationOption
                                 {"frequency_penalty", decimal(p.frequency_penalty)},
                                 {"penalty_last_n", p.penalty_last_n},
                                 {"seed", p.seed}};
-    j["chat"] = {{"template_vars", c.template_vars},
-                 {"max_thinking_tokens", c.max_thinking_tokens},
-                 {"stop_strings", c.stop_strings},
-                 {"context", c.context},
-                 {"kv_type", kv_type_name(c.kv_type)},
-                 {"template_override", !c.template_override.empty()},
-                 {"max_tokens", max_tokens},
-                 {"speculation",
-                  {{"enabled", speculation.enabled}, {"draft_max", speculation.draft_max}}}};
+    j["chat"] = {
+        {"template_vars", c.template_vars},
+        {"max_thinking_tokens", c.max_thinking_tokens},
+        {"stop_strings", c.stop_strings},
+        {"context", c.context},
+        {"kv_type", kv_type_name(c.kv_type)},
+        {"template_override", !c.template_override.empty()},
+        {"max_tokens", max_tokens},
+        {"speculation", {{"enabled", speculation.enabled}, {"draft_max", speculation.draft_max}}}};
     return j.dump();
 }
 

@@ -34,8 +34,8 @@ std::shared_ptr<const grammar::TokenTrie> make_harmony_token_trie(const Tokenize
         if (piece.find('\x01') == std::string::npos) pieces[i] = std::move(piece);
     }
     const std::pair<TokenId, const char*> named[] = {
-        {markers.start, "start"}, {markers.end, "end"},   {markers.message, "message"},
-        {markers.channel, "channel"}, {markers.ret, "return"}, {markers.call, "call"},
+        {markers.start, "start"},        {markers.end, "end"},    {markers.message, "message"},
+        {markers.channel, "channel"},    {markers.ret, "return"}, {markers.call, "call"},
         {markers.constrain, "constrain"}};
     std::vector<int32_t> ends;
     for (const TokenId id : tokenizer.eog_ids()) {
@@ -95,12 +95,11 @@ std::shared_ptr<const grammar::Grammar> compile_output_format(const OutputFormat
             } catch (const JsonLimitError& e) {
                 throw grammar::SchemaError(e.what(), "", "/");
             } catch (const nlohmann::json::exception& e) {
-                throw grammar::SchemaError(std::string("the JSON schema is not valid JSON: ") +
-                                               e.what(),
-                                           "", "/");
+                throw grammar::SchemaError(
+                    std::string("the JSON schema is not valid JSON: ") + e.what(), "", "/");
             }
-            out = std::make_shared<const grammar::Grammar>(grammar::parse_gbnf(
-                grammar::json_schema_to_gbnf(parsed, budget), "root", budget));
+            out = std::make_shared<const grammar::Grammar>(
+                grammar::parse_gbnf(grammar::json_schema_to_gbnf(parsed, budget), "root", budget));
             break;
         }
     }

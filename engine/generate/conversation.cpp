@@ -4,7 +4,6 @@
 #include <chrono>
 #include <stdexcept>
 
-#include "engine/template/template.h"
 #include "engine/generate/constrained.h"
 #include "engine/generate/control_text.h"
 #include "engine/generate/default_template.h"
@@ -17,6 +16,7 @@
 #include "engine/model/forward.h"
 #include "engine/model/model.h"
 #include "engine/model/recurrent_state.h"
+#include "engine/template/template.h"
 #include "engine/tokenizer/tokenizer.h"
 
 namespace ember {
@@ -324,9 +324,10 @@ void Conversation::clear() {
 void Conversation::set_tools(ToolOptions tools) {
     validate_tool_options(tools);
     if (tools.active() && tool_format_ == ToolCallFormat::None) {
-        throw ToolError("this model's chat template has no tool-call format Ember knows (Qwen3/"
-                        "Hermes <tool_call>, Llama 3 JSON, gpt-oss harmony, Gemma 3)",
-                        "tools");
+        throw ToolError(
+            "this model's chat template has no tool-call format Ember knows (Qwen3/"
+            "Hermes <tool_call>, Llama 3 JSON, gpt-oss harmony, Gemma 3)",
+            "tools");
     }
     *tools_ = std::move(tools);
 }
@@ -349,7 +350,7 @@ void Conversation::share_vocabulary_tries(const Conversation& other) {
 }
 
 Conversation::RenderedPrompt Conversation::render_marked(size_t n_messages,
-                                                        bool generation_prompt) const {
+                                                         bool generation_prompt) const {
     std::span<const ChatMessage> messages(messages_.data(), std::min(n_messages, messages_.size()));
     const ToolOptions* tools = tools_.get();
     // Control-token text in the tools' definitions and in replayed calls stays text, as in
@@ -429,8 +430,7 @@ const Tokenizer& Conversation::tokenizer() const {
     return model_.tokenizer();
 }
 
-std::vector<int32_t> Conversation::tokenize_segment(std::string_view text, size_t begin,
-                                                    size_t end,
+std::vector<int32_t> Conversation::tokenize_segment(std::string_view text, size_t begin, size_t end,
                                                     const std::vector<TextRange>& literal,
                                                     const std::function<bool()>* stop) const {
     // The literal ranges inside [begin, end), relative to begin.
@@ -696,8 +696,7 @@ TurnResult Conversation::respond(Sampler& sampler, const GenerateOptions& genera
 
 bool Conversation::evaluate_and_generate(const std::vector<int32_t>& tokens, size_t reuse,
                                          ReplySetup reply, Sampler& sampler,
-                                         const GenerateOptions& generation,
-                                         TurnResult& result) {
+                                         const GenerateOptions& generation, TurnResult& result) {
     reply.prompt.assign(tokens.begin() + static_cast<ptrdiff_t>(reuse), tokens.end());
     // The turn's whole prompt counts in its progress: a hybrid evaluates most of it here,
     // generate() the rest.
@@ -873,9 +872,8 @@ bool Conversation::generate_reply(ReplySetup reply, Sampler& sampler,
         result.thinking_end = ThinkingEnd::Budget;
     }
 
-    ReplyStream router(tok, harmony, options_.stop_strings,
-                       may_think && thinking.allows_thinking(), starts_in_thinking,
-                       starts_in_final, !generation.ignore_eos, *reply.on_text);
+    ReplyStream router(tok, harmony, options_.stop_strings, may_think && thinking.allows_thinking(),
+                       starts_in_thinking, starts_in_final, !generation.ignore_eos, *reply.on_text);
     if (tools_on) router.enable_tool_calls(tool_format_, *tools_, *reply.on_tool_call);
     ReplyTally tally(router, thinking, generation.max_tokens, result);
     const TokenCallback on_token = [&tally](int32_t id) { return tally.take(id); };
@@ -911,8 +909,8 @@ bool Conversation::generate_reply(ReplySetup reply, Sampler& sampler,
     if (thinking.forced() != ThinkingEnd::None && gen.finish == FinishReason::Cancelled) {
         result.thinking_end = thinking.forced();
         const std::string closing = router.force_end_thinking(ThinkingPolicy::kTransition);
-        finish = answer_after_thinking(closing, gen.ids.back(), sampler, unbounded, on_token,
-                                       result);
+        finish =
+            answer_after_thinking(closing, gen.ids.back(), sampler, unbounded, on_token, result);
     }
     router.finish();
     result.warnings = router.warnings();

@@ -19,9 +19,9 @@
 #include <vector>
 
 #include "engine/generate/generate.h"
-#include "engine/tokenizer/tokenizer.h"
 #include "engine/generate/prefix_store.h"
 #include "engine/model/state.h"
+#include "engine/tokenizer/tokenizer.h"
 
 namespace ember {
 
@@ -114,7 +114,7 @@ struct TurnResult {
     // A prefill stopped part way (GenerateOptions::stop_prefill): the prompt tokens left
     // unevaluated (what was evaluated stays in the state for the next turn); 0 otherwise.
     int64_t tokens_not_evaluated = 0;
-    int64_t tokens_dropped = 0;    // dropped from the start to fit the context
+    int64_t tokens_dropped = 0;  // dropped from the start to fit the context
     int64_t messages_dropped = 0;
     // Output that broke the model's chat format (harmony, tool calls), shown as plain text
     // instead.
@@ -250,8 +250,7 @@ private:
         std::string text;
         std::vector<TextRange> literal;
     };
-    RenderedPrompt render_marked(size_t n_messages = SIZE_MAX,
-                                 bool generation_prompt = true) const;
+    RenderedPrompt render_marked(size_t n_messages = SIZE_MAX, bool generation_prompt = true) const;
     std::vector<int32_t> tokenize_prompt(const RenderedPrompt& prompt,
                                          const std::function<bool()>* stop = nullptr) const;
     // text[begin, end) tokenized as part of a rendered prompt (`literal`: message text, see
@@ -281,8 +280,7 @@ private:
     FinishReason answer_after_thinking(const std::string& closing, int32_t last_sampled,
                                        Sampler& sampler, GenerateOptions& unbounded,
                                        const TokenCallback& on_token, TurnResult& result);
-    void prepare_speculation(const GenerateOptions& generation,
-                             const std::vector<int32_t>& tokens);
+    void prepare_speculation(const GenerateOptions& generation, const std::vector<int32_t>& tokens);
     // After a reply: what the state holds becomes cached_, and the store keeps it (now, or
     // when store_pending_state() is called).
     void remember_evaluated(const std::vector<int32_t>& tokens, const TurnResult& result);
@@ -306,7 +304,7 @@ private:
     // channels of messages, `analysis` the thinking.
     std::unique_ptr<const HarmonyTokens> harmony_;
     ToolCallFormat tool_format_{};
-    std::unique_ptr<ToolOptions> tools_;  // never null
+    std::unique_ptr<ToolOptions> tools_;            // never null
     std::shared_ptr<const VocabularyTries> tries_;  // never null; share_vocabulary_tries()
     bool replies_think() const { return template_knows_thinking_ || harmony_ != nullptr; }
     std::string bos_text_, eos_text_;
@@ -333,9 +331,9 @@ private:
     // Evaluates tokens[reuse..] and generates the reply (generate_reply, `reply` without its
     // prompt); a prefill stopped part way (generation.stop_prefill) ends the turn Cancelled
     // with what was evaluated kept.
-    bool evaluate_and_generate(const std::vector<int32_t>& tokens, size_t reuse,
-                               ReplySetup reply, Sampler& sampler,
-                               const GenerateOptions& generation, TurnResult& result);
+    bool evaluate_and_generate(const std::vector<int32_t>& tokens, size_t reuse, ReplySetup reply,
+                               Sampler& sampler, const GenerateOptions& generation,
+                               TurnResult& result);
     size_t last_message_start(const std::vector<int32_t>& tokens) const;
     void save_snapshot_to_store(int slot, const std::vector<int32_t>& tokens);
     int64_t thinking_budget_on_ = 4096;  // the budget to return to when thinking is switched on

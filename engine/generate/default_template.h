@@ -21,7 +21,7 @@ class Tokenizer;
 extern const char* const kGemmaTurnTemplate;
 
 struct ChatTemplateChoice {
-    std::string source;     // Jinja source
+    std::string source;      // Jinja source
     bool from_file = false;  // the file's own template
     // For `ember info` and warnings: "from the model", or which fallback and why.
     std::string description;

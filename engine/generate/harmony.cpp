@@ -233,7 +233,8 @@ bool HarmonyRouter::open_call(const std::string& recipient) {
 
 void HarmonyRouter::call_text(const std::string& text) {
     calls_.back().arguments += text;
-    if (*on_call_ && !(*on_call_)(ToolCallDelta{calls_.size() - 1, {}, {}, text})) cancelled_ = true;
+    if (*on_call_ && !(*on_call_)(ToolCallDelta{calls_.size() - 1, {}, {}, text}))
+        cancelled_ = true;
 }
 
 void HarmonyRouter::close_call() {

@@ -27,8 +27,8 @@ bool is_space(char c) {
 }
 
 bool is_name_char(char c) {
-    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-           c == '_' || c == '-' || c == '.';
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
+           c == '-' || c == '.';
 }
 
 size_t skip_space(std::string_view text, size_t at) {
@@ -82,8 +82,10 @@ HeaderScan scan_header(std::string_view text, size_t& at) {
         return m == Match::No ? fail("the object does not start with \"name\"") : scan;
     }
     scan.named = true;
-    if ((m = literal(":")) != Match::Yes) return m == Match::No ? fail("no ':' after \"name\"") : scan;
-    if ((m = literal("\"")) != Match::Yes) return m == Match::No ? fail("the name is not a string") : scan;
+    if ((m = literal(":")) != Match::Yes)
+        return m == Match::No ? fail("no ':' after \"name\"") : scan;
+    if ((m = literal("\"")) != Match::Yes)
+        return m == Match::No ? fail("the name is not a string") : scan;
     size_t end = at;
     while (end < text.size() && is_name_char(text[end]) && end - at <= kMaxNameBytes) ++end;
     if (end - at > kMaxNameBytes) return fail("the function name is too long");
@@ -100,7 +102,8 @@ HeaderScan scan_header(std::string_view text, size_t& at) {
     if (args == Match::No && params == Match::No) return fail("no \"arguments\" after the name");
     if (args != Match::Yes && params != Match::Yes) return scan;
     at += args == Match::Yes ? 11 : 12;
-    if ((m = literal(":")) != Match::Yes) return m == Match::No ? fail("no ':' after the key") : scan;
+    if ((m = literal(":")) != Match::Yes)
+        return m == Match::No ? fail("no ':' after the key") : scan;
     at = skip_space(text, at);
     if (at == text.size()) return scan;
     if (text[at] != '{' && text[at] != '"') return fail("the arguments are not an object");
@@ -223,7 +226,8 @@ bool ToolCallParser::step(bool at_end) {
             const size_t close = buf_.find(kHermesClose);
             if (close == std::string::npos) {
                 // Keep what may be the start of the closing tag.
-                buf_.erase(0, at_end ? buf_.size() : buf_.size() - partial_suffix(buf_, kHermesClose));
+                buf_.erase(0,
+                           at_end ? buf_.size() : buf_.size() - partial_suffix(buf_, kHermesClose));
                 return false;
             }
             buf_.erase(0, close + kHermesClose.size());
@@ -257,8 +261,8 @@ bool ToolCallParser::step_start(bool at_end) {
         if (fence == Match::Partial) return undecided();
         if (fence == Match::Yes) {
             size_t end = at + kFence.size();
-            while (end < buf_.size() && (std::isalnum(static_cast<unsigned char>(buf_[end])) ||
-                                         buf_[end] == '_')) {
+            while (end < buf_.size() &&
+                   (std::isalnum(static_cast<unsigned char>(buf_[end])) || buf_[end] == '_')) {
                 ++end;
             }
             if (end == buf_.size()) return undecided();

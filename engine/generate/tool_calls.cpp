@@ -65,9 +65,10 @@ ojson plain_message(const ChatMessage& m) {
     if (!m.tool_calls.empty()) {
         ojson calls = ojson::array();
         for (const ToolCall& c : m.tool_calls) {
-            calls.push_back({{"id", c.id},
-                             {"type", "function"},
-                             {"function", {{"name", c.name}, {"arguments", arguments_value(c.arguments)}}}});
+            calls.push_back(
+                {{"id", c.id},
+                 {"type", "function"},
+                 {"function", {{"name", c.name}, {"arguments", arguments_value(c.arguments)}}}});
         }
         j["tool_calls"] = std::move(calls);
     }
@@ -85,7 +86,8 @@ std::string gemma_tool_preamble(const ojson& tools) {
     for (const auto& t : tools) functions.push_back(t.at("function"));
     return "You have access to functions. If you decide to invoke any of the function(s), you "
            "MUST put it in the format of\n"
-           "{\"name\": function name, \"parameters\": dictionary of argument name and its value}\n\n"
+           "{\"name\": function name, \"parameters\": dictionary of argument name and its "
+           "value}\n\n"
            "You SHOULD NOT include any other text in the response if you call a function\n" +
            functions.dump(2) + "\n\n";
 }
@@ -202,7 +204,7 @@ TemplateMessages template_messages(std::span<const ChatMessage> messages, ToolCa
 
 std::string harmony_sentinel(std::string_view marker) {
     static constexpr std::pair<std::string_view, char> kLetters[] = {
-        {"start", 's'},   {"end", 'e'},  {"message", 'm'},  {"channel", 'h'},
+        {"start", 's'},  {"end", 'e'},  {"message", 'm'},   {"channel", 'h'},
         {"return", 'r'}, {"call", 'c'}, {"constrain", 'k'},
     };
     for (const auto& [name, letter] : kLetters) {
@@ -234,8 +236,8 @@ std::string gbnf_literal(std::string_view text) {
 }
 
 bool gbnf_name_char(char c) {
-    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-           c == '-' || c == '_';
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' ||
+           c == '_';
 }
 
 // GBNF text with every rule name prefixed, so the grammars of several tools live side by side.
@@ -315,10 +317,10 @@ std::shared_ptr<const grammar::Grammar> build_call_grammar(ToolCallFormat format
         if (harmony && lazy) {  // engaged at <|message|>, the name fed by hand
             alternatives += gbnf_literal(name) + " " + arguments;
         } else if (harmony) {
-            alternatives += gbnf_literal(name + " ") + " " +
-                            gbnf_literal(harmony_sentinel("constrain") + "json" +
-                                         harmony_sentinel("message")) +
-                            " " + arguments;
+            alternatives +=
+                gbnf_literal(name + " ") + " " +
+                gbnf_literal(harmony_sentinel("constrain") + "json" + harmony_sentinel("message")) +
+                " " + arguments;
         } else {
             alternatives += gbnf_literal(name + "\", \"" + key + "\": ") + " " + arguments;
         }

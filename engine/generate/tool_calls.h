@@ -41,7 +41,7 @@ namespace grammar {
 class Grammar;
 class GrammarConstraint;
 class CompileBudget;
-}
+}  // namespace grammar
 
 enum class ToolCallFormat { None, Hermes, Llama3, Harmony, Gemma3 };
 std::string_view tool_call_format_name(ToolCallFormat format);
@@ -107,8 +107,9 @@ TemplateMessages template_messages(std::span<const ChatMessage> messages, ToolCa
 // tool and the schema keyword Ember cannot constrain, or the limit of `budget` (null: the
 // defaults of grammar::CompileLimits) the schemas pass; grammar::CompileCancelled passes
 // through.
-std::shared_ptr<const grammar::Grammar> tool_call_grammar(
-    ToolCallFormat format, const ToolOptions& options, grammar::CompileBudget* budget = nullptr);
+std::shared_ptr<const grammar::Grammar> tool_call_grammar(ToolCallFormat format,
+                                                          const ToolOptions& options,
+                                                          grammar::CompileBudget* budget = nullptr);
 // The grammar of one call's rest, for tool_choice auto: Hermes from after <tool_call>,
 // Llama3/Gemma3 from the "{" that opens the reply, Harmony from the function's name (fed by
 // LazyToolConstraint when the header is complete) through the arguments to <|call|>.
@@ -135,7 +136,7 @@ private:
     ToolCallFormat format_;
     grammar::GrammarConstraint& constraint_;
     std::string answer_;
-    size_t scan_from_ = 0;     // where the next start marker is looked for
+    size_t scan_from_ = 0;      // where the next start marker is looked for
     bool tried_start_ = false;  // Llama3/Gemma3: the reply's start was looked at
     std::string pending_call_;  // Harmony: the function whose arguments start next
     bool engaged_ = false;
@@ -175,8 +176,7 @@ public:
         size_t max_calls = SIZE_MAX;     // calls after this many are not started: done()
     };
     ToolCallParser(ToolCallFormat format, Options options,
-                   std::function<bool(const std::string&)> on_content,
-                   ToolCallCallback on_call);
+                   std::function<bool(const std::string&)> on_content, ToolCallCallback on_call);
 
     void push(std::string_view text);
     void finish();  // the reply is over: what was held back is decided
@@ -210,14 +210,14 @@ private:
     std::function<bool(const std::string&)> on_content_;
     ToolCallCallback on_call_;
     State state_;
-    std::string buf_;              // text not yet decided
-    std::string held_space_;       // whitespace after content, dropped if a call follows
-    std::string header_text_;      // the markup of the call being read, for a failed header
-    bool fenced_ = false;          // Gemma3: the call sits in a ``` fence
-    bool after_call_ = false;      // a call ended: Start may see another
+    std::string buf_;                // text not yet decided
+    std::string held_space_;         // whitespace after content, dropped if a call follows
+    std::string header_text_;        // the markup of the call being read, for a failed header
+    bool fenced_ = false;            // Gemma3: the call sits in a ``` fence
+    bool after_call_ = false;        // a call ended: Start may see another
     bool string_arguments_ = false;  // arguments written as a JSON string (decoded at its end)
-    size_t scanned_ = 0;           // bytes of buf_ a string's scan has passed
-    int depth_ = 0;                // nesting inside the arguments
+    size_t scanned_ = 0;             // bytes of buf_ a string's scan has passed
+    int depth_ = 0;                  // nesting inside the arguments
     bool in_string_ = false, escaped_ = false;
     std::string content_;
     std::vector<ToolCall> calls_;

@@ -15,8 +15,8 @@ namespace {
 constexpr int kMaxRepeat = 10000;
 
 bool is_name_char(char c) {
-    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-           c == '-' || c == '_';
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' ||
+           c == '_';
 }
 
 int hex_value(char c) {
@@ -200,7 +200,8 @@ private:
         long value = 0;
         while (peek() >= '0' && peek() <= '9') {
             value = value * 10 + (peek() - '0');
-            if (value > kMaxRepeat) fail("repetition count above " + std::to_string(kMaxRepeat), start);
+            if (value > kMaxRepeat)
+                fail("repetition count above " + std::to_string(kMaxRepeat), start);
             ++pos_;
         }
         if (pos_ == start) fail("expected a number in the repetition");
@@ -216,15 +217,28 @@ private:
             const char e = peek();
             ++pos_;
             switch (e) {
-                case 'n': return '\n';
-                case 'r': return '\r';
-                case 't': return '\t';
-                case '\\': case '"': case ']': case '[': case '-': case '^': case '\'':
+                case 'n':
+                    return '\n';
+                case 'r':
+                    return '\r';
+                case 't':
+                    return '\t';
+                case '\\':
+                case '"':
+                case ']':
+                case '[':
+                case '-':
+                case '^':
+                case '\'':
                     return static_cast<uint8_t>(e);
-                case 'x': return parse_hex(2, start);
-                case 'u': return parse_hex(4, start);
-                case 'U': return parse_hex(8, start);
-                default: fail(std::string("unknown escape '\\") + e + "'", start);
+                case 'x':
+                    return parse_hex(2, start);
+                case 'u':
+                    return parse_hex(4, start);
+                case 'U':
+                    return parse_hex(8, start);
+                default:
+                    fail(std::string("unknown escape '\\") + e + "'", start);
             }
         }
         // A UTF-8 sequence from the grammar text itself.
@@ -259,8 +273,10 @@ private:
             // UTF-16 surrogate pair (which has no UTF-8 form).
             if (cp == 0) fail("a NUL character in a string literal (output must be text)", at);
             if (cp >= 0xD800 && cp <= 0xDFFF) {
-                fail("a surrogate code point in a string literal (not a character; output "
-                     "must be valid UTF-8)", at);
+                fail(
+                    "a surrogate code point in a string literal (not a character; output "
+                    "must be valid UTF-8)",
+                    at);
             }
             bytes += encode_utf8(cp);
         }

@@ -214,8 +214,9 @@ Element GrammarBuilder::char_class(std::vector<CodePointRange> ranges, bool nega
     ByteSet ascii;
     bool multibyte = false;
     for (const CodePointRange& r : set) {
-        if (r.first < 0x80) ascii.add_range(static_cast<uint8_t>(r.first),
-                                            static_cast<uint8_t>(std::min<uint32_t>(r.last, 0x7F)));
+        if (r.first < 0x80)
+            ascii.add_range(static_cast<uint8_t>(r.first),
+                            static_cast<uint8_t>(std::min<uint32_t>(r.last, 0x7F)));
         if (r.last >= 0x80) multibyte = true;
     }
     if (!multibyte) return bytes(ascii);
@@ -226,7 +227,8 @@ Element GrammarBuilder::char_class(std::vector<CodePointRange> ranges, bool nega
     if (ascii != ByteSet{}) alternatives.push_back({bytes(ascii)});
     for (const CodePointRange& r : set) {
         if (r.last < 0x80) continue;
-        for (const auto& byte_ranges : utf8_sequences({std::max<uint32_t>(r.first, 0x80), r.last})) {
+        for (const auto& byte_ranges :
+             utf8_sequences({std::max<uint32_t>(r.first, 0x80), r.last})) {
             Sequence sequence;
             for (const ByteRange& br : byte_ranges) {
                 ByteSet s;
@@ -363,7 +365,7 @@ Grammar GrammarBuilder::build(const std::string& root_name) const {
     }
     {
         // Depth-first, with an explicit stack (a chain of a million rules is no deeper for it).
-        std::vector<uint8_t> color(n_rules, 0);  // 0 unvisited, 1 on the path, 2 done
+        std::vector<uint8_t> color(n_rules, 0);         // 0 unvisited, 1 on the path, 2 done
         std::vector<std::pair<uint32_t, size_t>> path;  // (rule, next edge to follow)
         for (uint32_t start = 0; start < n_rules; ++start) {
             if (color[start] != 0) continue;

@@ -36,8 +36,8 @@ hex4 ::= [0-9a-f]{4}
 
 const std::set<std::string>& annotation_keywords() {
     static const std::set<std::string> kIgnored = {
-        "title", "description", "default", "examples", "$schema", "$id", "$comment",
-        "readOnly", "writeOnly", "deprecated"};
+        "title", "description", "default",  "examples",  "$schema",
+        "$id",   "$comment",    "readOnly", "writeOnly", "deprecated"};
     return kIgnored;
 }
 
@@ -102,8 +102,9 @@ private:
     [[noreturn]] static void fail(const std::string& keyword, const std::string& path,
                                   const std::string& why) {
         const std::string where = path.empty() ? "the schema's top level" : path;
-        throw SchemaError(why.empty() ? "unsupported JSON Schema keyword '" + keyword + "' at " + where
-                                      : "JSON Schema keyword '" + keyword + "' at " + where + ": " + why,
+        throw SchemaError(why.empty()
+                              ? "unsupported JSON Schema keyword '" + keyword + "' at " + where
+                              : "JSON Schema keyword '" + keyword + "' at " + where + ": " + why,
                           keyword, path.empty() ? "/" : path);
     }
 
@@ -133,7 +134,8 @@ private:
         if (!v.is_number_unsigned() && !(v.is_number_integer() && v.get<long long>() >= 0)) {
             fail(keyword, path, "must be a non-negative integer");
         }
-        if (v.get<unsigned long long>() > 10000) fail(keyword, path, "above 10000 is not supported");
+        if (v.get<unsigned long long>() > 10000)
+            fail(keyword, path, "above 10000 is not supported");
         return static_cast<int>(v.get<unsigned long long>());
     }
 
@@ -168,7 +170,8 @@ private:
         if (!schema.contains("type")) return typeless(schema, path);
         const json& type = schema.at("type");
         if (type.is_string()) return typed(schema, type.get<std::string>(), path);
-        if (!type.is_array() || type.empty()) fail("type", path, "must be a string or a non-empty array");
+        if (!type.is_array() || type.empty())
+            fail("type", path, "must be a string or a non-empty array");
         std::string body;
         for (const json& t : type) {
             if (!t.is_string()) fail("type", path, "must list type names");
@@ -179,9 +182,11 @@ private:
 
     void check_keywords(const json& schema, const std::string& path) {
         static const std::set<std::string> kSupported = {
-            "type", "properties", "required", "additionalProperties", "items", "minItems",
-            "maxItems", "enum", "const", "minLength", "maxLength", "format", "$ref", "$defs",
-            "definitions", "anyOf", "allOf"};
+            "type",  "properties", "required",    "additionalProperties",
+            "items", "minItems",   "maxItems",    "enum",
+            "const", "minLength",  "maxLength",   "format",
+            "$ref",  "$defs",      "definitions", "anyOf",
+            "allOf"};
         for (const auto& [key, value] : schema.items()) {
             if (kSupported.contains(key) || annotation_keywords().contains(key)) continue;
             fail(key, path, "");
@@ -191,11 +196,14 @@ private:
     // A schema with no type: properties imply an object, items an array, and so on; with
     // nothing to go by, any JSON value.
     std::string typeless(const json& schema, const std::string& path) {
-        if (schema.contains("properties") || schema.contains("required")) return typed(schema, "object", path);
-        if (schema.contains("items") || schema.contains("minItems") || schema.contains("maxItems")) {
+        if (schema.contains("properties") || schema.contains("required"))
+            return typed(schema, "object", path);
+        if (schema.contains("items") || schema.contains("minItems") ||
+            schema.contains("maxItems")) {
             return typed(schema, "array", path);
         }
-        if (schema.contains("minLength") || schema.contains("maxLength") || schema.contains("format")) {
+        if (schema.contains("minLength") || schema.contains("maxLength") ||
+            schema.contains("format")) {
             return typed(schema, "string", path);
         }
         return "json-value";
@@ -232,7 +240,8 @@ private:
                 }
             }
         }
-        if (schema == nullptr) fail("$ref", path, "'" + target + "' does not name a definition of this schema");
+        if (schema == nullptr)
+            fail("$ref", path, "'" + target + "' does not name a definition of this schema");
         // Named before it is compiled, so a recursive reference finds the rule.
         const std::string name = next_name();
         refs_.emplace(target, name);
@@ -258,7 +267,9 @@ private:
         std::string body;
         for (const json& v : values) {
             const std::string vt = json_type_of(v);
-            if (!types.empty() && !types.contains(vt) && !(vt == "integer" && types.contains("number"))) continue;
+            if (!types.empty() && !types.contains(vt) &&
+                !(vt == "integer" && types.contains("number")))
+                continue;
             body += (body.empty() ? "" : " | ") + literal(v.dump());
         }
         if (body.empty()) fail("enum", path, "no value of the enum has the schema's type");
@@ -266,10 +277,12 @@ private:
     }
 
     std::string any_of(const json& options, const std::string& path) {
-        if (!options.is_array() || options.empty()) fail("anyOf", path, "must be a non-empty array");
+        if (!options.is_array() || options.empty())
+            fail("anyOf", path, "must be a non-empty array");
         std::string body;
         for (size_t i = 0; i < options.size(); ++i) {
-            body += (body.empty() ? "" : " | ") + rule_for(options[i], path + "/" + std::to_string(i));
+            body +=
+                (body.empty() ? "" : " | ") + rule_for(options[i], path + "/" + std::to_string(i));
         }
         return new_rule(body);
     }
@@ -319,8 +332,10 @@ private:
                 first = new_rule(with_first);
                 after = new_rule(with_after);
             } else {
-                first = new_rule("( " + with_first + " )" + (next_first.empty() ? " | \"\"" : " | " + next_first));
-                after = new_rule("( " + with_after + " )" + (next_after.empty() ? " | \"\"" : " | " + next_after));
+                first = new_rule("( " + with_first + " )" +
+                                 (next_first.empty() ? " | \"\"" : " | " + next_first));
+                after = new_rule("( " + with_after + " )" +
+                                 (next_after.empty() ? " | \"\"" : " | " + next_after));
             }
             next_first = first;
             next_after = after;
@@ -329,8 +344,9 @@ private:
     }
 
     std::string array(const json& schema, const std::string& path) {
-        const std::string item = schema.contains("items") ? rule_for(schema.at("items"), path + "/items")
-                                                          : std::string("json-value");
+        const std::string item = schema.contains("items")
+                                     ? rule_for(schema.at("items"), path + "/items")
+                                     : std::string("json-value");
         const int min = schema.contains("minItems") ? count_of(schema, "minItems", path) : 0;
         const int max = schema.contains("maxItems") ? count_of(schema, "maxItems", path) : -1;
         if (max >= 0 && max < min) fail("maxItems", path, "is below minItems");
@@ -351,14 +367,21 @@ private:
             const std::string format = f.get<std::string>();
             if (format == "date") return new_rule("\"\\\"\" date-part \"\\\"\"");
             if (format == "time") return new_rule("\"\\\"\" time-part \"\\\"\"");
-            if (format == "date-time") return new_rule("\"\\\"\" date-part \"T\" time-part \"\\\"\"");
+            if (format == "date-time")
+                return new_rule("\"\\\"\" date-part \"T\" time-part \"\\\"\"");
             if (format == "uuid") {
-                return new_rule("\"\\\"\" hex4 hex4 \"-\" hex4 \"-\" hex4 \"-\" hex4 \"-\" hex4 hex4 hex4 \"\\\"\"");
+                return new_rule(
+                    "\"\\\"\" hex4 hex4 \"-\" hex4 \"-\" hex4 \"-\" hex4 \"-\" hex4 hex4 hex4 "
+                    "\"\\\"\"");
             }
             if (format == "email") {
-                return new_rule("\"\\\"\" [a-zA-Z0-9._%+-]{1,64} \"@\" [a-zA-Z0-9-]{1,63} ( \".\" [a-zA-Z0-9-]{1,63} )* \".\" [a-zA-Z]{2,24} \"\\\"\"");
+                return new_rule(
+                    "\"\\\"\" [a-zA-Z0-9._%+-]{1,64} \"@\" [a-zA-Z0-9-]{1,63} ( \".\" "
+                    "[a-zA-Z0-9-]{1,63} )* \".\" [a-zA-Z]{2,24} \"\\\"\"");
             }
-            fail("format", path, "format '" + format + "' is not supported (date, time, date-time, uuid, email are)");
+            fail("format", path,
+                 "format '" + format +
+                     "' is not supported (date, time, date-time, uuid, email are)");
         }
         const int min = schema.contains("minLength") ? count_of(schema, "minLength", path) : 0;
         const int max = schema.contains("maxLength") ? count_of(schema, "maxLength", path) : -1;

@@ -15,9 +15,8 @@
 // tokens; numbers have at most 16 integer and 16 fraction digits and a two-digit exponent.
 #pragma once
 
-#include <string>
-
 #include <nlohmann/json.hpp>
+#include <string>
 
 #include "engine/grammar/grammar.h"
 

@@ -79,7 +79,8 @@ uint32_t GrammarConstraint::byte_budget() const {
     // byte on the shortest completion leaves one less) is still allowed.
     const uint32_t current = matcher_.min_bytes_to_complete();
     const uint32_t progress = current > 0 ? current - 1 : 0;
-    return static_cast<uint32_t>(std::max<int64_t>(std::min<int64_t>(remaining_, Grammar::kUnbounded), progress));
+    return static_cast<uint32_t>(
+        std::max<int64_t>(std::min<int64_t>(remaining_, Grammar::kUnbounded), progress));
 }
 
 bool GrammarConstraint::allows(int32_t id) {

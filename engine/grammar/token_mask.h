@@ -37,11 +37,11 @@ public:
 
     // One node per distinct token prefix, in depth-first (preorder) order.
     struct Node {
-        uint8_t byte = 0;          // the byte this node adds to its parent's prefix
-        uint32_t depth = 0;        // prefix length (1 for the first byte)
-        uint32_t subtree_end = 0;  // index of the first node after this node's subtree
-        uint32_t tokens_begin = 0; // tokens whose bytes are exactly this prefix:
-        uint32_t tokens_end = 0;   //   token_ids()[tokens_begin, tokens_end)
+        uint8_t byte = 0;           // the byte this node adds to its parent's prefix
+        uint32_t depth = 0;         // prefix length (1 for the first byte)
+        uint32_t subtree_end = 0;   // index of the first node after this node's subtree
+        uint32_t tokens_begin = 0;  // tokens whose bytes are exactly this prefix:
+        uint32_t tokens_end = 0;    //   token_ids()[tokens_begin, tokens_end)
     };
     const std::vector<Node>& nodes() const { return nodes_; }
     const std::vector<int32_t>& token_ids() const { return token_ids_; }
@@ -58,7 +58,8 @@ private:
 
 class GrammarConstraint : public TokenFilter {
 public:
-    GrammarConstraint(std::shared_ptr<const Grammar> grammar, std::shared_ptr<const TokenTrie> trie);
+    GrammarConstraint(std::shared_ptr<const Grammar> grammar,
+                      std::shared_ptr<const TokenTrie> trie);
 
     // Tokens that may still follow the next one (a reply's length limit); < 0: no limit.
     void set_remaining(int64_t tokens_after_next) { remaining_ = tokens_after_next; }
@@ -100,9 +101,9 @@ private:
     int64_t remaining_ = -1;
     int32_t extra_allowed_ = -1;
     bool finished_ = false;
-    std::vector<uint8_t> allowed_;     // one per token, from the last walk
-    std::vector<StackSet> by_depth_;   // the trie walk's state after each prefix length
-    std::vector<size_t> marks_;        // arena marks after each prefix length
+    std::vector<uint8_t> allowed_;    // one per token, from the last walk
+    std::vector<StackSet> by_depth_;  // the trie walk's state after each prefix length
+    std::vector<size_t> marks_;       // arena marks after each prefix length
 
     // Masks of recently seen states (inside a JSON string, every character leaves the same
     // stacks), keyed by Matcher::signature(); the least recently used goes first.

@@ -94,8 +94,7 @@ public:
     // Several matrices of the same width times the same x, in one pass (Q/K/V, gate/up).
     virtual void matmul_many(std::span<const MatmulOut> outs, const float* x, int64_t n) = 0;
     // gate[0..n) = act(gate) * up
-    virtual void gated_activation(GatedActivation act, float* gate, const float* up,
-                                  int64_t n) = 0;
+    virtual void gated_activation(GatedActivation act, float* gate, const float* up, int64_t n) = 0;
     // The input of a dense FFN's down projection: gate [n x w_gate.rows] = act(x · W_gate^T) *
     // (x · W_up^T), `up` [n x w_up.rows] scratch. One pass where a backend fuses the two
     // products and the activation (the GPU's decode); the CPU's keeps the steps.

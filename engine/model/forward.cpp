@@ -89,8 +89,7 @@ void roll_back(InferenceState& st, int64_t start) {
     st.kv.set_length(st.kv.can_resume_at(start) ? start : 0);
 }
 
-void check_tokens(const ModelConfig& c, const InferenceState& st,
-                  std::span<const int32_t> tokens) {
+void check_tokens(const ModelConfig& c, const InferenceState& st, std::span<const int32_t> tokens) {
     const auto n = static_cast<int64_t>(tokens.size());
     if (n == 0) throw std::invalid_argument("forward: no tokens to evaluate");
     const int64_t start = st.kv.length();
@@ -172,9 +171,9 @@ std::span<const float> forward(const Model& model, InferenceState& st, ThreadPoo
             bool done = false;
             try {
                 if (wanted == LogitsWanted::All) {
-                    done = forward_batch(model, st, backend, chunk, 0,
-                                         logits.data() + b * c.n_vocab,
-                                         per_layer ? &between_layers : nullptr);
+                    done =
+                        forward_batch(model, st, backend, chunk, 0, logits.data() + b * c.n_vocab,
+                                      per_layer ? &between_layers : nullptr);
                 } else {
                     // Only the final batch produces a logits row (None: not even that).
                     const bool last = wanted == LogitsWanted::Last && b + len == n;
@@ -189,15 +188,15 @@ std::span<const float> forward(const Model& model, InferenceState& st, ThreadPoo
             if (done) tokens_done = static_cast<double>(b + len);
             // Stopped between layers, or after a batch that is not the last: the batches
             // before stay evaluated.
-            if (!done || (watch != nullptr && b + len < n &&
-                          !(*watch)(static_cast<double>(b + len)))) {
+            if (!done ||
+                (watch != nullptr && b + len < n && !(*watch)(static_cast<double>(b + len)))) {
                 if (!done) {
                     roll_back(st, st.kv.length());
                     // The hybrid's state as it was before the dropped batch (its position
                     // was not moved: forward_batch sets it only on success).
                     if (!recurrent_at_batch_start.empty()) {
-                        std::copy(recurrent_at_batch_start.begin(),
-                                  recurrent_at_batch_start.end(), st.recurrent.data().begin());
+                        std::copy(recurrent_at_batch_start.begin(), recurrent_at_batch_start.end(),
+                                  st.recurrent.data().begin());
                     }
                 }
                 throw EvaluationStopped(st.kv.length() - start);

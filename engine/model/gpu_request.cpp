@@ -7,7 +7,8 @@ namespace ember {
 
 std::optional<GpuRequest> parse_gpu_request(std::string_view text) {
     if (text == "auto") return GpuRequest{GpuRequest::Mode::Auto, 0};
-    if (text == "off" || text == "cpu" || text == "none") return GpuRequest{GpuRequest::Mode::Off, 0};
+    if (text == "off" || text == "cpu" || text == "none")
+        return GpuRequest{GpuRequest::Mode::Off, 0};
     int index = -1;
     const auto [end, err] = std::from_chars(text.data(), text.data() + text.size(), index);
     if (err != std::errc() || end != text.data() + text.size() || index < 0) return std::nullopt;

@@ -7,9 +7,9 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
-#include <numbers>
 #include <cstdio>
 #include <cstring>
+#include <numbers>
 #include <optional>
 #include <sstream>
 
@@ -288,8 +288,8 @@ auto dense_decode_matrices(Layer& L) {
 
 // The tensors of layer i: norms, the FFN (dense or experts), attention for attention layers,
 // then the family's own.
-void bind_layer(const TensorBinder& bind, const FamilySpec& spec, const ModelConfig& c,
-                int64_t i, LayerWeights& L) {
+void bind_layer(const TensorBinder& bind, const FamilySpec& spec, const ModelConfig& c, int64_t i,
+                LayerWeights& L) {
     const std::string b = "blk." + std::to_string(i) + ".";
     L.kind = c.layer_kinds[static_cast<size_t>(i)];
     L.attn_norm = bind.vector(b + "attn_norm.weight", c.n_embd);
@@ -356,7 +356,6 @@ std::vector<double> yarn_inv_freq(const ModelConfig& c) {
     return inv_freq;
 }
 
-
 // RoPE's angular frequency of each rotated pair [rope_dims/2]: base^(-2i/rope_dims), divided
 // by llama 3's per-dimension long-context factors when the file has them; YaRN's when the
 // file says so.
@@ -376,8 +375,8 @@ std::vector<double> rope_frequencies(const ModelConfig& c, const std::vector<flo
 std::vector<double> local_rope_frequencies(const ModelConfig& c) {
     std::vector<double> inv_freq;
     for (int64_t i = 0; i < c.rope_dims / 2; ++i) {
-        inv_freq.push_back(std::pow(c.rope_base_local, -2.0 * static_cast<double>(i) /
-                                                           static_cast<double>(c.rope_dims)));
+        inv_freq.push_back(std::pow(
+            c.rope_base_local, -2.0 * static_cast<double>(i) / static_cast<double>(c.rope_dims)));
     }
     return inv_freq;
 }
@@ -440,11 +439,10 @@ std::unique_ptr<Model> Model::load(const std::string& path, const LoadOptions& o
     c = read_config(f);
     m->tokenizer_ = std::make_unique<Tokenizer>(f);
 
-    m->activations_ = options.activations == ActivationChoice::Auto
-                          ? default_activations(f)
-                          : options.activations == ActivationChoice::Exact ? Activations::Exact
-                          : options.activations == ActivationChoice::Wide  ? Activations::Wide
-                                                                           : Activations::Quantized;
+    m->activations_ = options.activations == ActivationChoice::Auto    ? default_activations(f)
+                      : options.activations == ActivationChoice::Exact ? Activations::Exact
+                      : options.activations == ActivationChoice::Wide  ? Activations::Wide
+                                                                       : Activations::Quantized;
     TensorBinder bind(f, m->activations_);
     const GgufTensorInfo* embd = bind.find("token_embd.weight");
     if (!embd) throw ModelError(path + ": missing tensor 'token_embd.weight'");

@@ -10,7 +10,6 @@
 #include <cstdint>
 #include <vector>
 
-
 namespace ember {
 
 struct ModelConfig;

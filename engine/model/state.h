@@ -196,11 +196,11 @@ struct ForwardScratch {
     // [batch x max(2*n_head*head_dim gated attention, 3*n_embd lfm2 conv gates, conv channels
     // of qwen35)]: the projections before a split
     std::vector<float> proj;
-    std::vector<float> q_gate;    // [batch x n_head*head_dim] gated attention (qwen35)
-    std::vector<float> ffn_gate;  // [batch x n_ff] (dense FFN layers only)
-    std::vector<float> ffn_up;    // [batch x n_ff]
-    MoeScratch moe;               // the FFN of MoE layers (moe.h)
-    AttentionScratch attention;   // attention.h
+    std::vector<float> q_gate;              // [batch x n_head*head_dim] gated attention (qwen35)
+    std::vector<float> ffn_gate;            // [batch x n_ff] (dense FFN layers only)
+    std::vector<float> ffn_up;              // [batch x n_ff]
+    MoeScratch moe;                         // the FFN of MoE layers (moe.h)
+    AttentionScratch attention;             // attention.h
     std::vector<float> rope_cos, rope_sin;  // [batch x rope_dims/2]
     // gemma3's sliding layers rotate with their own base: [batch x rope_dims/2].
     std::vector<float> rope_cos_local, rope_sin_local;

@@ -413,8 +413,7 @@ void panel_nib(const uint8_t* w, size_t stride, int rows, int64_t n_groups,
         auto finish = [&](int t, __m512i isum) {
             const auto& a = tk.act[t][g];
             if constexpr (kPlanes) {
-                isum =
-                    _mm512_add_epi32(isum, _mm512_set1_epi32(-T::kOff * (a.sx[0] + a.sx[1])));
+                isum = _mm512_add_epi32(isum, _mm512_set1_epi32(-T::kOff * (a.sx[0] + a.sx[1])));
             } else if constexpr (T::kFamily == Family::A) {
                 isum = _mm512_add_epi32(isum, _mm512_set1_epi32(-T::kOff * (a.s[0] + a.s[1])));
             }

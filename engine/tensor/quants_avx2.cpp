@@ -109,15 +109,21 @@ struct Avx2 {
         return {_mm256_fmadd_ps(a.lo, b.lo, c.lo), _mm256_fmadd_ps(a.hi, b.hi, c.hi)};
     }
     static V16 set16(float v) { return {_mm256_set1_ps(v), _mm256_set1_ps(v)}; }
-    static V16 mul16(V16 a, V16 b) { return {_mm256_mul_ps(a.lo, b.lo), _mm256_mul_ps(a.hi, b.hi)}; }
-    static V16 add16(V16 a, V16 b) { return {_mm256_add_ps(a.lo, b.lo), _mm256_add_ps(a.hi, b.hi)}; }
-    static V16 sub16(V16 a, V16 b) { return {_mm256_sub_ps(a.lo, b.lo), _mm256_sub_ps(a.hi, b.hi)}; }
+    static V16 mul16(V16 a, V16 b) {
+        return {_mm256_mul_ps(a.lo, b.lo), _mm256_mul_ps(a.hi, b.hi)};
+    }
+    static V16 add16(V16 a, V16 b) {
+        return {_mm256_add_ps(a.lo, b.lo), _mm256_add_ps(a.hi, b.hi)};
+    }
+    static V16 sub16(V16 a, V16 b) {
+        return {_mm256_sub_ps(a.lo, b.lo), _mm256_sub_ps(a.hi, b.hi)};
+    }
     // 16 unsigned bytes -> 16 floats of (u - off), exact.
     static V16 bytes16_to_float(__m128i u8, int off) {
         const __m256i o = _mm256_set1_epi32(off);
-        return {_mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_cvtepu8_epi32(u8), o)),
-                _mm256_cvtepi32_ps(
-                    _mm256_sub_epi32(_mm256_cvtepu8_epi32(_mm_srli_si128(u8, 8)), o))};
+        return {
+            _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_cvtepu8_epi32(u8), o)),
+            _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_cvtepu8_epi32(_mm_srli_si128(u8, 8)), o))};
     }
     static void store16_f32(float* p, V16 v) {
         _mm256_storeu_ps(p, v.lo);

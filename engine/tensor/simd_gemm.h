@@ -182,7 +182,8 @@ void micro_wide(const MicroArgs& m) {
 
     const BlockQ16_32* act[C];
     for (int t = 0; t < C; ++t) {
-        act[t] = reinterpret_cast<const BlockQ16_32*>(m.act + static_cast<size_t>(t) * m.act_stride);
+        act[t] =
+            reinterpret_cast<const BlockQ16_32*>(m.act + static_cast<size_t>(t) * m.act_stride);
     }
     VF tot[P][C];
     for (int p = 0; p < P; ++p) {
@@ -410,11 +411,10 @@ void run_tokens(MicroArgs m, int64_t n_tokens, std::integer_sequence<int, Cs...>
 // and D, or the byte planes of Q16_32 activations - take the smaller tile of C and D; four (byte
 // planes of the halves) half of that.
 template <class Isa, class T>
-constexpr int kTileTokens =
-    !kWideAct<T> ? Isa::template kTokens<T::kFamily>
-    : (T::kFamily == Family::C || T::kFamily == Family::D)
-        ? (Isa::template kTokens<Family::C> + 1) / 2
-        : Isa::template kTokens<Family::C>;
+constexpr int kTileTokens = !kWideAct<T> ? Isa::template kTokens<T::kFamily>
+                            : (T::kFamily == Family::C || T::kFamily == Family::D)
+                                ? (Isa::template kTokens<Family::C> + 1) / 2
+                                : Isa::template kTokens<Family::C>;
 
 // Decode-sized calls (all tokens in one micro-tile) split K into chunks of this many groups: two
 // panels of a chunk (~20 KB) stay in L1 between repacking and use. A multiple of 8 (K-quants).
@@ -576,8 +576,9 @@ float dot_q(int64_t n, const void* w, const void* act_row) {
                 const __m256i u = T::unpack(blocks + b, s);
                 const __m256i lo = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.lo));
                 const __m256i hi = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.hi));
-                const __m256i v = _mm256_add_epi32(Isa::template dot32<false>(u, lo),
-                                                   _mm256_slli_epi32(Isa::template dot32<false>(u, hi), 8));
+                const __m256i v =
+                    _mm256_add_epi32(Isa::template dot32<false>(u, lo),
+                                     _mm256_slli_epi32(Isa::template dot32<false>(u, hi), 8));
                 // Lanes 0-3 hold the first 16 elements, lanes 4-7 the second.
                 const int32_t i0 = hsum8_i32(_mm256_blend_epi32(v, _mm256_setzero_si256(), 0xf0));
                 const int32_t i1 = hsum8_i32(_mm256_blend_epi32(v, _mm256_setzero_si256(), 0x0f));
@@ -591,14 +592,14 @@ float dot_q(int64_t n, const void* w, const void* act_row) {
                 } else {
                     const float f0 = static_cast<float>(i0 - T::kOff * a.sx[0]);
                     const float f1 = static_cast<float>(i1 - T::kOff * a.sx[1]);
-                    const float f = std::fma(f1, static_cast<float>(p.sc1),
-                                             f0 * static_cast<float>(p.sc0));
+                    const float f =
+                        std::fma(f1, static_cast<float>(p.sc1), f0 * static_cast<float>(p.sc0));
                     acc_wide = std::fma(f, dda, acc_wide);
                     if constexpr (F == Family::D) {
-                        const float mins = std::fma(static_cast<float>(p.mn >> 16),
-                                                    static_cast<float>(a.sx[1]),
-                                                    static_cast<float>(static_cast<int16_t>(p.mn & 0xffff)) *
-                                                        static_cast<float>(a.sx[0]));
+                        const float mins =
+                            std::fma(static_cast<float>(p.mn >> 16), static_cast<float>(a.sx[1]),
+                                     static_cast<float>(static_cast<int16_t>(p.mn & 0xffff)) *
+                                         static_cast<float>(a.sx[0]));
                         acc_wide = std::fma(mins, p.m * a.d, acc_wide);
                     }
                 }

@@ -355,8 +355,8 @@ template <class Isa, class T, int... Cs>
 void qx_fused(const GemmArgs& g, const float* x, int64_t x_stride,
               std::integer_sequence<int, Cs...>) {
     using Fn = void (*)(const GemmArgs&, const float*, int64_t);
-    static constexpr Fn kFns[] = {(Cs + 1 <= 2 ? &qx_rows<Isa, T, 2, Cs + 1>
-                                                : &qx_rows<Isa, T, 1, Cs + 1>)...};
+    static constexpr Fn kFns[] = {
+        (Cs + 1 <= 2 ? &qx_rows<Isa, T, 2, Cs + 1> : &qx_rows<Isa, T, 1, Cs + 1>)...};
     kFns[g.n_tokens - 1](g, x, x_stride);
 }
 
@@ -390,8 +390,8 @@ void gemm_qx(const GemmArgs& g) {
 template <class Isa, class T>
 float dot_qx(int64_t n, const void* w, const void* act_row) {
     float y = 0.0f;
-    qx_micro<Isa, T, 1, 1>(static_cast<const uint8_t*>(w), 0, static_cast<const float*>(act_row),
-                           0, n, &y, 0);
+    qx_micro<Isa, T, 1, 1>(static_cast<const uint8_t*>(w), 0, static_cast<const float*>(act_row), 0,
+                           n, &y, 0);
     return y;
 }
 

@@ -97,7 +97,7 @@ struct TypeKernels {
 inline constexpr size_t kTypeSlots = 40;
 
 struct KernelTable {
-    std::array<TypeKernels, kTypeSlots> types{};                // indexed by raw type number
+    std::array<TypeKernels, kTypeSlots> types{};  // indexed by raw type number
     // The same products against f32 activations exactly as given (Activations::Exact): every
     // supported type with act_format F32, quantized rows dequantized before the float kernel.
     std::array<TypeKernels, kTypeSlots> exact{};

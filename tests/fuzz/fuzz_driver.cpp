@@ -75,7 +75,8 @@ extern "C" void on_fatal_signal(int signal_number) {
 void save_input_when_dying(const std::string& crash_file) {
     g_crash_file = crash_file.c_str();
     for (const int s : {SIGABRT, SIGSEGV, SIGBUS, SIGFPE, SIGILL}) std::signal(s, on_fatal_signal);
-    if (__sanitizer_set_death_callback != nullptr) __sanitizer_set_death_callback(save_current_input);
+    if (__sanitizer_set_death_callback != nullptr)
+        __sanitizer_set_death_callback(save_current_input);
 }
 
 // Inputs stay below this, so duplication mutations cannot grow them without bound.
@@ -143,53 +144,64 @@ private:
     uint64_t below(uint64_t n) { return n == 0 ? 0 : rng_() % n; }
 
     void mutate(Bytes& s) {
-        static const unsigned char kInteresting[] = {0, 1, 0x7f, 0x80, 0xff, '{', '}', '[', ']',
-                                                     '"', '\\', '<', '>', '%', '\n', ' '};
+        static const unsigned char kInteresting[] = {0,   1,   0x7f, 0x80, 0xff, '{', '}',  '[',
+                                                     ']', '"', '\\', '<',  '>',  '%', '\n', ' '};
         const size_t at = below(s.size() + 1);
         switch (below(9)) {
-        case 0:  // flip a bit
-            if (!s.empty()) s[below(s.size())] ^= static_cast<char>(1u << below(8));
-            break;
-        case 1:  // an interesting byte
-            if (!s.empty()) {
-                s[below(s.size())] = static_cast<char>(kInteresting[below(sizeof kInteresting)]);
+            case 0:  // flip a bit
+                if (!s.empty()) s[below(s.size())] ^= static_cast<char>(1u << below(8));
+                break;
+            case 1:  // an interesting byte
+                if (!s.empty()) {
+                    s[below(s.size())] =
+                        static_cast<char>(kInteresting[below(sizeof kInteresting)]);
+                }
+                break;
+            case 2: {  // a boundary integer (lengths and counts of binary formats)
+                static const uint64_t kValues[] = {0,
+                                                   1,
+                                                   0x7f,
+                                                   0xff,
+                                                   0xffff,
+                                                   0x7fffffff,
+                                                   0xffffffff,
+                                                   0x7fffffffffffffff,
+                                                   0xffffffffffffffff,
+                                                   1u << 20};
+                const uint64_t v = kValues[below(std::size(kValues))];
+                const size_t width = size_t{1} << below(4);  // 1, 2, 4 or 8 bytes, little-endian
+                if (s.size() >= width) {
+                    const size_t pos = below(s.size() - width + 1);
+                    for (size_t b = 0; b < width; ++b) s[pos + b] = static_cast<char>(v >> (8 * b));
+                }
+                break;
             }
-            break;
-        case 2: {  // a boundary integer (lengths and counts of binary formats)
-            static const uint64_t kValues[] = {0, 1, 0x7f, 0xff, 0xffff, 0x7fffffff, 0xffffffff,
-                                               0x7fffffffffffffff, 0xffffffffffffffff, 1u << 20};
-            const uint64_t v = kValues[below(std::size(kValues))];
-            const size_t width = size_t{1} << below(4);  // 1, 2, 4 or 8 bytes, little-endian
-            if (s.size() >= width) {
-                const size_t pos = below(s.size() - width + 1);
-                for (size_t b = 0; b < width; ++b) s[pos + b] = static_cast<char>(v >> (8 * b));
+            case 3:  // erase a range
+                if (!s.empty()) s.erase(below(s.size()), 1 + below(std::min<size_t>(s.size(), 16)));
+                break;
+            case 4:  // insert random bytes
+                for (uint64_t n = 1 + below(8); n > 0; --n) {
+                    s.insert(s.begin() + static_cast<std::ptrdiff_t>(at),
+                             static_cast<char>(below(256)));
+                }
+                break;
+            case 5: {  // duplicate a range (nesting, repetition)
+                if (s.empty()) break;
+                const size_t from = below(s.size());
+                const Bytes piece =
+                    s.substr(from, 1 + below(std::min<size_t>(s.size() - from, 64)));
+                for (uint64_t n = 1 + below(4); n > 0; --n) s.insert(at, piece);
+                break;
             }
-            break;
-        }
-        case 3:  // erase a range
-            if (!s.empty()) s.erase(below(s.size()), 1 + below(std::min<size_t>(s.size(), 16)));
-            break;
-        case 4:  // insert random bytes
-            for (uint64_t n = 1 + below(8); n > 0; --n) {
-                s.insert(s.begin() + static_cast<std::ptrdiff_t>(at), static_cast<char>(below(256)));
+            case 6:
+            case 7:  // a dictionary token
+                if (!dictionary_.empty()) s.insert(at, dictionary_[below(dictionary_.size())]);
+                break;
+            default: {  // splice: this input's head and another seed's tail
+                const Bytes& other = seeds_[below(seeds_.size())];
+                s = s.substr(0, at) + other.substr(below(other.size() + 1));
+                break;
             }
-            break;
-        case 5: {  // duplicate a range (nesting, repetition)
-            if (s.empty()) break;
-            const size_t from = below(s.size());
-            const Bytes piece = s.substr(from, 1 + below(std::min<size_t>(s.size() - from, 64)));
-            for (uint64_t n = 1 + below(4); n > 0; --n) s.insert(at, piece);
-            break;
-        }
-        case 6:
-        case 7:  // a dictionary token
-            if (!dictionary_.empty()) s.insert(at, dictionary_[below(dictionary_.size())]);
-            break;
-        default: {  // splice: this input's head and another seed's tail
-            const Bytes& other = seeds_[below(seeds_.size())];
-            s = s.substr(0, at) + other.substr(below(other.size() + 1));
-            break;
-        }
         }
     }
 
@@ -199,7 +211,8 @@ private:
 };
 
 void save(const std::string& path, const Bytes& input) {
-    std::ofstream(path, std::ios::binary).write(input.data(), static_cast<std::streamsize>(input.size()));
+    std::ofstream(path, std::ios::binary)
+        .write(input.data(), static_cast<std::streamsize>(input.size()));
 }
 
 // Feeds one input; false (after saying why and saving it) for an escaped exception or a hang.
@@ -229,8 +242,8 @@ bool run_one(const Bytes& input, const Settings& settings) {
     if (took > settings.input_seconds) {
         save(settings.crash_file, input);
         std::cerr << "FINDING: one input took " << took << " s (limit " << settings.input_seconds
-                  << " s)\n  input (" << input.size() << " bytes) saved to "
-                  << settings.crash_file << "\n";
+                  << " s)\n  input (" << input.size() << " bytes) saved to " << settings.crash_file
+                  << "\n";
         return false;
     }
     return true;

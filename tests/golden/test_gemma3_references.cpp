@@ -46,7 +46,8 @@ protected:
     static void SetUpTestSuite() {
         if (!fixture_exists(kGguf)) return;
         dir_ = new TempDir("ember-gemma3");
-        model_ = Model::load(gemma3_with_config_pattern(dir_->file("gemma3-pattern.gguf"))).release();
+        model_ =
+            Model::load(gemma3_with_config_pattern(dir_->file("gemma3-pattern.gguf"))).release();
         ref_ = new json(json::parse(read_file(fixture_path("arch/gemma3/ref.json"))));
     }
     static void TearDownTestSuite() {

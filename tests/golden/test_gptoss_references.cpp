@@ -22,7 +22,6 @@
 #include "engine/gguf/gguf.h"
 #include "engine/model/forward.h"
 #include "engine/model/model.h"
-#include "engine/model/model.h"
 #include "engine/model/state.h"
 #include "engine/model/state_io.h"
 #include "engine/util/thread_pool.h"

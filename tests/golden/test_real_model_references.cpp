@@ -35,8 +35,8 @@
 
 #include "engine/model/forward.h"
 #include "engine/model/model.h"
-#include "engine/tensor/traits.h"
 #include "engine/model/state.h"
+#include "engine/tensor/traits.h"
 #include "engine/util/thread_pool.h"
 #include "tests/support/fixtures.h"
 #include "tests/support/kv_precision.h"

@@ -16,8 +16,8 @@
 #include "engine/util/thread_pool.h"
 
 // GPU tests skip on machines without one (CI has none; scripts/gpu_test.sh runs them on one).
-#define EMBER_REQUIRE_GPU()                                          \
-    do {                                                             \
+#define EMBER_REQUIRE_GPU()                                           \
+    do {                                                              \
         if (::ember::gpu_count() == 0) GTEST_SKIP() << "no CUDA GPU"; \
     } while (0)
 
@@ -48,8 +48,8 @@ inline double margin(std::span<const float> logits) {
 
 struct GreedyRun {
     std::vector<int32_t> tokens;
-    std::vector<double> margins;                // of each chosen token
-    std::vector<std::vector<float>> logits;     // [steps][n_vocab]
+    std::vector<double> margins;             // of each chosen token
+    std::vector<std::vector<float>> logits;  // [steps][n_vocab]
 };
 
 // `steps` greedy tokens continuing `state` (whose last logits are `first`).
@@ -62,8 +62,8 @@ inline GreedyRun greedy_from(const Model& model, InferenceState& state, ThreadPo
         run.tokens.push_back(token);
         run.margins.push_back(margin(logits));
         run.logits.push_back(logits);
-        const auto next = forward(model, state, pool, std::span<const int32_t>(&token, 1),
-                                  LogitsWanted::Last);
+        const auto next =
+            forward(model, state, pool, std::span<const int32_t>(&token, 1), LogitsWanted::Last);
         logits.assign(next.begin(), next.end());
     }
     return run;

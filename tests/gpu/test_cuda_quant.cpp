@@ -15,11 +15,11 @@
 #include <vector>
 
 #include "engine/model/cuda/quant_kernels.cuh"
-#include "tests/gpu/device_buffer.h"
 #include "engine/tensor/blocks.h"
 #include "engine/tensor/matmul.h"
 #include "engine/tensor/quantize_scalar.h"
 #include "engine/tensor/types.h"
+#include "tests/gpu/device_buffer.h"
 
 namespace ember::cuda {
 namespace {
@@ -41,9 +41,7 @@ struct TestMatrix {
         v.row_stride = row_stride;
         return v;
     }
-    DeviceMatrix device_matrix() const {
-        return {type, device->ptr, rows, cols, row_stride};
-    }
+    DeviceMatrix device_matrix() const { return {type, device->ptr, rows, cols, row_stride}; }
     std::vector<float> dequantized_row(int64_t r) const {
         std::vector<float> out(static_cast<size_t>(cols));
         dequantize_row(view(), r, out.data());
@@ -55,12 +53,18 @@ using QuantizeFn = void (*)(const float*, void*, int64_t);
 
 QuantizeFn quantizer(TensorType type) {
     switch (type) {
-        case TensorType::Q4_0: return scalar::quantize_row_q4_0;
-        case TensorType::Q8_0: return scalar::quantize_row_q8_0;
-        case TensorType::Q4_K: return scalar::quantize_row_q4_k;
-        case TensorType::Q5_K: return scalar::quantize_row_q5_k;
-        case TensorType::Q6_K: return scalar::quantize_row_q6_k;
-        default: return nullptr;
+        case TensorType::Q4_0:
+            return scalar::quantize_row_q4_0;
+        case TensorType::Q8_0:
+            return scalar::quantize_row_q8_0;
+        case TensorType::Q4_K:
+            return scalar::quantize_row_q4_k;
+        case TensorType::Q5_K:
+            return scalar::quantize_row_q5_k;
+        case TensorType::Q6_K:
+            return scalar::quantize_row_q6_k;
+        default:
+            return nullptr;
     }
 }
 
@@ -83,7 +87,8 @@ TestMatrix make_matrix(TensorType type, int64_t rows, int64_t cols, std::mt19937
             std::memcpy(dst, row.data(), row.size() * sizeof(float));
         } else if (type == TensorType::F16 || type == TensorType::BF16) {
             for (int64_t k = 0; k < cols; ++k) {
-                const uint16_t h = type == TensorType::F16 ? fp32_to_fp16(row[k]) : fp32_to_bf16(row[k]);
+                const uint16_t h =
+                    type == TensorType::F16 ? fp32_to_fp16(row[k]) : fp32_to_bf16(row[k]);
                 std::memcpy(dst + 2 * k, &h, 2);
             }
         } else {
@@ -200,7 +205,8 @@ TEST_P(CudaQuant, DequantizeRowsIsBitExact) {
     for (int64_t i = 0; i < rows; ++i) {
         const std::vector<float> want = m.dequantized_row(row0 + i);
         for (int64_t k = 0; k < m.cols; ++k) {
-            ASSERT_EQ(bits(got[i * m.cols + k]), bits(want[k])) << "row " << row0 + i << " col " << k;
+            ASSERT_EQ(bits(got[i * m.cols + k]), bits(want[k]))
+                << "row " << row0 + i << " col " << k;
         }
     }
 }
@@ -211,7 +217,8 @@ TEST_P(CudaQuant, EmbedRowsScalesTheRows) {
     const std::vector<int32_t> ids = {5, 999, 0, 5, 123, 640, 1, 998};
     const float scale = 3.7f;
     DeviceBuffer ids_dev(ids.size() * sizeof(int32_t));
-    CUDA_OK(cudaMemcpy(ids_dev.ptr, ids.data(), ids.size() * sizeof(int32_t), cudaMemcpyHostToDevice));
+    CUDA_OK(
+        cudaMemcpy(ids_dev.ptr, ids.data(), ids.size() * sizeof(int32_t), cudaMemcpyHostToDevice));
     const size_t count = ids.size() * static_cast<size_t>(m.cols);
     DeviceBuffer out(count * sizeof(float));
     CUDA_OK(cudaMemset(out.ptr, 0xff, count * sizeof(float)));
@@ -223,7 +230,8 @@ TEST_P(CudaQuant, EmbedRowsScalesTheRows) {
     for (size_t t = 0; t < ids.size(); ++t) {
         const std::vector<float> want = m.dequantized_row(ids[t]);
         for (int64_t k = 0; k < m.cols; ++k) {
-            ASSERT_EQ(bits(got[t * m.cols + k]), bits(want[k] * scale)) << "id " << ids[t] << " col " << k;
+            ASSERT_EQ(bits(got[t * m.cols + k]), bits(want[k] * scale))
+                << "id " << ids[t] << " col " << k;
         }
     }
 }
@@ -271,7 +279,8 @@ TEST(CudaQuantMany, GemvManyEqualsSeparateGemv) {
             CUDA_OK(cudaMemcpy(many.data(), ys[i]->ptr, many.size() * sizeof(float),
                                cudaMemcpyDeviceToHost));
             for (size_t e = 0; e < many.size(); ++e) {
-                ASSERT_EQ(bits(many[e]), bits(separate[e])) << "n " << n << " matrix " << i << " at " << e;
+                ASSERT_EQ(bits(many[e]), bits(separate[e]))
+                    << "n " << n << " matrix " << i << " at " << e;
                 ASSERT_FALSE(std::isnan(many[e]));
             }
         }

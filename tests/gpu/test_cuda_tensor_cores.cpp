@@ -63,8 +63,8 @@ std::string name_of(const AttentionCase& c) {
 // Attention of every (token, head) in float64 from the same f32 queries and f16 rows.
 std::vector<double> reference_attention(const AttentionCase& c, const std::vector<float>& q,
                                         const std::vector<__half>& k_rows,
-                                        const std::vector<__half>& v_rows, int64_t slots,
-                                        bool ring, const std::vector<float>& sinks, float scale) {
+                                        const std::vector<__half>& v_rows, int64_t slots, bool ring,
+                                        const std::vector<float>& sinks, float scale) {
     const int64_t d = c.head_dim, width = c.n_head_kv * d, group = c.n_head / c.n_head_kv;
     std::vector<double> out(static_cast<size_t>(c.n * c.n_head * d));
     for (int64_t t = 0; t < c.n; ++t) {
@@ -94,7 +94,8 @@ std::vector<double> reference_attention(const AttentionCase& c, const std::vecto
                 const double w = std::exp(scores[static_cast<size_t>(p - first)] - top);
                 denominator += w;
                 for (int64_t i = 0; i < d; ++i) {
-                    acc[i] += w * static_cast<double>(__half2float(v_rows[slot * width + kv * d + i]));
+                    acc[i] +=
+                        w * static_cast<double>(__half2float(v_rows[slot * width + kv * d + i]));
                 }
             }
             for (int64_t i = 0; i < d; ++i) {
@@ -138,10 +139,13 @@ TEST_P(FlashAttention, MatchesFloat64AndTheF32Kernels) {
     DeviceBuffer pos0_dev(sizeof(int64_t));
     const size_t out_bytes = static_cast<size_t>(c.n * c.n_head * d) * sizeof(float);
     DeviceBuffer flash_out(out_bytes), chunked_out(out_bytes), f32_out(out_bytes);
-    CUDA_OK(cudaMemcpy(k_dev.ptr, k_rows.data(), k_rows.size() * sizeof(__half), cudaMemcpyHostToDevice));
-    CUDA_OK(cudaMemcpy(v_dev.ptr, v_rows.data(), v_rows.size() * sizeof(__half), cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemcpy(k_dev.ptr, k_rows.data(), k_rows.size() * sizeof(__half),
+                       cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemcpy(v_dev.ptr, v_rows.data(), v_rows.size() * sizeof(__half),
+                       cudaMemcpyHostToDevice));
     CUDA_OK(cudaMemcpy(q_dev.ptr, q.data(), q.size() * sizeof(float), cudaMemcpyHostToDevice));
-    CUDA_OK(cudaMemcpy(sinks_dev.ptr, sinks.data(), sinks.size() * sizeof(float), cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemcpy(sinks_dev.ptr, sinks.data(), sinks.size() * sizeof(float),
+                       cudaMemcpyHostToDevice));
     CUDA_OK(cudaMemcpy(pos0_dev.ptr, &c.depth, sizeof(int64_t), cudaMemcpyHostToDevice));
     // Poisoned outputs: every element must be written.
     CUDA_OK(cudaMemset(flash_out.ptr, 0xff, out_bytes));
@@ -185,7 +189,8 @@ TEST_P(FlashAttention, MatchesFloat64AndTheF32Kernels) {
     CUDA_OK(cudaMemcpy(flash.data(), flash_out.ptr, out_bytes, cudaMemcpyDeviceToHost));
     CUDA_OK(cudaMemcpy(chunked.data(), chunked_out.ptr, out_bytes, cudaMemcpyDeviceToHost));
     CUDA_OK(cudaMemcpy(f32.data(), f32_out.ptr, out_bytes, cudaMemcpyDeviceToHost));
-    const std::vector<double> ref = reference_attention(c, q, k_rows, v_rows, slots, ring, sinks, scale);
+    const std::vector<double> ref =
+        reference_attention(c, q, k_rows, v_rows, slots, ring, sinks, scale);
     double ref_max = 0, flash_err = 0, chunked_err = 0, f32_err = 0;
     for (size_t i = 0; i < ref.size(); ++i) {
         ASSERT_TRUE(std::isfinite(flash[i])) << "element " << i << " unwritten or not finite";
@@ -203,16 +208,17 @@ TEST_P(FlashAttention, MatchesFloat64AndTheF32Kernels) {
                 name_of(c).c_str(), flash_err / ref_max, chunked_err / ref_max, f32_err / ref_max);
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Shapes, FlashAttention,
-    ::testing::Values(AttentionCase{128, 16, 8, 0, 300, 0, false, 0.0f},
-                      AttentionCase{128, 32, 8, 1000, 100, 0, false, 0.0f},
-                      AttentionCase{64, 8, 8, 70, 18, 0, true, 0.0f},
-                      AttentionCase{64, 12, 4, 500, 129, 96, false, 0.0f},
-                      AttentionCase{32, 4, 2, 33, 257, 0, false, 30.0f},
-                      AttentionCase{16, 4, 1, 5, 40, 16, true, 0.0f},
-                      AttentionCase{128, 8, 1, 2100, 65, 0, true, 50.0f}),
-    [](const ::testing::TestParamInfo<AttentionCase>& param) { return name_of(param.param); });
+INSTANTIATE_TEST_SUITE_P(Shapes, FlashAttention,
+                         ::testing::Values(AttentionCase{128, 16, 8, 0, 300, 0, false, 0.0f},
+                                           AttentionCase{128, 32, 8, 1000, 100, 0, false, 0.0f},
+                                           AttentionCase{64, 8, 8, 70, 18, 0, true, 0.0f},
+                                           AttentionCase{64, 12, 4, 500, 129, 96, false, 0.0f},
+                                           AttentionCase{32, 4, 2, 33, 257, 0, false, 30.0f},
+                                           AttentionCase{16, 4, 1, 5, 40, 16, true, 0.0f},
+                                           AttentionCase{128, 8, 1, 2100, 65, 0, true, 50.0f}),
+                         [](const ::testing::TestParamInfo<AttentionCase>& param) {
+                             return name_of(param.param);
+                         });
 
 // Rows spanning 2^-20 .. 2^20 of magnitude, one past f16's range: scaled by one power of two,
 // every element is its f32 value times the scale rounded once to f16, the largest lands in
@@ -229,7 +235,8 @@ TEST(HalfInputs, ScaledByOnePowerOfTwoWithoutOverflow) {
         }
     }
     x[5 * ldx + 17] = 70000.0f;  // past 65504
-    DeviceBuffer x_dev(x.size() * sizeof(float)), out(static_cast<size_t>(n * cols) * sizeof(__half));
+    DeviceBuffer x_dev(x.size() * sizeof(float)),
+        out(static_cast<size_t>(n * cols) * sizeof(__half));
     DeviceBuffer row_max(static_cast<size_t>(n) * sizeof(float)), unscale(sizeof(float));
     CUDA_OK(cudaMemcpy(x_dev.ptr, x.data(), x.size() * sizeof(float), cudaMemcpyHostToDevice));
     to_scaled_half(x_dev.as<float>(), n, cols, ldx, out.as<__half>(), row_max.as<float>(),

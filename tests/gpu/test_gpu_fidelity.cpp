@@ -92,8 +92,8 @@ TEST_P(GpuArch, GreedyMatchesTheReferenceWhereClear) {
     auto state = make_state(model->config(), static_cast<int64_t>(ids.size() + expected.size()) + 8,
                             KvType::F32);
     const auto first = forward(*model, *state, pool, ids, LogitsWanted::Last);
-    const GreedyRun run = greedy_from(*model, *state, pool, first,
-                                      static_cast<int>(expected.size()));
+    const GreedyRun run =
+        greedy_from(*model, *state, pool, first, static_cast<int>(expected.size()));
     for (size_t i = 0; i < expected.size(); ++i) {
         if (run.tokens[i] == expected[i]) continue;
         EXPECT_LE(seq["greedy_margins"][i].get<double>(), 1e-2)

@@ -34,7 +34,7 @@ namespace {
 namespace fs = std::filesystem;
 
 const char* const kShellPrompt = "SHELL$";
-const char* const kFirst = "arch/qwen3/qwen3.gguf";    // found as "qwen3"
+const char* const kFirst = "arch/qwen3/qwen3.gguf";     // found as "qwen3"
 const char* const kSecond = "arch/gemma3/gemma3.gguf";  // found as "gemma3"
 // Greedy, one thread (the same numbers in every process), short replies.
 const std::vector<std::string> kChatFlags = {"-t", "1", "--temp", "0", "-n", "6", "-c", "1024"};
@@ -69,7 +69,8 @@ std::vector<TurnStats> stats_lines(const std::string& screen) {
     std::vector<TurnStats> out;
     for (const auto& line : screen_lines(screen)) {
         std::smatch m;
-        if (std::regex_search(line, m, pattern)) out.push_back({std::stoll(m[1]), std::stoll(m[2])});
+        if (std::regex_search(line, m, pattern))
+            out.push_back({std::stoll(m[1]), std::stoll(m[2])});
     }
     return out;
 }
@@ -122,12 +123,13 @@ protected:
         fs::create_symlink(fixture_path(kFirst), models_ / "qwen3.gguf");
         fs::create_symlink(fixture_path(kSecond), models_ / "gemma3.gguf");
         tmux_ = std::make_unique<TmuxSession>(tmux, "ember-model-switch");
-        const std::string shell = "env PS1=" + shell_quote(std::string(kShellPrompt) + " ") +
-                                  " LANG=C.UTF-8 XDG_DATA_HOME=" + shell_quote(data_home()) +
-                                  " XDG_CONFIG_HOME=" + shell_quote(dir_->file("config")) +
-                                  " EMBER_MODEL= LLAMA_CACHE=/nonexistent OLLAMA_MODELS=/nonexistent"
-                                  " HOME=" +
-                                  shell_quote(dir_->path().string()) + " /bin/sh";
+        const std::string shell =
+            "env PS1=" + shell_quote(std::string(kShellPrompt) + " ") +
+            " LANG=C.UTF-8 XDG_DATA_HOME=" + shell_quote(data_home()) +
+            " XDG_CONFIG_HOME=" + shell_quote(dir_->file("config")) +
+            " EMBER_MODEL= LLAMA_CACHE=/nonexistent OLLAMA_MODELS=/nonexistent"
+            " HOME=" +
+            shell_quote(dir_->path().string()) + " /bin/sh";
         ASSERT_EQ(tmux_->start(shell, 120, 40).status, 0);
         std::string screen;
         ASSERT_TRUE(wait_for(at_shell, screen)) << screen;
@@ -141,8 +143,8 @@ protected:
                   double seconds = 30.0) const {
         return TmuxSession::poll([this] { return history(); }, done, screen, seconds);
     }
-    bool wait_for_screen(const std::function<bool(const std::string&)>& done,
-                         std::string& screen, double seconds = 30.0) const {
+    bool wait_for_screen(const std::function<bool(const std::string&)>& done, std::string& screen,
+                         double seconds = 30.0) const {
         return TmuxSession::poll([this] { return tmux_->capture(); }, done, screen, seconds);
     }
     void line(const std::string& text) const {
@@ -215,8 +217,8 @@ protected:
 bool agrees(const std::vector<int32_t>& block, const std::vector<int32_t>& prompt,
             size_t at_least) {
     const size_t n = std::min(block.size(), prompt.size());
-    return n >= at_least && std::equal(block.begin(), block.begin() + static_cast<ptrdiff_t>(n),
-                                       prompt.begin());
+    return n >= at_least &&
+           std::equal(block.begin(), block.begin() + static_cast<ptrdiff_t>(n), prompt.begin());
 }
 
 // The seed whose first blocks begin with `prompt`; empty when none does.
@@ -244,16 +246,14 @@ TEST_F(ModelSwitch, LineModeSwitchesRerendersTheHistoryAndKeepsEachModelsStateAp
 
     // A file that is not a model and a name that is none: one line each, the chat goes on.
     line("/model " + broken);
-    ASSERT_TRUE(wait_for([](const std::string& s) { return shows(s, "/model: ") &&
-                                                           last_line(s) == ">"; },
-                         screen))
+    ASSERT_TRUE(wait_for(
+        [](const std::string& s) { return shows(s, "/model: ") && last_line(s) == ">"; }, screen))
         << screen;
     EXPECT_TRUE(shows(screen, "/model: " + broken + ": ")) << screen;
     line("/model no-such-model");
     ASSERT_TRUE(wait_for(
         [](const std::string& s) {
-            return shows(s, "/model: model 'no-such-model': no such file") &&
-                   last_line(s) == ">";
+            return shows(s, "/model: model 'no-such-model': no such file") && last_line(s) == ">";
         },
         screen))
         << screen;
@@ -284,8 +284,8 @@ TEST_F(ModelSwitch, LineModeSwitchesRerendersTheHistoryAndKeepsEachModelsStateAp
 
     // Back to the first model: its own rows in the store bring it back warm.
     line("/model qwen3");
-    ASSERT_TRUE(wait_for([](const std::string& s) { return shows(s, "now chatting with qwen3.gguf"); },
-                         screen))
+    ASSERT_TRUE(wait_for(
+        [](const std::string& s) { return shows(s, "now chatting with qwen3.gguf"); }, screen))
         << screen;
     line("fourth prompt");
     ASSERT_TRUE(wait_for(turns_done(4), screen)) << screen;
@@ -328,8 +328,8 @@ TEST_F(ModelSwitch, LineModeSwitchesRerendersTheHistoryAndKeepsEachModelsStateAp
     const std::string reference = dir_->file("reference.db");
     const auto chat = [&](const char* model, std::vector<std::string> args,
                           const std::string& input) {
-        std::vector<std::string> argv = {ember_binary(), "chat", "-m", fixture_path(model),
-                                         "--db", reference};
+        std::vector<std::string> argv = {ember_binary(),      "chat", "-m",
+                                         fixture_path(model), "--db", reference};
         argv.insert(argv.end(), kChatFlags.begin(), kChatFlags.end());
         argv.insert(argv.end(), args.begin(), args.end());
         return run_command(argv, input);
@@ -357,8 +357,8 @@ TEST_F(ModelSwitch, FullScreenNamesTheNewModelAndContinueReopensIt) {
 
     // /help lists it; /model alone shows the model and the candidates.
     line("/help");
-    ASSERT_TRUE(wait_for_screen([](const std::string& s) { return shows(s, "/model [NAME]"); },
-                                screen))
+    ASSERT_TRUE(
+        wait_for_screen([](const std::string& s) { return shows(s, "/model [NAME]"); }, screen))
         << screen;
     line("/model");
     ASSERT_TRUE(wait_for_screen(
@@ -369,8 +369,8 @@ TEST_F(ModelSwitch, FullScreenNamesTheNewModelAndContinueReopensIt) {
     // Tab completes the name; the status line names the new model.
     tmux_->text("/model g");
     tmux_->keys("Tab");
-    ASSERT_TRUE(wait_for_screen(
-        [](const std::string& s) { return shows(s, "» /model gemma3"); }, screen))
+    ASSERT_TRUE(
+        wait_for_screen([](const std::string& s) { return shows(s, "» /model gemma3"); }, screen))
         << screen;
     tmux_->keys("Enter");
     ASSERT_TRUE(wait_for_screen(

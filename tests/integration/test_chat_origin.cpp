@@ -492,8 +492,8 @@ TEST_F(ChatOrigin, TheContextCounterFollowsSetCtxAndNew) {
     ASSERT_TRUE(wait_for(replied, screen)) << screen;
     EXPECT_FALSE(shows(status_row(screen), "ctx 0/")) << status_row(screen);
     line("/set ctx 512");
-    ASSERT_TRUE(wait_for([](const std::string& s) { return shows(status_row(s), "/512"); },
-                         screen, 10.0))
+    ASSERT_TRUE(
+        wait_for([](const std::string& s) { return shows(status_row(s), "/512"); }, screen, 10.0))
         << screen;
     line("/new");
     ASSERT_TRUE(wait_for([](const std::string& s) { return shows(status_row(s), "ctx 0/512"); },

@@ -63,8 +63,8 @@ std::string only_conversation(const std::string& db) {
     return id;
 }
 
-#define REQUIRE_TMUX(binary)                                           \
-    do {                                                               \
+#define REQUIRE_TMUX(binary)                                                \
+    do {                                                                    \
         if ((binary).empty()) EMBER_SKIP_OR_FAIL("tmux not found in PATH"); \
     } while (0)
 

@@ -68,8 +68,9 @@ TEST(ChatScripted, HybridConversationsReuseSnapshotsAndMatchRecompute) {
         std::string input;
         for (const char* p : kPrompts) input += json{{"prompt", p}}.dump() + "\n";
         auto run = [&](const char* extra) {
-            std::vector<std::string> argv = {ember_binary(), "chat", "-m", fixture_path(model),
-                                             "--jsonl", "--temp", "0", "-n", "10", "--no-db"};
+            std::vector<std::string> argv = {ember_binary(), "chat",   "-m", fixture_path(model),
+                                             "--jsonl",      "--temp", "0",  "-n",
+                                             "10",           "--no-db"};
             if (extra != nullptr) argv.push_back(extra);
             const auto r = run_command(argv, input);
             EXPECT_EQ(r.status, 0) << r.err;

@@ -18,10 +18,19 @@ std::string thinking_template() {
 }
 
 std::vector<json> chat(const std::vector<std::string>& extra, int expect_status = 0) {
-    std::vector<std::string> argv = {ember_binary(), "chat", "-m",
-                                     fixture_path("arch/qwen3/qwen3.gguf"), "--chat-template",
-                                     thinking_template(), "--jsonl", "--temp", "0", "-n", "12",
-                                     "-t", "2"};
+    std::vector<std::string> argv = {ember_binary(),
+                                     "chat",
+                                     "-m",
+                                     fixture_path("arch/qwen3/qwen3.gguf"),
+                                     "--chat-template",
+                                     thinking_template(),
+                                     "--jsonl",
+                                     "--temp",
+                                     "0",
+                                     "-n",
+                                     "12",
+                                     "-t",
+                                     "2"};
     argv.insert(argv.end(), extra.begin(), extra.end());
     const auto r = run_command(argv, "{\"prompt\":\"Hello there\"}\n{\"prompt\":\"Again\"}\n");
     EXPECT_EQ(r.status, expect_status) << r.err;
@@ -98,4 +107,4 @@ TEST(ChatThinking, PlainOutputWrapsShownThinking) {
 }
 
 }  // namespace
-}  // namespace ember
+}  // namespace ember::test

@@ -54,7 +54,8 @@ int64_t count_between(const std::string& screen, const std::string& text) {
 // Rows of the `tool` messages in the database: content, in order.
 std::vector<std::string> tool_messages(const std::string& db_path) {
     sessions::Database db(db_path);
-    sessions::Statement s = db.prepare("SELECT content FROM messages WHERE role = 'tool' ORDER BY id");
+    sessions::Statement s =
+        db.prepare("SELECT content FROM messages WHERE role = 'tool' ORDER BY id");
     std::vector<std::string> out;
     while (s.step()) out.push_back(s.column_text(0));
     return out;
@@ -74,7 +75,8 @@ protected:
                          "parameters": {"type": "object",
                                         "properties": {"label": {"type": "string"}},
                                         "required": ["label"]}},
-            "command": ["sh", "-c", "touch )" + marker_.string() + "; echo " + kToolOutput + R"("]}])");
+            "command": ["sh", "-c", "touch )" +
+                                    marker_.string() + "; echo " + kToolOutput + R"("]}])");
     }
 
     // The chat's command line; `extra` adds flags.
@@ -98,8 +100,11 @@ protected:
     }
     bool wait_for(const std::function<bool(const std::string&)>& done, std::string& screen,
                   double seconds = 30.0) const {
-        return TmuxSession::poll([this] { return tmux_->capture({"-J", "-S", "-"}); }, done, screen,
-                                 seconds);
+        return TmuxSession::poll(
+            [this] {
+                return tmux_->capture({"-J", "-S", "-"});
+            },
+            done, screen, seconds);
     }
     void line(const std::string& text) const {
         tmux_->text(text);
@@ -117,7 +122,8 @@ TEST_F(ChatToolCalls, LineModeAsksAndRunsOnlyOnYes) {
     EMBER_REQUIRE_TMUX(tmux);
     start_terminal(tmux);
     std::string screen;
-    line(chat_command("--plain --tools " + shell_quote(tools_file_) + " --tool-choice make_marker"));
+    line(
+        chat_command("--plain --tools " + shell_quote(tools_file_) + " --tool-choice make_marker"));
     ASSERT_TRUE(wait_for([](const std::string& s) { return shows(s, "ember line mode"); }, screen))
         << screen;
 
@@ -129,8 +135,8 @@ TEST_F(ChatToolCalls, LineModeAsksAndRunsOnlyOnYes) {
     EXPECT_TRUE(shows(screen, "\"label\":")) << screen;
     // No: nothing runs, the model is told.
     line("n");
-    ASSERT_TRUE(wait_for([](const std::string& s) { return shows(s, "declined: nothing ran"); },
-                         screen))
+    ASSERT_TRUE(
+        wait_for([](const std::string& s) { return shows(s, "declined: nothing ran"); }, screen))
         << screen;
     EXPECT_FALSE(fs::exists(marker_));
     std::vector<std::string> stored = tool_messages(db_);
@@ -139,12 +145,12 @@ TEST_F(ChatToolCalls, LineModeAsksAndRunsOnlyOnYes) {
 
     // Yes: it runs, its output shows and is stored as the call's result.
     line("once more");
-    ASSERT_TRUE(wait_for([](const std::string& s) { return count_between(s, "run it? [y/N]") >= 2; },
-                         screen))
+    ASSERT_TRUE(wait_for(
+        [](const std::string& s) { return count_between(s, "run it? [y/N]") >= 2; }, screen))
         << screen;
     line("y");
-    ASSERT_TRUE(wait_for([](const std::string& s) { return shows(s, "make_marker returned:"); },
-                         screen))
+    ASSERT_TRUE(
+        wait_for([](const std::string& s) { return shows(s, "make_marker returned:"); }, screen))
         << screen;
     EXPECT_TRUE(shows(screen, kToolOutput)) << screen;
     EXPECT_TRUE(fs::exists(marker_));
@@ -169,7 +175,8 @@ TEST_F(ChatToolCalls, LineModeTypeAheadDoesNotAnswerTheQuestion) {
     EMBER_REQUIRE_TMUX(tmux);
     start_terminal(tmux);
     std::string screen;
-    line(chat_command("--plain --tools " + shell_quote(tools_file_) + " --tool-choice make_marker"));
+    line(
+        chat_command("--plain --tools " + shell_quote(tools_file_) + " --tool-choice make_marker"));
     ASSERT_TRUE(wait_for([](const std::string& s) { return shows(s, "ember line mode"); }, screen))
         << screen;
 
@@ -192,8 +199,8 @@ TEST_F(ChatToolCalls, LineModeTypeAheadDoesNotAnswerTheQuestion) {
 
     // A fresh answer is what decides.
     line("n");
-    ASSERT_TRUE(wait_for([](const std::string& s) { return shows(s, "declined: nothing ran"); },
-                         screen))
+    ASSERT_TRUE(
+        wait_for([](const std::string& s) { return shows(s, "declined: nothing ran"); }, screen))
         << screen;
     EXPECT_FALSE(fs::exists(marker_));
     const std::vector<std::string> stored = tool_messages(db_);
@@ -217,18 +224,18 @@ TEST_F(ChatToolCalls, FullScreenShowsTheProposalInTheConversation) {
     EXPECT_TRUE(shows(screen, "the model asks to run a tool:")) << screen;
     EXPECT_TRUE(shows(screen, "make_marker {")) << screen;
     line("n");
-    ASSERT_TRUE(wait_for([](const std::string& s) { return shows(s, "make_marker: not run"); },
-                         screen))
+    ASSERT_TRUE(
+        wait_for([](const std::string& s) { return shows(s, "make_marker: not run"); }, screen))
         << screen;
     EXPECT_FALSE(fs::exists(marker_));
 
     line("again");
-    ASSERT_TRUE(wait_for([](const std::string& s) { return count_between(s, "[y/N] y runs it") >= 2; },
-                         screen))
+    ASSERT_TRUE(wait_for(
+        [](const std::string& s) { return count_between(s, "[y/N] y runs it") >= 2; }, screen))
         << screen;
     line("y");
-    ASSERT_TRUE(wait_for([](const std::string& s) { return shows(s, "make_marker returned:"); },
-                         screen))
+    ASSERT_TRUE(
+        wait_for([](const std::string& s) { return shows(s, "make_marker returned:"); }, screen))
         << screen;
     EXPECT_TRUE(shows(screen, kToolOutput)) << screen;
     EXPECT_TRUE(fs::exists(marker_));
@@ -239,11 +246,11 @@ TEST_F(ChatToolCalls, FullScreenShowsTheProposalInTheConversation) {
 }
 
 TEST_F(ChatToolCalls, ScriptedRunsNothingWithoutYesTools) {
-    const CommandResult run = run_command(
-        {ember_binary(), "chat", "-m", fixture_path(kModel), "--db", db_, "-t", "1", "--seed", "3",
-         "-n", "160", "--think", "off", "--tools", tools_file_, "--tool-choice", "required",
-         "--jsonl"},
-        "{\"prompt\": \"make a marker\"}\n", 120);
+    const CommandResult run =
+        run_command({ember_binary(), "chat", "-m", fixture_path(kModel), "--db", db_, "-t", "1",
+                     "--seed", "3", "-n", "160", "--think", "off", "--tools", tools_file_,
+                     "--tool-choice", "required", "--jsonl"},
+                    "{\"prompt\": \"make a marker\"}\n", 120);
     ASSERT_EQ(run.status, 0) << run.err;
     EXPECT_FALSE(fs::exists(marker_));
     const auto reply = nlohmann::json::parse(run.out.substr(0, run.out.find('\n')));
@@ -255,11 +262,14 @@ TEST_F(ChatToolCalls, ScriptedRunsNothingWithoutYesTools) {
     EXPECT_EQ(tool_messages(db_).size(), 1u);
 
     // --yes-tools: it runs; its output is the result, in the output and in the store.
-    const CommandResult yes = run_command(
-        {ember_binary(), "chat", "-m", fixture_path(kModel), "--db", db_, "-t", "1", "--seed", "3",
-         "-n", "160", "--think", "off", "--tools", tools_file_, "--tool-choice", "required",
-         "--yes-tools", "-p", "make a marker"},
-        "", 120);
+    const CommandResult yes =
+        run_command({ember_binary(),  "chat",     "-m",          fixture_path(kModel),
+                     "--db",          db_,        "-t",          "1",
+                     "--seed",        "3",        "-n",          "160",
+                     "--think",       "off",      "--tools",     tools_file_,
+                     "--tool-choice", "required", "--yes-tools", "-p",
+                     "make a marker"},
+                    "", 120);
     ASSERT_EQ(yes.status, 0) << yes.err;
     EXPECT_TRUE(fs::exists(marker_));
     EXPECT_TRUE(shows(yes.out, "[tool result] make_marker\n" + std::string(kToolOutput) + "\n"))
@@ -275,11 +285,29 @@ TEST_F(ChatToolCalls, AResumedWaitingCallAsksAgainAndReadFileStaysInItsRoot) {
     write_file(dir_->path() / "secret.txt", secret + "\n");
     // A conversation whose forced read_file call went unanswered (the chat ended at the
     // question); its path is set to one that escapes the root.
-    const CommandResult first = run_command(
-        {ember_binary(), "chat", "-m", fixture_path(kModel), "--db", db_, "-t", "1", "--seed", "3",
-         "-n", "160", "--think", "off", "--builtin-tools", "read_file", "--tool-root", root.string(),
-         "--tool-choice", "read_file", "-p", "read a file"},
-        "", 120);
+    const CommandResult first = run_command({ember_binary(),
+                                             "chat",
+                                             "-m",
+                                             fixture_path(kModel),
+                                             "--db",
+                                             db_,
+                                             "-t",
+                                             "1",
+                                             "--seed",
+                                             "3",
+                                             "-n",
+                                             "160",
+                                             "--think",
+                                             "off",
+                                             "--builtin-tools",
+                                             "read_file",
+                                             "--tool-root",
+                                             root.string(),
+                                             "--tool-choice",
+                                             "read_file",
+                                             "-p",
+                                             "read a file"},
+                                            "", 120);
     ASSERT_EQ(first.status, 0) << first.err;
     {
         sessions::Database db(db_);
@@ -298,8 +326,8 @@ TEST_F(ChatToolCalls, AResumedWaitingCallAsksAgainAndReadFileStaysInItsRoot) {
         << screen;
     EXPECT_TRUE(shows(screen, "\"path\": \"../secret.txt\"")) << screen;
     line("y");
-    ASSERT_TRUE(wait_for([](const std::string& s) { return shows(s, "read_file returned:"); },
-                         screen))
+    ASSERT_TRUE(
+        wait_for([](const std::string& s) { return shows(s, "read_file returned:"); }, screen))
         << screen;
     EXPECT_TRUE(shows(screen, "outside the directory tools may read")) << screen;
     EXPECT_FALSE(shows(screen, secret)) << screen;
@@ -312,9 +340,9 @@ TEST_F(ChatToolCalls, AResumedWaitingCallAsksAgainAndReadFileStaysInItsRoot) {
 
 TEST_F(ChatToolCalls, AConversationWithToolTurnsResumesWarm) {
     const auto chat = [&](const std::vector<std::string>& extra, const std::string& input) {
-        std::vector<std::string> argv = {ember_binary(), "chat", "-m", fixture_path(kModel),
-                                         "--db",         db_,    "-t", "1",
-                                         "--seed",       "3",    "-n", "160",
+        std::vector<std::string> argv = {ember_binary(), "chat", "-m",      fixture_path(kModel),
+                                         "--db",         db_,    "-t",      "1",
+                                         "--seed",       "3",    "-n",      "160",
                                          "--think",      "off",  "--tools", tools_file_,
                                          "--jsonl"};
         argv.insert(argv.end(), extra.begin(), extra.end());
@@ -328,8 +356,7 @@ TEST_F(ChatToolCalls, AConversationWithToolTurnsResumesWarm) {
     ASSERT_EQ(tool_messages(db_).size(), 1u);
     // A new process resumes it: the tool turns render as they were evaluated, so only the new
     // prompt is evaluated (the state of everything before it comes from the store).
-    const CommandResult second =
-        chat({"--continue"}, "{\"prompt\": \"thanks\"}\n");
+    const CommandResult second = chat({"--continue"}, "{\"prompt\": \"thanks\"}\n");
     ASSERT_EQ(second.status, 0) << second.err;
     const auto turn = nlohmann::json::parse(second.out.substr(0, second.out.find('\n')));
     const int64_t reused = turn["tokens_reused"];

@@ -28,18 +28,19 @@ TEST(ConstrainedCli, RunFollowsAGrammarAndAnInlineSchema) {
     TempDir dir;
     const std::string yes_no = write(dir, "yn.gbnf", "root ::= (\"yes\" | \"no\") \"!\"{1,3}\n");
     for (const std::string seed : {"1", "2", "3", "4"}) {
-        const auto r = run_command({ember_binary(), "run", "-m", fixture_path(kLlama), "-p", "Well?",
-                                    "-n", "8", "--temp", "1.5", "--seed", seed, "-t", "1", "--json",
-                                    "--grammar", yes_no});
+        const auto r = run_command({ember_binary(), "run", "-m", fixture_path(kLlama), "-p",
+                                    "Well?", "-n", "8", "--temp", "1.5", "--seed", seed, "-t", "1",
+                                    "--json", "--grammar", yes_no});
         ASSERT_EQ(r.status, 0) << r.err;
         const std::string text = json::parse(r.out)["text"];
         EXPECT_TRUE(text == "yes!" || text == "yes!!" || text == "yes!!!" || text == "no!" ||
                     text == "no!!" || text == "no!!!")
             << text;
     }
-    const auto r = run_command({ember_binary(), "chat", "-m", fixture_path(kLlama), "-p", "n?",
-                                "-n", "20", "--temp", "1.5", "-t", "1", "--no-db", "--jsonl",
-                                "--json-schema", R"({"type": "array", "items": {"type": "integer"}, "minItems": 2, "maxItems": 2})"});
+    const auto r = run_command(
+        {ember_binary(), "chat", "-m", fixture_path(kLlama), "-p", "n?", "-n", "20", "--temp",
+         "1.5", "-t", "1", "--no-db", "--jsonl", "--json-schema",
+         R"({"type": "array", "items": {"type": "integer"}, "minItems": 2, "maxItems": 2})"});
     ASSERT_EQ(r.status, 0) << r.err;
     const json v = json::parse(json::parse(r.out)["reply"].get<std::string>());
     ASSERT_TRUE(v.is_array());
@@ -51,8 +52,8 @@ TEST(ConstrainedCli, BadGrammarsAndUnsupportedSchemasAreUsageErrors) {
     EMBER_REQUIRE_FIXTURE(kLlama);
     TempDir dir;
     const std::string broken = write(dir, "bad.gbnf", "root ::= \"a\" | item\n");
-    auto r = run_command({ember_binary(), "run", "-m", fixture_path(kLlama), "-p", "x", "--grammar",
-                          broken});
+    auto r = run_command(
+        {ember_binary(), "run", "-m", fixture_path(kLlama), "-p", "x", "--grammar", broken});
     EXPECT_EQ(r.status, 2);
     EXPECT_NE(r.err.find("--grammar: line 1, column 16: rule 'item' is used but not defined"),
               std::string::npos)

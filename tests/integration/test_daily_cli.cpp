@@ -252,11 +252,11 @@ TEST(ExampleConfig, ItsPresetStartsAChat) {
     fs::create_directories(dir.path() / "config" / "ember");
     fs::copy_file(fs::path(EMBER_SOURCE_DIR) / "assets" / "examples" / "config.json",
                   dir.path() / "config" / "ember" / "config.json");
-    const auto r = run_command(
-        {"/usr/bin/env", "XDG_CONFIG_HOME=" + (dir.path() / "config").string(), ember_binary(),
-         "chat", "-m", fixture_path(kQwen3), "-t", "1", "-n", "2", "--think", "off", "--no-db",
-         "--preset", "code", "-p", "hi", "--jsonl"},
-        "", 120);
+    const auto r =
+        run_command({"/usr/bin/env", "XDG_CONFIG_HOME=" + (dir.path() / "config").string(),
+                     ember_binary(), "chat", "-m", fixture_path(kQwen3), "-t", "1", "-n", "2",
+                     "--think", "off", "--no-db", "--preset", "code", "-p", "hi", "--jsonl"},
+                    "", 120);
     ASSERT_EQ(r.status, 0) << r.err;
     EXPECT_NE(r.out.find("\"finish\""), std::string::npos) << r.out;
     // A preset the file does not hold is refused, naming it and the ones it has.

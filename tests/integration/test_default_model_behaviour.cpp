@@ -158,7 +158,7 @@ TEST_F(DefaultModelBehaviour, ServeRepliesAsTheFloat64ReferenceThroughTheOpenAiC
     const fs::path python = build_dir() / "venv" / "bin" / "python";
     if (!fs::exists(python)) {
         EMBER_SKIP_OR_FAIL("no Python venv with the OpenAI client at " + python.string() +
-                     ": run scripts/test_venv.sh " + build_dir().string());
+                           ": run scripts/test_venv.sh " + build_dir().string());
     }
     json asked = json::array();
     for (const json& q : questions_.at("questions")) asked.push_back(q.at("question"));

@@ -30,8 +30,9 @@ fs::path build_dir() {
 std::vector<json> run_acceptance(const std::vector<std::string>& extra) {
     const fs::path python = build_dir() / "venv" / "bin" / "python";
     std::vector<std::string> argv = {
-        python.string(), std::string(EMBER_SOURCE_DIR) + "/tests/integration/py/grammar_acceptance.py",
-        "--ember", ember_binary()};
+        python.string(),
+        std::string(EMBER_SOURCE_DIR) + "/tests/integration/py/grammar_acceptance.py", "--ember",
+        ember_binary()};
     for (const std::string& m : kModels) {
         argv.push_back("--model");
         argv.push_back(fs::path(m).stem().string() + "=" + fixture_path(m));
@@ -52,7 +53,7 @@ TEST(GrammarAcceptance, TwoHundredRandomSchemasOnThreeModelsAllValidate) {
     if (!fs::exists(python) ||
         run_command({python.string(), "-c", "import jsonschema"}, "", 60).status != 0) {
         EMBER_SKIP_OR_FAIL("no Python venv with jsonschema at " + python.string() +
-                     ": run scripts/test_venv.sh " + build_dir().string());
+                           ": run scripts/test_venv.sh " + build_dir().string());
     }
     // top-k 40 (the candidates are checked one by one when that settles the draw)...
     const std::vector<json> main = run_acceptance({"--schemas", "200", "--temp", "1.5"});

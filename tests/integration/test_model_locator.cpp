@@ -37,9 +37,9 @@ protected:
             << R"({"layers":[{"mediaType":"application/vnd.ollama.image.template","digest":"sha256:feed"},)"
             << R"({"mediaType":"application/vnd.ollama.image.model","digest":"sha256:0123abcd"}]})";
         // The llama file is the newest, so it is the implicit choice.
-        fs::last_write_time(models / "tiny-llama.gguf",
-                            fs::last_write_time(ollama / "blobs/sha256-0123abcd") +
-                                std::chrono::hours(1));
+        fs::last_write_time(
+            models / "tiny-llama.gguf",
+            fs::last_write_time(ollama / "blobs/sha256-0123abcd") + std::chrono::hours(1));
         setenv("HOME", home_.c_str(), 1);
         unsetenv("XDG_DATA_HOME");
         unsetenv("XDG_CONFIG_HOME");
@@ -82,7 +82,7 @@ TEST_F(ModelLocator, ListsEmberAndOllamaModels) {
 }
 
 TEST_F(ModelLocator, SearchOrder) {
-    EXPECT_NE(picked().find("tiny-llama.gguf"), std::string::npos);        // newest found
+    EXPECT_NE(picked().find("tiny-llama.gguf"), std::string::npos);                 // newest found
     EXPECT_NE(picked({"-m", "qwen3"}).find("sha256-0123abcd"), std::string::npos);  // by name
     write_config(R"({"model": "qwen3:0.6b"})");
     EXPECT_NE(picked().find("sha256-0123abcd"), std::string::npos);  // config beats the dirs

@@ -46,18 +46,25 @@ std::string read_bytes(const std::string& path) {
 // nobody, with a home and XDG directories it may read (root's are closed to it).
 std::vector<std::string> as_nobody() {
     const std::string tmp = fs::temp_directory_path().string();
-    return {find_in_path("setpriv"), "--reuid=65534",     "--regid=65534",
-            "--clear-groups",        "env",               "HOME=" + tmp,
-            "XDG_CONFIG_HOME=" + tmp + "/ember-ro-none", "XDG_DATA_HOME=" + tmp + "/ember-ro-none"};
+    return {find_in_path("setpriv"),
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "env",
+            "HOME=" + tmp,
+            "XDG_CONFIG_HOME=" + tmp + "/ember-ro-none",
+            "XDG_DATA_HOME=" + tmp + "/ember-ro-none"};
 }
 
 // Runs the rest of the command line as root inside a private mount namespace where `dir` is
 // a read-only bind mount of itself.
 std::vector<std::string> on_read_only_mount(const std::string& dir) {
     const std::string q = shell_quote(dir);
-    return {find_in_path("unshare"), "-m", "sh", "-c",
-            "mount --bind " + q + " " + q + " && mount -o remount,bind,ro " + q +
-                " && exec \"$@\"",
+    return {find_in_path("unshare"),
+            "-m",
+            "sh",
+            "-c",
+            "mount --bind " + q + " " + q + " && mount -o remount,bind,ro " + q + " && exec \"$@\"",
             "sh"};
 }
 
@@ -179,8 +186,8 @@ TEST(ReadOnlyStore, RootReadsItOnAReadOnlyMountAndChatIsRefused) {
     expect_refused(chat, s.db, "chat");
     EXPECT_NE(chat.err.find("--no-db"), std::string::npos) << chat.err;
     EXPECT_EQ(chat.out, "") << "refused before the model answers";
-    const auto resume = run(ro, {"chat", "-m", fixture_path(kModel), "--db", s.db, "--resume",
-                                 s.id, "--temp", "0", "-n", "4", "-t", "1", "-p", "more"});
+    const auto resume = run(ro, {"chat", "-m", fixture_path(kModel), "--db", s.db, "--resume", s.id,
+                                 "--temp", "0", "-n", "4", "-t", "1", "-p", "more"});
     expect_refused(resume, s.db, "chat --resume");
     EXPECT_EQ(read_bytes(s.db), before);
 }

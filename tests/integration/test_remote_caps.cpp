@@ -31,7 +31,8 @@ struct HostileServer {
         if (python.empty()) return;
         process = std::make_unique<BackgroundProcess>(
             std::vector<std::string>{
-                python, std::string(EMBER_SOURCE_DIR) + "/tests/integration/py/hostile_stream_server.py",
+                python,
+                std::string(EMBER_SOURCE_DIR) + "/tests/integration/py/hostile_stream_server.py",
                 mode},
             dir.file("server.log"));
         const std::string line = process->wait_for_line("port ", 20);
@@ -61,10 +62,10 @@ long children_peak_rss_kib() {
     return usage.ru_maxrss;
 }
 
-#define REQUIRE_SERVER(server)                                                       \
-    if ((server).port <= 0) {                                                        \
+#define REQUIRE_SERVER(server)                                                         \
+    if ((server).port <= 0) {                                                          \
         if (find_in_path("python3").empty()) EMBER_SKIP_OR_FAIL("no python3 on PATH"); \
-        FAIL() << "the hostile server did not start: " << (server).process->log();   \
+        FAIL() << "the hostile server did not start: " << (server).process->log();     \
     }
 
 TEST(RemoteCaps, AnEndlessReplyStopsAtTheTokensAsked) {

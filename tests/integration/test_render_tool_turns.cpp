@@ -24,11 +24,16 @@ using json = nlohmann::json;
 // Templates of the fixtures that carry tools (Gemma 3's has none: its tool turns are Ember's
 // prompt convention, tested in tests/unit/test_tool_calls.cpp).
 const std::vector<std::string> kTemplates = {
-    "Qwen-Qwen3-0.6B",         "meta-llama-Llama-3.2-3B-Instruct",
-    "openai-gpt-oss-120b",     "Qwen-Qwen2.5-7B-Instruct",
-    "HuggingFaceTB-SmolLM3-3B", "ibm-granite-granite-4.0",
-    "Qwen3.5-4B",              "mistralai-Mistral-Nemo-Instruct-2407",
-    "LFM2.5-Instruct",         "deepseek-ai-DeepSeek-R1-Distill-Qwen-32B",
+    "Qwen-Qwen3-0.6B",
+    "meta-llama-Llama-3.2-3B-Instruct",
+    "openai-gpt-oss-120b",
+    "Qwen-Qwen2.5-7B-Instruct",
+    "HuggingFaceTB-SmolLM3-3B",
+    "ibm-granite-granite-4.0",
+    "Qwen3.5-4B",
+    "mistralai-Mistral-Nemo-Instruct-2407",
+    "LFM2.5-Instruct",
+    "deepseek-ai-DeepSeek-R1-Distill-Qwen-32B",
 };
 
 fs::path build_dir() {
@@ -44,10 +49,10 @@ TEST(RenderToolTurns, EmberRendersToolTurnsAsHfDoes) {
         EMBER_SKIP_OR_FAIL(why);
     }
     TempDir dir;
-    std::vector<std::string> argv = {python.string(),
-                                     std::string(EMBER_SOURCE_DIR) +
-                                         "/tests/integration/py/render_tool_turns.py",
-                                     fixtures_dir() + "/templates", dir.path().string()};
+    std::vector<std::string> argv = {
+        python.string(),
+        std::string(EMBER_SOURCE_DIR) + "/tests/integration/py/render_tool_turns.py",
+        fixtures_dir() + "/templates", dir.path().string()};
     argv.insert(argv.end(), kTemplates.begin(), kTemplates.end());
     const auto made = run_command(argv, "", 120);
     ASSERT_EQ(made.status, 0) << made.out << made.err;
@@ -57,24 +62,20 @@ TEST(RenderToolTurns, EmberRendersToolTurnsAsHfDoes) {
         const std::string name = c.at("template");
         const std::string label = name + " / " + c.at("conversation").get<std::string>() +
                                   (c.at("add_generation_prompt").get<bool>() ? " + prompt" : "");
-        std::vector<std::string> render = {ember_binary(),
-                                           "render",
-                                           "--chat-template",
-                                           fixtures_dir() + "/templates/" + name + ".jinja",
-                                           "--request",
-                                           "--messages",
-                                           c.at("request"),
-                                           "--bos",
-                                           cases.at("bos"),
-                                           "--eos",
-                                           cases.at("eos"),
-                                           "--date",
-                                           cases.at("date")};
+        std::vector<std::string> render = {
+            ember_binary(),    "render",
+            "--chat-template", fixtures_dir() + "/templates/" + name + ".jinja",
+            "--request",       "--messages",
+            c.at("request"),   "--bos",
+            cases.at("bos"),   "--eos",
+            cases.at("eos"),   "--date",
+            cases.at("date")};
         if (!c.at("add_generation_prompt").get<bool>()) render.push_back("--no-generation-prompt");
         const auto r = run_command(render, "", 60);
         if (c.contains("error")) {
-            EXPECT_NE(r.status, 0) << label << ": jinja2 refused (" << c.at("error")
-                                   << ") but Ember rendered:\n" << r.out;
+            EXPECT_NE(r.status, 0)
+                << label << ": jinja2 refused (" << c.at("error") << ") but Ember rendered:\n"
+                << r.out;
             ++refused;
             continue;
         }

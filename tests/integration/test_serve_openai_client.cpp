@@ -89,7 +89,7 @@ TEST(ServeOpenAiClient, ChatStreamingErrorsAndCancelThroughTheOfficialLibrary) {
     const fs::path python = build_dir() / "venv" / "bin" / "python";
     if (!fs::exists(python)) {
         EMBER_SKIP_OR_FAIL("no Python venv with the OpenAI client at " + python.string() +
-                     ": run scripts/test_venv.sh " + build_dir().string());
+                           ": run scripts/test_venv.sh " + build_dir().string());
     }
     const json forward = json::parse(read_file(fixture_path(kForwardReference)));
     const json tokenizer = json::parse(read_file(fixture_path(kTokenizerReference)));

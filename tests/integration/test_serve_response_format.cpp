@@ -47,27 +47,35 @@ TEST(ServeResponseFormat, JsonSchemaAndJsonObjectOnBothEndpoints) {
     ServeProcess server({"-m", fixture_path(kQwen), "--no-db", "-t", "1"}, dir.file("log"));
     ASSERT_GT(server.port(), 0) << server.process().log();
     auto c = server.client();
-    const json format = {{"type", "json_schema"},
-                         {"json_schema", {{"name", "place"}, {"strict", true}, {"schema", kSchema}}}};
+    const json format = {
+        {"type", "json_schema"},
+        {"json_schema", {{"name", "place"}, {"strict", true}, {"schema", kSchema}}}};
     for (const int seed : {1, 2, 3}) {
         int status = 0;
         const json chat = post(*c, "/v1/chat/completions",
                                {{"messages", {{{"role", "user"}, {"content", "A place?"}}}},
-                                {"max_tokens", 40}, {"temperature", 1.5}, {"seed", seed},
+                                {"max_tokens", 40},
+                                {"temperature", 1.5},
+                                {"seed", seed},
                                 {"response_format", format}},
                                status);
         ASSERT_EQ(status, 200) << chat.dump();
         expect_schema_shape(chat["choices"][0]["message"]["content"].get<std::string>());
         const json completion = post(*c, "/v1/completions",
-                                     {{"prompt", "JSON:"}, {"max_tokens", 30}, {"temperature", 1.5},
-                                      {"seed", seed}, {"response_format", format}},
+                                     {{"prompt", "JSON:"},
+                                      {"max_tokens", 30},
+                                      {"temperature", 1.5},
+                                      {"seed", seed},
+                                      {"response_format", format}},
                                      status);
         ASSERT_EQ(status, 200) << completion.dump();
         expect_schema_shape(completion["choices"][0]["text"].get<std::string>());
     }
     int status = 0;
     const json object = post(*c, "/v1/completions",
-                             {{"prompt", "JSON:"}, {"max_tokens", 24}, {"temperature", 1.5},
+                             {{"prompt", "JSON:"},
+                              {"max_tokens", 24},
+                              {"temperature", 1.5},
                               {"response_format", {{"type", "json_object"}}}},
                              status);
     ASSERT_EQ(status, 200) << object.dump();
@@ -75,7 +83,10 @@ TEST(ServeResponseFormat, JsonSchemaAndJsonObjectOnBothEndpoints) {
 
     // Streamed: the deltas put together are the same kind of JSON.
     json streamed = {{"messages", {{{"role", "user"}, {"content", "A place?"}}}},
-                     {"max_tokens", 40}, {"temperature", 1.5}, {"seed", 9}, {"stream", true},
+                     {"max_tokens", 40},
+                     {"temperature", 1.5},
+                     {"seed", 9},
+                     {"stream", true},
                      {"response_format", format}};
     auto r = c->Post("/v1/chat/completions", streamed.dump(), "application/json");
     ASSERT_TRUE(r);
@@ -98,14 +109,16 @@ TEST(ServeResponseFormat, UnsupportedSchemaFeaturesAre400NamingThem) {
     auto c = server.client();
     const std::vector<std::pair<json, std::string>> cases = {
         {json::parse(R"({"type": "string", "pattern": "^a+$"})"), "'pattern'"},
-        {json::parse(R"({"type": "object", "properties": {"n": {"type": "integer", "minimum": 1}}})"),
+        {json::parse(
+             R"({"type": "object", "properties": {"n": {"type": "integer", "minimum": 1}}})"),
          "'minimum' at /properties/n"},
         {json::parse(R"({"oneOf": [{"type": "string"}, {"type": "integer"}]})"), "'oneOf'"}};
     for (const auto& [schema, named] : cases) {
         for (const char* path : {"/v1/chat/completions", "/v1/completions"}) {
-            json body = {{"max_tokens", 8},
-                         {"response_format",
-                          {{"type", "json_schema"}, {"json_schema", {{"name", "s"}, {"schema", schema}}}}}};
+            json body = {
+                {"max_tokens", 8},
+                {"response_format",
+                 {{"type", "json_schema"}, {"json_schema", {{"name", "s"}, {"schema", schema}}}}}};
             if (std::string(path) == "/v1/completions") {
                 body["prompt"] = "x";
             } else {

@@ -28,7 +28,7 @@ fs::path build_dir() {
 
 struct Family {
     const char* model;
-    const char* chat_template;  // nullptr: the GGUF's own
+    const char* chat_template;        // nullptr: the GGUF's own
     std::vector<std::string> markup;  // call markup that must never show in content
 };
 
@@ -40,19 +40,19 @@ void run_family(const Family& f) {
         EMBER_SKIP_OR_FAIL(why);
     }
     TempDir dir;
-    std::vector<std::string> args = {"-m", fixture_path(f.model), "--no-db", "-t", "1",
-                                     "--parallel", "1", "-c", "2048", "--max-thinking-tokens", "8"};
+    std::vector<std::string> args = {
+        "-m",   fixture_path(f.model),   "--no-db", "-t", "1", "--parallel", "1", "-c",
+        "2048", "--max-thinking-tokens", "8"};
     if (f.chat_template != nullptr) {
         args.push_back("--chat-template");
         args.push_back(fixture_path(f.chat_template));
     }
     ServeProcess server(args, dir.file("log"));
     ASSERT_GT(server.port(), 0) << server.process().log();
-    std::vector<std::string> argv = {python.string(),
-                                     std::string(EMBER_SOURCE_DIR) +
-                                         "/tests/integration/py/openai_tools.py",
-                                     "--base-url", server.url(), "--model",
-                                     fs::path(f.model).stem().string()};
+    std::vector<std::string> argv = {
+        python.string(), std::string(EMBER_SOURCE_DIR) + "/tests/integration/py/openai_tools.py",
+        "--base-url",    server.url(),
+        "--model",       fs::path(f.model).stem().string()};
     for (const auto& m : f.markup) {
         argv.push_back("--markup");
         argv.push_back(m);
@@ -77,7 +77,8 @@ TEST(ServeTools, Qwen3HermesToolCalls) {
 TEST(ServeTools, Llama3JsonToolCalls) {
     EMBER_REQUIRE_FIXTURE("arch/llama/llama.gguf");
     EMBER_REQUIRE_FIXTURE("templates/meta-llama-Llama-3.2-3B-Instruct.jinja");
-    run_family({"arch/llama/llama.gguf", "templates/meta-llama-Llama-3.2-3B-Instruct.jinja",
+    run_family({"arch/llama/llama.gguf",
+                "templates/meta-llama-Llama-3.2-3B-Instruct.jinja",
                 {"\"parameters\""}});
 }
 

@@ -41,8 +41,9 @@ void add_state_blocks(const std::string& db, int rows, bool old) {
            std::string(old ? "'2020-01-01T00:00:00Z'" : "strftime('%Y-%m-%dT%H:%M:%SZ', 'now')") +
            " FROM n");
     // The blocks' state, in the table the store keeps it in (schema 4 on).
-    d.exec("INSERT INTO state_blobs (block_id, state) SELECT id, randomblob(1048576) FROM "
-           "state_blocks WHERE id NOT IN (SELECT block_id FROM state_blobs)");
+    d.exec(
+        "INSERT INTO state_blobs (block_id, state) SELECT id, randomblob(1048576) FROM "
+        "state_blocks WHERE id NOT IN (SELECT block_id FROM state_blobs)");
 }
 
 class PruneStop : public ::testing::TestWithParam<int> {};
@@ -53,10 +54,10 @@ TEST_P(PruneStop, EndsWithinASecondAndRollsBackTheStepInProgress) {
     TempDir dir("ember-prune-stop");
     const std::string db = dir.file("ember.db");
     // A real store first (its schema, a conversation), then the state a long use leaves.
-    const CommandResult chat = run_command(
-        {ember_binary(), "chat", "-m", fixture_path(kModel), "--db", db, "-p", "hi", "-n", "2",
-         "--temp", "0", "-t", "1"},
-        "", 60);
+    const CommandResult chat =
+        run_command({ember_binary(), "chat", "-m", fixture_path(kModel), "--db", db, "-p", "hi",
+                     "-n", "2", "--temp", "0", "-t", "1"},
+                    "", 60);
     ASSERT_EQ(chat.status, 0) << chat.err;
     add_state_blocks(db, 250, /*old=*/true);
     add_state_blocks(db, 250, /*old=*/false);
@@ -85,7 +86,8 @@ TEST_P(PruneStop, EndsWithinASecondAndRollsBackTheStepInProgress) {
         << log;
 
     // The store is whole, and holds what the message says.
-    const CommandResult check = run_command({ember_binary(), "sessions", "check", "--db", db}, "", 60);
+    const CommandResult check =
+        run_command({ember_binary(), "sessions", "check", "--db", db}, "", 60);
     EXPECT_EQ(check.status, 0) << check.out << check.err;
     const int64_t blocks_after = query_int(db, "SELECT COUNT(*) FROM state_blocks");
     if (log.find("nothing was pruned") != std::string::npos) {

@@ -57,12 +57,14 @@ const Download kGemma = {{"gemma-3-270m"},
                          5};
 
 // gtest prints a failing row by the file it installs.
-void PrintTo(const Download& d, std::ostream* os) { *os << d.file; }
+void PrintTo(const Download& d, std::ostream* os) {
+    *os << d.file;
+}
 
 // Skips with the reason, or fails under CI=true, where nothing may be missing.
-#define SKIP_OR_FAIL_UNLESS(condition, why)             \
-    do {                                                \
-        if (!(condition)) EMBER_SKIP_OR_FAIL(why);      \
+#define SKIP_OR_FAIL_UNLESS(condition, why)        \
+    do {                                           \
+        if (!(condition)) EMBER_SKIP_OR_FAIL(why); \
     } while (0)
 
 std::string script(const std::string& name) {

@@ -310,8 +310,8 @@ TEST_F(TuiTest, StreamsScrollsResizesCancelsAndManagesSessions) {
         tmux->wait_for([](const std::string& s) { return shows(s, "n-predict = 8"); }, screen))
         << screen;
     tmux->line("/regen");
-    ASSERT_TRUE(tmux->wait_for([](const std::string& s) { return shows(s, "[8 tokens") && idle(s); },
-                               screen))
+    ASSERT_TRUE(tmux->wait_for(
+        [](const std::string& s) { return shows(s, "[8 tokens") && idle(s); }, screen))
         << screen;
     EXPECT_FALSE(shows(screen, "cancelled]")) << "the old reply is still on screen\n" << screen;
     stored = sessions({"show", first_id});
@@ -343,8 +343,8 @@ TEST_F(TuiTest, StreamsScrollsResizesCancelsAndManagesSessions) {
         [](const std::string& s) { return !shows(s, "A different prompt") && idle(s); }, screen))
         << screen;
     tmux->line("Second conversation");
-    ASSERT_TRUE(tmux->wait_for([](const std::string& s) { return shows(s, "[8 tokens") && idle(s); },
-                               screen))
+    ASSERT_TRUE(tmux->wait_for(
+        [](const std::string& s) { return shows(s, "[8 tokens") && idle(s); }, screen))
         << screen;
     ids = session_ids();
     ASSERT_EQ(ids.size(), 2u);
@@ -410,8 +410,8 @@ TEST_F(TuiTest, RendersMarkdownWideCharactersAndPastedText) {
         << screen;
     EXPECT_FALSE(shows(screen, "> ## Wide")) << "the paste was sent\n" << screen;
     tmux->keys("Enter");
-    ASSERT_TRUE(tmux->wait_for([](const std::string& s) { return shows(s, "[4 tokens") && idle(s); },
-                               screen))
+    ASSERT_TRUE(tmux->wait_for(
+        [](const std::string& s) { return shows(s, "[4 tokens") && idle(s); }, screen))
         << screen;
     // Markdown rendered: no markup characters, bullets, the code block's bar.
     EXPECT_TRUE(shows(screen, "> Wide text")) << screen;

@@ -49,21 +49,21 @@ std::string real_model_reference(const std::string& relative,
 // says why, and under CI=true (where scripts/test.sh has installed and fetched everything) a
 // failure, so nothing skips silently there. `why` is a stream expression ("no " << path).
 // Not for hardware (no GPU, no AVX-512): those stay plain GTEST_SKIPs, in CI too.
-#define EMBER_SKIP_OR_FAIL(why)                                                \
-    do {                                                                       \
-        if (::ember::test::running_in_ci()) {                                  \
-            FAIL() << why << " (required under CI=true)";                      \
-        }                                                                      \
-        GTEST_SKIP() << why;                                                   \
+#define EMBER_SKIP_OR_FAIL(why)                           \
+    do {                                                  \
+        if (::ember::test::running_in_ci()) {             \
+            FAIL() << why << " (required under CI=true)"; \
+        }                                                 \
+        GTEST_SKIP() << why;                              \
     } while (0)
 
 // EMBER_SKIP_OR_FAIL naming `path` (a file or folder) when it does not exist.
-#define EMBER_SKIP_OR_FAIL_WITHOUT(path)                                       \
-    do {                                                                       \
-        const std::string required_path_ = (path);                             \
-        if (!std::filesystem::exists(required_path_)) {                        \
-            EMBER_SKIP_OR_FAIL("not found: " << required_path_);               \
-        }                                                                      \
+#define EMBER_SKIP_OR_FAIL_WITHOUT(path)                         \
+    do {                                                         \
+        const std::string required_path_ = (path);               \
+        if (!std::filesystem::exists(required_path_)) {          \
+            EMBER_SKIP_OR_FAIL("not found: " << required_path_); \
+        }                                                        \
     } while (0)
 
 // Use at the top of a test: skips (or fails under CI=true) when the fixture is missing.
@@ -72,16 +72,16 @@ std::string real_model_reference(const std::string& relative,
 
 // Use at the top of a test that needs a real model (a RealModel): skips without it (fails under
 // CI=true, where scripts/test.sh has fetched it).
-#define EMBER_REQUIRE_REAL_MODEL_OF(model)                                                       \
-    do {                                                                                         \
-        const ::ember::test::RealModel& required_model_ = (model);                               \
-        if (!::ember::test::real_model_exists(required_model_)) {                                \
-            EMBER_SKIP_OR_FAIL(required_model_.name                                              \
-                               << " not found: " << ::ember::test::real_model_path(required_model_) \
-                               << " (scripts/get-model.sh " << required_model_.name               \
-                               << " installs it; " << required_model_.env                         \
-                               << " names another copy)");                                        \
-        }                                                                                        \
+#define EMBER_REQUIRE_REAL_MODEL_OF(model)                                               \
+    do {                                                                                 \
+        const ::ember::test::RealModel& required_model_ = (model);                       \
+        if (!::ember::test::real_model_exists(required_model_)) {                        \
+            EMBER_SKIP_OR_FAIL(                                                          \
+                required_model_.name                                                     \
+                << " not found: " << ::ember::test::real_model_path(required_model_)     \
+                << " (scripts/get-model.sh " << required_model_.name << " installs it; " \
+                << required_model_.env << " names another copy)");                       \
+        }                                                                                \
     } while (0)
 // The same for Gemma 3 270M.
 #define EMBER_REQUIRE_REAL_MODEL() EMBER_REQUIRE_REAL_MODEL_OF(::ember::test::kGemma3_270m)

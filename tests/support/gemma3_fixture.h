@@ -18,7 +18,8 @@ inline constexpr const char* kGemma3Gguf = "arch/gemma3/gemma3.gguf";
 
 // Writes the fixture with the HF config's layer types as the pattern key to `dst`; returns dst.
 inline std::string gemma3_with_config_pattern(const std::string& dst) {
-    const auto config = nlohmann::json::parse(read_file(fixture_path("arch/gemma3/hf/config.json")));
+    const auto config =
+        nlohmann::json::parse(read_file(fixture_path("arch/gemma3/hf/config.json")));
     GgufArray pattern;
     pattern.elem_type = GgufValueType::BOOL;
     for (const auto& type : config["layer_types"]) {

@@ -82,7 +82,6 @@ inline std::vector<nlohmann::json> sse_events(const std::string& body) {
     return events;
 }
 
-
 // A POST request of a JSON `body` to `path`, as raw HTTP/1.1 bytes.
 inline std::string post_raw(const std::string& path, const std::string& body) {
     return "POST " + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n" +

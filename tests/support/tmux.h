@@ -91,11 +91,10 @@ private:
 
 // At the top of a test or SetUp: `var` becomes tmux's path; without tmux the test skips (fails
 // under CI=true, where scripts/setup.sh installs it).
-#define EMBER_REQUIRE_TMUX(var)                                                  \
-    const std::string var = ::ember::test::find_in_path("tmux");                 \
-    do {                                                                         \
-        if (var.empty()) {                                                       \
-            EMBER_SKIP_OR_FAIL("tmux not found in PATH");                        \
-        }                                                                        \
+#define EMBER_REQUIRE_TMUX(var)                                  \
+    const std::string var = ::ember::test::find_in_path("tmux"); \
+    do {                                                         \
+        if (var.empty()) {                                       \
+            EMBER_SKIP_OR_FAIL("tmux not found in PATH");        \
+        }                                                        \
     } while (0)
-

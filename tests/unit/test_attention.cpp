@@ -27,9 +27,10 @@ struct Case {
 };
 
 // out [value_dim] of query head h at position pos, in double.
-std::vector<double> reference(const Case& c, const std::vector<float>& q, const std::vector<float>& k,
-                              const std::vector<float>& v, const std::vector<float>& sinks,
-                              float scale, int64_t pos, int64_t h) {
+std::vector<double> reference(const Case& c, const std::vector<float>& q,
+                              const std::vector<float>& k, const std::vector<float>& v,
+                              const std::vector<float>& sinks, float scale, int64_t pos,
+                              int64_t h) {
     const int64_t kvh = h / (kHeads / kKvHeads);
     const int64_t first = c.window > 0 ? std::max<int64_t>(0, pos - c.window + 1) : 0;
     std::vector<double> scores;
@@ -51,7 +52,8 @@ std::vector<double> reference(const Case& c, const std::vector<float>& q, const 
         const double w = std::exp(scores[j] - m);
         l += w;
         const int64_t p = first + static_cast<int64_t>(j);
-        for (int64_t i = 0; i < kValueDim; ++i) out[i] += w * v[(p * kKvHeads + kvh) * kValueDim + i];
+        for (int64_t i = 0; i < kValueDim; ++i)
+            out[i] += w * v[(p * kKvHeads + kvh) * kValueDim + i];
     }
     for (double& o : out) o /= l;
     return out;
@@ -73,7 +75,7 @@ TEST_P(AttentionReference, EveryBatchShapeMatchesFloat64) {
     fill(v, kPositions * kKvHeads * kValueDim);
     fill(sinks, kHeads);
     for (float& s : sinks) s = 1.5f * s + 0.5f;  // [-1, 2]
-    const float scale = 0.5f;  // scores of a few units, so a cap of 2 bites
+    const float scale = 0.5f;                    // scores of a few units, so a cap of 2 bites
 
     KvCache kv;
     KvWindow window;

@@ -18,7 +18,8 @@ namespace {
 using ojson = nlohmann::ordered_json;
 
 std::string nested_arrays(int depth) {
-    return std::string(static_cast<size_t>(depth), '[') + std::string(static_cast<size_t>(depth), ']');
+    return std::string(static_cast<size_t>(depth), '[') +
+           std::string(static_cast<size_t>(depth), ']');
 }
 
 std::string limit_error(const std::string& text, const JsonLimits& limits,

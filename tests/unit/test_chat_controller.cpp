@@ -19,8 +19,8 @@
 #include "tests/support/fixtures.h"
 #include "tests/support/temp_dir.h"
 #include "ui/chat/chat_controller.h"
-#include "ui/line/line_mode.h"
 #include "ui/chat/session_backend.h"
+#include "ui/line/line_mode.h"
 
 namespace ember::test {
 namespace {
@@ -575,7 +575,8 @@ TEST_F(ChatControllerTest, FileOfALargeFileStopsWhenCancelled) {
         std::string line;
         for (int i = 0; line.size() < 4096; ++i) line += "word" + std::to_string(i % 97) + " ";
         line += "\n";
-        for (size_t written = 0; written + line.size() <= (size_t{16} << 20); written += line.size()) {
+        for (size_t written = 0; written + line.size() <= (size_t{16} << 20);
+             written += line.size()) {
             out << line;
         }
     }
@@ -607,7 +608,6 @@ TEST_F(ChatControllerTest, FileOfALargeFileStopsWhenCancelled) {
     EXPECT_EQ(out.message, "/file: stopped; nothing attached");
     EXPECT_TRUE(controller_->pending_attachments().empty());
     EXPECT_LT(seconds, 5.0);
-
 
     const std::string small = dir.file("small.txt");
     std::ofstream(small) << "a small note";

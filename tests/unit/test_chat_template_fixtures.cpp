@@ -16,9 +16,9 @@
 #include <string>
 #include <vector>
 
-#include "engine/template/template.h"
 #include "engine/generate/conversation.h"
 #include "engine/gguf/gguf.h"
+#include "engine/template/template.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "tests/support/fixtures.h"
 

@@ -78,7 +78,8 @@ TEST(ToolsFile, EachMistakeIsOneLineNamingFileToolAndField) {
         {R"({"tools": []})", "tools.json: must be a JSON array of tools"},
         {"[]", "tools.json: holds no tools"},
         {"[1]", "tools.json: tool 1: must be an object"},
-        {R"([{"type":"function","command":["x"]}])", "tools.json: tool 1: \"function\" must be an object"},
+        {R"([{"type":"function","command":["x"]}])",
+         "tools.json: tool 1: \"function\" must be an object"},
         {R"([{"type":"function","function":{"name":"a b"},"command":["x"]}])",
          "tools.json: tool 1: \"function\".\"name\" \"a b\" must be 1 to 64 letters"},
         {R"([{"type":"function","function":{"name":"t"}}])",
@@ -118,7 +119,8 @@ TEST(ToolsFile, AMissingFileAndADirectoryAreNamed) {
         read_tools_file(dir.file("absent.json"));
         FAIL() << "no error";
     } catch (const ToolsError& e) {
-        EXPECT_EQ(std::string(e.what()), dir.file("absent.json") + ": cannot be read (does it exist?)");
+        EXPECT_EQ(std::string(e.what()),
+                  dir.file("absent.json") + ": cannot be read (does it exist?)");
     }
     EXPECT_THROW(read_tools_file(dir.path().string()), ToolsError);
 }
@@ -186,8 +188,8 @@ TEST(BuiltinReadFile, ReadsATextFileInsideTheRoot) {
 TEST(BuiltinReadFile, RefusesEveryWayOutOfTheRoot) {
     RootTree t;
     const std::vector<std::string> escapes = {
-        "../secret.txt",      "sub/../../secret.txt", (t.dir.path() / "secret.txt").string(),
-        "/etc/passwd",        "link_out.txt",         "dir_out/secret.txt",
+        "../secret.txt",  "sub/../../secret.txt", (t.dir.path() / "secret.txt").string(),
+        "/etc/passwd",    "link_out.txt",         "dir_out/secret.txt",
         "../no-such-file"};
     for (const std::string& path : escapes) {
         const ToolOutput out = read(t, {{"path", path}});
@@ -237,7 +239,8 @@ TEST(BuiltinReadFile, RefusesBinaryAndFifosAndCapsWhatItReturns) {
     const size_t whole_lines = kReadFileMaxBytes / 40;
     EXPECT_EQ(first.content.substr(0, whole_lines * 40), big.substr(0, whole_lines * 40));
     const std::string note = "[lines 1-" + std::to_string(whole_lines) + " of 3000 shown";
-    EXPECT_NE(first.content.find(note), std::string::npos) << first.content.substr(whole_lines * 40);
+    EXPECT_NE(first.content.find(note), std::string::npos)
+        << first.content.substr(whole_lines * 40);
     const ToolOutput rest =
         read(t, {{"path", "big.txt"}, {"start_line", static_cast<int>(whole_lines) + 1}});
     EXPECT_EQ(rest.content.substr(0, 40), big.substr(whole_lines * 40, 40));

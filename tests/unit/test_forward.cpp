@@ -2,10 +2,9 @@
 // move, the f16 cache stays close to f32, and bad input leaves the state untouched.
 #include <gtest/gtest.h>
 
-#include <nlohmann/json.hpp>
-
 #include <algorithm>
 #include <cmath>
+#include <nlohmann/json.hpp>
 #include <vector>
 
 #include "engine/model/forward.h"
@@ -50,8 +49,8 @@ TEST_F(ForwardTest, TokenByTokenEqualsOneBatch) {
 
     auto step_state = make_state(model_->config(), 64);
     for (size_t t = 0; t < ids_.size(); ++t) {
-        auto logits = forward(*model_, *step_state, pool_, std::span(ids_).subspan(t, 1),
-                              LogitsWanted::Last);
+        auto logits =
+            forward(*model_, *step_state, pool_, std::span(ids_).subspan(t, 1), LogitsWanted::Last);
         ASSERT_EQ(logits.size(), static_cast<size_t>(n_vocab));
         EXPECT_LT(max_abs_diff(logits, std::span(batch).subspan(t * n_vocab, n_vocab)), 1e-4)
             << "position " << t;
@@ -102,9 +101,9 @@ TEST_F(ForwardTest, F16CacheStaysClose) {
 TEST_F(ForwardTest, ContextOverflowAndBadIdsLeaveStateUnchanged) {
     auto state = make_state(model_->config(), 16);
     forward(*model_, *state, pool_, std::span(ids_).subspan(0, 10), LogitsWanted::Last);
-    EXPECT_THROW(forward(*model_, *state, pool_, std::span(ids_).subspan(10, 10),
-                         LogitsWanted::Last),
-                 std::length_error);
+    EXPECT_THROW(
+        forward(*model_, *state, pool_, std::span(ids_).subspan(10, 10), LogitsWanted::Last),
+        std::length_error);
     EXPECT_EQ(state->n_past(), 10);
     const int32_t bad[] = {1, static_cast<int32_t>(model_->config().n_vocab)};
     EXPECT_THROW(forward(*model_, *state, pool_, bad, LogitsWanted::Last), std::out_of_range);

@@ -49,7 +49,7 @@ TEST(Gbnf, LiteralsAlternationAndSequences) {
     EXPECT_TRUE(matches(g, "abc!"));
     EXPECT_TRUE(matches(g, "abde!"));
     EXPECT_FALSE(matches(g, "abd!"));
-    EXPECT_FALSE(matches(g, "abc"));   // a prefix, not complete
+    EXPECT_FALSE(matches(g, "abc"));  // a prefix, not complete
     EXPECT_TRUE(prefix_ok(g, "abc"));
     EXPECT_FALSE(prefix_ok(g, "abx"));
     EXPECT_FALSE(matches(g, "abc!!"));  // nothing may follow a complete sentence
@@ -137,15 +137,19 @@ TEST(Gbnf, ErrorsNameLineAndColumn) {
     EXPECT_EQ(error_of("root ::= [a-z"), "line 1, column 10: unterminated character class");
     EXPECT_EQ(error_of("root ::= (\"a\""), "line 1, column 14: expected ')' to close the group");
     EXPECT_EQ(error_of("root = \"a\""), "line 1, column 6: expected '::=' after rule name 'root'");
-    EXPECT_EQ(error_of("root ::= * \"a\""), "line 1, column 10: '*' with nothing before it to repeat");
+    EXPECT_EQ(error_of("root ::= * \"a\""),
+              "line 1, column 10: '*' with nothing before it to repeat");
     EXPECT_EQ(error_of("root ::= \"a\"{3,1}"), "line 1, column 18: repetition {m,n} with n < m");
     EXPECT_EQ(error_of("root ::= [z-a]"), "line 1, column 10: character range out of order");
     EXPECT_EQ(error_of("root ::= \"\\q\""), "line 1, column 11: unknown escape '\\q'");
-    EXPECT_EQ(error_of("root ::= \"a\"\nroot ::= \"b\""), "line 2, column 1: rule 'root' is defined twice");
+    EXPECT_EQ(error_of("root ::= \"a\"\nroot ::= \"b\""),
+              "line 2, column 1: rule 'root' is defined twice");
     EXPECT_EQ(error_of("start ::= \"a\""), "the grammar has no rule 'root'");
-    EXPECT_NE(error_of("root ::= root \"a\" | \"b\"").find("rule 'root' can recurse without consuming"),
+    EXPECT_NE(
+        error_of("root ::= root \"a\" | \"b\"").find("rule 'root' can recurse without consuming"),
+        std::string::npos);
+    EXPECT_NE(error_of("root ::= (\"a\"?)*").find("can recurse without consuming"),
               std::string::npos);
-    EXPECT_NE(error_of("root ::= (\"a\"?)*").find("can recurse without consuming"), std::string::npos);
 }
 
 TEST(Utf8, RangesSplitIntoByteRangeSequences) {
@@ -303,7 +307,8 @@ num ::= "-"? [0-9]+ ( "." [0-9]+ )?
         c.allowed_tokens(allowed);
         std::vector<int32_t> ok;
         for (size_t id = 0; id < 4000; ++id) {
-            ASSERT_EQ(allowed[id] != 0, reference.can_accept(pieces[id])) << "step " << step << " " << pieces[id];
+            ASSERT_EQ(allowed[id] != 0, reference.can_accept(pieces[id]))
+                << "step " << step << " " << pieces[id];
             if (allowed[id]) ok.push_back(static_cast<int32_t>(id));
         }
         ASSERT_FALSE(ok.empty());

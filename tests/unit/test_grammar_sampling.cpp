@@ -60,9 +60,9 @@ TEST(ConstrainedSampling, FilterEqualsMaskedLogitsForEveryChain) {
     penalized.repeat_penalty = 1.3f;
     penalized.presence_penalty = 0.5f;
     const std::vector<Case> cases = {
-        {"greedy dense", greedy, 0.5, false},        {"greedy sparse", greedy, 0.001, true},
-        {"top-k dense", top_k, 0.9, false},          {"top-k sparse", top_k, 0.002, true},
-        {"nucleus dense", nucleus, 0.5, true},       {"penalized top-k", penalized, 0.7, false}};
+        {"greedy dense", greedy, 0.5, false},  {"greedy sparse", greedy, 0.001, true},
+        {"top-k dense", top_k, 0.9, false},    {"top-k sparse", top_k, 0.002, true},
+        {"nucleus dense", nucleus, 0.5, true}, {"penalized top-k", penalized, 0.7, false}};
     std::mt19937 rng(5);
     std::normal_distribution<float> normal(0.0f, 3.0f);
     for (const Case& c : cases) {

@@ -268,9 +268,9 @@ TEST_F(Harmony, ACallToAFunctionIsAToolCall) {
 }
 
 TEST_F(Harmony, RecipientInTheRolePosition) {
-    const RoutedCalls r = route_calls(
-        *tok_, markers_,
-        " to=functions.lookup<|channel|>commentary json<|message|>{\"q\": 1}<|call|>");
+    const RoutedCalls r =
+        route_calls(*tok_, markers_,
+                    " to=functions.lookup<|channel|>commentary json<|message|>{\"q\": 1}<|call|>");
     ASSERT_EQ(r.calls.size(), 1u);
     EXPECT_EQ(r.calls[0].name, "lookup");
     EXPECT_EQ(r.calls[0].arguments, "{\"q\": 1}");

@@ -3,9 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <memory>
-#include <string>
-
 #include <nlohmann/json.hpp>
+#include <string>
 
 #include "engine/grammar/gbnf.h"
 #include "engine/grammar/json_schema.h"
@@ -19,7 +18,8 @@ namespace {
 class Schema {
 public:
     explicit Schema(const std::string& schema)
-        : grammar_(std::make_shared<const Grammar>(parse_gbnf(json_schema_to_gbnf(json::parse(schema))))) {}
+        : grammar_(std::make_shared<const Grammar>(
+              parse_gbnf(json_schema_to_gbnf(json::parse(schema))))) {}
     bool accepts(const std::string& text) const {
         Matcher m(grammar_);
         return m.accept(text) && m.complete();
@@ -48,13 +48,13 @@ TEST(JsonSchema, ObjectsWithRequiredAndOptionalProperties) {
     EXPECT_TRUE(s.accepts(R"({"name": "x", "age": 3, "ok": true})"));
     EXPECT_TRUE(s.accepts(R"({"name":"x","ok":false})"));
     EXPECT_TRUE(s.accepts("{\n  \"name\": \"x\",\n  \"age\": -12\n}"));
-    EXPECT_FALSE(s.accepts(R"({"age":3})"));                 // required name missing
+    EXPECT_FALSE(s.accepts(R"({"age":3})"));  // required name missing
     EXPECT_FALSE(s.accepts(R"({})"));
-    EXPECT_FALSE(s.accepts(R"({"name":"x",})"));             // trailing comma
-    EXPECT_FALSE(s.accepts(R"({"name":"x","age":3.5})"));     // not an integer
-    EXPECT_FALSE(s.accepts(R"({"name":"x","age":03})"));      // leading zero
-    EXPECT_FALSE(s.accepts(R"({"name":"x","other":1})"));     // undeclared
-    EXPECT_FALSE(s.accepts(R"({"name":"x"} )"));              // nothing after the value
+    EXPECT_FALSE(s.accepts(R"({"name":"x",})"));           // trailing comma
+    EXPECT_FALSE(s.accepts(R"({"name":"x","age":3.5})"));  // not an integer
+    EXPECT_FALSE(s.accepts(R"({"name":"x","age":03})"));   // leading zero
+    EXPECT_FALSE(s.accepts(R"({"name":"x","other":1})"));  // undeclared
+    EXPECT_FALSE(s.accepts(R"({"name":"x"} )"));           // nothing after the value
     // Nor before it: a program reading the answer gets JSON from its first byte.
     EXPECT_FALSE(s.accepts(R"( {"name":"x"})"));
 }
@@ -108,7 +108,8 @@ TEST(JsonSchema, NumbersEnumsConstAndNull) {
 }
 
 TEST(JsonSchema, ArraysWithItemCounts) {
-    const Schema a(R"({"type": "array", "items": {"type": "integer"}, "minItems": 2, "maxItems": 3})");
+    const Schema a(
+        R"({"type": "array", "items": {"type": "integer"}, "minItems": 2, "maxItems": 3})");
     EXPECT_FALSE(a.accepts("[]"));
     EXPECT_FALSE(a.accepts("[1]"));
     EXPECT_TRUE(a.accepts("[1,2]"));
@@ -159,8 +160,9 @@ TEST(JsonSchema, EmptySchemaAndJsonObjectAcceptAnyJson) {
 TEST(JsonSchema, UnsupportedKeywordsAreRefusedByName) {
     EXPECT_EQ(refusal(R"({"type": "string", "pattern": "^a+$"})"),
               "pattern @ / | unsupported JSON Schema keyword 'pattern' at the schema's top level");
-    EXPECT_EQ(refusal(R"({"properties": {"n": {"type": "integer", "minimum": 3}}})"),
-              "minimum @ /properties/n | unsupported JSON Schema keyword 'minimum' at /properties/n");
+    EXPECT_EQ(
+        refusal(R"({"properties": {"n": {"type": "integer", "minimum": 3}}})"),
+        "minimum @ /properties/n | unsupported JSON Schema keyword 'minimum' at /properties/n");
     EXPECT_EQ(refusal(R"({"oneOf": [{"type": "string"}]})").substr(0, 8), "oneOf @ ");
     EXPECT_EQ(refusal(R"({"type": "array", "prefixItems": []})").substr(0, 14), "prefixItems @ ");
     EXPECT_EQ(refusal(R"({"type": "string", "format": "ipv4"})").substr(0, 9), "format @ ");
@@ -168,7 +170,9 @@ TEST(JsonSchema, UnsupportedKeywordsAreRefusedByName) {
               "$ref @ / | JSON Schema keyword '$ref' at the schema's top level: '#/$defs/missing' "
               "does not name a definition of this schema");
     EXPECT_EQ(refusal(R"({"type": "tuple"})").substr(0, 7), "type @ ");
-    EXPECT_EQ(refusal(R"({"type": "array", "minItems": 3, "maxItems": 2})").substr(0, 11), "maxItems @ ");
+    EXPECT_EQ(refusal(R"({"type": "array", "minItems": 3, "maxItems": 2})").substr(0, 11),
+              "maxItems @ ");
     // Annotations are fine.
-    EXPECT_EQ(refusal(R"({"title": "t", "description": "d", "type": "null", "default": null})"), "");
+    EXPECT_EQ(refusal(R"({"title": "t", "description": "d", "type": "null", "default": null})"),
+              "");
 }

@@ -374,9 +374,7 @@ std::string rewrite(const std::string& src, const std::string& dst, const Edit& 
 
 class ModelLoadErrors : public ::testing::Test {
 protected:
-    void SetUp() override {
-        EMBER_REQUIRE_FIXTURE(kStories);
-    }
+    void SetUp() override { EMBER_REQUIRE_FIXTURE(kStories); }
     std::string make(const Edit& e) {
         return rewrite(fixture_path(kStories), tmp_.file("m.gguf"), e);
     }

@@ -149,9 +149,8 @@ TEST(PoolInterruption, SkipsTheRestOfASectionAndTheSectionsAfterIt) {
         const std::function<bool()> never = [] { return false; };
         ThreadPool::Interruption interruption(pool, never);
         pool.parallel_for(kTasks / 4, one_ms);
-        pool.parallel_ranges(1000, 16, [&](int64_t begin, int64_t end, int) {
-            ran.fetch_add(end - begin);
-        });
+        pool.parallel_ranges(1000, 16,
+                             [&](int64_t begin, int64_t end, int) { ran.fetch_add(end - begin); });
     }
     EXPECT_EQ(ran.load(), kTasks / 4 + 1000);
 }
@@ -211,7 +210,8 @@ INSTANTIATE_TEST_SUITE_P(Families, PrefillStop,
                                            Case{"arch/qwen35/qwen35.gguf", 128}),
                          [](const auto& param_info) {
                              const std::string model = param_info.param.model;
-                             if (model.find("lfm2") != std::string::npos) return std::string("Hybrid");
+                             if (model.find("lfm2") != std::string::npos)
+                                 return std::string("Hybrid");
                              if (model.find("qwen35") != std::string::npos) {
                                  return std::string("DeltaNetHybrid");
                              }

@@ -183,8 +183,10 @@ TEST(Panels16Model, LogitsBitForBitWithAndWithoutPanels) {
         GTEST_SKIP() << "the active kernels (" << active_kernels().isa << ") have no panel kernel";
     }
     // The panels are the 8-bit path's layout (the default activations may be others).
-    const auto with = Model::load(test::fixture_path(rel), LoadOptions{true, ActivationChoice::Quantized});
-    const auto without = Model::load(test::fixture_path(rel), LoadOptions{false, ActivationChoice::Quantized});
+    const auto with =
+        Model::load(test::fixture_path(rel), LoadOptions{true, ActivationChoice::Quantized});
+    const auto without =
+        Model::load(test::fixture_path(rel), LoadOptions{false, ActivationChoice::Quantized});
     int panels = 0;
     for (const auto& L : with->layers()) {
         for (const MatrixView* w : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down}) {
@@ -221,7 +223,10 @@ TEST(Panels16Model, ALoadAskedToStopEndsWithLoadStopped) {
     }
     int asked = 0;
     LoadOptions asking{true, ActivationChoice::Quantized};
-    asking.stop = [&] { ++asked; return false; };
+    asking.stop = [&] {
+        ++asked;
+        return false;
+    };
     const auto asked_model = Model::load(path, asking);
     EXPECT_GT(asked, 5);  // once before the rewrite, then every step of every matrix
     const auto plain = Model::load(path, LoadOptions{true, ActivationChoice::Quantized});

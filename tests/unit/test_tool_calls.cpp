@@ -88,7 +88,8 @@ ojson args(const ToolCall& call) {
 }
 
 // Qwen's documentation (Qwen2.5/Qwen3 function calling, Hermes style): the template's own
-// instructions ask for <tool_call>\n{"name": <function-name>, "arguments": <args-json-object>}\n</tool_call>.
+// instructions ask for <tool_call>\n{"name": <function-name>, "arguments":
+// <args-json-object>}\n</tool_call>.
 TEST(ToolCallsHermes, OneCallAfterText) {
     const std::string reply =
         "Let me check the weather.\n\n<tool_call>\n{\"name\": \"get_current_temperature\", "
@@ -98,7 +99,8 @@ TEST(ToolCallsHermes, OneCallAfterText) {
     EXPECT_EQ(s.content, "Let me check the weather.");
     ASSERT_EQ(s.calls.size(), 1u);
     EXPECT_EQ(s.calls[0].name, "get_current_temperature");
-    EXPECT_EQ(args(s.calls[0]), (ojson{{"location", "San Francisco, CA, USA"}, {"unit", "celsius"}}));
+    EXPECT_EQ(args(s.calls[0]),
+              (ojson{{"location", "San Francisco, CA, USA"}, {"unit", "celsius"}}));
     EXPECT_TRUE(s.warnings.empty());
 }
 
@@ -163,7 +165,8 @@ TEST(ToolCallsHermes, UnknownFunctionIsTextWithAWarning) {
 }
 
 TEST(ToolCallsHermes, InvalidArgumentsKeepTheCallWithAWarning) {
-    const std::string reply = "<tool_call>\n{\"name\": \"f\", \"arguments\": {\"a\": tru}}\n</tool_call>";
+    const std::string reply =
+        "<tool_call>\n{\"name\": \"f\", \"arguments\": {\"a\": tru}}\n</tool_call>";
     const Streamed s = check_every_split(ToolCallFormat::Hermes, reply);
     ASSERT_EQ(s.calls.size(), 1u);
     EXPECT_EQ(s.calls[0].arguments, "{\"a\": tru}");
@@ -233,8 +236,7 @@ TEST(ToolCallsLlama3, TextAndJsonThatIsNotACall) {
     const Streamed json = check_every_split(ToolCallFormat::Llama3, "{\"answer\": 42}");
     EXPECT_EQ(json.content, "{\"answer\": 42}");
     EXPECT_TRUE(json.warnings.empty()) << "JSON that never claimed to be a call";
-    const Streamed broken =
-        check_every_split(ToolCallFormat::Llama3, "{\"name\": get_weather}");
+    const Streamed broken = check_every_split(ToolCallFormat::Llama3, "{\"name\": get_weather}");
     EXPECT_EQ(broken.content, "{\"name\": get_weather}");
     EXPECT_EQ(broken.warnings.size(), 1u);
 }
@@ -261,7 +263,8 @@ TEST(ToolCallsGemma3, JsonCallBareAndFenced) {
     const Streamed a = check_every_split(ToolCallFormat::Gemma3, bare);
     ASSERT_EQ(a.calls.size(), 1u);
     EXPECT_EQ(args(a.calls[0])["PID"], "807ZPKBL9V");
-    const Streamed b = check_every_split(ToolCallFormat::Gemma3, "```tool_code\n" + bare + "\n```\n");
+    const Streamed b =
+        check_every_split(ToolCallFormat::Gemma3, "```tool_code\n" + bare + "\n```\n");
     ASSERT_EQ(b.calls.size(), 1u);
     EXPECT_EQ(b.calls[0].name, "get_product_name_by_PID");
     EXPECT_EQ(b.content, "");
@@ -289,14 +292,17 @@ TEST(ToolCallGrammar, RequiredCallsInEachFormat) {
     options.tools = weather_tools();
     options.choice = ToolChoice::Required;
     const auto hermes = tool_call_grammar(ToolCallFormat::Hermes, options);
-    EXPECT_TRUE(grammar_accepts(
-        hermes, "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\":\"Oslo\"}}\n</tool_call>"));
+    EXPECT_TRUE(grammar_accepts(hermes,
+                                "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": "
+                                "{\"city\":\"Oslo\"}}\n</tool_call>"));
     EXPECT_TRUE(grammar_accepts(
         hermes,
-        "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\":\"Oslo\"}}\n</tool_call>\n"
+        "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": "
+        "{\"city\":\"Oslo\"}}\n</tool_call>\n"
         "<tool_call>\n{\"name\": \"get_time\", \"arguments\": {\"zone\":\"UTC\"}}\n</tool_call>"));
-    EXPECT_FALSE(grammar_accepts(
-        hermes, "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"town\":\"Oslo\"}}\n</tool_call>"));
+    EXPECT_FALSE(grammar_accepts(hermes,
+                                 "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": "
+                                 "{\"town\":\"Oslo\"}}\n</tool_call>"));
     EXPECT_FALSE(grammar_accepts(hermes, "Sure!"));
     const auto llama = tool_call_grammar(ToolCallFormat::Llama3, options);
     EXPECT_TRUE(grammar_accepts(
@@ -318,12 +324,15 @@ TEST(ToolCallGrammar, NamedChoiceAndOneCallWithoutParallel) {
     options.parallel = false;
     const auto g = tool_call_grammar(ToolCallFormat::Hermes, options);
     EXPECT_TRUE(grammar_accepts(
-        g, "<tool_call>\n{\"name\": \"get_time\", \"arguments\": {\"zone\":\"UTC\"}}\n</tool_call>"));
+        g,
+        "<tool_call>\n{\"name\": \"get_time\", \"arguments\": {\"zone\":\"UTC\"}}\n</tool_call>"));
+    EXPECT_FALSE(grammar_accepts(g,
+                                 "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": "
+                                 "{\"city\":\"Oslo\"}}\n</tool_call>"));
     EXPECT_FALSE(grammar_accepts(
-        g, "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\":\"Oslo\"}}\n</tool_call>"));
-    EXPECT_FALSE(grammar_accepts(
-        g, "<tool_call>\n{\"name\": \"get_time\", \"arguments\": {\"zone\":\"UTC\"}}\n</tool_call>\n"
-           "<tool_call>\n{\"name\": \"get_time\", \"arguments\": {\"zone\":\"UTC\"}}\n</tool_call>"));
+        g,
+        "<tool_call>\n{\"name\": \"get_time\", \"arguments\": {\"zone\":\"UTC\"}}\n</tool_call>\n"
+        "<tool_call>\n{\"name\": \"get_time\", \"arguments\": {\"zone\":\"UTC\"}}\n</tool_call>"));
 }
 
 TEST(ToolCallGrammar, UnsupportedSchemaFeatureNamesTheToolAndKeyword) {
@@ -424,7 +433,9 @@ TEST(LazyToolConstraint, HoldsACallFromItsStartMarkerToItsEnd) {
     const auto close = static_cast<int32_t>(pieces.size());
     pieces.emplace_back("</tool_call>");
     auto trie = std::make_shared<const grammar::TokenTrie>(pieces, std::vector<int32_t>{});
-    auto id_of = [&](char c) { return c == '\n' ? static_cast<int32_t>(pieces.size() - 3) : c - ' '; };
+    auto id_of = [&](char c) {
+        return c == '\n' ? static_cast<int32_t>(pieces.size() - 3) : c - ' ';
+    };
 
     ToolOptions options;
     options.tools = weather_tools();

@@ -3,7 +3,6 @@
 #include <gtest/gtest.h>
 
 #include <cctype>
-
 #include <string>
 #include <vector>
 
@@ -288,7 +287,8 @@ TEST(TuiStatus, APromptBeingReadShowsItsProgressAndKeepsItsNumbersWhenNarrow) {
     for (int width = 24; width <= 160; width += 4) {
         info.width = width;
         const StatusText text = status_text(info);
-        EXPECT_NE(text.right.find("3,072/6,511 tok"), std::string::npos) << width << ": " << text.right;
+        EXPECT_NE(text.right.find("3,072/6,511 tok"), std::string::npos)
+            << width << ": " << text.right;
     }
     // Once the reply streams, or the prompt is read, it is a reply again.
     info.width = 0;
@@ -304,7 +304,7 @@ TEST(Progress, BarsFillInEighthsAndNumbersAreGrouped) {
     EXPECT_EQ(progress_bar(1.0, 4), "████");
     EXPECT_EQ(progress_bar(0.5, 4), "██  ");
     EXPECT_EQ(progress_bar(0.5 + 1.0 / 32, 4), "██▏ ");  // an eighth of a cell more
-    EXPECT_EQ(progress_bar(2.0, 3), "███");               // clamped
+    EXPECT_EQ(progress_bar(2.0, 3), "███");              // clamped
     EXPECT_EQ(progress_bar(-1.0, 2), "  ");
     EXPECT_EQ(grouped(0), "0");
     EXPECT_EQ(grouped(999), "999");

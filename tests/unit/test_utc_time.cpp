@@ -25,8 +25,7 @@ TEST(UtcTime, NowHasTheFormsShape) {
                                  std::regex(R"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ)")));
     EXPECT_TRUE(std::regex_match(utc_now(UtcFormat::Iso8601Milliseconds),
                                  std::regex(R"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z)")));
-    EXPECT_TRUE(std::regex_match(utc_now(UtcFormat::FileNameStamp),
-                                 std::regex(R"(\d{8}-\d{6})")));
+    EXPECT_TRUE(std::regex_match(utc_now(UtcFormat::FileNameStamp), std::regex(R"(\d{8}-\d{6})")));
 }
 
 }  // namespace

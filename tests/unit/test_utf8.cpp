@@ -34,9 +34,9 @@ TEST(Utf8, EncodesEachLength) {
 }
 
 TEST(Utf8, StepsThroughValidSequences) {
-    for (char32_t cp : {char32_t{0}, char32_t{0x7F}, char32_t{0x80}, char32_t{0x7FF},
-                        char32_t{0x800}, char32_t{0xD7FF}, char32_t{0xE000}, char32_t{0xFFFF},
-                        char32_t{0x10000}, kMaxCodePoint}) {
+    for (char32_t cp :
+         {char32_t{0}, char32_t{0x7F}, char32_t{0x80}, char32_t{0x7FF}, char32_t{0x800},
+          char32_t{0xD7FF}, char32_t{0xE000}, char32_t{0xFFFF}, char32_t{0x10000}, kMaxCodePoint}) {
         const std::string bytes = encoded(cp);
         const Utf8Step step = utf8_step(bytes);
         EXPECT_EQ(step.status, Utf8Status::Valid) << std::hex << static_cast<uint32_t>(cp);
@@ -52,10 +52,10 @@ TEST(Utf8, RefusesOverlongsSurrogatesAndPastTheRange) {
         size_t length;  // the ill-formed part U+FFFD replaces, or the bytes present
     };
     const Case cases[] = {
-        {"\x80", Utf8Status::Invalid, 1},              // a lone continuation byte
-        {"\xC0\x80", Utf8Status::Invalid, 1},          // overlong NUL (C0/C1 never lead)
+        {"\x80", Utf8Status::Invalid, 1},      // a lone continuation byte
+        {"\xC0\x80", Utf8Status::Invalid, 1},  // overlong NUL (C0/C1 never lead)
         {"\xC1\xBF", Utf8Status::Invalid, 1},
-        {"\xE0\x80\x80", Utf8Status::Invalid, 1},      // overlong three-byte form
+        {"\xE0\x80\x80", Utf8Status::Invalid, 1},  // overlong three-byte form
         {"\xE0\x9F\xBF", Utf8Status::Invalid, 1},
         {"\xED\xA0\x80", Utf8Status::Invalid, 1},      // surrogate U+D800
         {"\xED\xBF\xBF", Utf8Status::Invalid, 1},      // surrogate U+DFFF
@@ -63,9 +63,13 @@ TEST(Utf8, RefusesOverlongsSurrogatesAndPastTheRange) {
         {"\xF4\x90\x80\x80", Utf8Status::Invalid, 1},  // U+110000
         {"\xF5\x80\x80\x80", Utf8Status::Invalid, 1},
         {"\xFF", Utf8Status::Invalid, 1},
-        {"\xE2\x82" "A", Utf8Status::Invalid, 2},      // cut short by a non-continuation
-        {"\xF0\x9F\x98" "A", Utf8Status::Invalid, 3},
-        {"\xE2\x82", Utf8Status::Incomplete, 2},       // the text ends inside the sequence
+        {"\xE2\x82"
+         "A",
+         Utf8Status::Invalid, 2},  // cut short by a non-continuation
+        {"\xF0\x9F\x98"
+         "A",
+         Utf8Status::Invalid, 3},
+        {"\xE2\x82", Utf8Status::Incomplete, 2},  // the text ends inside the sequence
         {"\xF0", Utf8Status::Incomplete, 1},
     };
     for (const Case& c : cases) {
@@ -80,7 +84,9 @@ TEST(Utf8, RefusesOverlongsSurrogatesAndPastTheRange) {
 }
 
 TEST(Utf8, CutsOnACharacterBoundary) {
-    const std::string text = "a\xE2\x82\xAC" "b";  // a, the euro sign (3 bytes), b
+    const std::string text =
+        "a\xE2\x82\xAC"
+        "b";  // a, the euro sign (3 bytes), b
     EXPECT_EQ(utf8_cut(text, 1), 1u);
     EXPECT_EQ(utf8_cut(text, 2), 1u);  // inside the euro sign: before it
     EXPECT_EQ(utf8_cut(text, 3), 1u);
@@ -90,8 +96,8 @@ TEST(Utf8, CutsOnACharacterBoundary) {
 
 // Every reader refuses the same sequences and accepts the same ones.
 TEST(Utf8, TheReadersAgree) {
-    const std::string bad[] = {"\xC0\x80", "\xE0\x80\x80", "\xED\xA0\x80", "\xF4\x90\x80\x80",
-                               "\xE2\x82", "\x80"};
+    const std::string bad[] = {"\xC0\x80",         "\xE0\x80\x80", "\xED\xA0\x80",
+                               "\xF4\x90\x80\x80", "\xE2\x82",     "\x80"};
     for (const std::string& b : bad) {
         const std::string text = "a" + b + "z";
         EXPECT_FALSE(is_valid_utf8(text));

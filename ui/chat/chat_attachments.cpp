@@ -5,8 +5,8 @@
 #include <stdexcept>
 #include <string>
 
-#include "ui/io/attachments.h"
 #include "ui/chat/chat_controller.h"
+#include "ui/io/attachments.h"
 #include "ui/io/progress.h"
 
 namespace ember::ui {

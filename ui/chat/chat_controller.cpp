@@ -222,10 +222,11 @@ std::string ChatController::turn_notes(const TurnResult& turn) {
     }
     if (turn.tokens_not_evaluated > 0) {
         const int64_t read = turn.prompt_tokens - turn.tokens_not_evaluated;
-        line += format("%s[stopped reading the prompt at %lld of %lld tokens; what was read is "
-                       "kept: /regen goes on from there]",
-                       line.empty() ? "" : " ", static_cast<long long>(read),
-                       static_cast<long long>(turn.prompt_tokens));
+        line += format(
+            "%s[stopped reading the prompt at %lld of %lld tokens; what was read is "
+            "kept: /regen goes on from there]",
+            line.empty() ? "" : " ", static_cast<long long>(read),
+            static_cast<long long>(turn.prompt_tokens));
     }
     return line;
 }
@@ -636,12 +637,13 @@ ChatOutcome ChatController::command_model(const std::string& name) {
         return failure("/model: this chat's model is the server's (--remote-model chooses it)");
     }
     if (name.empty()) {
-        std::string text = "model: " + switcher_->current_name() + " (" +
-                           switcher_->current_path() + ")\n";
+        std::string text =
+            "model: " + switcher_->current_name() + " (" + switcher_->current_path() + ")\n";
         const std::vector<std::string> names = switcher_->candidates();
         if (names.empty()) {
-            text += "no other models found (ember models says where it looks); /model PATH "
-                    "takes a GGUF file";
+            text +=
+                "no other models found (ember models says where it looks); /model PATH "
+                "takes a GGUF file";
         } else {
             text += "models (/model NAME switches; a path works too):";
             for (const auto& n : names) text += "\n  " + n;

@@ -16,11 +16,11 @@
 #include <vector>
 
 #include "engine/generate/conversation.h"
-#include "ui/io/attachments.h"
 #include "ui/chat/chat_engine.h"
 #include "ui/chat/model_switcher.h"
 #include "ui/chat/presets.h"
 #include "ui/chat/session_backend.h"
+#include "ui/io/attachments.h"
 #include "ui/tools/tool_turns.h"
 
 namespace ember::ui {

@@ -24,8 +24,8 @@ struct SessionSummary {
     std::string title;
     std::string model;
     std::string model_path;  // absolute; empty: unknown (older ember, a remote model)
-    int64_t turns = 0;     // user messages on the current branch
-    std::string updated;  // ISO 8601, local time
+    int64_t turns = 0;       // user messages on the current branch
+    std::string updated;     // ISO 8601, local time
 };
 
 // Something attached before a prompt's typed text (/file, /run, -f): shown collapsed, by its

@@ -43,10 +43,10 @@ const char* const kReset = "\033[0m";
 
 // Shared by the SIGINT handler, readline's key reader and the prompt loop. Signal handlers
 // and readline's hooks are plain C function pointers with no user-data argument, so this has
-// to be static; it and the completion choices below are the only global mutable state in ui/. Setting a lock-free
-// atomic and write() on a pipe are async-signal-safe. The self-pipe wakes the key reader's
-// poll() whichever thread the kernel delivers SIGINT to (the engine's worker threads do not
-// block it, so the main thread's read() is not reliably interrupted).
+// to be static; it and the completion choices below are the only global mutable state in ui/.
+// Setting a lock-free atomic and write() on a pipe are async-signal-safe. The self-pipe wakes the
+// key reader's poll() whichever thread the kernel delivers SIGINT to (the engine's worker threads
+// do not block it, so the main thread's read() is not reliably interrupted).
 struct InterruptSignal {
     std::atomic<bool> raised{false};
     // SIGTERM or SIGHUP (the terminal closed): the reply stops, is saved, and line mode ends.
@@ -443,7 +443,8 @@ void show_outcome(const ChatOutcome& outcome, const std::string& input, bool col
     for (const std::string& result : outcome.tool_results) {
         out.raw(color ? kDim : "").raw("[tool] ").text(result).raw(color ? kReset : "").raw("\n");
     }
-    if (!outcome.tool_proposal.empty()) out.raw("[tool call] ").text(outcome.tool_proposal).raw("\n");
+    if (!outcome.tool_proposal.empty())
+        out.raw("[tool call] ").text(outcome.tool_proposal).raw("\n");
     std::fflush(stdout);
     if (outcome.error) {
         print_note(outcome.message, false);

@@ -249,8 +249,7 @@ std::vector<AnsweredCall> answer_calls(ChatEngine& conv, const ScriptedOptions& 
 // as an error object); the caller takes its prompt back out then.
 std::optional<ChatReply> generate_reply(ChatEngine& conv, Sampler& sampler, ReplySeeds& seeds,
                                         const GenerateOptions& options, PlainPrinter& printer,
-                                        std::FILE* err, const ScriptedOptions& o,
-                                        Recorder& rec) {
+                                        std::FILE* err, const ScriptedOptions& o, Recorder& rec) {
     ChatReply reply;
     GenerateOptions generation = options;
     // A long prompt's progress: a bar on a terminal, events or lines when asked (--progress).
@@ -340,8 +339,8 @@ TurnOutcome answer(ChatEngine& conv, Sampler& sampler, ReplySeeds& seeds, const 
         if (stopping) return outcome == TurnOutcome::Answered ? TurnOutcome::Stopped : outcome;
         // The state behind the reply is stored once the reply is out.
         if (reply->turn.tokens_not_evaluated == 0) conv.store_pending_state();
-        const bool any_ran = std::any_of(calls.begin(), calls.end(),
-                                         [](const AnsweredCall& a) { return a.ran; });
+        const bool any_ran =
+            std::any_of(calls.begin(), calls.end(), [](const AnsweredCall& a) { return a.ran; });
         if (outcome != TurnOutcome::Answered || !any_ran) return outcome;
         // The model reads the results and goes on, choosing freely whether to call again.
         conv.set_tools(tool_options(o.tools, /*first=*/false));
@@ -452,8 +451,8 @@ std::optional<std::string> jsonl_prompt(const std::string& line, int64_t line_no
         // Parsed again keeping the properties' order, which the output follows.
         const auto ordered = nlohmann::ordered_json::parse(line);
         try {
-            grammar = compile_output_format(
-                {OutputFormatKind::JsonSchema, ordered.at("schema").dump()});
+            grammar =
+                compile_output_format({OutputFormatKind::JsonSchema, ordered.at("schema").dump()});
         } catch (const grammar::GrammarError& e) {
             return complain(std::string("\"schema\": ") + e.what());
         }
@@ -470,8 +469,8 @@ std::optional<std::string> jsonl_prompt(const std::string& line, int64_t line_no
         // Refused as a prompt holding one is (see run_scripted), not stored.
         const std::string system = j["content"].get<std::string>();
         if (const size_t nul = system.find('\0'); nul != std::string::npos) {
-            return complain("the system message holds a NUL byte (byte " +
-                            std::to_string(nul + 1) + ")");
+            return complain("the system message holds a NUL byte (byte " + std::to_string(nul + 1) +
+                            ")");
         }
         conv.set_system(system);
         return std::nullopt;
@@ -525,9 +524,7 @@ int run_scripted(ChatEngine& conversation, Sampler& sampler, std::istream& in, s
     bool attached = false;
     Recorder rec(options, err);
     ReplySeeds seeds(options.seed);
-    const auto stop_signal = [&options] {
-        return options.stop_signal ? options.stop_signal() : 0;
-    };
+    const auto stop_signal = [&options] { return options.stop_signal ? options.stop_signal() : 0; };
     for (;;) {
         if (stop_signal() != 0) break;
         // A signal while waiting for input ends the read (EINTR): End.

@@ -12,9 +12,9 @@
 
 #include "engine/generate/conversation.h"
 #include "engine/grammar/token_mask.h"
-#include "ui/io/attachments.h"
 #include "ui/chat/chat_engine.h"
 #include "ui/chat/session_backend.h"
+#include "ui/io/attachments.h"
 #include "ui/tools/tool_turns.h"
 
 namespace ember::ui {

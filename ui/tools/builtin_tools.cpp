@@ -7,9 +7,8 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include <atomic>
-
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <optional>
@@ -25,7 +24,9 @@ namespace {
 using ojson = nlohmann::ordered_json;
 namespace fs = std::filesystem;
 
-ToolOutput refused(std::string why) { return {std::move(why), true}; }
+ToolOutput refused(std::string why) {
+    return {std::move(why), true};
+}
 
 // Whether `path` (canonical) is `root` or lies under it, compared by whole components (so
 // /work/ab is not under /work/a).
@@ -97,8 +98,8 @@ int open_by_components(int dirfd, const fs::path& relative, int flags) {
     if (parts.empty()) return ::openat(dirfd, ".", flags | O_CLOEXEC);
     int at = dirfd;
     for (size_t i = 0; i + 1 < parts.size(); ++i) {
-        const int next = ::openat(at, parts[i].c_str(),
-                                  O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        const int next =
+            ::openat(at, parts[i].c_str(), O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
         const int saved = errno;
         if (at != dirfd) ::close(at);
         if (next < 0) {
@@ -210,7 +211,8 @@ int ToolRoot::open(const std::string& requested, int flags) const {
     if (fd < 0) {
         const int saved = errno;
         if (saved == ELOOP || saved == EXDEV || saved == ENOTDIR) {
-            throw ToolsError("'" + requested + "' changed while it was opened (a link appeared "
+            throw ToolsError("'" + requested +
+                             "' changed while it was opened (a link appeared "
                              "on its way); not read");
         }
         throw ToolsError("cannot read '" + requested + "': " + std::strerror(saved));
@@ -330,8 +332,7 @@ ToolOutput read_file_tool(const ToolRoot& root, const nlohmann::json& arguments)
         out += "[" + std::string(cut_line ? "part of line " : "lines ") + std::to_string(from) +
                (cut_line ? "" : "-" + std::to_string(to)) + " of " + std::to_string(total) +
                " shown (at most " + std::to_string(kReadFileMaxBytes >> 10) +
-               " KiB a call); start_line " + std::to_string(to + 1) +
-               " reads on]";
+               " KiB a call); start_line " + std::to_string(to + 1) + " reads on]";
     }
     return {out, false};
 }

@@ -94,8 +94,8 @@ pid_t spawn(const std::vector<std::string>& argv, Pipe& in, Pipe& out, Pipe& err
     posix_spawnattr_setsigdefault(&attr, &defaults);
     posix_spawnattr_setsigmask(&attr, &no_mask);
     posix_spawnattr_setpgroup(&attr, 0);
-    posix_spawnattr_setflags(&attr,
-                             POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK);
+    posix_spawnattr_setflags(
+        &attr, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK);
     std::vector<char*> args;
     for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
     args.push_back(nullptr);
@@ -128,9 +128,8 @@ void exchange(Pipe& in, Pipe& out, Pipe& err, const std::string& input, size_t m
             run.timed_out = true;
             return;
         }
-        pollfd fds[3] = {{out.read_end, POLLIN, 0},
-                         {err.read_end, POLLIN, 0},
-                         {in.write_end, POLLOUT, 0}};
+        pollfd fds[3] = {
+            {out.read_end, POLLIN, 0}, {err.read_end, POLLIN, 0}, {in.write_end, POLLOUT, 0}};
         const int ready = ::poll(fds, 3, static_cast<int>(left));
         if (ready < 0 && errno != EINTR) return;
         if (ready <= 0) continue;
@@ -240,9 +239,9 @@ ProcessRun run_process(const std::vector<std::string>& argv, const std::string& 
 }
 
 ToolOutput run_tool(const ToolSpec& tool, const std::string& arguments, const ToolRoot* root) {
-    const nlohmann::json parsed =
-        arguments.empty() ? nlohmann::json::object()
-                          : try_parse_json_bounded<nlohmann::json>(arguments);
+    const nlohmann::json parsed = arguments.empty()
+                                      ? nlohmann::json::object()
+                                      : try_parse_json_bounded<nlohmann::json>(arguments);
     if (parsed.is_discarded() || !parsed.is_object()) {
         return {"the arguments are not a JSON object: " + arguments, true};
     }

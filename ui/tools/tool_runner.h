@@ -19,8 +19,8 @@ constexpr size_t kToolStderrKeptBytes = 2048;
 
 // A program's run with input on stdin.
 struct ProcessRun {
-    std::string out;  // stdout, up to the limit
-    std::string err;  // stderr, its last kToolStderrKeptBytes
+    std::string out;          // stdout, up to the limit
+    std::string err;          // stderr, its last kToolStderrKeptBytes
     int exit_status = 0;      // 128 + N for a signal N
     bool timed_out = false;   // stopped at the time limit
     bool too_large = false;   // stopped for writing more than the limit to stdout

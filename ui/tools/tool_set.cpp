@@ -86,8 +86,9 @@ std::string why_program_cannot_run(const std::string& program) {
 std::vector<std::string> parse_command(const ojson& entry, const std::string& base_dir,
                                        const Blame& blame) {
     if (!entry.contains("command")) {
-        blame.fail("\"command\" is missing: the argv that runs the tool, e.g. "
-                   "[\"./tool.sh\"] (it reads the arguments as JSON on stdin)");
+        blame.fail(
+            "\"command\" is missing: the argv that runs the tool, e.g. "
+            "[\"./tool.sh\"] (it reads the arguments as JSON on stdin)");
     }
     const ojson& command = entry["command"];
     if (!command.is_array() || command.empty()) {
@@ -122,8 +123,9 @@ int parse_timeout(const ojson& entry, const Blame& blame) {
 // The "function" object: name, description, parameters.
 void parse_function(const ojson& entry, ToolSpec& tool, Blame& blame) {
     if (!entry.contains("function") || !entry["function"].is_object()) {
-        blame.fail("\"function\" must be an object with \"name\", \"description\" and "
-                   "\"parameters\"");
+        blame.fail(
+            "\"function\" must be an object with \"name\", \"description\" and "
+            "\"parameters\"");
     }
     const ojson& function = entry["function"];
     for (const auto& [key, value] : function.items()) {
@@ -153,8 +155,9 @@ void parse_function(const ojson& entry, ToolSpec& tool, Blame& blame) {
             blame.fail("\"function\".\"parameters\" must be a JSON Schema object");
         }
         if (parameters.contains("type") && parameters["type"] != "object") {
-            blame.fail("\"function\".\"parameters\".\"type\" must be \"object\" (a call's "
-                       "arguments are one JSON object)");
+            blame.fail(
+                "\"function\".\"parameters\".\"type\" must be \"object\" (a call's "
+                "arguments are one JSON object)");
         }
         if (parameters.contains("properties") && !parameters["properties"].is_object()) {
             blame.fail("\"function\".\"parameters\".\"properties\" must be an object");

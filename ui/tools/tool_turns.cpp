@@ -92,7 +92,9 @@ std::string shown_result(const ChatMessage& tool_message) {
     for (size_t i = at; i < content.size(); ++i) rest += content[i] == '\n' ? 1 : 0;
     if (at < content.size() && content.back() != '\n') ++rest;
     if (rest > 0) {
-        text.append("\n… ").append(std::to_string(rest)).append(rest == 1 ? " more line" : " more lines");
+        text.append("\n… ")
+            .append(std::to_string(rest))
+            .append(rest == 1 ? " more line" : " more lines");
         text.append(" (the model reads all of it)");
     }
     return text;

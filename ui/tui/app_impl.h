@@ -58,10 +58,10 @@ struct FullScreen::Impl {
 
     tui::Transcript transcript;
     tui::InputEditor input;
-    bool editing_last = false;    // the input holds the last prompt for /edit
-    bool ctrl_x_pending = false;  // Ctrl-X was pressed: Ctrl-E next composes in $EDITOR
-    bool confirming = false;      // the next input answers a yes/no question (/run, a tool call)
-    bool confirming_tool = false;  // the question is a tool call's (not /run's)
+    bool editing_last = false;      // the input holds the last prompt for /edit
+    bool ctrl_x_pending = false;    // Ctrl-X was pressed: Ctrl-E next composes in $EDITOR
+    bool confirming = false;        // the next input answers a yes/no question (/run, a tool call)
+    bool confirming_tool = false;   // the question is a tool call's (not /run's)
     std::string shown_reply_model;  // the model of the last reply in the transcript
     // When the key decoder began holding a lone ESC (it may start a sequence).
     std::optional<Clock::time_point> escape_since;

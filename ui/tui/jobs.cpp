@@ -269,8 +269,8 @@ void FullScreen::Impl::show_tool_activity(const ChatOutcome& outcome) {
     }
     if (!outcome.tool_proposal.empty()) {
         // The question stays in the conversation view; the status line says how to answer.
-        transcript.add({tui::EntryKind::Tool, outcome.tool_proposal + "\n[y/N] y runs it; " +
-                                                  "anything else declines"});
+        transcript.add({tui::EntryKind::Tool,
+                        outcome.tool_proposal + "\n[y/N] y runs it; " + "anything else declines"});
         follow = true;
     }
     if (outcome.confirm) {

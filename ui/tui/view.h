@@ -19,7 +19,7 @@ struct StatusInfo {
     bool thinking = false;  // the reply is in its thinking block
     // What the busy job is when it is no reply ("loading gemma3" for /model); empty: a reply.
     std::string activity;
-    int64_t streamed = 0;   // tokens of the reply being written (about)
+    int64_t streamed = 0;  // tokens of the reply being written (about)
     // The prompt being read before the reply starts (total 0: none), and how long it took.
     PrefillProgress prefill;
     double busy_seconds = 0;

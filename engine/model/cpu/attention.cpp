@@ -24,7 +24,6 @@ constexpr int64_t kTasksPerThread = 4;
 // ...and at most this many floats of partial records per task (long contexts have many runs).
 constexpr int64_t kBlockRecordFloats = int64_t{1} << 20;
 
-
 // Positions [first, end) a query sees.
 struct Visible {
     int64_t first;
@@ -67,8 +66,8 @@ struct Job {
 
 // Run r of token t's visible range for head group kvh (the part of it the token sees): the
 // group's partial records at `records`, head g's at records + g * heads_stride.
-void attend_partial(const Job& job, int64_t t, int64_t kvh, int64_t r, float* work,
-                    float* records, int64_t heads_stride) {
+void attend_partial(const Job& job, int64_t t, int64_t kvh, int64_t r, float* work, float* records,
+                    int64_t heads_stride) {
     const Visible vis = job.visible(t);
     const int64_t p0 = std::max(r * kRun, vis.first);
     const int64_t end = std::min((r + 1) * kRun, vis.end);
@@ -82,7 +81,8 @@ void attend_partial(const Job& job, int64_t t, int64_t kvh, int64_t r, float* wo
 void merge_head(const Job& job, int64_t h, const float* records, int64_t n_runs, float* out) {
     const int64_t stride = job.rec_stride;
     const int64_t value_dim = job.heads->value_dim;
-    if (job.settings->sinks == nullptr) return attend_merge(records, n_runs, stride, value_dim, out);
+    if (job.settings->sinks == nullptr)
+        return attend_merge(records, n_runs, stride, value_dim, out);
     const float sink = job.settings->sinks[h];
     float m = sink;
     for (int64_t r = 0; r < n_runs; ++r) m = std::max(m, records[r * stride]);
@@ -107,7 +107,7 @@ void attend_block(const Job& job, int64_t t0, int64_t t1, int64_t kvh, int worke
     const int64_t head_dim = job.heads->head_dim;
     const int64_t window = job.settings->window;
     float* work = job.scratch->work.data() + worker * job.worker_floats;
-    float* queries = work + job.run_floats * (t1 - t0);  // [(t1 - t0) x n_q x head_dim]
+    float* queries = work + job.run_floats * (t1 - t0);     // [(t1 - t0) x n_q x head_dim]
     float* records = queries + (t1 - t0) * n_q * head_dim;  // [(t1 - t0) x n_q x span x record]
     const int64_t heads_stride = job.span * job.rec_stride;
     const int64_t token_stride = n_q * heads_stride;

@@ -71,10 +71,9 @@ BatchBuffers& CpuBackend::begin_batch(int64_t pos0, int64_t n, int64_t /*logit_r
         rope_table(model_.rope_inv_freq_local(), 1.0, pos0, n, s.rope_cos_local.data(),
                    s.rope_sin_local.data());
     }
-    buffers_ = BatchBuffers{s.x.data(),     s.xn.data(),       s.q.data(),
-                            s.k.data(),     s.v.data(),        s.attn.data(),
-                            s.proj.data(),  s.q_gate.data(),   s.ffn_gate.data(),
-                            s.ffn_up.data()};
+    buffers_ = BatchBuffers{s.x.data(),        s.xn.data(),    s.q.data(),    s.k.data(),
+                            s.v.data(),        s.attn.data(),  s.proj.data(), s.q_gate.data(),
+                            s.ffn_gate.data(), s.ffn_up.data()};
     return buffers_;
 }
 
@@ -185,8 +184,8 @@ void CpuBackend::store_kv(int64_t cache_layer, const float* k, const float* v, i
 }
 
 void CpuBackend::attend(const AttentionSettings& settings, const float* q, int64_t n, float* out) {
-    attend_cached(attention_heads(c_), settings, st_.kv, pool_, q, pos0_, n,
-                  st_.scratch.attention, out);
+    attend_cached(attention_heads(c_), settings, st_.kv, pool_, q, pos0_, n, st_.scratch.attention,
+                  out);
 }
 
 void CpuBackend::moe_ffn(const LayerWeights& layer, float* x, float* xn, int64_t n) {

@@ -29,7 +29,6 @@ struct MixerPass {
 void short_conv_mixer(const MixerPass& p, const LayerWeights& layer, int64_t index);
 void delta_net_mixer(const MixerPass& p, const LayerWeights& layer, int64_t index);
 
-
 // Depthwise causal convolution over time, continuing from `history`:
 //   out[t][c] = sum_k taps[c*K + k] * in_ext[t + k][c], in_ext = history rows ++ in rows.
 // in: [n x channels], history: [(K-1) x channels] oldest first (updated to the last K-1

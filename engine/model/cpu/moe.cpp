@@ -17,7 +17,6 @@ namespace {
 // each is still streamed once per batch; a chunk holds at least one expert.
 constexpr int64_t kChunkPairs = 512;
 
-
 // gpt-oss's activation (HF GptOssExperts): gate clamped above at `limit`, up to [-limit,
 // limit], gate[i] = gate * sigmoid(alpha * gate) * (up + 1).
 void clamped_swiglu_inplace(float* gate, const float* up, int64_t n, float limit, float alpha) {

@@ -318,15 +318,16 @@ void run_scores(const AttnShape& sh, const float* q, const KvRun& kv, float* sco
         }
         for (int64_t i = 0; i < c; ++i) {
             const int64_t src = (p0 + i) * k_stride + k_first;
-            for (int64_t j = 0; j < hd; j += 8) _mm256_storeu_ps(kbuf + i * hd + j, L::load(k, src + j));
+            for (int64_t j = 0; j < hd; j += 8)
+                _mm256_storeu_ps(kbuf + i * hd + j, L::load(k, src + j));
         }
         std::fill(kbuf + c * hd, kbuf + 8 * hd, 0.0f);
         float* out = scores + p0;
         int64_t g = 0;
         for (; g + 2 <= n_q; g += 2) {
             for (int64_t i0 = 0; i0 < c; i0 += 4)
-                score_tile<2>(q + g * q_stride, q_stride, kbuf, hd, i0, c - i0, scale,
-                              out + g * n, n);
+                score_tile<2>(q + g * q_stride, q_stride, kbuf, hd, i0, c - i0, scale, out + g * n,
+                              n);
         }
         for (; g < n_q; ++g)
             score_tile<1>(q + g * q_stride, q_stride, kbuf, hd, 0, c, scale, out + g * n, n);
@@ -358,7 +359,8 @@ void run_values_slab(const float* e, int64_t n, const KvRun& kv, int64_t j0, flo
 template <class L, int NG>
 void run_values(const float* e, int64_t n, const KvRun& kv, int64_t value_dim, float* rec,
                 int64_t rec_stride) {
-    for (int64_t j0 = 0; j0 < value_dim; j0 += 16) run_values_slab<L, NG>(e, n, kv, j0, rec, rec_stride);
+    for (int64_t j0 = 0; j0 < value_dim; j0 += 16)
+        run_values_slab<L, NG>(e, n, kv, j0, rec, rec_stride);
 }
 
 template <class L>

@@ -9,14 +9,14 @@
 
 namespace ember::cuda {
 
-
 __device__ __forceinline__ float silu_gated(float gate, float up) {
     return gate / (1.0f + expf(-gate)) * up;
 }
 
 __device__ __forceinline__ float gelu_tanh_gated(float gate, float up) {
     const float k = 0.7978845608028654f;  // sqrt(2/pi)
-    const float inner = __fmul_rn(k, __fmaf_rn(__fmul_rn(0.044715f, gate), __fmul_rn(gate, gate), gate));
+    const float inner =
+        __fmul_rn(k, __fmaf_rn(__fmul_rn(0.044715f, gate), __fmul_rn(gate, gate), gate));
     return __fmul_rn(__fmul_rn(__fmul_rn(0.5f, gate), 1.0f + tanhf(inner)), up);
 }
 

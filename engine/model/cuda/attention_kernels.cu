@@ -1,8 +1,8 @@
 // KV-cache writes and attention of the CUDA backend (layer_kernels.cuh).
 //
 // Attention is split like the CPU's (cpu/attention.h): a query's visible positions are cut into
-// chunks of positions (AttendShape::chunk) that start at multiples of it, one block per (chunk, head,
-// token) computes a partial softmax record, and a second kernel merges a head's records in
+// chunks of positions (AttendShape::chunk) that start at multiples of it, one block per (chunk,
+// head, token) computes a partial softmax record, and a second kernel merges a head's records in
 // chunk order (with the head's sink logit). The cut depends only on the query's position, so a
 // token gives the same bits in any batch, and nothing is summed by atomics.
 #include <cuda_fp16.h>
@@ -14,9 +14,9 @@
 
 #include "engine/model/cuda/cuda_check.cuh"
 #include "engine/model/cuda/flash_attention.cuh"
-#include "engine/model/forward.h"
 #include "engine/model/cuda/layer_kernels.cuh"
 #include "engine/model/cuda/reduce.cuh"
+#include "engine/model/forward.h"
 
 namespace ember::cuda {
 
@@ -26,8 +26,8 @@ namespace {
 // positions a warp, all of their loads in flight at once (with 8 warps a decode step at a
 // short context had a warp or two per SM, each folding 8 positions one after another).
 constexpr int kWarps = 16;
-constexpr int kUnroll = 4;           // positions a warp has in flight
-constexpr int kMaxPerLane = 8;       // head or value elements a lane holds: dims up to 256
+constexpr int kUnroll = 4;      // positions a warp has in flight
+constexpr int kMaxPerLane = 8;  // head or value elements a lane holds: dims up to 256
 constexpr int kMaxValueDim = 32 * kMaxPerLane;
 
 // Where a q8_0 row's quants start inside each of its blocks (kv_type.h: blocks.h's BlockQ8_0,
@@ -62,8 +62,9 @@ __device__ inline void load_slice(const uint8_t* row, int64_t base, int64_t widt
     const int64_t d0 = static_cast<int64_t>(P) * lane;
     constexpr int kElementBytes = T == KvType::F32 ? 4 : 2;
     const uint8_t* p = row + (base + d0) * kElementBytes;
-    const bool vector = T != KvType::Q8_0 && (P == 2 || P == 4 || P == 8) && d0 + P <= width &&
-                        reinterpret_cast<uintptr_t>(p) % (P * kElementBytes > 16 ? 16 : P * kElementBytes) == 0;
+    const bool vector =
+        T != KvType::Q8_0 && (P == 2 || P == 4 || P == 8) && d0 + P <= width &&
+        reinterpret_cast<uintptr_t>(p) % (P * kElementBytes > 16 ? 16 : P * kElementBytes) == 0;
     if (inside && vector) {
         if constexpr (T == KvType::F16 && P >= 2) {
             __half2 h[P / 2];
@@ -168,8 +169,8 @@ __device__ inline Floats record_of(Floats partials, const AttendShape& shape, in
 // sum of weighted values): the dot product of the lane's query and key elements, summed over the
 // warp, scaled and soft-capped, then folded in. Every kernel takes its positions through this.
 template <int P, class Keys, class Values>
-__device__ inline void fold_position(const AttendShape& shape, const float (&q_lane)[P],
-                                     Keys key, Values value, float& m, float& s, float* acc) {
+__device__ inline void fold_position(const AttendShape& shape, const float (&q_lane)[P], Keys key,
+                                     Values value, float& m, float& s, float* acc) {
     float dot = 0.0f;
 #pragma unroll
     for (int j = 0; j < P; ++j) dot += q_lane[j] * key(j);
@@ -234,8 +235,8 @@ __device__ inline void partial_record(const AttendShape& shape, const KvLayerVie
         for (int u = 0; u < U; ++u) {
             if (first + u * kWarps >= end) break;
             fold_position<P>(
-                shape, q_lane, [&](int j) { return k_el[u][j]; },
-                [&](int j) { return v_el[u][j]; }, m, s, acc);
+                shape, q_lane, [&](int j) { return k_el[u][j]; }, [&](int j) { return v_el[u][j]; },
+                m, s, acc);
         }
     }
     // The warps' records merged in warp order.
@@ -277,9 +278,10 @@ __device__ inline void partial_record(const AttendShape& shape, const KvLayerVie
 constexpr int64_t kMaxChunkBlocks = 64;
 
 template <KvType T, int P, int U>
-__global__ void __launch_bounds__(32 * kWarps, 2) attend_partial_kernel(AttendShape shape, KvLayerView layer, int64_t k_row_bytes,
-                                      int64_t v_row_bytes, const float* q,
-                                      const int64_t* pos0_at, int64_t chunks, float* partials) {
+__global__ void __launch_bounds__(32 * kWarps, 2)
+    attend_partial_kernel(AttendShape shape, KvLayerView layer, int64_t k_row_bytes,
+                          int64_t v_row_bytes, const float* q, const int64_t* pos0_at,
+                          int64_t chunks, float* partials) {
     for (int64_t chunk = blockIdx.x; chunk < chunks; chunk += gridDim.x) {
         partial_record<T, P, U>(shape, layer, k_row_bytes, v_row_bytes, q, pos0_at, chunks,
                                 partials, chunk);
@@ -350,8 +352,8 @@ __global__ void __launch_bounds__(32 * kMergeWarps)
     }
 }
 
-void launch_merge(const AttendShape& shape, const float* partials, const int64_t* pos0,
-                  int64_t n, int64_t chunks, float* out, cudaStream_t stream) {
+void launch_merge(const AttendShape& shape, const float* partials, const int64_t* pos0, int64_t n,
+                  int64_t chunks, float* out, cudaStream_t stream) {
     const dim3 grid(static_cast<unsigned>(shape.n_head), static_cast<unsigned>(n));
     attend_merge_kernel<<<grid, 32 * kMergeWarps, 0, stream>>>(shape, partials, pos0, chunks, out);
     check_launch("attend_merge");
@@ -372,16 +374,17 @@ constexpr int kTiledWarpsWanted = 16;
 // [begin, end) weigh nothing.
 template <int P, int kRowFloats>
 __device__ inline void fold_tile(const AttendShape& shape, const float* qh,
-                                 float (*k_tile)[kRowFloats], float (*v_tile)[32 * P],
-                                 int64_t tile, int64_t rows, int64_t begin, int64_t end, float& m,
-                                 float& s, float (&acc)[P]) {
+                                 float (*k_tile)[kRowFloats], float (*v_tile)[32 * P], int64_t tile,
+                                 int64_t rows, int64_t begin, int64_t end, float& m, float& s,
+                                 float (&acc)[P]) {
     const unsigned lane = threadIdx.x % 32;
     const int64_t pos = tile + lane;
     float score = -INFINITY;
     if (lane < rows && pos >= begin && pos < end) {
         float dot = 0.0f;
 #pragma unroll 8
-        for (int64_t d = 0; d < shape.head_dim; ++d) dot = fmaf(__ldg(qh + d), k_tile[lane][d], dot);
+        for (int64_t d = 0; d < shape.head_dim; ++d)
+            dot = fmaf(__ldg(qh + d), k_tile[lane][d], dot);
         score = dot * shape.scale;
         if (shape.softcap > 0.0f) score = shape.softcap * tanhf(score / shape.softcap);
     }
@@ -565,8 +568,8 @@ void store_kv(const KvLayerView& layer, const float* k, const float* v, const in
     if (n <= 0) return;
     const int64_t k_row_bytes = kv_row_bytes(layer.type, layer.k_width);
     const int64_t v_row_bytes = kv_row_bytes(layer.type, layer.v_width);
-    store_kv_kernel<<<dim3(static_cast<unsigned>(n), 2), 256, 0, stream>>>(
-        layer, k_row_bytes, v_row_bytes, k, v, pos0);
+    store_kv_kernel<<<dim3(static_cast<unsigned>(n), 2), 256, 0, stream>>>(layer, k_row_bytes,
+                                                                           v_row_bytes, k, v, pos0);
     check_launch("store_kv");
 }
 
@@ -574,9 +577,8 @@ int64_t attention_partials_floats(const AttendShape& shape, int64_t n, int64_t c
     return n * shape.n_head * chunks * (2 + shape.value_dim);
 }
 
-void attend(const AttendShape& shape, const KvLayerView& layer, const float* q,
-            const int64_t* pos0, int64_t n, int64_t chunks, float* partials, float* out,
-            cudaStream_t stream) {
+void attend(const AttendShape& shape, const KvLayerView& layer, const float* q, const int64_t* pos0,
+            int64_t n, int64_t chunks, float* partials, float* out, cudaStream_t stream) {
     if (n <= 0) return;
     if (shape.head_dim > kMaxValueDim || shape.value_dim > kMaxValueDim) {
         throw std::invalid_argument("CUDA attention: heads over " + std::to_string(kMaxValueDim) +
@@ -584,11 +586,14 @@ void attend(const AttendShape& shape, const KvLayerView& layer, const float* q,
     }
     switch (layer.type) {
         case KvType::F32:
-            return launch_attend<KvType::F32>(shape, layer, q, pos0, n, chunks, partials, out, stream);
+            return launch_attend<KvType::F32>(shape, layer, q, pos0, n, chunks, partials, out,
+                                              stream);
         case KvType::F16:
-            return launch_attend<KvType::F16>(shape, layer, q, pos0, n, chunks, partials, out, stream);
+            return launch_attend<KvType::F16>(shape, layer, q, pos0, n, chunks, partials, out,
+                                              stream);
         case KvType::Q8_0:
-            return launch_attend<KvType::Q8_0>(shape, layer, q, pos0, n, chunks, partials, out, stream);
+            return launch_attend<KvType::Q8_0>(shape, layer, q, pos0, n, chunks, partials, out,
+                                               stream);
     }
 }
 

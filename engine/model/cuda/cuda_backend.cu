@@ -60,17 +60,18 @@ public:
         if (n == 1 && logit_rows == 1 && graphs_enabled()) {
             mode_ = gpu_.decode_graph ? Mode::Replay : Mode::Capture;
             if (mode_ == Mode::Capture) {
-                EMBER_CUDA_CHECK(cudaStreamBeginCapture(stream(), cudaStreamCaptureModeThreadLocal));
+                EMBER_CUDA_CHECK(
+                    cudaStreamBeginCapture(stream(), cudaStreamCaptureModeThreadLocal));
             }
         }
         if (mode_ != Mode::Replay) {
             EMBER_CUDA_CHECK(cudaMemcpyAsync(gpu_.step_pos0_mut(), &gpu_.step_host()->pos0,
                                              sizeof(int64_t), cudaMemcpyHostToDevice, stream()));
         }
-        buffers_ = BatchBuffers{gpu_.x.as<float>(),      gpu_.xn.as<float>(),
-                                gpu_.q.as<float>(),      gpu_.k.as<float>(),
-                                gpu_.v.as<float>(),      gpu_.attn.as<float>(),
-                                gpu_.q_proj.as<float>(), gpu_.q_gate.as<float>(),
+        buffers_ = BatchBuffers{gpu_.x.as<float>(),        gpu_.xn.as<float>(),
+                                gpu_.q.as<float>(),        gpu_.k.as<float>(),
+                                gpu_.v.as<float>(),        gpu_.attn.as<float>(),
+                                gpu_.q_proj.as<float>(),   gpu_.q_gate.as<float>(),
                                 gpu_.ffn_gate.as<float>(), gpu_.ffn_up.as<float>()};
         return buffers_;
     }
@@ -89,20 +90,17 @@ public:
 
     void rms_norm_rows(const float* x, const std::vector<float>& weight, float* out,
                        int64_t rows) override {
-        cuda::rms_norm_rows(x, dev_.vector(weight), out, rows,
-                            static_cast<int64_t>(weight.size()), static_cast<float>(c_.rms_eps),
-                            stream());
+        cuda::rms_norm_rows(x, dev_.vector(weight), out, rows, static_cast<int64_t>(weight.size()),
+                            static_cast<float>(c_.rms_eps), stream());
     }
 
-    void add(float* y, const float* x, int64_t n) override {
-        cuda::add(y, x, n, stream());
-    }
+    void add(float* y, const float* x, int64_t n) override { cuda::add(y, x, n, stream()); }
 
     void add_rms_norm_rows(float* x, const float* delta, const std::vector<float>& weight,
                            float* out, int64_t rows) override {
         cuda::add_rms_norm_rows(x, delta, dev_.vector(weight), out, rows,
-                                static_cast<int64_t>(weight.size()),
-                                static_cast<float>(c_.rms_eps), stream());
+                                static_cast<int64_t>(weight.size()), static_cast<float>(c_.rms_eps),
+                                stream());
     }
 
     void add_bias_rows(float* y, const std::vector<float>& bias, int64_t rows) override {
@@ -147,8 +145,7 @@ public:
         check_launch("gemv_many");
     }
 
-    void gated_activation(GatedActivation act, float* gate, const float* up,
-                          int64_t n) override {
+    void gated_activation(GatedActivation act, float* gate, const float* up, int64_t n) override {
         switch (act) {
             case GatedActivation::Silu:
                 return swiglu(gate, up, n, stream());
@@ -201,8 +198,7 @@ public:
         cuda::store_kv(gpu_.layer(cache_layer), k, v, gpu_.step_pos0(), n, stream());
     }
 
-    void attend(const AttentionSettings& settings, const float* q, int64_t n,
-                float* out) override {
+    void attend(const AttentionSettings& settings, const float* q, int64_t n, float* out) override {
         AttendShape shape;
         shape.n_head = c_.n_head;
         shape.n_head_kv = c_.n_head_kv;
@@ -219,8 +215,8 @@ public:
             return;
         }
         const int64_t chunks = chunks_through(pos0_ + n - 1, shape.chunk);
-        gpu_.partials.grow(
-            static_cast<size_t>(attention_partials_floats(shape, n, chunks)) * sizeof(float));
+        gpu_.partials.grow(static_cast<size_t>(attention_partials_floats(shape, n, chunks)) *
+                           sizeof(float));
         cuda::attend(shape, gpu_.layer(settings.cache_layer), q, gpu_.step_pos0(), n, chunks,
                      gpu_.partials.as<float>(), out, stream());
     }
@@ -229,13 +225,9 @@ public:
     void short_conv_mixer(const LayerWeights&, int64_t, int64_t) override {
         cpu_only("short-conv");
     }
-    void delta_net_mixer(const LayerWeights&, int64_t, int64_t) override {
-        cpu_only("delta-net");
-    }
+    void delta_net_mixer(const LayerWeights&, int64_t, int64_t) override { cpu_only("delta-net"); }
 
-    void soft_cap(float* x, int64_t n, float cap) override {
-        cuda::soft_cap(x, n, cap, stream());
-    }
+    void soft_cap(float* x, int64_t n, float cap) override { cuda::soft_cap(x, n, cap, stream()); }
 
     bool batch_recorded() const override { return mode_ == Mode::Replay; }
 
@@ -256,7 +248,8 @@ public:
             mode_ = Mode::Replay;
         }
         if (mode_ == Mode::Replay) EMBER_CUDA_CHECK(cudaGraphLaunch(gpu_.decode_graph, stream()));
-        EMBER_CUDA_CHECK(cudaMemcpyAsync(host_out, logits, static_cast<size_t>(count) * sizeof(float),
+        EMBER_CUDA_CHECK(cudaMemcpyAsync(host_out, logits,
+                                         static_cast<size_t>(count) * sizeof(float),
                                          cudaMemcpyDeviceToHost, stream()));
         EMBER_CUDA_CHECK(cudaStreamSynchronize(stream()));
     }
@@ -291,8 +284,7 @@ private:
     // (half_inputs.cuh). The zero is never written after the state's memset.
     void prepare_half_inputs(const float* x, int64_t n, int64_t cols) {
         float* scale = gpu_.half_scale.as<float>();
-        to_scaled_half(x, n, cols, cols, gpu_.half_x.as<__half>(), scale + 2, scale + 1,
-                       stream());
+        to_scaled_half(x, n, cols, cols, gpu_.half_x.as<__half>(), scale + 2, scale + 1, stream());
     }
 
     // out [n x w.rows] = half_x [n x w.cols] · w^T * 2^-e on the tensor cores: the weight

@@ -67,7 +67,7 @@ public:
     const Model& model() const { return model_; }
     const DeviceMatrix& matrix(const MatrixView& view) const;
     const float* vector(const std::vector<float>& host) const;  // null for an empty vector
-    const float* vector_at(const float* host_data) const;        // by the vector's data()
+    const float* vector_at(const float* host_data) const;       // by the vector's data()
     const CublasLibrary& blas() const { return blas_; }
     const double* rope_inv_freq() const { return inv_freq_.as<double>(); }
     const double* rope_inv_freq_local() const { return inv_freq_local_.as<double>(); }
@@ -130,12 +130,12 @@ public:
 
     // Batch buffers for up to kMaxBatch tokens, [tokens x width] each.
     DeviceBuffer x, xn, q, k, v, attn, q_proj, q_gate, ffn_gate, ffn_up;
-    DeviceBuffer token_ids;     // [kMaxBatch] int32
-    DeviceBuffer logits;        // [rows x n_vocab], grown on demand
-    DeviceBuffer partials;      // attention records, grown on demand
-    DeviceBuffer dequantized;   // f32 or f16 rows of a weight for cuBLAS, grown up to a cap
-    DeviceBuffer half_x;        // [kMaxBatch x widest input] f16: a batch's scaled activations
-    DeviceBuffer half_scale;    // [2 + kMaxBatch]: 0.0f, the batch's unscale 2^-e, row maxima
+    DeviceBuffer token_ids;    // [kMaxBatch] int32
+    DeviceBuffer logits;       // [rows x n_vocab], grown on demand
+    DeviceBuffer partials;     // attention records, grown on demand
+    DeviceBuffer dequantized;  // f32 or f16 rows of a weight for cuBLAS, grown up to a cap
+    DeviceBuffer half_x;       // [kMaxBatch x widest input] f16: a batch's scaled activations
+    DeviceBuffer half_scale;   // [2 + kMaxBatch]: 0.0f, the batch's unscale 2^-e, row maxima
 
 private:
     enum class Direction { ToHost, ToDevice };
@@ -147,7 +147,7 @@ private:
     cudaStream_t stream_ = nullptr;
     cublasHandle_t blas_ = nullptr;
     std::vector<DeviceBuffer> k_layers_, v_layers_;  // [slots x row bytes] per cache layer
-    StepInputs* step_host_ = nullptr;  // cudaMallocHost
+    StepInputs* step_host_ = nullptr;                // cudaMallocHost
     DeviceBuffer step_dev_;
     int64_t device_valid_ = 0;  // device rows [0, device_valid_) are the state's
     int64_t host_valid_ = 0;    // host rows [0, host_valid_) are the state's

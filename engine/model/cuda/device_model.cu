@@ -97,7 +97,8 @@ void CudaDevice::upload_matrix(const MatrixView& view, const char* name) {
     } else {
         // Read by no kernel here: exact f32, a note says so.
         std::vector<float> rows(static_cast<size_t>(view.rows * view.cols));  // [rows x cols]
-        for (int64_t r = 0; r < view.rows; ++r) dequantize_row(view, r, rows.data() + r * view.cols);
+        for (int64_t r = 0; r < view.rows; ++r)
+            dequantize_row(view, r, rows.data() + r * view.cols);
         block = upload(rows.data(), rows.size());
         m.type = TensorType::F32;
         m.row_stride = static_cast<size_t>(view.cols) * sizeof(float);

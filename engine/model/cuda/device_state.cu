@@ -56,8 +56,7 @@ CudaState::CudaState(const CudaDevice& device, InferenceState& state)
     AttendShape shape;
     shape.n_head = c.n_head;
     shape.value_dim = c.value_dim;
-    decode_partials =
-        DeviceBuffer(floats(attention_partials_floats(shape, 1, decode_chunks)));
+    decode_partials = DeviceBuffer(floats(attention_partials_floats(shape, 1, decode_chunks)));
     host_valid_ = kv_.length();  // the host rows are the state until the device computes any
     kv_.set_mirror(this);
 }

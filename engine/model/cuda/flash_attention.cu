@@ -17,8 +17,6 @@
 // them within 2.4e-4). P is rounded to f16 (in [0, 1], relative 2^-11 per weight); every sum in
 // f32. The order of the sums differs from the f32 kernels', as cuBLAS's from gemv's: prefill
 // rounds differently from decode, within f16's noise.
-#include "engine/model/cuda/flash_attention.cuh"
-
 #include <cuda_fp16.h>
 
 #include <cmath>
@@ -26,6 +24,7 @@
 #include <string>
 
 #include "engine/model/cuda/cuda_check.cuh"
+#include "engine/model/cuda/flash_attention.cuh"
 
 namespace ember::cuda {
 
@@ -151,8 +150,8 @@ __global__ void __launch_bounds__(kThreads) flash_prefill_kernel(const FlashArgs
     constexpr int kStageHalves = kTileN * row_halves<D>();
     const int warp = threadIdx.x / 32;
     const int lane = threadIdx.x % 32;
-    const int quad_row = lane / 4;   // the row (and row + 8) of the warp's 16 this lane holds
-    const int quad_col = lane % 4;   // its pair of columns in every 8-column piece
+    const int quad_row = lane / 4;  // the row (and row + 8) of the warp's 16 this lane holds
+    const int quad_col = lane % 4;  // its pair of columns in every 8-column piece
     const int64_t kv_head = blockIdx.y;
     const int64_t pos0 = *a.pos0;
     const int64_t rows_total = a.n * a.group;
@@ -180,7 +179,8 @@ __global__ void __launch_bounds__(kThreads) flash_prefill_kernel(const FlashArgs
         const int r = i / (D / 2);
         const int c = 2 * (i % (D / 2));
         const int64_t row = min(rows_total - 1, block_row0 + warp * kRowsPerWarp + r);
-        const float* q_row = a.q + ((row / a.group) * a.n_head + kv_head * a.group + row % a.group) * D;
+        const float* q_row =
+            a.q + ((row / a.group) * a.n_head + kv_head * a.group + row % a.group) * D;
         const float2 v = *reinterpret_cast<const float2*>(q_row + c);
         const float x0 = v.x * a.scale;
         const float x1 = v.y * a.scale;
@@ -227,15 +227,15 @@ __global__ void __launch_bounds__(kThreads) flash_prefill_kernel(const FlashArgs
         }
         __syncthreads();
         const __half* k_tile = shared + (it % kStages) * 2 * kStageHalves;  // [kTileN x D]
-        const __half* v_tile = k_tile + kStageHalves;                          // [kTileN x D]
+        const __half* v_tile = k_tile + kStageHalves;                       // [kTileN x D]
         if (tile < warp_hi && tile + kTileN > warp_lo) {
             // S = (Q scale) K^T: 16 rows x kTileN positions, 8 positions an accumulator.
             float s[kTileN / 8][4] = {};
 #pragma unroll
             for (int kk = 0; kk < D / 16; ++kk) {
                 // Matrices (lane / 8): rows 0-7 and 8-15 of elements kk*16 + 0..7, then + 8..15.
-                const int q_offset = ((lane / 8) % 2 * 8 + lane % 8) * row_halves<D>() +
-                                     kk * 16 + (lane / 16) * 8;
+                const int q_offset =
+                    ((lane / 8) % 2 * 8 + lane % 8) * row_halves<D>() + kk * 16 + (lane / 16) * 8;
                 uint32_t a_hi[4], a_lo[4];
                 load_matrices(a_hi, q_hi + q_offset);
                 load_matrices(a_lo, q_lo + q_offset);
@@ -309,7 +309,8 @@ __global__ void __launch_bounds__(kThreads) flash_prefill_kernel(const FlashArgs
                     const int piece = lane / 8;
                     const int row = j * 16 + (piece % 2) * 8 + lane % 8;
                     uint32_t b[4];
-                    load_matrices_transposed(b, v_tile + row * row_halves<D>() + (dt + piece / 2) * 8);
+                    load_matrices_transposed(b,
+                                             v_tile + row * row_halves<D>() + (dt + piece / 2) * 8);
                     mma(o[dt], p_frag, b[0], b[1]);
                     mma(o[dt + 1], p_frag, b[2], b[3]);
                 }
@@ -325,8 +326,8 @@ __global__ void __launch_bounds__(kThreads) flash_prefill_kernel(const FlashArgs
         l[i] += __shfl_xor_sync(0xffffffffu, l[i], 2);
         if (!row_valid[i]) continue;
         if (a.partials != nullptr) {
-            float* record = a.partials +
-                            ((token[i] * a.n_head + head[i]) * a.chunks + blockIdx.z) * (2 + D);
+            float* record =
+                a.partials + ((token[i] * a.n_head + head[i]) * a.chunks + blockIdx.z) * (2 + D);
             if (quad_col == 0) {
                 record[0] = m[i];
                 record[1] = l[i];
@@ -415,10 +416,14 @@ void flash_attend(const AttendShape& shape, const KvLayerView& layer, const floa
     args.chunks = chunks;
     args.partials = partials;
     switch (shape.head_dim) {
-        case 16: return launch<16>(args, stream);
-        case 32: return launch<32>(args, stream);
-        case 64: return launch<64>(args, stream);
-        default: return launch<128>(args, stream);
+        case 16:
+            return launch<16>(args, stream);
+        case 32:
+            return launch<32>(args, stream);
+        case 64:
+            return launch<64>(args, stream);
+        default:
+            return launch<128>(args, stream);
     }
 }
 

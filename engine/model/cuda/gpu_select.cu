@@ -44,7 +44,8 @@ uint64_t planned_weight_bytes(const Model& model) {
         }
         bytes += (L.attn_norm.size() + L.ffn_norm.size() + L.q_norm.size() + L.k_norm.size() +
                   L.bq.size() + L.bk.size() + L.bv.size() + L.post_attn_norm.size() +
-                  L.post_ffn_norm.size()) * sizeof(float);
+                  L.post_ffn_norm.size()) *
+                 sizeof(float);
     }
     return bytes;
 }
@@ -83,8 +84,10 @@ GpuPlacement place_model(Model& model, const GpuRequest& request, uint64_t kv_by
         return {false, "CPU", ""};  // nothing to explain on a machine without a GPU
     }
     if (index >= count) {
-        return refuse("there " + std::string(count == 1 ? "is 1 GPU" : "are " +
-                      std::to_string(count) + " GPUs") + " (numbered from 0)");
+        return refuse(
+            "there " +
+            std::string(count == 1 ? "is 1 GPU" : "are " + std::to_string(count) + " GPUs") +
+            " (numbered from 0)");
     }
     if (const std::string family = family_blocker(model); !family.empty()) {
         return refuse(family + " runs on the CPU only for now");

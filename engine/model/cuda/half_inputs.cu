@@ -1,10 +1,9 @@
 // Scaled f16 activations (half_inputs.cuh).
-#include "engine/model/cuda/half_inputs.cuh"
-
 #include <stdexcept>
 #include <string>
 
 #include "engine/model/cuda/cuda_check.cuh"
+#include "engine/model/cuda/half_inputs.cuh"
 #include "engine/model/cuda/reduce.cuh"
 
 namespace ember::cuda {
@@ -86,14 +85,13 @@ void to_scaled_half(const float* x, int64_t n, int64_t cols, int64_t ldx, __half
     if (n <= 0) return;
     if (cols % kPerThread != 0 || ldx % 4 != 0 || ldx < cols ||
         reinterpret_cast<uintptr_t>(x) % 16 != 0 || reinterpret_cast<uintptr_t>(out) % 16 != 0) {
-        throw std::invalid_argument("to_scaled_half: rows of " + std::to_string(cols) +
-                                    " (ldx " + std::to_string(ldx) +
-                                    ") not in whole aligned vectors");
+        throw std::invalid_argument("to_scaled_half: rows of " + std::to_string(cols) + " (ldx " +
+                                    std::to_string(ldx) + ") not in whole aligned vectors");
     }
     row_max_kernel<<<static_cast<unsigned>(n), kThreads, 0, stream>>>(x, cols, ldx, row_max);
     check_launch("row_max_kernel");
-    const auto pieces = static_cast<unsigned>((cols + kThreads * kPerThread - 1) /
-                                              (kThreads * kPerThread));
+    const auto pieces =
+        static_cast<unsigned>((cols + kThreads * kPerThread - 1) / (kThreads * kPerThread));
     scale_rows_kernel<<<dim3(static_cast<unsigned>(n), pieces), kThreads, 0, stream>>>(
         x, n, cols, ldx, row_max, out, unscale);
     check_launch("scale_rows_kernel");

@@ -13,9 +13,9 @@ namespace ember::cuda {
 
 namespace {
 
-constexpr int kRowThreads = 256;     // one block per row of a norm
-constexpr int kHeadThreads = 128;    // one block per head
-constexpr int kMaxHeadDim = 512;     // shared memory of a head
+constexpr int kRowThreads = 256;   // one block per row of a norm
+constexpr int kHeadThreads = 128;  // one block per head
+constexpr int kMaxHeadDim = 512;   // shared memory of a head
 constexpr int kElementThreads = 256;
 
 unsigned blocks_for(int64_t n, int threads) {
@@ -178,21 +178,26 @@ void launch_elements(Kernel kernel, const char* name, int64_t n, cudaStream_t st
 
 }  // namespace
 
-void add_rms_norm_rows(float* x, const float* delta, const float* weight, float* out,
-                       int64_t rows, int64_t width, float eps, cudaStream_t stream) {
+void add_rms_norm_rows(float* x, const float* delta, const float* weight, float* out, int64_t rows,
+                       int64_t width, float eps, cudaStream_t stream) {
     if (rows <= 0) return;
     const auto grid = static_cast<unsigned>(rows);
     const int64_t per_thread = (width + kHeldThreads - 1) / kHeldThreads;
     if (per_thread <= 1) {
-        add_rms_norm_held_kernel<1><<<grid, kHeldThreads, 0, stream>>>(x, delta, weight, out, width, eps);
+        add_rms_norm_held_kernel<1>
+            <<<grid, kHeldThreads, 0, stream>>>(x, delta, weight, out, width, eps);
     } else if (per_thread <= 2) {
-        add_rms_norm_held_kernel<2><<<grid, kHeldThreads, 0, stream>>>(x, delta, weight, out, width, eps);
+        add_rms_norm_held_kernel<2>
+            <<<grid, kHeldThreads, 0, stream>>>(x, delta, weight, out, width, eps);
     } else if (per_thread <= 4) {
-        add_rms_norm_held_kernel<4><<<grid, kHeldThreads, 0, stream>>>(x, delta, weight, out, width, eps);
+        add_rms_norm_held_kernel<4>
+            <<<grid, kHeldThreads, 0, stream>>>(x, delta, weight, out, width, eps);
     } else if (per_thread <= 8) {
-        add_rms_norm_held_kernel<8><<<grid, kHeldThreads, 0, stream>>>(x, delta, weight, out, width, eps);
+        add_rms_norm_held_kernel<8>
+            <<<grid, kHeldThreads, 0, stream>>>(x, delta, weight, out, width, eps);
     } else {
-        add_rms_norm_rows_kernel<<<grid, kRowThreads, 0, stream>>>(x, delta, weight, out, width, eps);
+        add_rms_norm_rows_kernel<<<grid, kRowThreads, 0, stream>>>(x, delta, weight, out, width,
+                                                                   eps);
     }
     check_launch("add_rms_norm_rows");
 }
@@ -207,14 +212,14 @@ void add(float* y, const float* x, int64_t n, cudaStream_t stream) {
     launch_elements(add_kernel, "add", n, stream, y, x, n);
 }
 
-void add_bias_rows(float* y, const float* bias, int64_t rows, int64_t width,
-                   cudaStream_t stream) {
+void add_bias_rows(float* y, const float* bias, int64_t rows, int64_t width, cudaStream_t stream) {
     launch_elements(add_bias_rows_kernel, "add_bias_rows", rows * width, stream, y, bias,
                     rows * width, width);
 }
 
 void swiglu(float* gate, const float* up, int64_t n, cudaStream_t stream) {
-    launch_elements(gated_activation_kernel<GatedActivation::Silu>, "swiglu", n, stream, gate, up, n);
+    launch_elements(gated_activation_kernel<GatedActivation::Silu>, "swiglu", n, stream, gate, up,
+                    n);
 }
 
 void gelu_tanh_gate(float* gate, const float* up, int64_t n, cudaStream_t stream) {
@@ -247,8 +252,8 @@ void norm_rope_heads(const HeadShape& shape, float* q, float* k, const float* q_
     }
     const dim3 grid(static_cast<unsigned>(shape.n_head + shape.n_head_kv),
                     static_cast<unsigned>(n));
-    norm_rope_heads_kernel<<<grid, kHeadThreads, 0, stream>>>(shape, q, k, q_norm, k_norm,
-                                                              inv_freq, freq_scale, pos0);
+    norm_rope_heads_kernel<<<grid, kHeadThreads, 0, stream>>>(shape, q, k, q_norm, k_norm, inv_freq,
+                                                              freq_scale, pos0);
     check_launch("norm_rope_heads");
 }
 

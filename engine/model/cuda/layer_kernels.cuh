@@ -17,8 +17,8 @@ namespace ember::cuda {
 void rms_norm_rows(const float* x, const float* weight, float* out, int64_t rows, int64_t width,
                    float eps, cudaStream_t stream);
 // x[r] += delta[r], then out[r] = rms_norm(x[r]) * weight; out may alias x or delta.
-void add_rms_norm_rows(float* x, const float* delta, const float* weight, float* out,
-                       int64_t rows, int64_t width, float eps, cudaStream_t stream);
+void add_rms_norm_rows(float* x, const float* delta, const float* weight, float* out, int64_t rows,
+                       int64_t width, float eps, cudaStream_t stream);
 // y[i] += x[i]
 void add(float* y, const float* x, int64_t n, cudaStream_t stream);
 // y[r * width + i] += bias[i]
@@ -93,8 +93,7 @@ struct AttendShape {
 int64_t attention_chunk(int64_t n);
 int64_t chunks_through(int64_t last_position, int64_t chunk);
 int64_t attention_partials_floats(const AttendShape& shape, int64_t n, int64_t chunks);
-void attend(const AttendShape& shape, const KvLayerView& layer, const float* q,
-            const int64_t* pos0, int64_t n, int64_t chunks, float* partials, float* out,
-            cudaStream_t stream);
+void attend(const AttendShape& shape, const KvLayerView& layer, const float* q, const int64_t* pos0,
+            int64_t n, int64_t chunks, float* partials, float* out, cudaStream_t stream);
 
 }  // namespace ember::cuda

@@ -176,7 +176,9 @@ struct FmtQ8_0 : QuantFormat<BlockQ8_0, kQK, 1, 128> {
         u.offset[0] = u.offset[1] = 0.0f;
         return u;
     }
-    static __device__ __forceinline__ int chunk_pos(int, int c) { return 8 * c; }
+    static __device__ __forceinline__ int chunk_pos(int, int c) {
+        return 8 * c;
+    }
 };
 static_assert(sizeof(BlockQ8_0::qs) == 2 * 16, "Q8_0: the quants are one Window<2>");
 static_assert(u16_loadable<BlockQ8_0>(offsetof(BlockQ8_0, d)));
@@ -204,7 +206,9 @@ struct FmtQ4_0 : QuantFormat<BlockQ4_0, kQK, 1, 8> {
         u.offset[0] = u.offset[1] = 0.0f;
         return u;
     }
-    static __device__ __forceinline__ int chunk_pos(int, int c) { return 8 * c; }
+    static __device__ __forceinline__ int chunk_pos(int, int c) {
+        return 8 * c;
+    }
 };
 static_assert(sizeof(BlockQ4_0::qs) == 16, "Q4_0: the nibbles are one Window<1>");
 static_assert(u16_loadable<BlockQ4_0>(offsetof(BlockQ4_0, d)));
@@ -224,8 +228,7 @@ __device__ __forceinline__ uint32_t scale_byte(const uint4& head, int i) {
 }
 
 // Q4_K/Q5_K sub-block i's (scale, min) as f32 products with the super-block scales: exact.
-__device__ __forceinline__ void k_scale_min(const uint4& head, int i, float* scale,
-                                            float* offset) {
+__device__ __forceinline__ void k_scale_min(const uint4& head, int i, float* scale, float* offset) {
     uint32_t sc, mn;
     if (i < 4) {
         sc = scale_byte(head, i) & 63u;
@@ -304,8 +307,7 @@ struct FmtQ5_K : QuantFormat<BlockQ5_K, kQK_K, 8, 0> {
     }
 };
 static_assert(k_head_layout<BlockQ5_K>());
-static_assert(u128_loadable<BlockQ5_K>(offsetof(BlockQ5_K, qh)) &&
-                  sizeof(BlockQ5_K::qh) == 2 * 16,
+static_assert(u128_loadable<BlockQ5_K>(offsetof(BlockQ5_K, qh)) && sizeof(BlockQ5_K::qh) == 2 * 16,
               "Q5_K: the fifth bits are two 16-byte halves");
 static_assert(u128_loadable<BlockQ5_K>(offsetof(BlockQ5_K, qs)) &&
                   sizeof(BlockQ5_K::qs) == 16 * FmtQ5_K::kUnitsPerBlock,

@@ -11,8 +11,6 @@
 // unit's elements in order with explicit fma (no contraction left to the compiler), then a
 // fixed xor-butterfly over the 32 lanes: the arithmetic of an output depends on neither the
 // number of tokens nor R, so a token's bits are the same alone or in a batch of 17.
-#include "engine/model/cuda/quant_kernels.cuh"
-
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -23,6 +21,7 @@
 #include "engine/model/cuda/activations.cuh"
 #include "engine/model/cuda/cuda_check.cuh"
 #include "engine/model/cuda/quant_blocks.cuh"
+#include "engine/model/cuda/quant_kernels.cuh"
 #include "engine/tensor/types.h"
 
 namespace ember::cuda {
@@ -94,10 +93,18 @@ __device__ __forceinline__ void accumulate_unit(const typename F::Raw (&raw)[R],
         for (int r = 0; r < R; ++r) {
             // c is a constant after unrolling; the switch turns it into the template argument.
             switch (c) {
-                case 0: F::template chunk<0>(unit[r], w[r]); break;
-                case 1: F::template chunk<1 % F::kChunks>(unit[r], w[r]); break;
-                case 2: F::template chunk<2 % F::kChunks>(unit[r], w[r]); break;
-                default: F::template chunk<3 % F::kChunks>(unit[r], w[r]); break;
+                case 0:
+                    F::template chunk<0>(unit[r], w[r]);
+                    break;
+                case 1:
+                    F::template chunk<1 % F::kChunks>(unit[r], w[r]);
+                    break;
+                case 2:
+                    F::template chunk<2 % F::kChunks>(unit[r], w[r]);
+                    break;
+                default:
+                    F::template chunk<3 % F::kChunks>(unit[r], w[r]);
+                    break;
             }
         }
         const float* xc = x + block_elem0 + F::chunk_pos(k, c);
@@ -169,8 +176,8 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(const GemvArgs args) {
             const int u = min(base + 32 * j, units - 1);
 #pragma unroll
             for (int r = 0; r < kRows; ++r) {
-                const uint8_t* block = row_data[r] + static_cast<size_t>(u / F::kUnitsPerBlock) *
-                                                         F::kBlockBytes;
+                const uint8_t* block =
+                    row_data[r] + static_cast<size_t>(u / F::kUnitsPerBlock) * F::kBlockBytes;
                 raw[j][r] = F::load(block, u % F::kUnitsPerBlock);
             }
         }
@@ -226,10 +233,18 @@ __device__ __forceinline__ typename F::Unit load_unit(const uint8_t* data, size_
 template <class F>
 __device__ __forceinline__ void unit_chunk(const typename F::Unit& unit, int c, float (&w)[8]) {
     switch (c) {
-        case 0: F::template chunk<0>(unit, w); break;
-        case 1: F::template chunk<1 % F::kChunks>(unit, w); break;
-        case 2: F::template chunk<2 % F::kChunks>(unit, w); break;
-        default: F::template chunk<3 % F::kChunks>(unit, w); break;
+        case 0:
+            F::template chunk<0>(unit, w);
+            break;
+        case 1:
+            F::template chunk<1 % F::kChunks>(unit, w);
+            break;
+        case 2:
+            F::template chunk<2 % F::kChunks>(unit, w);
+            break;
+        default:
+            F::template chunk<3 % F::kChunks>(unit, w);
+            break;
     }
 }
 
@@ -371,15 +386,32 @@ __global__ void __launch_bounds__(kThreads) max_abs_kernel(const DequantArgs a, 
 template <class Fn>
 bool with_format(TensorType type, Fn&& fn) {
     switch (type) {
-        case TensorType::F32: fn(FmtF32{}); return true;
-        case TensorType::F16: fn(FmtF16{}); return true;
-        case TensorType::BF16: fn(FmtBF16{}); return true;
-        case TensorType::Q4_0: fn(FmtQ4_0{}); return true;
-        case TensorType::Q8_0: fn(FmtQ8_0{}); return true;
-        case TensorType::Q4_K: fn(FmtQ4_K{}); return true;
-        case TensorType::Q5_K: fn(FmtQ5_K{}); return true;
-        case TensorType::Q6_K: fn(FmtQ6_K{}); return true;
-        default: return false;
+        case TensorType::F32:
+            fn(FmtF32{});
+            return true;
+        case TensorType::F16:
+            fn(FmtF16{});
+            return true;
+        case TensorType::BF16:
+            fn(FmtBF16{});
+            return true;
+        case TensorType::Q4_0:
+            fn(FmtQ4_0{});
+            return true;
+        case TensorType::Q8_0:
+            fn(FmtQ8_0{});
+            return true;
+        case TensorType::Q4_K:
+            fn(FmtQ4_K{});
+            return true;
+        case TensorType::Q5_K:
+            fn(FmtQ5_K{});
+            return true;
+        case TensorType::Q6_K:
+            fn(FmtQ6_K{});
+            return true;
+        default:
+            return false;
     }
 }
 
@@ -387,7 +419,9 @@ bool with_format(TensorType type, Fn&& fn) {
     throw std::invalid_argument("cuda quant kernels: " + what);
 }
 
-bool aligned(const void* p, size_t to) { return reinterpret_cast<uintptr_t>(p) % to == 0; }
+bool aligned(const void* p, size_t to) {
+    return reinterpret_cast<uintptr_t>(p) % to == 0;
+}
 
 // The requirements of the readers: whole blocks (8 elements for the float types), rows at
 // least a row's bytes apart; 16-byte aligned rows for the formats read with aligned 16-byte
@@ -409,8 +443,8 @@ void check_matrix(const DeviceMatrix& w) {
     if (w.row_stride < static_cast<size_t>(w.cols / block_elems * block_bytes)) {
         fail("row_stride shorter than a row");
     }
-    const bool windowed = w.type == TensorType::Q4_0 || w.type == TensorType::Q8_0 ||
-                          w.type == TensorType::Q6_K;
+    const bool windowed =
+        w.type == TensorType::Q4_0 || w.type == TensorType::Q8_0 || w.type == TensorType::Q6_K;
     const size_t alignment = windowed ? 2 : 16;
     if (!aligned(w.data, alignment) || w.row_stride % alignment != 0) {
         fail("matrix data or row_stride not " + std::to_string(alignment) + "-byte aligned");
@@ -457,10 +491,8 @@ void launch_gemv_tokens(GemvArgs& args, cudaStream_t stream) {
 }
 
 template <class F, GemvEpilogue E, int... kCounts>
-void launch_gemv_for(GemvArgs& args, cudaStream_t stream,
-                     std::integer_sequence<int, kCounts...>) {
-    ((args.n_tokens == kCounts + 1 ? launch_gemv_tokens<F, kCounts + 1, E>(args, stream)
-                                   : void()),
+void launch_gemv_for(GemvArgs& args, cudaStream_t stream, std::integer_sequence<int, kCounts...>) {
+    ((args.n_tokens == kCounts + 1 ? launch_gemv_tokens<F, kCounts + 1, E>(args, stream) : void()),
      ...);
 }
 
@@ -503,7 +535,8 @@ void gemv(const DeviceMatrix& w, const float* x, int64_t ldx, int64_t n_tokens, 
 // takes one launch per type. Each row's arithmetic is that of gemv(), whatever the grouping.
 void gemv_many(const GemvOut* outs, int count, const float* x, int64_t ldx, int64_t n_tokens,
                cudaStream_t stream) {
-    if (count < 1 || count > kMaxGemvOuts) fail("gemv_many takes 1.." + std::to_string(kMaxGemvOuts));
+    if (count < 1 || count > kMaxGemvOuts)
+        fail("gemv_many takes 1.." + std::to_string(kMaxGemvOuts));
     check_tokens(n_tokens);
     for (int i = 0; i < count; ++i) {
         check_matrix(outs[i].w);
@@ -578,7 +611,8 @@ namespace {
 // Rows [row0, row0 + rows) of w into `out`, unscaled (DequantArgs of the products' inputs).
 DequantArgs rows_args(const DeviceMatrix& w, int64_t row0, int64_t rows, void* out,
                       const char* what) {
-    if (row0 < 0 || rows < 0 || row0 + rows > w.rows) fail(std::string(what) + ": rows out of range");
+    if (row0 < 0 || rows < 0 || row0 + rows > w.rows)
+        fail(std::string(what) + ": rows out of range");
     DequantArgs args{};
     args.data = static_cast<const uint8_t*>(w.data);
     args.row_stride = w.row_stride;
@@ -624,7 +658,8 @@ float max_abs_weight(const DeviceMatrix& w, cudaStream_t stream) {
         using F = decltype(fmt);
         const int64_t units = w.cols / (F::kBlockElems / F::kUnitsPerBlock);
         const int64_t blocks = (args.n * units + kThreads - 1) / kThreads;
-        if (blocks > 0) max_abs_kernel<F><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(args, amax);
+        if (blocks > 0)
+            max_abs_kernel<F><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(args, amax);
     });
     check_launch("max_abs_kernel");
     unsigned bits = 0;

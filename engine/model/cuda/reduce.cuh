@@ -14,7 +14,8 @@ __device__ inline T warp_sum(T v) {
 
 template <class T>
 __device__ inline T warp_max(T v) {
-    for (int offset = 16; offset > 0; offset /= 2) v = max(v, __shfl_xor_sync(0xffffffffu, v, offset));
+    for (int offset = 16; offset > 0; offset /= 2)
+        v = max(v, __shfl_xor_sync(0xffffffffu, v, offset));
     return v;
 }
 

@@ -12,9 +12,8 @@ extern const FamilySpec kLlamaFamily, kQwen2Family, kQwen3Family, kQwen3MoeFamil
 namespace {
 
 // In Family's order (family_spec looks rows up by it).
-constexpr std::array kFamilies = {&kLlamaFamily,    &kQwen2Family,  &kQwen3Family,
-                                  &kLfm2Family,     &kQwen35Family, &kGemma3Family,
-                                  &kQwen3MoeFamily, &kGptOssFamily};
+constexpr std::array kFamilies = {&kLlamaFamily,  &kQwen2Family,  &kQwen3Family,    &kLfm2Family,
+                                  &kQwen35Family, &kGemma3Family, &kQwen3MoeFamily, &kGptOssFamily};
 
 }  // namespace
 

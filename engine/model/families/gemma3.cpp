@@ -57,7 +57,6 @@ void read_gemma3_config(const GgufFile& f, ModelConfig& c) {
     }
 }
 
-
 void fingerprint(const ModelConfig& c, std::vector<uint8_t>& bytes) {
     const double g[] = {static_cast<double>(c.sliding_window), c.rope_base_local, c.attn_scale,
                         c.final_logit_softcap};

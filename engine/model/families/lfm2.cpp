@@ -18,7 +18,8 @@ namespace {
 
 void read_config(const GgufFile& f, ModelConfig& c) {
     const std::string p = c.arch + ".";
-    c.conv_kernel = positive(f, p + "shortconv.l_cache", require_int(f, p + "shortconv.l_cache"), 64);
+    c.conv_kernel =
+        positive(f, p + "shortconv.l_cache", require_int(f, p + "shortconv.l_cache"), 64);
 }
 
 // The metadata states the kinds as per-layer KV head counts, 0 for the conv layers.
