@@ -49,7 +49,9 @@ void convert_planes(const uint8_t* from, uint8_t* to, size_t n, uint32_t p) {
             }
         }
     }
-    std::memcpy(to + groups * p, from + groups * p, n - groups * p);
+    // The tail shorter than a group stays as it is (memcpy may not be given a null pointer,
+    // which an empty buffer's data() can be, even for 0 bytes).
+    if (n > groups * p) std::memcpy(to + groups * p, from + groups * p, n - groups * p);
 }
 
 template <bool kSplit>

@@ -44,6 +44,11 @@ std::string dump_json(const json& j) {
 
 namespace {
 
+// A body parsed again keeping its keys' order (tools, schemas): its first parse held it to the
+// request's bounds (--max-body, --max-nesting), so the second takes it as it is.
+constexpr JsonLimits kParsedOnce{std::numeric_limits<size_t>::max(),
+                                 std::numeric_limits<int>::max()};
+
 ApiError bad_field(const std::string& field, const std::string& what) {
     return ApiError(400, "'" + field + "' " + what, field);
 }
@@ -262,7 +267,8 @@ OutputFormat parse_response_format(const json& j, const std::string& body) {
         format.kind = OutputFormatKind::JsonSchema;
         format.text = "{}";  // no schema: any JSON value
         if (spec->contains("schema")) {
-            const auto ordered = nlohmann::ordered_json::parse(body);
+            // Again keeping the properties' order (the output follows it).
+            const auto ordered = parse_json_bounded(body, kParsedOnce, "the request body");
             format.text = ordered.at("response_format").at("json_schema").at("schema").dump();
         }
     } else {
@@ -343,7 +349,7 @@ ToolOptions parse_tools(const json& j, const std::string& body) {
     auto tools = j.find("tools");
     const bool given = tools != j.end() && !tools->is_null();
     if (given && !tools->is_array()) throw bad_field("tools", "must be an array");
-    if (given) t.tools = nlohmann::ordered_json::parse(body).at("tools");
+    if (given) t.tools = parse_json_bounded(body, kParsedOnce, "the request body").at("tools");
     if (auto choice = j.find("tool_choice"); choice != j.end() && !choice->is_null()) {
         if (choice->is_string()) {
             const std::string c = choice->get<std::string>();

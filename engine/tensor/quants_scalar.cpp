@@ -9,6 +9,7 @@
 #include <array>
 #include <bit>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <limits>
 #include <type_traits>
@@ -65,9 +66,21 @@ void quantize_row_f32(const float* src, void* dst, int64_t n) {
     std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float));
 }
 float dot_f32(int64_t n, const void* w, const void* a) {
-    const auto* wf = static_cast<const float*>(w);  // [n]
+    const auto* x = static_cast<const float*>(a);  // [n]
     float acc[8] = {};
-    dot_accumulate(wf, static_cast<const float*>(a), n, acc);
+    if (reinterpret_cast<uintptr_t>(w) % alignof(float) == 0) {
+        dot_accumulate(static_cast<const float*>(w), x, n, acc);  // w: [n]
+        return dot_finish(acc);
+    }
+    // A row no float may be read from in place (a file whose alignment is under 4 bytes): read
+    // a chunk at a time through a copy, in the same order, so the sum is the same bit for bit.
+    const auto* bytes = static_cast<const unsigned char*>(w);  // [n * 4]
+    float buf[kFloatChunk];                                    // [chunk] weights
+    for (int64_t i0 = 0; i0 < n; i0 += kFloatChunk) {
+        const int64_t m = std::min(kFloatChunk, n - i0);
+        std::memcpy(buf, bytes + i0 * 4, static_cast<size_t>(m) * sizeof(float));
+        dot_accumulate(buf, x + i0, m, acc);
+    }
     return dot_finish(acc);
 }
 

@@ -449,7 +449,7 @@ std::optional<std::string> jsonl_prompt(const std::string& line, int64_t line_no
             return complain("\"schema\" must be a JSON Schema (an object)");
         }
         // Parsed again keeping the properties' order, which the output follows.
-        const auto ordered = nlohmann::ordered_json::parse(line);
+        const auto ordered = parse_json_bounded(line, {}, "");
         try {
             grammar =
                 compile_output_format({OutputFormatKind::JsonSchema, ordered.at("schema").dump()});

@@ -173,9 +173,9 @@ size_t KeyDecoder::decode_one(std::vector<KeyEvent>& out, bool final) {
         e.letter = static_cast<char>(byte == 0 ? ' ' : byte + 0x60);
         out.push_back(e);
     } else {
-        // One UTF-8 character; half of one waits for the rest.
-        const size_t need = byte < 0x80 ? 1 : byte < 0xE0 ? 2 : byte < 0xF0 ? 3 : 4;
-        if (buffer_.size() < need && !final) return 0;
+        // One UTF-8 character; half of one waits for the rest (engine/util/utf8.h's rule,
+        // which the rest of the text path reads with too).
+        if (utf8_step(buffer_).status == Utf8Status::Incomplete && !final) return 0;
         char32_t cp = 0;
         const size_t n = decode_at(buffer_, 0, cp);
         KeyEvent e = key(Key::Text);
