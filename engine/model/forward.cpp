@@ -142,8 +142,8 @@ std::span<const float> forward(const Model& model, InferenceState& st, ThreadPoo
     const bool hybrid = is_hybrid(c.family);
     const bool per_layer = watch != nullptr && !device_backend &&
                            (!hybrid || st.recurrent.bytes() <= kMaxRecurrentCopyBytes);
-    std::vector<float> recurrent_at_batch_start;  // [st.recurrent.data().size()] when used
-    if (per_layer && hybrid) recurrent_at_batch_start.resize(st.recurrent.data().size());
+    const bool keep_recurrent = per_layer && hybrid;
+    std::vector<float> recurrent_at_batch_start;  // [st.recurrent.data().size()] when kept
     const double n_layers = static_cast<double>(std::max<size_t>(1, model.layers().size()));
     int64_t batch_start = 0, batch_len = 0;
     double tokens_done = 0;  // what the watch last heard
@@ -164,10 +164,7 @@ std::span<const float> forward(const Model& model, InferenceState& st, ThreadPoo
             batch_start = b;
             batch_len = len;
             auto chunk = tokens.subspan(static_cast<size_t>(b), static_cast<size_t>(len));
-            if (!recurrent_at_batch_start.empty()) {
-                std::copy(st.recurrent.data().begin(), st.recurrent.data().end(),
-                          recurrent_at_batch_start.begin());
-            }
+            if (keep_recurrent) recurrent_at_batch_start = st.recurrent.data();
             bool done = false;
             try {
                 if (wanted == LogitsWanted::All) {
@@ -194,10 +191,7 @@ std::span<const float> forward(const Model& model, InferenceState& st, ThreadPoo
                     roll_back(st, st.kv.length());
                     // The hybrid's state as it was before the dropped batch (its position
                     // was not moved: forward_batch sets it only on success).
-                    if (!recurrent_at_batch_start.empty()) {
-                        std::copy(recurrent_at_batch_start.begin(), recurrent_at_batch_start.end(),
-                                  st.recurrent.data().begin());
-                    }
+                    if (keep_recurrent) st.recurrent.data() = recurrent_at_batch_start;
                 }
                 throw EvaluationStopped(st.kv.length() - start);
             }
