@@ -1,20 +1,16 @@
 // run, eval, tokenize, detokenize, info.
-#include <sched.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
 #include <iostream>
 #include <limits>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
-#include <set>
 #include <string>
 #include <string_view>
-#include <thread>
 
 #include "app/cli/cli_checks.h"
 #include "app/cli/output_format.h"

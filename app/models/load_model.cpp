@@ -9,7 +9,6 @@
 #include "engine/model/gpu.h"
 #include "engine/model/kv_type.h"
 #include "engine/model/model.h"
-#include "engine/model/state.h"
 #include "ui/io/terminal_text.h"
 
 namespace ember::app {
