@@ -15,7 +15,7 @@ namespace ember::jinja {
 //
 // 10 million steps: a chat template does a few hundred steps per message, so this allows
 // conversations of tens of thousands of messages, yet stops two nested range(100000) loops
-// after a few seconds.
+// in about 0.6 s (4.5 s before a loop's `loop` variable was built only when read).
 constexpr std::int64_t kMaxRenderSteps = 10'000'000;
 // 64 MiB of text built (every string an expression yields, every byte printed), plus
 // kRenderTextPerInputByte for each byte of text in the variables: a template that copies a

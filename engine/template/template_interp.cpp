@@ -82,8 +82,9 @@ private:
     mutable std::vector<Value> last_;
 };
 
-Value make_loop_object(const std::vector<Value>& items, std::size_t i,
-                       const std::shared_ptr<const Callable>& changed) {
+Value make_loop_object(const LoopSource& source) {
+    const std::vector<Value>& items = *source.items;
+    const std::size_t i = source.index;
     const auto n = static_cast<std::int64_t>(items.size());
     const auto idx = static_cast<std::int64_t>(i);
     Value loop = Value::object();
@@ -101,7 +102,7 @@ Value make_loop_object(const std::vector<Value>& items, std::size_t i,
     if (i > 0) d.entries.emplace_back("previtem", items[i - 1]);
     if (idx + 1 < n) d.entries.emplace_back("nextitem", items[i + 1]);
     d.entries.emplace_back("cycle", Value(std::make_shared<CycleCallable>(i)));
-    d.entries.emplace_back("changed", Value(changed));
+    d.entries.emplace_back("changed", Value(source.changed));
     return loop;
 }
 
@@ -126,6 +127,10 @@ std::int64_t text_bytes(const Value& v, int depth) {
 const Value* Scope::find(std::string_view name) const {
     for (const auto& [k, v] : vars) {
         if (k == name) return &v;
+    }
+    if (loop && name == "loop") {
+        if (!built_loop_) built_loop_ = make_loop_object(*loop);
+        return &*built_loop_;
     }
     return nullptr;
 }
@@ -240,30 +245,31 @@ Interpreter::Flow Interpreter::exec_if(const IfStmt& node, const ScopePtr& scope
 
 Interpreter::Flow Interpreter::exec_for(const ForStmt& node, const ScopePtr& scope,
                                         std::string& out) {
-    std::vector<Value> items = iterate(eval(*node.iterable, scope));
+    std::vector<Value> iterated = iterate(eval(*node.iterable, scope));
     if (node.filter) {
         // `for x in xs if cond` filters first; loop.index and loop.length count what is kept.
         std::vector<Value> kept;
-        for (auto& item : items) {
+        for (auto& item : iterated) {
             budget_.step();
             auto frame = std::make_shared<Scope>(scope);
             assign(node.target, item, frame);
             if (eval(*node.filter, frame).truthy()) kept.push_back(std::move(item));
         }
-        items = std::move(kept);
+        iterated = std::move(kept);
     }
-    if (items.empty()) {
+    if (iterated.empty()) {
         // A break or continue in the else block belongs to an enclosing loop.
         return exec_list(node.else_body, std::make_shared<Scope>(scope), out);
     }
+    const auto items = std::make_shared<const std::vector<Value>>(std::move(iterated));
     const auto changed = std::make_shared<ChangedCallable>();
-    for (std::size_t i = 0; i < items.size(); ++i) {
+    for (std::size_t i = 0; i < items->size(); ++i) {
         // An iteration is a step even with an empty body, so empty nested loops end too.
         budget_.step();
         // A fresh frame per iteration: jinja2 does not carry {% set %} across iterations.
         auto frame = std::make_shared<Scope>(scope);
-        assign(node.target, items[i], frame);
-        frame->set("loop", make_loop_object(items, i, changed));
+        assign(node.target, (*items)[i], frame);
+        frame->loop = LoopSource{items, i, changed};
         if (exec_list(node.body, frame, out) == Flow::Break) break;
     }
     return Flow::Normal;

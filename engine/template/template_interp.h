@@ -3,6 +3,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -14,15 +15,33 @@
 
 namespace ember::jinja {
 
+// Where a for loop's iteration frame gets its `loop` variable from: built only when the body
+// looks it up, because building it (13 entries, two callables) is most of an iteration's cost
+// and most bodies never read it. The frames share the items, so whoever holds a frame never
+// holds a pointer into a vector that has gone.
+struct LoopSource {
+    std::shared_ptr<const std::vector<Value>> items;
+    std::size_t index = 0;
+    std::shared_ptr<const Callable> changed;
+};
+
 // A frame of variables. jinja2 gives each loop iteration, macro call and {% with %} a frame of
 // its own; {% if %} does not. Lookups walk up the parents.
 struct Scope {
     explicit Scope(std::shared_ptr<Scope> p) : parent(std::move(p)) {}
     std::shared_ptr<Scope> parent;
     std::vector<std::pair<std::string, Value>> vars;
+    // Set on a loop iteration's frame: `loop`, unless vars has one, is built from it on first
+    // lookup.
+    std::optional<LoopSource> loop;
 
     const Value* find(std::string_view name) const;
     void set(const std::string& name, Value value);
+
+private:
+    // find() is const for its callers; materializing `loop` is a cache fill, not a change
+    // anything can see.
+    mutable std::optional<Value> built_loop_;
 };
 using ScopePtr = std::shared_ptr<Scope>;
 

@@ -169,6 +169,10 @@ const TemplateCase kLoopsCases[] = {
      "aba"},
     {"{% for x in [1, 1, 2, 2, 1] %}{% if loop.changed(x) %}[{{ x }}]{% endif %}{% endfor %}",
      "[1][2][1]"},
+    // `loop` is built when first read (template_interp.h, LoopSource): the inner loop's, then
+    // the outer one's again (jinja2 3.1 renders this).
+    {"{% for x in [1,2] %}{% for y in [3,4,5] %}{{ loop.index }}{{ loop.revindex }}{% endfor %}{{ loop.last }}{% endfor %}",
+     "132231False132231True"},
 };
 
 const TemplateCase kAssignmentCases[] = {
