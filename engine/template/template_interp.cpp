@@ -159,6 +159,12 @@ std::string Interpreter::render(const Value& context) {
     }
     budget_ = RenderBudget(text_bytes(context, 0));
     const BudgetScope current(&budget_);
+    // Declared after the budget's scope, so the containers it frees give their charge back
+    // to this render's budget.
+    struct CycleBreaker {
+        Interpreter& interp;
+        ~CycleBreaker() { interp.break_namespace_cycles(); }
+    } const cycle_breaker{*this};
     std::string out;
     exec_list(program_.body, root, out);
     return out;
@@ -299,9 +305,7 @@ void Interpreter::assign(const AssignTarget& target, const Value& value, const S
 void Interpreter::exec_set(const SetStmt& node, const ScopePtr& scope) {
     Value value = eval(*node.value, scope);
     if (!node.target.ns_attr.empty()) {
-        const Value ns = lookup(node.target.names.front(), scope);
-        if (!ns.is_namespace()) fail("cannot assign attribute on non-namespace object");
-        ns.mutable_object_data().set(node.target.ns_attr, std::move(value));
+        set_namespace_attr(node.target.names.front(), node.target.ns_attr, std::move(value), scope);
         return;
     }
     assign(node.target, value, scope);
@@ -313,12 +317,37 @@ void Interpreter::exec_set_block(const SetBlockStmt& node, const ScopePtr& scope
     Value value(std::move(text));
     if (node.filter) value = apply_filter_chain(node.filter.get(), std::move(value), scope);
     if (!node.target.ns_attr.empty()) {
-        const Value ns = lookup(node.target.names.front(), scope);
-        if (!ns.is_namespace()) fail("cannot assign attribute on non-namespace object");
-        ns.mutable_object_data().set(node.target.ns_attr, std::move(value));
+        set_namespace_attr(node.target.names.front(), node.target.ns_attr, std::move(value), scope);
         return;
     }
     assign(node.target, value, scope);
+}
+
+void Interpreter::set_namespace_attr(const std::string& name, const std::string& attr, Value value,
+                                     const ScopePtr& scope) {
+    const Value ns = lookup(name, scope);
+    if (!ns.is_namespace()) fail("cannot assign attribute on non-namespace object");
+    ObjectData& data = ns.mutable_object_data();
+    std::weak_ptr<ObjectData>& known = assigned_namespaces_[&data];
+    if (known.expired()) {
+        known = ns.object_handle();
+        if (assigned_namespaces_.size() >= 2 * namespaces_compacted_at_ + 64) {
+            std::erase_if(assigned_namespaces_, [](const auto& kv) { return kv.second.expired(); });
+            namespaces_compacted_at_ = assigned_namespaces_.size();
+        }
+    }
+    data.set(attr, std::move(value));
+}
+
+void Interpreter::break_namespace_cycles() {
+    for (const auto& [address, weak] : assigned_namespaces_) {
+        if (const auto ns = weak.lock()) {
+            // Moved out first: destroying an entry may reach this namespace again.
+            const auto entries = std::move(ns->entries);
+            ns->entries.clear();
+        }
+    }
+    assigned_namespaces_.clear();
 }
 
 void Interpreter::exec_call_block(const CallBlockStmt& node, const ScopePtr& scope,

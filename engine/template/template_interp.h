@@ -5,6 +5,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -83,6 +84,14 @@ private:
     CallArgs eval_args(const ArgExprs& args, const ScopePtr& scope);
     Value lookup(const std::string& name, const ScopePtr& scope) const;
     Value apply_filter_chain(const Expr* filter, Value input, const ScopePtr& scope);
+    // `{% set ns.attr = value %}` and its block form: the one way a template changes a
+    // container after building it, so the one way it can make a cycle (`ns.x = [ns]`).
+    void set_namespace_attr(const std::string& name, const std::string& attr, Value value,
+                            const ScopePtr& scope);
+    // Empties the namespaces the render assigned to that are still alive, so that a cycle a
+    // template made does not outlive the render (shared_ptr alone would leak it). Runs when
+    // render() ends, normally or by an error.
+    void break_namespace_cycles();
 
     const Program& program_;
     CivilTime now_;
@@ -92,6 +101,11 @@ private:
     int call_depth_ = 0;
     int exec_depth_ = 0;
     RenderBudget budget_{0};
+    // Every namespace assigned to in this render, by address while alive (an address freed
+    // and reused holds an expired handle, replaced; expired ones are dropped whenever the map
+    // doubles, so a loop making a namespace per iteration keeps it small).
+    std::unordered_map<const ObjectData*, std::weak_ptr<ObjectData>> assigned_namespaces_;
+    std::size_t namespaces_compacted_at_ = 0;
 };
 
 // Python's binary arithmetic (+ - * / // % **) with its type rules and error messages.

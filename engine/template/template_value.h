@@ -94,6 +94,11 @@ public:
     const ObjectData& object_data() const;
     // Objects are shared like Python's: a namespace changed in a macro is changed everywhere.
     ObjectData& mutable_object_data() const;
+    // The dict itself, for whoever must follow it past this value (Interpreter: the namespaces
+    // a render assigned to).
+    std::weak_ptr<ObjectData> object_handle() const {
+        return std::get<std::shared_ptr<ObjectData>>(v_);
+    }
     const Callable& callable() const { return *std::get<std::shared_ptr<const Callable>>(v_); }
     const std::string& undefined_hint() const { return std::get<UndefinedT>(v_).hint; }
 
