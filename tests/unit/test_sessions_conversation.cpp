@@ -16,6 +16,7 @@
 #include "sessions/schema.h"
 #include "sessions/state_store.h"
 #include "tests/support/fixtures.h"
+#include "tests/support/sanitizers.h"
 #include "tests/support/temp_dir.h"
 
 namespace ember::sessions {
@@ -56,7 +57,10 @@ TEST_P(SessionsConversation, LongAndCancelledRepliesSaveCleanlyAndResumeExactly)
         GenerateOptions generation;
         generation.max_tokens = 250;
         std::mt19937 rng(11);
-        for (int turn = 0; turn < 10; ++turn) {
+        // Under the sanitizers (several times slower) 5 turns still regenerate (turn 3),
+        // cancel (1, 3) and overflow the context (from turn 2).
+        const int turns = test::kSanitized ? 5 : 10;
+        for (int turn = 0; turn < turns; ++turn) {
             if (turn % 4 == 3) {
                 // Regenerate: drop the last reply and its prompt, ask again differently.
                 conv.pop_assistant();

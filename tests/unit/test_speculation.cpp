@@ -4,6 +4,7 @@
 
 #include <cstring>
 #include <map>
+#include <string_view>
 
 #include "engine/generate/generate.h"
 #include "engine/generate/ngram.h"
@@ -13,6 +14,7 @@
 #include "engine/tokenizer/tokenizer.h"
 #include "engine/util/thread_pool.h"
 #include "tests/support/fixtures.h"
+#include "tests/support/sanitizers.h"
 
 namespace ember {
 namespace {
@@ -84,7 +86,14 @@ const char* const kPrompts[] = {
 
 TEST(Speculation, GreedyOutputAndStateAreExact) {
     ThreadPool pool(2);
+    // Under the sanitizers (several times slower) half the tokens, and one attention family
+    // (llama) beside the two hybrids: every code path of the verification still runs.
+    const int64_t tokens = test::kSanitized ? 100 : 200;
     for (const char* path : kModels) {
+        if (test::kSanitized && (std::string_view(path).find("qwen2") != std::string_view::npos ||
+                                 std::string_view(path).find("qwen3/") != std::string_view::npos)) {
+            continue;
+        }
         SCOPED_TRACE(path);
         EMBER_REQUIRE_FIXTURE(path);
         const auto model = Model::load(test::fixture_path(path));
@@ -95,8 +104,8 @@ TEST(Speculation, GreedyOutputAndStateAreExact) {
         for (const char* text : kPrompts) {
             SCOPED_TRACE(text);
             const auto prompt = model->tokenizer().encode(text);
-            DecodeRun plain = run(*model, pool, prompt, greedy, 200, false);
-            DecodeRun spec = run(*model, pool, prompt, greedy, 200, true);
+            DecodeRun plain = run(*model, pool, prompt, greedy, tokens, false);
+            DecodeRun spec = run(*model, pool, prompt, greedy, tokens, true);
             EXPECT_EQ(plain.ids, spec.ids);
             expect_same_state(*plain.state, *spec.state);
             EXPECT_EQ(plain.spec.drafted, 0);
@@ -128,7 +137,9 @@ void check_sampled_distribution(const char* path) {
     params.top_k = 4;
     params.top_p = 1.0f;
     params.min_p = 0.0f;
-    constexpr int kSeeds = 600;
+    // Under the sanitizers (each run several times slower) a third of the draws, with the
+    // threshold below widened for their noise.
+    constexpr int kSeeds = test::kSanitized ? 200 : 600;
     constexpr int kStep = 1;  // compare the distribution of the 2nd token (few outcomes)
     // Make every possible first token draft the second token the model likes best, so every
     // run verifies a draft at the step compared, accepting it sometimes and rejecting it
@@ -174,7 +185,8 @@ void check_sampled_distribution(const char* path) {
     // Total variation distance between the two empirical distributions. With about a dozen
     // outcomes and 600 draws a side, identical distributions give about 0.05-0.08; the
     // threshold 0.15 leaves room for that noise, while a biased acceptance rule (accepting
-    // every draft the chain keeps) measured 0.37 here.
+    // every draft the chain keeps) measured 0.37 here. Noise shrinks as 1/sqrt(draws): a
+    // third of the draws gives about 0.09-0.14, hence 0.25 there.
     double tv = 0.0;
     std::map<int32_t, int> all = plain_counts;
     for (const auto& [id, c] : spec_counts) all[id] += 0;
@@ -182,7 +194,7 @@ void check_sampled_distribution(const char* path) {
         tv += std::abs(plain_counts[id] - spec_counts[id]) / static_cast<double>(kSeeds);
     }
     tv /= 2.0;
-    EXPECT_LT(tv, 0.15) << "outcomes: " << all.size();
+    EXPECT_LT(tv, test::kSanitized ? 0.25 : 0.15) << "outcomes: " << all.size();
 }
 
 TEST(Speculation, SampledDistributionMatchesPlainSampling) {
