@@ -221,7 +221,8 @@ TEST_P(TierChat, SwitchingConversationsIsServedFromMemoryBitForBit) {
 
 INSTANTIATE_TEST_SUITE_P(Models, TierChat,
                          ::testing::Values("arch/llama/llama.gguf", "arch/qwen3/qwen3.gguf",
-                                           "arch/qwen35/qwen35.gguf"),
+                                           "arch/qwen35/qwen35.gguf", "arch/lfm2/lfm2.gguf",
+                                           "arch/gemma3/gemma3.gguf"),
                          [](const auto& param_info) {
                              return fs::path(param_info.param).stem().string();
                          });
