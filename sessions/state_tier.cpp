@@ -6,10 +6,14 @@
 #include <exception>
 
 #include "engine/model/state_io.h"
+#include "engine/util/fan_out.h"
 
 namespace ember::sessions {
 
 namespace {
+
+// Threads copying a restore's blocks: past four, the copies wait on memory, not on each other.
+constexpr int64_t kMaxCopyThreads = 4;
 
 // What a block costs besides its rows, snapshot and tokens: its map nodes, its place in the
 // LRU order and its parent's list of children, about.
@@ -225,28 +229,60 @@ TierMatch StateTier::match(const StateKey& seed, int64_t block_tokens,
 }
 
 int64_t StateTier::copy_rows(const Walk& w, int64_t have, InferenceState& state, bool hybrid) {
-    int64_t restored = have;
-    try {
-        for (size_t i = 0; i < w.chain.size(); ++i) {
-            const Block& b = *w.chain[i];
-            const int64_t end =
-                b.begin + (i + 1 == w.chain.size() ? w.used_of_last : std::ssize(b.tokens));
-            if (end <= have) continue;
-            apply_kv_rows(b.rows, state.kv, std::max(have, b.begin), end);
-            restored = end;
-        }
-        if (hybrid) {
-            const Block& last = *w.chain.back();
-            if (inspect_recurrent(last.snapshot).position != restored) {
-                throw StateFormatError("snapshot position differs from its block's end");
+    // The blocks past `have`, each with the rows it brings.
+    struct Piece {
+        const Block* block = nullptr;
+        int64_t from = 0;
+        int64_t end = 0;
+        bool done = false;
+    };
+    std::vector<Piece> pieces;
+    for (size_t i = 0; i < w.chain.size(); ++i) {
+        const Block& b = *w.chain[i];
+        const int64_t end =
+            b.begin + (i + 1 == w.chain.size() ? w.used_of_last : std::ssize(b.tokens));
+        if (end > have) pieces.push_back({&b, std::max(have, b.begin), end});
+    }
+    if (pieces.empty()) return have;
+    KvCache& kv = state.kv;
+    // Blocks write their own rows, so they are copied side by side as the database's are
+    // (state_store.cpp), into chunks reserved and mapped beforehand; a sliding layer's ring
+    // slot serves positions a window apart, and then the later block must write last.
+    const int threads =
+        kv.ring_positions() > 0
+            ? 1
+            : fan_out_threads(std::min<int64_t>(kMaxCopyThreads, std::ssize(pieces)));
+    kv.reserve(std::min(pieces.back().end, kv.capacity()), KvCache::Pages::SmallPages);
+    fan_out(threads, [&](int t) {
+        kv.populate(static_cast<size_t>(t), static_cast<size_t>(threads));
+        for (size_t i = static_cast<size_t>(t); i < pieces.size();
+             i += static_cast<size_t>(threads)) {
+            try {
+                apply_kv_rows(pieces[i].block->rows, kv, pieces[i].from, pieces[i].end);
+            } catch (const std::exception&) {
+                return;  // the blocks after this one are of no use
             }
-            apply_recurrent(last.snapshot, state.recurrent);
+            pieces[i].done = true;
         }
+    });
+    // The tier holds what serialize_kv_rows wrote from a state of this very shape, so a
+    // failure is not expected; the rows up to it stand (a hybrid's do not: it resumes only
+    // with its snapshot).
+    int64_t restored = have;
+    for (const Piece& p : pieces) {
+        if (!p.done) break;
+        restored = p.end;
+    }
+    if (!hybrid) return restored;
+    const Block& last = *w.chain.back();
+    try {
+        if (restored != pieces.back().end ||
+            inspect_recurrent(last.snapshot).position != restored) {
+            return have;
+        }
+        apply_recurrent(last.snapshot, state.recurrent);
     } catch (const std::exception&) {
-        // The tier holds what serialize_kv_rows wrote from a state of this very shape, so
-        // this is not expected; the rows that did apply stand (a hybrid's do not: it resumes
-        // only with its snapshot).
-        if (hybrid) restored = have;
+        return have;
     }
     return restored;
 }
