@@ -8,7 +8,8 @@
 //  - the byte bound holds after every save, the least recently used go first (a chain
 //    loses its end before its start), and a block larger than the bound is not kept;
 //  - the choice: a database measured slower than prompt evaluation is not read (the prompt
-//    is recomputed), and a prefix the tier holds is restored while the slow rest is not.
+//    is recomputed), and a prefix the tier holds is restored while the slow rest is not;
+//  - a longer prefix another connection stored is found in the database after the tier's.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -400,6 +401,62 @@ TEST(TierChoice, ASlowDatabaseIsNotReadAndAFastPrefixIsRestoredAlone) {
         EXPECT_LT(r.resume.restore_to, r.prompt_tokens - 1);
         EXPECT_EQ(r.ids, recomputed.ids);
     }
+}
+
+// Another process writing the same database (here: another connection) may store a longer
+// prefix of a conversation the tier holds: the tier notices the write (PRAGMA data_version)
+// and asks the database, which restores the rest after the tier's part.
+TEST(TierCompleteness, ALongerPrefixAnotherWriterStoredIsRestoredFromTheDatabase) {
+    const std::string path = "arch/llama/llama.gguf";
+    EMBER_REQUIRE_FIXTURE(path);
+    TempDir dir;
+    ThreadPool pool(2);
+    auto model = Model::load(test::fixture_path(path));
+    StateStoreOptions options;
+    options.block_tokens = kBlockTokens;
+    Database db(dir.file("shared.db"));
+    migrate(db);
+    StateStore durable(db, *model, KvType::F32, options);
+    StateTier tier(uint64_t{256} << 20);
+    TieredStateStore store(durable, tier);
+    Saved saved = conversation("You are a terse assistant.",
+                               {"Tell me about the rivers of Europe.", "Which one is the longest?",
+                                "And which is the shortest?"});
+    {
+        Conversation chat(*model, pool, chat_options());
+        chat.set_prefix_store(&store);
+        ask(chat, saved, 0);
+    }
+    int64_t other_reach = 0;
+    {
+        // The other writer goes on with the conversation on its own connection.
+        Database other_db(dir.file("shared.db"));
+        StateStore other(other_db, *model, KvType::F32, options);
+        Conversation chat(*model, pool, chat_options());
+        chat.set_prefix_store(&other);
+        ask(chat, saved, 1);
+        other_reach = static_cast<int64_t>(chat.cached_tokens().size());
+        EXPECT_EQ(other.take_warning(), "");
+    }
+    // The reference: the database as it is now, alone (a copy: the turn below stores more).
+    db.exec("VACUUM INTO '" + dir.file("reference.db") + "'");
+    Saved reference_copy = saved;
+    Conversation chat(*model, pool, chat_options());
+    chat.set_prefix_store(&store);
+    const TurnResult r = ask(chat, saved, 2);
+    EXPECT_EQ(r.restored_from, "memory+database");
+    EXPECT_EQ(r.resume.path, ResumePath::Restore);
+    EXPECT_GT(r.tokens_restored, other_reach / 2);
+    // As the database alone restores it.
+    Database reference_db(dir.file("reference.db"));
+    StateStore plain(reference_db, *model, KvType::F32, options);
+    Conversation alone(*model, pool, chat_options());
+    alone.set_prefix_store(&plain);
+    const TurnResult expected = ask(alone, reference_copy, 2);
+    EXPECT_EQ(expected.restored_from, "database");
+    EXPECT_EQ(r.tokens_restored, expected.tokens_restored);
+    EXPECT_EQ(r.ids, expected.ids);
+    EXPECT_TRUE(state_bytes(chat.state()) == state_bytes(alone.state()));
 }
 
 }  // namespace
