@@ -206,12 +206,14 @@ int run_serve(const ServeOptions& o) {
     // The paths are whatever the files are called (a name may hold an escape sequence):
     // shown, not obeyed, on a terminal.
     const ui::TextWriter listening(stderr);
-    std::fprintf(stderr,
-                 "ember serve: listening on http://%s:%d (model %s, %d slots, context %lld, "
-                 "state store %s)\n",
-                 listening.shown(o.host).c_str(), port, listening.shown(model_path).c_str(),
-                 o.parallel, static_cast<long long>(copts.context),
-                 db ? listening.shown(db->path()).c_str() : "off");
+    std::fprintf(
+        stderr,
+        "ember serve: listening on http://%s:%d (model %s, %d slots, context %lld, "
+        "state store %s%s)\n",
+        listening.shown(o.host).c_str(), port, listening.shown(model_path).c_str(), o.parallel,
+        static_cast<long long>(copts.context), db ? listening.shown(db->path()).c_str() : "off",
+        tier ? (", up to " + listening.shown(o.state_memory) + " of recent state in memory").c_str()
+             : "");
     std::fflush(stderr);
 
     std::atomic<bool> finished{false};
