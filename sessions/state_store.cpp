@@ -103,6 +103,8 @@ StateStats read_state_stats(Database& db) {
     st.blocks_evicted = counter(db, "blocks_evicted");
     st.bytes_evicted = counter(db, "bytes_evicted");
     st.blobs_dropped = counter(db, "blobs_dropped");
+    st.restores_declined = counter(db, "restores_declined");
+    st.tokens_declined = counter(db, "tokens_declined");
     {
         Statement s = db.prepare(
             "SELECT COUNT(*), COALESCE(SUM(stored_bytes), 0), COALESCE(SUM(raw_bytes), 0) "
@@ -276,6 +278,7 @@ std::vector<StateStore::BlockRow> StateStore::find_snapshot_chain(std::span<cons
     // a level, the longest block. A snapshot folds in every token of its block, so the block
     // must match the prompt in full; and at least one prompt token must remain to be
     // evaluated for the first logits (the state cannot step back from a snapshot).
+    limit = std::min(limit, static_cast<int64_t>(tokens.size()) - 1);
     for (size_t level = full.size() + 1; level-- > 0;) {
         const int64_t parent_id = level == 0 ? 0 : full[level - 1].id;
         const int64_t begin = static_cast<int64_t>(level) * options_.block_tokens;
@@ -291,7 +294,7 @@ std::vector<StateStore::BlockRow> StateStore::find_snapshot_chain(std::span<cons
             const auto stored = blob_to_tokens(s.column_blob(1));
             const auto size = static_cast<int64_t>(stored.size());
             const int64_t end = begin + size;
-            if (size > best.n_tokens && end > have && end < limit && s.column_int(2) == end &&
+            if (size > best.n_tokens && end > have && end <= limit && s.column_int(2) == end &&
                 common_prefix(stored, tail) == stored.size()) {
                 best = BlockRow{s.column_int(0), begin, size, size};
             }
@@ -443,16 +446,89 @@ bool StateStore::load_snapshot(int64_t block_id, int64_t position, RecurrentStat
     }
 }
 
-int64_t StateStore::restore(std::span<const int32_t> tokens, int64_t have, InferenceState& state) {
+std::vector<StateStore::BlockRow> StateStore::restorable_chain(std::span<const int32_t> tokens,
+                                                               int64_t have, int64_t limit,
+                                                               bool hybrid) {
+    limit = std::min(limit, static_cast<int64_t>(tokens.size()));
+    if (limit <= have) return {};
+    return hybrid ? find_snapshot_chain(tokens, have, limit)
+                  : find_chain(tokens.first(static_cast<size_t>(limit)));
+}
+
+double StateStore::restore_bytes_per_second() {
+    const double seconds = static_cast<double>(counter(db_, "restore_micros")) / 1e6;
+    const auto bytes = static_cast<double>(counter(db_, "restore_raw_bytes"));
+    // A handful of tiny restores measures the lookups more than the rows: wait for a
+    // megabyte before trusting the figure.
+    if (seconds <= 0 || bytes < 1e6) return kAssumedBytesPerSecond;
+    return bytes / seconds;
+}
+
+const StateStore::Offered* StateStore::offered(std::span<const int32_t> tokens, int64_t have,
+                                               bool hybrid) const {
+    if (!offered_ || offered_->have != have || offered_->hybrid != hybrid ||
+        !std::equal(tokens.begin(), tokens.end(), offered_->tokens.begin(),
+                    offered_->tokens.end())) {
+        return nullptr;
+    }
+    return &*offered_;
+}
+
+std::vector<RestoreSpan> StateStore::offer(std::span<const int32_t> tokens, int64_t have,
+                                           const InferenceState& state) {
+    const bool hybrid = !state.recurrent.empty();
+    offered_.reset();
+    try {
+        std::vector<BlockRow> chain =
+            restorable_chain(tokens, have, static_cast<int64_t>(tokens.size()), hybrid);
+        const int64_t reach = chain.empty() ? 0 : chain.back().begin + chain.back().n_tokens;
+        offered_ = Offered{{tokens.begin(), tokens.end()}, have, hybrid, std::move(chain), reach};
+        if (reach <= have) return {};
+        RestoreSpan span;
+        span.end = reach;
+        span.bytes = (reach - have) * static_cast<int64_t>(state.kv.bytes_per_position()) +
+                     (hybrid ? static_cast<int64_t>(state.recurrent.bytes()) : 0);
+        span.bytes_per_second = restore_bytes_per_second();
+        span.source = "database";
+        return {span};
+    } catch (const SqliteError& e) {
+        warn(std::string("prefix state lookup failed: ") + e.what());
+        return {};
+    }
+}
+
+bool StateStore::holds_state() {
+    Statement s = db_.prepare("SELECT EXISTS(SELECT 1 FROM state_blocks WHERE seed = ?)");
+    s.bind_blob(1, seed());
+    s.step();
+    return s.column_int(0) != 0;
+}
+
+bool StateStore::changed_elsewhere() {
+    Statement s = db_.prepare("PRAGMA data_version");
+    s.step();
+    const int64_t version = s.column_int(0);
+    const bool changed = !data_version_ || *data_version_ != version;
+    data_version_ = version;
+    return changed;
+}
+
+int64_t StateStore::restore_up_to(std::span<const int32_t> tokens, int64_t have, int64_t limit,
+                                  InferenceState& state) {
     if (static_cast<int64_t>(tokens.size()) <= have) return have;
+    limit = std::min(limit, static_cast<int64_t>(tokens.size()));
     const auto started = std::chrono::steady_clock::now();
     const bool hybrid = !state.recurrent.empty();
+    // What the offer before this call held beyond `limit` was left to be recomputed.
+    const Offered* offer = offered(tokens, have, hybrid);
+    const int64_t declined = offer != nullptr ? offer->reach - std::max(limit, have) : 0;
     int64_t restored = have;
     LoadTotals totals;
     try {
-        const std::vector<BlockRow> chain =
-            hybrid ? find_snapshot_chain(tokens, have, static_cast<int64_t>(tokens.size()))
-                   : find_chain(tokens);
+        const std::vector<BlockRow> chain = limit <= have ? std::vector<BlockRow>()
+                                            : offer != nullptr && limit >= offer->reach
+                                                ? offer->chain
+                                                : restorable_chain(tokens, have, limit, hybrid);
         const int64_t reach = chain.empty() ? 0 : chain.back().begin + chain.back().n_tokens;
         if (reach > have) {
             restored = load_chain(chain, have, state.kv, totals);
@@ -482,6 +558,10 @@ int64_t StateStore::restore(std::span<const int32_t> tokens, int64_t have, Infer
         touch(used, tick);
         add_counter("restores", 1);
         add_counter("tokens_wanted", static_cast<int64_t>(tokens.size()) - have);
+        if (declined > 0) {
+            add_counter("restores_declined", 1);
+            add_counter("tokens_declined", declined);
+        }
         if (restored > have) {
             add_counter("restore_hits", 1);
             add_counter("tokens_restored", restored - have);
@@ -493,6 +573,7 @@ int64_t StateStore::restore(std::span<const int32_t> tokens, int64_t have, Infer
     } catch (const SqliteError& e) {
         warn(std::string("prefix state lookup failed: ") + e.what());
     }
+    offered_.reset();
     return restored;
 }
 
@@ -613,6 +694,7 @@ int64_t StateStore::save_blocks(std::span<const int32_t> tokens, size_t n, const
         } else {
             const int64_t id =
                 insert_block(parent_id, key, static_cast<int64_t>(pos), piece, kv, tick);
+            if (!last_save_new_from_) last_save_new_from_ = static_cast<int64_t>(pos);
             drop_superseded_partials(parent_id, id, piece);
             parent_id = id;
         }
@@ -631,6 +713,7 @@ int64_t StateStore::save_blocks(std::span<const int32_t> tokens, size_t n, const
         } else {
             end_block = insert_block(parent_id, chain_key(previous, tail),
                                      static_cast<int64_t>(pos), tail, kv, tick);
+            if (!last_save_new_from_) last_save_new_from_ = static_cast<int64_t>(pos);
             drop_superseded_partials(parent_id, end_block, tail);
         }
     }
@@ -647,6 +730,8 @@ void StateStore::save(std::span<const int32_t> tokens, const InferenceState& sta
     const size_t n = std::min(tokens.size(), static_cast<size_t>(kv.length()));
     // A hybrid's rows are useful only with a snapshot of its recurrent state at their end.
     const bool hybrid = !state.recurrent.empty();
+    last_save_new_from_.reset();
+    offered_.reset();
     if (n == 0 || (hybrid && state.recurrent.position() != static_cast<int64_t>(n))) return;
     try {
         seed();  // before the transaction: the first call may hash the model file
@@ -655,6 +740,7 @@ void StateStore::save(std::span<const int32_t> tokens, const InferenceState& sta
         if (hybrid && end_block != 0) save_snapshot(end_block, state.recurrent);
         tx.commit();
     } catch (const std::exception& e) {
+        last_save_new_from_.reset();  // rolled back
         warn(std::string("prefix state not saved: ") + e.what());
         return;
     }
@@ -666,6 +752,7 @@ void StateStore::save(std::span<const int32_t> tokens, const InferenceState& sta
 }
 
 void StateStore::evict_to_cap() {
+    offered_.reset();
     // A block's snapshot (hybrids) goes with it, so its bytes count with the block's.
     auto totals = [&] {
         Statement s = db_.prepare(

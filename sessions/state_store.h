@@ -71,7 +71,11 @@ struct StateStats {
     int64_t blocks_evicted = 0;
     int64_t bytes_evicted = 0;
     int64_t blobs_dropped = 0;  // corrupted or unreadable blobs deleted on restore
-    int64_t snapshots = 0;      // recurrent-state snapshots (hybrid models)
+    // Of the restores, those where the engine read less than the store offered because
+    // recomputing was estimated faster (resume_plan.h), and the tokens it left.
+    int64_t restores_declined = 0;
+    int64_t tokens_declined = 0;
+    int64_t snapshots = 0;  // recurrent-state snapshots (hybrid models)
     // Time spent restoring (reading, checking, decompressing, copying into the cache) and
     // the bytes restored, for the restore throughput.
     double restore_seconds = 0;
@@ -100,13 +104,36 @@ public:
     StateStore(Database& db, std::string_view model_identity, KvType kv_type,
                StateStoreOptions options = {});
 
-    int64_t restore(std::span<const int32_t> tokens, int64_t have, InferenceState& state) override;
+    // Priced with the restore throughput the database's counters have measured so far
+    // (kAssumedBytesPerSecond before any restore).
+    std::vector<RestoreSpan> offer(std::span<const int32_t> tokens, int64_t have,
+                                   const InferenceState& state) override;
+    int64_t restore_up_to(std::span<const int32_t> tokens, int64_t have, int64_t limit,
+                          InferenceState& state) override;
     void save(std::span<const int32_t> tokens, const InferenceState& state) override;
     std::string take_warning() override;
+
+    // A restore's speed before the database has measured one (bytes of state per second):
+    // what reading and inflating f16 rows reaches on one core.
+    static constexpr double kAssumedBytesPerSecond = 1.0e9;
+    // The restore throughput measured so far (restore_raw_bytes / restore_seconds), or the
+    // assumed one.
+    double restore_bytes_per_second();
+
+    // Where the last save() began storing blocks the database did not hold yet (blocks
+    // before it were there already, so the database may hold other continuations of them);
+    // nullopt when it stored nothing (failed, or found everything stored).
+    std::optional<int64_t> last_save_new_from() const { return last_save_new_from_; }
+    // Whether the database holds any block under this store's seed (throws SqliteError).
+    bool holds_state();
+    // Whether another connection has changed the database since the last call (SQLite's
+    // data_version; the first call says true). Throws SqliteError.
+    bool changed_elsewhere();
 
     // Deletes least-recently-used blocks until the stored bytes fit the cap.
     void evict_to_cap();
     const StateStoreOptions& options() const { return options_; }
+    KvType kv_type() const { return kv_type_; }
     // The key chain's seed; the first call may hash the model file (throws SqliteError).
     const StateKey& seed();
 
@@ -127,8 +154,12 @@ private:
     // The longest stored chain that verifies against `tokens`, ending in a full or partial
     // block used for its first `n_tokens` tokens.
     std::vector<BlockRow> find_chain(std::span<const int32_t> tokens);
+    // What restore_up_to() would load: find_chain() of the first `limit` tokens, or for
+    // hybrids find_snapshot_chain().
+    std::vector<BlockRow> restorable_chain(std::span<const int32_t> tokens, int64_t have,
+                                           int64_t limit, bool hybrid);
     // Hybrids: the chain to the furthest block that ends in a snapshot, matches `tokens` in
-    // full and ends inside (have, limit); empty when there is none.
+    // full and ends inside (have, limit] (and before the last token); empty when none.
     std::vector<BlockRow> find_snapshot_chain(std::span<const int32_t> tokens, int64_t have,
                                               int64_t limit);
     // A statement "<select> WHERE <parent> AND <condition>" over the children of `parent_id`
@@ -172,6 +203,20 @@ private:
     KvType kv_type_;
     StateStoreOptions options_;
     std::string warning_;
+    std::optional<int64_t> last_save_new_from_;
+    // The last offer(), so that the restore_up_to() following it neither walks the chain
+    // again nor forgets what it left (tokens_declined). Cleared by anything that writes.
+    struct Offered {
+        std::vector<int32_t> tokens;
+        int64_t have = 0;
+        bool hybrid = false;
+        std::vector<BlockRow> chain;
+        int64_t reach = 0;
+    };
+    std::optional<Offered> offered_;
+    // The offer for exactly these arguments, if it is the last one.
+    const Offered* offered(std::span<const int32_t> tokens, int64_t have, bool hybrid) const;
+    std::optional<int64_t> data_version_;
 };
 
 }  // namespace ember::sessions

@@ -356,6 +356,10 @@ json answer_json(const Answer& a, int64_t new_tokens) {
             {"tokens_evaluated", evaluated},
             {"new_message_tokens", new_tokens},
             {"glue_tokens", evaluated - new_tokens},
+            // What the engine did with the stored state (restore, recompute, partial; none
+            // when nothing was stored), and where the restored tokens came from.
+            {"resume", a.reply.value("resume", "none")},
+            {"restored_from", a.reply.value("restored_from", "")},
             {"process_seconds", a.process_seconds},
             {"reply", a.reply.value("reply", "")}};
 }
@@ -430,15 +434,20 @@ void print_text(const json& r) {
                 r["conversation"]["build_seconds"].get<double>());
     for (const auto* part : {&w, &c}) {
         const json& p = *part;
+        const std::string from = p["restored_from"].get<std::string>();
         std::printf(
             "%s: ttft %.1f ms (engine %.1f ms); %lld reused, %lld evaluated (%lld new, "
-            "%lld template glue)\n",
+            "%lld template glue)%s\n",
             part == &w ? "warm (new process, restored)" : "cold (recomputed)   ",
             p["ttft_ms"].get<double>(), p["engine_ttft_ms"].get<double>(),
             static_cast<long long>(p["tokens_reused"].get<int64_t>()),
             static_cast<long long>(p["tokens_evaluated"].get<int64_t>()),
             static_cast<long long>(p["new_message_tokens"].get<int64_t>()),
-            static_cast<long long>(p["glue_tokens"].get<int64_t>()));
+            static_cast<long long>(p["glue_tokens"].get<int64_t>()),
+            part == &w ? ("; path: " + p["resume"].get<std::string>() +
+                          (from.empty() ? "" : " from " + from))
+                             .c_str()
+                       : "");
     }
     std::printf("warm/cold ttft: %.3f (limit %.2f); replies equal: %s\n",
                 r["ttft_ratio"].get<double>(), kTtftLimit,

@@ -76,6 +76,19 @@ CLI::Validator file_path() {
         "", "path");
 }
 
+CLI::Validator byte_size() {
+    return CLI::Validator(
+        [](std::string& text) -> std::string {
+            try {
+                parse_byte_size(text);
+            } catch (const std::invalid_argument& e) {
+                return e.what();
+            }
+            return {};
+        },
+        "", "byte_size");
+}
+
 CLI::Validator positive_byte_size() {
     return CLI::Validator(
         [](std::string& text) -> std::string {

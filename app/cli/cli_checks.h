@@ -19,6 +19,8 @@ CLI::Validator real_number(bool (*ok)(double), const std::string& rule);
 CLI::Validator seed_number();
 // A byte size as parse_byte_size() reads it ("2GiB"), more than 0.
 CLI::Validator positive_byte_size();
+// A byte size as parse_byte_size() reads it, 0 included.
+CLI::Validator byte_size();
 
 // A file path: not empty (an unset variable, `--db "$UNSET"`, must not mean the default
 // file) and without a NUL byte.

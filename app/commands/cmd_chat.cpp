@@ -74,6 +74,7 @@ struct ChatOptions {
     std::string resume;
     bool continue_last = false;
     std::string state_cap = kDefaultStateCap;
+    std::string state_memory = kDefaultStateMemory;
     std::string remote;  // an OpenAI-compatible API's URL: replies come from there
     std::string api_key_env;
     std::string preset;   // --preset: a named preset of the config file
@@ -143,6 +144,7 @@ ChatSessionOptions session_options_for(const ChatOptions& o, bool scripted) {
     session_options.resume_id = o.resume;
     session_options.continue_last = o.continue_last;
     session_options.state_cap = o.state_cap;
+    session_options.state_memory = o.state_memory;
     session_options.sampling = o.sampling;
     session_options.max_tokens = o.n_predict;
     session_options.speculation.enabled = !o.no_spec;
@@ -619,6 +621,11 @@ void register_chat_command(CLI::App& app, std::vector<Command>& out) {
                     "Stored prefix state kept at most (least recently used goes first)")
         ->capture_default_str()
         ->check(positive_byte_size());
+    cmd->add_option("--state-memory", o->state_memory,
+                    "Recently used conversations' state kept in memory too, so switching "
+                    "between them does not read the database (0: none)")
+        ->capture_default_str()
+        ->check(byte_size());
     auto* remote = cmd->add_option(
         "--remote", o->remote,
         "Chat with a model on an OpenAI-compatible server (ember serve, vLLM, llama.cpp's "

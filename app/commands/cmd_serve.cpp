@@ -18,6 +18,8 @@
 #include "app/store/session_adapter.h"
 #include "engine/model/model.h"
 #include "engine/util/thread_pool.h"
+#include "sessions/state_tier.h"
+#include "sessions/tiered_state_store.h"
 #include "ui/io/terminal_text.h"
 
 namespace ember::app {
@@ -39,6 +41,7 @@ struct ServeOptions {
     bool no_db = false;
     bool special_tokens_in_content = false;  // --special-tokens-in-content
     std::string state_cap = kDefaultStateCap;
+    std::string state_memory = kDefaultStateMemory;
     std::string max_body = "4MiB";
     int max_waiting = 64;
     int max_connections = 512;
@@ -177,6 +180,10 @@ int run_serve(const ServeOptions& o) {
 
     std::unique_ptr<sessions::Database> db;
     std::unique_ptr<sessions::StateStore> state;
+    // Requests that come back to a conversation (the next turn, a retry) find its state in
+    // memory: the slots hold --parallel of them, the tier the recently used others.
+    std::unique_ptr<sessions::StateTier> tier;
+    std::unique_ptr<sessions::TieredStateStore> tiered;
     if (!o.no_db) {
         check_named_db(o.db, DbUse::write);
         db = open_session_db(o.db.empty() ? default_db_path() : o.db);
@@ -186,19 +193,27 @@ int run_serve(const ServeOptions& o) {
             std::fprintf(stderr, "ember serve: warning: %s\n", shown.shown(message).c_str());
         };
         state = std::make_unique<sessions::StateStore>(*db, *model, copts.kv_type, state_options);
+        if (const uint64_t memory = parse_byte_size(o.state_memory); memory > 0) {
+            tier = std::make_unique<sessions::StateTier>(memory);
+            tiered = std::make_unique<sessions::TieredStateStore>(*state, *tier);
+        }
     }
+    PrefixStore* store =
+        tiered ? static_cast<PrefixStore*>(tiered.get()) : static_cast<PrefixStore*>(state.get());
 
-    serve::Server server(*model, pool, copts, state.get(), so);
+    serve::Server server(*model, pool, copts, store, so);
     const int port = server.bind();
     // The paths are whatever the files are called (a name may hold an escape sequence):
     // shown, not obeyed, on a terminal.
     const ui::TextWriter listening(stderr);
-    std::fprintf(stderr,
-                 "ember serve: listening on http://%s:%d (model %s, %d slots, context %lld, "
-                 "state store %s)\n",
-                 listening.shown(o.host).c_str(), port, listening.shown(model_path).c_str(),
-                 o.parallel, static_cast<long long>(copts.context),
-                 db ? listening.shown(db->path()).c_str() : "off");
+    std::fprintf(
+        stderr,
+        "ember serve: listening on http://%s:%d (model %s, %d slots, context %lld, "
+        "state store %s%s)\n",
+        listening.shown(o.host).c_str(), port, listening.shown(model_path).c_str(), o.parallel,
+        static_cast<long long>(copts.context), db ? listening.shown(db->path()).c_str() : "off",
+        tier ? (", up to " + listening.shown(o.state_memory) + " of recent state in memory").c_str()
+             : "");
     std::fflush(stderr);
 
     std::atomic<bool> finished{false};
@@ -256,6 +271,11 @@ void register_serve_command(CLI::App& app, std::vector<Command>& out) {
     cmd->add_option("--state-cap", o->state_cap, "Stored prefix state kept at most")
         ->capture_default_str()
         ->check(positive_byte_size());
+    cmd->add_option("--state-memory", o->state_memory,
+                    "Recently used conversations' state kept in memory too, so a request "
+                    "coming back to one does not read the database (0: none)")
+        ->capture_default_str()
+        ->check(byte_size());
     cmd->add_option("--max-body", o->max_body, "Largest request body accepted")
         ->capture_default_str();
     cmd->add_option("--max-waiting", o->max_waiting,

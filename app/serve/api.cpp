@@ -550,6 +550,9 @@ json ember_json(const TurnResult& turn, int slot) {
     return json{{"slot", slot},
                 {"prompt_tokens_reused", turn.tokens_reused},
                 {"prompt_tokens_restored", turn.tokens_restored},
+                // restore, recompute, partial (the store held more than the slot), or none
+                {"prompt_resume", std::string(resume_path_name(turn.resume.path))},
+                {"prompt_restored_from", turn.restored_from},
                 {"prompt_tokens_evaluated", turn.tokens_evaluated},
                 {"ttft_seconds", turn.stats.ttft_seconds},
                 {"decode_seconds", turn.stats.decode_seconds},

@@ -422,6 +422,7 @@ void SqliteSessionBackend::export_markdown(const std::string& path) {
 std::string SqliteSessionBackend::stats_text() {
     std::string text = "database " + db_.path() + "\n";
     text += state_stats_text(sessions::read_state_stats(db_), state_cap_);
+    if (tier_ != nullptr) text += state_tier_text(tier_->stats());
     if (!text.empty() && text.back() == '\n') text.pop_back();
     return text;
 }
@@ -481,6 +482,9 @@ bool ChatSessions::open_database(const ChatSessionOptions& o) {
     if (o.scripted && o.db_path.empty() && !resuming) return false;
     path_ = o.db_path.empty() ? default_db_path() : o.db_path;
     cap_ = parse_byte_size(o.state_cap);
+    if (const uint64_t memory = parse_byte_size(o.state_memory); memory > 0) {
+        tier_ = std::make_unique<sessions::StateTier>(memory);
+    }
     std::error_code ec;
     created_ = path_ != ":memory:" && !fs::exists(path_, ec);
     // Refused before the model answers, rather than a reply that is then not saved.
@@ -498,6 +502,7 @@ void ChatSessions::set_up_backend(const ChatSessionOptions& o, SessionDefaults d
     const std::string fingerprint = defaults.model_fingerprint;
     const std::string model = defaults.model;
     sqlite_backend_ = std::make_unique<SqliteSessionBackend>(*db_, std::move(defaults), cap_);
+    if (!remote) sqlite_backend_->set_state_tier(tier_.get());
 
     sessions::SessionStore store(*db_);
     std::optional<sessions::ConversationInfo> info;
@@ -570,8 +575,7 @@ ChatSessions::ChatSessions(const ChatSessionOptions& o, const Model& model,
                            Conversation& conversation, std::FILE* err)
     : options_(o), err_(err) {
     if (!open_database(o)) return;
-    state_ = make_state_store(model);
-    conversation.set_prefix_store(state_.get());
+    attach_state_store(model, conversation);
     set_up_backend(o, defaults_for(model, conversation), false);
 }
 
@@ -582,8 +586,16 @@ void ChatSessions::use_model(const Model& model, Conversation& conversation,
     sqlite_backend_->set_model(defaults_for(model, conversation));
     // What the old model evaluated last goes into its own rows before its store goes.
     previous.set_prefix_store(nullptr);
+    attach_state_store(model, conversation);
+}
+
+void ChatSessions::attach_state_store(const Model& model, Conversation& conversation) {
+    tiered_.reset();  // before the store it stands on
     state_ = make_state_store(model);
-    conversation.set_prefix_store(state_.get());
+    // One tier for every model of the run: each model's blocks have their own keys.
+    if (tier_) tiered_ = std::make_unique<sessions::TieredStateStore>(*state_, *tier_);
+    conversation.set_prefix_store(tiered_ ? static_cast<PrefixStore*>(tiered_.get())
+                                          : static_cast<PrefixStore*>(state_.get()));
 }
 
 ChatSessions::ChatSessions(const ChatSessionOptions& o, SessionDefaults defaults, std::FILE* err)

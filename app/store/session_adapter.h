@@ -16,6 +16,8 @@
 #include "sessions/session_store.h"
 #include "sessions/sqlite.h"
 #include "sessions/state_store.h"
+#include "sessions/state_tier.h"
+#include "sessions/tiered_state_store.h"
 #include "ui/chat/chat_engine.h"
 #include "ui/chat/session_backend.h"
 
@@ -26,6 +28,11 @@ class Model;
 namespace ember::app {
 
 inline constexpr const char* kDefaultStateCap = "2GiB";
+// The host-memory tier in front of the store (sessions/state_tier.h): recently used
+// conversations' state, uncompressed, so switching between them does not read the database.
+// About eight conversations of 1,000 tokens on an 8B model with f16 KV, or hundreds on the
+// small models; 0 keeps none (every restore reads the database, as before the tier).
+inline constexpr const char* kDefaultStateMemory = "1GiB";
 
 // $XDG_DATA_HOME/ember/ember.db, else ~/.local/share/ember/ember.db. Throws when neither
 // variable names an absolute directory (then --db must be given).
@@ -94,6 +101,9 @@ public:
     void set_model(const SessionDefaults& model);
     const SessionDefaults& defaults() const { return defaults_; }
 
+    // The host-memory tier's figures go into stats_text() too (null: none).
+    void set_state_tier(const sessions::StateTier* tier) { tier_ = tier; }
+
     // The conversation `--continue` resumes: the most recently updated one.
     std::optional<std::string> most_recent_id();
     // A commit or system-prompt write failed (the caller reported it and stopped recording).
@@ -108,6 +118,7 @@ private:
     sessions::SessionStore store_;
     SessionDefaults defaults_;
     uint64_t state_cap_;
+    const sessions::StateTier* tier_ = nullptr;
     std::string pending_system_;  // for the conversation created by the first commit
     // The settings replies are generated with now (JSON, see chat_settings.h): the start's,
     // then what record_settings() wrote over them.
@@ -139,6 +150,7 @@ struct ChatSessionOptions {
     std::string resume_id;
     bool continue_last = false;
     std::string state_cap = kDefaultStateCap;
+    std::string state_memory = kDefaultStateMemory;  // the tier's bound ("0": no tier)
     KvType kv_type = KvType::F32;
     SamplingParams sampling;
     int64_t max_tokens = 0;          // the chat's -n (recorded for replay)
@@ -165,6 +177,8 @@ public:
     // created the file (the first run: the chat says where it keeps things).
     const std::string& path() const { return path_; }
     uint64_t state_cap() const { return cap_; }
+    // The host-memory tier (null without a database or with --state-memory 0).
+    const sessions::StateTier* state_tier() const { return tier_.get(); }
     bool created() const { return created_; }
     // /model: from now on `conversation` (holding the same messages as `previous`) answers
     // with `model`. The conversation is recorded as going on with it, `previous`'s pending
@@ -186,12 +200,16 @@ private:
     void set_up_backend(const ChatSessionOptions& options, SessionDefaults defaults, bool remote);
     // A prefix-state store keyed to `model`, its warnings printed once each.
     std::unique_ptr<sessions::StateStore> make_state_store(const Model& model);
+    // Gives `conversation` a store keyed to `model`: the database's, behind the tier if any.
+    void attach_state_store(const Model& model, Conversation& conversation);
     // What a conversation with `model` records about how it was made.
     SessionDefaults defaults_for(const Model& model, const Conversation& conversation) const;
 
     ChatSessionOptions options_;
     std::unique_ptr<sessions::Database> db_;
+    std::unique_ptr<sessions::StateTier> tier_;  // before the stores that use it
     std::unique_ptr<sessions::StateStore> state_;
+    std::unique_ptr<sessions::TieredStateStore> tiered_;  // over state_ and tier_
     std::unique_ptr<SqliteSessionBackend> sqlite_backend_;
     ui::NullSessionBackend null_backend_;
     std::string resume_id_;

@@ -40,6 +40,12 @@ std::string state_stats_text(const sessions::StateStats& s, uint64_t cap_bytes) 
          " lookups hit (" + percent(s.restore_hits, s.restores) + "), " +
          std::to_string(s.tokens_restored) + " of " + std::to_string(s.tokens_wanted) +
          " wanted tokens restored (" + percent(s.tokens_restored, s.tokens_wanted) + ")");
+    if (s.restores_declined > 0) {
+        // The engine weighs restoring against recomputing (resume_plan.h) and read less.
+        line("declined: " + std::to_string(s.restores_declined) + " restores recomputed " +
+             std::to_string(s.tokens_declined) +
+             " stored tokens instead (estimated faster than restoring them)");
+    }
     if (s.restore_seconds > 0) {
         char rate[96];
         std::snprintf(rate, sizeof rate, "%.0f MB/s (%.0f MB/s of stored bytes)",
@@ -59,6 +65,20 @@ std::string state_stats_text(const sessions::StateStats& s, uint64_t cap_bytes) 
          human_bytes(static_cast<double>(s.bytes_evicted)) + "), " +
          std::to_string(s.blobs_dropped) + " corrupted blobs dropped");
     return out;
+}
+
+std::string state_tier_text(const sessions::StateTierStats& s) {
+    std::string text = "memory: " + human_bytes(static_cast<double>(s.bytes)) + " of " +
+                       human_bytes(static_cast<double>(s.cap_bytes)) + " held (" +
+                       std::to_string(s.blocks) + " blocks), " + std::to_string(s.restores) +
+                       " restores of " + std::to_string(s.tokens_restored) + " tokens";
+    if (s.restore_seconds > 0) {
+        char rate[48];
+        std::snprintf(rate, sizeof rate, " at %.0f MB/s",
+                      static_cast<double>(s.bytes_restored) / 1e6 / s.restore_seconds);
+        text += rate;
+    }
+    return text + ", " + std::to_string(s.blocks_evicted) + " blocks dropped for room\n";
 }
 
 }  // namespace ember

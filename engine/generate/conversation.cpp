@@ -627,15 +627,7 @@ size_t Conversation::reuse_prefix(const std::vector<int32_t>& tokens, TurnResult
         cached_.resize(reuse);
         // Hybrids restore only to a stored snapshot of their recurrent state (the store
         // checks), so `restored` is then always a turn's prompt or reply end.
-        if (store_ != nullptr) {
-            const size_t restored =
-                static_cast<size_t>(store_->restore(tokens, static_cast<int64_t>(reuse), *state_));
-            if (restored > reuse && restored <= tokens.size()) {
-                result.tokens_restored = static_cast<int64_t>(restored - reuse);
-                cached_.assign(tokens.begin(), tokens.begin() + static_cast<ptrdiff_t>(restored));
-                reuse = restored;
-            }
-        }
+        if (store_ != nullptr) reuse = restore_from_store(tokens, reuse, result);
         // At least one token must be evaluated to get logits for the first reply token.
         if (reuse == tokens.size()) --reuse;
     }
@@ -647,6 +639,29 @@ size_t Conversation::reuse_prefix(const std::vector<int32_t>& tokens, TurnResult
     result.tokens_reused = static_cast<int64_t>(reuse);
     result.tokens_evaluated = static_cast<int64_t>(tokens.size() - reuse);
     return reuse;
+}
+
+size_t Conversation::restore_from_store(const std::vector<int32_t>& tokens, size_t reuse,
+                                        TurnResult& result) {
+    const auto have = static_cast<int64_t>(reuse);
+    const std::vector<RestoreSpan> offer = store_->offer(tokens, have, *state_);
+    result.resume = choose_resume(have, offer, prefill_rate_.tokens_per_second());
+    // Asked even for nothing: the store counts its lookups, and what the choice left.
+    const auto restored =
+        static_cast<size_t>(store_->restore_up_to(tokens, have, result.resume.restore_to, *state_));
+    if (restored <= reuse || restored > tokens.size()) return reuse;
+    result.tokens_restored = static_cast<int64_t>(restored - reuse);
+    cached_.assign(tokens.begin(), tokens.begin() + static_cast<ptrdiff_t>(restored));
+    // Where the restored tokens came from: the offer's spans they reach into.
+    int64_t from = have;
+    for (size_t i = 0; i < result.resume.spans_used && from < static_cast<int64_t>(restored); ++i) {
+        const std::string& source = offer[i].source;
+        if (result.restored_from.find(source) == std::string::npos) {
+            result.restored_from += (result.restored_from.empty() ? "" : "+") + source;
+        }
+        from = offer[i].end;
+    }
+    return restored;
 }
 
 TurnResult Conversation::respond(Sampler& sampler, const GenerateOptions& generation,
@@ -704,8 +719,13 @@ bool Conversation::evaluate_and_generate(const std::vector<int32_t>& tokens, siz
     const auto total = static_cast<int64_t>(reply.prompt.size());
     PrefillWatch watch(generation, total, start);
     bool stop_cut = false;
+    double hybrid_seconds = 0;  // a hybrid's prompt evaluated before generate()
     try {
-        if (!state_->recurrent.empty()) evaluate_hybrid_prompt(tokens, reuse, reply.prompt, watch);
+        if (!state_->recurrent.empty()) {
+            evaluate_hybrid_prompt(tokens, reuse, reply.prompt, watch);
+            hybrid_seconds =
+                std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        }
         GenerateOptions rest = generation;
         if (generation.on_prefill) {
             const int64_t done = total - static_cast<int64_t>(reply.prompt.size());
@@ -722,6 +742,9 @@ bool Conversation::evaluate_and_generate(const std::vector<int32_t>& tokens, siz
     }
     // A stopped prefill: the batches evaluated stay (the next turn reuses them).
     const int64_t held = state_->kv.length();
+    if (held >= static_cast<int64_t>(tokens.size())) {
+        prefill_rate_.add(total, hybrid_seconds + result.stats.prefill_seconds);
+    }
     if (held < static_cast<int64_t>(tokens.size())) {
         result.tokens_evaluated = held - static_cast<int64_t>(reuse);
         result.tokens_not_evaluated = static_cast<int64_t>(tokens.size()) - held;

@@ -20,6 +20,7 @@
 
 #include "engine/generate/generate.h"
 #include "engine/generate/prefix_store.h"
+#include "engine/generate/resume_plan.h"
 #include "engine/model/state.h"
 #include "engine/tokenizer/tokenizer.h"
 
@@ -114,6 +115,11 @@ struct TurnResult {
     // A prefill stopped part way (GenerateOptions::stop_prefill): the prompt tokens left
     // unevaluated (what was evaluated stays in the state for the next turn); 0 otherwise.
     int64_t tokens_not_evaluated = 0;
+    // How the stored start of the prompt was resumed (resume_plan.h): restored, recomputed
+    // because that was estimated faster, or a restored prefix and the rest recomputed; and
+    // where the restored tokens came from ("memory", "database", or both joined by '+').
+    ResumeChoice resume;
+    std::string restored_from;
     int64_t tokens_dropped = 0;  // dropped from the start to fit the context
     int64_t messages_dropped = 0;
     // Output that broke the model's chat format (harmony, tool calls), shown as plain text
@@ -242,6 +248,8 @@ public:
         store_ = store;
     }
     PrefixStore* prefix_store() const { return store_; }
+    // How fast this conversation has evaluated prompts (what restoring is weighed against).
+    const PrefillRate& prefill_rate() const { return prefill_rate_; }
 
 private:
     // A rendered prompt, and where it holds control-token text that came from the tools'
@@ -312,6 +320,10 @@ private:
     std::unique_ptr<InferenceState> state_;
     std::vector<int32_t> cached_;
     PrefixStore* store_ = nullptr;
+    PrefillRate prefill_rate_;
+    // Asks the store what it holds beyond `reuse` and restores as far as pays; returns the
+    // length the state then holds.
+    size_t restore_from_store(const std::vector<int32_t>& tokens, size_t reuse, TurnResult& result);
     std::unique_ptr<NgramTable> ngram_;  // drafts for speculation, rebuilt from each turn's prompt
     // Hybrid families: recurrent state cannot be truncated, so it is snapshotted at turn
     // boundaries (the slots below) and a rollback restores the nearest snapshot at or before

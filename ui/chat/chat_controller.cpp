@@ -247,6 +247,14 @@ std::string ChatController::turn_details(const TurnResult& turn) {
         static_cast<long long>(turn.prompt_tokens), static_cast<long long>(turn.tokens_reused),
         static_cast<long long>(turn.tokens_restored),
         static_cast<long long>(turn.tokens_evaluated));
+    if (turn.resume.path != ResumePath::None) {
+        // What the store held beyond the live state, and why it was (or was not) restored.
+        text += format("  resume: %s%s%s (restoring estimated %.1f ms, recomputing %.1f ms)\n",
+                       std::string(resume_path_name(turn.resume.path)).c_str(),
+                       turn.restored_from.empty() ? "" : " from ", turn.restored_from.c_str(),
+                       turn.resume.all_restore_seconds * 1000.0,
+                       turn.resume.all_recompute_seconds * 1000.0);
+    }
     text += format("  prefill: %.1f tok/s (%.3f s), time to first token %.0f ms\n",
                    per_second(turn.tokens_evaluated, turn.stats.prefill_seconds),
                    turn.stats.prefill_seconds, turn.stats.ttft_seconds * 1000.0);

@@ -47,6 +47,13 @@ json turn_json(const TurnResult& r, bool show_thinking) {
     j["thinking_end"] = std::string(thinking_end_name(r.thinking_end));
     j["tokens_reused"] = r.tokens_reused;
     j["tokens_evaluated"] = r.tokens_evaluated;
+    // Where the store held more of the prompt than the live state: what the engine did with it
+    // (restore, recompute, partial: resume_plan.h) and where the restored tokens came from.
+    if (r.resume.path != ResumePath::None) {
+        j["tokens_restored"] = r.tokens_restored;
+        j["resume"] = std::string(resume_path_name(r.resume.path));
+        if (!r.restored_from.empty()) j["restored_from"] = r.restored_from;
+    }
     // A prompt whose reading was stopped (a signal): what it did not read.
     if (r.tokens_not_evaluated > 0) j["tokens_not_evaluated"] = r.tokens_not_evaluated;
     // A remote reply carries no token ids; its count is the server's.
