@@ -35,13 +35,13 @@ void check_model(const std::string& fixture) {
     // threshold, and ending just before an attention run boundary so the batch crosses it.
     const int64_t prompt_lengths[] = {5, 40, 124};
     const KvType kv_types[] = {KvType::F32, KvType::F16, KvType::Q8_0};
-    for (size_t p = 0; p < std::size(prompt_lengths); ++p) {
-        const int64_t prompt_len = prompt_lengths[p];
-        for (size_t k = 0; k < std::size(kv_types); ++k) {
+    for (size_t length_at = 0; length_at < std::size(prompt_lengths); ++length_at) {
+        const int64_t prompt_len = prompt_lengths[length_at];
+        for (size_t type_at = 0; type_at < std::size(kv_types); ++type_at) {
             // Under the sanitizers (several times slower) each prompt length meets one cache
             // type, so every length, every type and every batch still run.
-            if (kSanitized && k != p) continue;
-            const KvType kv_type = kv_types[k];
+            if (kSanitized && type_at != length_at) continue;
+            const KvType kv_type = kv_types[type_at];
             for (const int64_t batch : kBatches) {
                 SCOPED_TRACE(fixture + " prompt=" + std::to_string(prompt_len) +
                              " batch=" + std::to_string(batch) + " " + kv_type_name(kv_type));
