@@ -328,7 +328,8 @@ void StateTier::touch(Block& block, uint64_t tick) {
     lru_.insert(LruKey{block.tick, -block.begin, block.key});
 }
 
-void StateTier::evict(const StateKey& key) {
+// `key` by value: callers pass a key that lives in lru_, whose node this erases.
+void StateTier::evict(const StateKey key) {
     const auto it = blocks_.find(key);
     if (it == blocks_.end()) return;
     // The blocks continuing it go with it: a chain is of no use without its start.

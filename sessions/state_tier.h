@@ -144,7 +144,7 @@ private:
     // Drops least recently used blocks (never those in `keep`) until `bytes` more fit;
     // false when they cannot.
     bool make_room(uint64_t bytes, const std::vector<StateKey>& keep);
-    void evict(const StateKey& key);
+    void evict(StateKey key);
     void touch(Block& block, uint64_t tick);
     void drop_superseded_partials(const StateKey& parent, const Block& kept);
 
