@@ -27,21 +27,6 @@ namespace fs = std::filesystem;
 const char* const kModel = "arch/llama/llama.gguf";
 const char* const kShellPrompt = "SHELL$";
 
-std::string rstrip(std::string s) {
-    while (!s.empty() && (s.back() == ' ' || s.back() == '\r')) s.pop_back();
-    return s;
-}
-
-// The screen's lines (scrollback included, wrapped lines joined), trailing blanks dropped.
-std::vector<std::string> screen_lines(const std::string& screen) {
-    std::vector<std::string> lines;
-    std::stringstream in(screen);
-    std::string line;
-    while (std::getline(in, line)) lines.push_back(rstrip(line));
-    while (!lines.empty() && lines.back().empty()) lines.pop_back();
-    return lines;
-}
-
 std::string last_line(const std::string& screen) {
     const auto lines = screen_lines(screen);
     return lines.empty() ? std::string() : lines.back();
@@ -67,21 +52,6 @@ std::vector<TurnStats> stats_lines(const std::string& screen) {
         out.push_back({i, std::stoll(m[1]), std::stoll(m[2]), std::stoll(m[3]), m[4]});
     }
     return out;
-}
-
-// The reply text between the last line typed as `input` and the stats line after it.
-std::string reply_after(const std::string& screen, const std::string& input) {
-    const auto lines = screen_lines(screen);
-    size_t at = lines.size();
-    for (size_t i = 0; i < lines.size(); ++i) {
-        if (lines[i] == "> " + input) at = i;
-    }
-    std::string reply;
-    for (size_t i = at + 1; i < lines.size(); ++i) {
-        if (lines[i].starts_with("[") && lines[i].find(" tokens, ") != std::string::npos) break;
-        reply += lines[i] + "\n";
-    }
-    return reply;
 }
 
 // The line-mode test's terminal: 100 x 30, screens with the whole history, lines joined.

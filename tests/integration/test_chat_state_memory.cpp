@@ -26,18 +26,6 @@ namespace fs = std::filesystem;
 const char* const kModel = "arch/llama/llama.gguf";
 const char* const kShellPrompt = "SHELL$";
 
-std::vector<std::string> screen_lines(const std::string& screen) {
-    std::vector<std::string> lines;
-    std::stringstream in(screen);
-    std::string line;
-    while (std::getline(in, line)) {
-        while (!line.empty() && (line.back() == ' ' || line.back() == '\r')) line.pop_back();
-        lines.push_back(line);
-    }
-    while (!lines.empty() && lines.back().empty()) lines.pop_back();
-    return lines;
-}
-
 bool at_prompt(const std::string& screen) {
     const auto lines = screen_lines(screen);
     return !lines.empty() && lines.back() == ">";
@@ -53,21 +41,6 @@ size_t count(const std::string& screen, const std::string& text) {
         ++n;
     }
     return n;
-}
-
-// The reply printed after the line typed as `input`, up to the stats line (--verbose).
-std::string reply_after(const std::string& screen, const std::string& input) {
-    const auto lines = screen_lines(screen);
-    size_t at = lines.size();
-    for (size_t i = 0; i < lines.size(); ++i) {
-        if (lines[i] == "> " + input) at = i;
-    }
-    std::string reply;
-    for (size_t i = at + 1; i < lines.size(); ++i) {
-        if (lines[i].starts_with("[") && lines[i].find(" tokens, ") != std::string::npos) break;
-        reply += lines[i] + "\n";
-    }
-    return reply;
 }
 
 int64_t query_number(const std::string& db, const std::string& sql) {

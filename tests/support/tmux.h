@@ -32,6 +32,22 @@ inline std::vector<std::string> screen_lines(const std::string& screen) {
     return lines;
 }
 
+// What a line-mode chat printed after the last line typed as `input` ("> input"), up to its
+// stats line ("[N tokens, ...", --verbose).
+inline std::string reply_after(const std::string& screen, const std::string& input) {
+    const auto lines = screen_lines(screen);
+    size_t at = lines.size();
+    for (size_t i = 0; i < lines.size(); ++i) {
+        if (lines[i] == "> " + input) at = i;
+    }
+    std::string reply;
+    for (size_t i = at + 1; i < lines.size(); ++i) {
+        if (lines[i].starts_with("[") && lines[i].find(" tokens, ") != std::string::npos) break;
+        reply += lines[i] + "\n";
+    }
+    return reply;
+}
+
 class TmuxSession {
 public:
     // `name` tells this test's server apart; the process id keeps parallel runs apart.
