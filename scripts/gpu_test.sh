@@ -4,11 +4,16 @@
 # The GPU machine of this workplace has CUDA, CMake and ninja but none of Debian's -dev
 # packages, and each call there carries at most 64 MiB. So the build happens here and the
 # results travel as a kit:
-#   scripts/gpu_test.sh pack                 here: build ember and test_gpu (EMBER_CUDA), strip
+#   scripts/gpu_test.sh pack [dense|families] here: build ember and test_gpu (EMBER_CUDA), strip
 #                                             them, add their shared libraries (not the CUDA
 #                                             ones: the GPU machine has those), glibc's loader and
 #                                             the fixtures the GPU tests read, as .gpukit/kit.tar.xz
-#                                             (git-ignored; ~36 MiB)
+#                                             (git-ignored). Two sets, as all the fixtures together
+#                                             exceed what a call carries: `dense` (the default:
+#                                             llama, qwen2, qwen3, gemma3 and the quant fixtures,
+#                                             ~41 MiB) and `families` (the MoE and hybrid
+#                                             families: qwen3moe, gptoss, qwen35, lfm2, ~45 MiB).
+#                                             A test whose fixture is not in the kit skips.
 #   scripts/gpu_test.sh run [gtest filter]   there: run test_gpu against the kit's fixtures,
 #                                             then `ember bench` on a synthetic Qwen3-1.7B Q4_K_M
 # Where the machine has everything (a developer's own box
@@ -19,6 +24,7 @@ KIT=.gpukit
 mode=${1:-run}
 
 pack() {
+    local set=${1:-dense}
     local fixtures=${EMBER_FIXTURES_DIR:-../shared/fixtures}
     cmake -S . -B build >/dev/null
     flock /tmp/ember-build.lock cmake --build build -j2 --target ember test_gpu
@@ -31,12 +37,21 @@ pack() {
     done
     cp -L /lib64/ld-linux-x86-64.so.2 "$KIT/stage/lib/"
     local files=()
-    for a in llama qwen2 qwen3 gemma3; do files+=("arch/$a/$a.gguf" "arch/$a/ref.json"); done
-    files+=("arch/gemma3/hf/config.json")  # its layer types (tests/support/gemma3_fixture.h)
-    # Within the 64 MiB a call carries: the types the kernels read, and three converted at load.
-    for t in F16 Q8_0 Q4_0 Q6_K Q4_K_M Q5_K_M Q4_1 Q3_K_M IQ4_NL; do
-        files+=("quant/qfix-$t.gguf" "quant/qfix-$t.gguf.ref.json")
-    done
+    case $set in
+        dense)
+            for a in llama qwen2 qwen3 gemma3; do files+=("arch/$a/$a.gguf" "arch/$a/ref.json"); done
+            files+=("arch/gemma3/hf/config.json")  # its layer types (tests/support/gemma3_fixture.h)
+            # Within the 64 MiB a call carries: the types the kernels read, and three converted
+            # at load.
+            for t in F16 Q8_0 Q4_0 Q6_K Q4_K_M Q5_K_M Q4_1 Q3_K_M IQ4_NL; do
+                files+=("quant/qfix-$t.gguf" "quant/qfix-$t.gguf.ref.json")
+            done
+            ;;
+        families)
+            for a in qwen3moe gptoss qwen35 lfm2; do files+=("arch/$a/$a.gguf" "arch/$a/ref.json"); done
+            ;;
+        *) echo "gpu_test.sh pack: unknown fixture set '$set' (dense or families)" >&2; exit 2 ;;
+    esac
     tar -C "$fixtures" -cf - "${files[@]}" | tar -C "$KIT/stage/fixtures" -xf -
     # xz -9e: the fixtures' bf16 weights on a 1/1024 grid shrink to a third or less (gzip: to
     # 0.9; xz -6 left the kit at 75 MiB, over what a call carries, -9e at 36).
@@ -60,6 +75,8 @@ run() {
     EMBER_FIXTURES_DIR=$k/fixtures $loader "$k/test_gpu" --gtest_filter="$filter" \
         >"$out/test_gpu.log" 2>&1 || status=$?
     grep -E '^\[  FAILED  \]|^\[(kv|gpu|ref)\]|Failure|^\[==========\]|^\[  PASSED' "$out/test_gpu.log" | head -80
+    # The families kit has no qwen3 fixture, whose vocabulary the bench file takes.
+    [ -f "$k/fixtures/arch/qwen3/qwen3.gguf" ] || return $status
     # A short bench: a synthetic Qwen3-1.7B Q4_K_M (the qwen3 fixture's vocabulary).
     local model=/tmp/qwen3-1.7b-q4km.gguf
     $loader "$k/ember" synth --shape qwen3-1.7b --type q4_k_m \
@@ -76,7 +93,7 @@ run() {
 }
 
 case $mode in
-    pack) pack ;;
+    pack) pack "${2:-dense}" ;;
     run) run "${2:-*}" ;;
-    *) echo "usage: scripts/gpu_test.sh pack | run [gtest filter]" >&2; exit 2 ;;
+    *) echo "usage: scripts/gpu_test.sh pack [dense|families] | run [gtest filter]" >&2; exit 2 ;;
 esac
