@@ -5,8 +5,14 @@
 // target position and recomputing the gap.
 //
 // All layers' state lives in one flat float buffer, so a snapshot is one memcpy.
+//
+// On a GPU the state lives in device memory too (RecurrentMirror): the forward pass there
+// updates the device copy only, so every host accessor first brings the host copy up to date,
+// and every mutable one tells the mirror that its copy is stale. The host copy is then read
+// only when the state is saved, snapshotted or restored, never per token.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 
@@ -14,9 +20,24 @@ namespace ember {
 
 struct ModelConfig;
 
+// A copy of a recurrent state in another memory (a GPU's), which may be newer than the host's.
+class RecurrentMirror {
+public:
+    // Copies the mirror's newer state into the host buffer (no-op when the host's is current).
+    virtual void recurrent_to_host() = 0;
+    // The host buffer was (or is about to be) written: the mirror's copy is stale.
+    virtual void recurrent_host_written() = 0;
+
+protected:
+    ~RecurrentMirror() = default;
+};
+
 class RecurrentState {
 public:
     RecurrentState() = default;
+    // A copy takes the current numbers (the mirror's, when newer) and no mirror.
+    RecurrentState(const RecurrentState& other);
+    RecurrentState& operator=(const RecurrentState& other);
     // Sizes the buffer for `config` (empty for non-hybrid families) and zeroes it.
     void init(const ModelConfig& config);
     // Back to the state before any token: zeros, position 0.
@@ -33,19 +54,30 @@ public:
     // Delta-rule state of `layer`: per v head a [k_dim x v_dim] matrix, heads consecutive,
     // [n_v_heads x k_dim x v_dim]. nullptr for layers without one.
     float* delta(int64_t layer);
+    // Where those lie in the flat buffer (floats from its start), -1 where none: a mirror
+    // keeps the same layout.
+    int64_t conv_offset(int64_t layer) const { return conv_offset_[static_cast<size_t>(layer)]; }
+    int64_t delta_offset(int64_t layer) const { return delta_offset_[static_cast<size_t>(layer)]; }
 
     // Floats per layer of each kind (0 where a layer has none), for serialization checks.
     int64_t conv_floats() const { return conv_floats_; }
     int64_t delta_floats() const { return delta_floats_; }
     int64_t n_layer() const { return static_cast<int64_t>(conv_offset_.size()); }
 
-    // The whole state as one buffer (serialization, snapshots).
-    const std::vector<float>& data() const { return data_; }
-    std::vector<float>& data() { return data_; }
+    // The whole state as one buffer (serialization, snapshots); current on the host.
+    const std::vector<float>& data() const;
+    std::vector<float>& data();
+    // The buffer, to be overwritten whole (a restore): not fetched from the mirror first.
+    float* overwrite();
+    int64_t floats() const { return static_cast<int64_t>(data_.size()); }
     uint64_t bytes() const { return data_.size() * sizeof(float); }
+
+    // Non-owning; the mirror clears it when it goes.
+    void set_mirror(RecurrentMirror* mirror) { mirror_ = mirror; }
 
 private:
     std::vector<float> data_;
+    RecurrentMirror* mirror_ = nullptr;
     std::vector<int64_t> conv_offset_;   // [n_layer], -1 where none
     std::vector<int64_t> delta_offset_;  // [n_layer], -1 where none
     int64_t conv_floats_ = 0;

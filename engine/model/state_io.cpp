@@ -214,7 +214,7 @@ std::vector<uint8_t> serialize_recurrent(const RecurrentState& state) {
     w.u32(static_cast<uint32_t>(state.delta_floats()));
     w.u32(0);
     w.i64(state.position());
-    w.u64(state.data().size());
+    w.u64(static_cast<uint64_t>(state.floats()));
     if (data_bytes > 0) w.bytes(state.data().data(), data_bytes);
     return out;
 }
@@ -229,16 +229,15 @@ void apply_recurrent(std::span<const uint8_t> blob, RecurrentState& state) {
     RecurrentBlobInfo b;
     const size_t offset = parse_recurrent(blob, b);
     if (b.n_layer != state.n_layer() || b.conv_floats != state.conv_floats() ||
-        b.delta_floats != state.delta_floats() ||
-        b.n_floats != static_cast<int64_t>(state.data().size())) {
+        b.delta_floats != state.delta_floats() || b.n_floats != state.floats()) {
         throw StateFormatError("state blob: recurrent state shape (" + std::to_string(b.n_layer) +
                                " layers, " + std::to_string(b.n_floats) +
                                " floats) differs from the model's (" +
                                std::to_string(state.n_layer()) + " layers, " +
-                               std::to_string(state.data().size()) + " floats)");
+                               std::to_string(state.floats()) + " floats)");
     }
     if (b.n_floats > 0) {
-        std::memcpy(state.data().data(), blob.data() + offset,
+        std::memcpy(state.overwrite(), blob.data() + offset,
                     static_cast<size_t>(b.n_floats) * sizeof(float));
     }
     state.set_position(b.position);

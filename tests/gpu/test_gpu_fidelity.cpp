@@ -1,8 +1,8 @@
-// The dense families on the GPU against the fixtures' independent references: HF float64 for
-// the architecture fixtures (every KV type within its tolerance, kv_precision.h), the exact
-// float64 forward pass for the quantized fixtures; bit-identical logits run to run; batches of
-// up to 17 tokens bit for bit the one-by-one logits; whole, one-by-one and uneven feeds the same
-// greedy choices.
+// The families on the GPU (the dense ones and the hybrids) against the fixtures' independent
+// references: HF float64 for the architecture fixtures (every KV type within its tolerance,
+// kv_precision.h), the exact float64 forward pass for the quantized fixtures; bit-identical logits
+// run to run; batches of up to 17 tokens bit for bit the one-by-one logits; whole, one-by-one and
+// uneven feeds the same greedy choices.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -27,7 +27,7 @@ std::string arch_model_path(const std::string& arch, TempDir& dir) {
     return fixture_path("arch/" + arch + "/" + arch + ".gguf");
 }
 
-// A dense architecture fixture on GPU 0, with its HF float64 reference.
+// An architecture fixture on GPU 0, with its HF float64 reference.
 class GpuArch : public ::testing::TestWithParam<std::string> {
 protected:
     void SetUp() override {
@@ -105,6 +105,8 @@ TEST_P(GpuArch, GreedyMatchesTheReferenceWhereClear) {
 
 INSTANTIATE_TEST_SUITE_P(DenseFamilies, GpuArch,
                          ::testing::Values("llama", "qwen2", "qwen3", "gemma3"));
+// The hybrids' mixers run on the device too (mixer_kernels.cuh), their state mirrored there.
+INSTANTIATE_TEST_SUITE_P(HybridFamilies, GpuArch, ::testing::Values("qwen35", "lfm2"));
 
 struct QuantCase {
     std::string type;

@@ -222,10 +222,62 @@ public:
     }
 
     void moe_ffn(const LayerWeights&, float*, float*, int64_t) override { cpu_only("MoE"); }
-    void short_conv_mixer(const LayerWeights&, int64_t, int64_t) override {
-        cpu_only("short-conv");
+
+    // lfm2's gated short convolution (cpu/short_conv.cpp): [B | C | x] = in_proj · xn,
+    // y = C * conv(B * x), x += out_proj · y.
+    void short_conv_mixer(const LayerWeights& L, int64_t index, int64_t n) override {
+        const int64_t E = c_.n_embd;
+        const MixerBuffers& m = gpu_.mixer;
+        matmul(L.conv_in, buffers_.xn, n, m.proj);  // [n x 3E]
+        conv_input_product(m.proj, n, E, m.conv_in, stream());
+        CausalConv conv;
+        conv.in = m.conv_in;
+        conv.in_stride = E;
+        conv.history = gpu_.recurrent_conv(index);
+        conv.taps = dev_.vector(L.conv_taps);
+        conv.kernel = c_.conv_kernel;
+        conv.channels = E;
+        causal_conv(conv, n, m.conv_out, stream());
+        multiply_by_gate(m.conv_out, E, m.proj + E, 3 * E, n, stream());
+        matmul(L.conv_out, m.conv_out, n, buffers_.xn);
+        add(buffers_.x, buffers_.xn, n * E);
     }
-    void delta_net_mixer(const LayerWeights&, int64_t, int64_t) override { cpu_only("delta-net"); }
+
+    // qwen35's GatedDeltaNet (cpu/delta_net.cpp): the projections, the conv with silu, the
+    // normalized heads and gates, the delta rule over the layer's state, the gated norm and
+    // the out-projection added to x.
+    void delta_net_mixer(const LayerWeights& L, int64_t index, int64_t n) override {
+        DeltaShape shape;
+        shape.n_k_heads = c_.ssm_n_k_heads;
+        shape.n_v_heads = c_.ssm_n_v_heads;
+        shape.k_dim = c_.ssm_k_dim;
+        shape.v_dim = c_.ssm_v_dim;
+        const int64_t channels = shape.channels();
+        const int64_t inner = shape.n_v_heads * shape.v_dim;
+        const MixerBuffers& m = gpu_.mixer;
+        const MatmulOut proj[] = {{&L.ssm_qkv, m.proj, channels},
+                                  {&L.ssm_z, m.z, inner},
+                                  {&L.ssm_alpha, m.decay, shape.n_v_heads},
+                                  {&L.ssm_beta, m.beta, shape.n_v_heads}};
+        matmul_many(proj, buffers_.xn, n);
+        CausalConv conv;
+        conv.in = m.proj;
+        conv.in_stride = channels;
+        conv.history = gpu_.recurrent_conv(index);
+        conv.taps = dev_.vector(L.conv_taps);
+        conv.kernel = c_.conv_kernel;
+        conv.channels = channels;
+        conv.silu = true;
+        causal_conv(conv, n, m.conv_out, stream());
+        delta_prepare(shape, m.conv_out, m.decay, m.beta, dev_.vector(L.ssm_a),
+                      dev_.vector(L.ssm_dt_bias), n, stream());
+        delta_rule(shape, m.conv_out, m.decay, m.beta, gpu_.recurrent_delta(index), m.core, n,
+                   stream());
+        gated_rms_norm(m.core, m.z, dev_.vector(L.ssm_norm), n * shape.n_v_heads, shape.v_dim,
+                       static_cast<float>(c_.rms_eps), stream());
+        matmul(L.ssm_out, m.core, n, buffers_.xn);
+        add(buffers_.x, buffers_.xn, n * c_.n_embd);
+    }
 
     void soft_cap(float* x, int64_t n, float cap) override { cuda::soft_cap(x, n, cap, stream()); }
 

@@ -16,7 +16,9 @@
 #include "engine/model/compute_device.h"
 #include "engine/model/cuda/cublas_library.cuh"
 #include "engine/model/cuda/layer_kernels.cuh"
+#include "engine/model/cuda/mixer_kernels.cuh"
 #include "engine/model/cuda/quant_kernels.cuh"
+#include "engine/model/recurrent_state.h"
 #include "engine/model/state.h"
 
 namespace ember {
@@ -91,18 +93,26 @@ private:
 };
 
 // One conversation's share of the GPU: its KV rows (mirroring the host KvCache: the host rows
-// are brought up to date only when read, KvCache::sync_host), the batch buffers, a stream and a
-// cuBLAS handle of its own.
-class CudaState final : public DeviceState, public KvMirror {
+// are brought up to date only when read, KvCache::sync_host), a hybrid's recurrent state
+// (mirroring RecurrentState the same way), the batch buffers, a stream and a cuBLAS handle of
+// its own.
+class CudaState final : public DeviceState, public KvMirror, public RecurrentMirror {
 public:
     CudaState(const CudaDevice& device, InferenceState& state);
     ~CudaState() override;
 
     void bring_host_up_to_date() override;
-    // Before a forward pass: rows the host wrote (a restore) go to the device.
+    void recurrent_to_host() override;
+    void recurrent_host_written() override;
+    // Before a forward pass: rows the host wrote (a restore) go to the device, and so does a
+    // recurrent state the host wrote.
     void prepare_forward();
-    // After a batch wrote rows [pos0, end) on the device.
+    // After a batch wrote rows [pos0, end) on the device (and moved its recurrent state).
     void rows_written(int64_t pos0, int64_t end);
+    // The device copy of layer `layer`'s conv history / delta-rule state (recurrent_state.h's
+    // layout), null where the layer has none.
+    float* recurrent_conv(int64_t layer) const;
+    float* recurrent_delta(int64_t layer) const;
 
     cudaStream_t stream() const { return stream_; }
     cublasHandle_t blas() const { return blas_; }
@@ -136,13 +146,17 @@ public:
     DeviceBuffer dequantized;  // f32 or f16 rows of a weight for cuBLAS, grown up to a cap
     DeviceBuffer half_x;       // [kMaxBatch x widest input] f16: a batch's scaled activations
     DeviceBuffer half_scale;   // [2 + kMaxBatch]: 0.0f, the batch's unscale 2^-e, row maxima
+    MixerBuffers mixer;        // the hybrids' mixers (pointers into mixer_block_)
 
 private:
     enum class Direction { ToHost, ToDevice };
     void reconcile();
     void copy_rows(Direction direction, int64_t begin, int64_t end);
 
+    void upload_recurrent();
+
     KvCache& kv_;
+    RecurrentState& recurrent_;
     const CublasLibrary& blas_library_;
     cudaStream_t stream_ = nullptr;
     cublasHandle_t blas_ = nullptr;
@@ -151,6 +165,10 @@ private:
     DeviceBuffer step_dev_;
     int64_t device_valid_ = 0;  // device rows [0, device_valid_) are the state's
     int64_t host_valid_ = 0;    // host rows [0, host_valid_) are the state's
+    DeviceBuffer mixer_block_;
+    DeviceBuffer recurrent_device_;        // [recurrent_.floats()]
+    bool recurrent_device_stale_ = true;   // the host wrote since the last upload
+    bool recurrent_device_newer_ = false;  // the device moved it since the host last read
 };
 
 }  // namespace ember::cuda

@@ -77,6 +77,14 @@ CudaDevice::CudaDevice(const Model& model, int device) : model_(model), device_(
               &L.ffn_norm, &L.post_attn_norm, &L.post_ffn_norm}) {
             upload_vector(*v);
         }
+        // The hybrids' mixers (absent ones have no rows / no elements).
+        for (const MatrixView* m : {&L.conv_in, &L.conv_out, &L.ssm_qkv, &L.ssm_z, &L.ssm_alpha,
+                                    &L.ssm_beta, &L.ssm_out}) {
+            upload_matrix(*m, "mixer");
+        }
+        for (const std::vector<float>* v : {&L.conv_taps, &L.ssm_a, &L.ssm_dt_bias, &L.ssm_norm}) {
+            upload_vector(*v);
+        }
     }
     inv_freq_ = upload(model.rope_inv_freq().data(), model.rope_inv_freq().size());
     inv_freq_local_ =

@@ -1,5 +1,6 @@
 // A conversation's share of the GPU (cuda_backend.cuh: CudaState): the KV mirror and buffers.
 #include <algorithm>
+#include <iterator>
 
 #include "engine/model/cuda/cuda_backend.cuh"
 #include "engine/model/cuda/cuda_check.cuh"
@@ -14,10 +15,32 @@ size_t floats(int64_t n) {
     return static_cast<size_t>(std::max<int64_t>(n, 1)) * sizeof(float);
 }
 
+// The mixers' buffers for `tokens` tokens, carved from one block (empty for the families
+// without mixers).
+MixerBuffers carve_mixer_buffers(const ModelConfig& c, int64_t tokens, DeviceBuffer& block) {
+    if (!is_hybrid(c.family)) return {};
+    const int64_t channels = c.conv_channels();
+    const int64_t inner = c.ssm_n_v_heads * c.ssm_v_dim;
+    // Widths in floats per token, in the order of MixerBuffers' members.
+    const int64_t widths[] = {
+        std::max(3 * c.n_embd, channels), inner, c.ssm_n_v_heads, c.ssm_n_v_heads, c.n_embd,
+        std::max(c.n_embd, channels),     inner};
+    int64_t total = 0;
+    for (const int64_t w : widths) total += (tokens * w + 63) / 64 * 64;  // 256-byte aligned
+    block = DeviceBuffer(floats(total));
+    float* next = block.as<float>();
+    float* parts[std::size(widths)];
+    for (size_t i = 0; i < std::size(widths); ++i) {
+        parts[i] = next;
+        next += (tokens * widths[i] + 63) / 64 * 64;
+    }
+    return MixerBuffers{parts[0], parts[1], parts[2], parts[3], parts[4], parts[5], parts[6]};
+}
+
 }  // namespace
 
 CudaState::CudaState(const CudaDevice& device, InferenceState& state)
-    : kv_(state.kv), blas_library_(device.blas()) {
+    : kv_(state.kv), recurrent_(state.recurrent), blas_library_(device.blas()) {
     const ModelConfig& c = device.model().config();
     EMBER_CUDA_CHECK(cudaSetDevice(device.device()));
     EMBER_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
@@ -57,11 +80,20 @@ CudaState::CudaState(const CudaDevice& device, InferenceState& state)
     shape.n_head = c.n_head;
     shape.value_dim = c.value_dim;
     decode_partials = DeviceBuffer(floats(attention_partials_floats(shape, 1, decode_chunks)));
+    mixer = carve_mixer_buffers(c, b, mixer_block_);
     host_valid_ = kv_.length();  // the host rows are the state until the device computes any
     kv_.set_mirror(this);
+    recurrent_.set_mirror(this);
 }
 
 CudaState::~CudaState() {
+    // The host keeps the recurrent state the device moved (a state outlives its device share
+    // when the model moves off the GPU); a failure here has nowhere to go but the host's copy.
+    if (recurrent_device_newer_ && recurrent_device_.get() != nullptr) {
+        cudaMemcpy(recurrent_.overwrite(), recurrent_device_.get(), recurrent_.bytes(),
+                   cudaMemcpyDeviceToHost);
+    }
+    recurrent_.set_mirror(nullptr);
     kv_.set_mirror(nullptr);
     if (decode_graph) cudaGraphExecDestroy(decode_graph);
     if (step_host_) cudaFreeHost(step_host_);
@@ -105,11 +137,52 @@ void CudaState::prepare_forward() {
     const int64_t length = kv_.length();
     if (device_valid_ < length) copy_rows(Direction::ToDevice, device_valid_, length);
     device_valid_ = length;
+    if (recurrent_device_stale_ && !recurrent_.empty()) upload_recurrent();
 }
 
 void CudaState::rows_written(int64_t pos0, int64_t end) {
     device_valid_ = end;
     host_valid_ = std::min(host_valid_, pos0);
+    if (!recurrent_.empty()) recurrent_device_newer_ = true;
+}
+
+void CudaState::upload_recurrent() {
+    const RecurrentState& host = recurrent_;  // const: reading it asks the mirror nothing new
+    if (recurrent_device_.bytes() < host.bytes()) {
+        // The captured decode step reads the old buffer: capture again.
+        if (decode_graph) cudaGraphExecDestroy(decode_graph);
+        decode_graph = nullptr;
+        recurrent_device_.grow(host.bytes());
+    }
+    recurrent_device_stale_ = false;
+    recurrent_device_newer_ = false;
+    EMBER_CUDA_CHECK(cudaMemcpyAsync(recurrent_device_.get(), host.data().data(), host.bytes(),
+                                     cudaMemcpyHostToDevice, stream_));
+    EMBER_CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
+
+void CudaState::recurrent_to_host() {
+    if (!recurrent_device_newer_) return;
+    recurrent_device_newer_ = false;  // first: the copy reads the host buffer through overwrite
+    EMBER_CUDA_CHECK(cudaMemcpyAsync(recurrent_.overwrite(), recurrent_device_.get(),
+                                     recurrent_.bytes(), cudaMemcpyDeviceToHost, stream_));
+    EMBER_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    recurrent_device_stale_ = false;  // overwrite() marked it; the two copies agree
+}
+
+void CudaState::recurrent_host_written() {
+    recurrent_device_stale_ = true;
+    recurrent_device_newer_ = false;
+}
+
+float* CudaState::recurrent_conv(int64_t layer) const {
+    const int64_t offset = recurrent_.conv_offset(layer);
+    return offset < 0 ? nullptr : recurrent_device_.as<float>() + offset;
+}
+
+float* CudaState::recurrent_delta(int64_t layer) const {
+    const int64_t offset = recurrent_.delta_offset(layer);
+    return offset < 0 ? nullptr : recurrent_device_.as<float>() + offset;
 }
 
 void CudaState::bring_host_up_to_date() {

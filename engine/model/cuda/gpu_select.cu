@@ -17,7 +17,6 @@ constexpr uint64_t kScratchBytes = uint64_t{384} << 20;
 // Why the family cannot run on the GPU yet, or empty.
 std::string family_blocker(const Model& model) {
     const ModelConfig& c = model.config();
-    if (is_hybrid(c.family)) return std::string(family_name(c.family)) + " (hybrid layers)";
     const auto& layers = model.layers();
     if (std::any_of(layers.begin(), layers.end(), [](const LayerWeights& L) { return L.moe(); })) {
         return std::string(family_name(c.family)) + " (mixture of experts)";
@@ -39,12 +38,15 @@ uint64_t planned_weight_bytes(const Model& model) {
     matrix(model.token_embd());
     matrix(model.output());
     for (const LayerWeights& L : model.layers()) {
-        for (const MatrixView* m : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down}) {
+        for (const MatrixView* m :
+             {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down, &L.conv_in, &L.conv_out,
+              &L.ssm_qkv, &L.ssm_z, &L.ssm_alpha, &L.ssm_beta, &L.ssm_out}) {
             matrix(*m);
         }
         bytes += (L.attn_norm.size() + L.ffn_norm.size() + L.q_norm.size() + L.k_norm.size() +
                   L.bq.size() + L.bk.size() + L.bv.size() + L.post_attn_norm.size() +
-                  L.post_ffn_norm.size()) *
+                  L.post_ffn_norm.size() + L.conv_taps.size() + L.ssm_a.size() +
+                  L.ssm_dt_bias.size() + L.ssm_norm.size()) *
                  sizeof(float);
     }
     return bytes;
