@@ -77,8 +77,8 @@ void RecurrentState::init(const ModelConfig& c) {
 }
 
 void RecurrentState::reset() {
-    if (mirror_) mirror_->recurrent_host_written();
     std::fill(data_.begin(), data_.end(), 0.0f);
+    if (mirror_) mirror_->recurrent_zeroed();
     position_ = 0;
 }
 

@@ -27,6 +27,9 @@ public:
     virtual void recurrent_to_host() = 0;
     // The host buffer was (or is about to be) written: the mirror's copy is stale.
     virtual void recurrent_host_written() = 0;
+    // The host buffer was zeroed (a new conversation): the mirror may zero its own copy rather
+    // than copy the zeros over.
+    virtual void recurrent_zeroed() { recurrent_host_written(); }
 
 protected:
     ~RecurrentMirror() = default;

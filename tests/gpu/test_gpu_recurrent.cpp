@@ -80,8 +80,8 @@ TEST_P(GpuRecurrent, SnapshotRestoreIsBitIdentical) {
 // and applied to a fresh state of the other, both ways; the continuation within 2e-3 of the
 // reference, and on the device bit for bit what the device gives without the round trip.
 TEST_P(GpuRecurrent, StateCrossesBetweenCpuAndGpu) {
-    auto cpu = load_fixture_model(fixture_path("arch/" + GetParam() + "/" + GetParam() + ".gguf"),
-                                  false);
+    auto cpu =
+        load_fixture_model(fixture_path("arch/" + GetParam() + "/" + GetParam() + ".gguf"), false);
     const size_t boundary = 120;
     const auto prefix = std::span(ids_).first(boundary);
     const auto rest = std::span(ids_).subspan(boundary);

@@ -104,6 +104,7 @@ public:
     void bring_host_up_to_date() override;
     void recurrent_to_host() override;
     void recurrent_host_written() override;
+    void recurrent_zeroed() override;
     // Before a forward pass: rows the host wrote (a restore) go to the device, and so does a
     // recurrent state the host wrote.
     void prepare_forward();

@@ -175,6 +175,15 @@ void CudaState::recurrent_host_written() {
     recurrent_device_newer_ = false;
 }
 
+void CudaState::recurrent_zeroed() {
+    if (recurrent_device_.bytes() < recurrent_.bytes()) return recurrent_host_written();
+    // Queued before the next batch's kernels on the same stream: 18 MiB of Qwen3.5-0.8B zeroed
+    // in microseconds where copying the host's zeros took milliseconds of every new prompt.
+    EMBER_CUDA_CHECK(cudaMemsetAsync(recurrent_device_.get(), 0, recurrent_.bytes(), stream_));
+    recurrent_device_stale_ = false;
+    recurrent_device_newer_ = false;
+}
+
 float* CudaState::recurrent_conv(int64_t layer) const {
     const int64_t offset = recurrent_.conv_offset(layer);
     return offset < 0 ? nullptr : recurrent_device_.as<float>() + offset;

@@ -45,7 +45,9 @@ struct DeltaShape {
     int64_t n_v_heads = 0;
     int64_t k_dim = 0;
     int64_t v_dim = 0;
-    __host__ __device__ int64_t channels() const { return 2 * n_k_heads * k_dim + n_v_heads * v_dim; }
+    __host__ __device__ int64_t channels() const {
+        return 2 * n_k_heads * k_dim + n_v_heads * v_dim;
+    }
 };
 
 // In place over a batch of n tokens: q and k heads of `qkv` [n x channels] L2-normalized (q
