@@ -221,7 +221,24 @@ public:
                      gpu_.partials.as<float>(), out, stream());
     }
 
-    void moe_ffn(const LayerWeights&, float*, float*, int64_t) override { cpu_only("MoE"); }
+    // x += moe(rms_norm(x) * ffn_norm) (moe_kernels.cuh): router, routing, the chosen experts'
+    // products and their weighted sum, all on the device (a captured decode step replays it).
+    void moe_ffn(const LayerWeights& layer, float* x, float* xn, int64_t n) override {
+        const MoeLayer l = moe_layer(dev_, layer);
+        MoeBuffers& b = gpu_.moe;
+        cuda::rms_norm_rows(x, dev_.vector(layer.ffn_norm), xn, n, c_.n_embd,
+                            static_cast<float>(c_.rms_eps), stream());
+        // The router in gemv's batches: its logits are then the same bits for a token alone or
+        // in any batch, so the expert choices are too.
+        for (int64_t t0 = 0; t0 < n; t0 += kGemvMaxTokens) {
+            gemv(l.router, xn + t0 * c_.n_embd, c_.n_embd, std::min(kGemvMaxTokens, n - t0),
+                 b.router + t0 * c_.n_expert, c_.n_expert, stream());
+            check_launch("gemv (router)");
+        }
+        moe_route(l, b.router, n, b.chosen, b.weight, stream());
+        moe_expert_ffn(l, xn, b.chosen, n, b.up, b.hidden, stream());
+        moe_down_add(l, b.hidden, b.chosen, b.weight, n, x, stream());
+    }
     void short_conv_mixer(const LayerWeights&, int64_t, int64_t) override {
         cpu_only("short-conv");
     }

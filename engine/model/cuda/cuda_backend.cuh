@@ -16,11 +16,13 @@
 #include "engine/model/compute_device.h"
 #include "engine/model/cuda/cublas_library.cuh"
 #include "engine/model/cuda/layer_kernels.cuh"
+#include "engine/model/cuda/moe_kernels.cuh"
 #include "engine/model/cuda/quant_kernels.cuh"
 #include "engine/model/state.h"
 
 namespace ember {
 class Model;
+struct LayerWeights;
 struct ModelConfig;
 }  // namespace ember
 
@@ -90,6 +92,9 @@ private:
     std::vector<std::string> notes_;
 };
 
+// The device weights and shape of a MoE layer (LayerWeights::moe()) of the device's model.
+MoeLayer moe_layer(const CudaDevice& device, const LayerWeights& layer);
+
 // One conversation's share of the GPU: its KV rows (mirroring the host KvCache: the host rows
 // are brought up to date only when read, KvCache::sync_host), the batch buffers, a stream and a
 // cuBLAS handle of its own.
@@ -136,6 +141,7 @@ public:
     DeviceBuffer dequantized;  // f32 or f16 rows of a weight for cuBLAS, grown up to a cap
     DeviceBuffer half_x;       // [kMaxBatch x widest input] f16: a batch's scaled activations
     DeviceBuffer half_scale;   // [2 + kMaxBatch]: 0.0f, the batch's unscale 2^-e, row maxima
+    MoeBuffers moe;            // the MoE layers' routing and expert scratch (moe_kernels.cuh)
 
 private:
     enum class Direction { ToHost, ToDevice };

@@ -18,10 +18,7 @@ constexpr uint64_t kScratchBytes = uint64_t{384} << 20;
 std::string family_blocker(const Model& model) {
     const ModelConfig& c = model.config();
     if (is_hybrid(c.family)) return std::string(family_name(c.family)) + " (hybrid layers)";
-    const auto& layers = model.layers();
-    if (std::any_of(layers.begin(), layers.end(), [](const LayerWeights& L) { return L.moe(); })) {
-        return std::string(family_name(c.family)) + " (mixture of experts)";
-    }
+    // Mixture-of-experts layers run on the GPU (moe_kernels.cuh).
     return "";
 }
 
@@ -39,9 +36,13 @@ uint64_t planned_weight_bytes(const Model& model) {
     matrix(model.token_embd());
     matrix(model.output());
     for (const LayerWeights& L : model.layers()) {
-        for (const MatrixView* m : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down}) {
+        for (const MatrixView* m : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down,
+                                    &L.ffn_gate_inp, &L.gate_exps, &L.up_exps, &L.down_exps}) {
             matrix(*m);
         }
+        bytes += (L.ffn_gate_inp_b.size() + L.gate_exps_b.size() + L.up_exps_b.size() +
+                  L.down_exps_b.size()) *
+                 sizeof(float);
         bytes += (L.attn_norm.size() + L.ffn_norm.size() + L.q_norm.size() + L.k_norm.size() +
                   L.bq.size() + L.bk.size() + L.bv.size() + L.post_attn_norm.size() +
                   L.post_ffn_norm.size()) *
