@@ -6,14 +6,18 @@
 //   route    per token: softmax in double, the n_used largest (ties: the lower index),
 //            ascending expert order, weights renormalized or not          (moe_route)
 //   gate/up  per (token, slot) pair: act(gate_e · xn_t + b) * (up_e · xn_t + b)  (moe_expert_ffn)
-//   down     per token: x_t += sum over its slots, ascending expert index, of
-//            w_j * (down_e · hidden_pair + b)                             (moe_down_add)
+//   down     per pair: down_e · hidden_pair                               (moe_expert_down)
+//   combine  per token: x_t += sum over its slots, ascending expert index, of
+//            w_j * (down_pair + b)                                        (moe_combine)
 //
-// Every product is one warp's dot over a row, with lanes over the row's units and a fixed
-// butterfly (as quant_kernels.cu's gemv), computed the same way whatever the batch: a pair's
-// output does not depend on the other pairs, and each token sums its experts in one fixed
-// order, so a batch gives bit for bit what its tokens give one at a time (forward.h's
-// exact-batch contract) and a decode step reads only its chosen experts' rows. No atomics.
+// Up to kGemvMaxTokens tokens, every product is one warp's dot over a row, with lanes over the
+// row's units and a fixed butterfly (as quant_kernels.cu's gemv), computed the same way
+// whatever the batch: a pair's output does not depend on the other pairs, and each token sums
+// its experts in one fixed order, so a batch gives bit for bit what its tokens give one at a
+// time (forward.h's exact-batch contract) and a decode step reads only its chosen experts'
+// rows. No atomics. Longer batches (prefill) sort their pairs by expert on the host and run each
+// chosen expert once over its rows through cuBLAS (cuda_backend.cu), each expert's weights
+// streamed once per batch.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -51,6 +55,13 @@ public:
     float* weight = nullptr;    // [tokens x n_used] their weights
     float* up = nullptr;        // [tokens * n_used x n_ff_exp] each pair's up product
     float* hidden = nullptr;    // [tokens * n_used x n_ff_exp] each pair's act(gate) * up
+    float* down = nullptr;      // [tokens * n_used x n_embd] each pair's down product
+    // The prefill's pairs grouped by expert (moe_gather): row i is pair order[i]; pair p is
+    // row position[p]; xg holds the rows' inputs.
+    int32_t* order = nullptr;     // [tokens * n_used]
+    int32_t* position = nullptr;  // [tokens * n_used]
+    float* xg = nullptr;          // [tokens * n_used x n_embd]
+    int32_t* host = nullptr;      // pinned [3 x tokens * n_used]: chosen, order, position
 
 private:
     void* block_ = nullptr;  // one cudaMalloc holding the buffers above
@@ -85,13 +96,29 @@ const char* moe_layer_unsupported(const MoeLayer& layer);
 void moe_route(const MoeLayer& layer, const float* logits, int64_t n, int32_t* chosen,
                float* weight, cudaStream_t stream);
 
+// Decode and batches of up to kGemvMaxTokens, one product per (token, slot) pair, reading only
+// the chosen experts' rows:
 // hidden [n * n_used x n_ff] = act(gate_e · xn_t + b) * (up_e · xn_t + b) for pair
 // p = t * n_used + j, e = chosen[p]; up [n * n_used x n_ff] is scratch. xn [n x n_embd].
 void moe_expert_ffn(const MoeLayer& layer, const float* xn, const int32_t* chosen, int64_t n,
                     float* up, float* hidden, cudaStream_t stream);
+// down [n * n_used x n_embd] = down_e · hidden[p] for each pair (no bias: moe_combine adds it).
+void moe_expert_down(const MoeLayer& layer, const float* hidden, const int32_t* chosen, int64_t n,
+                     float* down, cudaStream_t stream);
 
-// x [n x n_embd] += sum over j ascending of weight[p] * (down_e · hidden[p] + b), p = t*n_used+j.
-void moe_down_add(const MoeLayer& layer, const float* hidden, const int32_t* chosen,
-                  const float* weight, int64_t n, float* x, cudaStream_t stream);
+// x [n x n_embd] += sum over j ascending of weight[p] * (down[row] + down bias of e), p =
+// t*n_used + j, row = position[p] (or p when position is null).
+void moe_combine(const MoeLayer& layer, const float* down, const int32_t* position,
+                 const int32_t* chosen, const float* weight, int64_t n, float* x,
+                 cudaStream_t stream);
+
+// The prefill's steps around its per-expert cuBLAS products (cuda_backend.cu):
+// xg [rows x n_embd] = xn [order[i] / n_used] (the inputs of the expert-sorted pairs);
+void moe_gather(const float* xn, const int32_t* order, int64_t n_used, int64_t rows, int64_t n_embd,
+                float* xg, cudaStream_t stream);
+// gate [rows x n_ff] = act(gate + bias, up + bias), row i's expert chosen[order[i]].
+void moe_sorted_activation(const MoeLayer& layer, float* gate, const float* up,
+                           const int32_t* order, const int32_t* chosen, int64_t rows,
+                           cudaStream_t stream);
 
 }  // namespace ember::cuda
