@@ -1,6 +1,5 @@
 // Where a model runs: `--gpu auto|off|N`. With the CUDA backend built (EMBER_CUDA) and a GPU
-// present, the dense families (llama, qwen2, qwen3, gemma3) run there; MoE and hybrid families,
-// and builds or machines without CUDA, run on the CPU.
+// present, every family runs there; builds or machines without CUDA run on the CPU.
 #pragma once
 
 #include <cstdint>

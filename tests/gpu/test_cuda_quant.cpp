@@ -63,6 +63,8 @@ QuantizeFn quantizer(TensorType type) {
             return scalar::quantize_row_q5_k;
         case TensorType::Q6_K:
             return scalar::quantize_row_q6_k;
+        case TensorType::MXFP4:
+            return scalar::quantize_row_mxfp4;
         default:
             return nullptr;
     }
@@ -239,7 +241,7 @@ TEST_P(CudaQuant, EmbedRowsScalesTheRows) {
 INSTANTIATE_TEST_SUITE_P(Types, CudaQuant,
                          ::testing::Values(TensorType::F32, TensorType::F16, TensorType::BF16,
                                            TensorType::Q4_0, TensorType::Q8_0, TensorType::Q4_K,
-                                           TensorType::Q5_K, TensorType::Q6_K),
+                                           TensorType::Q5_K, TensorType::Q6_K, TensorType::MXFP4),
                          [](const ::testing::TestParamInfo<TensorType>& param_info) {
                              return std::string(type_info(param_info.param).name);
                          });

@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <string_view>
+#include <vector>
 
 #include "engine/model/cuda/cuda_backend.cuh"
 #include "engine/model/cuda/cuda_check.cuh"
@@ -221,7 +222,26 @@ public:
                      gpu_.partials.as<float>(), out, stream());
     }
 
-    void moe_ffn(const LayerWeights&, float*, float*, int64_t) override { cpu_only("MoE"); }
+    // x += moe(rms_norm(x) * ffn_norm) (moe_kernels.cuh): router, routing, the chosen experts'
+    // products and their weighted sum, all on the device (a captured decode step replays it).
+    void moe_ffn(const LayerWeights& layer, float* x, float* xn, int64_t n) override {
+        const MoeLayer l = moe_layer(dev_, layer);
+        MoeBuffers& b = gpu_.moe;
+        cuda::rms_norm_rows(x, dev_.vector(layer.ffn_norm), xn, n, c_.n_embd,
+                            static_cast<float>(c_.rms_eps), stream());
+        // The router in gemv's batches: its logits are then the same bits for a token alone or
+        // in any batch, so the expert choices are too.
+        for (int64_t t0 = 0; t0 < n; t0 += kGemvMaxTokens) {
+            gemv(l.router, xn + t0 * c_.n_embd, c_.n_embd, std::min(kGemvMaxTokens, n - t0),
+                 b.router + t0 * c_.n_expert, c_.n_expert, stream());
+            check_launch("gemv (router)");
+        }
+        moe_route(l, b.router, n, b.chosen, b.weight, stream());
+        if (n > kGemvMaxTokens) return moe_prefill(l, x, xn, n);
+        moe_expert_ffn(l, xn, b.chosen, n, b.up, b.hidden, stream());
+        moe_expert_down(l, b.hidden, b.chosen, n, b.down, stream());
+        moe_combine(l, b.down, nullptr, b.chosen, b.weight, n, x, stream());
+    }
 
     // lfm2's gated short convolution (cpu/short_conv.cpp): [B | C | x] = in_proj · xn,
     // y = C * conv(B * x), x += out_proj · y.
@@ -319,6 +339,57 @@ private:
     const float* device_of(const float* host, int64_t /*size*/) const {
         // The vectors are uploaded whole; a view of one is found by its data pointer.
         return dev_.vector_at(host);
+    }
+
+    // The experts of a batch over kGemvMaxTokens tokens (routed already: gpu_.moe.chosen): the
+    // (token, slot) pairs grouped by expert on the host (counting sort, tokens ascending), then
+    // each chosen expert's gate, up and down once over its rows through gemm() (cuBLAS on the
+    // dequantized expert slice), and the weighted sum as the short batches' moe_combine.
+    void moe_prefill(const MoeLayer& l, float* x, const float* xn, int64_t n) {
+        MoeBuffers& b = gpu_.moe;
+        const int64_t pairs = n * l.n_used;
+        int32_t* chosen = b.host;           // [pairs]
+        int32_t* order = b.host + pairs;    // [pairs] pair of each sorted row
+        int32_t* position = order + pairs;  // [pairs] sorted row of each pair
+        EMBER_CUDA_CHECK(cudaMemcpyAsync(chosen, b.chosen, pairs * sizeof(int32_t),
+                                         cudaMemcpyDeviceToHost, stream()));
+        EMBER_CUDA_CHECK(cudaStreamSynchronize(stream()));
+        std::vector<int64_t> start(l.n_expert + 1, 0);  // [n_expert + 1] first row of each
+        for (int64_t p = 0; p < pairs; ++p) ++start[chosen[p] + 1];
+        for (int64_t e = 0; e < l.n_expert; ++e) start[e + 1] += start[e];
+        std::vector<int64_t> fill(start.begin(), start.end() - 1);
+        for (int64_t p = 0; p < pairs; ++p) {
+            const int64_t row = fill[chosen[p]]++;
+            order[row] = static_cast<int32_t>(p);
+            position[p] = static_cast<int32_t>(row);
+        }
+        EMBER_CUDA_CHECK(cudaMemcpyAsync(b.order, order, pairs * sizeof(int32_t),
+                                         cudaMemcpyHostToDevice, stream()));
+        EMBER_CUDA_CHECK(cudaMemcpyAsync(b.position, position, pairs * sizeof(int32_t),
+                                         cudaMemcpyHostToDevice, stream()));
+        moe_gather(xn, b.order, l.n_used, pairs, l.n_embd, b.xg, stream());
+        // Expert e's rows [start[e], start[e+1]) of each sorted buffer.
+        const auto expert = [&](const DeviceMatrix& stacked, int64_t e) {
+            DeviceMatrix m = stacked;
+            m.rows = stacked.rows / l.n_expert;
+            m.data = static_cast<const uint8_t*>(stacked.data) +
+                     static_cast<size_t>(e * m.rows) * stacked.row_stride;
+            return m;
+        };
+        for (int64_t e = 0; e < l.n_expert; ++e) {
+            const int64_t m = start[e + 1] - start[e];
+            if (m == 0) continue;
+            const float* in = b.xg + start[e] * l.n_embd;
+            gemm(expert(l.up, e), in, m, b.up + start[e] * l.n_ff);
+            gemm(expert(l.gate, e), in, m, b.hidden + start[e] * l.n_ff);
+        }
+        moe_sorted_activation(l, b.hidden, b.up, b.order, b.chosen, pairs, stream());
+        for (int64_t e = 0; e < l.n_expert; ++e) {
+            const int64_t m = start[e + 1] - start[e];
+            if (m == 0) continue;
+            gemm(expert(l.down, e), b.hidden + start[e] * l.n_ff, m, b.down + start[e] * l.n_embd);
+        }
+        moe_combine(l, b.down, b.position, b.chosen, b.weight, n, x, stream());
     }
 
     [[noreturn]] static void cpu_only(const char* what) {

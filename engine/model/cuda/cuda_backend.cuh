@@ -17,12 +17,14 @@
 #include "engine/model/cuda/cublas_library.cuh"
 #include "engine/model/cuda/layer_kernels.cuh"
 #include "engine/model/cuda/mixer_kernels.cuh"
+#include "engine/model/cuda/moe_kernels.cuh"
 #include "engine/model/cuda/quant_kernels.cuh"
 #include "engine/model/recurrent_state.h"
 #include "engine/model/state.h"
 
 namespace ember {
 class Model;
+struct LayerWeights;
 struct ModelConfig;
 }  // namespace ember
 
@@ -92,6 +94,9 @@ private:
     std::vector<std::string> notes_;
 };
 
+// The device weights and shape of a MoE layer (LayerWeights::moe()) of the device's model.
+MoeLayer moe_layer(const CudaDevice& device, const LayerWeights& layer);
+
 // One conversation's share of the GPU: its KV rows (mirroring the host KvCache: the host rows
 // are brought up to date only when read, KvCache::sync_host), a hybrid's recurrent state
 // (mirroring RecurrentState the same way), the batch buffers, a stream and a cuBLAS handle of
@@ -148,6 +153,7 @@ public:
     DeviceBuffer half_x;       // [kMaxBatch x widest input] f16: a batch's scaled activations
     DeviceBuffer half_scale;   // [2 + kMaxBatch]: 0.0f, the batch's unscale 2^-e, row maxima
     MixerBuffers mixer;        // the hybrids' mixers (pointers into mixer_block_)
+    MoeBuffers moe;            // the MoE layers' routing and expert scratch (moe_kernels.cuh)
 
 private:
     enum class Direction { ToHost, ToDevice };

@@ -85,6 +85,20 @@ CudaDevice::CudaDevice(const Model& model, int device) : model_(model), device_(
         for (const std::vector<float>* v : {&L.conv_taps, &L.ssm_a, &L.ssm_dt_bias, &L.ssm_norm}) {
             upload_vector(*v);
         }
+        // Mixture of experts: the router and the stacked experts, with gpt-oss's biases.
+        for (const MatrixView* m : {&L.ffn_gate_inp, &L.gate_exps, &L.up_exps, &L.down_exps}) {
+            upload_matrix(*m, "expert");
+        }
+        for (const std::vector<float>* v :
+             {&L.ffn_gate_inp_b, &L.gate_exps_b, &L.up_exps_b, &L.down_exps_b}) {
+            upload_vector(*v);
+        }
+    }
+    for (const LayerWeights& L : model.layers()) {
+        if (!L.moe()) continue;
+        if (const std::string why = moe_layer_unsupported(moe_layer(*this, L)); !why.empty()) {
+            throw std::runtime_error("CUDA backend: " + why);
+        }
     }
     inv_freq_ = upload(model.rope_inv_freq().data(), model.rope_inv_freq().size());
     inv_freq_local_ =
@@ -152,6 +166,28 @@ std::vector<double> CudaDevice::measure_bandwidth_gbs(uint64_t bytes, int passes
     cudaEventDestroy(start);
     cudaEventDestroy(stop);
     return gbs;
+}
+
+MoeLayer moe_layer(const CudaDevice& device, const LayerWeights& L) {
+    const ModelConfig& c = device.model().config();
+    MoeLayer l;
+    l.router = device.matrix(L.ffn_gate_inp);
+    l.gate = device.matrix(L.gate_exps);
+    l.up = device.matrix(L.up_exps);
+    l.down = device.matrix(L.down_exps);
+    l.router_bias = device.vector(L.ffn_gate_inp_b);
+    l.gate_bias = device.vector(L.gate_exps_b);
+    l.up_bias = device.vector(L.up_exps_b);
+    l.down_bias = device.vector(L.down_exps_b);
+    l.n_expert = c.n_expert;
+    l.n_used = c.n_expert_used;
+    l.n_embd = c.n_embd;
+    l.n_ff = c.n_ff_exp;
+    l.renormalize = c.expert_weights_norm;
+    l.clamped_swiglu = c.clamped_swiglu;
+    l.swiglu_limit = c.swiglu_limit;
+    l.swiglu_alpha = c.swiglu_alpha;
+    return l;
 }
 
 const DeviceMatrix& CudaDevice::matrix(const MatrixView& view) const {

@@ -70,6 +70,7 @@ CudaState::CudaState(const CudaDevice& device, InferenceState& state)
         std::max({c.n_embd, c.n_ff, c.n_head * c.value_dim, c.n_head * c.head_dim});
     half_x = DeviceBuffer(static_cast<size_t>(b * widest_input) * sizeof(__half));
     half_scale = DeviceBuffer(floats(b + 2));
+    moe.reserve(c, b);
     EMBER_CUDA_CHECK(cudaMemset(half_scale.get(), 0, half_scale.bytes()));
     static_assert(kStepTokens == kMaxBatch);
     EMBER_CUDA_CHECK(cudaMallocHost(&step_host_, sizeof(StepInputs)));

@@ -14,16 +14,6 @@ namespace {
 // Headroom for the batch buffers, attention records and cuBLAS's workspace.
 constexpr uint64_t kScratchBytes = uint64_t{384} << 20;
 
-// Why the family cannot run on the GPU yet, or empty.
-std::string family_blocker(const Model& model) {
-    const ModelConfig& c = model.config();
-    const auto& layers = model.layers();
-    if (std::any_of(layers.begin(), layers.end(), [](const LayerWeights& L) { return L.moe(); })) {
-        return std::string(family_name(c.family)) + " (mixture of experts)";
-    }
-    return "";
-}
-
 // Device bytes of the weights: every matrix once (tied ones once), f32 where the kernels do
 // not read the type, and the vectors.
 uint64_t planned_weight_bytes(const Model& model) {
@@ -40,9 +30,13 @@ uint64_t planned_weight_bytes(const Model& model) {
     for (const LayerWeights& L : model.layers()) {
         for (const MatrixView* m :
              {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down, &L.conv_in, &L.conv_out,
-              &L.ssm_qkv, &L.ssm_z, &L.ssm_alpha, &L.ssm_beta, &L.ssm_out}) {
+              &L.ssm_qkv, &L.ssm_z, &L.ssm_alpha, &L.ssm_beta, &L.ssm_out, &L.ffn_gate_inp,
+              &L.gate_exps, &L.up_exps, &L.down_exps}) {
             matrix(*m);
         }
+        bytes += (L.ffn_gate_inp_b.size() + L.gate_exps_b.size() + L.up_exps_b.size() +
+                  L.down_exps_b.size()) *
+                 sizeof(float);
         bytes += (L.attn_norm.size() + L.ffn_norm.size() + L.q_norm.size() + L.k_norm.size() +
                   L.bq.size() + L.bk.size() + L.bv.size() + L.post_attn_norm.size() +
                   L.post_ffn_norm.size() + L.conv_taps.size() + L.ssm_a.size() +
@@ -90,9 +84,6 @@ GpuPlacement place_model(Model& model, const GpuRequest& request, uint64_t kv_by
             "there " +
             std::string(count == 1 ? "is 1 GPU" : "are " + std::to_string(count) + " GPUs") +
             " (numbered from 0)");
-    }
-    if (const std::string family = family_blocker(model); !family.empty()) {
-        return refuse(family + " runs on the CPU only for now");
     }
     EMBER_CUDA_CHECK(cudaSetDevice(index));
     size_t free_bytes = 0, total_bytes = 0;

@@ -213,6 +213,58 @@ struct FmtQ4_0 : QuantFormat<BlockQ4_0, kQK, 1, 8> {
 static_assert(sizeof(BlockQ4_0::qs) == 16, "Q4_0: the nibbles are one Window<1>");
 static_assert(u16_loadable<BlockQ4_0>(offsetof(BlockQ4_0, d)));
 
+// MXFP4 (17 bytes, any alignment): one unit per block, laid out as Q4_0 after the exponent
+// byte: run 0 = low nibbles = elements 0..15, run 1 = high nibbles = elements 16..31. A nibble
+// is a code of kMXFP4Values (the e2m1 values doubled, so integers in [-12, 12]) and the scale
+// is 2^(e - 128). The unpacked bytes hold code + 12 (0..24), hence the bias of 12: scale * (byte
+// - 12) is the CPU's value exactly (a small integer times a power of two).
+struct FmtMXFP4 : QuantFormat<BlockMXFP4, kQK, 1, 12> {
+    struct Raw {
+        uint32_t e;
+        Window<1> qs;
+    };
+    static __device__ __forceinline__ Raw load(const uint8_t* block, int) {
+        return {__ldg(block + offsetof(Block, e)), load_window<1>(block + offsetof(Block, qs))};
+    }
+    // Four nibbles (one per byte, 0..15) to their codes + 12: the magnitude of the low three
+    // bits looked up with one byte permute (the eight magnitudes fit two words), the sign bit
+    // choosing 12 + magnitude or 12 - magnitude per byte (neither carries out of its byte).
+    static __device__ __forceinline__ uint32_t codes(uint32_t nibbles) {
+        constexpr uint32_t kMagLo = 0x03020100u;  // magnitudes of codes 0..3: 0, 1, 2, 3
+        constexpr uint32_t kMagHi = 0x0c080604u;  // codes 4..7: 4, 6, 8, 12
+        static_assert(kMXFP4Values[1] == 1 && kMXFP4Values[4] == 4 && kMXFP4Values[5] == 6 &&
+                          kMXFP4Values[6] == 8 && kMXFP4Values[7] == 12 && kMXFP4Values[15] == -12,
+                      "MXFP4: the codebook the byte tables hold");
+        const uint32_t m = nibbles & 0x07070707u;
+        const uint32_t select =
+            (m & 0xffu) | ((m >> 4) & 0xf0u) | ((m >> 8) & 0xf00u) | ((m >> 12) & 0xf000u);
+        const uint32_t magnitude = __byte_perm(kMagLo, kMagHi, select);
+        const uint32_t negative = ((nibbles >> 3) & 0x01010101u) * 0xffu;
+        return ((0x0c0c0c0cu + magnitude) & ~negative) | ((0x0c0c0c0cu - magnitude) & negative);
+    }
+    static __device__ __forceinline__ Unit unpack(const Raw& raw, int) {
+        Unit u;
+        uint32_t qs[4];
+        extract<1>(raw.qs, qs);
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            u.q[i] = codes(qs[i] & 0x0f0f0f0fu);
+            u.q[4 + i] = codes((qs[i] >> 4) & 0x0f0f0f0fu);
+        }
+        // 2^(e - 128): a normal float from e = 2 (exponent field e - 1), subnormal below.
+        const float scale =
+            raw.e >= 2 ? __uint_as_float((raw.e - 1) << 23) : __uint_as_float(0x00200000u << raw.e);
+        u.scale[0] = u.scale[1] = scale;
+        u.offset[0] = u.offset[1] = 0.0f;
+        return u;
+    }
+    static __device__ __forceinline__ int chunk_pos(int, int c) {
+        return 8 * c;
+    }
+};
+static_assert(sizeof(BlockMXFP4::qs) == 16 && offsetof(BlockMXFP4, qs) == 1,
+              "MXFP4: the exponent byte, then the nibbles as one Window<1>");
+
 // The 16 bytes of a Q4_K/Q5_K block read as one `head` (below): d in the low half of word 0,
 // dmin in its high half, the 12 scale bytes in words 1..3.
 template <class B>

@@ -410,6 +410,9 @@ bool with_format(TensorType type, Fn&& fn) {
         case TensorType::Q6_K:
             fn(FmtQ6_K{});
             return true;
+        case TensorType::MXFP4:
+            fn(FmtMXFP4{});
+            return true;
         default:
             return false;
     }
@@ -425,7 +428,8 @@ bool aligned(const void* p, size_t to) {
 
 // The requirements of the readers: whole blocks (8 elements for the float types), rows at
 // least a row's bytes apart; 16-byte aligned rows for the formats read with aligned 16-byte
-// loads, 2-byte aligned ones for those read through windows (Q4_0, Q8_0, Q6_K: fp16 scales).
+// loads, 2-byte aligned ones for those read through windows (Q4_0, Q8_0, Q6_K: fp16 scales),
+// any for MXFP4 (17-byte blocks: a byte exponent and a window).
 void check_matrix(const DeviceMatrix& w) {
     bool ok = false;
     int block_elems = 0, block_bytes = 0;
@@ -445,7 +449,7 @@ void check_matrix(const DeviceMatrix& w) {
     }
     const bool windowed =
         w.type == TensorType::Q4_0 || w.type == TensorType::Q8_0 || w.type == TensorType::Q6_K;
-    const size_t alignment = windowed ? 2 : 16;
+    const size_t alignment = w.type == TensorType::MXFP4 ? 1 : (windowed ? 2 : 16);
     if (!aligned(w.data, alignment) || w.row_stride % alignment != 0) {
         fail("matrix data or row_stride not " + std::to_string(alignment) + "-byte aligned");
     }

@@ -40,7 +40,7 @@ inline bool is_float_type(TensorType type) {
 // at a time, bit for bit (speculative verification).
 inline constexpr int64_t kGemvMaxTokens = kExactBatchTokens;
 
-// Types the kernels read directly: F32, F16, BF16, Q4_0, Q8_0, Q4_K, Q5_K, Q6_K. The device
+// Types the kernels read directly: F32, F16, BF16, Q4_0, Q8_0, Q4_K, Q5_K, Q6_K, MXFP4. The device
 // model converts matrices of other types at load.
 bool gemv_supports(TensorType type);
 
