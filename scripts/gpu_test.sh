@@ -12,7 +12,8 @@
 #                                             exceed what a call carries: `dense` (the default:
 #                                             llama, qwen2, qwen3, gemma3 and the quant fixtures,
 #                                             ~41 MiB) and `families` (the MoE and hybrid
-#                                             families: qwen3moe, gptoss, qwen35, lfm2, ~45 MiB).
+#                                             families: qwen3moe, gptoss, qwen35, lfm2 and the MXFP4
+#                                             quant fixture, ~32 MiB).
 #                                             A test whose fixture is not in the kit skips.
 #   scripts/gpu_test.sh run [gtest filter]   there: run test_gpu against the kit's fixtures,
 #                                             then `ember bench` on a synthetic Qwen3-1.7B Q4_K_M
@@ -49,6 +50,7 @@ pack() {
             ;;
         families)
             for a in qwen3moe gptoss qwen35 lfm2; do files+=("arch/$a/$a.gguf" "arch/$a/ref.json"); done
+            files+=("quant/qfix-MXFP4.gguf" "quant/qfix-MXFP4.gguf.ref.json")  # gpt-oss's experts
             ;;
         *) echo "gpu_test.sh pack: unknown fixture set '$set' (dense or families)" >&2; exit 2 ;;
     esac
