@@ -3,8 +3,8 @@
 # run on the same synthetic files: the measurement issue 29's speed items ask for.
 #
 #   scripts/gpu_compare.sh pack              here: the bench kit (.gpukit/bench.tar.xz: ember,
-#                                             its libraries, glibc's loader, the two vocabularies
-#                                             synth copies) and the reference's source
+#                                             its libraries, glibc's loader, the three
+#                                             vocabularies synth copies) and the reference's source
 #                                             (.gpuref/llama.cpp-src.tar.xz, from PyPI's
 #                                             llama-cpp-python sdist, trimmed to what llama-bench
 #                                             needs: ~2 MiB)
@@ -22,7 +22,8 @@
 #                                             alternately (-p 512 -n 128, at depth 0 and 4096),
 #                                             JSON in $OUT and a table of ratios last; shapes
 #                                             default to qwen3-1.7b qwen3-4b llama-3.1-8b, types
-#                                             to $TYPES (default "q4_k_m q8_0")
+#                                             to $TYPES (default "q4_k_m q8_0"), depths to
+#                                             $DEPTHS (default "0 4096")
 #
 # The device call carries [".gpukit", ".gpuref"]. The reference's code never enters the project:
 # it is built under /tmp there as a measuring instrument.
@@ -42,6 +43,7 @@ pack() {
     cp -L /lib64/ld-linux-x86-64.so.2 "$stage/lib/"
     scripts/gguf_vocab_only.py "$fixtures/arch/qwen3/qwen3.gguf" "$stage/qwen3-vocab.gguf"
     scripts/gguf_vocab_only.py "$fixtures/arch/lfm2/lfm2.gguf" "$stage/llama3-vocab.gguf"
+    scripts/gguf_vocab_only.py "$fixtures/arch/gptoss/gptoss.gguf" "$stage/o200k-vocab.gguf"
     tar -C "$stage" -cf - . | xz -9e -T2 >.gpukit/bench.tar.xz  # -9e: it travels beside llama-bench
     rm -rf "$stage"
     if [ ! -f .gpuref/llama.cpp-src.tar.xz ]; then
@@ -124,9 +126,10 @@ bench() {
         for type in "${types[@]}"; do
             local vocab=$KIT/qwen3-vocab.gguf f=/tmp/$shape-$type.gguf
             [[ $shape == llama* ]] && vocab=$KIT/llama3-vocab.gguf
+            [[ $shape == gpt-oss* ]] && vocab=$KIT/o200k-vocab.gguf
             ember synth --shape "$shape" --type "$type" --vocab-from "$vocab" -o "$f" \
                 -t "$(nproc)" >/dev/null
-            for depth in 0 4096; do
+            for depth in ${DEPTHS:-0 4096}; do
                 for rep in $(seq "${REPS:-2}"); do  # alternating: ember, reference, ember, ...
                     ember bench -m "$f" --gpu 0 -p 512 -n 128 -d "$depth" --reps 3 --json \
                         >"$out/ember-$shape-$type-d$depth-$rep.json"
