@@ -4,7 +4,11 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <span>
 #include <string>
 #include <vector>
@@ -14,6 +18,7 @@
 #include "engine/model/model.h"
 #include "engine/model/state.h"
 #include "engine/util/thread_pool.h"
+#include "tests/support/reference_logits.h"
 
 // GPU tests skip on machines without one (CI has none; scripts/gpu_test.sh runs them on one).
 #define EMBER_REQUIRE_GPU()                                           \
@@ -79,6 +84,57 @@ inline void expect_same_where_clear(const GreedyRun& a, const GreedyRun& b, doub
             << what << ": token " << i << " is " << b.tokens[i] << ", expected " << a.tokens[i]
             << " (margin " << a.margins[i] << ")";
         return;
+    }
+}
+
+// `ids` fed whole (batches of 256) twice, one by one and in uneven batches, with a `kv_type`
+// cache: the two whole runs bit for bit, the other feeds within 2e-3 of them and choosing the
+// same token wherever the whole run's margin is over 1e-2. Prints a "[gpu] ... feeds" line.
+inline void check_feeds_agree(const Model& model, ThreadPool& pool, const std::vector<int32_t>& ids,
+                              KvType kv_type, const std::string& what) {
+    const auto n_vocab = static_cast<size_t>(model.config().n_vocab);
+    const auto whole = logits_in_batches(model, pool, ids, {256}, kv_type);
+    const auto again = logits_in_batches(model, pool, ids, {256}, kv_type);
+    EXPECT_EQ(0, std::memcmp(whole.data(), again.data(), whole.size() * sizeof(float)))
+        << what << ": two runs of the same input differ";
+    const auto ones = logits_in_batches(model, pool, ids, {1}, kv_type);
+    const auto uneven = logits_in_batches(model, pool, ids, {7, 100, 3, 64, 29}, kv_type);
+    double worst = 0;
+    for (size_t p = 0; p < ids.size(); ++p) {
+        const std::span<const float> w(whole.data() + p * n_vocab, n_vocab);
+        for (const auto* other : {&ones, &uneven}) {
+            const std::span<const float> o(other->data() + p * n_vocab, n_vocab);
+            for (size_t i = 0; i < n_vocab; ++i) {
+                worst = std::max(worst, static_cast<double>(std::fabs(w[i] - o[i])));
+            }
+            if (margin(w) > 1e-2) {
+                EXPECT_EQ(argmax(w), argmax(o)) << what << ": feeds choose differently at " << p;
+            }
+        }
+    }
+    EXPECT_LE(worst, 2e-3) << what << ": whole, one-by-one and uneven feeds";
+    std::printf("[gpu] %s feeds: max |dlogit| %.2e over %zu positions\n", what.c_str(), worst,
+                ids.size());
+}
+
+// Greedy decoding after the reference sequence `seq` (f32 cache) gives its greedy_ids up to
+// the first difference, which may come only where the reference's margin is at most 1e-2.
+inline void check_greedy_where_clear(const Model& model, ThreadPool& pool,
+                                     const nlohmann::json& seq, const std::string& what) {
+    ASSERT_TRUE(seq.contains("greedy_ids"));
+    const std::vector<int32_t> ids = ids_of(seq);
+    const auto expected = ids_of(seq, "greedy_ids");
+    auto state = make_state(model.config(), static_cast<int64_t>(ids.size() + expected.size()) + 8,
+                            KvType::F32);
+    const auto first = forward(model, *state, pool, ids, LogitsWanted::Last);
+    const GreedyRun run =
+        greedy_from(model, *state, pool, first, static_cast<int>(expected.size()));
+    for (size_t i = 0; i < expected.size(); ++i) {
+        if (run.tokens[i] == expected[i]) continue;
+        EXPECT_LE(seq["greedy_margins"][i].get<double>(), 1e-2)
+            << what << ": greedy token " << i << " is " << run.tokens[i] << ", reference "
+            << expected[i];
+        break;
     }
 }
 

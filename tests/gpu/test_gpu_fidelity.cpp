@@ -52,55 +52,11 @@ TEST_P(GpuArch, EveryKvTypeWithinToleranceAndShortBatchesExact) {
 }
 
 TEST_P(GpuArch, RunToRunIdenticalAndFeedsAgree) {
-    const std::string& arch = arch_;
-    Model* model = model_.get();
-    ThreadPool& pool = pool_;
-    const std::vector<int32_t> ids = ids_of(ref_["seqs"]["long"]);
-    const auto n_vocab = static_cast<size_t>(model->config().n_vocab);
-    const auto whole = logits_in_batches(*model, pool, ids, {256}, KvType::F16);
-    const auto again = logits_in_batches(*model, pool, ids, {256}, KvType::F16);
-    EXPECT_EQ(0, std::memcmp(whole.data(), again.data(), whole.size() * sizeof(float)))
-        << arch << ": two runs of the same input differ";
-    const auto ones = logits_in_batches(*model, pool, ids, {1}, KvType::F16);
-    const auto uneven = logits_in_batches(*model, pool, ids, {7, 100, 3, 64, 29}, KvType::F16);
-    double worst = 0;
-    for (size_t p = 0; p < ids.size(); ++p) {
-        const std::span<const float> w(whole.data() + p * n_vocab, n_vocab);
-        for (const auto* other : {&ones, &uneven}) {
-            const std::span<const float> o(other->data() + p * n_vocab, n_vocab);
-            for (size_t i = 0; i < n_vocab; ++i) {
-                worst = std::max(worst, static_cast<double>(std::fabs(w[i] - o[i])));
-            }
-            if (margin(w) > 1e-2) {
-                EXPECT_EQ(argmax(w), argmax(o)) << arch << ": feeds choose differently at " << p;
-            }
-        }
-    }
-    EXPECT_LE(worst, 2e-3) << arch << ": whole, one-by-one and uneven feeds";
-    std::printf("[gpu] %s feeds: max |dlogit| %.2e over %zu positions\n", arch.c_str(), worst,
-                ids.size());
+    check_feeds_agree(*model_, pool_, ids_of(ref_["seqs"]["long"]), KvType::F16, arch_);
 }
 
 TEST_P(GpuArch, GreedyMatchesTheReferenceWhereClear) {
-    const std::string& arch = arch_;
-    Model* model = model_.get();
-    ThreadPool& pool = pool_;
-    const json& seq = ref_["seqs"]["text"];
-    ASSERT_TRUE(seq.contains("greedy_ids"));
-    const std::vector<int32_t> ids = ids_of(seq);
-    const auto expected = ids_of(seq, "greedy_ids");
-    auto state = make_state(model->config(), static_cast<int64_t>(ids.size() + expected.size()) + 8,
-                            KvType::F32);
-    const auto first = forward(*model, *state, pool, ids, LogitsWanted::Last);
-    const GreedyRun run =
-        greedy_from(*model, *state, pool, first, static_cast<int>(expected.size()));
-    for (size_t i = 0; i < expected.size(); ++i) {
-        if (run.tokens[i] == expected[i]) continue;
-        EXPECT_LE(seq["greedy_margins"][i].get<double>(), 1e-2)
-            << arch << ": greedy token " << i << " is " << run.tokens[i] << ", reference "
-            << expected[i];
-        break;
-    }
+    check_greedy_where_clear(*model_, pool_, ref_["seqs"]["text"], arch_);
 }
 
 INSTANTIATE_TEST_SUITE_P(DenseFamilies, GpuArch,

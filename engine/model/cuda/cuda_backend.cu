@@ -250,14 +250,7 @@ public:
         const MixerBuffers& m = gpu_.mixer;
         matmul(L.conv_in, buffers_.xn, n, m.proj);  // [n x 3E]
         conv_input_product(m.proj, n, E, m.conv_in, stream());
-        CausalConv conv;
-        conv.in = m.conv_in;
-        conv.in_stride = E;
-        conv.history = gpu_.recurrent_conv(index);
-        conv.taps = dev_.vector(L.conv_taps);
-        conv.kernel = c_.conv_kernel;
-        conv.channels = E;
-        causal_conv(conv, n, m.conv_out, stream());
+        causal_conv(layer_conv(L, index, m.conv_in, E, false), n, m.conv_out, stream());
         multiply_by_gate(m.conv_out, E, m.proj + E, 3 * E, n, stream());
         matmul(L.conv_out, m.conv_out, n, buffers_.xn);
         add(buffers_.x, buffers_.xn, n * E);
@@ -280,15 +273,7 @@ public:
                                   {&L.ssm_alpha, m.decay, shape.n_v_heads},
                                   {&L.ssm_beta, m.beta, shape.n_v_heads}};
         matmul_many(proj, buffers_.xn, n);
-        CausalConv conv;
-        conv.in = m.proj;
-        conv.in_stride = channels;
-        conv.history = gpu_.recurrent_conv(index);
-        conv.taps = dev_.vector(L.conv_taps);
-        conv.kernel = c_.conv_kernel;
-        conv.channels = channels;
-        conv.silu = true;
-        causal_conv(conv, n, m.conv_out, stream());
+        causal_conv(layer_conv(L, index, m.proj, channels, true), n, m.conv_out, stream());
         delta_prepare(shape, m.conv_out, m.decay, m.beta, dev_.vector(L.ssm_a),
                       dev_.vector(L.ssm_dt_bias), n, stream());
         delta_rule(shape, m.conv_out, m.decay, m.beta, gpu_.recurrent_delta(index), m.core, n,
@@ -392,9 +377,19 @@ private:
         moe_combine(l, b.down, b.position, b.chosen, b.weight, n, x, stream());
     }
 
-    [[noreturn]] static void cpu_only(const char* what) {
-        throw std::logic_error(std::string("CUDA backend: ") + what +
-                               " layers run on the CPU; this model should not be on the GPU");
+    // The causal conv of mixer layer `index` over `in` [n x channels], its history in the
+    // device's recurrent state.
+    CausalConv layer_conv(const LayerWeights& L, int64_t index, const float* in, int64_t channels,
+                          bool silu) const {
+        CausalConv conv;
+        conv.in = in;
+        conv.in_stride = channels;
+        conv.history = gpu_.recurrent_conv(index);
+        conv.taps = dev_.vector(L.conv_taps);
+        conv.kernel = c_.conv_kernel;
+        conv.channels = channels;
+        conv.silu = silu;
+        return conv;
     }
 
     // Whether the batch's activations fit the f16 scratch for this matrix's width.

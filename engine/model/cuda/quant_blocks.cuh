@@ -23,6 +23,7 @@
 #include <cstdint>
 
 #include "engine/tensor/blocks.h"
+#include "engine/tensor/types.h"
 
 namespace ember::cuda::blocks {
 
@@ -466,5 +467,42 @@ struct FmtHalf {
 };
 using FmtF16 = FmtHalf<false>;
 using FmtBF16 = FmtHalf<true>;
+
+// Calls fn(Fmt{}) with the format struct of `type`, host side (the kernels' dispatch); false
+// when the kernels read no such type.
+template <class Fn>
+bool with_format(TensorType type, Fn&& fn) {
+    switch (type) {
+        case TensorType::F32:
+            fn(FmtF32{});
+            return true;
+        case TensorType::F16:
+            fn(FmtF16{});
+            return true;
+        case TensorType::BF16:
+            fn(FmtBF16{});
+            return true;
+        case TensorType::Q4_0:
+            fn(FmtQ4_0{});
+            return true;
+        case TensorType::Q8_0:
+            fn(FmtQ8_0{});
+            return true;
+        case TensorType::Q4_K:
+            fn(FmtQ4_K{});
+            return true;
+        case TensorType::Q5_K:
+            fn(FmtQ5_K{});
+            return true;
+        case TensorType::Q6_K:
+            fn(FmtQ6_K{});
+            return true;
+        case TensorType::MXFP4:
+            fn(FmtMXFP4{});
+            return true;
+        default:
+            return false;
+    }
+}
 
 }  // namespace ember::cuda::blocks

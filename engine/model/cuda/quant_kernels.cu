@@ -382,42 +382,6 @@ __global__ void __launch_bounds__(kThreads) max_abs_kernel(const DequantArgs a, 
 // ---------------------------------------------------------------------------------------------
 // Host side.
 
-// Calls fn(Fmt{}) with the format struct of `type`; false when the type has none.
-template <class Fn>
-bool with_format(TensorType type, Fn&& fn) {
-    switch (type) {
-        case TensorType::F32:
-            fn(FmtF32{});
-            return true;
-        case TensorType::F16:
-            fn(FmtF16{});
-            return true;
-        case TensorType::BF16:
-            fn(FmtBF16{});
-            return true;
-        case TensorType::Q4_0:
-            fn(FmtQ4_0{});
-            return true;
-        case TensorType::Q8_0:
-            fn(FmtQ8_0{});
-            return true;
-        case TensorType::Q4_K:
-            fn(FmtQ4_K{});
-            return true;
-        case TensorType::Q5_K:
-            fn(FmtQ5_K{});
-            return true;
-        case TensorType::Q6_K:
-            fn(FmtQ6_K{});
-            return true;
-        case TensorType::MXFP4:
-            fn(FmtMXFP4{});
-            return true;
-        default:
-            return false;
-    }
-}
-
 [[noreturn]] void fail(const std::string& what) {
     throw std::invalid_argument("cuda quant kernels: " + what);
 }
