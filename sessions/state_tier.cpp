@@ -14,8 +14,9 @@ namespace ember::sessions {
 
 namespace {
 
-// Threads copying a restore's blocks: past four, the copies wait on memory, not on each other.
-constexpr int64_t kMaxCopyThreads = 4;
+// Threads copying a restore's blocks: past eight, the copies wait on memory, not on each other
+// (the H200 machine's host: 35 GB/s on four, 50 on eight, 39 on sixteen).
+constexpr int64_t kMaxCopyThreads = 8;
 
 // What a block costs besides its rows, snapshot and tokens: its map nodes, its place in the
 // LRU order and its parent's list of children, about.

@@ -486,7 +486,7 @@ json run_memory_bench(const BenchResumeOptions& o, const std::string& dir) {
         json a = json::array(
             {{{"role", "system"}, {"content", "You are a helpful assistant. Answer briefly."}},
              {{"role", "user"},
-              {"content", filler_message(0, static_cast<int>(o.tokens * 10 / 13))}}});
+              {"content", filler_message(0, static_cast<int>(o.tokens * 12 / 13))}}});
         if (o.control != nullptr) {
             o.control->stage = "evaluating conversation A";
             o.control->line.show("bench-resume: " + o.control->stage);
