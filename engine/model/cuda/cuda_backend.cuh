@@ -58,13 +58,17 @@ private:
 // The model's weights on one GPU, found by the host address the model's views hold.
 class CudaDevice final : public ComputeDevice {
 public:
-    // Uploads every weight the dense families' layers read; throws std::runtime_error naming
-    // what failed (out of memory, an unsupported layout).
-    CudaDevice(const Model& model, int device);
+    // Uploads every weight the layers [0, layers) read, the embedding table, and the output
+    // norm and matrix when `layers` is every layer (a split's output runs on the CPU, after its
+    // last layer: gpu_plan.h); throws std::runtime_error naming what failed (out of memory, an
+    // unsupported layout).
+    CudaDevice(const Model& model, int device, int64_t layers);
 
     std::string description() const override { return description_; }
     std::unique_ptr<Backend> make_backend(InferenceState& state) override;
     uint64_t weight_bytes() const override { return weight_bytes_; }
+    int64_t layers() const override { return layers_; }
+    uint64_t memory_in_use() const override;
     std::vector<double> measure_bandwidth_gbs(uint64_t bytes, int passes) override;
 
     int device() const { return device_; }
@@ -85,6 +89,8 @@ private:
     const Model& model_;
     CublasLibrary blas_;
     int device_ = 0;
+    int64_t layers_ = 0;
+    size_t free_at_start_ = 0;  // the device's free memory before the first upload
     std::string description_;
     uint64_t weight_bytes_ = 0;
     std::vector<DeviceBuffer> blocks_;
@@ -167,8 +173,11 @@ private:
     const CublasLibrary& blas_library_;
     cudaStream_t stream_ = nullptr;
     cublasHandle_t blas_ = nullptr;
-    std::vector<DeviceBuffer> k_layers_, v_layers_;  // [slots x row bytes] per cache layer
-    StepInputs* step_host_ = nullptr;                // cudaMallocHost
+    // [slots x row bytes] per cache layer of the device's layers: [0, cache_layers_) (a split
+    // model's CPU layers have their rows on the host only).
+    int64_t cache_layers_ = 0;
+    std::vector<DeviceBuffer> k_layers_, v_layers_;
+    StepInputs* step_host_ = nullptr;  // cudaMallocHost
     DeviceBuffer step_dev_;
     int64_t device_valid_ = 0;  // device rows [0, device_valid_) are the state's
     int64_t host_valid_ = 0;    // host rows [0, host_valid_) are the state's

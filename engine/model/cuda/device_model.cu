@@ -1,5 +1,6 @@
 // The model's weights on the GPU (cuda_backend.cuh: CudaDevice) and the device buffer type.
 #include <algorithm>
+#include <span>
 #include <utility>
 
 #include "engine/model/cuda/cuda_backend.cuh"
@@ -60,15 +61,28 @@ DeviceBuffer upload(const T* data, size_t count) {
 
 }  // namespace
 
-CudaDevice::CudaDevice(const Model& model, int device) : model_(model), device_(device) {
+CudaDevice::CudaDevice(const Model& model, int device, int64_t layers)
+    : model_(model), device_(device) {
     EMBER_CUDA_CHECK(cudaSetDevice(device));
+    size_t total = 0;
+    EMBER_CUDA_CHECK(cudaMemGetInfo(&free_at_start_, &total));
     cudaDeviceProp prop{};
     EMBER_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
+    const auto n_layer = static_cast<int64_t>(model.layers().size());
+    layers_ = std::clamp<int64_t>(layers, 1, n_layer);
     description_ = "GPU " + std::to_string(device) + ": " + prop.name;
+    if (layers_ < n_layer) {
+        description_ += ", " + std::to_string(layers_) + " of " + std::to_string(n_layer) +
+                        " layers (the rest on the CPU)";
+    }
+    // The layers this device runs; the CPU's are never uploaded.
+    const std::span<const LayerWeights> own(model.layers().data(), static_cast<size_t>(layers_));
     upload_matrix(model.token_embd(), "token_embd");
-    upload_matrix(model.output(), "output");
-    upload_vector(model.output_norm());
-    for (const LayerWeights& L : model.layers()) {
+    if (layers_ == n_layer) {
+        upload_matrix(model.output(), "output");
+        upload_vector(model.output_norm());
+    }
+    for (const LayerWeights& L : own) {
         for (const MatrixView* m : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down}) {
             upload_matrix(*m, "layer");
         }
@@ -94,7 +108,7 @@ CudaDevice::CudaDevice(const Model& model, int device) : model_(model), device_(
             upload_vector(*v);
         }
     }
-    for (const LayerWeights& L : model.layers()) {
+    for (const LayerWeights& L : own) {
         if (!L.moe()) continue;
         if (const std::string why = moe_layer_unsupported(moe_layer(*this, L)); !why.empty()) {
             throw std::runtime_error("CUDA backend: " + why);
@@ -144,6 +158,13 @@ void CudaDevice::upload_vector(const std::vector<float>& host) {
     weight_bytes_ += block.bytes();
     vectors_.emplace(host.data(), block.as<float>());
     blocks_.push_back(std::move(block));
+}
+
+uint64_t CudaDevice::memory_in_use() const {
+    EMBER_CUDA_CHECK(cudaSetDevice(device_));
+    size_t free_now = 0, total = 0;
+    EMBER_CUDA_CHECK(cudaMemGetInfo(&free_now, &total));
+    return free_at_start_ > free_now ? free_at_start_ - free_now : 0;
 }
 
 std::vector<double> CudaDevice::measure_bandwidth_gbs(uint64_t bytes, int passes) {
