@@ -11,7 +11,8 @@
 #                                     (default .gpukit/split; carry DIR)
 #   DIR/gpu_split.sh run [DIR]        there: the tests and the benches; logs and JSON in $OUT,
 #                                     a table last. CAPS (default "3GiB 2GiB 1GiB") are the
-#                                     --gpu-memory values; FILTER the tests.
+#                                     --gpu-memory values; FILTER the tests; DEPTH (default 0)
+#                                     the context before the timed decode (a full cache's KV).
 set -euo pipefail
 mode=${1:-run}
 
@@ -49,14 +50,15 @@ run() {
     nvidia-smi --query-gpu=name,driver_version,memory.total,memory.used --format=csv,noheader || true
     local status=0
     EMBER_FIXTURES_DIR=$k/fixtures timeout 300 $loader "$k/test_gpu" \
-        --gtest_filter="${FILTER:-GpuSplit*:GpuArch*:GpuState*}" >"$out/test_gpu.log" 2>&1 || status=$?
+        --gtest_filter="${FILTER:-*GpuSplit*:*GpuArch*:*GpuState*}" >"$out/test_gpu.log" 2>&1 || status=$?
     grep -E '^\[  FAILED  \]|^\[(kv|gpu|split)\]|Failure|^\[==========\]|^\[  PASSED' \
         "$out/test_gpu.log" | head -120
     local model=/tmp/llama-3.1-8b-q4km.gguf
     $loader "$k/ember" synth --shape llama-3.1-8b --type q4_k_m --vocab-from "$k/llama3-vocab.gguf" \
         -o "$model" -t 16 >/dev/null
     ls -la "$model"
-    local bench=(bench -m "$model" -p 256 -n 64 --reps 2 --no-bandwidth --json)
+    local bench=(bench -m "$model" -p "${PROMPT:-256}" -n 64 --reps "${REPS:-2}" -d "${DEPTH:-0}"
+        --no-bandwidth --json)
     local runs=("whole:--gpu 0") cap
     for cap in ${CAPS:-3GiB 2GiB 1GiB}; do runs+=("cap-$cap:--gpu 0 --gpu-memory $cap"); done
     runs+=("cpu:--gpu-layers 0")
@@ -64,11 +66,11 @@ run() {
     for r in "${runs[@]}"; do
         name=${r%%:*} args=${r#*:}
         # shellcheck disable=SC2086
-        $loader "$k/ember" "${bench[@]}" $args >"$out/bench-$name.json" 2>"$out/bench-$name.err" ||
-            status=$?
-        echo "$name ($args): $(cat "$out/bench-$name.err" | tr '\n' ' ')"
+        $loader "$k/ember" "${bench[@]}" $args >"$out/bench-$name.json" 2>"$out/err" || status=$?
+        echo "$name ($args): $(tr '\n' ' ' <"$out/err")" | tee -a "$out/bench.log"
     done
-    python3 - "$out" <<'EOF'
+    rm -f "$out/err"
+    python3 - "$out" <<'EOF' | tee -a "$out/bench.log"
 import json, sys, glob, os
 rows = []
 for f in sorted(glob.glob(os.path.join(sys.argv[1], "bench-*.json"))):

@@ -141,7 +141,7 @@ public:
     // backend's layers, `count` floats at x, copied to host_x where the CPU's layers continue (a
     // recorded batch's work is done first, as publish_logits does it). Once per batch.
     virtual void hand_over(const float* x, float* host_x, int64_t count) {
-        std::copy(x, x + count, host_x);
+        if (x != host_x) std::copy(x, x + count, host_x);  // host backends may share the buffer
     }
 };
 
