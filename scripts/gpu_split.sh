@@ -12,7 +12,8 @@
 #   DIR/gpu_split.sh run [DIR]        there: the tests and the benches; logs and JSON in $OUT,
 #                                     a table last. CAPS (default "3GiB 2GiB 1GiB") are the
 #                                     --gpu-memory values; FILTER the tests; DEPTH (default 0)
-#                                     the context before the timed decode (a full cache's KV).
+#                                     the context before the timed decode (a full cache's KV);
+#                                     CPU=0 skips the CPU-only run; FILTER=- the tests.
 set -euo pipefail
 mode=${1:-run}
 
@@ -49,19 +50,22 @@ run() {
     local loader="$k/lib/ld-linux-x86-64.so.2 --library-path $k/lib:$cuda_lib"
     nvidia-smi --query-gpu=name,driver_version,memory.total,memory.used --format=csv,noheader || true
     local status=0
-    EMBER_FIXTURES_DIR=$k/fixtures timeout 300 $loader "$k/test_gpu" \
-        --gtest_filter="${FILTER:-*GpuSplit*:*GpuArch*:*GpuState*}" >"$out/test_gpu.log" 2>&1 || status=$?
-    grep -E '^\[  FAILED  \]|^\[(kv|gpu|split)\]|Failure|^\[==========\]|^\[  PASSED' \
-        "$out/test_gpu.log" | head -120
+    if [ "${FILTER:-}" != "-" ]; then  # FILTER=-: the benches alone
+        EMBER_FIXTURES_DIR=$k/fixtures timeout 300 $loader "$k/test_gpu" \
+            --gtest_filter="${FILTER:-*GpuSplit*:*GpuArch*:*GpuState*}" >"$out/test_gpu.log" 2>&1 ||
+            status=$?
+        grep -E '^\[  FAILED  \]|^\[(kv|gpu|split)\]|Failure|^\[==========\]|^\[  PASSED' \
+            "$out/test_gpu.log" | head -120
+    fi
     local model=/tmp/llama-3.1-8b-q4km.gguf
-    $loader "$k/ember" synth --shape llama-3.1-8b --type q4_k_m --vocab-from "$k/llama3-vocab.gguf" \
-        -o "$model" -t 16 >/dev/null
+    [ -f "$model" ] || $loader "$k/ember" synth --shape llama-3.1-8b --type q4_k_m \
+        --vocab-from "$k/llama3-vocab.gguf" -o "$model" -t 16 >/dev/null
     ls -la "$model"
     local bench=(bench -m "$model" -p "${PROMPT:-256}" -n 64 --reps "${REPS:-2}" -d "${DEPTH:-0}"
         --no-bandwidth --json)
     local runs=("whole:--gpu 0") cap
     for cap in ${CAPS:-3GiB 2GiB 1GiB}; do runs+=("cap-$cap:--gpu 0 --gpu-memory $cap"); done
-    runs+=("cpu:--gpu-layers 0")
+    [ "${CPU:-1}" = 0 ] || runs+=("cpu:--gpu-layers 0")
     local r name args
     for r in "${runs[@]}"; do
         name=${r%%:*} args=${r#*:}
@@ -79,6 +83,10 @@ for f in sorted(glob.glob(os.path.join(sys.argv[1], "bench-*.json"))):
     except Exception as e:
         print(f, "unreadable", e); continue
     rows.append((os.path.basename(f)[6:-5], j))
+    os.remove(f)  # one file back for all of them (a call brings back 8)
+with open(os.path.join(sys.argv[1], "bench.jsonl"), "a") as out:
+    for n, j in rows:
+        out.write(json.dumps({"run": n, **j}) + "\n")
 whole = next((j["decode_tps"] for n, j in rows if n == "whole"), None)
 print("%-12s %9s %9s %10s %10s %9s %9s %9s %6s" % ("run", "layers", "decode", "vs whole",
       "prefill", "peak MiB", "wts MiB", "KV MiB", "peak/(w+kv)"))

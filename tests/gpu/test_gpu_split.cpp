@@ -104,8 +104,8 @@ TEST_P(GpuSplit, LogitsAgreeWithTheWholeGpuAndTheCpu) {
             EXPECT_LE(vs_whole, kv_tolerance(type, arch_)) << what_ << " batch " << batch;
             EXPECT_LE(vs_cpu, kv_tolerance(type, arch_)) << what_ << " batch " << batch;
             std::printf("[split] %s %s batch %lld: max |dlogit| vs whole GPU %.2e, vs CPU %.2e\n",
-                        what_.c_str(), kv_type_name(type), static_cast<long long>(batch),
-                        vs_whole, vs_cpu);
+                        what_.c_str(), kv_type_name(type), static_cast<long long>(batch), vs_whole,
+                        vs_cpu);
         }
     }
 }

@@ -8,8 +8,10 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "engine/model/backend.h"
@@ -83,6 +85,8 @@ public:
     const std::vector<std::string>& notes() const { return notes_; }
 
 private:
+    void upload_weights(std::span<const LayerWeights> own);
+    size_t take_arena(size_t bytes);  // offset of `bytes` in the arena (0 while sizing)
     void upload_matrix(const MatrixView& view, const char* name);
     void upload_vector(const std::vector<float>& host);
 
@@ -93,7 +97,11 @@ private:
     size_t free_at_start_ = 0;  // the device's free memory before the first upload
     std::string description_;
     uint64_t weight_bytes_ = 0;
-    std::vector<DeviceBuffer> blocks_;
+    DeviceBuffer arena_;  // every weight, [arena_bytes_]
+    size_t arena_bytes_ = 0;
+    size_t arena_used_ = 0;
+    bool sizing_ = false;                    // upload_weights' first pass: counting bytes
+    std::unordered_set<const void*> sized_;  // what the first pass counted (tied ones once)
     std::unordered_map<const void*, DeviceMatrix> matrices_;
     std::unordered_map<const float*, const float*> vectors_;
     DeviceBuffer inv_freq_, inv_freq_local_;
