@@ -4,7 +4,9 @@
 #include <chrono>
 #include <cstring>
 #include <exception>
+#include <utility>
 
+#include "engine/model/gpu.h"
 #include "engine/model/state_io.h"
 #include "engine/util/fan_out.h"
 
@@ -39,6 +41,28 @@ uint64_t StateTier::Block::bytes() const {
     return rows.size() + snapshot.size() + tokens.size() * sizeof(int32_t) + kBlockOverheadBytes;
 }
 
+TierRows::TierRows(TierRows&& other) noexcept
+    : bytes_(std::move(other.bytes_)), pinned_(std::exchange(other.pinned_, false)) {}
+
+TierRows& TierRows::operator=(TierRows&& other) noexcept {
+    if (this != &other) {
+        unpin();
+        bytes_ = std::move(other.bytes_);
+        pinned_ = std::exchange(other.pinned_, false);
+    }
+    return *this;
+}
+
+bool TierRows::pin() {
+    if (!pinned_) pinned_ = pin_host_memory(bytes_.data(), bytes_.size());
+    return pinned_;
+}
+
+void TierRows::unpin() {
+    if (pinned_) unpin_host_memory(bytes_.data());
+    pinned_ = false;
+}
+
 StateTier::StateTier(uint64_t cap_bytes) : cap_bytes_(cap_bytes) {
     stats_.cap_bytes = cap_bytes;
 }
@@ -50,6 +74,11 @@ double StateTier::restore_bytes_per_second() const {
         return kAssumedBytesPerSecond;
     }
     return static_cast<double>(stats_.bytes_restored) / stats_.restore_seconds;
+}
+
+void StateTier::pin_rows(bool on) {
+    const std::lock_guard lock(mutex_);
+    pin_rows_ = on;
 }
 
 StateTierStats StateTier::stats() const {
@@ -258,7 +287,7 @@ int64_t StateTier::copy_rows(const Walk& w, int64_t have, InferenceState& state,
         for (size_t i = static_cast<size_t>(t); i < pieces.size();
              i += static_cast<size_t>(threads)) {
             try {
-                apply_kv_rows(pieces[i].block->rows, kv, pieces[i].from, pieces[i].end);
+                apply_kv_rows(pieces[i].block->rows.bytes(), kv, pieces[i].from, pieces[i].end);
             } catch (const std::exception&) {
                 return;  // the blocks after this one are of no use
             }
@@ -383,7 +412,8 @@ StateTier::Block* StateTier::insert(Block block, const std::vector<StateKey>& ke
     const StateKey parent = block.parent;
     bytes_ += block.bytes();
     auto [it, inserted] = blocks_.emplace(key, std::move(block));
-    if (!inserted) return nullptr;  // guarded by the callers (a key found is verified)
+    if (!inserted) return nullptr;         // guarded by the callers (a key found is verified)
+    if (pin_rows_) it->second.rows.pin();  // kept: only then worth locking
     children_[parent].push_back(key);
     lru_.insert(LruKey{it->second.tick, -it->second.begin, key});
     stats_.blocks_stored += 1;
@@ -428,7 +458,7 @@ void StateTier::save(const StateKey& seed, int64_t block_tokens, std::span<const
         b.parent = parent;
         b.begin = static_cast<int64_t>(pos);
         b.tokens.assign(piece.begin(), piece.end());
-        b.rows = serialize_kv_rows(kv, b.begin, b.begin + std::ssize(piece));
+        b.rows = TierRows(serialize_kv_rows(kv, b.begin, b.begin + std::ssize(piece)));
         b.complete = fresh(b.begin);
         b.tick = tick;
         return b;

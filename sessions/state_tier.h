@@ -63,6 +63,30 @@ struct TierMatch {
     bool store_may_hold_more = true;
 };
 
+// A block's rows, page-locked once pinned (StateTier::pin_rows): a restore onto a GPU then
+// copies them with the copy engine straight from here. Move-only; unlocked before freed.
+class TierRows {
+public:
+    TierRows() = default;
+    explicit TierRows(std::vector<uint8_t> bytes) : bytes_(std::move(bytes)) {}
+    TierRows(TierRows&& other) noexcept;
+    TierRows& operator=(TierRows&& other) noexcept;
+    TierRows(const TierRows&) = delete;
+    TierRows& operator=(const TierRows&) = delete;
+    ~TierRows() { unpin(); }
+
+    // Page-locks the bytes (engine/model/gpu.h: pin_host_memory); false where it cannot.
+    bool pin();
+    std::span<const uint8_t> bytes() const { return bytes_; }
+    size_t size() const { return bytes_.size(); }
+    bool pinned() const { return pinned_; }
+
+private:
+    void unpin();
+    std::vector<uint8_t> bytes_;
+    bool pinned_ = false;
+};
+
 class StateTier {
 public:
     explicit StateTier(uint64_t cap_bytes);
@@ -97,6 +121,12 @@ public:
     // tier lacks needs no look in the database either. Ignored once the tier holds roots.
     void store_holds_no_roots(const StateKey& seed);
 
+    // Page-locks the rows of blocks stored from now on (the model runs on a GPU, where a
+    // restore copies from locked memory at several times the speed of pageable: 2 GB of
+    // Llama-3.1-8B rows in ~40 ms instead of ~290 on the H200's host). Locking costs a save
+    // ~0.06 ms a MB, once.
+    void pin_rows(bool on);
+
     StateTierStats stats() const;
     uint64_t bytes() const;
     uint64_t cap_bytes() const { return cap_bytes_; }
@@ -110,7 +140,7 @@ private:
         StateKey parent{};  // the previous block's key (the seed for a root)
         int64_t begin = 0;
         std::vector<int32_t> tokens;
-        std::vector<uint8_t> rows;      // serialize_kv_rows(kv, begin, begin + tokens.size())
+        TierRows rows;                  // serialize_kv_rows(kv, begin, begin + tokens.size())
         std::vector<uint8_t> snapshot;  // hybrids: serialize_recurrent at the block's end
         bool complete = false;          // every continuation the database holds is here
         uint64_t tick = 0;
@@ -156,6 +186,7 @@ private:
     std::unordered_map<StateKey, bool, KeyHash> complete_seeds_;  // seeds whose roots are all here
     uint64_t bytes_ = 0;
     uint64_t tick_ = 0;
+    bool pin_rows_ = false;
     StateTierStats stats_;
 };
 

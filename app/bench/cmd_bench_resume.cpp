@@ -21,15 +21,25 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include "app/cli/options.h"
 #include "app/cli/stop_signals.h"
 #include "app/commands/commands.h"
+#include "app/models/load_model.h"
 #include "app/models/model_locator.h"
+#include "app/remote/client.h"
+#include "app/serve/server.h"
+#include "app/store/session_adapter.h"
+#include "engine/model/compute_device.h"
 #include "engine/model/model.h"
 #include "engine/tokenizer/tokenizer.h"
+#include "engine/util/thread_pool.h"
 #include "sessions/sqlite.h"
 #include "sessions/state_store.h"
+#include "sessions/state_tier.h"
+#include "sessions/tiered_state_store.h"
 #include "ui/io/progress.h"
 #include "ui/io/terminal_text.h"
 
@@ -62,10 +72,13 @@ struct BenchResumeOptions {
     int64_t tokens = 2000;
     int threads = 0;
     bool json_out = false;
-    std::string kv_type = "f16";       // the chat processes' --kv-type (chat's default)
-    std::string activations = "auto";  // --activations
-    GpuOptions gpu;                    // --gpu
-    std::string keep_dir;              // keep the databases here instead of a temporary directory
+    std::string kv_type = "f16";        // the chat processes' --kv-type (chat's default)
+    std::string activations = "auto";   // --activations
+    GpuOptions gpu;                     // --gpu, --gpu-layers, --gpu-memory
+    int64_t ctx = 0;                    // the chat processes' --ctx (0: chat's default)
+    std::string from = "database";      // database: across a restart; memory: the host tier
+    std::string state_memory = "8GiB";  // the host tier's bound (--from memory)
+    std::string keep_dir;               // keep the databases here instead of a temporary directory
 };
 
 constexpr double kTtftLimit = 0.05;  // warm TTFT must be at most this fraction of cold (issue 15)
@@ -247,7 +260,9 @@ std::vector<std::string> chat_args(const BenchResumeOptions& o, const std::strin
                                   "--kv-type",
                                   o.kv_type,
                                   "--activations",
-                                  o.activations};
+                                  o.activations,
+                                  "--ctx",
+                                  std::to_string(o.ctx)};
     const std::vector<std::string> gpu = o.gpu.arguments();
     args.insert(args.end(), gpu.begin(), gpu.end());
     return args;
@@ -423,6 +438,127 @@ json run_bench(const BenchResumeOptions& o, const std::string& dir) {
     return out;
 }
 
+// --from memory: one process serving the model (an in-process `ember serve` with one slot, a
+// host tier and a session database) builds conversation A, answers an unrelated conversation B
+// (which takes the slot's state), then A's next turn: its state comes back from the host tier.
+// The same turn on a second server without any store (and a fresh slot) recomputes it. Both
+// are timed by the client from the request to the first streamed text.
+json run_memory_bench(const BenchResumeOptions& o, const std::string& dir) {
+    const std::string model_path = model_path_for(o.model);
+    const auto model = load_model(model_path, o.activations, o.gpu);
+    ThreadPool pool(o.threads > 0 ? o.threads : default_threads());
+    const auto db = open_session_db(dir + "/memory.db");
+    sessions::StateStore durable(*db, *model, kv_type_of(o.kv_type));
+    sessions::StateTier tier(parse_byte_size(o.state_memory));
+    tier.pin_rows(model->device() != nullptr);
+    sessions::TieredStateStore tiered(durable, tier);
+    ConversationOptions copts;
+    copts.kv_type = kv_type_of(o.kv_type);
+    copts.context = o.ctx > 0 ? o.ctx : o.tokens * 5 / 4 + 512;
+    serve::ServerOptions so;
+    so.port = 0;
+    so.model_id = "bench";
+    so.max_body_bytes = size_t{64} << 20;
+    // The slots evaluate prompts on `pool` one at a time: the two servers never overlap.
+    serve::Server warm_server(*model, pool, copts, &tiered, so);
+    // Cold: no store, and no prefix kept in the slot either (as `chat --no-prefix-cache`), so
+    // the turn is evaluated from its first token, as a fresh process would.
+    ConversationOptions cold_options = copts;
+    cold_options.prefix_cache = false;
+    serve::Server cold_server(*model, pool, cold_options, nullptr, so);
+    const std::string warm_url = "http://127.0.0.1:" + std::to_string(warm_server.bind()) + "/v1";
+    const std::string cold_url = "http://127.0.0.1:" + std::to_string(cold_server.bind()) + "/v1";
+    std::thread warm_thread([&] { warm_server.run(); });
+    std::thread cold_thread([&] { cold_server.run(); });
+    const auto ask = [](const std::string& url, const json& messages, int max_tokens) {
+        serve::ApiClient api(url, "");
+        json body = {{"model", "bench"},
+                     {"messages", messages},
+                     {"max_tokens", max_tokens},
+                     {"temperature", 0}};
+        serve::StreamResult r = api.stream("chat/completions", body, nullptr);
+        if (!r.error.empty()) throw std::runtime_error("bench-resume: the server said: " + r.error);
+        return r;
+    };
+    json result;
+    try {
+        // A: one long user message. Its next turn carries a reply text of the client's own
+        // rather than the one generated (a server remembers the ids of its replies, and text
+        // re-tokenized need not give the same ids), so that both servers read the same tokens.
+        json a = json::array(
+            {{{"role", "system"}, {"content", "You are a helpful assistant. Answer briefly."}},
+             {{"role", "user"},
+              {"content", filler_message(0, static_cast<int>(o.tokens * 10 / 13))}}});
+        if (o.control != nullptr) {
+            o.control->stage = "evaluating conversation A";
+            o.control->line.show("bench-resume: " + o.control->stage);
+        }
+        const auto build_start = Clock::now();
+        const int64_t tokens = ask(warm_url, a, 8).usage.value("prompt_tokens", int64_t{0});
+        const int turns = 1;
+        a.push_back({{"role", "assistant"}, {"content", "I have read all of it."}});
+        const double build_seconds = since(build_start);
+        // B takes the slot: A's state is now only in the tier (and the database). The cold
+        // server's slot answers it too, so that both slots have run before they are timed.
+        const json b = json::array({{{"role", "system"}, {"content", "You answer in one word."}},
+                                    {{"role", "user"}, {"content", "Name a colour."}}});
+        ask(warm_url, b, 4);
+        ask(cold_url, b, 4);
+        a.push_back({{"role", "user"},
+                     {"content", "Thank you. Now summarise all of that in one sentence."}});
+        if (o.control != nullptr) o.control->stage = "the warm and the cold turn";
+        const sessions::StateTierStats before = tier.stats();
+        const serve::StreamResult warm = ask(warm_url, a, 1);
+        const sessions::StateTierStats after = tier.stats();
+        const serve::StreamResult cold = ask(cold_url, a, 1);
+        const double ratio = cold.ttft_seconds > 0 ? warm.ttft_seconds / cold.ttft_seconds : 0.0;
+        const auto side = [](const serve::StreamResult& r) {
+            return json{{"ttft_ms", r.ttft_seconds * 1000.0},
+                        {"engine_ttft_ms", r.ember.value("ttft_seconds", 0.0) * 1000.0},
+                        {"tokens_reused", r.ember.value("prompt_tokens_reused", int64_t{0})},
+                        {"tokens_restored", r.ember.value("prompt_tokens_restored", int64_t{0})},
+                        {"tokens_evaluated", r.ember.value("prompt_tokens_evaluated", int64_t{0})},
+                        {"resume", r.ember.value("prompt_resume", "none")},
+                        {"restored_from", r.ember.value("prompt_restored_from", "")},
+                        {"reply", r.content}};
+        };
+        const double restore_s = after.restore_seconds - before.restore_seconds;
+        const int64_t restore_bytes = after.bytes_restored - before.bytes_restored;
+        result = {{"model", model_path},
+                  {"from", "memory"},
+                  {"where", model->device() ? model->device()->description() : "CPU"},
+                  {"kv_type", o.kv_type},
+                  {"conversation",
+                   {{"target_tokens", o.tokens},
+                    {"tokens", tokens},
+                    {"turns", turns},
+                    {"build_seconds", build_seconds}}},
+                  {"warm", side(warm)},
+                  {"cold", side(cold)},
+                  {"tokens_restored", warm.ember.value("prompt_tokens_restored", int64_t{0})},
+                  {"ttft_ratio", ratio},
+                  {"restore",
+                   {{"seconds", restore_s},
+                    {"raw_bytes", restore_bytes},
+                    {"raw_mb_per_s", restore_s > 0 ? restore_bytes / 1e6 / restore_s : 0.0},
+                    {"pinned", model->device() != nullptr}}},
+                  {"replies_equal", warm.content == cold.content},
+                  {"pass", warm.content == cold.content &&
+                               warm.ember.value("prompt_restored_from", "") == "memory"}};
+    } catch (...) {
+        warm_server.stop();
+        cold_server.stop();
+        warm_thread.join();
+        cold_thread.join();
+        throw;
+    }
+    warm_server.stop();
+    cold_server.stop();
+    warm_thread.join();
+    cold_thread.join();
+    return result;
+}
+
 void print_text(const json& r) {
     const json& w = r["warm"];
     const json& c = r["cold"];
@@ -487,7 +623,7 @@ int run_bench_resume(BenchResumeOptions o) {
     }
     json result;
     try {
-        result = run_bench(o, dir);
+        result = o.from == "memory" ? run_memory_bench(o, dir) : run_bench(o, dir);
     } catch (const BenchStopped& stopped) {
         control.line.clear();
         std::error_code ec;
@@ -504,7 +640,7 @@ int run_bench_resume(BenchResumeOptions o) {
     control.line.clear();
     std::error_code ec;
     if (temporary) fs::remove_all(dir, ec);
-    if (o.json_out) {
+    if (o.json_out || o.from == "memory") {
         std::printf("%s\n", result.dump(2).c_str());
     } else {
         print_text(result);
@@ -529,6 +665,18 @@ void register_bench_resume_command(CLI::App& app, std::vector<Command>& out) {
     add_kv_type_option(cmd, o->kv_type);
     add_activations_option(cmd, o->activations);
     add_gpu_option(cmd, o->gpu);
+    cmd->add_option("--ctx", o->ctx,
+                    "Context of the chat processes, in tokens (0: chat's default, which for a "
+                    "large model may be shorter than --tokens)")
+        ->check(CLI::NonNegativeNumber);
+    cmd->add_option("--from", o->from,
+                    "Where the warm turn's state comes from: database (a new process restores "
+                    "it from the session database) or memory (one serving process switches "
+                    "back to the conversation: the host tier; JSON)")
+        ->check(CLI::IsMember({"database", "memory"}))
+        ->capture_default_str();
+    cmd->add_option("--state-memory", o->state_memory, "The host tier's bound with --from memory")
+        ->capture_default_str();
     cmd->add_option("--keep", o->keep_dir, "Keep the session databases in this directory");
     out.push_back({cmd, [o] { return run_bench_resume(*o); }});
 }

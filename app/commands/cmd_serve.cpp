@@ -195,6 +195,7 @@ int run_serve(const ServeOptions& o) {
         state = std::make_unique<sessions::StateStore>(*db, *model, copts.kv_type, state_options);
         if (const uint64_t memory = parse_byte_size(o.state_memory); memory > 0) {
             tier = std::make_unique<sessions::StateTier>(memory);
+            tier->pin_rows(model->device() != nullptr);  // on a GPU: restored by copy engine
             tiered = std::make_unique<sessions::TieredStateStore>(*state, *tier);
         }
     }

@@ -534,6 +534,8 @@ void ChatSessions::set_up_backend(const ChatSessionOptions& o, SessionDefaults d
 }
 
 std::unique_ptr<sessions::StateStore> ChatSessions::make_state_store(const Model& model) {
+    // On a GPU the tier's rows are page-locked: restoring them is then a fast copy.
+    if (tier_) tier_->pin_rows(model.device() != nullptr);
     sessions::StateStoreOptions state_options;
     state_options.cap_bytes = cap_;
     // The free space state leaves for messages (StateStoreOptions::min_free_bytes); the

@@ -13,6 +13,7 @@
 #include "engine/generate/thinking_policy.h"
 #include "engine/generate/tool_calls.h"
 #include "engine/grammar/token_mask.h"
+#include "engine/model/compute_device.h"
 #include "engine/model/forward.h"
 #include "engine/model/model.h"
 #include "engine/model/recurrent_state.h"
@@ -271,6 +272,10 @@ Conversation::Conversation(const Model& model, ThreadPool& pool, ConversationOpt
     bos_text_ = token_text_or_empty(tok, tok.bos_id());
     eos_text_ = token_text_or_empty(tok, tok.eos_id());
     state_ = make_state(model_.config(), options_.context, options_.kv_type);
+    // A GPU evaluates prompts tens of times faster than a CPU: restoring must beat that.
+    if (const ComputeDevice* device = model_.device()) {
+        prefill_rate_ = PrefillRate(device->assumed_prefill_tokens_per_second());
+    }
     if (options_.max_thinking_tokens > 0) thinking_budget_on_ = options_.max_thinking_tokens;
 }
 
@@ -644,6 +649,8 @@ size_t Conversation::reuse_prefix(const std::vector<int32_t>& tokens, TurnResult
 size_t Conversation::restore_from_store(const std::vector<int32_t>& tokens, size_t reuse,
                                         TurnResult& result) {
     const auto have = static_cast<int64_t>(reuse);
+    // On a GPU: the state's device share first, so the restore copies rows there as it goes.
+    if (ComputeDevice* device = model_.device()) device->attach(*state_);
     const std::vector<RestoreSpan> offer = store_->offer(tokens, have, *state_);
     result.resume = choose_resume(have, offer, prefill_rate_.tokens_per_second());
     // Asked even for nothing: the store counts its lookups, and what the choice left.

@@ -79,7 +79,7 @@ void PrefillRate::add(int64_t tokens, double seconds) {
 }
 
 double PrefillRate::tokens_per_second() const {
-    return seconds_ > 0 ? tokens_ / seconds_ : kDefaultTokensPerSecond;
+    return seconds_ > 0 ? tokens_ / seconds_ : assumed_;
 }
 
 }  // namespace ember

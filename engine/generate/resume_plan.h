@@ -65,6 +65,12 @@ public:
     // batch) and are not counted.
     static constexpr int64_t kMinTokens = 32;
 
+    PrefillRate() = default;
+    // Before any measurement: `assumed` tokens per second (a GPU's estimate from its peak,
+    // ComputeDevice::assumed_prefill_tokens_per_second); <= 0: kDefaultTokensPerSecond.
+    explicit PrefillRate(double assumed)
+        : assumed_(assumed > 0 ? assumed : kDefaultTokensPerSecond) {}
+
     // A prefill of `tokens` tokens took `seconds`; newer measurements weigh more (the speed
     // moves with the context length and the machine's load).
     void add(int64_t tokens, double seconds);
@@ -72,6 +78,7 @@ public:
     bool measured() const { return seconds_ > 0; }
 
 private:
+    double assumed_ = kDefaultTokensPerSecond;
     double tokens_ = 0;
     double seconds_ = 0;
 };

@@ -20,6 +20,14 @@ public:
     virtual std::string description() const = 0;
     // The backend of one forward pass on `state` (creating the state's DeviceState on first use).
     virtual std::unique_ptr<Backend> make_backend(InferenceState& state) = 0;
+    // Creates the device's share of `state` now (make_backend would on first use), so that a
+    // restore about to write the state's KV rows can copy them to the device as it goes
+    // (KvMirror::host_rows_restored) rather than all at the next forward pass.
+    virtual void attach(InferenceState& state) = 0;
+    // Prompt tokens per second the device is taken to evaluate this model at before the
+    // engine has timed a prompt (resume_plan.h: whether restoring stored state pays). A rough
+    // figure from the chip's peak; the first timed prompt replaces it.
+    virtual double assumed_prefill_tokens_per_second() const = 0;
     // Bytes of device memory the weights take.
     virtual uint64_t weight_bytes() const = 0;
     // Layers [0, layers()) run on the device, the rest on the CPU (a model larger than the

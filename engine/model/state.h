@@ -38,12 +38,32 @@ namespace ember {
 struct ModelConfig;
 
 // Which layers of a cache slide, and how far they see.
+// Where a restore's rows came from (apply_kv_rows): the blob's rows in state_io.h's KvRows
+// layout, every layer holding positions [first, first + count): layer l's K rows at
+// rows + l * count * (k_row_bytes + v_row_bytes), its V rows after them. Null rows: a layout
+// with sliding layers, whose layers hold different ranges.
+struct RestoredRows {
+    const uint8_t* rows = nullptr;
+    int64_t first = 0;
+    int64_t count = 0;
+};
+
 // A copy of a cache's rows kept in another memory (a GPU's), which may hold rows the host
 // rows do not have yet. The cache asks it to bring the host rows up to date before they are
 // read on the host (serializing).
 class KvMirror {
 public:
     virtual void bring_host_up_to_date() = 0;
+    // A restore (apply_kv_rows) has just written host rows [begin, end) of every layer: the
+    // mirror may copy them now, while the restore reads on, instead of at the next forward pass
+    // (on a GPU restoring 2 GB of rows, the copy is as long as the read). Called from the
+    // restoring threads, several at once for disjoint ranges. Every host write to a mirrored
+    // cache is a restore's, followed by this call (the CPU backend's store() never runs on a
+    // device's state), so rows copied here stay what the host holds.
+    // `source` is the blob the rows came from: a mirror may copy from there (page-locked
+    // memory, a host tier's, copies several times faster than the cache's pageable rows),
+    // and then waits for the copy before returning, as the blob may go once the call returns.
+    virtual void host_rows_restored(int64_t begin, int64_t end, const RestoredRows& source) = 0;
 
 protected:
     ~KvMirror() = default;
@@ -147,6 +167,10 @@ public:
     // Before reading rows on the host: the mirror's newer rows are copied in (no-op without).
     void sync_host() const {
         if (mirror_) mirror_->bring_host_up_to_date();
+    }
+    // A restore wrote rows [begin, end) of every layer (KvMirror::host_rows_restored).
+    void rows_restored(int64_t begin, int64_t end, const RestoredRows& source) {
+        if (mirror_ && end > begin) mirror_->host_rows_restored(begin, end, source);
     }
 
     // Bytes one position occupies across all layers (K and V).

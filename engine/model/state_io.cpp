@@ -328,6 +328,7 @@ void apply_kv_rows(std::span<const uint8_t> blob, KvCache& kv, int64_t from, int
     const int64_t ring_from =
         std::max({from, b.ring_begin, kv.ring_positions() > 0 ? to - kv.ring_positions() : from});
     const uint8_t* rows = blob.data() + p.rows_offset;
+    const RestoredRows source{b.ring_layers.empty() ? rows : nullptr, b.begin, b.count};
     for (int64_t l = 0; l < b.n_layer; ++l) {
         const bool ring = kv.is_ring(l);
         const int64_t held_from = !b.ring_layers.empty() && ring ? b.ring_begin : b.begin;
@@ -344,6 +345,7 @@ void apply_kv_rows(std::span<const uint8_t> blob, KvCache& kv, int64_t from, int
     }
     // Sliding rows of [from, ring_begin) were not in the blob: the rings start after the gap.
     if (b.ring_begin > from) kv.forget_ring_rows_before(std::min(b.ring_begin, to));
+    kv.rows_restored(from, to, source);
 }
 
 }  // namespace ember

@@ -35,6 +35,8 @@ public:
     std::unique_ptr<Backend> make_backend(InferenceState& state) override {
         return std::make_unique<CpuBackend>(model_, state, pool_);
     }
+    void attach(InferenceState&) override {}
+    double assumed_prefill_tokens_per_second() const override { return 0; }
     uint64_t weight_bytes() const override { return 0; }
     int64_t layers() const override { return layers_; }
     uint64_t memory_in_use() const override { return 0; }

@@ -150,5 +150,24 @@ TEST(PrefillRateTest, DefaultsUntilMeasuredAndWeighsNewerPrompts) {
     EXPECT_DOUBLE_EQ(rate.tokens_per_second(), 3500.0);
 }
 
+// A GPU starts from its own estimate (ComputeDevice::assumed_prefill_tokens_per_second):
+// with 1,000 tokens/s assumed, the H200 restored 225 MB at 1.5 GB/s (150 ms) where it
+// recomputes 2,000 tokens in ~70 ms.
+TEST(PrefillRateTest, ADevicesEstimateStandsUntilMeasuredAndThenDeclinesASlowRestore) {
+    const PrefillRate gpu(30000);
+    EXPECT_FALSE(gpu.measured());
+    EXPECT_EQ(gpu.tokens_per_second(), 30000.0);
+    const RestoreSpan db{2000, 225'000'000, 1.5e9, 0.0, "database"};
+    EXPECT_EQ(choose_resume(0, std::span(&db, 1), gpu.tokens_per_second()).path,
+              ResumePath::Recompute);
+    EXPECT_EQ(choose_resume(0, std::span(&db, 1), PrefillRate().tokens_per_second()).path,
+              ResumePath::Restore);
+    // Measured prompts replace the estimate; none given (0) is the CPU's default.
+    PrefillRate measured(30000);
+    measured.add(2000, 0.1);
+    EXPECT_DOUBLE_EQ(measured.tokens_per_second(), 20000.0);
+    EXPECT_EQ(PrefillRate(0).tokens_per_second(), PrefillRate::kDefaultTokensPerSecond);
+}
+
 }  // namespace
 }  // namespace ember

@@ -489,7 +489,7 @@ private:
 
 }  // namespace
 
-std::unique_ptr<Backend> CudaDevice::make_backend(InferenceState& state) {
+CudaState& CudaDevice::state_of(InferenceState& state) {
     EMBER_CUDA_CHECK(cudaSetDevice(device_));
     auto* gpu = dynamic_cast<CudaState*>(state.device.get());
     if (!gpu) {
@@ -497,7 +497,11 @@ std::unique_ptr<Backend> CudaDevice::make_backend(InferenceState& state) {
         gpu = created.get();
         state.device = std::move(created);
     }
-    return std::make_unique<CudaBackend>(*this, state, *gpu);
+    return *gpu;
+}
+
+std::unique_ptr<Backend> CudaDevice::make_backend(InferenceState& state) {
+    return std::make_unique<CudaBackend>(*this, state, state_of(state));
 }
 
 }  // namespace ember::cuda

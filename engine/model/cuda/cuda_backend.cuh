@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <span>
 #include <string>
 #include <unordered_map>
@@ -57,6 +58,8 @@ private:
     size_t bytes_ = 0;
 };
 
+class CudaState;
+
 // The model's weights on one GPU, found by the host address the model's views hold.
 class CudaDevice final : public ComputeDevice {
 public:
@@ -68,6 +71,8 @@ public:
 
     std::string description() const override { return description_; }
     std::unique_ptr<Backend> make_backend(InferenceState& state) override;
+    void attach(InferenceState& state) override { state_of(state); }
+    double assumed_prefill_tokens_per_second() const override { return assumed_prefill_; }
     uint64_t weight_bytes() const override { return weight_bytes_; }
     int64_t layers() const override { return layers_; }
     uint64_t memory_in_use() const override;
@@ -85,6 +90,8 @@ public:
     const std::vector<std::string>& notes() const { return notes_; }
 
 private:
+    // The state's CudaState, created on first use.
+    CudaState& state_of(InferenceState& state);
     void upload_weights(std::span<const LayerWeights> own);
     size_t take_arena(size_t bytes);  // offset of `bytes` in the arena (0 while sizing)
     void upload_matrix(const MatrixView& view, const char* name);
@@ -106,6 +113,7 @@ private:
     std::unordered_map<const float*, const float*> vectors_;
     DeviceBuffer inv_freq_, inv_freq_local_;
     std::vector<std::string> notes_;
+    double assumed_prefill_ = 0;  // tokens per second (assumed_prefill_tokens_per_second)
 };
 
 // The device weights and shape of a MoE layer (LayerWeights::moe()) of the device's model.
@@ -121,6 +129,7 @@ public:
     ~CudaState() override;
 
     void bring_host_up_to_date() override;
+    void host_rows_restored(int64_t begin, int64_t end, const RestoredRows& source) override;
     void recurrent_to_host() override;
     void recurrent_host_written() override;
     void recurrent_zeroed() override;
@@ -172,7 +181,17 @@ public:
 private:
     enum class Direction { ToHost, ToDevice };
     void reconcile();
-    void copy_rows(Direction direction, int64_t begin, int64_t end);
+    // Rows [begin, end) of every layer between host and device on `stream`; waits for the
+    // copies unless `wait` is false (a copy from pageable host memory returns once its source
+    // was read, so the host rows may change after the call either way).
+    void copy_rows(Direction direction, int64_t begin, int64_t end, cudaStream_t stream,
+                   bool wait = true);
+    // Rows [begin, end) of every layer from a restore's page-locked blob to the device, waited
+    // for; false when the blob is not page-locked (or not in one range per layer).
+    bool copy_from_pinned(int64_t begin, int64_t end, const RestoredRows& source);
+    // Extends device_valid_ over the ranges a restore copied as it went (host_rows_restored),
+    // once their copies are done.
+    void take_restored_rows();
 
     void upload_recurrent();
 
@@ -193,6 +212,11 @@ private:
     DeviceBuffer recurrent_device_;        // [recurrent_.floats()]
     bool recurrent_device_stale_ = true;   // the host wrote since the last upload
     bool recurrent_device_newer_ = false;  // the device moved it since the host last read
+    // Rows restored on the host and copied already, on their own stream (host_rows_restored):
+    // [begin, end) ranges, unordered, guarded by restored_mutex_ (restoring threads add them).
+    std::mutex restored_mutex_;
+    std::vector<std::pair<int64_t, int64_t>> restored_rows_;
+    cudaStream_t restore_stream_ = nullptr;
 };
 
 }  // namespace ember::cuda

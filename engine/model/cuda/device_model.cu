@@ -59,6 +59,53 @@ DeviceBuffer upload(const T* data, size_t count) {
     return buffer;
 }
 
+// f16 tensor-core FLOPs (two per multiply-add, f32 accumulation) per SM and clock by compute
+// capability: what a prefill's matrix products run on. GeForce Ampere and Ada chips run at half
+// their data-center siblings' rate; the lower figure is taken.
+double f16_flops_per_sm_clock(int major, int minor) {
+    if (major >= 9) return 4096;                     // Hopper and later
+    if (major == 8) return minor == 0 ? 2048 : 512;  // A100; consumer Ampere, Ada
+    if (major == 7) return 1024;                     // Volta, Turing
+    return 256;                                      // no tensor cores
+}
+
+// Multiply-adds per token of the model's matrices; a MoE layer's experts at the share a
+// token is routed to.
+double multiply_adds_per_token(const Model& model) {
+    const ModelConfig& c = model.config();
+    const auto size = [](const MatrixView& m) {
+        return static_cast<double>(m.rows) * static_cast<double>(m.cols);
+    };
+    double total = size(model.output());
+    const double routed =
+        c.n_expert > 0 ? static_cast<double>(c.n_expert_used) / static_cast<double>(c.n_expert)
+                       : 1.0;
+    for (const LayerWeights& L : model.layers()) {
+        for (const MatrixView* m :
+             {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down, &L.conv_in, &L.conv_out,
+              &L.ssm_qkv, &L.ssm_z, &L.ssm_alpha, &L.ssm_beta, &L.ssm_out, &L.ffn_gate_inp}) {
+            total += size(*m);
+        }
+        total += routed * (size(L.gate_exps) + size(L.up_exps) + size(L.down_exps));
+    }
+    return total;
+}
+
+// Prompt evaluation speed before any is timed: a tenth of the chip's f16 peak (Ember's
+// prefill reached 11-13% of the H200's on 1.7B-8B files, quantized weights dequantized for
+// cuBLAS), low rather than high so that a restore is not declined on a guess.
+double assumed_prefill(const Model& model, int device, const cudaDeviceProp& prop) {
+    int clock_khz = 0;
+    if (cudaDeviceGetAttribute(&clock_khz, cudaDevAttrClockRate, device) != cudaSuccess) {
+        cudaGetLastError();
+        clock_khz = 1'000'000;
+    }
+    const double peak = f16_flops_per_sm_clock(prop.major, prop.minor) *
+                        static_cast<double>(prop.multiProcessorCount) * clock_khz * 1e3;
+    const double per_token = 2 * std::max(1.0, multiply_adds_per_token(model));
+    return 0.10 * peak / per_token;
+}
+
 }  // namespace
 
 CudaDevice::CudaDevice(const Model& model, int device, int64_t layers)
@@ -71,6 +118,7 @@ CudaDevice::CudaDevice(const Model& model, int device, int64_t layers)
     const auto n_layer = static_cast<int64_t>(model.layers().size());
     layers_ = std::clamp<int64_t>(layers, 1, n_layer);
     description_ = "GPU " + std::to_string(device) + ": " + prop.name;
+    assumed_prefill_ = assumed_prefill(model, device, prop);
     if (layers_ < n_layer) {
         description_ += ", " + std::to_string(layers_) + " of " + std::to_string(n_layer) +
                         " layers (the rest on the CPU)";

@@ -55,6 +55,7 @@ CudaState::CudaState(const CudaDevice& device, InferenceState& state)
     const ModelConfig& c = device.model().config();
     EMBER_CUDA_CHECK(cudaSetDevice(device.device()));
     EMBER_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    EMBER_CUDA_CHECK(cudaStreamCreateWithFlags(&restore_stream_, cudaStreamNonBlocking));
     EMBER_CUBLAS_CHECK(blas_library_.create(&blas_));
     EMBER_CUBLAS_CHECK(blas_library_.set_stream(blas_, stream_));
     const int64_t slots_full = kv_.capacity();
@@ -111,6 +112,10 @@ CudaState::~CudaState() {
     if (decode_graph) cudaGraphExecDestroy(decode_graph);
     if (step_host_) cudaFreeHost(step_host_);
     if (blas_) blas_library_.destroy(blas_);
+    if (restore_stream_) {
+        cudaStreamSynchronize(restore_stream_);
+        cudaStreamDestroy(restore_stream_);
+    }
     if (stream_) {
         cudaStreamSynchronize(stream_);
         cudaStreamDestroy(stream_);
@@ -139,16 +144,70 @@ void CudaState::reconcile() {
     const int64_t written = kv_.take_host_writes();
     if (written == KvCache::kNoHostWrites) return;
     const int64_t below = std::min(device_valid_, written);
-    if (host_valid_ < below) copy_rows(Direction::ToHost, host_valid_, below);
+    if (host_valid_ < below) copy_rows(Direction::ToHost, host_valid_, below, stream_);
     kv_.take_host_writes();  // the marks of that copy
     host_valid_ = length;
     device_valid_ = std::min(device_valid_, written);
+    take_restored_rows();
+}
+
+void CudaState::host_rows_restored(int64_t begin, int64_t end, const RestoredRows& source) {
+    // One restoring thread at a time: the copies from pageable memory go through the driver's
+    // staging one after another anyway (~8 GB/s on the H200's host), while the other threads
+    // go on reading and inflating their blocks.
+    const std::lock_guard<std::mutex> lock(restored_mutex_);
+    if (!copy_from_pinned(begin, end, source)) {
+        copy_rows(Direction::ToDevice, begin, end, restore_stream_, /*wait=*/false);
+    }
+    restored_rows_.emplace_back(begin, end);
+}
+
+bool CudaState::copy_from_pinned(int64_t begin, int64_t end, const RestoredRows& source) {
+    if (source.rows == nullptr || kv_.ring_positions() > 0) return false;
+    cudaPointerAttributes where{};
+    if (cudaPointerGetAttributes(&where, source.rows) != cudaSuccess) {
+        cudaGetLastError();  // an address CUDA has never seen: pageable
+        return false;
+    }
+    if (where.type != cudaMemoryTypeHost) return false;
+    const auto k_bytes = static_cast<size_t>(kv_.k_row_bytes());
+    const auto v_bytes = static_cast<size_t>(kv_.v_row_bytes());
+    const auto held = static_cast<size_t>(source.count);
+    const auto skip = static_cast<size_t>(begin - source.first);  // rows before `begin`
+    const auto rows = static_cast<size_t>(end - begin);
+    for (int64_t l = 0; l < cache_layers_; ++l) {  // the device's layers (a split's)
+        const uint8_t* layer_rows =
+            source.rows + static_cast<size_t>(l) * held * (k_bytes + v_bytes);
+        const KvLayerView view = layer(l);
+        EMBER_CUDA_CHECK(cudaMemcpyAsync(view.k + static_cast<size_t>(begin) * k_bytes,
+                                         layer_rows + skip * k_bytes, rows * k_bytes,
+                                         cudaMemcpyHostToDevice, restore_stream_));
+        EMBER_CUDA_CHECK(cudaMemcpyAsync(view.v + static_cast<size_t>(begin) * v_bytes,
+                                         layer_rows + held * k_bytes + skip * v_bytes,
+                                         rows * v_bytes, cudaMemcpyHostToDevice, restore_stream_));
+    }
+    EMBER_CUDA_CHECK(cudaStreamSynchronize(restore_stream_));  // the blob may go on return
+    return true;
+}
+
+void CudaState::take_restored_rows() {
+    const std::lock_guard<std::mutex> lock(restored_mutex_);
+    if (restored_rows_.empty()) return;
+    EMBER_CUDA_CHECK(cudaStreamSynchronize(restore_stream_));
+    std::sort(restored_rows_.begin(), restored_rows_.end());
+    // The ranges that continue the rows the device holds (the restore began where the host
+    // writes began, which device_valid_ was cut back to).
+    for (const auto& [begin, end] : restored_rows_) {
+        if (begin <= device_valid_) device_valid_ = std::max(device_valid_, end);
+    }
+    device_valid_ = std::min(device_valid_, kv_.length());
+    restored_rows_.clear();
 }
 
 void CudaState::prepare_forward() {
     reconcile();
     const int64_t length = kv_.length();
-    if (device_valid_ < length) copy_rows(Direction::ToDevice, device_valid_, length);
+    if (device_valid_ < length) copy_rows(Direction::ToDevice, device_valid_, length, stream_);
     device_valid_ = length;
     if (recurrent_device_stale_ && !recurrent_.empty()) upload_recurrent();
 }
@@ -211,7 +270,7 @@ void CudaState::bring_host_up_to_date() {
     reconcile();
     const int64_t end = std::min(device_valid_, kv_.length());
     if (host_valid_ < end) {
-        copy_rows(Direction::ToHost, host_valid_, end);
+        copy_rows(Direction::ToHost, host_valid_, end, stream_);
         kv_.take_host_writes();
         host_valid_ = end;
     }
@@ -220,7 +279,8 @@ void CudaState::bring_host_up_to_date() {
 // Rows [begin, end) of every layer the device holds, in runs that stay inside one host chunk and
 // one stretch of a ring (a ring is a whole number of chunks, so both cut at multiples of
 // kChunkPositions).
-void CudaState::copy_rows(Direction direction, int64_t begin, int64_t end) {
+void CudaState::copy_rows(Direction direction, int64_t begin, int64_t end, cudaStream_t stream,
+                          bool wait) {
     const int64_t chunk = KvCache::kChunkPositions;
     const auto k_bytes = static_cast<size_t>(kv_.k_row_bytes());
     const auto v_bytes = static_cast<size_t>(kv_.v_row_bytes());
@@ -235,21 +295,21 @@ void CudaState::copy_rows(Direction direction, int64_t begin, int64_t end) {
             const auto run_k = static_cast<size_t>(run) * k_bytes;
             const auto run_v = static_cast<size_t>(run) * v_bytes;
             if (direction == Direction::ToHost) {
-                EMBER_CUDA_CHECK(cudaMemcpyAsync(kv_.k_data(l, pos), dk, run_k,
-                                                 cudaMemcpyDeviceToHost, stream_));
-                EMBER_CUDA_CHECK(cudaMemcpyAsync(kv_.v_data(l, pos), dv, run_v,
-                                                 cudaMemcpyDeviceToHost, stream_));
+                EMBER_CUDA_CHECK(
+                    cudaMemcpyAsync(kv_.k_data(l, pos), dk, run_k, cudaMemcpyDeviceToHost, stream));
+                EMBER_CUDA_CHECK(
+                    cudaMemcpyAsync(kv_.v_data(l, pos), dv, run_v, cudaMemcpyDeviceToHost, stream));
             } else {
                 const KvCache& host = kv_;
                 EMBER_CUDA_CHECK(cudaMemcpyAsync(dk, host.k_data(l, pos), run_k,
-                                                 cudaMemcpyHostToDevice, stream_));
+                                                 cudaMemcpyHostToDevice, stream));
                 EMBER_CUDA_CHECK(cudaMemcpyAsync(dv, host.v_data(l, pos), run_v,
-                                                 cudaMemcpyHostToDevice, stream_));
+                                                 cudaMemcpyHostToDevice, stream));
             }
             pos += run;
         }
     }
-    EMBER_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    if (wait) EMBER_CUDA_CHECK(cudaStreamSynchronize(stream));
 }
 
 }  // namespace ember::cuda

@@ -13,6 +13,12 @@ bool gpu_may_run(const GpuRequest&) {
     return false;
 }
 
+bool pin_host_memory(void*, size_t) {
+    return false;
+}
+
+void unpin_host_memory(void*) {}
+
 GpuPlacement place_model(Model&, const GpuRequest& request, uint64_t) {
     if (request.mode == GpuRequest::Mode::Index) {
         throw std::runtime_error("--gpu " + std::to_string(request.index) +
