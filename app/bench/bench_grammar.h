@@ -6,6 +6,7 @@
 #include <string>
 
 #include "app/cli/output_format.h"
+#include "app/models/gpu_options.h"
 
 namespace ember::app {
 
@@ -19,7 +20,7 @@ struct BenchGrammarArgs {
     uint64_t seed = 1234;
     std::string kv_type = "f16";
     std::string activations = "auto";
-    std::string gpu = "auto";
+    GpuOptions gpu;
 };
 
 // Decodes `gen` tokens through the grammar per rep (the default sampling chain: temperature

@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "app/models/gpu_options.h"
 #include "engine/generate/generate.h"
 #include "engine/model/state.h"
 
@@ -18,7 +19,7 @@ struct BenchSpecArgs {
     bool json_out = false;
     KvType kv_type = KvType::F16;
     std::string activations = "auto";  // --activations
-    std::string gpu = "auto";          // --gpu
+    GpuOptions gpu;                    // --gpu
     SpeculationOptions speculation;    // enabled is set per row
 };
 

@@ -51,7 +51,7 @@ struct BenchArgs {
     // f16 by default: the reference engine's default cache, so the comparison is like for like.
     std::string kv_type = "f16";
     std::string activations = "auto";  // --activations
-    std::string gpu = "auto";          // --gpu
+    GpuOptions gpu;                    // --gpu
     // Speculative-decoding check: forwards of this many tokens at once after the prompt (0: off),
     // timed against the one-token decode.
     int64_t verify = 0;
@@ -280,6 +280,29 @@ private:
     double seconds_ = 0;
 };
 
+// What a model on a device takes there: the layers it runs, its weights, the KV rows of its
+// layers (a split's CPU layers keep theirs on the host alone) and the most device memory seen
+// taken (ComputeDevice::memory_in_use, sampled after the warm-up and the timed reps).
+struct DeviceMemory {
+    int64_t layers = 0;
+    uint64_t weight_bytes = 0;
+    uint64_t kv_bytes = 0;
+    uint64_t peak_bytes = 0;
+
+    void sample(const Model& model, const KvCache& kv) {
+        const ComputeDevice* device = model.device();
+        if (!device) return;
+        layers = device->layers();
+        weight_bytes = device->weight_bytes();
+        const int64_t kv_layers = std::min(
+            kv.n_layer(), layers * kv.n_layer() / std::max<int64_t>(1, model.config().n_layer));
+        kv_bytes = static_cast<uint64_t>(kv.capacity()) *
+                   static_cast<uint64_t>(kv.k_row_bytes() + kv.v_row_bytes()) *
+                   static_cast<uint64_t>(kv_layers);
+        peak_bytes = std::max(peak_bytes, device->memory_in_use());
+    }
+};
+
 int run_bench(BenchArgs a) {
     if (a.threads == 0) a.threads = default_threads();
     if (a.prompt < 1 || a.gen < 1 || a.reps < 1 || a.threads < 1 || a.bw_passes < 1) {
@@ -306,6 +329,8 @@ int run_bench(BenchArgs a) {
     const auto t_run = Clock::now();
     run_rep(*model, *state, pool, ctx, prompt, a.gen, a.verify, finite);
     const double warm_up_seconds = seconds_since(t_run);
+    DeviceMemory device_memory;
+    device_memory.sample(*model, state->kv);
     const int rep_passes =
         probe.plan(a.no_bandwidth, a.bw_passes_given, a.bw_passes, warm_up_seconds);
     std::vector<double> prefill_tps, decode_tps, after_prompt_tps, ttft_ms, verify_ms;
@@ -318,6 +343,7 @@ int run_bench(BenchArgs a) {
         if (a.verify > 0) verify_ms.push_back(r.verify_s * 1e3);
         if (interleave && rep_passes > 0) bw_after_rep.push_back(probe.measure(rep_passes));
     }
+    device_memory.sample(*model, state->kv);  // before the last probe's buffers
     if (!interleave && !a.no_bandwidth) probe.measure(a.bw_passes_given ? a.bw_passes : 1);
     const double run_seconds = seconds_since(t_run);
     const uint64_t peak_rss = std::max(probe.peak_rss_before_probes(), peak_rss_bytes());
@@ -387,6 +413,15 @@ int run_bench(BenchArgs a) {
     j["bandwidth_isa"] = bw.isa;
     j["isa"] = active_kernels().isa;
     j["device"] = model_placement(*model);
+    if (model->device()) {
+        // A model larger than the card runs gpu_layers of n_layer there (gpu_plan.h); the
+        // device memory it took at most, against its weights and KV rows there.
+        j["gpu_layers"] = device_memory.layers;
+        j["n_layer"] = c.n_layer;
+        j["gpu_weight_mib"] = static_cast<double>(device_memory.weight_bytes) / kMiB;
+        j["gpu_kv_mib"] = static_cast<double>(device_memory.kv_bytes) / kMiB;
+        j["gpu_peak_mib"] = static_cast<double>(device_memory.peak_bytes) / kMiB;
+    }
     j["file_mb"] = file_mb;
     j["kv_mb"] = kv_mb;
     j["recurrent_mb"] = recurrent_mb;
@@ -434,6 +469,14 @@ int run_bench(BenchArgs a) {
     std::printf("  after prompt   %10.2f %s (roofline %.3f)\n", after_prompt_med,
                 range(after_prompt_tps).c_str(), roofline_after_prompt);
     std::printf("ttft ms          %10.2f %s\n", median(ttft_ms), range(ttft_ms).c_str());
+    if (model->device()) {
+        std::printf(
+            "gpu              %lld of %lld layers, peak %.0f MiB (weights %.0f + KV %.0f)\n",
+            static_cast<long long>(device_memory.layers), static_cast<long long>(c.n_layer),
+            static_cast<double>(device_memory.peak_bytes) / kMiB,
+            static_cast<double>(device_memory.weight_bytes) / kMiB,
+            static_cast<double>(device_memory.kv_bytes) / kMiB);
+    }
     if (a.no_bandwidth) {
         std::printf("read bandwidth   not measured (--no-bandwidth): no roofline\n");
     } else {

@@ -74,7 +74,7 @@ struct BenchResumeOptions {
     bool json_out = false;
     std::string kv_type = "f16";        // the chat processes' --kv-type (chat's default)
     std::string activations = "auto";   // --activations
-    std::string gpu = "auto";           // --gpu
+    GpuOptions gpu;                     // --gpu, --gpu-layers, --gpu-memory
     int64_t ctx = 0;                    // the chat processes' --ctx (0: chat's default)
     std::string from = "database";      // database: across a restart; memory: the host tier
     std::string state_memory = "8GiB";  // the host tier's bound (--from memory)
@@ -241,30 +241,31 @@ std::string filler_message(int index, int words) {
 std::vector<std::string> chat_args(const BenchResumeOptions& o, const std::string& model,
                                    const std::string& db, int reply_tokens) {
     const int threads = o.threads > 0 ? o.threads : default_threads();
-    return {"ember",
-            "chat",
-            "-m",
-            model,
-            "--db",
-            db,
-            "--script",
-            "--jsonl",
-            "--temp",
-            "0",
-            "--think",
-            "off",
-            "-n",
-            std::to_string(reply_tokens),
-            "-t",
-            std::to_string(threads),
-            "--kv-type",
-            o.kv_type,
-            "--activations",
-            o.activations,
-            "--gpu",
-            o.gpu,
-            "--ctx",
-            std::to_string(o.ctx)};
+    std::vector<std::string> args{"ember",
+                                  "chat",
+                                  "-m",
+                                  model,
+                                  "--db",
+                                  db,
+                                  "--script",
+                                  "--jsonl",
+                                  "--temp",
+                                  "0",
+                                  "--think",
+                                  "off",
+                                  "-n",
+                                  std::to_string(reply_tokens),
+                                  "-t",
+                                  std::to_string(threads),
+                                  "--kv-type",
+                                  o.kv_type,
+                                  "--activations",
+                                  o.activations,
+                                  "--ctx",
+                                  std::to_string(o.ctx)};
+    const std::vector<std::string> gpu = o.gpu.arguments();
+    args.insert(args.end(), gpu.begin(), gpu.end());
+    return args;
 }
 
 int64_t num(const json& j, const char* key) {
@@ -393,7 +394,8 @@ json run_bench(const BenchResumeOptions& o, const std::string& dir) {
     const DbNumbers after = read_db(db);
 
     // What the new message costs alone: its tokens as the chat tokenizes message text.
-    auto model = load_model(model_path, o.activations, "off");  // its tokenizer only
+    auto model =
+        load_model(model_path, o.activations, GpuOptions{.where = "off"});  // its tokenizer only
     EncodeOptions enc;
     const auto new_tokens = static_cast<int64_t>(model->tokenizer().encode(prompt, enc).size());
 

@@ -52,7 +52,7 @@ struct ChatOptions {
     int64_t ctx = 0;              // 0: default_context_size() of the model
     std::string kv_type = "f16";  // f32 | f16 | q8_0 (README: KV precision)
     std::string activations = "auto";  // --activations
-    std::string gpu = "auto";          // --gpu
+    GpuOptions gpu;                    // --gpu
     int threads = 0;
     bool script = false;
     bool jsonl = false;

@@ -54,7 +54,7 @@ struct RunOptions {
     int64_t ctx = 0;                   // 0: context_for() decides
     std::string kv_type = "f16";       // as chat
     std::string activations = "auto";  // --activations
-    std::string gpu = "auto";          // --gpu
+    GpuOptions gpu;                    // --gpu
     bool no_spec = false;
     int draft_max = SpeculationOptions{}.draft_max;
     OutputFormatFlags output_format;  // --json-schema, --grammar
@@ -201,7 +201,7 @@ struct EvalOptions {
     // f32: eval reports logits for fidelity checks, so by default it keeps the cache exact.
     std::string kv_type = "f32";
     std::string activations = "auto";  // --activations
-    std::string gpu = "auto";          // --gpu
+    GpuOptions gpu;                    // --gpu
 };
 
 int run_eval(const EvalOptions& o) {
@@ -279,7 +279,7 @@ int run_info_vocabulary_only(const std::string& path, const GgufFile& f) {
     return 0;
 }
 
-int run_info(const std::string& requested, const std::string& gpu) {
+int run_info(const std::string& requested, const GpuOptions& gpu) {
     const std::string path = model_path_for(requested);
     // The header alone first: a file without weights is described, not refused.
     if (const auto header = GgufFile::open_metadata(path); header->tensors().empty()) {
@@ -434,7 +434,7 @@ void register_model_commands(CLI::App& app, std::vector<Command>& out) {
                    }});
 
     auto info_path = std::make_shared<std::string>();
-    auto info_gpu = std::make_shared<std::string>("auto");
+    auto info_gpu = std::make_shared<GpuOptions>();
     auto* info = app.add_subcommand(
         "info", "Family, hyper-parameters, tensor types, fingerprint, where it runs");
     add_model_option(info, *info_path);

@@ -35,7 +35,7 @@ struct ServeOptions {
     int64_t ctx = 0;
     std::string kv_type = "f16";       // as chat
     std::string activations = "auto";  // --activations
-    std::string gpu = "auto";          // --gpu
+    GpuOptions gpu;                    // --gpu
     int threads = 0;
     std::string db;
     bool no_db = false;

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "app/models/gpu_options.h"
 #include "engine/generate/conversation.h"
 #include "ui/chat/chat_engine.h"
 #include "ui/chat/model_switcher.h"
@@ -26,7 +27,7 @@ class ChatSessions;
 // What every model of the chat is loaded and run with.
 struct ChatModelSettings {
     std::string activations = "auto";  // --activations
-    std::string gpu = "auto";          // --gpu
+    GpuOptions gpu;                    // --gpu
     int64_t context = 0;               // --ctx; 0: each model's default_context_size()
     // The first model's conversation options (context filled in per model); a later model
     // takes the options in effect when it is switched to (/set think, ... carry over).

@@ -7,6 +7,8 @@
 #include <memory>
 #include <string>
 
+#include "app/models/gpu_options.h"
+
 namespace ember {
 class Model;
 }
@@ -16,15 +18,16 @@ namespace ember::app {
 // Model::load(path), printing the load's warnings (metadata the file disagrees with) to
 // stderr.
 // `activations`: the --activations value (auto, exact, quantized; LoadOptions::activations).
-// `gpu`: the --gpu value (auto, off, N; engine/model/gpu.h): the model is placed there, and
-// why `auto` left it on the CPU is printed as a note.
+// `gpu`: --gpu (auto, off, N; engine/model/gpu.h), --gpu-layers and --gpu-memory: the model is
+// placed there, and why `auto` left it on the CPU, or how it was split between a GPU and the
+// CPU, is printed as a note.
 // `stop` (may be empty): asked during the load (LoadOptions::stop); true ends it with
 // LoadStopped.
 std::unique_ptr<Model> load_model(const std::string& path, const std::string& activations = "auto",
-                                  const std::string& gpu = "auto",
+                                  const GpuOptions& gpu = {},
                                   const std::function<bool()>& stop = {});
-// --gpu auto|off|N (load_model's `gpu`).
-void add_gpu_option(CLI::App* cmd, std::string& gpu);
+// --gpu auto|off|N, --gpu-layers N|all and --gpu-memory SIZE (load_model's `gpu`).
+void add_gpu_option(CLI::App* cmd, GpuOptions& gpu);
 // --activations auto|exact|wide|quantized (load_model's `activations`).
 void add_activations_option(CLI::App* cmd, std::string& activations);
 // Where the model runs: "CPU" or the GPU's description.

@@ -10,6 +10,7 @@
 // One backend object serves one forward() call on one conversation's state.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <span>
 #include <vector>
@@ -135,6 +136,13 @@ public:
     // from which publish_logits() copies `count` floats to host_out.
     virtual float* logits_buffer(float* host_out, int64_t /*rows*/) { return host_out; }
     virtual void publish_logits(const float* /*logits*/, float* /*host_out*/, int64_t /*count*/) {}
+
+    // A model split between a device and the CPU (gpu_plan.h): the residual stream after this
+    // backend's layers, `count` floats at x, copied to host_x where the CPU's layers continue (a
+    // recorded batch's work is done first, as publish_logits does it). Once per batch.
+    virtual void hand_over(const float* x, float* host_x, int64_t count) {
+        if (x != host_x) std::copy(x, x + count, host_x);  // host backends may share the buffer
+    }
 };
 
 }  // namespace ember

@@ -30,6 +30,12 @@ public:
     virtual double assumed_prefill_tokens_per_second() const = 0;
     // Bytes of device memory the weights take.
     virtual uint64_t weight_bytes() const = 0;
+    // Layers [0, layers()) run on the device, the rest on the CPU (a model larger than the
+    // device's memory: gpu_plan.h); n_layer when the whole model runs there.
+    virtual int64_t layers() const = 0;
+    // Device memory taken since the device was made (weights, states, scratch, library
+    // workspaces; not the driver's context), as the device reports its free memory.
+    virtual uint64_t memory_in_use() const = 0;
     // The device memory's bandwidth, `passes` timed copies of `bytes` within it, each counted
     // as bytes read plus bytes written (1e9 bytes per second): what bounds decode there.
     virtual std::vector<double> measure_bandwidth_gbs(uint64_t bytes, int passes) = 0;

@@ -30,33 +30,60 @@ constexpr int64_t kMaxHybridBatch = 128;
 constexpr uint64_t kMaxRecurrentCopyBytes = 64ull << 20;
 static_assert(kMaxBatch <= KvCache::kRingSlack, "a batch must fit a sliding layer's ring slack");
 
+// Where a batch's layers run: all on `first`, or a split model's layers [0, first_layers) on
+// the device (`first`) and the rest, with the output, on the CPU (`rest`; gpu_plan.h).
+struct Placement {
+    Backend& first;
+    Backend* rest = nullptr;
+    int64_t first_layers = -1;  // -1: every layer on `first`
+};
+
 // One batch (n <= the batch limit, so a sliding layer's rows never overwrite a row one of its
 // tokens attends to): appends its K/V rows and recurrent state, writes logits of rows
 // [first_out, n) to out.
 // Returns false when `between_layers` stopped it (nothing committed: the caller rolls back).
-bool forward_batch(const Model& model, InferenceState& st, Backend& backend,
+bool forward_batch(const Model& model, InferenceState& st, const Placement& where,
                    std::span<const int32_t> tokens, int64_t first_out, float* out,
                    const std::function<bool(int64_t)>* between_layers) {
     const ModelConfig& c = model.config();
     const auto n = static_cast<int64_t>(tokens.size());
     const int64_t pos0 = st.kv.length();
     const int64_t n_out = n - first_out;
-    BatchBuffers& b = backend.begin_batch(pos0, n, n_out);
-    backend.embed(tokens, b.x);
-    // A recorded batch's blocks run inside publish_logits: they are not called again.
-    const bool recorded = backend.batch_recorded();
-    if (!recorded && !run_layers({model, backend, b, pos0, n, between_layers})) return false;
+    Backend& first = where.first;
+    BatchBuffers& first_buffers = first.begin_batch(pos0, n, n_out);
+    first.embed(tokens, first_buffers.x);
+    // A recorded batch's blocks run inside publish_logits (or hand_over): not called again.
+    const bool recorded = first.batch_recorded();
+    if (!recorded && !run_layers({model, first, first_buffers, pos0, n, between_layers, 0,
+                                  where.first_layers})) {
+        return false;
+    }
+    Backend* last = &first;
+    BatchBuffers* b = &first_buffers;
+    if (where.rest != nullptr) {
+        // The residual stream crosses to the CPU once, its layers and the output run there.
+        b = &where.rest->begin_batch(pos0, n, n_out);
+        first.hand_over(first_buffers.x, b->x, n * c.n_embd);
+        if (!run_layers({model, *where.rest, *b, pos0, n, nullptr, where.first_layers, -1})) {
+            return false;
+        }
+        // The CPU layers' rows have no device copy: their writes are nothing the device's mirror
+        // must learn of (it took the marks of any restore at the batch's start).
+        st.kv.take_host_writes();
+        last = where.rest;
+    }
+    const bool output_recorded = recorded && where.rest == nullptr;
     if (n_out > 0) {
-        float* logits = backend.logits_buffer(out, n_out);  // [n_out x n_vocab]
-        if (!recorded) {
-            backend.rms_norm_rows(b.x + first_out * c.n_embd, model.output_norm(), b.xn, n_out);
-            backend.matmul(model.output(), b.xn, n_out, logits);
+        float* logits = last->logits_buffer(out, n_out);  // [n_out x n_vocab]
+        if (!output_recorded) {
+            last->rms_norm_rows(b->x + first_out * c.n_embd, model.output_norm(), b->xn, n_out);
+            last->matmul(model.output(), b->xn, n_out, logits);
             if (c.final_logit_softcap > 0) {
-                backend.soft_cap(logits, n_out * c.n_vocab,
-                                 static_cast<float>(c.final_logit_softcap));
+                last->soft_cap(logits, n_out * c.n_vocab,
+                               static_cast<float>(c.final_logit_softcap));
             }
         }
-        backend.publish_logits(logits, out, n_out * c.n_vocab);
+        last->publish_logits(logits, out, n_out * c.n_vocab);
     }
     st.kv.set_length(pos0 + n);
     if (is_hybrid(c.family)) st.recurrent.set_position(pos0 + n);
@@ -135,6 +162,11 @@ std::span<const float> forward(const Model& model, InferenceState& st, ThreadPoo
     if (model.device()) device_backend = model.device()->make_backend(st);
     CpuBackend cpu_backend(model, st, pool);
     Backend& backend = device_backend ? *device_backend : cpu_backend;
+    // A split model: the device's layers first, then the CPU's (gpu_plan.h).
+    const int64_t device_layers = model.device() ? model.device()->layers() : c.n_layer;
+    const Placement where = device_layers < c.n_layer
+                                ? Placement{backend, &cpu_backend, device_layers}
+                                : Placement{backend};
     // A watch is asked between the layers only where a batch can be dropped half done: on the
     // CPU (the rows it wrote lie past the cache's length), and for a hybrid only when its
     // recurrent state (which folds in the batch layer by layer) can be copied at each batch's
@@ -169,13 +201,12 @@ std::span<const float> forward(const Model& model, InferenceState& st, ThreadPoo
             bool done = false;
             try {
                 if (wanted == LogitsWanted::All) {
-                    done =
-                        forward_batch(model, st, backend, chunk, 0, logits.data() + b * c.n_vocab,
-                                      per_layer ? &between_layers : nullptr);
+                    done = forward_batch(model, st, where, chunk, 0, logits.data() + b * c.n_vocab,
+                                         per_layer ? &between_layers : nullptr);
                 } else {
                     // Only the final batch produces a logits row (None: not even that).
                     const bool last = wanted == LogitsWanted::Last && b + len == n;
-                    done = forward_batch(model, st, backend, chunk, last ? len - 1 : len,
+                    done = forward_batch(model, st, where, chunk, last ? len - 1 : len,
                                          logits.data(), per_layer ? &between_layers : nullptr);
                 }
             } catch (const ThreadPool::Interrupted&) {

@@ -16,6 +16,12 @@ struct GpuRequest {
     enum class Mode : uint8_t { Auto, Off, Index };
     Mode mode = Mode::Auto;
     int index = 0;  // Mode::Index
+    // --gpu-layers N: the first N layers on the GPU, the rest on the CPU (0: the CPU; n_layer or
+    // more: every layer); unset: as many as fit (gpu_plan.h).
+    std::optional<int64_t> layers;
+    // --gpu-memory: the most device memory the model's weights, KV rows and scratch may take
+    // (besides the CUDA context the driver keeps); 0: the card's free memory.
+    uint64_t memory_limit = 0;
 };
 
 // "auto", "off" (also "cpu", "none"), or a GPU number; nullopt for anything else.
@@ -23,6 +29,9 @@ std::optional<GpuRequest> parse_gpu_request(std::string_view text);
 
 // GPUs this build can use on this machine (0 without CUDA, a driver or a card).
 int gpu_count();
+
+// --gpu-layers: a count of layers ("all" for every one); nullopt for anything else.
+std::optional<int64_t> parse_gpu_layers(std::string_view text);
 
 // Whether the request may put a model on a GPU here; the model is then loaded without the
 // CPU-only weight layouts (LoadOptions::weight_panels).
@@ -39,13 +48,22 @@ void unpin_host_memory(void* data);
 struct GpuPlacement {
     bool on_gpu = false;
     std::string where;  // "GPU 0: NVIDIA H100 80GB HBM3", or "CPU"
-    std::string note;   // why a model `auto` could have put on a GPU runs on the CPU; or empty
+    // Why a model `auto` could have put on a GPU runs on the CPU; a split's one-line account
+    // ("GPU 0: 20 of 36 layers (5.1 GiB weights + 1.2 GiB KV), 16 on the CPU"); or empty.
+    std::string note;
+    int64_t gpu_layers = 0;  // layers on the GPU (n_layer when whole, 0 on the CPU)
+    int64_t n_layer = 0;
+    uint64_t weight_bytes = 0;  // planned device bytes of the weights and the KV rows
+    uint64_t kv_bytes = 0;
 };
 
 // Puts `model` where the request says, its weights uploaded (Model::attach_device). `kv_bytes`:
-// the KV cache the caller will allocate, counted against the card's free memory. Auto: the GPU
-// when one is present, the family runs there and it fits, else the CPU with a one-line note.
-// Index: that GPU, or std::runtime_error saying why not. Off: the CPU.
+// the KV cache the caller will allocate (all layers), counted against the card's free memory
+// (or request.memory_limit, the smaller). Auto and Index: the GPU when one is present and the
+// whole model fits; a model that does not fit runs its first layers there, as many as fit
+// (request.layers forces the count), and the rest on the CPU (gpu_plan.h); the hybrids run
+// whole or not at all (their recurrent state lives in one place). Auto: the CPU with a one-line
+// note when no layer fits; Index: std::runtime_error saying why not. Off: the CPU.
 GpuPlacement place_model(Model& model, const GpuRequest& request, uint64_t kv_bytes);
 
 }  // namespace ember

@@ -1,6 +1,7 @@
 // The shared layers (layers.h).
 #include "engine/model/layers.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "engine/model/backend.h"
@@ -103,8 +104,9 @@ void ffn_sublayer(const LayerPass& p, const LayerWeights& L, Residual& residual)
 bool run_layers(const LayerPass& p) {
     const auto& layers = p.model.layers();
     const auto n_layers = static_cast<int64_t>(layers.size());
+    const int64_t end = p.end_layer < 0 ? n_layers : std::min(p.end_layer, n_layers);
     Residual residual(p);
-    for (int64_t l = 0; l < n_layers; ++l) {
+    for (int64_t l = p.first_layer; l < end; ++l) {
         if (l > 0 && p.between_layers != nullptr && !(*p.between_layers)(l)) return false;
         const LayerWeights& L = layers[static_cast<size_t>(l)];
         residual.norm_into_xn(L.attn_norm);

@@ -29,11 +29,16 @@ struct LayerPass {
     // Asked after each layer but the last with the layers done; false stops the pass there.
     // Null: every layer runs.
     const std::function<bool(int64_t layers_done)>* between_layers = nullptr;
+    // The layers to run, [first_layer, end_layer) (end_layer -1: through the last): a model split
+    // between a GPU and the CPU runs its two parts on two backends (forward.cpp).
+    int64_t first_layer = 0;
+    int64_t end_layer = -1;
 };
 
-// Runs every layer: buffers.x [n x n_embd] holds the embeddings on entry and the last layer's
-// output on return. False when `between_layers` stopped it part way (buffers and the KV rows
-// of this batch's positions are then half written: the caller drops the batch).
+// Runs the pass's layers: buffers.x [n x n_embd] holds the embeddings (or the residual stream
+// after the layers before first_layer) on entry and the last run layer's output on return. False
+// when `between_layers` stopped it part way (buffers and the KV rows of this batch's positions are
+// then half written: the caller drops the batch).
 bool run_layers(const LayerPass& pass);
 
 }  // namespace ember

@@ -311,6 +311,12 @@ public:
         EMBER_CUDA_CHECK(cudaStreamSynchronize(stream()));
     }
 
+    // The captured decode step of a split model ends with its last GPU layer: the graph is made
+    // (or replayed) here and the residual stream copied out, as the logits of a whole one.
+    void hand_over(const float* x, float* host_x, int64_t count) override {
+        publish_logits(x, host_x, count);
+    }
+
 private:
     // Direct: each block launches its kernels. Capture: they are recorded into the state's
     // decode graph (launched at publish_logits). Replay: the graph holds them, so forward()

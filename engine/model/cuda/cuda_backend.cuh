@@ -9,8 +9,10 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "engine/model/backend.h"
@@ -61,15 +63,19 @@ class CudaState;
 // The model's weights on one GPU, found by the host address the model's views hold.
 class CudaDevice final : public ComputeDevice {
 public:
-    // Uploads every weight the dense families' layers read; throws std::runtime_error naming
-    // what failed (out of memory, an unsupported layout).
-    CudaDevice(const Model& model, int device);
+    // Uploads every weight the layers [0, layers) read, the embedding table, and the output
+    // norm and matrix when `layers` is every layer (a split's output runs on the CPU, after its
+    // last layer: gpu_plan.h); throws std::runtime_error naming what failed (out of memory, an
+    // unsupported layout).
+    CudaDevice(const Model& model, int device, int64_t layers);
 
     std::string description() const override { return description_; }
     std::unique_ptr<Backend> make_backend(InferenceState& state) override;
     void attach(InferenceState& state) override { state_of(state); }
     double assumed_prefill_tokens_per_second() const override { return assumed_prefill_; }
     uint64_t weight_bytes() const override { return weight_bytes_; }
+    int64_t layers() const override { return layers_; }
+    uint64_t memory_in_use() const override;
     std::vector<double> measure_bandwidth_gbs(uint64_t bytes, int passes) override;
 
     int device() const { return device_; }
@@ -86,15 +92,23 @@ public:
 private:
     // The state's CudaState, created on first use.
     CudaState& state_of(InferenceState& state);
+    void upload_weights(std::span<const LayerWeights> own);
+    size_t take_arena(size_t bytes);  // offset of `bytes` in the arena (0 while sizing)
     void upload_matrix(const MatrixView& view, const char* name);
     void upload_vector(const std::vector<float>& host);
 
     const Model& model_;
     CublasLibrary blas_;
     int device_ = 0;
+    int64_t layers_ = 0;
+    size_t free_at_start_ = 0;  // the device's free memory before the first upload
     std::string description_;
     uint64_t weight_bytes_ = 0;
-    std::vector<DeviceBuffer> blocks_;
+    DeviceBuffer arena_;  // every weight, [arena_bytes_]
+    size_t arena_bytes_ = 0;
+    size_t arena_used_ = 0;
+    bool sizing_ = false;                    // upload_weights' first pass: counting bytes
+    std::unordered_set<const void*> sized_;  // what the first pass counted (tied ones once)
     std::unordered_map<const void*, DeviceMatrix> matrices_;
     std::unordered_map<const float*, const float*> vectors_;
     DeviceBuffer inv_freq_, inv_freq_local_;
@@ -186,8 +200,11 @@ private:
     const CublasLibrary& blas_library_;
     cudaStream_t stream_ = nullptr;
     cublasHandle_t blas_ = nullptr;
-    std::vector<DeviceBuffer> k_layers_, v_layers_;  // [slots x row bytes] per cache layer
-    StepInputs* step_host_ = nullptr;                // cudaMallocHost
+    // [slots x row bytes] per cache layer of the device's layers: [0, cache_layers_) (a split
+    // model's CPU layers have their rows on the host only).
+    int64_t cache_layers_ = 0;
+    std::vector<DeviceBuffer> k_layers_, v_layers_;
+    StepInputs* step_host_ = nullptr;  // cudaMallocHost
     DeviceBuffer step_dev_;
     int64_t device_valid_ = 0;  // device rows [0, device_valid_) are the state's
     int64_t host_valid_ = 0;    // host rows [0, host_valid_) are the state's

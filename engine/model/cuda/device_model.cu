@@ -1,5 +1,6 @@
 // The model's weights on the GPU (cuda_backend.cuh: CudaDevice) and the device buffer type.
 #include <algorithm>
+#include <span>
 #include <utility>
 
 #include "engine/model/cuda/cuda_backend.cuh"
@@ -107,16 +108,51 @@ double assumed_prefill(const Model& model, int device, const cudaDeviceProp& pro
 
 }  // namespace
 
-CudaDevice::CudaDevice(const Model& model, int device) : model_(model), device_(device) {
+CudaDevice::CudaDevice(const Model& model, int device, int64_t layers)
+    : model_(model), device_(device) {
     EMBER_CUDA_CHECK(cudaSetDevice(device));
+    size_t total = 0;
+    EMBER_CUDA_CHECK(cudaMemGetInfo(&free_at_start_, &total));
     cudaDeviceProp prop{};
     EMBER_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
+    const auto n_layer = static_cast<int64_t>(model.layers().size());
+    layers_ = std::clamp<int64_t>(layers, 1, n_layer);
     description_ = "GPU " + std::to_string(device) + ": " + prop.name;
     assumed_prefill_ = assumed_prefill(model, device, prop);
-    upload_matrix(model.token_embd(), "token_embd");
-    upload_matrix(model.output(), "output");
-    upload_vector(model.output_norm());
-    for (const LayerWeights& L : model.layers()) {
+    if (layers_ < n_layer) {
+        description_ += ", " + std::to_string(layers_) + " of " + std::to_string(n_layer) +
+                        " layers (the rest on the CPU)";
+    }
+    // The layers this device runs; the CPU's are never uploaded. Every weight in one
+    // allocation: cudaMalloc rounds each block up (to 2 MiB pages for large ones), which
+    // for a model's hundreds of tensors is hundreds of MiB of the card (measured: 353 MiB above
+    // the weights and KV rows of a Llama-3.1-8B shape with a block per tensor).
+    const std::span<const LayerWeights> own(model.layers().data(), static_cast<size_t>(layers_));
+    sizing_ = true;
+    upload_weights(own);
+    arena_ = DeviceBuffer(std::max<size_t>(arena_bytes_, 1));
+    sizing_ = false;
+    upload_weights(own);
+    for (const LayerWeights& L : own) {
+        if (!L.moe()) continue;
+        if (const std::string why = moe_layer_unsupported(moe_layer(*this, L)); !why.empty()) {
+            throw std::runtime_error("CUDA backend: " + why);
+        }
+    }
+    inv_freq_ = upload(model.rope_inv_freq().data(), model.rope_inv_freq().size());
+    inv_freq_local_ =
+        upload(model.rope_inv_freq_local().data(), model.rope_inv_freq_local().size());
+}
+
+// The weights of `own` layers, the embedding, and the output with every layer: sized first
+// (sizing_), then uploaded into the arena.
+void CudaDevice::upload_weights(std::span<const LayerWeights> own) {
+    upload_matrix(model_.token_embd(), "token_embd");
+    if (layers_ == static_cast<int64_t>(model_.layers().size())) {
+        upload_matrix(model_.output(), "output");
+        upload_vector(model_.output_norm());
+    }
+    for (const LayerWeights& L : own) {
         for (const MatrixView* m : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down}) {
             upload_matrix(*m, "layer");
         }
@@ -142,34 +178,48 @@ CudaDevice::CudaDevice(const Model& model, int device) : model_(model), device_(
             upload_vector(*v);
         }
     }
-    for (const LayerWeights& L : model.layers()) {
-        if (!L.moe()) continue;
-        if (const std::string why = moe_layer_unsupported(moe_layer(*this, L)); !why.empty()) {
-            throw std::runtime_error("CUDA backend: " + why);
-        }
+}
+
+// Arena bytes of a block: 256-byte aligned, as cudaMalloc aligns (the kernels' 16-byte loads).
+size_t CudaDevice::take_arena(size_t bytes) {
+    const size_t aligned = (bytes + 255) / 256 * 256;
+    if (sizing_) {
+        arena_bytes_ += aligned;
+        return 0;
     }
-    inv_freq_ = upload(model.rope_inv_freq().data(), model.rope_inv_freq().size());
-    inv_freq_local_ =
-        upload(model.rope_inv_freq_local().data(), model.rope_inv_freq_local().size());
+    if (arena_used_ + aligned > arena_.bytes()) {
+        throw std::logic_error("CUDA backend: the weights outgrew the arena sized for them");
+    }
+    const size_t at = arena_used_;
+    arena_used_ += aligned;
+    weight_bytes_ += aligned;
+    return at;
 }
 
 void CudaDevice::upload_matrix(const MatrixView& view, const char* name) {
-    if (view.rows == 0 || matrices_.count(view.data)) return;  // absent, or tied and uploaded
+    if (view.rows == 0) return;                  // absent
+    const bool f32 = !gemv_supports(view.type);  // read by no kernel here: exact f32
+    const size_t bytes = f32 ? static_cast<size_t>(view.rows * view.cols) * sizeof(float)
+                             : static_cast<size_t>(view.rows) * view.row_stride;
+    if (sizing_) {
+        if (sized_.insert(view.data).second) take_arena(bytes);  // tied ones once
+        return;
+    }
+    if (matrices_.count(view.data)) return;  // tied and uploaded
     if (view.layout != WeightLayout::Rows) {
         throw std::logic_error(std::string("CUDA backend: matrix ") + name +
                                " is in the CPU's panel layout; load the model for the GPU");
     }
     DeviceMatrix m{view.type, nullptr, view.rows, view.cols, view.row_stride};
-    DeviceBuffer block;
-    if (gemv_supports(view.type)) {
-        block = upload(static_cast<const uint8_t*>(view.data),
-                       static_cast<size_t>(view.rows) * view.row_stride);
+    uint8_t* block = arena_.as<uint8_t>() + take_arena(bytes);
+    if (!f32) {
+        EMBER_CUDA_CHECK(cudaMemcpy(block, view.data, bytes, cudaMemcpyHostToDevice));
     } else {
-        // Read by no kernel here: exact f32, a note says so.
+        // A note says so.
         std::vector<float> rows(static_cast<size_t>(view.rows * view.cols));  // [rows x cols]
         for (int64_t r = 0; r < view.rows; ++r)
             dequantize_row(view, r, rows.data() + r * view.cols);
-        block = upload(rows.data(), rows.size());
+        EMBER_CUDA_CHECK(cudaMemcpy(block, rows.data(), bytes, cudaMemcpyHostToDevice));
         m.type = TensorType::F32;
         m.row_stride = static_cast<size_t>(view.cols) * sizeof(float);
         const std::string note = std::string(type_info(view.type).name) +
@@ -177,21 +227,31 @@ void CudaDevice::upload_matrix(const MatrixView& view, const char* name) {
                                  std::string(type_info(view.type).name) + " there)";
         if (std::find(notes_.begin(), notes_.end(), note) == notes_.end()) notes_.push_back(note);
     }
-    m.data = block.get();
+    m.data = block;
     // f16 holds up to 65504; the margin covers the rounding of the largest weights.
     constexpr float kHalfSafe = 60000.0f;
     m.half_products = !is_float_type(m.type) && max_abs_weight(m, nullptr) < kHalfSafe;
-    weight_bytes_ += block.bytes();
     matrices_.emplace(view.data, m);
-    blocks_.push_back(std::move(block));
 }
 
 void CudaDevice::upload_vector(const std::vector<float>& host) {
-    if (host.empty() || vectors_.count(host.data())) return;
-    DeviceBuffer block = upload(host.data(), host.size());
-    weight_bytes_ += block.bytes();
-    vectors_.emplace(host.data(), block.as<float>());
-    blocks_.push_back(std::move(block));
+    if (host.empty()) return;
+    const size_t bytes = host.size() * sizeof(float);
+    if (sizing_) {
+        if (sized_.insert(host.data()).second) take_arena(bytes);
+        return;
+    }
+    if (vectors_.count(host.data())) return;
+    auto* block = reinterpret_cast<float*>(arena_.as<uint8_t>() + take_arena(bytes));
+    EMBER_CUDA_CHECK(cudaMemcpy(block, host.data(), bytes, cudaMemcpyHostToDevice));
+    vectors_.emplace(host.data(), block);
+}
+
+uint64_t CudaDevice::memory_in_use() const {
+    EMBER_CUDA_CHECK(cudaSetDevice(device_));
+    size_t free_now = 0, total = 0;
+    EMBER_CUDA_CHECK(cudaMemGetInfo(&free_now, &total));
+    return free_at_start_ > free_now ? free_at_start_ - free_now : 0;
 }
 
 std::vector<double> CudaDevice::measure_bandwidth_gbs(uint64_t bytes, int passes) {

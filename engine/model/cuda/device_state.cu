@@ -37,6 +37,17 @@ MixerBuffers carve_mixer_buffers(const ModelConfig& c, int64_t tokens, DeviceBuf
     return MixerBuffers{parts[0], parts[1], parts[2], parts[3], parts[4], parts[5], parts[6]};
 }
 
+// Cache layers of the model's layers [0, layers): a split's CPU layers keep their KV rows on the
+// host alone (the hybrids' attention slots, kv_slot, count those of the device's layers).
+int64_t device_cache_layers(const ModelConfig& c, int64_t layers, int64_t cache_layers) {
+    if (c.kv_slot.empty()) return std::min(layers, cache_layers);
+    int64_t slots = 0;
+    for (int64_t l = 0; l < layers && l < static_cast<int64_t>(c.kv_slot.size()); ++l) {
+        slots = std::max(slots, c.kv_slot[static_cast<size_t>(l)] + 1);
+    }
+    return std::min(slots, cache_layers);
+}
+
 }  // namespace
 
 CudaState::CudaState(const CudaDevice& device, InferenceState& state)
@@ -48,7 +59,8 @@ CudaState::CudaState(const CudaDevice& device, InferenceState& state)
     EMBER_CUBLAS_CHECK(blas_library_.create(&blas_));
     EMBER_CUBLAS_CHECK(blas_library_.set_stream(blas_, stream_));
     const int64_t slots_full = kv_.capacity();
-    for (int64_t l = 0; l < kv_.n_layer(); ++l) {
+    cache_layers_ = device_cache_layers(c, device.layers(), kv_.n_layer());
+    for (int64_t l = 0; l < cache_layers_; ++l) {
         const int64_t slots = kv_.is_ring(l) ? kv_.ring_positions() : slots_full;
         k_layers_.emplace_back(static_cast<size_t>(slots * kv_.k_row_bytes()));
         v_layers_.emplace_back(static_cast<size_t>(slots * kv_.v_row_bytes()));
@@ -163,7 +175,7 @@ bool CudaState::copy_from_pinned(int64_t begin, int64_t end, const RestoredRows&
     const auto held = static_cast<size_t>(source.count);
     const auto skip = static_cast<size_t>(begin - source.first);  // rows before `begin`
     const auto rows = static_cast<size_t>(end - begin);
-    for (int64_t l = 0; l < kv_.n_layer(); ++l) {
+    for (int64_t l = 0; l < cache_layers_; ++l) {  // the device's layers (a split's)
         const uint8_t* layer_rows =
             source.rows + static_cast<size_t>(l) * held * (k_bytes + v_bytes);
         const KvLayerView view = layer(l);
@@ -264,14 +276,15 @@ void CudaState::bring_host_up_to_date() {
     }
 }
 
-// Rows [begin, end) of every layer, in runs that stay inside one host chunk and one stretch
-// of a ring (a ring is a whole number of chunks, so both cut at multiples of kChunkPositions).
+// Rows [begin, end) of every layer the device holds, in runs that stay inside one host chunk and
+// one stretch of a ring (a ring is a whole number of chunks, so both cut at multiples of
+// kChunkPositions).
 void CudaState::copy_rows(Direction direction, int64_t begin, int64_t end, cudaStream_t stream,
                           bool wait) {
     const int64_t chunk = KvCache::kChunkPositions;
     const auto k_bytes = static_cast<size_t>(kv_.k_row_bytes());
     const auto v_bytes = static_cast<size_t>(kv_.v_row_bytes());
-    for (int64_t l = 0; l < kv_.n_layer(); ++l) {
+    for (int64_t l = 0; l < cache_layers_; ++l) {
         const KvLayerView view = layer(l);
         const int64_t first = view.ring ? std::max(begin, end - view.slots) : begin;
         for (int64_t pos = first; pos < end;) {

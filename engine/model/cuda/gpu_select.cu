@@ -6,6 +6,7 @@
 #include "engine/model/cuda/cuda_check.cuh"
 #include "engine/model/forward.h"
 #include "engine/model/gpu.h"
+#include "engine/model/gpu_plan.h"
 #include "engine/model/model.h"
 #include "engine/model/state.h"
 #include "engine/util/thread_pool.h"
@@ -17,36 +18,44 @@ namespace {
 // Headroom for the batch buffers, attention records and cuBLAS's workspace.
 constexpr uint64_t kScratchBytes = uint64_t{384} << 20;
 
-// Device bytes of the weights: every matrix once (tied ones once), f32 where the kernels do
-// not read the type, and the vectors.
-uint64_t planned_weight_bytes(const Model& model) {
+// Device bytes of the model's parts (gpu_plan.h): every matrix once (tied ones once, with the
+// first part that uploads them), f32 where the kernels do not read the type, and the vectors.
+// `kv_bytes` (all layers) is shared evenly among the layers.
+GpuSizes gpu_sizes(const Model& model, uint64_t kv_bytes) {
     std::unordered_set<const void*> seen;
-    uint64_t bytes = 0;
-    const auto matrix = [&](const MatrixView& m) {
-        if (m.rows == 0 || !seen.insert(m.data).second) return;
-        bytes += cuda::gemv_supports(m.type)
-                     ? static_cast<uint64_t>(m.rows) * m.row_stride
-                     : static_cast<uint64_t>(m.rows * m.cols) * sizeof(float);
+    const auto matrix = [&](const MatrixView& m) -> uint64_t {
+        if (m.rows == 0 || !seen.insert(m.data).second) return 0;
+        return cuda::gemv_supports(m.type) ? static_cast<uint64_t>(m.rows) * m.row_stride
+                                           : static_cast<uint64_t>(m.rows * m.cols) * sizeof(float);
     };
-    matrix(model.token_embd());
-    matrix(model.output());
+    GpuSizes sizes;
+    sizes.scratch = kScratchBytes;
+    sizes.always =
+        matrix(model.token_embd()) +
+        (model.rope_inv_freq().size() + model.rope_inv_freq_local().size()) * sizeof(double);
+    const auto n_layer = static_cast<uint64_t>(std::max<size_t>(1, model.layers().size()));
     for (const LayerWeights& L : model.layers()) {
+        uint64_t bytes = 0;
         for (const MatrixView* m :
              {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down, &L.conv_in, &L.conv_out,
               &L.ssm_qkv, &L.ssm_z, &L.ssm_alpha, &L.ssm_beta, &L.ssm_out, &L.ffn_gate_inp,
               &L.gate_exps, &L.up_exps, &L.down_exps}) {
-            matrix(*m);
+            bytes += matrix(*m);
         }
         bytes += (L.ffn_gate_inp_b.size() + L.gate_exps_b.size() + L.up_exps_b.size() +
                   L.down_exps_b.size()) *
                  sizeof(float);
         bytes += (L.attn_norm.size() + L.ffn_norm.size() + L.q_norm.size() + L.k_norm.size() +
-                  L.bq.size() + L.bk.size() + L.bv.size() + L.post_attn_norm.size() +
-                  L.post_ffn_norm.size() + L.conv_taps.size() + L.ssm_a.size() +
-                  L.ssm_dt_bias.size() + L.ssm_norm.size()) *
+                  L.bq.size() + L.bk.size() + L.bv.size() + L.bo.size() + L.attn_sinks.size() +
+                  L.post_attn_norm.size() + L.post_ffn_norm.size() + L.conv_taps.size() +
+                  L.ssm_a.size() + L.ssm_dt_bias.size() + L.ssm_norm.size()) *
                  sizeof(float);
+        sizes.layer_bytes.push_back(bytes);
+        sizes.layer_kv.push_back(kv_bytes / n_layer);
     }
-    return bytes;
+    // Tied to the embedding: already counted with it.
+    sizes.output = matrix(model.output()) + model.output_norm().size() * sizeof(float);
+    return sizes;
 }
 
 // Runs the model once on a scratch state, a prompt and a decode step, so that what CUDA and
@@ -67,6 +76,14 @@ std::string mib(uint64_t bytes) {
     return std::to_string((bytes + (1 << 20) - 1) >> 20) + " MiB";
 }
 
+// "GPU 0: 20 of 36 layers (5.1 GiB weights + 1.2 GiB KV), 16 on the CPU"
+std::string split_account(int index, const GpuSplit& split) {
+    return "GPU " + std::to_string(index) + ": " + std::to_string(split.layers) + " of " +
+           std::to_string(split.n_layer) + " layers (" + format_memory_size(split.weight_bytes) +
+           " weights + " + format_memory_size(split.kv_bytes) + " KV), " +
+           std::to_string(split.n_layer - split.layers) + " on the CPU";
+}
+
 }  // namespace
 
 int gpu_count() {
@@ -79,6 +96,7 @@ int gpu_count() {
 }
 
 bool gpu_may_run(const GpuRequest& request) {
+    if (request.layers == int64_t{0}) return false;  // --gpu-layers 0: the CPU
     return request.mode == GpuRequest::Mode::Index ||
            (request.mode == GpuRequest::Mode::Auto && gpu_count() > 0);
 }
@@ -97,7 +115,10 @@ void unpin_host_memory(void* data) {
 }
 
 GpuPlacement place_model(Model& model, const GpuRequest& request, uint64_t kv_bytes) {
-    if (request.mode == GpuRequest::Mode::Off) return {false, "CPU", ""};
+    // --gpu off, or --gpu-layers 0
+    if (request.mode == GpuRequest::Mode::Off || request.layers == int64_t{0}) {
+        return {false, "CPU", ""};
+    }
     const bool strict = request.mode == GpuRequest::Mode::Index;
     const int count = gpu_count();
     const int index = strict ? request.index : 0;
@@ -118,23 +139,52 @@ GpuPlacement place_model(Model& model, const GpuRequest& request, uint64_t kv_by
     EMBER_CUDA_CHECK(cudaSetDevice(index));
     size_t free_bytes = 0, total_bytes = 0;
     EMBER_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
-    const uint64_t need = planned_weight_bytes(model) + kv_bytes + kScratchBytes;
-    if (need > free_bytes) {
-        return refuse("the model needs " + mib(need) + " of GPU memory, " + mib(free_bytes) +
-                      " are free on GPU " + std::to_string(index));
+    const bool capped = request.memory_limit > 0 && request.memory_limit < free_bytes;
+    const uint64_t limit = capped ? request.memory_limit : free_bytes;
+    const std::string available =
+        capped ? mib(limit) + " are allowed by --gpu-memory"
+               : mib(free_bytes) + " are free on GPU " + std::to_string(index);
+    const GpuSizes sizes = gpu_sizes(model, kv_bytes);
+    const GpuSplit whole = gpu_split_of(sizes, INT64_MAX);
+    GpuSplit split =
+        request.layers ? gpu_split_of(sizes, *request.layers) : plan_gpu_split(sizes, limit);
+    if (is_hybrid(model.config().family) && !split.whole() && split.layers > 0) {
+        // Their recurrent state is mirrored as one block: the whole model or none of it.
+        if (request.layers) {
+            throw std::runtime_error("--gpu-layers " + std::to_string(*request.layers) + ": " +
+                                     std::string(family_name(model.config().family)) +
+                                     " models run all their layers on the GPU or none");
+        }
+        split = gpu_split_of(sizes, 0);
+    }
+    if (request.layers && split.need_bytes > limit) {
+        throw std::runtime_error("--gpu-layers " + std::to_string(*request.layers) + ": " +
+                                 std::to_string(split.layers) + " layers need " +
+                                 mib(split.need_bytes) + " of GPU memory, " + available);
+    }
+    if (split.layers == 0) {
+        return refuse("the model needs " + mib(whole.need_bytes) + " of GPU memory, " + available +
+                      (is_hybrid(model.config().family) ? "" : " (not even one layer fits)"));
     }
     std::shared_ptr<cuda::CudaDevice> device;
     try {
-        device = std::make_shared<cuda::CudaDevice>(model, index);
+        device = std::make_shared<cuda::CudaDevice>(model, index, split.layers);
     } catch (const std::exception& e) {  // cuBLAS missing, memory taken meanwhile
         return refuse(e.what());
     }
     GpuPlacement placement{true, device->description(), ""};
+    placement.gpu_layers = split.layers;
+    placement.n_layer = split.n_layer;
+    placement.weight_bytes = split.weight_bytes;
+    placement.kv_bytes = split.kv_bytes;
+    if (!split.whole()) placement.note = split_account(index, split);
     for (const std::string& note : device->notes()) {
         placement.note += (placement.note.empty() ? "" : "; ") + note;
     }
     model.attach_device(std::move(device));
-    warm_up(model);
+    // A split's warm-up would run its CPU layers on one thread (seconds for an 8B model); its
+    // first prompt's CPU layers dwarf the GPU's first-use costs anyway.
+    if (split.whole()) warm_up(model);
     return placement;
 }
 
