@@ -117,6 +117,12 @@ std::vector<uint8_t> unpack_blob(std::span<const uint8_t> packed) {
     return raw;
 }
 
+uint64_t unpacked_size(std::span<const uint8_t> packed) {
+    if (packed.size() < kHeaderBytesV1 || std::memcmp(packed.data(), kMagic, 4) != 0) return 0;
+    const auto raw_size = get<uint64_t>(packed.data() + 8);
+    return raw_size > kMaxRawBytes ? 0 : raw_size;
+}
+
 void unpack_blob(std::span<const uint8_t> packed, std::vector<uint8_t>& raw,
                  std::vector<uint8_t>& split) {
     if (packed.size() < kHeaderBytesV1 || std::memcmp(packed.data(), kMagic, 4) != 0) {

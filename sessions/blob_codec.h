@@ -32,6 +32,9 @@ public:
 // planes: the width of the numbers the bytes hold (2 for f16 rows, 4 for f32; 1: as they are).
 std::vector<uint8_t> pack_blob(std::span<const uint8_t> raw, int level = 3, int planes = 1);
 std::vector<uint8_t> unpack_blob(std::span<const uint8_t> packed);
+// The size unpack_blob will inflate `packed` to, read from its header (bounded as unpack_blob
+// bounds it); 0 for a header unpack_blob would refuse.
+uint64_t unpacked_size(std::span<const uint8_t> packed);
 // The same into `raw`, with `planes` for the bytes before they are joined (both resized, their
 // capacity reused: restoring a chain of blocks of one size touches their pages once).
 void unpack_blob(std::span<const uint8_t> packed, std::vector<uint8_t>& raw,

@@ -4,9 +4,7 @@
 #include <chrono>
 #include <cstring>
 #include <exception>
-#include <utility>
 
-#include "engine/model/gpu.h"
 #include "engine/model/state_io.h"
 #include "engine/util/fan_out.h"
 
@@ -40,28 +38,6 @@ size_t StateTier::KeyHash::operator()(const StateKey& key) const {
 
 uint64_t StateTier::Block::bytes() const {
     return rows.size() + snapshot.size() + tokens.size() * sizeof(int32_t) + kBlockOverheadBytes;
-}
-
-TierRows::TierRows(TierRows&& other) noexcept
-    : bytes_(std::move(other.bytes_)), pinned_(std::exchange(other.pinned_, false)) {}
-
-TierRows& TierRows::operator=(TierRows&& other) noexcept {
-    if (this != &other) {
-        unpin();
-        bytes_ = std::move(other.bytes_);
-        pinned_ = std::exchange(other.pinned_, false);
-    }
-    return *this;
-}
-
-bool TierRows::pin() {
-    if (!pinned_) pinned_ = pin_host_memory(bytes_.data(), bytes_.size());
-    return pinned_;
-}
-
-void TierRows::unpin() {
-    if (pinned_) unpin_host_memory(bytes_.data());
-    pinned_ = false;
 }
 
 StateTier::StateTier(uint64_t cap_bytes) : cap_bytes_(cap_bytes) {
@@ -459,7 +435,7 @@ void StateTier::save(const StateKey& seed, int64_t block_tokens, std::span<const
         b.parent = parent;
         b.begin = static_cast<int64_t>(pos);
         b.tokens.assign(piece.begin(), piece.end());
-        b.rows = TierRows(serialize_kv_rows(kv, b.begin, b.begin + std::ssize(piece)));
+        b.rows = PinnedBytes(serialize_kv_rows(kv, b.begin, b.begin + std::ssize(piece)));
         b.complete = fresh(b.begin);
         b.tick = tick;
         return b;

@@ -36,6 +36,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "engine/model/pinned_bytes.h"
 #include "engine/model/state.h"
 #include "sessions/state_keys.h"
 
@@ -61,30 +62,6 @@ struct TierMatch {
     int64_t bytes = 0;  // bytes a restore to `reach` copies
     // The database may hold a longer usable prefix than the tier (see the file comment).
     bool store_may_hold_more = true;
-};
-
-// A block's rows, page-locked once pinned (StateTier::pin_rows): a restore onto a GPU then
-// copies them with the copy engine straight from here. Move-only; unlocked before freed.
-class TierRows {
-public:
-    TierRows() = default;
-    explicit TierRows(std::vector<uint8_t> bytes) : bytes_(std::move(bytes)) {}
-    TierRows(TierRows&& other) noexcept;
-    TierRows& operator=(TierRows&& other) noexcept;
-    TierRows(const TierRows&) = delete;
-    TierRows& operator=(const TierRows&) = delete;
-    ~TierRows() { unpin(); }
-
-    // Page-locks the bytes (engine/model/gpu.h: pin_host_memory); false where it cannot.
-    bool pin();
-    std::span<const uint8_t> bytes() const { return bytes_; }
-    size_t size() const { return bytes_.size(); }
-    bool pinned() const { return pinned_; }
-
-private:
-    void unpin();
-    std::vector<uint8_t> bytes_;
-    bool pinned_ = false;
 };
 
 class StateTier {
@@ -140,7 +117,7 @@ private:
         StateKey parent{};  // the previous block's key (the seed for a root)
         int64_t begin = 0;
         std::vector<int32_t> tokens;
-        TierRows rows;                  // serialize_kv_rows(kv, begin, begin + tokens.size())
+        PinnedBytes rows;  // serialize_kv_rows(kv, begin, begin + tokens.size()); locked on a GPU
         std::vector<uint8_t> snapshot;  // hybrids: serialize_recurrent at the block's end
         bool complete = false;          // every continuation the database holds is here
         uint64_t tick = 0;

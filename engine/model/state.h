@@ -168,6 +168,8 @@ public:
     void sync_host() const {
         if (mirror_) mirror_->bring_host_up_to_date();
     }
+    // Whether a device mirrors the rows (a restore then inflates into page-locked memory).
+    bool mirrored() const { return mirror_ != nullptr; }
     // A restore wrote rows [begin, end) of every layer (KvMirror::host_rows_restored).
     void rows_restored(int64_t begin, int64_t end, const RestoredRows& source) {
         if (mirror_ && end > begin) mirror_->host_rows_restored(begin, end, source);
