@@ -260,9 +260,9 @@ std::vector<std::string> chat_args(const BenchResumeOptions& o, const std::strin
                                   "--kv-type",
                                   o.kv_type,
                                   "--activations",
-                                  o.activations,
-                                  "--ctx",
-                                  std::to_string(o.ctx)};
+                                  o.activations};
+    // chat refuses --ctx 0: its default is the option left out.
+    if (o.ctx > 0) args.insert(args.end(), {"--ctx", std::to_string(o.ctx)});
     const std::vector<std::string> gpu = o.gpu.arguments();
     args.insert(args.end(), gpu.begin(), gpu.end());
     return args;

@@ -419,5 +419,27 @@ TEST_F(LongWork, BenchResumeStopsWithItsChatProcesses) {
     EXPECT_TRUE(left.empty()) << left.size() << " chat process(es) left running";
 }
 
+TEST_F(LongWork, BenchResumeFromMemoryRestoresFromTheHostTier) {
+    // One serving process: conversation A, then B takes the slot, then A's next turn comes
+    // back from the host tier; a server without a store recomputes the same turn.
+    const CommandResult r = run_command({ember_binary(), "bench-resume", "-m", model_, "--from",
+                                         "memory", "--tokens", "600", "-t", "2"},
+                                        "", 300);
+    ASSERT_EQ(r.status, 0) << r.out << r.err;
+    const json j = json::parse(r.out, nullptr, false);
+    ASSERT_TRUE(j.is_object()) << r.out;
+    EXPECT_EQ(j["from"], "memory");
+    EXPECT_EQ(j["warm"]["restored_from"], "memory");
+    EXPECT_EQ(j["warm"]["resume"], "restore");
+    // A's message (~600 tokens) is restored, the turn's own tokens evaluated.
+    EXPECT_GT(j["warm"]["tokens_restored"].get<int64_t>(), 500);
+    EXPECT_LT(j["warm"]["tokens_evaluated"].get<int64_t>(), 64);
+    EXPECT_EQ(j["cold"]["tokens_reused"].get<int64_t>(), 0);
+    EXPECT_GT(j["cold"]["tokens_evaluated"].get<int64_t>(), 500);
+    EXPECT_TRUE(j["replies_equal"].get<bool>()) << j.dump(2);
+    EXPECT_GT(j["restore"]["raw_bytes"].get<int64_t>(), 0);
+    EXPECT_TRUE(j["pass"].get<bool>());
+}
+
 }  // namespace
 }  // namespace ember::test
