@@ -53,6 +53,10 @@ TEST(TuiText, WidthsOfWideAndCombiningCharacters) {
     EXPECT_EQ(display_width("😀"), 2);
     EXPECT_EQ(display_width("e\u0301"), 1);  // e + combining acute
     EXPECT_EQ(display_width("café"), 4);
+    // Hangul jamo: a leading consonant is wide, the vowel and final consonant after it join
+    // its cell as terminals draw them (glibc's wcwidth: 2, 0, 0), whatever utf8proc says.
+    EXPECT_EQ(display_width("\u1100\u1161\u11A8"), 2);
+    EXPECT_EQ(display_width("e\u119E"), 1);
     const auto clusters = split_clusters("ae\u0301日");
     ASSERT_EQ(clusters.size(), 3u);
     EXPECT_EQ(clusters[1].end - clusters[1].begin, 3u);  // e and its accent stay together

@@ -16,10 +16,23 @@ bool is_control(char32_t cp) {
     return cp < 0x20 || (cp >= 0x7F && cp < 0xA0);
 }
 
+// Hangul's conjoining medial vowels and final consonants join the syllable before them:
+// terminals (glibc's wcwidth, which ncurses and tmux use) give them no column, where utf8proc
+// 2.8 gives each one. Counted utf8proc's way, a line holding one was drawn a column narrower
+// than measured, and a wrapped reply's row measured 101 columns of a 100-column terminal.
+bool is_hangul_conjoining(char32_t cp) {
+    return (cp >= 0x1160 && cp <= 0x11FF) || (cp >= 0xD7B0 && cp <= 0xD7FF);
+}
+
+int terminal_width(char32_t cp) {
+    if (is_hangul_conjoining(cp)) return 0;
+    return utf8proc_charwidth(static_cast<utf8proc_int32_t>(cp));
+}
+
 // Zero-width characters that attach to the cluster before them.
 bool attaches_to_previous(char32_t cp) {
     if (is_control(cp)) return false;
-    return utf8proc_charwidth(static_cast<utf8proc_int32_t>(cp)) == 0;
+    return terminal_width(cp) == 0;
 }
 
 }  // namespace
@@ -36,7 +49,7 @@ size_t decode_at(std::string_view text, size_t offset, char32_t& codepoint) {
 }
 
 int codepoint_width(char32_t codepoint) {
-    return utf8proc_charwidth(static_cast<utf8proc_int32_t>(codepoint));
+    return terminal_width(codepoint);
 }
 
 namespace detail {
