@@ -69,28 +69,6 @@ double f16_flops_per_sm_clock(int major, int minor) {
     return 256;                                      // no tensor cores
 }
 
-// Multiply-adds per token of the model's matrices; a MoE layer's experts at the share a
-// token is routed to.
-double multiply_adds_per_token(const Model& model) {
-    const ModelConfig& c = model.config();
-    const auto size = [](const MatrixView& m) {
-        return static_cast<double>(m.rows) * static_cast<double>(m.cols);
-    };
-    double total = size(model.output());
-    const double routed =
-        c.n_expert > 0 ? static_cast<double>(c.n_expert_used) / static_cast<double>(c.n_expert)
-                       : 1.0;
-    for (const LayerWeights& L : model.layers()) {
-        for (const MatrixView* m :
-             {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down, &L.conv_in, &L.conv_out,
-              &L.ssm_qkv, &L.ssm_z, &L.ssm_alpha, &L.ssm_beta, &L.ssm_out, &L.ffn_gate_inp}) {
-            total += size(*m);
-        }
-        total += routed * (size(L.gate_exps) + size(L.up_exps) + size(L.down_exps));
-    }
-    return total;
-}
-
 // Prompt evaluation speed before any is timed: a tenth of the chip's f16 peak (Ember's
 // prefill reached 11-13% of the H200's on 1.7B-8B files, quantized weights dequantized for
 // cuBLAS), low rather than high so that a restore is not declined on a guess.
@@ -102,7 +80,10 @@ double assumed_prefill(const Model& model, int device, const cudaDeviceProp& pro
     }
     const double peak = f16_flops_per_sm_clock(prop.major, prop.minor) *
                         static_cast<double>(prop.multiProcessorCount) * clock_khz * 1e3;
-    const double per_token = 2 * std::max(1.0, multiply_adds_per_token(model));
+    // A multiply-add per weight a token reads (Model::weight_elements_per_token: every
+    // matrix, a MoE layer's routed experts' share).
+    const double per_token =
+        2 * std::max(1.0, static_cast<double>(model.weight_elements_per_token()));
     return 0.10 * peak / per_token;
 }
 
