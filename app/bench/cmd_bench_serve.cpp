@@ -1,7 +1,10 @@
 // ember bench-serve: throughput and time to first token of `ember serve` (started in this
 // process on a loopback port, or any OpenAI-compatible server given with --url) for 1, 4 and
 // 16 concurrent clients, each holding a multi-turn conversation, with the prefix hit rate
-// the server reports (usage.prompt_tokens_details.cached_tokens). Prints one JSON object.
+// the server reports (usage.prompt_tokens_details.cached_tokens). Prints one JSON object: per
+// level the throughput (completion tokens over the level's wall time) and its ratio to the
+// first level's, time to first token, and for the in-process server the decode steps the
+// level took and how many slots a step served on average (decode_batcher.h).
 #include <signal.h>
 
 #include <algorithm>
@@ -12,10 +15,15 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "app/cli/options.h"
 #include "app/commands/commands.h"
+#include "app/models/gpu_options.h"
+#include "app/models/load_model.h"
 #include "app/models/model_locator.h"
 #include "app/remote/client.h"
+#include "app/serve/decode_batcher.h"
 #include "app/serve/server.h"
+#include "engine/model/forward.h"
 #include "engine/model/model.h"
 #include "engine/util/fan_out.h"
 #include "engine/util/thread_pool.h"
@@ -36,6 +44,11 @@ struct BenchServeOptions {
     int max_tokens = 16;
     int threads = 0;
     int64_t ctx = 4096;
+    std::string kv_type = "f16";  // as serve
+    std::string activations = "auto";
+    GpuOptions gpu;
+    int decode_batch = 0;     // the in-process server's --decode-batch (0: its default)
+    bool ignore_eos = false;  // every reply max_tokens long
 };
 
 struct RequestSample {
@@ -88,6 +101,7 @@ std::vector<RequestSample> run_client(const std::string& url, const std::string&
                      {"messages", messages},
                      {"max_tokens", o.max_tokens},
                      {"temperature", 0}};
+        if (o.ignore_eos) body["ignore_eos"] = true;
         const serve::StreamResult r = api.stream("chat/completions", body, nullptr);
         RequestSample s;
         s.ttft = r.ttft_seconds;
@@ -164,12 +178,14 @@ int run_bench_serve(const BenchServeOptions& o) {
     json setup = {{"turns", o.turns}, {"max_tokens", o.max_tokens}};
     if (url.empty()) {
         const std::string path = model_path_for(o.model);
-        model = load_model(path);
+        model = load_model(path, o.activations, o.gpu);
         const int threads = o.threads > 0 ? o.threads : default_threads();
         pool = std::make_unique<ThreadPool>(threads);
         ConversationOptions copts;
         copts.context = std::min<int64_t>(o.ctx, model->config().n_ctx_train);
+        copts.kv_type = kv_type_of(o.kv_type);
         serve::ServerOptions so;
+        so.decode_batch = o.decode_batch;
         so.host = "127.0.0.1";
         so.port = 0;
         so.parallel = o.parallel;
@@ -183,9 +199,12 @@ int run_bench_serve(const BenchServeOptions& o) {
         setup["parallel"] = o.parallel;
         setup["threads"] = threads;
         setup["context"] = copts.context;
+        setup["kv_type"] = o.kv_type;
+        setup["placement"] = model_placement(*model);
+        setup["decode_batch"] = server->decode_batch();
         setup["scheduler"] =
-            "slots share the engine token by token (round-robin, first come first served); "
-            "no batched decoding across slots";
+            "continuous batching: the generating slots' next tokens go through the model "
+            "together, up to decode_batch a step; prompts one at a time between steps";
     } else {
         setup["url"] = url;
         if (model_id.empty()) {
@@ -196,10 +215,25 @@ int run_bench_serve(const BenchServeOptions& o) {
         }
         setup["model"] = model_id;
     }
+    setup["ignore_eos"] = o.ignore_eos;
     json runs = json::array();
     for (size_t i = 0; i < o.clients.size(); ++i) {
         std::fprintf(stderr, "bench-serve: %d concurrent clients...\n", o.clients[i]);
-        runs.push_back(run_level(url, model_id, static_cast<int>(i), o.clients[i], o));
+        const serve::DecodeBatchStats before =
+            server ? server->decode_stats() : serve::DecodeBatchStats{};
+        json level = run_level(url, model_id, static_cast<int>(i), o.clients[i], o);
+        if (server) {
+            const serve::DecodeBatchStats after = server->decode_stats();
+            const int64_t steps = after.steps - before.steps;
+            level["decode_steps"] = steps;
+            level["mean_decode_batch"] =
+                steps > 0 ? static_cast<double>(after.tokens - before.tokens) / steps : 0.0;
+        }
+        const double first = runs.empty() ? level["throughput_tokens_per_second"].get<double>()
+                                          : runs[0]["throughput_tokens_per_second"].get<double>();
+        level["throughput_vs_first_level"] =
+            first > 0 ? level["throughput_tokens_per_second"].get<double>() / first : 0.0;
+        runs.push_back(level);
     }
     if (server) {
         server->stop();
@@ -234,6 +268,14 @@ void register_bench_serve_command(CLI::App& app, std::vector<Command>& out) {
         ->capture_default_str()
         ->check(CLI::Range(1, 100000));
     cmd->add_option("-c,--ctx", o->ctx, "Context per slot")->capture_default_str();
+    add_kv_type_option(cmd, o->kv_type);
+    add_activations_option(cmd, o->activations);
+    add_gpu_option(cmd, o->gpu);
+    cmd->add_option("--decode-batch", o->decode_batch,
+                    "The in-process server's --decode-batch (default: its own)")
+        ->check(CLI::Range(1, static_cast<int>(kMaxDecodeBatch)));
+    cmd->add_flag("--ignore-eos", o->ignore_eos,
+                  "Ask every reply to run to --max-tokens (the server's ignore_eos)");
     add_threads_option(cmd, o->threads, "Engine threads (default: the physical cores)");
     out.push_back({cmd, [o] { return run_bench_serve(*o); }});
 }

@@ -16,6 +16,7 @@
 #include "app/models/model_locator.h"
 #include "app/serve/server.h"
 #include "app/store/session_adapter.h"
+#include "engine/model/forward.h"
 #include "engine/model/model.h"
 #include "engine/util/thread_pool.h"
 #include "sessions/state_tier.h"
@@ -50,6 +51,7 @@ struct ServeOptions {
     int stop_timeout = 5;
     bool no_spec = false;
     int draft_max = 6;
+    int decode_batch = 0;
     std::string model_id;
     std::string template_file;
     int64_t max_thinking_tokens = 4096;
@@ -119,6 +121,7 @@ int run_serve(const ServeOptions& o) {
     so.max_connections = static_cast<size_t>(o.max_connections);
     so.speculation = !o.no_spec;
     so.draft_max = o.draft_max;
+    so.decode_batch = o.decode_batch;
     so.model_id = o.model_id;
     so.sampling = o.sampling;
     if (!o.api_key_env.empty()) {
@@ -304,6 +307,11 @@ void register_serve_command(CLI::App& app, std::vector<Command>& out) {
     cmd->add_option("--draft-max", o->draft_max, "Drafted tokens per verification at most")
         ->capture_default_str()
         ->check(CLI::Range(1, 16));
+    cmd->add_option("--decode-batch", o->decode_batch,
+                    "Generating slots one decode step evaluates together at most (default: "
+                    "--parallel up to " +
+                        std::to_string(kMaxDecodeBatch) + " on a GPU, 1 on the CPU)")
+        ->check(CLI::Range(1, static_cast<int>(kMaxDecodeBatch)));
     cmd->add_option("--model-id", o->model_id,
                     "Name the API lists and requests use (default: the file's stem)");
     cmd->add_flag("-q,--quiet", o->quiet, "No line per request on stderr");

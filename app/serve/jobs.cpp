@@ -1,6 +1,9 @@
 #include "app/serve/jobs.h"
 
+#include <algorithm>
+
 #include "app/serve/front_door.h"
+#include "engine/model/forward.h"
 #include "engine/model/model.h"
 #include "engine/tokenizer/tokenizer.h"
 
@@ -31,6 +34,12 @@ JobRunner::JobRunner(const Model& model, ThreadPool& pool, ConversationOptions c
         return conv;
     };
     slots_ = std::make_unique<SlotPool>(options_.parallel, options_.max_waiting, make_slot);
+    const int by_default = model.device() != nullptr
+                               ? std::min(options_.parallel, static_cast<int>(kMaxDecodeBatch))
+                               : 1;
+    batcher_ = std::make_unique<DecodeBatcher>(
+        model, pool, slots_->engine_turn(),
+        options_.decode_batch > 0 ? options_.decode_batch : std::max(1, by_default));
 }
 
 std::vector<int32_t> JobRunner::chat_prompt(const std::vector<ChatMessage>& messages, Job& job) {
@@ -115,6 +124,7 @@ TurnResult JobRunner::generate(Job& job, SlotLease& lease, const TextCallback& o
                                const ToolCallCallback& on_tool_call) {
     Conversation& conv = lease.conversation();
     EngineTurn turn(slots_->engine_turn());
+    DecodeBatcher::Member steps(*batcher_, turn);  // gives the turn up while it steps
     conv.set_stop_strings(job.stop);
     Sampler sampler(job.sampling);
     GenerateOptions gen;
@@ -122,6 +132,7 @@ TurnResult JobRunner::generate(Job& job, SlotLease& lease, const TextCallback& o
     gen.ignore_eos = job.ignore_eos;
     gen.speculation.enabled = options_.speculation;
     gen.speculation.draft_max = options_.draft_max;
+    gen.stepper = &steps;
     std::optional<grammar::GrammarConstraint> constraint;
     if (job.grammar) {
         constraint.emplace(job.grammar, conv.answer_trie());
@@ -131,13 +142,18 @@ TurnResult JobRunner::generate(Job& job, SlotLease& lease, const TextCallback& o
         gen.constraint = &*constraint;
     }
     // Text goes to the client with the turn given up, so a slow reader holds up no one,
-    // and the other generating slots take their turns in between.
+    // and the other generating slots take their turns in between. Text from between two
+    // steps comes without the turn (the steps gave it up), and stays so.
     // A server told to stop cancels every generation at its next piece of text.
-    auto pass_turn = [&](const std::string& text, TextKind kind) {
+    auto without_turn = [&turn](const auto& write) {
+        const bool held = turn.held();
         turn.release();
-        const bool go_on = !http_.stopping() && on_text(text, kind);
-        turn.acquire();
+        const bool go_on = write();
+        if (held) turn.acquire();
         return go_on;
+    };
+    auto pass_turn = [&](const std::string& text, TextKind kind) {
+        return without_turn([&] { return !http_.stopping() && on_text(text, kind); });
     };
     TurnResult result;
     if (job.chat) {
@@ -145,10 +161,8 @@ TurnResult JobRunner::generate(Job& job, SlotLease& lease, const TextCallback& o
         conv.set_tools(job.tools);  // every request sets its own (none included)
         for (auto& m : job.messages) conv.add_message(std::move(m));
         auto pass_call = [&](const ToolCallDelta& delta) {
-            turn.release();
-            const bool go_on = !http_.stopping() && (!on_tool_call || on_tool_call(delta));
-            turn.acquire();
-            return go_on;
+            return without_turn(
+                [&] { return !http_.stopping() && (!on_tool_call || on_tool_call(delta)); });
         };
         result = conv.respond(sampler, gen, pass_turn, pass_call);
         if (!conv.messages().empty() && result.tool_calls.empty()) {

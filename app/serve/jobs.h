@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "app/serve/api.h"
+#include "app/serve/decode_batcher.h"
 #include "app/serve/server.h"
 #include "app/serve/slots.h"
 #include "engine/generate/constrained.h"
@@ -88,6 +89,8 @@ public:
                         const ToolCallCallback& on_tool_call = {});
 
     SlotPoolStats stats() { return slots_->stats(); }
+    DecodeBatchStats decode_stats() { return batcher_->stats(); }
+    int decode_batch() const { return batcher_->max_batch(); }
     // Of the busy slots, those compiling a request's grammar.
     int compiling() const { return compiling_.load(); }
     // No slot is handed out any more; the requests waiting get 503.
@@ -102,6 +105,7 @@ private:
     std::unique_ptr<Conversation> renderer_;
     std::mutex renderer_mutex_;
     std::unique_ptr<SlotPool> slots_;
+    std::unique_ptr<DecodeBatcher> batcher_;  // the slots' one-token steps
     ReplyIds reply_ids_{1024};
     std::atomic<int> compiling_{0};  // requests compiling their grammar (each holds a slot)
 };

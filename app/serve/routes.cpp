@@ -133,13 +133,21 @@ json Routes::models_json() const {
 
 json Routes::health_json() const {
     const SlotPoolStats s = jobs_.stats();
+    const DecodeBatchStats d = jobs_.decode_stats();
     return json{{"status", "ok"},
                 {"model", options_.model_id},
                 {"slots", s.slots},
                 {"slots_busy", s.busy},
                 {"requests_waiting", s.waiting},
                 // Of the busy slots, those compiling a request's grammar.
-                {"requests_compiling", jobs_.compiling()}};
+                {"requests_compiling", jobs_.compiling()},
+                // The decode steps since the start (decode_batcher.h): tokens / steps is the
+                // mean number of slots a step served.
+                {"decode_batch",
+                 {{"max", jobs_.decode_batch()},
+                  {"steps", d.steps},
+                  {"tokens", d.tokens},
+                  {"largest", d.largest}}}};
 }
 
 template <typename F>

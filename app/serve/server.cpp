@@ -68,6 +68,14 @@ void Server::run() {
     impl_->http.listen_after_bind();
 }
 
+DecodeBatchStats Server::decode_stats() {
+    return impl_->jobs.decode_stats();
+}
+
+int Server::decode_batch() const {
+    return impl_->jobs.decode_batch();
+}
+
 void Server::stop() {
     // No new connection, no new slot; every generation stops at its next piece of text.
     impl_->jobs.close();

@@ -42,10 +42,16 @@ struct ServerOptions {
     SamplingParams sampling;        // defaults for fields a request leaves out
     bool speculation = true;
     int draft_max = 6;
+    // Generating slots whose next tokens one decode step evaluates together at most
+    // (decode_batcher.h), 1 to kMaxDecodeBatch; 0: the slots (up to kMaxDecodeBatch) when the
+    // model runs on a GPU, 1 on the CPU (whose steps would go one by one anyway).
+    int decode_batch = 0;
     RequestLimits limits;
     // One line per request (method, path, status, tokens); null: silent.
     std::function<void(const std::string&)> log;
 };
+
+struct DecodeBatchStats;
 
 class Server {
 public:
@@ -65,6 +71,9 @@ public:
     // generation at its next piece of text (a stream ends with an error event); run()
     // returns once the requests being answered have their answers.
     void stop();
+    // The decode steps so far (decode_batcher.h) and the most tokens a step takes.
+    DecodeBatchStats decode_stats();
+    int decode_batch() const;
 
 private:
     struct Impl;

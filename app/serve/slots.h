@@ -6,8 +6,9 @@
 // store) fills in what the slot lacks. When every slot is busy, requests wait in arrival
 // order. Slots that generate at the same time share the engine token by token: a slot holds
 // the turn while it evaluates, gives it up after each piece of text (and while writing that
-// text to its client) and queues for it again behind the others, so N concurrent replies
-// advance round-robin, one forward pass at a time (no batched decoding across slots).
+// text to its client) and queues for it again behind the others. Their one-token steps go
+// through the decode batcher (decode_batcher.h), which evaluates the generating slots' next
+// tokens together, one pass a step, under the turn.
 #pragma once
 
 #include <condition_variable>
@@ -146,6 +147,7 @@ public:
         if (!held_) lock_.acquire();
         held_ = true;
     }
+    bool held() const { return held_; }
 
 private:
     TicketLock& lock_;

@@ -224,6 +224,13 @@ GenerateResult generate(const Model& model, InferenceState& state, ThreadPool& p
     result.stats.prompt_tokens = static_cast<int64_t>(prompt.size());
     const Tokenizer& tok = model.tokenizer();
     const auto start = Clock::now();
+    // The caller's exclusive use of the engine is back when this returns, however it returns.
+    struct ExclusiveOnReturn {
+        DecodeStepper* stepper;
+        ~ExclusiveOnReturn() {
+            if (stepper != nullptr) stepper->exclusive();
+        }
+    } exclusive_on_return{options.stepper};
 
     auto filter = [&] {
         return constraint_for_next(options, static_cast<int64_t>(result.ids.size()), state);
@@ -300,7 +307,8 @@ GenerateResult generate(const Model& model, InferenceState& state, ThreadPool& p
                 room, options.max_tokens - static_cast<int64_t>(result.ids.size()) - 1);
         }
         int wanted = 0;
-        if (speculate && room > 0) {
+        const bool sharing = options.stepper != nullptr && options.stepper->shares_steps();
+        if (speculate && room > 0 && !sharing) {
             options.ngram->draft(static_cast<int>(std::min<int64_t>(room, draft_limit)), drafts);
             if (!drafts.empty() && filter() != nullptr) {
                 drafts.resize(options.constraint->accepted_prefix(drafts));
@@ -310,11 +318,14 @@ GenerateResult generate(const Model& model, InferenceState& state, ThreadPool& p
             }
         }
         if (wanted == 0) {
-            logits = forward(model, state, pool, std::span<const int32_t>(&token, 1),
-                             LogitsWanted::Last);
+            logits = options.stepper != nullptr
+                         ? options.stepper->step(state, token)
+                         : forward(model, state, pool, std::span<const int32_t>(&token, 1),
+                                   LogitsWanted::Last);
             next = sampler.sample(logits, filter());
             continue;
         }
+        if (options.stepper != nullptr) options.stepper->exclusive();
         // Verify [token, d1..dk] in one pass; row i holds the logits after batch[i].
         drafts.resize(static_cast<size_t>(wanted));
         batch.assign(1, token);

@@ -73,6 +73,23 @@ namespace grammar {
 class GrammarConstraint;
 }
 
+// Takes a generation's one-token steps in place of forward(): a server that batches the steps of
+// concurrent generations (app/serve/decode_batcher.h). generate() calls step() for every token
+// after the prompt's, and exclusive() before it evaluates anything itself again (a verification
+// batch) and before it returns. The caller holds exclusive use of the engine when it calls
+// generate(); from a step() until the next exclusive() it may have given that use to others.
+class DecodeStepper {
+public:
+    virtual ~DecodeStepper() = default;
+    // The logits [n_vocab] after `token`, evaluated in `state` at its next position; valid
+    // until the next step(). Throws what forward() would.
+    virtual std::span<const float> step(InferenceState& state, int32_t token) = 0;
+    virtual void exclusive() = 0;
+    // Whether other generations share the steps now: a verification batch would take the
+    // engine from them, so generate() does not draft then (its tokens are the same either way).
+    virtual bool shares_steps() const = 0;
+};
+
 struct GenerateOptions {
     int64_t max_tokens = 128;  // generated tokens at most; < 0 means until the context is full
     bool ignore_eos = false;   // keep going past end-of-generation tokens
@@ -97,6 +114,8 @@ struct GenerateOptions {
     // next turn reuses them. Either may be empty. Called on the generating thread.
     PrefillCallback on_prefill;
     std::function<bool()> stop_prefill;
+    // Takes the one-token steps (DecodeStepper); null: forward() itself.
+    DecodeStepper* stepper = nullptr;
 };
 
 struct GenerateStats {

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -20,6 +21,15 @@ public:
     virtual std::string description() const = 0;
     // The backend of one forward pass on `state` (creating the state's DeviceState on first use).
     virtual std::unique_ptr<Backend> make_backend(InferenceState& state) = 0;
+    // The backend of one decode step of several conversations at once (forward.h's
+    // decode_batch): token t of the batch is states[t]'s next token, each at its own position
+    // over its own KV rows, with the bits each would get alone. Null where the device does not
+    // batch these states (a hybrid's recurrent mixers, a model split with the CPU, KV layouts
+    // that differ): they then go one at a time.
+    virtual std::unique_ptr<Backend> make_batch_backend(std::span<InferenceState* const> states) {
+        (void)states;
+        return nullptr;
+    }
     // Creates the device's share of `state` now (make_backend would on first use), so that a
     // restore about to write the state's KV rows can copy them to the device as it goes
     // (KvMirror::host_rows_restored) rather than all at the next forward pass.

@@ -3,6 +3,7 @@
 #include "engine/model/forward.h"
 
 #include <algorithm>
+#include <exception>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -37,6 +38,18 @@ struct Placement {
     Backend* rest = nullptr;
     int64_t first_layers = -1;  // -1: every layer on `first`
 };
+
+// logits [rows x n_vocab] = output(output_norm(x [rows x n_embd])), soft-capped where the model
+// caps them; xn is scratch.
+void output_logits(const Model& model, Backend& backend, const float* x, float* xn, int64_t rows,
+                   float* logits) {
+    const ModelConfig& c = model.config();
+    backend.rms_norm_rows(x, model.output_norm(), xn, rows);
+    backend.matmul(model.output(), xn, rows, logits);
+    if (c.final_logit_softcap > 0) {
+        backend.soft_cap(logits, rows * c.n_vocab, static_cast<float>(c.final_logit_softcap));
+    }
+}
 
 // One batch (n <= the batch limit, so a sliding layer's rows never overwrite a row one of its
 // tokens attends to): appends its K/V rows and recurrent state, writes logits of rows
@@ -76,12 +89,7 @@ bool forward_batch(const Model& model, InferenceState& st, const Placement& wher
     if (n_out > 0) {
         float* logits = last->logits_buffer(out, n_out);  // [n_out x n_vocab]
         if (!output_recorded) {
-            last->rms_norm_rows(b->x + first_out * c.n_embd, model.output_norm(), b->xn, n_out);
-            last->matmul(model.output(), b->xn, n_out, logits);
-            if (c.final_logit_softcap > 0) {
-                last->soft_cap(logits, n_out * c.n_vocab,
-                               static_cast<float>(c.final_logit_softcap));
-            }
+            output_logits(model, *last, b->x + first_out * c.n_embd, b->xn, n_out, logits);
         }
         last->publish_logits(logits, out, n_out * c.n_vocab);
     }
@@ -235,6 +243,85 @@ std::span<const float> forward(const Model& model, InferenceState& st, ThreadPoo
         throw;
     }
     return {logits.data(), static_cast<size_t>(rows * c.n_vocab)};
+}
+
+std::vector<std::exception_ptr> decode_batch(const Model& model,
+                                             std::span<InferenceState* const> states,
+                                             ThreadPool& pool, std::span<const int32_t> tokens,
+                                             float* out) {
+    const ModelConfig& c = model.config();
+    const auto n = static_cast<int64_t>(states.size());
+    if (n > kMaxDecodeBatch || tokens.size() != states.size()) {
+        throw std::invalid_argument(
+            "decode_batch: " + std::to_string(tokens.size()) + " tokens for " + std::to_string(n) +
+            " conversations (one each, at most " + std::to_string(kMaxDecodeBatch) + ")");
+    }
+    std::vector<std::exception_ptr> errors(states.size());
+    // The states whose token can be evaluated, the others keep forward()'s error.
+    std::vector<InferenceState*> ready;
+    std::vector<int32_t> ready_tokens;
+    std::vector<size_t> ready_index;
+    for (size_t i = 0; i < states.size(); ++i) {
+        try {
+            check_tokens(c, *states[i], tokens.subspan(i, 1));
+            if (is_hybrid(c.family)) check_recurrent_state(c, *states[i]);
+            ready.push_back(states[i]);
+            ready_tokens.push_back(tokens[i]);
+            ready_index.push_back(i);
+        } catch (...) {
+            errors[i] = std::current_exception();
+        }
+    }
+    const auto row = [&](size_t i) { return out + static_cast<int64_t>(i) * c.n_vocab; };
+    std::unique_ptr<Backend> backend;
+    if (ready.size() >= 2 && model.device()) backend = model.device()->make_batch_backend(ready);
+    if (!backend) {
+        for (size_t r = 0; r < ready.size(); ++r) {
+            try {
+                const std::span<const float> logits =
+                    forward(model, *ready[r], pool, std::span<const int32_t>(&ready_tokens[r], 1),
+                            LogitsWanted::Last);
+                std::copy(logits.begin(), logits.end(), row(ready_index[r]));
+            } catch (...) {
+                errors[ready_index[r]] = std::current_exception();
+            }
+        }
+        return errors;
+    }
+    // One pass: token t of the batch is conversation ready[t]'s. The output rows of the ready
+    // states are gathered from a contiguous block.
+    const auto m = static_cast<int64_t>(ready.size());
+    std::vector<int64_t> starts;  // [m] each state's length before the step
+    for (InferenceState* state : ready) starts.push_back(state->kv.length());
+    std::vector<float> gathered;  // [m x n_vocab] when some states were left out
+    float* block = out;
+    if (ready.size() != states.size()) {
+        gathered.resize(static_cast<size_t>(m * c.n_vocab));
+        block = gathered.data();
+    }
+    try {
+        BatchBuffers& b = backend->begin_batch(0, m, m);
+        backend->embed(ready_tokens, b.x);
+        run_layers({model, *backend, b, 0, m});
+        float* logits = backend->logits_buffer(block, m);  // [m x n_vocab]
+        output_logits(model, *backend, b.x, b.xn, m, logits);
+        backend->publish_logits(logits, block, m * c.n_vocab);
+    } catch (...) {
+        const std::exception_ptr failed = std::current_exception();
+        for (size_t r = 0; r < ready.size(); ++r) {
+            roll_back(*ready[r], starts[r]);
+            errors[ready_index[r]] = failed;
+        }
+        return errors;
+    }
+    for (size_t r = 0; r < ready.size(); ++r) {
+        ready[r]->kv.set_length(starts[r] + 1);
+        if (block != out) {
+            std::copy(block + static_cast<int64_t>(r) * c.n_vocab,
+                      block + static_cast<int64_t>(r + 1) * c.n_vocab, row(ready_index[r]));
+        }
+    }
+    return errors;
 }
 
 }  // namespace ember

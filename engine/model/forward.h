@@ -2,9 +2,11 @@
 #pragma once
 
 #include <cstdint>
+#include <exception>
 #include <functional>
 #include <span>
 #include <stdexcept>
+#include <vector>
 
 namespace ember {
 
@@ -46,6 +48,20 @@ std::span<const float> forward(const Model& model, InferenceState& state, Thread
                                std::span<const int32_t> tokens, LogitsWanted wanted,
                                const EvaluationWatch* watch = nullptr);
 
+// One decode step of several conversations at once: tokens[i] is evaluated in *states[i] at
+// that state's next position and its logits written to row i of `out` [states.size() x
+// n_vocab]. Each row, and each state afterwards, is bit for bit what forward(model,
+// *states[i], pool, {tokens[i]}, LogitsWanted::Last) gives: a device that batches
+// conversations (ComputeDevice::make_batch_backend) evaluates them in one pass, reading each
+// weight once for all of them; elsewhere they go one after another. Returns per state null, or
+// the error forward() would have thrown for it (the context full, a token outside the
+// vocabulary, a failed pass), the state then unchanged; the others are evaluated all the same.
+// At most kMaxDecodeBatch states, each a different one.
+std::vector<std::exception_ptr> decode_batch(const Model& model,
+                                             std::span<InferenceState* const> states,
+                                             ThreadPool& pool, std::span<const int32_t> tokens,
+                                             float* out);
+
 // Largest number of tokens evaluated in one batch; longer inputs are split internally.
 inline constexpr int64_t kMaxBatch = 256;
 
@@ -54,5 +70,8 @@ inline constexpr int64_t kMaxBatch = 256;
 // on it. Longer batches may take faster paths that round differently (qwen35's chunked delta
 // rule). Covers the longest verification batch (--draft-max 16, plus the verified token).
 inline constexpr int64_t kExactBatchTokens = 17;
+
+// Most conversations in one decode_batch step: the exact batches' kernels take them.
+inline constexpr int64_t kMaxDecodeBatch = kExactBatchTokens;
 
 }  // namespace ember

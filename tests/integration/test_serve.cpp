@@ -195,6 +195,63 @@ TEST(Serve, ConcurrentClientsGetTheirOwnAnswers) {
     }
 }
 
+// Four clients at once on a server whose decode steps take up to four generating slots
+// (--decode-batch 4; on the CPU a step evaluates them one by one, but the gathering, the turn
+// given up while stepping and the rows handed back are the GPU's): each client gets the ids it
+// gets alone, and /health shows steps that served several slots.
+TEST(Serve, BatchedDecodeStepsGiveEachClientTheReplyItGetsAlone) {
+    EMBER_REQUIRE_FIXTURE(kQwen);
+    TempDir dir;
+    ServeProcess server({"-m", fixture_path(kQwen), "--no-db", "-t", "1", "--parallel", "4",
+                         "--decode-batch", "4"},
+                        dir.file("log"));
+    ASSERT_GT(server.port(), 0) << server.process().log();
+    const char* const topics[] = {"the sea", "a red fox", "mountains", "bread"};
+    std::vector<json> bodies;
+    for (const char* t : topics) {
+        json b = chat_body({{"user", std::string("Tell me about ") + t}}, 24);
+        b["ignore_eos"] = true;  // every reply 24 tokens: long enough to share steps
+        bodies.push_back(b);
+    }
+    std::vector<json> alone(bodies.size());
+    {
+        auto c = server.client();
+        for (size_t i = 0; i < bodies.size(); ++i) {
+            auto r = c->Post("/v1/chat/completions", bodies[i].dump(), "application/json");
+            ASSERT_TRUE(r);
+            ASSERT_EQ(r->status, 200) << r->body;
+            alone[i] = json::parse(r->body)["ember"]["completion_ids"];
+            ASSERT_EQ(alone[i].size(), 24u);
+        }
+    }
+    EXPECT_NE(alone[0], alone[1]);
+    const json before = json::parse(server.client()->Get("/health")->body)["decode_batch"];
+    EXPECT_EQ(before["max"], 4);
+    std::vector<std::string> out(bodies.size());
+    std::vector<int> status(bodies.size(), 0);
+    std::vector<std::thread> clients;
+    for (size_t i = 0; i < bodies.size(); ++i) {
+        clients.emplace_back([&, i] {
+            auto c = server.client();
+            auto r = c->Post("/v1/chat/completions", bodies[i].dump(), "application/json");
+            if (r) {
+                status[i] = r->status;
+                out[i] = r->body;
+            }
+        });
+    }
+    for (auto& t : clients) t.join();
+    for (size_t i = 0; i < bodies.size(); ++i) {
+        ASSERT_EQ(status[i], 200) << i << ": " << out[i];
+        EXPECT_EQ(json::parse(out[i])["ember"]["completion_ids"], alone[i]) << "client " << i;
+    }
+    const json after = json::parse(server.client()->Get("/health")->body)["decode_batch"];
+    EXPECT_GE(after["largest"].get<int>(), 2) << after.dump();
+    EXPECT_GT(after["tokens"].get<int>() - before["tokens"].get<int>(),
+              after["steps"].get<int>() - before["steps"].get<int>())
+        << "no step served more than one slot: " << after.dump();
+}
+
 // Opens a raw connection, sends `request` and returns the socket (the caller closes it).
 int raw_connect(int port) {
     return connect_loopback(port);

@@ -53,6 +53,16 @@ __device__ inline int64_t slot_of(const KvLayerView& layer, int64_t pos) {
     return layer.ring ? pos % layer.slots : pos;
 }
 
+// Token t's position and the start of its cache's K or V rows (TokenRows).
+__device__ inline int64_t position_of(const int64_t* pos0_at, const TokenRows& tokens, int64_t t) {
+    return tokens.several() ? tokens.positions[t] : *pos0_at + t;
+}
+__device__ inline uint8_t* rows_of(const KvLayerView& layer, const TokenRows& tokens, int64_t t,
+                                   bool is_v) {
+    if (tokens.several()) return is_v ? tokens.v[t] : tokens.k[t];
+    return is_v ? layer.v : layer.k;
+}
+
 // Elements base + P*lane .. + P-1 of a cached row (those at or past `width` read as 0; all of
 // them 0 when !inside): one 4- to 16-byte load for f16 and f32 rows where the slice is whole
 // and aligned, element by element otherwise (and for q8_0's 34-byte blocks).
@@ -110,14 +120,15 @@ __device__ inline void load_slice(const uint8_t* row, int64_t base, int64_t widt
 // Block (token, K or V): converts one row. q8_0: one warp per block of 32 elements, the scale
 // the smallest fp16 at least amax / 127 (as the CPU's quantizer), quants rounded to nearest.
 __global__ void store_kv_kernel(KvLayerView layer, int64_t k_row_bytes, int64_t v_row_bytes,
-                                const float* k, const float* v, const int64_t* pos0_at) {
-    const int64_t pos0 = *pos0_at;
+                                const float* k, const float* v, const int64_t* pos0_at,
+                                TokenRows tokens) {
     const int64_t t = blockIdx.x;
     const bool is_v = blockIdx.y == 1;
     const int64_t width = is_v ? layer.v_width : layer.k_width;
     const int64_t row_bytes = is_v ? v_row_bytes : k_row_bytes;
     const float* src = (is_v ? v : k) + t * width;  // [width]
-    uint8_t* dst = (is_v ? layer.v : layer.k) + slot_of(layer, pos0 + t) * row_bytes;
+    uint8_t* dst = rows_of(layer, tokens, t, is_v) +
+                   slot_of(layer, position_of(pos0_at, tokens, t)) * row_bytes;
     switch (layer.type) {
         case KvType::F32:
             for (int64_t i = threadIdx.x; i < width; i += blockDim.x) {
@@ -192,12 +203,11 @@ __device__ inline void fold_position(const AttendShape& shape, const float (&q_l
 template <KvType T, int P, int U>
 __device__ inline void partial_record(const AttendShape& shape, const KvLayerView& layer,
                                       int64_t k_row_bytes, int64_t v_row_bytes, const float* q,
-                                      const int64_t* pos0_at, int64_t chunks, float* partials,
-                                      int64_t chunk) {
-    const int64_t pos0 = *pos0_at;
+                                      const int64_t* pos0_at, const TokenRows& tokens,
+                                      int64_t chunks, float* partials, int64_t chunk) {
     const int64_t head = blockIdx.y;
     const int64_t t = blockIdx.z;
-    const Visible vis = visible_of(pos0 + t, shape.window);
+    const Visible vis = visible_of(position_of(pos0_at, tokens, t), shape.window);
     const int64_t begin = max(vis.first, chunk * shape.chunk);
     const int64_t end = min(vis.last + 1, (chunk + 1) * shape.chunk);
     if (begin >= end) return;  // not this query's chunk: the merge never reads it
@@ -218,6 +228,8 @@ __device__ inline void partial_record(const AttendShape& shape, const KvLayerVie
     float acc[P] = {};
     const int64_t k_base = kv_head * shape.head_dim;
     const int64_t v_base = kv_head * shape.value_dim;
+    const uint8_t* k_rows = rows_of(layer, tokens, t, false);
+    const uint8_t* v_rows = rows_of(layer, tokens, t, true);
     for (int64_t first = begin + warp; first < end; first += kWarps * U) {
         float k_el[U][P];
         float v_el[U][P];
@@ -226,9 +238,9 @@ __device__ inline void partial_record(const AttendShape& shape, const KvLayerVie
             const int64_t pos = first + u * kWarps;
             const bool inside = pos < end;
             const int64_t slot = slot_of(layer, inside ? pos : begin);
-            load_slice<T, P>(layer.k + slot * k_row_bytes, k_base, shape.head_dim, lane, inside,
+            load_slice<T, P>(k_rows + slot * k_row_bytes, k_base, shape.head_dim, lane, inside,
                              k_el[u]);
-            load_slice<T, P>(layer.v + slot * v_row_bytes, v_base, shape.value_dim, lane, inside,
+            load_slice<T, P>(v_rows + slot * v_row_bytes, v_base, shape.value_dim, lane, inside,
                              v_el[u]);
         }
 #pragma unroll
@@ -281,9 +293,9 @@ template <KvType T, int P, int U>
 __global__ void __launch_bounds__(32 * kWarps, 2)
     attend_partial_kernel(AttendShape shape, KvLayerView layer, int64_t k_row_bytes,
                           int64_t v_row_bytes, const float* q, const int64_t* pos0_at,
-                          int64_t chunks, float* partials) {
+                          TokenRows tokens, int64_t chunks, float* partials) {
     for (int64_t chunk = blockIdx.x; chunk < chunks; chunk += gridDim.x) {
-        partial_record<T, P, U>(shape, layer, k_row_bytes, v_row_bytes, q, pos0_at, chunks,
+        partial_record<T, P, U>(shape, layer, k_row_bytes, v_row_bytes, q, pos0_at, tokens, chunks,
                                 partials, chunk);
         __syncthreads();  // the next chunk reuses the shared records
     }
@@ -298,13 +310,12 @@ constexpr int kMergeWarps = 8;
 
 __global__ void __launch_bounds__(32 * kMergeWarps)
     attend_merge_kernel(AttendShape shape, const float* partials, const int64_t* pos0_at,
-                        int64_t chunks, float* out) {
-    const int64_t pos0 = *pos0_at;
+                        TokenRows tokens, int64_t chunks, float* out) {
     const int64_t head = blockIdx.x;
     const int64_t t = blockIdx.y;
     const unsigned lane = threadIdx.x % 32;
     const unsigned warp = threadIdx.x / 32;
-    const Visible vis = visible_of(pos0 + t, shape.window);
+    const Visible vis = visible_of(position_of(pos0_at, tokens, t), shape.window);
     const int64_t first = vis.first / shape.chunk;
     const int64_t last = vis.last / shape.chunk;
     __shared__ float warp_top[kMergeWarps];
@@ -353,9 +364,10 @@ __global__ void __launch_bounds__(32 * kMergeWarps)
 }
 
 void launch_merge(const AttendShape& shape, const float* partials, const int64_t* pos0, int64_t n,
-                  int64_t chunks, float* out, cudaStream_t stream) {
+                  int64_t chunks, float* out, cudaStream_t stream, const TokenRows& tokens = {}) {
     const dim3 grid(static_cast<unsigned>(shape.n_head), static_cast<unsigned>(n));
-    attend_merge_kernel<<<grid, 32 * kMergeWarps, 0, stream>>>(shape, partials, pos0, chunks, out);
+    attend_merge_kernel<<<grid, 32 * kMergeWarps, 0, stream>>>(shape, partials, pos0, tokens,
+                                                               chunks, out);
     check_launch("attend_merge");
 }
 
@@ -519,7 +531,7 @@ void launch_attend_tiled(const AttendShape& shape, const KvLayerView& layer, con
 template <KvType T>
 void launch_attend(const AttendShape& shape, const KvLayerView& layer, const float* q,
                    const int64_t* pos0, int64_t n, int64_t chunks, float* partials, float* out,
-                   cudaStream_t stream) {
+                   cudaStream_t stream, const TokenRows& tokens) {
     const int64_t k_row_bytes = kv_row_bytes(layer.type, layer.k_width);
     const int64_t v_row_bytes = kv_row_bytes(layer.type, layer.v_width);
     const dim3 grid(static_cast<unsigned>(std::min(chunks, kMaxChunkBlocks)),
@@ -546,9 +558,9 @@ void launch_attend(const AttendShape& shape, const KvLayerView& layer, const flo
                         : widest <= 128 ? attend_partial_kernel<T, 4, kUnroll>
                                         : attend_partial_kernel<T, 8, kUnroll>;
     kernel<<<grid, 32 * kWarps, 0, stream>>>(shape, layer, k_row_bytes, v_row_bytes, q, pos0,
-                                             chunks, partials);
+                                             tokens, chunks, partials);
     check_launch("attend_partial");
-    launch_merge(shape, partials, pos0, n, chunks, out, stream);
+    launch_merge(shape, partials, pos0, n, chunks, out, stream, tokens);
 }
 
 }  // namespace
@@ -564,12 +576,12 @@ int64_t chunks_through(int64_t last_position, int64_t chunk) {
 }
 
 void store_kv(const KvLayerView& layer, const float* k, const float* v, const int64_t* pos0,
-              int64_t n, cudaStream_t stream) {
+              int64_t n, cudaStream_t stream, const TokenRows& tokens) {
     if (n <= 0) return;
     const int64_t k_row_bytes = kv_row_bytes(layer.type, layer.k_width);
     const int64_t v_row_bytes = kv_row_bytes(layer.type, layer.v_width);
-    store_kv_kernel<<<dim3(static_cast<unsigned>(n), 2), 256, 0, stream>>>(layer, k_row_bytes,
-                                                                           v_row_bytes, k, v, pos0);
+    store_kv_kernel<<<dim3(static_cast<unsigned>(n), 2), 256, 0, stream>>>(
+        layer, k_row_bytes, v_row_bytes, k, v, pos0, tokens);
     check_launch("store_kv");
 }
 
@@ -578,8 +590,14 @@ int64_t attention_partials_floats(const AttendShape& shape, int64_t n, int64_t c
 }
 
 void attend(const AttendShape& shape, const KvLayerView& layer, const float* q, const int64_t* pos0,
-            int64_t n, int64_t chunks, float* partials, float* out, cudaStream_t stream) {
+            int64_t n, int64_t chunks, float* partials, float* out, cudaStream_t stream,
+            const TokenRows& tokens) {
     if (n <= 0) return;
+    if (tokens.several() && n > kExactBatchTokens) {
+        throw std::invalid_argument(
+            "CUDA attention: a batch of several conversations takes at most " +
+            std::to_string(kExactBatchTokens) + " tokens");
+    }
     if (shape.head_dim > kMaxValueDim || shape.value_dim > kMaxValueDim) {
         throw std::invalid_argument("CUDA attention: heads over " + std::to_string(kMaxValueDim) +
                                     " elements are not supported");
@@ -587,13 +605,13 @@ void attend(const AttendShape& shape, const KvLayerView& layer, const float* q, 
     switch (layer.type) {
         case KvType::F32:
             return launch_attend<KvType::F32>(shape, layer, q, pos0, n, chunks, partials, out,
-                                              stream);
+                                              stream, tokens);
         case KvType::F16:
             return launch_attend<KvType::F16>(shape, layer, q, pos0, n, chunks, partials, out,
-                                              stream);
+                                              stream, tokens);
         case KvType::Q8_0:
             return launch_attend<KvType::Q8_0>(shape, layer, q, pos0, n, chunks, partials, out,
-                                               stream);
+                                               stream, tokens);
     }
 }
 

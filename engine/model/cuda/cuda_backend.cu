@@ -34,10 +34,25 @@ int64_t half_slice_elements() {
     return (mib << 20) / static_cast<int64_t>(sizeof(__half));
 }
 
+// One conversation of a batched decode step: its host state and its share of the device.
+struct Together {
+    InferenceState* state = nullptr;
+    CudaState* gpu = nullptr;
+};
+
 class CudaBackend final : public Backend {
 public:
     CudaBackend(const CudaDevice& device, InferenceState& state, CudaState& gpu)
         : dev_(device), c_(device.model().config()), st_(state), gpu_(gpu) {}
+    // A decode step of several conversations, token t of each batch in together[t]: the first
+    // lends its batch buffers, stream and cuBLAS handle; each token's K/V rows and position are
+    // its own conversation's (TokenRows).
+    CudaBackend(const CudaDevice& device, std::vector<Together> together)
+        : dev_(device),
+          c_(device.model().config()),
+          st_(*together.front().state),
+          gpu_(*together.front().gpu),
+          together_(std::move(together)) {}
 
     ~CudaBackend() override {
         if (mode_ == Mode::Capture) {  // a block threw mid-capture: drop what was captured
@@ -49,6 +64,7 @@ public:
     }
 
     BatchBuffers& begin_batch(int64_t pos0, int64_t n, int64_t logit_rows) override {
+        if (!together_.empty()) return begin_together(n);
         pos0_ = pos0;
         n_ = n;
         st_.kv.reserve(pos0 + n);
@@ -192,11 +208,13 @@ public:
         norm_rope_heads(shape, q, k, prep.q_norm ? device_of(prep.q_norm, c_.head_dim) : nullptr,
                         prep.k_norm ? device_of(prep.k_norm, c_.head_dim) : nullptr,
                         local ? dev_.rope_inv_freq_local() : dev_.rope_inv_freq(),
-                        local ? 1.0 : c_.rope_freq_scale, gpu_.step_pos0(), n, stream());
+                        local ? 1.0 : c_.rope_freq_scale, gpu_.step_pos0(), n, stream(),
+                        token_rows(0));
     }
 
     void store_kv(int64_t cache_layer, const float* k, const float* v, int64_t n) override {
-        cuda::store_kv(gpu_.layer(cache_layer), k, v, gpu_.step_pos0(), n, stream());
+        cuda::store_kv(gpu_.layer(cache_layer), k, v, gpu_.step_pos0(), n, stream(),
+                       token_rows(cache_layer));
     }
 
     void attend(const AttentionSettings& settings, const float* q, int64_t n, float* out) override {
@@ -219,7 +237,7 @@ public:
         gpu_.partials.grow(static_cast<size_t>(attention_partials_floats(shape, n, chunks)) *
                            sizeof(float));
         cuda::attend(shape, gpu_.layer(settings.cache_layer), q, gpu_.step_pos0(), n, chunks,
-                     gpu_.partials.as<float>(), out, stream());
+                     gpu_.partials.as<float>(), out, stream(), token_rows(settings.cache_layer));
     }
 
     // x += moe(rms_norm(x) * ffn_norm) (moe_kernels.cuh): router, routing, the chosen experts'
@@ -318,6 +336,64 @@ public:
     }
 
 private:
+    // begin_batch of a decode step of several conversations (together_): each takes its next
+    // position, its device rows are brought up to date, and the table of the tokens' positions
+    // and K/V rows (TokenRows) goes to the device. Launch by launch: no captured graph.
+    BatchBuffers& begin_together(int64_t n) {
+        if (n != static_cast<int64_t>(together_.size())) {
+            throw std::logic_error("a batched decode step takes one token per conversation");
+        }
+        const int64_t layers = gpu_.cache_layers();
+        // [positions: n][K rows: layers x n][V rows: layers x n], 8 bytes each.
+        std::vector<int64_t> table(static_cast<size_t>(n * (1 + 2 * layers)));
+        int64_t latest = 0;
+        for (int64_t t = 0; t < n; ++t) {
+            const Together& one = together_[static_cast<size_t>(t)];
+            const int64_t position = one.state->kv.length();
+            one.state->kv.reserve(position + 1);
+            one.gpu->prepare_forward();
+            one.gpu->rows_written(position, position + 1);
+            // Its own stream may still be copying rows the step reads.
+            EMBER_CUDA_CHECK(cudaStreamSynchronize(one.gpu->stream()));
+            table[static_cast<size_t>(t)] = position;
+            latest = std::max(latest, position);
+            for (int64_t l = 0; l < layers; ++l) {
+                const KvLayerView view = one.gpu->layer(l);
+                table[static_cast<size_t>(n + l * n + t)] = reinterpret_cast<int64_t>(view.k);
+                table[static_cast<size_t>(n + (layers + l) * n + t)] =
+                    reinterpret_cast<int64_t>(view.v);
+            }
+        }
+        EMBER_CUDA_CHECK(cudaStreamSynchronize(stream()));  // the pinned inputs are free
+        gpu_.together_rows.grow(table.size() * sizeof(int64_t));
+        EMBER_CUDA_CHECK(cudaMemcpyAsync(gpu_.together_rows.get(), table.data(),
+                                         table.size() * sizeof(int64_t), cudaMemcpyHostToDevice,
+                                         stream()));
+        pos0_ = latest;  // attend() covers the chunks through the latest position
+        n_ = 1;
+        mode_ = Mode::Direct;
+        buffers_ = BatchBuffers{gpu_.x.as<float>(),        gpu_.xn.as<float>(),
+                                gpu_.q.as<float>(),        gpu_.k.as<float>(),
+                                gpu_.v.as<float>(),        gpu_.attn.as<float>(),
+                                gpu_.q_proj.as<float>(),   gpu_.q_gate.as<float>(),
+                                gpu_.ffn_gate.as<float>(), gpu_.ffn_up.as<float>()};
+        return buffers_;
+    }
+
+    // The tokens' rows of cache layer `cache_layer` in a batch of several conversations;
+    // none (one conversation) otherwise.
+    TokenRows token_rows(int64_t cache_layer) const {
+        if (together_.empty()) return {};
+        const auto n = static_cast<int64_t>(together_.size());
+        const int64_t layers = gpu_.cache_layers();
+        const auto* table = gpu_.together_rows.as<int64_t>();
+        TokenRows rows;
+        rows.positions = table;
+        rows.k = reinterpret_cast<uint8_t* const*>(table + n + cache_layer * n);
+        rows.v = reinterpret_cast<uint8_t* const*>(table + n + (layers + cache_layer) * n);
+        return rows;
+    }
+
     // Direct: each block launches its kernels. Capture: they are recorded into the state's
     // decode graph (launched at publish_logits). Replay: the graph holds them, so forward()
     // calls no block (batch_recorded); begin_batch and embed leave the step's inputs in pinned
@@ -485,6 +561,7 @@ private:
     int64_t n_ = 0;
     Mode mode_ = Mode::Direct;
     int64_t half_slice_elements_ = half_slice_elements();
+    std::vector<Together> together_;  // a batched decode step's conversations, or empty
 };
 
 }  // namespace
@@ -502,6 +579,31 @@ CudaState& CudaDevice::state_of(InferenceState& state) {
 
 std::unique_ptr<Backend> CudaDevice::make_backend(InferenceState& state) {
     return std::make_unique<CudaBackend>(*this, state, state_of(state));
+}
+
+std::unique_ptr<Backend> CudaDevice::make_batch_backend(std::span<InferenceState* const> states) {
+    const ModelConfig& c = model_.config();
+    const auto n = static_cast<int64_t>(states.size());
+    // A hybrid's recurrent state is per conversation in every mixer (not batched here); a split
+    // model's CPU layers run one conversation at a time.
+    if (n < 2 || n > kExactBatchTokens || is_hybrid(c.family) || layers_ < c.n_layer) {
+        return nullptr;
+    }
+    std::vector<Together> together;
+    together.reserve(states.size());
+    for (InferenceState* state : states) together.push_back({state, &state_of(*state)});
+    // The kernels take the layout of a layer's rows from the first conversation's view.
+    const CudaState& first = *together.front().gpu;
+    for (const Together& one : together) {
+        for (int64_t l = 0; l < first.cache_layers(); ++l) {
+            const KvLayerView a = first.layer(l);
+            const KvLayerView b = one.gpu->layer(l);
+            const bool same = a.type == b.type && a.ring == b.ring && a.k_width == b.k_width &&
+                              a.v_width == b.v_width && (!a.ring || a.slots == b.slots);
+            if (!same) return nullptr;
+        }
+    }
+    return std::make_unique<CudaBackend>(*this, std::move(together));
 }
 
 }  // namespace ember::cuda

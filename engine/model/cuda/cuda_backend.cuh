@@ -71,6 +71,7 @@ public:
 
     std::string description() const override { return description_; }
     std::unique_ptr<Backend> make_backend(InferenceState& state) override;
+    std::unique_ptr<Backend> make_batch_backend(std::span<InferenceState* const> states) override;
     void attach(InferenceState& state) override { state_of(state); }
     double assumed_prefill_tokens_per_second() const override { return assumed_prefill_; }
     uint64_t weight_bytes() const override { return weight_bytes_; }
@@ -147,6 +148,7 @@ public:
     cublasHandle_t blas() const { return blas_; }
     const CublasLibrary& blas_library() const { return blas_library_; }
     KvLayerView layer(int64_t cache_layer) const;
+    int64_t cache_layers() const { return cache_layers_; }
 
     // What a batch reads from host memory, pinned so that a captured decode step's copies read
     // the values written for the step it replays.
@@ -175,8 +177,11 @@ public:
     DeviceBuffer dequantized;  // f32 or f16 rows of a weight for cuBLAS, grown up to a cap
     DeviceBuffer half_x;       // [kMaxBatch x widest input] f16: a batch's scaled activations
     DeviceBuffer half_scale;   // [2 + kMaxBatch]: 0.0f, the batch's unscale 2^-e, row maxima
-    MixerBuffers mixer;        // the hybrids' mixers (pointers into mixer_block_)
-    MoeBuffers moe;            // the MoE layers' routing and expert scratch (moe_kernels.cuh)
+    // A batched decode step led by this state: [n] positions, then [cache layers x n] K and V
+    // row pointers of the conversations (TokenRows), grown on demand.
+    DeviceBuffer together_rows;
+    MixerBuffers mixer;  // the hybrids' mixers (pointers into mixer_block_)
+    MoeBuffers moe;      // the MoE layers' routing and expert scratch (moe_kernels.cuh)
 
 private:
     enum class Direction { ToHost, ToDevice };

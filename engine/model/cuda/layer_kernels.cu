@@ -129,9 +129,10 @@ __global__ void soft_cap_kernel(float* x, int64_t n, float cap) {
 // times frequencies reach 1e5 radians, where f32 would keep three digits), then sin/cos in f32.
 __global__ void norm_rope_heads_kernel(HeadShape shape, float* q, float* k, const float* q_norm,
                                        const float* k_norm, const double* inv_freq,
-                                       double freq_scale, const int64_t* pos0_at) {
-    const int64_t pos0 = *pos0_at;
+                                       double freq_scale, const int64_t* pos0_at,
+                                       TokenRows tokens) {
     const int64_t t = blockIdx.y;
+    const int64_t token_position = tokens.several() ? tokens.positions[t] : *pos0_at + t;
     const bool is_query = blockIdx.x < shape.n_head;
     const int64_t head = is_query ? blockIdx.x : blockIdx.x - shape.n_head;
     const int64_t heads = is_query ? shape.n_head : shape.n_head_kv;
@@ -153,7 +154,7 @@ __global__ void norm_rope_heads_kernel(HeadShape shape, float* q, float* k, cons
         __syncthreads();
     }
     const int64_t half = shape.rope_dims / 2;
-    const double position = static_cast<double>(pos0 + t) * freq_scale;
+    const double position = static_cast<double>(token_position) * freq_scale;
     constexpr double kTwoPi = 6.283185307179586476925286766559;
     for (int64_t pair = threadIdx.x; pair < half; pair += blockDim.x) {
         const int64_t a = shape.rope_halves ? pair : 2 * pair;
@@ -244,7 +245,7 @@ void soft_cap(float* x, int64_t n, float cap, cudaStream_t stream) {
 
 void norm_rope_heads(const HeadShape& shape, float* q, float* k, const float* q_norm,
                      const float* k_norm, const double* inv_freq, double freq_scale,
-                     const int64_t* pos0, int64_t n, cudaStream_t stream) {
+                     const int64_t* pos0, int64_t n, cudaStream_t stream, const TokenRows& tokens) {
     if (n <= 0) return;
     if (shape.head_dim > kMaxHeadDim) {
         throw std::invalid_argument("CUDA backend: head size " + std::to_string(shape.head_dim) +
@@ -253,7 +254,7 @@ void norm_rope_heads(const HeadShape& shape, float* q, float* k, const float* q_
     const dim3 grid(static_cast<unsigned>(shape.n_head + shape.n_head_kv),
                     static_cast<unsigned>(n));
     norm_rope_heads_kernel<<<grid, kHeadThreads, 0, stream>>>(shape, q, k, q_norm, k_norm, inv_freq,
-                                                              freq_scale, pos0);
+                                                              freq_scale, pos0, tokens);
     check_launch("norm_rope_heads");
 }
 

@@ -37,6 +37,19 @@ void soft_cap(float* x, int64_t n, float cap, cudaStream_t stream);
 // Positions come from device memory (`pos0`: the batch's first position, written by the
 // backend before the kernels run), so a captured decode step replays at any position.
 
+// The tokens of a batch drawn from several conversations (a server's batched decode step,
+// cuda_backend.cu): token t is at position positions[t] of its own KV cache, whose rows of the
+// layer in hand start at k[t] and v[t] (the layer view gives their type, widths and slots,
+// the same for every conversation). Default (all null): one conversation, token t at
+// *pos0 + t in the layer view's rows. The arithmetic is the same either way: a token's bits
+// do not depend on which conversations share its batch.
+struct TokenRows {
+    const int64_t* positions = nullptr;  // device [n]
+    uint8_t* const* k = nullptr;         // device [n]
+    uint8_t* const* v = nullptr;         // device [n]
+    __host__ __device__ bool several() const { return positions != nullptr; }
+};
+
 // The heads of a batch: per-head RMS norm (weights or null) and RoPE of q [n x n_head x
 // head_dim] and k [n x n_head_kv x head_dim], in place. Token t is at position *pos0 + t; the
 // angle of pair i is (position * freq_scale) * inv_freq[i], formed in double as the CPU's table.
@@ -50,7 +63,8 @@ struct HeadShape {
 };
 void norm_rope_heads(const HeadShape& shape, float* q, float* k, const float* q_norm,
                      const float* k_norm, const double* inv_freq, double freq_scale,
-                     const int64_t* pos0, int64_t n, cudaStream_t stream);
+                     const int64_t* pos0, int64_t n, cudaStream_t stream,
+                     const TokenRows& tokens = {});
 
 // One layer of the device KV cache: `slots` rows of K and V in the cache's type (a sliding
 // layer's ring: position p in slot p % slots; a full layer: slots = capacity).
@@ -66,7 +80,7 @@ struct KvLayerView {
 // Writes the rows of positions pos0.. from f32 k [n x k_width], v [n x v_width], converted as
 // the CPU's KvCache::store does (f16 round to nearest even; q8_0 blocks per row).
 void store_kv(const KvLayerView& layer, const float* k, const float* v, const int64_t* pos0,
-              int64_t n, cudaStream_t stream);
+              int64_t n, cudaStream_t stream, const TokenRows& tokens = {});
 
 // Attention of n queries at positions pos0.. over `layer` (rows stored already), causal,
 // optionally over the last `window` positions, scores scaled, soft-capped, with sink logits
@@ -93,7 +107,10 @@ struct AttendShape {
 int64_t attention_chunk(int64_t n);
 int64_t chunks_through(int64_t last_position, int64_t chunk);
 int64_t attention_partials_floats(const AttendShape& shape, int64_t n, int64_t chunks);
+// Tokens of several conversations (TokenRows) take the short batches' kernels: n at most
+// kExactBatchTokens, `chunks` through the latest position of any of them.
 void attend(const AttendShape& shape, const KvLayerView& layer, const float* q, const int64_t* pos0,
-            int64_t n, int64_t chunks, float* partials, float* out, cudaStream_t stream);
+            int64_t n, int64_t chunks, float* partials, float* out, cudaStream_t stream,
+            const TokenRows& tokens = {});
 
 }  // namespace ember::cuda
