@@ -75,7 +75,7 @@ public:
     private:
         DecodeBatcher& batcher_;
         EngineTurn& turn_;
-        bool stepping_ = false;        // counted in the batcher's generating members
+        bool stepping_ = false;      // counted in the batcher's generating members
         std::vector<float> logits_;  // [n_vocab] the last step's row
     };
 

@@ -113,11 +113,10 @@ TEST_P(GpuBatch, EachConversationGetsTheBitsItGetsAlone) {
             }
             ASSERT_FALSE(errors[m]) << "conversation " << c << " at step " << step;
             const int32_t token = tokens[m];
-            const auto expected =
-                forward(*model_, own, pool_, std::span<const int32_t>(&token, 1),
-                        LogitsWanted::Last);
-            ASSERT_EQ(0, std::memcmp(expected.data(), rows.data() + m * n_vocab,
-                                     n_vocab * sizeof(float)))
+            const auto expected = forward(*model_, own, pool_, std::span<const int32_t>(&token, 1),
+                                          LogitsWanted::Last);
+            ASSERT_EQ(
+                0, std::memcmp(expected.data(), rows.data() + m * n_vocab, n_vocab * sizeof(float)))
                 << "conversation " << c << " at step " << step << " (" << members.size()
                 << " together): the batched logits differ from its own";
             EXPECT_EQ(together[c]->kv.length(), own.kv.length());
@@ -133,7 +132,8 @@ TEST_P(GpuBatch, EachConversationGetsTheBitsItGetsAlone) {
 
 std::vector<BatchCase> cases() {
     std::vector<BatchCase> out;
-    for (const char* arch : {"llama", "qwen2", "qwen3", "gemma3", "qwen3moe", "gptoss", "lfm2", "qwen35"}) {
+    for (const char* arch :
+         {"llama", "qwen2", "qwen3", "gemma3", "qwen3moe", "gptoss", "lfm2", "qwen35"}) {
         for (KvType t : {KvType::F32, KvType::F16, KvType::Q8_0}) out.push_back({arch, t});
     }
     return out;

@@ -202,9 +202,9 @@ TEST(Serve, ConcurrentClientsGetTheirOwnAnswers) {
 TEST(Serve, BatchedDecodeStepsGiveEachClientTheReplyItGetsAlone) {
     EMBER_REQUIRE_FIXTURE(kQwen);
     TempDir dir;
-    ServeProcess server({"-m", fixture_path(kQwen), "--no-db", "-t", "1", "--parallel", "4",
-                         "--decode-batch", "4"},
-                        dir.file("log"));
+    ServeProcess server(
+        {"-m", fixture_path(kQwen), "--no-db", "-t", "1", "--parallel", "4", "--decode-batch", "4"},
+        dir.file("log"));
     ASSERT_GT(server.port(), 0) << server.process().log();
     const char* const topics[] = {"the sea", "a red fox", "mountains", "bread"};
     std::vector<json> bodies;

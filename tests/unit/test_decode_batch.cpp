@@ -60,15 +60,14 @@ TEST(DecodeBatch, EachConversationAsAloneAndErrorsStayWithTheirOwn) {
         ASSERT_FALSE(errors[c]);
         const auto expected = forward(*model, *alone[c], pool,
                                       std::span<const int32_t>(&tokens[c], 1), LogitsWanted::Last);
-        EXPECT_EQ(0, std::memcmp(expected.data(), rows.data() + c * n_vocab,
-                                 n_vocab * sizeof(float)))
+        EXPECT_EQ(0,
+                  std::memcmp(expected.data(), rows.data() + c * n_vocab, n_vocab * sizeof(float)))
             << "conversation " << c;
         EXPECT_EQ(together[c]->kv.length(), alone[c]->kv.length());
     }
 
     std::vector<int32_t> one_token(1, tokens[0]);
-    EXPECT_THROW(decode_batch(*model, states, pool, one_token, rows.data()),
-                 std::invalid_argument);
+    EXPECT_THROW(decode_batch(*model, states, pool, one_token, rows.data()), std::invalid_argument);
     std::vector<InferenceState*> too_many(kMaxDecodeBatch + 1, states[0]);
     std::vector<int32_t> many_tokens(too_many.size(), tokens[0]);
     std::vector<float> many_rows(too_many.size() * n_vocab);
