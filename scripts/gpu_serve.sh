@@ -111,8 +111,9 @@ for name in ("ember", "reference"):
         if "mean_decode_batch" in run:
             extra = f", {run['decode_steps']} steps, mean batch {run['mean_decode_batch']:.2f}"
         print(f"{name:9} {run['clients']:>2} streams: {run['throughput_tokens_per_second']:8.1f}"
-              f" tok/s ({run['throughput_vs_first_level']:.2f}x the first level), ttft p50"
-              f" {run['ttft_ms']['p50']:.0f} ms, errors {run['errors']}{extra}")
+              f" tok/s ({run['throughput_vs_first_level']:.2f}x the first level), decode"
+              f" {run['decode_tokens_per_second']:8.1f} tok/s ({run['decode_vs_first_level']:.2f}x),"
+              f" ttft p50 {run['ttft_ms']['p50']:.0f} ms, errors {run['errors']}{extra}")
 PY
 }
 

@@ -26,6 +26,10 @@ struct BenchSpecArgs {
 // Median of the values (0 for none); the benchmarks report medians of their repetitions.
 double median(std::vector<double> values);
 
+// `n` valid token ids from a fixed seed (splitmix64), so every rep and run sees the same prompt
+// (cmd_bench.cpp).
+std::vector<int32_t> random_prompt(int64_t n, int64_t n_vocab, uint64_t seed);
+
 // Prints the rows; returns 1 when speculation changed any greedy output.
 int run_bench_spec(const BenchSpecArgs& args);
 

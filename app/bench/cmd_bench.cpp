@@ -14,6 +14,7 @@
 
 #include "app/bench/bench_grammar.h"
 #include "app/bench/bench_spec.h"
+#include "app/bench/bench_streams.h"
 #include "app/cli/cli_checks.h"
 #include "app/commands/commands.h"
 #include "app/models/model_locator.h"
@@ -58,6 +59,8 @@ struct BenchArgs {
     // "ngram": compare n-gram speculation with plain decoding instead (app/bench/bench_spec.cpp).
     std::string spec;
     int draft_max = SpeculationOptions{}.draft_max;
+    // Conversations stepped together (bench_streams.cpp) instead; empty: off.
+    std::vector<int> streams;
     // --json-schema / --grammar: the constrained-decoding cost instead
     // (app/bench/bench_grammar.cpp).
     OutputFormatFlags output_format;
@@ -104,21 +107,6 @@ bool reset_peak_rss() {
     std::ofstream out("/proc/self/clear_refs");
     out << "5" << std::flush;
     return static_cast<bool>(out);
-}
-
-// Valid token ids from a fixed seed (splitmix64), so every rep and run sees the same prompt.
-std::vector<int32_t> random_prompt(int64_t n, int64_t n_vocab, uint64_t seed) {
-    std::vector<int32_t> ids(static_cast<size_t>(n));
-    uint64_t s = seed;
-    for (auto& id : ids) {
-        s += 0x9e3779b97f4a7c15ull;
-        uint64_t z = s;
-        z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-        z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-        z ^= z >> 31;
-        id = static_cast<int32_t>(z % static_cast<uint64_t>(n_vocab));
-    }
-    return ids;
 }
 
 // Decodes `gen` tokens one at a time after `next`; returns the seconds taken.
@@ -507,6 +495,21 @@ int run_bench(BenchArgs a) {
 
 }  // namespace
 
+// Valid token ids from a fixed seed (splitmix64), so every rep and run sees the same prompt.
+std::vector<int32_t> random_prompt(int64_t n, int64_t n_vocab, uint64_t seed) {
+    std::vector<int32_t> ids(static_cast<size_t>(n));
+    uint64_t s = seed;
+    for (auto& id : ids) {
+        s += 0x9e3779b97f4a7c15ull;
+        uint64_t z = s;
+        z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+        z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+        z ^= z >> 31;
+        id = static_cast<int32_t>(z % static_cast<uint64_t>(n_vocab));
+    }
+    return ids;
+}
+
 void register_bench_command(CLI::App& app, std::vector<Command>& out) {
     auto args = std::make_shared<BenchArgs>();
     auto* cmd = app.add_subcommand(
@@ -545,6 +548,10 @@ void register_bench_command(CLI::App& app, std::vector<Command>& out) {
                     "ngram: decode with n-gram speculation against plain decoding on "
                     "high-overlap and no-overlap prompts (greedy; -n tokens each)")
         ->check(CLI::IsMember({"ngram"}));
+    cmd->add_option("--streams", args->streams,
+                    "Decode steps of N conversations at once (serve's batched steps), per N, "
+                    "against the first N: e.g. 1,4,16")
+        ->delimiter(',');
     cmd->add_option("--seed", args->seed, "Seed of the random prompt")->capture_default_str();
     cmd->add_option("--bw-mib", args->bw_mib, "Bandwidth probe buffer, MiB (at least 1024)")
         ->capture_default_str()
@@ -574,6 +581,21 @@ void register_bench_command(CLI::App& app, std::vector<Command>& out) {
                            g.activations = args->activations;
                            g.gpu = args->gpu;
                            return run_bench_grammar(g);
+                       }
+                       if (!args->streams.empty()) {
+                           BenchStreamsArgs s;
+                           s.model = args->model;
+                           s.streams = args->streams;
+                           s.prompt = args->prompt;
+                           s.gen = args->gen;
+                           s.threads = args->threads > 0 ? args->threads : default_threads();
+                           if (reps_opt->count() > 0) s.reps = args->reps;
+                           s.json_out = args->json_out;
+                           s.seed = args->seed;
+                           s.kv_type = kv_type_of(args->kv_type);
+                           s.activations = args->activations;
+                           s.gpu = args->gpu;
+                           return run_bench_streams(s);
                        }
                        if (args->spec == "ngram") {
                            BenchSpecArgs spec_args;

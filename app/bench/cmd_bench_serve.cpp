@@ -54,6 +54,7 @@ struct BenchServeOptions {
 struct RequestSample {
     double ttft = -1;
     double latency = 0;
+    double start = 0;  // seconds after the level started
     int64_t prompt_tokens = 0;
     int64_t cached_tokens = 0;
     int64_t completion_tokens = 0;
@@ -87,7 +88,8 @@ const char* const kTopics[] = {"rivers",  "bread",  "violins", "winter", "foxes"
 
 // One client: `turns` requests of one conversation, each carrying the whole history.
 std::vector<RequestSample> run_client(const std::string& url, const std::string& model, int run,
-                                      int client, const BenchServeOptions& o) {
+                                      int client, const BenchServeOptions& o,
+                                      std::chrono::steady_clock::time_point level_start) {
     serve::ApiClient api(url, "");
     std::vector<RequestSample> samples;
     json messages = json::array({{{"role", "system"}, {"content", kSystem}}});
@@ -102,8 +104,11 @@ std::vector<RequestSample> run_client(const std::string& url, const std::string&
                      {"max_tokens", o.max_tokens},
                      {"temperature", 0}};
         if (o.ignore_eos) body["ignore_eos"] = true;
+        const double started =
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - level_start).count();
         const serve::StreamResult r = api.stream("chat/completions", body, nullptr);
         RequestSample s;
+        s.start = started;
         s.ttft = r.ttft_seconds;
         s.latency = r.seconds;
         s.error = r.error;
@@ -126,11 +131,16 @@ json run_level(const std::string& url, const std::string& model, int run, int n_
                const BenchServeOptions& o) {
     std::vector<std::vector<RequestSample>> per_client(static_cast<size_t>(n_clients));
     const auto start = std::chrono::steady_clock::now();
-    fan_out(n_clients,
-            [&](int c) { per_client[static_cast<size_t>(c)] = run_client(url, model, run, c, o); });
+    fan_out(n_clients, [&](int c) {
+        per_client[static_cast<size_t>(c)] = run_client(url, model, run, c, o, start);
+    });
     const double wall =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     std::vector<double> ttft, latency;
+    // The decode window: from the first streamed token of any request to the last request's
+    // end; the tokens after each request's first are the decode steps' work.
+    double first_token = -1, last_end = 0;
+    int64_t decoded = 0;
     int64_t prompt = 0, cached = 0, completion = 0, hits = 0, errors = 0, requests = 0;
     std::string first_error;
     for (const auto& samples : per_client) {
@@ -141,7 +151,13 @@ json run_level(const std::string& url, const std::string& model, int run, int n_
                 if (first_error.empty()) first_error = s.error;
                 continue;
             }
-            if (s.ttft >= 0) ttft.push_back(s.ttft);
+            if (s.ttft >= 0) {
+                ttft.push_back(s.ttft);
+                const double at = s.start + s.ttft;
+                first_token = first_token < 0 ? at : std::min(first_token, at);
+                decoded += std::max<int64_t>(0, s.completion_tokens - 1);
+            }
+            last_end = std::max(last_end, s.start + s.latency);
             latency.push_back(s.latency);
             prompt += s.prompt_tokens;
             cached += s.cached_tokens;
@@ -156,6 +172,8 @@ json run_level(const std::string& url, const std::string& model, int run, int n_
         {"wall_seconds", wall},
         {"completion_tokens", completion},
         {"throughput_tokens_per_second", wall > 0 ? completion / wall : 0.0},
+        {"decode_tokens_per_second",
+         last_end > first_token && first_token >= 0 ? decoded / (last_end - first_token) : 0.0},
         {"requests_per_second", wall > 0 ? requests / wall : 0.0},
         {"ttft_ms", distribution_ms(ttft)},
         {"latency_ms", distribution_ms(latency)},
@@ -229,10 +247,12 @@ int run_bench_serve(const BenchServeOptions& o) {
             level["mean_decode_batch"] =
                 steps > 0 ? static_cast<double>(after.tokens - before.tokens) / steps : 0.0;
         }
-        const double first = runs.empty() ? level["throughput_tokens_per_second"].get<double>()
-                                          : runs[0]["throughput_tokens_per_second"].get<double>();
-        level["throughput_vs_first_level"] =
-            first > 0 ? level["throughput_tokens_per_second"].get<double>() / first : 0.0;
+        // Each rate against the first level's (one client, by default).
+        for (const char* rate : {"throughput_tokens_per_second", "decode_tokens_per_second"}) {
+            const double first = (runs.empty() ? level : runs[0])[rate].get<double>();
+            const std::string name = std::string(rate).substr(0, std::string(rate).find('_'));
+            level[name + "_vs_first_level"] = first > 0 ? level[rate].get<double>() / first : 0.0;
+        }
         runs.push_back(level);
     }
     if (server) {
