@@ -70,7 +70,7 @@ private:
 // shrinks with its share: one block holding the batch buffers (a layer's attention buffers
 // share the FFN's up buffer and its attention records the gate buffer: the two never overlap
 // in a layer), f16 inputs only as wide as the attention's (wider products read f32 through
-// TF32), weight slices of 1/128 of the weights there (2 to 16 MiB) and a 1 MiB cuBLAS
+// TF32), weight slices of 1/512 of the weights there (2 to 16 MiB) and a 1 MiB cuBLAS
 // workspace.
 struct StateScratch {
     bool split = false;

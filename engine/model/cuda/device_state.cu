@@ -41,12 +41,14 @@ MixerBuffers carve_mixer_buffers(const ModelConfig& c, int64_t tokens, DeviceBuf
 }
 
 // A split's slice of a weight dequantized for cuBLAS (a whole model's is cuda_backend.cu's: 16
-// MiB of f16, 64 MiB of f32): this share of its weights on the device, within [2, 16] MiB.
-constexpr uint64_t kSplitSliceShare = 128;
+// MiB of f16, 64 MiB of f32): this share of its weights on the device, within [2, 16] MiB. More
+// slices cost a split little: its GPU layers take a few percent of a batch's time.
+constexpr uint64_t kSplitSliceShare = 512;
 constexpr uint64_t kSplitSliceMin = uint64_t{2} << 20;
 constexpr uint64_t kSplitSliceMax = uint64_t{16} << 20;
-// A split's cuBLAS workspace (cuBLAS takes 32 MiB by default on Hopper; a small product runs
-// without most of it, and a split's products are few next to its CPU layers' time).
+// A split's cuBLAS workspace, for what its products use (32 MiB is cuBLAS's advice on Hopper;
+// a split's products are few next to its CPU layers' time). The pool cuBLAS takes at
+// cublasCreate / cublasSetStream (64-68 MiB on the H200) stays: setting this frees none of it.
 constexpr size_t kSplitBlasWorkspace = size_t{1} << 20;
 
 size_t aligned(size_t bytes) {
