@@ -11,7 +11,8 @@
 #                                     (default .gpukit/split; carry DIR)
 #   DIR/gpu_split.sh run [DIR]        there: the tests and the benches; logs and JSON in $OUT,
 #                                     a table last. CAPS (default "3GiB 2GiB 1GiB") are the
-#                                     --gpu-memory values; FILTER the tests; DEPTH (default 0)
+#                                     --gpu-memory values; LAYERS (default none) --gpu-layers
+#                                     counts run too; FILTER the tests; DEPTH (default 0)
 #                                     the context before the timed decode (a full cache's KV);
 #                                     CPU=0 skips the CPU-only run; FILTER=- the tests.
 set -euo pipefail
@@ -64,7 +65,8 @@ run() {
     local bench=(bench -m "$model" -p "${PROMPT:-256}" -n 64 --reps "${REPS:-2}" -d "${DEPTH:-0}"
         --no-bandwidth --json)
     local runs=("whole:--gpu 0") cap
-    for cap in ${CAPS:-3GiB 2GiB 1GiB}; do runs+=("cap-$cap:--gpu 0 --gpu-memory $cap"); done
+    for cap in ${CAPS-3GiB 2GiB 1GiB}; do runs+=("cap-$cap:--gpu 0 --gpu-memory $cap"); done
+    for cap in ${LAYERS:-}; do runs+=("layers-$cap:--gpu 0 --gpu-layers $cap"); done
     [ "${CPU:-1}" = 0 ] || runs+=("cpu:--gpu-layers 0")
     local r name args
     for r in "${runs[@]}"; do

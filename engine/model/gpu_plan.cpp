@@ -22,7 +22,11 @@ GpuSplit gpu_split_of(const GpuSizes& sizes, int64_t layers) {
             split.kv_bytes += sizes.layer_kv[static_cast<size_t>(l)];
         }
     }
-    split.need_bytes = split.weight_bytes + split.kv_bytes + sizes.scratch;
+    const auto index = static_cast<size_t>(split.layers);
+    split.scratch_bytes = split.whole() || index >= sizes.split_scratch.size()
+                              ? sizes.scratch
+                              : sizes.split_scratch[index];
+    split.need_bytes = split.weight_bytes + split.kv_bytes + split.scratch_bytes;
     return split;
 }
 

@@ -23,14 +23,19 @@ struct GpuSizes {
     std::vector<uint64_t> layer_bytes;  // [n_layer] each layer's weights
     std::vector<uint64_t> layer_kv;     // [n_layer] each layer's KV rows (0: none)
     uint64_t scratch = 0;               // batch buffers, attention records, cuBLAS workspace
+    // [n_layer] the scratch of a split of l GPU layers at index l (index 0 unused), which
+    // shrinks with its share of the model (cuda_backend.cuh's StateScratch); empty, or for the
+    // whole model: `scratch`.
+    std::vector<uint64_t> split_scratch;
 };
 
 struct GpuSplit {
     int64_t layers = 0;  // the first `layers` run on the GPU; 0: none (the CPU)
     int64_t n_layer = 0;
-    uint64_t weight_bytes = 0;  // what goes to the GPU of GpuSizes' weights
-    uint64_t kv_bytes = 0;      // the GPU layers' KV rows
-    uint64_t need_bytes = 0;    // weights + KV + scratch
+    uint64_t weight_bytes = 0;   // what goes to the GPU of GpuSizes' weights
+    uint64_t kv_bytes = 0;       // the GPU layers' KV rows
+    uint64_t scratch_bytes = 0;  // the scratch of this split (GpuSizes)
+    uint64_t need_bytes = 0;     // weights + KV + scratch
     bool whole() const { return layers == n_layer; }
 };
 

@@ -69,6 +69,26 @@ TEST(GpuSplit, UnevenLayersStopAtTheFirstThatDoesNotFit) {
     EXPECT_EQ(plan_gpu_split(s, 300 * kMiB).layers, 1);
 }
 
+TEST(GpuSplit, ASplitsScratchShrinksWithItsShare) {
+    // A split of l layers takes split_scratch[l]; the whole model keeps `scratch`.
+    GpuSizes s = four_layers();
+    s.split_scratch = {0, 5 * kMiB, 10 * kMiB, 15 * kMiB};
+    EXPECT_EQ(gpu_split_of(s, 1).scratch_bytes, 5 * kMiB);
+    EXPECT_EQ(gpu_split_of(s, 1).need_bytes, 165 * kMiB);  // 50 + 110 + 5
+    EXPECT_EQ(gpu_split_of(s, 3).need_bytes, 395 * kMiB);  // 50 + 3 * 110 + 15
+    EXPECT_EQ(gpu_split_of(s, 4).scratch_bytes, 30 * kMiB);
+    EXPECT_EQ(gpu_split_of(s, 4).need_bytes, 580 * kMiB);
+    // One layer needs 165 MiB with its 5 MiB of scratch (190 with the whole model's 30).
+    EXPECT_EQ(plan_gpu_split(s, 165 * kMiB).layers, 1);
+    EXPECT_EQ(plan_gpu_split(s, 164 * kMiB).layers, 0);
+    EXPECT_EQ(plan_gpu_split(s, 395 * kMiB).layers, 3);
+    EXPECT_EQ(plan_gpu_split(s, 579 * kMiB).layers, 3);
+    EXPECT_TRUE(plan_gpu_split(s, 580 * kMiB).whole());
+    // Fewer entries than layers: `scratch` for the rest.
+    s.split_scratch = {0, 5 * kMiB};
+    EXPECT_EQ(gpu_split_of(s, 2).scratch_bytes, 30 * kMiB);
+}
+
 TEST(MemorySize, Units) {
     EXPECT_EQ(parse_memory_size("6GiB"), 6 * (uint64_t{1} << 30));
     EXPECT_EQ(parse_memory_size("6000MiB"), 6000 * kMiB);

@@ -498,8 +498,8 @@ private:
         // Whole multiples of 64 rows: each slice's output then starts 256-byte aligned, as
         // cuBLAS's fast kernels need (a slice of 1,365 rows sent it to an align-1 kernel 5x
         // slower).
-        const int64_t slice =
-            std::min(w.rows, std::max<int64_t>(64, half_slice_elements_ / w.cols / 64 * 64));
+        const int64_t elements = gpu_.slice_elements(half_slice_elements_, sizeof(__half));
+        const int64_t slice = std::min(w.rows, std::max<int64_t>(64, elements / w.cols / 64 * 64));
         gpu_.dequantized.grow(static_cast<size_t>(slice * w.cols) * sizeof(__half));
         EMBER_CUBLAS_CHECK(
             gpu_.blas_library().set_pointer_mode(gpu_.blas(), CUBLAS_POINTER_MODE_DEVICE));
@@ -531,7 +531,8 @@ private:
         const float beta = 0.0f;
         const cublasComputeType_t compute =
             is_float_type(w.type) ? CUBLAS_COMPUTE_32F : CUBLAS_COMPUTE_32F_FAST_TF32;
-        const int64_t slice = std::clamp<int64_t>(kDequantizedCap / w.cols, 1, w.rows);
+        const int64_t slice = std::clamp<int64_t>(
+            gpu_.slice_elements(kDequantizedCap, sizeof(float)) / w.cols, 1, w.rows);
         const bool direct = w.type == TensorType::F32 &&
                             w.row_stride == static_cast<size_t>(w.cols) * sizeof(float);
         if (!direct) gpu_.dequantized.grow(static_cast<size_t>(slice * w.cols) * sizeof(float));

@@ -6,6 +6,7 @@
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -52,11 +53,38 @@ public:
     size_t bytes() const { return bytes_; }
     // Reallocates (contents lost) when smaller than `bytes`.
     void grow(size_t bytes);
+    // `bytes` at `ptr`, a part of another buffer: never freed here; grow() past its size gives
+    // it a block of its own.
+    static DeviceBuffer view(void* ptr, size_t bytes);
 
 private:
     void* ptr_ = nullptr;
     size_t bytes_ = 0;
+    bool owned_ = true;
 };
+
+// What one conversation's state (CudaState) takes on the device besides its KV rows, by what
+// the device holds. A whole model keeps a buffer per part, 16 MiB f16 slices of a weight for
+// cuBLAS and cuBLAS's own workspace. A split (its first `layers`, `weight_bytes` of weights:
+// gpu_plan.h) runs its output on the CPU and is there because the card is small, so its scratch
+// shrinks with its share: one block holding the batch buffers (a layer's attention buffers
+// share the FFN's up buffer and its attention records the gate buffer: the two never overlap
+// in a layer), f16 inputs only as wide as the attention's (wider products read f32 through
+// TF32), weight slices of 1/512 of the weights there (2 to 16 MiB) and a 1 MiB cuBLAS
+// workspace.
+struct StateScratch {
+    bool split = false;
+    int64_t tokens = 0;           // batch rows (kMaxBatch)
+    int64_t half_width = 0;       // widest f16 input of a product (half_x's row)
+    int64_t attention_width = 0;  // floats per token of q, k, v, attn, q_proj, q_gate together
+    size_t slice_bytes = 0;       // a split's slice of a weight dequantized (0: no cap)
+    size_t blas_workspace = 0;    // a split's cuBLAS workspace (0: cuBLAS's default)
+    size_t block_bytes = 0;       // a split's one block (0: a buffer per part)
+    // Attention records of a batch that fit the split's FFN gate buffer (`partials` starts as a
+    // view of it; 0 for a whole model).
+    size_t records_in_block = 0;
+};
+StateScratch state_scratch(const ModelConfig& c, int64_t layers, uint64_t weight_bytes);
 
 class CudaState;
 
@@ -162,6 +190,13 @@ public:
     int32_t* step_ids() const { return step_dev_.as<StepInputs>()->ids; }
     int64_t* step_pos0_mut() const { return &step_dev_.as<StepInputs>()->pos0; }
 
+    // Elements of a weight dequantized at once for cuBLAS, of `element` bytes each: `wanted`, or
+    // fewer within a split's slice (StateScratch).
+    int64_t slice_elements(int64_t wanted, size_t element) const {
+        if (scratch_.slice_bytes == 0) return wanted;
+        return std::min(wanted, static_cast<int64_t>(scratch_.slice_bytes / element));
+    }
+
     // The decode step (one token, one row of logits) captured as a CUDA graph on its first run
     // and replayed after: one launch instead of hundreds. Its buffers never move.
     cudaGraphExec_t decode_graph = nullptr;
@@ -169,7 +204,8 @@ public:
     DeviceBuffer decode_partials;  // attention records of one token over the whole context
     int64_t decode_chunks = 0;     // chunks of the context (attention's launch width)
 
-    // Batch buffers for up to kMaxBatch tokens, [tokens x width] each.
+    // Batch buffers for up to kMaxBatch tokens, [tokens x width] each (a split's are views of
+    // one block: StateScratch).
     DeviceBuffer x, xn, q, k, v, attn, q_proj, q_gate, ffn_gate, ffn_up;
     DeviceBuffer token_ids;    // [kMaxBatch] int32
     DeviceBuffer logits;       // [rows x n_vocab], grown on demand
@@ -200,9 +236,18 @@ private:
 
     void upload_recurrent();
 
+    // EMBER_CUDA_MEMORY_TRACE=1: the device memory taken after each step of making the state
+    // and before each batch where it grew, on stderr.
+    void trace(const char* what);
+
     KvCache& kv_;
     RecurrentState& recurrent_;
     const CublasLibrary& blas_library_;
+    const CudaDevice& device_;
+    StateScratch scratch_;
+    DeviceBuffer block_;  // a split's batch buffers and cuBLAS workspace (StateScratch)
+    bool tracing_ = false;
+    uint64_t traced_bytes_ = 0;
     cudaStream_t stream_ = nullptr;
     cublasHandle_t blas_ = nullptr;
     // [slots x row bytes] per cache layer of the device's layers: [0, cache_layers_) (a split

@@ -1,6 +1,9 @@
 // The model's weights on the GPU (cuda_backend.cuh: CudaDevice) and the device buffer type.
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 #include <span>
+#include <string_view>
 #include <utility>
 
 #include "engine/model/cuda/cuda_backend.cuh"
@@ -14,30 +17,42 @@ DeviceBuffer::DeviceBuffer(size_t bytes) {
 }
 
 DeviceBuffer::DeviceBuffer(DeviceBuffer&& other) noexcept
-    : ptr_(std::exchange(other.ptr_, nullptr)), bytes_(std::exchange(other.bytes_, 0)) {}
+    : ptr_(std::exchange(other.ptr_, nullptr)),
+      bytes_(std::exchange(other.bytes_, 0)),
+      owned_(std::exchange(other.owned_, true)) {}
 
 DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& other) noexcept {
     if (this != &other) {
-        if (ptr_) cudaFree(ptr_);
+        if (ptr_ && owned_) cudaFree(ptr_);
         ptr_ = std::exchange(other.ptr_, nullptr);
         bytes_ = std::exchange(other.bytes_, 0);
+        owned_ = std::exchange(other.owned_, true);
     }
     return *this;
 }
 
 DeviceBuffer::~DeviceBuffer() {
-    if (ptr_) cudaFree(ptr_);
+    if (ptr_ && owned_) cudaFree(ptr_);
+}
+
+DeviceBuffer DeviceBuffer::view(void* ptr, size_t bytes) {
+    DeviceBuffer buffer;
+    buffer.ptr_ = ptr;
+    buffer.bytes_ = bytes;
+    buffer.owned_ = false;
+    return buffer;
 }
 
 void DeviceBuffer::grow(size_t bytes) {
     if (bytes <= bytes_) return;
-    if (ptr_) {
+    if (ptr_ && owned_) {
         // Work queued on the buffer may still read it: wait before freeing.
         EMBER_CUDA_CHECK(cudaDeviceSynchronize());
         cudaFree(ptr_);
-        ptr_ = nullptr;
-        bytes_ = 0;
     }
+    ptr_ = nullptr;  // a view's block stays with its owner
+    bytes_ = 0;
+    owned_ = true;
     const cudaError_t err = cudaMalloc(&ptr_, bytes);
     if (err != cudaSuccess) {
         ptr_ = nullptr;
@@ -123,6 +138,12 @@ CudaDevice::CudaDevice(const Model& model, int device, int64_t layers)
     inv_freq_ = upload(model.rope_inv_freq().data(), model.rope_inv_freq().size());
     inv_freq_local_ =
         upload(model.rope_inv_freq_local().data(), model.rope_inv_freq_local().size());
+    if (const char* trace = std::getenv("EMBER_CUDA_MEMORY_TRACE");
+        trace != nullptr && std::string_view(trace) == "1") {  // CudaState's trace, its start
+        std::fprintf(stderr, "[gpu-memory] weights: %.1f MiB in use (%.1f MiB of weights)\n",
+                     static_cast<double>(memory_in_use()) / (1 << 20),
+                     static_cast<double>(weight_bytes_) / (1 << 20));
+    }
 }
 
 // The weights of `own` layers, the embedding, and the output with every layer: sized first

@@ -1,6 +1,9 @@
 // A conversation's share of the GPU (cuda_backend.cuh: CudaState): the KV mirror and buffers.
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 #include <iterator>
+#include <string_view>
 
 #include "engine/model/cuda/cuda_backend.cuh"
 #include "engine/model/cuda/cuda_check.cuh"
@@ -37,6 +40,21 @@ MixerBuffers carve_mixer_buffers(const ModelConfig& c, int64_t tokens, DeviceBuf
     return MixerBuffers{parts[0], parts[1], parts[2], parts[3], parts[4], parts[5], parts[6]};
 }
 
+// A split's slice of a weight dequantized for cuBLAS (a whole model's is cuda_backend.cu's: 16
+// MiB of f16, 64 MiB of f32): this share of its weights on the device, within [2, 16] MiB. More
+// slices cost a split little: its GPU layers take a few percent of a batch's time.
+constexpr uint64_t kSplitSliceShare = 512;
+constexpr uint64_t kSplitSliceMin = uint64_t{2} << 20;
+constexpr uint64_t kSplitSliceMax = uint64_t{16} << 20;
+// A split's cuBLAS workspace, for what its products use (32 MiB is cuBLAS's advice on Hopper;
+// a split's products are few next to its CPU layers' time). The pool cuBLAS takes at
+// cublasCreate / cublasSetStream (64-68 MiB on the H200) stays: setting this frees none of it.
+constexpr size_t kSplitBlasWorkspace = size_t{1} << 20;
+
+size_t aligned(size_t bytes) {
+    return (bytes + 255) / 256 * 256;
+}
+
 // Cache layers of the model's layers [0, layers): a split's CPU layers keep their KV rows on the
 // host alone (the hybrids' attention slots, kv_slot, count those of the device's layers).
 int64_t device_cache_layers(const ModelConfig& c, int64_t layers, int64_t cache_layers) {
@@ -50,14 +68,46 @@ int64_t device_cache_layers(const ModelConfig& c, int64_t layers, int64_t cache_
 
 }  // namespace
 
+StateScratch state_scratch(const ModelConfig& c, int64_t layers, uint64_t weight_bytes) {
+    StateScratch s;
+    s.split = layers < c.n_layer;
+    s.tokens = kMaxBatch;
+    const int64_t attention_input = std::max(c.n_head * c.value_dim, c.n_head * c.head_dim);
+    s.attention_width = c.n_head * c.head_dim + c.n_head_kv * c.head_dim +
+                        c.n_head_kv * c.value_dim + c.n_head * c.value_dim +
+                        (c.attn_output_gate ? 3 * c.n_head * c.head_dim : 0);
+    if (!s.split) {
+        s.half_width = std::max({c.n_embd, c.n_ff, attention_input});
+        return s;
+    }
+    s.half_width = std::max(c.n_embd, attention_input);
+    s.slice_bytes = static_cast<size_t>(
+        std::clamp(weight_bytes / kSplitSliceShare, kSplitSliceMin, kSplitSliceMax));
+    s.blas_workspace = kSplitBlasWorkspace;
+    const auto rows = [&](int64_t width, size_t element) {
+        return aligned(static_cast<size_t>(s.tokens * std::max<int64_t>(width, 1)) * element);
+    };
+    s.records_in_block = rows(c.n_ff, sizeof(float));
+    s.block_bytes = 2 * rows(c.n_embd, sizeof(float)) + s.records_in_block +
+                    rows(std::max(c.n_ff, s.attention_width), sizeof(float)) +
+                    rows(s.half_width, sizeof(__half)) + aligned(floats(s.tokens + 2)) +
+                    aligned(static_cast<size_t>(s.tokens) * sizeof(int32_t)) +
+                    aligned(s.slice_bytes) + s.blas_workspace;
+    return s;
+}
+
 CudaState::CudaState(const CudaDevice& device, InferenceState& state)
-    : kv_(state.kv), recurrent_(state.recurrent), blas_library_(device.blas()) {
+    : kv_(state.kv), recurrent_(state.recurrent), blas_library_(device.blas()), device_(device) {
     const ModelConfig& c = device.model().config();
+    const char* trace_env = std::getenv("EMBER_CUDA_MEMORY_TRACE");
+    tracing_ = trace_env != nullptr && std::string_view(trace_env) == "1";
     EMBER_CUDA_CHECK(cudaSetDevice(device.device()));
+    trace("state: start");
     EMBER_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     EMBER_CUDA_CHECK(cudaStreamCreateWithFlags(&restore_stream_, cudaStreamNonBlocking));
     EMBER_CUBLAS_CHECK(blas_library_.create(&blas_));
     EMBER_CUBLAS_CHECK(blas_library_.set_stream(blas_, stream_));
+    trace("state: streams and cuBLAS handle");
     const int64_t slots_full = kv_.capacity();
     cache_layers_ = device_cache_layers(c, device.layers(), kv_.n_layer());
     for (int64_t l = 0; l < cache_layers_; ++l) {
@@ -65,39 +115,89 @@ CudaState::CudaState(const CudaDevice& device, InferenceState& state)
         k_layers_.emplace_back(static_cast<size_t>(slots * kv_.k_row_bytes()));
         v_layers_.emplace_back(static_cast<size_t>(slots * kv_.v_row_bytes()));
     }
+    trace("state: KV rows");
     const int64_t b = kMaxBatch;
-    x = DeviceBuffer(floats(b * c.n_embd));
-    xn = DeviceBuffer(floats(b * c.n_embd));
-    q = DeviceBuffer(floats(b * c.n_head * c.head_dim));
-    k = DeviceBuffer(floats(b * c.n_head_kv * c.head_dim));
-    v = DeviceBuffer(floats(b * c.n_head_kv * c.value_dim));
-    attn = DeviceBuffer(floats(b * c.n_head * c.value_dim));
-    if (c.attn_output_gate) {
-        q_proj = DeviceBuffer(floats(b * 2 * c.n_head * c.head_dim));
-        q_gate = DeviceBuffer(floats(b * c.n_head * c.head_dim));
+    scratch_ = state_scratch(c, device.layers(), device.weight_bytes());
+    if (!scratch_.split) {
+        x = DeviceBuffer(floats(b * c.n_embd));
+        xn = DeviceBuffer(floats(b * c.n_embd));
+        q = DeviceBuffer(floats(b * c.n_head * c.head_dim));
+        k = DeviceBuffer(floats(b * c.n_head_kv * c.head_dim));
+        v = DeviceBuffer(floats(b * c.n_head_kv * c.value_dim));
+        attn = DeviceBuffer(floats(b * c.n_head * c.value_dim));
+        if (c.attn_output_gate) {
+            q_proj = DeviceBuffer(floats(b * 2 * c.n_head * c.head_dim));
+            q_gate = DeviceBuffer(floats(b * c.n_head * c.head_dim));
+        }
+        ffn_gate = DeviceBuffer(floats(b * c.n_ff));
+        ffn_up = DeviceBuffer(floats(b * c.n_ff));
+        token_ids = DeviceBuffer(static_cast<size_t>(b) * sizeof(int32_t));
+        half_x = DeviceBuffer(static_cast<size_t>(b * scratch_.half_width) * sizeof(__half));
+        half_scale = DeviceBuffer(floats(b + 2));
+        decode_logits = DeviceBuffer(floats(c.n_vocab));
+    } else {
+        // One block (StateScratch). The attention's buffers lie in the FFN's up buffer (dead
+        // until the FFN's input product writes it), its records in the gate buffer (`partials`
+        // grows out of it past its size); a split's logits are the CPU's: no decode_logits.
+        block_ = DeviceBuffer(scratch_.block_bytes);
+        auto* next = block_.as<uint8_t>();
+        const auto take = [&](size_t bytes) {
+            DeviceBuffer part = DeviceBuffer::view(next, bytes);
+            next += aligned(bytes);
+            return part;
+        };
+        x = take(floats(b * c.n_embd));
+        xn = take(floats(b * c.n_embd));
+        ffn_gate = take(scratch_.records_in_block);
+        partials = DeviceBuffer::view(ffn_gate.get(), ffn_gate.bytes());
+        const int64_t up_width = std::max(c.n_ff, scratch_.attention_width);
+        ffn_up = take(floats(b * up_width));
+        auto* attention = ffn_up.as<float>();
+        const auto attention_part = [&](int64_t width) {
+            DeviceBuffer part = DeviceBuffer::view(attention, floats(b * width));
+            attention += b * width;
+            return part;
+        };
+        q = attention_part(c.n_head * c.head_dim);
+        k = attention_part(c.n_head_kv * c.head_dim);
+        v = attention_part(c.n_head_kv * c.value_dim);
+        attn = attention_part(c.n_head * c.value_dim);
+        if (c.attn_output_gate) {
+            q_proj = attention_part(2 * c.n_head * c.head_dim);
+            q_gate = attention_part(c.n_head * c.head_dim);
+        }
+        half_x = take(static_cast<size_t>(b * scratch_.half_width) * sizeof(__half));
+        half_scale = take(floats(b + 2));
+        token_ids = take(static_cast<size_t>(b) * sizeof(int32_t));
+        dequantized = take(scratch_.slice_bytes);
+        void* workspace = next;
+        next += scratch_.blas_workspace;
+        EMBER_CUBLAS_CHECK(blas_library_.set_workspace(blas_, workspace, scratch_.blas_workspace));
     }
-    ffn_gate = DeviceBuffer(floats(b * c.n_ff));
-    ffn_up = DeviceBuffer(floats(b * c.n_ff));
-    token_ids = DeviceBuffer(static_cast<size_t>(b) * sizeof(int32_t));
-    const int64_t widest_input =
-        std::max({c.n_embd, c.n_ff, c.n_head * c.value_dim, c.n_head * c.head_dim});
-    half_x = DeviceBuffer(static_cast<size_t>(b * widest_input) * sizeof(__half));
-    half_scale = DeviceBuffer(floats(b + 2));
     moe.reserve(c, b);
     EMBER_CUDA_CHECK(cudaMemset(half_scale.get(), 0, half_scale.bytes()));
     static_assert(kStepTokens == kMaxBatch);
     EMBER_CUDA_CHECK(cudaMallocHost(&step_host_, sizeof(StepInputs)));
     step_dev_ = DeviceBuffer(sizeof(StepInputs));
-    decode_logits = DeviceBuffer(floats(c.n_vocab));
     decode_chunks = chunks_through(kv_.capacity() - 1, attention_chunk(1));
     AttendShape shape;
     shape.n_head = c.n_head;
     shape.value_dim = c.value_dim;
     decode_partials = DeviceBuffer(floats(attention_partials_floats(shape, 1, decode_chunks)));
     mixer = carve_mixer_buffers(c, b, mixer_block_);
+    trace(scratch_.split ? "state: batch buffers (one block)" : "state: batch buffers");
     host_valid_ = kv_.length();  // the host rows are the state until the device computes any
     kv_.set_mirror(this);
     recurrent_.set_mirror(this);
+}
+
+void CudaState::trace(const char* what) {
+    if (!tracing_) return;
+    const uint64_t now = device_.memory_in_use();
+    std::fprintf(stderr, "[gpu-memory] %s: %.1f MiB in use (%+.1f)\n", what,
+                 static_cast<double>(now) / (1 << 20),
+                 (static_cast<double>(now) - static_cast<double>(traced_bytes_)) / (1 << 20));
+    traced_bytes_ = now;
 }
 
 CudaState::~CudaState() {
@@ -205,6 +305,10 @@ void CudaState::take_restored_rows() {
 }
 
 void CudaState::prepare_forward() {
+    if (tracing_ && device_.memory_in_use() != traced_bytes_) {
+        const std::string what = "before the batch at " + std::to_string(kv_.length());
+        trace(what.c_str());
+    }
     reconcile();
     const int64_t length = kv_.length();
     if (device_valid_ < length) copy_rows(Direction::ToDevice, device_valid_, length, stream_);
