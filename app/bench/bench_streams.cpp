@@ -24,8 +24,7 @@ using Clock = std::chrono::steady_clock;
 
 // N conversations, each after its own prompt, stepped together `gen` times (each takes its
 // greedy token); the seconds of the steps.
-double time_steps(const Model& model, ThreadPool& pool, const BenchStreamsArgs& a, int n,
-                  int rep) {
+double time_steps(const Model& model, ThreadPool& pool, const BenchStreamsArgs& a, int n, int rep) {
     const ModelConfig& c = model.config();
     std::vector<std::unique_ptr<InferenceState>> states;
     std::vector<InferenceState*> batch;
@@ -35,8 +34,8 @@ double time_steps(const Model& model, ThreadPool& pool, const BenchStreamsArgs& 
         const auto prompt =
             random_prompt(a.prompt, c.n_vocab, a.seed + static_cast<uint64_t>(s * 7919 + rep));
         const auto logits = forward(model, *states.back(), pool, prompt, LogitsWanted::Last);
-        tokens.push_back(static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) -
-                                              logits.begin()));
+        tokens.push_back(
+            static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin()));
         batch.push_back(states.back().get());
     }
     const auto n_vocab = static_cast<size_t>(c.n_vocab);

@@ -159,8 +159,12 @@ std::span<const float> forward(const Model& model, InferenceState& st, ThreadPoo
     if (is_hybrid(c.family)) check_recurrent_state(c, st);
     const auto n = static_cast<int64_t>(tokens.size());
     const int64_t start = st.kv.length();
-    // A device keeps its batch buffers in its own memory, sized for kMaxBatch.
-    const int64_t max_batch = is_hybrid(c.family) && !model.device() ? kMaxHybridBatch : kMaxBatch;
+    // A device keeps its batch buffers in its own memory, sized for kMaxBatch (kMaxSplitBatch
+    // for a split model's).
+    const bool split = model.device() != nullptr && model.device()->layers() < c.n_layer;
+    const int64_t max_batch = split                                    ? kMaxSplitBatch
+                              : is_hybrid(c.family) && !model.device() ? kMaxHybridBatch
+                                                                       : kMaxBatch;
     const int64_t rows = wanted == LogitsWanted::All ? n : wanted == LogitsWanted::Last ? 1 : 0;
     std::vector<float>& logits = st.scratch.logits;
     if (static_cast<int64_t>(logits.size()) < rows * c.n_vocab) {

@@ -65,6 +65,12 @@ std::vector<std::exception_ptr> decode_batch(const Model& model,
 // Largest number of tokens evaluated in one batch; longer inputs are split internally.
 inline constexpr int64_t kMaxBatch = 256;
 
+// A model split between a device and the CPU (gpu_plan.h) takes batches half as long: the
+// device's share of such a model is small by design, and its batch buffers are what it holds
+// besides the weights and KV rows (peak device memory within weights + KV + 10%), while its CPU
+// layers still reuse each weight for 128 tokens.
+inline constexpr int64_t kMaxSplitBatch = 128;
+
 // Batches of at most this many tokens give bit for bit the logits, K/V rows and recurrent
 // state that evaluating the same tokens one at a time gives; speculative verification relies
 // on it. Longer batches may take faster paths that round differently (qwen35's chunked delta

@@ -39,7 +39,6 @@ CublasLibrary::CublasLibrary() {
     bind(handle_, "cublasDestroy_v2", destroy);
     bind(handle_, "cublasSetStream_v2", set_stream);
     bind(handle_, "cublasSetPointerMode_v2", set_pointer_mode);
-    bind(handle_, "cublasSetWorkspace_v2", set_workspace);
     bind(handle_, "cublasGemmEx", gemm_ex);
 }
 

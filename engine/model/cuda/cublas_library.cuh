@@ -20,7 +20,6 @@ public:
     decltype(&cublasDestroy_v2) destroy = nullptr;
     decltype(&cublasSetStream_v2) set_stream = nullptr;
     decltype(&cublasSetPointerMode_v2) set_pointer_mode = nullptr;
-    decltype(&cublasSetWorkspace_v2) set_workspace = nullptr;
     // cublasGemmEx is overloaded in C++: the C entry point's type, spelled out.
     using GemmEx = cublasStatus_t (*)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int,
                                       int, int, const void*, const void*, cudaDataType, int,

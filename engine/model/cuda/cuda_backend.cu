@@ -1,6 +1,8 @@
 // The layer blocks of backend.h on the GPU (cuda_backend.cuh).
 #include <algorithm>
 #include <cstdlib>
+#include <stdexcept>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -8,6 +10,7 @@
 #include "engine/model/cuda/cuda_check.cuh"
 #include "engine/model/cuda/half_inputs.cuh"
 #include "engine/model/model.h"
+#include "engine/tensor/types.h"
 
 namespace ember::cuda {
 
@@ -474,6 +477,21 @@ private:
         return conv;
     }
 
+    // A state without cuBLAS (a split's: StateScratch): the product kExactBatchTokens tokens at
+    // a time through gemv, which reads the matrix in place.
+    void gemm_by_gemv(const DeviceMatrix& w, const float* x, int64_t n, float* out) {
+        if (!gemv_supports(w.type)) {
+            throw std::runtime_error("CUDA: a split model's product of " + std::to_string(n) +
+                                     " tokens over a " + std::string(type_info(w.type).name) +
+                                     " matrix has no kernel here (gemv does not read it)");
+        }
+        for (int64_t t0 = 0; t0 < n; t0 += kGemvMaxTokens) {
+            gemv(w, x + t0 * w.cols, w.cols, std::min(kGemvMaxTokens, n - t0), out + t0 * w.rows,
+                 w.rows, stream());
+            check_launch("gemv (batch)");
+        }
+    }
+
     // Whether the batch's activations fit the f16 scratch for this matrix's width.
     bool half_fits(const DeviceMatrix& w, int64_t n) const {
         return static_cast<size_t>(n * w.cols) * sizeof(__half) <= gpu_.half_x.bytes() &&
@@ -498,8 +516,8 @@ private:
         // Whole multiples of 64 rows: each slice's output then starts 256-byte aligned, as
         // cuBLAS's fast kernels need (a slice of 1,365 rows sent it to an align-1 kernel 5x
         // slower).
-        const int64_t elements = gpu_.slice_elements(half_slice_elements_, sizeof(__half));
-        const int64_t slice = std::min(w.rows, std::max<int64_t>(64, elements / w.cols / 64 * 64));
+        const int64_t slice =
+            std::min(w.rows, std::max<int64_t>(64, half_slice_elements_ / w.cols / 64 * 64));
         gpu_.dequantized.grow(static_cast<size_t>(slice * w.cols) * sizeof(__half));
         EMBER_CUBLAS_CHECK(
             gpu_.blas_library().set_pointer_mode(gpu_.blas(), CUBLAS_POINTER_MODE_DEVICE));
@@ -523,6 +541,7 @@ private:
     // weights keep f32 arithmetic (the fixtures' 2e-3 of float64); quantized ones use TF32,
     // whose rounding is far below the quantization's own.
     void gemm(const DeviceMatrix& w, const float* x, int64_t n, float* out) {
+        if (gpu_.blas() == nullptr) return gemm_by_gemv(w, x, n, out);
         if (w.half_products && half_fits(w, n)) {
             prepare_half_inputs(x, n, w.cols);
             return gemm_half(w, n, out);
@@ -531,8 +550,7 @@ private:
         const float beta = 0.0f;
         const cublasComputeType_t compute =
             is_float_type(w.type) ? CUBLAS_COMPUTE_32F : CUBLAS_COMPUTE_32F_FAST_TF32;
-        const int64_t slice = std::clamp<int64_t>(
-            gpu_.slice_elements(kDequantizedCap, sizeof(float)) / w.cols, 1, w.rows);
+        const int64_t slice = std::clamp<int64_t>(kDequantizedCap / w.cols, 1, w.rows);
         const bool direct = w.type == TensorType::F32 &&
                             w.row_stride == static_cast<size_t>(w.cols) * sizeof(float);
         if (!direct) gpu_.dequantized.grow(static_cast<size_t>(slice * w.cols) * sizeof(float));

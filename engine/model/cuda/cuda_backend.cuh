@@ -64,27 +64,25 @@ private:
 };
 
 // What one conversation's state (CudaState) takes on the device besides its KV rows, by what
-// the device holds. A whole model keeps a buffer per part, 16 MiB f16 slices of a weight for
-// cuBLAS and cuBLAS's own workspace. A split (its first `layers`, `weight_bytes` of weights:
+// the device holds. A whole model keeps a buffer per part for kMaxBatch tokens, 16 MiB f16
+// slices of a weight for cuBLAS and cuBLAS's own handle. A split (its first `layers`:
 // gpu_plan.h) runs its output on the CPU and is there because the card is small, so its scratch
-// shrinks with its share: one block holding the batch buffers (a layer's attention buffers
-// share the FFN's up buffer and its attention records the gate buffer: the two never overlap
-// in a layer), f16 inputs only as wide as the attention's (wider products read f32 through
-// TF32), weight slices of 1/512 of the weights there (2 to 16 MiB) and a 1 MiB cuBLAS
-// workspace.
+// is as small as it can be: one block holding the batch buffers for kMaxSplitBatch tokens (a
+// layer's attention buffers share the FFN's up buffer and its attention records the gate
+// buffer: the two never overlap in a layer), and no cuBLAS (its handle alone is 64-68 MiB): its
+// longer products go through gemv, kExactBatchTokens tokens at a time.
 struct StateScratch {
     bool split = false;
-    int64_t tokens = 0;           // batch rows (kMaxBatch)
-    int64_t half_width = 0;       // widest f16 input of a product (half_x's row)
+    int64_t tokens = 0;           // batch rows (kMaxBatch; a split's kMaxSplitBatch)
+    bool blas = true;             // a cuBLAS handle (a split's products go through gemv)
+    int64_t half_width = 0;       // widest f16 input of a product (half_x's row; 0: none)
     int64_t attention_width = 0;  // floats per token of q, k, v, attn, q_proj, q_gate together
-    size_t slice_bytes = 0;       // a split's slice of a weight dequantized (0: no cap)
-    size_t blas_workspace = 0;    // a split's cuBLAS workspace (0: cuBLAS's default)
     size_t block_bytes = 0;       // a split's one block (0: a buffer per part)
     // Attention records of a batch that fit the split's FFN gate buffer (`partials` starts as a
     // view of it; 0 for a whole model).
     size_t records_in_block = 0;
 };
-StateScratch state_scratch(const ModelConfig& c, int64_t layers, uint64_t weight_bytes);
+StateScratch state_scratch(const ModelConfig& c, int64_t layers);
 
 class CudaState;
 
@@ -173,7 +171,7 @@ public:
     float* recurrent_delta(int64_t layer) const;
 
     cudaStream_t stream() const { return stream_; }
-    cublasHandle_t blas() const { return blas_; }
+    cublasHandle_t blas() const { return blas_; }  // null for a split (StateScratch)
     const CublasLibrary& blas_library() const { return blas_library_; }
     KvLayerView layer(int64_t cache_layer) const;
     int64_t cache_layers() const { return cache_layers_; }
@@ -189,13 +187,6 @@ public:
     const int64_t* step_pos0() const { return &step_dev_.as<StepInputs>()->pos0; }
     int32_t* step_ids() const { return step_dev_.as<StepInputs>()->ids; }
     int64_t* step_pos0_mut() const { return &step_dev_.as<StepInputs>()->pos0; }
-
-    // Elements of a weight dequantized at once for cuBLAS, of `element` bytes each: `wanted`, or
-    // fewer within a split's slice (StateScratch).
-    int64_t slice_elements(int64_t wanted, size_t element) const {
-        if (scratch_.slice_bytes == 0) return wanted;
-        return std::min(wanted, static_cast<int64_t>(scratch_.slice_bytes / element));
-    }
 
     // The decode step (one token, one row of logits) captured as a CUDA graph on its first run
     // and replayed after: one launch instead of hundreds. Its buffers never move.

@@ -40,17 +40,6 @@ MixerBuffers carve_mixer_buffers(const ModelConfig& c, int64_t tokens, DeviceBuf
     return MixerBuffers{parts[0], parts[1], parts[2], parts[3], parts[4], parts[5], parts[6]};
 }
 
-// A split's slice of a weight dequantized for cuBLAS (a whole model's is cuda_backend.cu's: 16
-// MiB of f16, 64 MiB of f32): this share of its weights on the device, within [2, 16] MiB. More
-// slices cost a split little: its GPU layers take a few percent of a batch's time.
-constexpr uint64_t kSplitSliceShare = 512;
-constexpr uint64_t kSplitSliceMin = uint64_t{2} << 20;
-constexpr uint64_t kSplitSliceMax = uint64_t{16} << 20;
-// A split's cuBLAS workspace, for what its products use (32 MiB is cuBLAS's advice on Hopper;
-// a split's products are few next to its CPU layers' time). The pool cuBLAS takes at
-// cublasCreate / cublasSetStream (64-68 MiB on the H200) stays: setting this frees none of it.
-constexpr size_t kSplitBlasWorkspace = size_t{1} << 20;
-
 size_t aligned(size_t bytes) {
     return (bytes + 255) / 256 * 256;
 }
@@ -68,10 +57,10 @@ int64_t device_cache_layers(const ModelConfig& c, int64_t layers, int64_t cache_
 
 }  // namespace
 
-StateScratch state_scratch(const ModelConfig& c, int64_t layers, uint64_t weight_bytes) {
+StateScratch state_scratch(const ModelConfig& c, int64_t layers) {
     StateScratch s;
     s.split = layers < c.n_layer;
-    s.tokens = kMaxBatch;
+    s.tokens = s.split ? kMaxSplitBatch : kMaxBatch;
     const int64_t attention_input = std::max(c.n_head * c.value_dim, c.n_head * c.head_dim);
     s.attention_width = c.n_head * c.head_dim + c.n_head_kv * c.head_dim +
                         c.n_head_kv * c.value_dim + c.n_head * c.value_dim +
@@ -80,19 +69,19 @@ StateScratch state_scratch(const ModelConfig& c, int64_t layers, uint64_t weight
         s.half_width = std::max({c.n_embd, c.n_ff, attention_input});
         return s;
     }
-    s.half_width = std::max(c.n_embd, attention_input);
-    s.slice_bytes = static_cast<size_t>(
-        std::clamp(weight_bytes / kSplitSliceShare, kSplitSliceMin, kSplitSliceMax));
-    s.blas_workspace = kSplitBlasWorkspace;
+    // No cuBLAS: its handle alone takes 64-68 MiB (its pool, whatever workspace it is given),
+    // more than 10% of a few layers' weights. A split's products over kExactBatchTokens go
+    // through gemv in groups of that many tokens (its GPU layers are a few percent of a
+    // batch's time, its CPU layers the rest), so it has no f16 inputs nor dequantized slices.
+    s.blas = false;
     const auto rows = [&](int64_t width, size_t element) {
         return aligned(static_cast<size_t>(s.tokens * std::max<int64_t>(width, 1)) * element);
     };
     s.records_in_block = rows(c.n_ff, sizeof(float));
     s.block_bytes = 2 * rows(c.n_embd, sizeof(float)) + s.records_in_block +
                     rows(std::max(c.n_ff, s.attention_width), sizeof(float)) +
-                    rows(s.half_width, sizeof(__half)) + aligned(floats(s.tokens + 2)) +
-                    aligned(static_cast<size_t>(s.tokens) * sizeof(int32_t)) +
-                    aligned(s.slice_bytes) + s.blas_workspace;
+                    aligned(floats(s.tokens + 2)) +
+                    aligned(static_cast<size_t>(s.tokens) * sizeof(int32_t));
     return s;
 }
 
@@ -105,8 +94,11 @@ CudaState::CudaState(const CudaDevice& device, InferenceState& state)
     trace("state: start");
     EMBER_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     EMBER_CUDA_CHECK(cudaStreamCreateWithFlags(&restore_stream_, cudaStreamNonBlocking));
-    EMBER_CUBLAS_CHECK(blas_library_.create(&blas_));
-    EMBER_CUBLAS_CHECK(blas_library_.set_stream(blas_, stream_));
+    scratch_ = state_scratch(c, device.layers());
+    if (scratch_.blas) {
+        EMBER_CUBLAS_CHECK(blas_library_.create(&blas_));
+        EMBER_CUBLAS_CHECK(blas_library_.set_stream(blas_, stream_));
+    }
     trace("state: streams and cuBLAS handle");
     const int64_t slots_full = kv_.capacity();
     cache_layers_ = device_cache_layers(c, device.layers(), kv_.n_layer());
@@ -116,8 +108,7 @@ CudaState::CudaState(const CudaDevice& device, InferenceState& state)
         v_layers_.emplace_back(static_cast<size_t>(slots * kv_.v_row_bytes()));
     }
     trace("state: KV rows");
-    const int64_t b = kMaxBatch;
-    scratch_ = state_scratch(c, device.layers(), device.weight_bytes());
+    const int64_t b = scratch_.tokens;
     if (!scratch_.split) {
         x = DeviceBuffer(floats(b * c.n_embd));
         xn = DeviceBuffer(floats(b * c.n_embd));
@@ -166,13 +157,8 @@ CudaState::CudaState(const CudaDevice& device, InferenceState& state)
             q_proj = attention_part(2 * c.n_head * c.head_dim);
             q_gate = attention_part(c.n_head * c.head_dim);
         }
-        half_x = take(static_cast<size_t>(b * scratch_.half_width) * sizeof(__half));
         half_scale = take(floats(b + 2));
         token_ids = take(static_cast<size_t>(b) * sizeof(int32_t));
-        dequantized = take(scratch_.slice_bytes);
-        void* workspace = next;
-        next += scratch_.blas_workspace;
-        EMBER_CUBLAS_CHECK(blas_library_.set_workspace(blas_, workspace, scratch_.blas_workspace));
     }
     moe.reserve(c, b);
     EMBER_CUDA_CHECK(cudaMemset(half_scale.get(), 0, half_scale.bytes()));

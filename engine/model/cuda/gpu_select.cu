@@ -17,19 +17,17 @@ namespace {
 
 // Headroom for a whole model's batch buffers, logits, attention records and cuBLAS's workspace.
 constexpr uint64_t kScratchBytes = uint64_t{384} << 20;
-// What a split takes besides its weights, KV rows and state scratch (StateScratch): the cuBLAS
-// handle (64-68 MiB on the H200, taken by cublasCreate and cublasSetStream), the kernels loaded
-// as first launched, the captured decode step and allocation rounding: 71-74 MiB measured for 1,
-// 2, 7 and 12 layers of a Llama-3.1-8B shape (EMBER_CUDA_MEMORY_TRACE=1).
-constexpr uint64_t kSplitLibraryBytes = uint64_t{80} << 20;
+// What a split takes besides its weights, KV rows and state scratch (StateScratch; no cuBLAS
+// handle): the kernels loaded as first launched, the captured decode step and allocation
+// rounding. With the cuBLAS handle they measured 71-74 MiB for 1, 2, 7 and 12 layers of a
+// Llama-3.1-8B shape (EMBER_CUDA_MEMORY_TRACE=1), of which the handle took 64-68.
+constexpr uint64_t kSplitLibraryBytes = uint64_t{16} << 20;
 
-// The scratch of a split of `layers` GPU layers with `weight_bytes` there (GpuSizes::
-// split_scratch): its state's block (StateScratch), the attention records of a full batch at
-// the end of the default context (`context`) that do not fit its FFN buffer, a decode step's
-// records, and the libraries.
-uint64_t split_scratch(const ModelConfig& c, int64_t layers, uint64_t weight_bytes,
-                       int64_t context) {
-    const cuda::StateScratch s = cuda::state_scratch(c, layers, weight_bytes);
+// The scratch of a split of `layers` GPU layers (GpuSizes::split_scratch): its state's block
+// (StateScratch), the attention records of a full batch at the end of the default context
+// (`context`) that do not fit its FFN buffer, a decode step's records, and the libraries.
+uint64_t split_scratch(const ModelConfig& c, int64_t layers, int64_t context) {
+    const cuda::StateScratch s = cuda::state_scratch(c, layers);
     cuda::AttendShape shape;
     shape.n_head = c.n_head;
     shape.value_dim = c.value_dim;
@@ -39,7 +37,7 @@ uint64_t split_scratch(const ModelConfig& c, int64_t layers, uint64_t weight_byt
         return static_cast<uint64_t>(cuda::attention_partials_floats(shape, tokens, chunks)) *
                sizeof(float);
     };
-    const uint64_t batch_records = records(kMaxBatch);
+    const uint64_t batch_records = records(s.tokens);
     return s.block_bytes + (batch_records > s.records_in_block ? batch_records : 0) + records(1) +
            kSplitLibraryBytes;
 }
@@ -86,11 +84,9 @@ GpuSizes gpu_sizes(const Model& model, uint64_t kv_bytes) {
     const auto per_token = static_cast<uint64_t>(
         std::max<int64_t>(1, c.n_layer * c.n_head_kv * (c.head_dim + c.value_dim) * 2));
     const auto context = static_cast<int64_t>(kv_bytes / per_token);
-    uint64_t weights = sizes.always;
     sizes.split_scratch.assign(sizes.layer_bytes.size(), 0);
     for (size_t l = 1; l < sizes.layer_bytes.size(); ++l) {
-        weights += sizes.layer_bytes[l - 1];
-        sizes.split_scratch[l] = split_scratch(c, static_cast<int64_t>(l), weights, context);
+        sizes.split_scratch[l] = split_scratch(c, static_cast<int64_t>(l), context);
     }
     return sizes;
 }
