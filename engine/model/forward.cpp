@@ -160,8 +160,9 @@ std::span<const float> forward(const Model& model, InferenceState& st, ThreadPoo
     const auto n = static_cast<int64_t>(tokens.size());
     const int64_t start = st.kv.length();
     // A device keeps its batch buffers in its own memory, sized for kMaxBatch (kMaxSplitBatch
-    // for a split model's).
-    const bool split = model.device() != nullptr && model.device()->layers() < c.n_layer;
+    // for a split model's: gpu_plan.h).
+    const int64_t device_layers = model.device() ? model.device()->layers() : c.n_layer;
+    const bool split = device_layers < c.n_layer;
     const int64_t max_batch = split                                    ? kMaxSplitBatch
                               : is_hybrid(c.family) && !model.device() ? kMaxHybridBatch
                                                                        : kMaxBatch;
@@ -175,10 +176,8 @@ std::span<const float> forward(const Model& model, InferenceState& st, ThreadPoo
     CpuBackend cpu_backend(model, st, pool);
     Backend& backend = device_backend ? *device_backend : cpu_backend;
     // A split model: the device's layers first, then the CPU's (gpu_plan.h).
-    const int64_t device_layers = model.device() ? model.device()->layers() : c.n_layer;
-    const Placement where = device_layers < c.n_layer
-                                ? Placement{backend, &cpu_backend, device_layers}
-                                : Placement{backend};
+    const Placement where =
+        split ? Placement{backend, &cpu_backend, device_layers} : Placement{backend};
     // A watch is asked between the layers only where a batch can be dropped half done: on the
     // CPU (the rows it wrote lie past the cache's length), and for a hybrid only when its
     // recurrent state (which folds in the batch layer by layer) can be copied at each batch's

@@ -42,6 +42,26 @@ json chat_body(const std::vector<std::pair<std::string, std::string>>& messages,
         {"model", "qwen3"}, {"messages", m}, {"max_tokens", max_tokens}, {"temperature", 0}};
 }
 
+struct Answer {
+    int status = 0;  // 0: no response
+    std::string body;
+};
+
+// Each body POSTed to /v1/chat/completions at once, one client thread apiece.
+std::vector<Answer> post_concurrently(ServeProcess& server, const std::vector<json>& bodies) {
+    std::vector<Answer> answers(bodies.size());
+    std::vector<std::thread> clients;
+    for (size_t i = 0; i < bodies.size(); ++i) {
+        clients.emplace_back([&, i] {
+            auto c = server.client();
+            auto r = c->Post("/v1/chat/completions", bodies[i].dump(), "application/json");
+            if (r) answers[i] = {r->status, r->body};
+        });
+    }
+    for (auto& t : clients) t.join();
+    return answers;
+}
+
 std::string streamed_text(const std::string& body, json* usage = nullptr,
                           std::string* finish = nullptr) {
     std::string text;
@@ -171,26 +191,13 @@ TEST(Serve, ConcurrentClientsGetTheirOwnAnswers) {
     }
     // Different prompts give different answers, or the comparison below proves little.
     EXPECT_NE(serial_text[0], serial_text[1]);
-    std::vector<std::string> bodies_out(bodies.size());
-    std::vector<int> status(bodies.size(), 0);
-    std::vector<std::thread> clients;
+    const std::vector<Answer> answers = post_concurrently(server, bodies);
     for (size_t i = 0; i < bodies.size(); ++i) {
-        clients.emplace_back([&, i] {
-            auto c = server.client();
-            auto r = c->Post("/v1/chat/completions", bodies[i].dump(), "application/json");
-            if (r) {
-                status[i] = r->status;
-                bodies_out[i] = r->body;
-            }
-        });
-    }
-    for (auto& t : clients) t.join();
-    for (size_t i = 0; i < bodies.size(); ++i) {
-        ASSERT_EQ(status[i], 200) << i << ": " << bodies_out[i];
+        ASSERT_EQ(answers[i].status, 200) << i << ": " << answers[i].body;
         const bool stream = bodies[i].value("stream", false);
-        EXPECT_EQ(text_of(bodies_out[i], stream), serial_text[i]) << "client " << i;
+        EXPECT_EQ(text_of(answers[i].body, stream), serial_text[i]) << "client " << i;
         if (!stream) {
-            EXPECT_EQ(ids_of(bodies_out[i], false), serial_ids[i]) << "client " << i;
+            EXPECT_EQ(ids_of(answers[i].body, false), serial_ids[i]) << "client " << i;
         }
     }
 }
@@ -227,23 +234,11 @@ TEST(Serve, BatchedDecodeStepsGiveEachClientTheReplyItGetsAlone) {
     EXPECT_NE(alone[0], alone[1]);
     const json before = json::parse(server.client()->Get("/health")->body)["decode_batch"];
     EXPECT_EQ(before["max"], 4);
-    std::vector<std::string> out(bodies.size());
-    std::vector<int> status(bodies.size(), 0);
-    std::vector<std::thread> clients;
+    const std::vector<Answer> answers = post_concurrently(server, bodies);
     for (size_t i = 0; i < bodies.size(); ++i) {
-        clients.emplace_back([&, i] {
-            auto c = server.client();
-            auto r = c->Post("/v1/chat/completions", bodies[i].dump(), "application/json");
-            if (r) {
-                status[i] = r->status;
-                out[i] = r->body;
-            }
-        });
-    }
-    for (auto& t : clients) t.join();
-    for (size_t i = 0; i < bodies.size(); ++i) {
-        ASSERT_EQ(status[i], 200) << i << ": " << out[i];
-        EXPECT_EQ(json::parse(out[i])["ember"]["completion_ids"], alone[i]) << "client " << i;
+        ASSERT_EQ(answers[i].status, 200) << i << ": " << answers[i].body;
+        EXPECT_EQ(json::parse(answers[i].body)["ember"]["completion_ids"], alone[i])
+            << "client " << i;
     }
     const json after = json::parse(server.client()->Get("/health")->body)["decode_batch"];
     EXPECT_GE(after["largest"].get<int>(), 2) << after.dump();

@@ -88,12 +88,7 @@ public:
             EMBER_CUDA_CHECK(cudaMemcpyAsync(gpu_.step_pos0_mut(), &gpu_.step_host()->pos0,
                                              sizeof(int64_t), cudaMemcpyHostToDevice, stream()));
         }
-        buffers_ = BatchBuffers{gpu_.x.as<float>(),        gpu_.xn.as<float>(),
-                                gpu_.q.as<float>(),        gpu_.k.as<float>(),
-                                gpu_.v.as<float>(),        gpu_.attn.as<float>(),
-                                gpu_.q_proj.as<float>(),   gpu_.q_gate.as<float>(),
-                                gpu_.ffn_gate.as<float>(), gpu_.ffn_up.as<float>()};
-        return buffers_;
+        return batch_buffers();
     }
 
     void embed(std::span<const int32_t> tokens, float* x) override {
@@ -375,6 +370,11 @@ private:
         pos0_ = latest;  // attend() covers the chunks through the latest position
         n_ = 1;
         mode_ = Mode::Direct;
+        return batch_buffers();
+    }
+
+    // The state's batch buffers, as begin_batch hands them to the layers.
+    BatchBuffers& batch_buffers() {
         buffers_ = BatchBuffers{gpu_.x.as<float>(),        gpu_.xn.as<float>(),
                                 gpu_.q.as<float>(),        gpu_.k.as<float>(),
                                 gpu_.v.as<float>(),        gpu_.attn.as<float>(),
