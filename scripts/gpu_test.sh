@@ -77,6 +77,12 @@ run() {
     EMBER_FIXTURES_DIR=$k/fixtures $loader "$k/test_gpu" --gtest_filter="$filter" \
         >"$out/test_gpu.log" 2>&1 || status=$?
     grep -E '^\[  FAILED  \]|^\[(kv|gpu|ref)\]|Failure|^\[==========\]|^\[  PASSED' "$out/test_gpu.log" | head -80
+    # Again with the K-quants' decode products on the tensor cores (EMBER_CUDA_TENSOR_DECODE=1):
+    # the quantized fixtures against float64 one token at a time, and the batched steps.
+    echo "with EMBER_CUDA_TENSOR_DECODE=1:"
+    EMBER_CUDA_TENSOR_DECODE=1 EMBER_FIXTURES_DIR=$k/fixtures $loader "$k/test_gpu" \
+        --gtest_filter="*GpuQuant*:*GpuBatch*" >"$out/test_gpu_tensor.log" 2>&1 || status=$?
+    grep -E '^\[  FAILED  \]|^\[gpu\]|Failure|^\[  PASSED' "$out/test_gpu_tensor.log" | head -40
     # The families kit has no qwen3 fixture, whose vocabulary the bench file takes.
     [ -f "$k/fixtures/arch/qwen3/qwen3.gguf" ] || return $status
     # A short bench: a synthetic Qwen3-1.7B Q4_K_M (the qwen3 fixture's vocabulary).

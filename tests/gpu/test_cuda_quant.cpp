@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <random>
@@ -14,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/model/cuda/layer_kernels.cuh"
 #include "engine/model/cuda/quant_kernels.cuh"
 #include "engine/tensor/blocks.h"
 #include "engine/tensor/matmul.h"
@@ -41,7 +43,12 @@ struct TestMatrix {
         v.row_stride = row_stride;
         return v;
     }
-    DeviceMatrix device_matrix() const { return {type, device->ptr, rows, cols, row_stride}; }
+    bool tensor = false;  // DeviceMatrix::tensor_products
+    DeviceMatrix device_matrix() const {
+        DeviceMatrix m{type, device->ptr, rows, cols, row_stride};
+        m.tensor_products = tensor;
+        return m;
+    }
     std::vector<float> dequantized_row(int64_t r) const {
         std::vector<float> out(static_cast<size_t>(cols));
         dequantize_row(view(), r, out.data());
@@ -104,10 +111,17 @@ TestMatrix make_matrix(TensorType type, int64_t rows, int64_t cols, std::mt19937
     return m;
 }
 
+// Normal activations, each token at its own scale (1e-3 .. 1e3) with an outlier every 97
+// elements 1000 times larger: the range a product's splitting of activations must keep.
 std::vector<float> random_activations(int64_t n, int64_t ld, std::mt19937& rng) {
     std::normal_distribution<float> normal(0.0f, 1.0f);
     std::vector<float> x(static_cast<size_t>(n * ld));
-    for (float& v : x) v = normal(rng);
+    for (int64_t t = 0; t < n; ++t) {
+        const float scale = std::pow(10.0f, static_cast<float>(t % 7 - 3));
+        for (int64_t k = 0; k < ld; ++k) {
+            x[t * ld + k] = normal(rng) * scale * (k % 97 == 5 ? 1000.0f : 1.0f);
+        }
+    }
     return x;
 }
 
@@ -149,45 +163,53 @@ protected:
     }
 };
 
+// Each type through the CUDA cores, and the types the tensor-core gemv reads through it too.
 TEST_P(CudaQuant, GemvMatchesReferenceAndIsBatchInvariant) {
     std::mt19937 rng(1234 + static_cast<int>(GetParam()));
     for (const Shape& shape : shapes(GetParam())) {
-        SCOPED_TRACE("shape " + std::to_string(shape.rows) + "x" + std::to_string(shape.cols));
-        const TestMatrix m = make_matrix(GetParam(), shape.rows, shape.cols, rng);
-        const int64_t ldx = shape.cols + 4;  // a padded activation row
-        const std::vector<float> x = random_activations(kGemvMaxTokens, ldx, rng);
-        DeviceBuffer x_dev(x.size() * sizeof(float));
-        CUDA_OK(cudaMemcpy(x_dev.ptr, x.data(), x.size() * sizeof(float), cudaMemcpyHostToDevice));
+        for (const bool tensor : {false, true}) {
+            TestMatrix m = make_matrix(GetParam(), shape.rows, shape.cols, rng);
+            m.tensor = tensor;
+            if (tensor && !on_tensor_cores(m.device_matrix())) continue;
+            SCOPED_TRACE("shape " + std::to_string(shape.rows) + "x" + std::to_string(shape.cols) +
+                         (tensor ? " on the tensor cores" : ""));
+            const int64_t ldx = shape.cols + 4;  // a padded activation row
+            const std::vector<float> x = random_activations(kGemvMaxTokens, ldx, rng);
+            DeviceBuffer x_dev(x.size() * sizeof(float));
+            CUDA_OK(
+                cudaMemcpy(x_dev.ptr, x.data(), x.size() * sizeof(float), cudaMemcpyHostToDevice));
 
-        // Each token alone: the bits every batch must reproduce.
-        std::vector<std::vector<float>> alone(kGemvMaxTokens);
-        for (int64_t t = 0; t < kGemvMaxTokens; ++t) {
-            alone[t] = run_gemv(m, x_dev.as<float>() + t * ldx, ldx, 1);
-        }
-
-        // Reference: float64 dot products of the CPU's dequantized rows.
-        for (int64_t r = 0; r < shape.rows; ++r) {
-            const std::vector<float> w = m.dequantized_row(r);
+            // Each token alone: the bits every batch must reproduce.
+            std::vector<std::vector<float>> alone(kGemvMaxTokens);
             for (int64_t t = 0; t < kGemvMaxTokens; ++t) {
-                double sum = 0.0, abs_sum = 0.0;
-                for (int64_t k = 0; k < shape.cols; ++k) {
-                    const double p = static_cast<double>(w[k]) * x[t * ldx + k];
-                    sum += p;
-                    abs_sum += std::fabs(p);
-                }
-                const float got = alone[t][r];
-                ASSERT_FALSE(std::isnan(got)) << "row " << r << " token " << t << " not written";
-                ASSERT_LE(std::fabs(got - sum), 1e-5 * abs_sum + 1e-30)
-                    << "row " << r << " token " << t << ": " << got << " vs " << sum;
+                alone[t] = run_gemv(m, x_dev.as<float>() + t * ldx, ldx, 1);
             }
-        }
 
-        for (int64_t n = 2; n <= kGemvMaxTokens; ++n) {
-            const std::vector<float> y = run_gemv(m, x_dev.as<float>(), ldx, n);
-            for (int64_t t = 0; t < n; ++t) {
-                for (int64_t r = 0; r < shape.rows; ++r) {
-                    ASSERT_EQ(bits(y[t * shape.rows + r]), bits(alone[t][r]))
-                        << "n " << n << " token " << t << " row " << r;
+            // Reference: float64 dot products of the CPU's dequantized rows.
+            for (int64_t r = 0; r < shape.rows; ++r) {
+                const std::vector<float> w = m.dequantized_row(r);
+                for (int64_t t = 0; t < kGemvMaxTokens; ++t) {
+                    double sum = 0.0, abs_sum = 0.0;
+                    for (int64_t k = 0; k < shape.cols; ++k) {
+                        const double p = static_cast<double>(w[k]) * x[t * ldx + k];
+                        sum += p;
+                        abs_sum += std::fabs(p);
+                    }
+                    const float got = alone[t][r];
+                    ASSERT_FALSE(std::isnan(got))
+                        << "row " << r << " token " << t << " not written";
+                    ASSERT_LE(std::fabs(got - sum), 1e-5 * abs_sum + 1e-30)
+                        << "row " << r << " token " << t << ": " << got << " vs " << sum;
+                }
+            }
+
+            for (int64_t n = 2; n <= kGemvMaxTokens; ++n) {
+                const std::vector<float> y = run_gemv(m, x_dev.as<float>(), ldx, n);
+                for (int64_t t = 0; t < n; ++t) {
+                    for (int64_t r = 0; r < shape.rows; ++r) {
+                        ASSERT_EQ(bits(y[t * shape.rows + r]), bits(alone[t][r]))
+                            << "n " << n << " token " << t << " row " << r;
+                    }
                 }
             }
         }
@@ -260,7 +282,11 @@ TEST(CudaQuantMany, GemvManyEqualsSeparateGemv) {
     DeviceBuffer x_dev(x.size() * sizeof(float));
     CUDA_OK(cudaMemcpy(x_dev.ptr, x.data(), x.size() * sizeof(float), cudaMemcpyHostToDevice));
 
-    for (int64_t n : {int64_t{1}, int64_t{2}, int64_t{5}, int64_t{17}}) {
+    for (int64_t n : {int64_t{1}, int64_t{2}, int64_t{5}, int64_t{17}, int64_t{-1}, int64_t{-2},
+                      int64_t{-5}, int64_t{-17}}) {
+        // Negative: the same n with the K-quants on the tensor cores.
+        for (TestMatrix& m : mats) m.tensor = n < 0;
+        n = std::abs(n);
         std::vector<std::unique_ptr<DeviceBuffer>> ys;
         std::vector<GemvOut> outs;
         for (const TestMatrix& m : mats) {
@@ -284,6 +310,51 @@ TEST(CudaQuantMany, GemvManyEqualsSeparateGemv) {
                 ASSERT_EQ(bits(many[e]), bits(separate[e]))
                     << "n " << n << " matrix " << i << " at " << e;
                 ASSERT_FALSE(std::isnan(many[e]));
+            }
+        }
+    }
+}
+
+// The fused gate/up product of decode against its two products and the element-wise activation
+// (what longer batches run): the same bits, on the tensor-core types and a CUDA-core one.
+TEST(CudaQuantGated, GatedProductEqualsProductsThenActivation) {
+    if (!has_device()) GTEST_SKIP() << "no CUDA device";
+    std::mt19937 rng(7);
+    const int64_t rows = 300, cols = 1536;
+    for (TensorType type : {TensorType::Q4_K, TensorType::Q6_K, TensorType::Q8_0}) {
+        for (const bool tensor : {false, true}) {
+            SCOPED_TRACE(std::string(type_info(type).name) +
+                         (tensor ? " on the tensor cores" : ""));
+            TestMatrix gate = make_matrix(type, rows, cols, rng);
+            TestMatrix up = make_matrix(type, rows, cols, rng);
+            gate.tensor = up.tensor = tensor;
+            const std::vector<float> x = random_activations(kGemvGatedMaxTokens, cols, rng);
+            DeviceBuffer x_dev(x.size() * sizeof(float));
+            CUDA_OK(
+                cudaMemcpy(x_dev.ptr, x.data(), x.size() * sizeof(float), cudaMemcpyHostToDevice));
+            for (GatedActivation act : {GatedActivation::Silu, GatedActivation::GeluTanh}) {
+                for (int64_t n = 1; n <= kGemvGatedMaxTokens; ++n) {
+                    const size_t bytes = static_cast<size_t>(n * rows) * sizeof(float);
+                    DeviceBuffer fused(bytes), g(bytes), u(bytes);
+                    gemv_gated(gate.device_matrix(), up.device_matrix(), act, x_dev.as<float>(),
+                               cols, n, fused.as<float>(), rows, nullptr);
+                    gemv(gate.device_matrix(), x_dev.as<float>(), cols, n, g.as<float>(), rows,
+                         nullptr);
+                    gemv(up.device_matrix(), x_dev.as<float>(), cols, n, u.as<float>(), rows,
+                         nullptr);
+                    if (act == GatedActivation::Silu) {
+                        swiglu(g.as<float>(), u.as<float>(), n * rows, nullptr);
+                    } else {
+                        gelu_tanh_gate(g.as<float>(), u.as<float>(), n * rows, nullptr);
+                    }
+                    std::vector<float> a(static_cast<size_t>(n * rows)), b(a.size());
+                    CUDA_OK(cudaMemcpy(a.data(), fused.ptr, bytes, cudaMemcpyDeviceToHost));
+                    CUDA_OK(cudaMemcpy(b.data(), g.ptr, bytes, cudaMemcpyDeviceToHost));
+                    for (size_t e = 0; e < a.size(); ++e) {
+                        ASSERT_FALSE(std::isnan(a[e])) << "n " << n << " at " << e;
+                        ASSERT_EQ(bits(a[e]), bits(b[e])) << "n " << n << " at " << e;
+                    }
+                }
             }
         }
     }

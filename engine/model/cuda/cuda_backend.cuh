@@ -127,6 +127,7 @@ private:
     const Model& model_;
     CublasLibrary blas_;
     int device_ = 0;
+    bool tensor_decode_ = false;  // DeviceMatrix::tensor_products of every upload
     int64_t layers_ = 0;
     size_t free_at_start_ = 0;  // the device's free memory before the first upload
     std::string description_;

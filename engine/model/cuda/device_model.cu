@@ -65,6 +65,14 @@ void DeviceBuffer::grow(size_t bytes) {
 
 namespace {
 
+// EMBER_CUDA_TENSOR_DECODE=1: the Q4_K/Q6_K products of decode and short batches on the tensor
+// cores (mma_gemv.cuh). Several conversations' steps together run ~1.8x faster at 16 (the
+// 8B shape on the H200), one alone ~20% slower, so it is a serving setting, off by default.
+bool tensor_decode_requested() {
+    const char* env = std::getenv("EMBER_CUDA_TENSOR_DECODE");
+    return env != nullptr && std::string(env) == "1";
+}
+
 template <class T>
 DeviceBuffer upload(const T* data, size_t count) {
     DeviceBuffer buffer(std::max<size_t>(count * sizeof(T), 1));
@@ -105,7 +113,7 @@ double assumed_prefill(const Model& model, int device, const cudaDeviceProp& pro
 }  // namespace
 
 CudaDevice::CudaDevice(const Model& model, int device, int64_t layers)
-    : model_(model), device_(device) {
+    : model_(model), device_(device), tensor_decode_(tensor_decode_requested()) {
     EMBER_CUDA_CHECK(cudaSetDevice(device));
     size_t total = 0;
     EMBER_CUDA_CHECK(cudaMemGetInfo(&free_at_start_, &total));
@@ -114,6 +122,7 @@ CudaDevice::CudaDevice(const Model& model, int device, int64_t layers)
     const auto n_layer = static_cast<int64_t>(model.layers().size());
     layers_ = std::clamp<int64_t>(layers, 1, n_layer);
     description_ = "GPU " + std::to_string(device) + ": " + prop.name;
+    if (tensor_decode_) notes_.push_back("Q4_K and Q6_K decode products on the tensor cores");
     assumed_prefill_ = assumed_prefill(model, device, prop);
     if (layers_ < n_layer) {
         description_ += ", " + std::to_string(layers_) + " of " + std::to_string(n_layer) +
@@ -233,6 +242,7 @@ void CudaDevice::upload_matrix(const MatrixView& view, const char* name) {
     // f16 holds up to 65504; the margin covers the rounding of the largest weights.
     constexpr float kHalfSafe = 60000.0f;
     m.half_products = !is_float_type(m.type) && max_abs_weight(m, nullptr) < kHalfSafe;
+    m.tensor_products = tensor_decode_;
     matrices_.emplace(view.data, m);
 }
 

@@ -20,6 +20,8 @@
 
 #include "engine/model/cuda/activations.cuh"
 #include "engine/model/cuda/cuda_check.cuh"
+#include "engine/model/cuda/gemv_args.cuh"
+#include "engine/model/cuda/mma_gemv.cuh"
 #include "engine/model/cuda/quant_blocks.cuh"
 #include "engine/model/cuda/quant_kernels.cuh"
 #include "engine/tensor/types.h"
@@ -35,45 +37,6 @@ constexpr int kThreads = 32 * kWarps;
 
 // ---------------------------------------------------------------------------------------------
 // gemv kernel.
-
-// Up to kMaxGemvOuts matrices of one type and width; block b serves matrix m for
-// block_begin[m] <= b < block_begin[m + 1].
-struct GemvArgs {
-    const uint8_t* data[kMaxGemvOuts];
-    size_t row_stride[kMaxGemvOuts];
-    int64_t rows[kMaxGemvOuts];
-    float* y[kMaxGemvOuts];
-    int64_t ldy[kMaxGemvOuts];
-    int64_t block_begin[kMaxGemvOuts + 1];
-    int count;
-    int64_t cols;
-    const float* x;
-    int64_t ldx;
-    int n_tokens;
-};
-
-// One matrix of GemvArgs, picked with constant indices only (a run-time index into the
-// kernel's parameters would copy them to local memory).
-struct GemvTarget {
-    const uint8_t* data;
-    size_t row_stride;
-    int64_t rows;
-    float* y;
-    int64_t ldy;
-    int64_t block_begin;
-};
-
-__device__ __forceinline__ GemvTarget pick_target(const GemvArgs& a) {
-    GemvTarget t{a.data[0], a.row_stride[0], a.rows[0], a.y[0], a.ldy[0], a.block_begin[0]};
-    const int64_t block = blockIdx.x;
-#pragma unroll
-    for (int m = 1; m < kMaxGemvOuts; ++m) {
-        if (m < a.count && block >= a.block_begin[m]) {
-            t = {a.data[m], a.row_stride[m], a.rows[m], a.y[m], a.ldy[m], a.block_begin[m]};
-        }
-    }
-    return t;
-}
 
 // Adds unit u of R rows (already loaded) times every token's activations to acc: per chunk of
 // 8 elements a product chain of its own (short dependency chains), then one add into acc.
@@ -131,17 +94,6 @@ __device__ __forceinline__ void accumulate_unit(const typename F::Raw (&raw)[R],
 // issued together (more bytes in flight where R alone gives too few).
 // kGate: a gate/up pair (GemvArgs matrix 0 the gate, 1 the up, same type and shape): a warp
 // takes R rows of each, kRows = 2R in all, and stores act(gate row, up row) into matrix 0's y.
-enum class GemvEpilogue : uint8_t { Plain, Silu, GeluTanh };
-
-template <GemvEpilogue E>
-__device__ __forceinline__ float epilogue(float gate, float up) {
-    if constexpr (E == GemvEpilogue::Silu) {
-        return gate_activation<GatedActivation::Silu>(gate, up);
-    } else {
-        return gate_activation<GatedActivation::GeluTanh>(gate, up);
-    }
-}
-
 template <class F, int kTokens, int R, int U, GemvEpilogue E = GemvEpilogue::Plain>
 __global__ void __launch_bounds__(kThreads) gemv_kernel(const GemvArgs args) {
     constexpr bool kGated = E != GemvEpilogue::Plain;
@@ -486,6 +438,10 @@ void launch_dequantize(const DeviceMatrix& w, DequantArgs args, cudaStream_t str
 
 }  // namespace
 
+bool on_tensor_cores(const DeviceMatrix& w) {
+    return w.tensor_products && mma_gemv_supports(w.type);
+}
+
 bool gemv_supports(TensorType type) {
     return with_format(type, [](auto) {});
 }
@@ -522,7 +478,10 @@ void gemv_many(const GemvOut* outs, int count, const float* x, int64_t ldx, int6
         args.ldx = ldx;
         args.n_tokens = static_cast<int>(n_tokens);
         for (int i = first; i < count; ++i) {
-            if (done[i] || outs[i].w.type != outs[first].w.type) continue;
+            if (done[i] || outs[i].w.type != outs[first].w.type ||
+                on_tensor_cores(outs[i].w) != on_tensor_cores(outs[first].w)) {
+                continue;
+            }
             const int m = args.count++;
             args.data[m] = static_cast<const uint8_t*>(outs[i].w.data);
             args.row_stride[m] = outs[i].w.row_stride;
@@ -531,7 +490,11 @@ void gemv_many(const GemvOut* outs, int count, const float* x, int64_t ldx, int6
             args.ldy[m] = outs[i].ldy;
             done[i] = true;
         }
-        launch_gemv(outs[first].w.type, args, stream);
+        if (on_tensor_cores(outs[first].w)) {
+            launch_mma_gemv(outs[first].w.type, args, GemvEpilogue::Plain, stream);
+        } else {
+            launch_gemv(outs[first].w.type, args, stream);
+        }
     }
 }
 
@@ -565,6 +528,11 @@ void gemv_gated(const DeviceMatrix& gate, const DeviceMatrix& up, GatedActivatio
         args.rows[m] = w.rows;
         args.y[m] = y;
         args.ldy[m] = ldy;
+    }
+    if (on_tensor_cores(gate) && on_tensor_cores(up)) {
+        return launch_mma_gemv(
+            gate.type, args,
+            act == GatedActivation::Silu ? GemvEpilogue::Silu : GemvEpilogue::GeluTanh, stream);
     }
     switch (act) {
         case GatedActivation::Silu:

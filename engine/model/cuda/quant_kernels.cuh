@@ -29,6 +29,9 @@ struct DeviceMatrix {
     // Quantized, with every element inside f16's range: prefill multiplies it on the tensor
     // cores in f16 (dequantize_rows_half) rather than in TF32. Set at upload.
     bool half_products = false;
+    // Q4_K/Q6_K: products of 1..kGemvMaxTokens tokens on the tensor cores (mma_gemv.cuh) rather
+    // than the CUDA cores, for every token count. Set at upload (EMBER_CUDA_TENSOR_DECODE=1).
+    bool tensor_products = false;
 };
 
 // F32, F16, BF16: elements stored as floats, no block scales (their products stay exact f32).
@@ -39,6 +42,9 @@ inline bool is_float_type(TensorType type) {
 // Most tokens gemv() takes: the longest batch whose outputs must equal those of the tokens one
 // at a time, bit for bit (speculative verification).
 inline constexpr int64_t kGemvMaxTokens = kExactBatchTokens;
+
+// Whether w's products take the tensor-core gemv (its flag and a type that kernel reads).
+bool on_tensor_cores(const DeviceMatrix& w);
 
 // Types the kernels read directly: F32, F16, BF16, Q4_0, Q8_0, Q4_K, Q5_K, Q6_K, MXFP4. The device
 // model converts matrices of other types at load.

@@ -1,0 +1,576 @@
+// The tensor-core gemv (mma_gemv.cuh says why it is exact and batch-invariant).
+//
+// Layout. One mma.sync.m16n8k16 multiplies a tile of 16 weight rows by 16 elements (A, bf16
+// quants) with 8 tokens' activations over the same elements (B, bf16 pieces), summing into f32.
+// In a warp, lane = 4g + t holds A's rows g and g + 8 at k-slots {2t, 2t+1, 2t+8, 2t+9}, B's
+// token column g at the same k-slots, and D's rows g, g + 8 at token columns 2t, 2t + 1. Which
+// element of the row fills which k-slot is free, as long as A and B agree: each format maps the
+// slots of lane t onto 4 contiguous elements of one scale group (L::element), so a lane's quants
+// are whole bytes of the block and its activations one float4.
+//
+// A block of kMmaWarps warps takes kRowTiles tiles of 16 rows (a gated pair: the gate's 16 rows
+// and the up's); warp w takes the 256-element blocks w, w + kMmaWarps, ... of every row, so the
+// warps of a block read different bytes, and their sums meet in shared memory in warp order.
+// Per scale group a fresh tile sum D = sum over the group's k-steps of quants x (lo, mid, hi)
+// pieces, then acc = fma(d * sc, D, acc) and, for the formats with offsets, acc = fma(-dmin * m,
+// sum of the group's activations, acc). No step depends on the number of tokens.
+#include <cuda_bf16.h>
+
+#include <cstddef>
+#include <stdexcept>
+#include <string>
+
+#include "engine/model/cuda/cuda_check.cuh"
+#include "engine/model/cuda/mma_gemv.cuh"
+#include "engine/model/cuda/quant_blocks.cuh"
+
+namespace ember::cuda {
+
+namespace {
+
+using namespace blocks;
+
+constexpr int kTileRows = 16;
+constexpr int kTileTokens = 8;
+// Warps of a block, each taking every kMmaWarps-th 256-element block of the rows: a fixed split
+// of the sums (it sets their order), measured best at 8 among 4, 8 and 16 on the 8B shape.
+constexpr int kMmaWarps = 8;
+constexpr unsigned kFullMask = 0xffffffffu;
+
+static_assert(kGemvMaxTokens <= 3 * kTileTokens, "token tiles are instantiated for 1..3");
+
+// ---------------------------------------------------------------------------------------------
+// bf16 pairs.
+
+__device__ __forceinline__ uint32_t bits_of(__nv_bfloat162 v) {
+    return static_cast<uint32_t>(__bfloat16_as_ushort(v.x)) |
+           static_cast<uint32_t>(__bfloat16_as_ushort(v.y)) << 16;
+}
+
+__device__ __forceinline__ __nv_bfloat162 pair_of(uint32_t bits) {
+    return __halves2bfloat162(__ushort_as_bfloat16(static_cast<unsigned short>(bits & 0xffffu)),
+                              __ushort_as_bfloat16(static_cast<unsigned short>(bits >> 16)));
+}
+
+// (x0, x1) as P bf16 pairs whose sum is x: each piece the next 8 significand bits of what the
+// ones before left (the differences are exact in f32), so three pieces hold x exactly and two
+// hold it to 2^-17.
+template <int P>
+struct SplitPair {
+    uint32_t piece[P];  // hi first
+};
+
+template <int P>
+__device__ __forceinline__ SplitPair<P> split_pair(float x0, float x1) {
+    SplitPair<P> out;
+#pragma unroll
+    for (int k = 0; k < P; ++k) {
+        const __nv_bfloat162 piece = __floats2bfloat162_rn(x0, x1);
+        out.piece[k] = bits_of(piece);
+        if (k + 1 < P) {
+            const float2 f = __bfloat1622float2(piece);
+            x0 = __fsub_rn(x0, f.x);
+            x1 = __fsub_rn(x1, f.y);
+        }
+    }
+    return out;
+}
+
+// Quant bytes q0..q3 (each < 128) as the bf16 pairs (q0, q1) and (q2, q3) minus `bias`:
+// 0x43 above a byte qq is the bf16 of 128 + qq, and subtracting 128 + bias is exact.
+__device__ __forceinline__ void quant_pairs(uint32_t q, __nv_bfloat162 bias128, uint32_t& p01,
+                                            uint32_t& p23) {
+    p01 = bits_of(__hsub2(pair_of(__byte_perm(q, 0x43434343u, 0x5140)), bias128));
+    p23 = bits_of(__hsub2(pair_of(__byte_perm(q, 0x43434343u, 0x5342)), bias128));
+}
+
+// d += A (16 x 16, row) * B (16 x 8, col), f32 sums.
+__device__ __forceinline__ void mma_bf16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
+                                         uint32_t b1) {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, "
+        "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// A 32-bit word at a 2-byte aligned address (Q6_K blocks are 210 bytes): one load where the
+// block happens to be 4-byte aligned, two halves where not.
+__device__ __forceinline__ uint32_t load_u32(const uint8_t* p, bool aligned4) {
+    if (aligned4) return __ldg(reinterpret_cast<const unsigned*>(p));
+    return load_u16(p) | load_u16(p + 2) << 16;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Formats: what lane t of a row holds of one 256-element block.
+//   Raw              its bytes (load(block, t))
+//   element(g, h, t) the first of the 4 contiguous elements it puts in k-step h of scale group g
+//   quants(raw, g, h) those 4 quants, one byte each (biased by kBias)
+//   scale(raw, g)    the group's f32 scale and offset (element = scale * (q - kBias) - offset)
+
+// Q4_K: 8 groups of 32 elements (scale and min from the 12 packed bytes), two k-steps each.
+// Lane t reads qs[32j + 8t .. 32j + 8t + 7] for j = 0..3: the low nibbles are elements
+// 64j + 8t + 0..7 (group 2j), the high nibbles 64j + 32 + 8t + 0..7 (group 2j + 1).
+struct MmaQ4_K {
+    using Block = BlockQ4_K;
+    static constexpr int kGroups = 8, kSteps = 2, kBias = 0;
+    static constexpr bool kHasOffset = true;
+    struct Raw {
+        uint4 head;  // d, dmin, scales[12]
+        uint2 qs[4];
+    };
+    static __device__ __forceinline__ Raw load(const uint8_t* block, int t) {
+        Raw raw;
+        raw.head = load16(block);
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            raw.qs[j] = __ldg(
+                reinterpret_cast<const uint2*>(block + offsetof(Block, qs) + 32 * j + 8 * t));
+        }
+        return raw;
+    }
+    static __device__ __forceinline__ int element(int group, int h, int t) {
+        return 32 * group + 8 * t + 4 * h;
+    }
+    // The (group, h, t) whose 4 elements start at e (a multiple of 4).
+    static __device__ __forceinline__ void locate(int e, int& group, int& h, int& t) {
+        group = e >> 5;
+        t = (e >> 3) & 3;
+        h = (e >> 2) & 1;
+    }
+    static __device__ __forceinline__ uint32_t quants(const Raw& raw, int group, int h) {
+        const uint2 w = raw.qs[group >> 1];
+        return ((h == 0 ? w.x : w.y) >> (4 * (group & 1))) & 0x0f0f0f0fu;
+    }
+    static __device__ __forceinline__ void scale(const Raw& raw, int group, float& scale,
+                                                 float& offset) {
+        k_scale_min(raw.head, group, &scale, &offset);
+    }
+};
+static_assert(offsetof(BlockQ4_K, qs) % 8 == 0 && sizeof(BlockQ4_K) % 16 == 0,
+              "Q4_K: 8-byte loads of qs in 16-byte aligned blocks");
+
+// Q6_K: 16 groups of 16 elements (an int8 scale each), one k-step each. Group s is elements
+// 128n + 32p + 16u + 0..15 with n = s / 8, p = (s / 2) % 4, u = s % 2; lane t takes 4 of them,
+// l = 16u + 4t + 0..3: low bits in nibble p / 2 of ql[64n + 32(p % 2) + l], high bits 2p, 2p + 1
+// of qh[32n + l], scale scales[s].
+struct MmaQ6_K {
+    using Block = BlockQ6_K;
+    static constexpr int kGroups = 16, kSteps = 1, kBias = 32;
+    static constexpr bool kHasOffset = false;
+    struct Raw {
+        uint32_t ql[8];  // [n][p % 2][u]
+        uint32_t qh[4];  // [n][u]
+        uint32_t scales[4];
+        uint32_t d;
+    };
+    static __device__ __forceinline__ Raw load(const uint8_t* block, int t) {
+        const bool aligned4 = (reinterpret_cast<uintptr_t>(block) & 3u) == 0;
+        Raw raw;
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+            const int n = i >> 2, p2 = (i >> 1) & 1, u = i & 1;
+            raw.ql[i] =
+                load_u32(block + offsetof(Block, ql) + 64 * n + 32 * p2 + 16 * u + 4 * t, aligned4);
+        }
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            const int n = i >> 1, u = i & 1;
+            raw.qh[i] = load_u32(block + offsetof(Block, qh) + 32 * n + 16 * u + 4 * t, aligned4);
+            raw.scales[i] = load_u32(block + offsetof(Block, scales) + 4 * i, aligned4);
+        }
+        raw.d = load_u16(block + offsetof(Block, d));
+        return raw;
+    }
+    static __device__ __forceinline__ int element(int group, int, int t) {
+        return 16 * group + 4 * t;
+    }
+    static __device__ __forceinline__ void locate(int e, int& group, int& h, int& t) {
+        group = e >> 4;
+        t = (e >> 2) & 3;
+        h = 0;
+    }
+    static __device__ __forceinline__ uint32_t quants(const Raw& raw, int group, int) {
+        const int n = group >> 3, p = (group >> 1) & 3, u = group & 1;
+        const uint32_t low = raw.ql[4 * n + 2 * (p & 1) + u] >> (4 * (p >> 1));
+        const uint32_t high = raw.qh[2 * n + u] >> (2 * p);
+        return (low & 0x0f0f0f0fu) | (high & 0x03030303u) << 4;
+    }
+    static __device__ __forceinline__ void scale(const Raw& raw, int group, float& scale,
+                                                 float& offset) {
+        const auto sc = static_cast<int8_t>((raw.scales[group >> 2] >> (8 * (group & 3))) & 0xffu);
+        scale = __fmul_rn(fp16_bits_to_float(raw.d), static_cast<float>(sc));
+        offset = 0.0f;
+    }
+};
+static_assert(offsetof(BlockQ6_K, ql) % 4 == 0 && offsetof(BlockQ6_K, qh) % 4 == 0 &&
+                  offsetof(BlockQ6_K, scales) % 4 == 0 && offsetof(BlockQ6_K, d) % 2 == 0,
+              "Q6_K: word loads at even offsets");
+
+// ---------------------------------------------------------------------------------------------
+// The kernel. NT: token tiles of 8 (one instance each); E: a gated pair's epilogue.
+
+// One warp's activations of one 256-element block for up to 8 tokens, split into pieces and
+// laid out as B fragments (token, group, piece, lane t, the group's k-steps), each token's
+// row padded so that the lanes of one load phase read different banks (8 lanes of two tokens
+// for 16-byte fragments, 16 lanes of four tokens for 8-byte ones); and for the formats with
+// offsets, each token's sum over each group.
+template <class L, int P>
+struct StagedX {
+    static constexpr int kFragmentWords = 2 * L::kSteps;  // u32 per (group, piece, lane)
+    static constexpr int kTokenWords =
+        L::kGroups * P * 4 * kFragmentWords + (kFragmentWords == 4 ? 16 : 8);
+    static_assert(L::kGroups * P * 4 * kFragmentWords % 32 == 0);
+    uint32_t* pieces;  // [n][kTokenWords]
+    float* group_sum;  // [n][kGroups]
+
+    // A warp's share of shared memory for n tokens (a multiple of 16 bytes).
+    static __host__ __device__ size_t warp_bytes(int n) {
+        return (static_cast<size_t>(n) * (kTokenWords + L::kGroups) * 4 + 15) / 16 * 16;
+    }
+    __device__ StagedX(unsigned char* shared, int warp, int n) {
+        pieces = reinterpret_cast<uint32_t*>(shared + warp * warp_bytes(n));
+        group_sum = reinterpret_cast<float*>(pieces + n * kTokenWords);
+    }
+    __device__ uint32_t* fragment(int u, int group, int k, int t) const {
+        return pieces + u * kTokenWords + ((group * P + k) * 4 + t) * kFragmentWords;
+    }
+};
+
+// Splits block b of the first n (<= 8) tokens into `staged`: lane L takes elements
+// 8L .. 8L + 7 of each token (one lane of one group for Q4_K: the same sums, in the same order,
+// as the lanes of split_fragments below).
+template <class L, int P>
+__device__ __forceinline__ void stage_x(const GemvArgs& args, int64_t x0, int lane,
+                                        const StagedX<L, P>& staged) {
+    for (int u = 0; u < args.n_tokens; ++u) {
+        const float* x = args.x + static_cast<int64_t>(u) * args.ldx + x0 + 8 * lane;
+        float part = 0.0f;
+#pragma unroll
+        for (int c = 0; c < 2; ++c) {
+            const float4 v = __ldg(reinterpret_cast<const float4*>(x + 4 * c));
+            int group, h, t;
+            L::locate(8 * lane + 4 * c, group, h, t);
+            const SplitPair<P> p01 = split_pair<P>(v.x, v.y);
+            const SplitPair<P> p23 = split_pair<P>(v.z, v.w);
+#pragma unroll
+            for (int k = 0; k < P; ++k) {
+                uint32_t* fragment = staged.fragment(u, group, k, t);
+                fragment[2 * h] = p01.piece[k];
+                fragment[2 * h + 1] = p23.piece[k];
+            }
+            if constexpr (L::kHasOffset) {
+                part = __fadd_rn(__fadd_rn(__fadd_rn(__fadd_rn(part, v.x), v.y), v.z), v.w);
+            }
+        }
+        if constexpr (L::kHasOffset) {
+            part = __fadd_rn(part, __shfl_xor_sync(kFullMask, part, 1));
+            part = __fadd_rn(part, __shfl_xor_sync(kFullMask, part, 2));
+            if ((lane & 3) == 0) staged.group_sum[u * L::kGroups + (lane >> 2)] = part;
+        }
+    }
+}
+
+// The B fragments of `group` for each token tile, split by the lane that holds them (every
+// lane of the warp, so with n <= 8 most lanes split zeros: stage_x does that work once).
+template <class L, int NT, int P>
+__device__ __forceinline__ void split_fragments(const float* const (&x_col)[NT],
+                                                const bool (&has_col)[NT], int64_t x0, int group,
+                                                int t, uint32_t (&bx)[NT][L::kSteps][P][2],
+                                                float (&xsum)[NT][2]) {
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+        float part = 0.0f;
+#pragma unroll
+        for (int h = 0; h < L::kSteps; ++h) {
+            float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            if (has_col[nt]) {
+                v = __ldg(reinterpret_cast<const float4*>(x_col[nt] + x0 + L::element(group, h, t)));
+            }
+            const SplitPair<P> p01 = split_pair<P>(v.x, v.y);
+            const SplitPair<P> p23 = split_pair<P>(v.z, v.w);
+#pragma unroll
+            for (int k = 0; k < P; ++k) {
+                bx[nt][h][k][0] = p01.piece[k];
+                bx[nt][h][k][1] = p23.piece[k];
+            }
+            if constexpr (L::kHasOffset) {
+                part = __fadd_rn(__fadd_rn(__fadd_rn(__fadd_rn(part, v.x), v.y), v.z), v.w);
+            }
+        }
+        if constexpr (L::kHasOffset) {
+            part = __fadd_rn(part, __shfl_xor_sync(kFullMask, part, 1));
+            part = __fadd_rn(part, __shfl_xor_sync(kFullMask, part, 2));
+            // Lanes 4c .. 4c + 3 hold token column c's sum; D's columns here: 2t, 2t + 1.
+            xsum[nt][0] = __shfl_sync(kFullMask, part, 8 * t);
+            xsum[nt][1] = __shfl_sync(kFullMask, part, 8 * t + 4);
+        }
+    }
+}
+
+template <class L, int NT, int MT, int W, int P, GemvEpilogue E>
+__global__ void __launch_bounds__(32 * W) mma_gemv_kernel(const GemvArgs args) {
+    constexpr bool kGated = E != GemvEpilogue::Plain;
+    constexpr bool kStaged = NT == 1;
+    constexpr int kRowsPerBlock = kGated ? kTileRows : MT * kTileRows;
+    const int lane = threadIdx.x & 31;
+    const int warp = threadIdx.x >> 5;
+    const int g = lane >> 2, t = lane & 3;
+    const GemvTarget target = pick_target(args);
+    const int64_t row0 = (blockIdx.x - target.block_begin) * kRowsPerBlock;
+    if (row0 >= target.rows) return;  // the whole block
+
+    // Rows g and g + 8 of each tile; rows past the end read the last row and store nothing.
+    const uint8_t* row_data[MT][2];
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+            const int64_t row =
+                min(row0 + (kGated ? 0 : mt * kTileRows) + half * 8 + g, target.rows - 1);
+            const uint8_t* matrix = kGated && mt == 1 ? args.data[1] : target.data;
+            row_data[mt][half] = matrix + static_cast<size_t>(row) * target.row_stride;
+        }
+    }
+    // This lane's B column in token tile nt: token 8 nt + g (zeros past the last token).
+    const float* x_col[NT];
+    bool has_col[NT];
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+        const int token = nt * kTileTokens + g;
+        has_col[nt] = token < args.n_tokens;
+        x_col[nt] = args.x + static_cast<int64_t>(has_col[nt] ? token : 0) * args.ldx;
+    }
+    const __nv_bfloat162 bias128 =
+        __floats2bfloat162_rn(128.0f + L::kBias, 128.0f + L::kBias);  // exact
+    extern __shared__ __align__(16) unsigned char staged_bytes[];
+    const StagedX<L, P> staged(staged_bytes, warp, kStaged ? args.n_tokens : 0);
+
+    float acc[MT][NT][4];
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) {
+#pragma unroll
+            for (int i = 0; i < 4; ++i) acc[mt][nt][i] = 0.0f;
+        }
+    }
+
+    const int blocks_per_row = static_cast<int>(args.cols / kQK_K);
+    for (int b = warp; b < blocks_per_row; b += W) {
+        typename L::Raw raw[MT][2];
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+            for (int half = 0; half < 2; ++half) {
+                raw[mt][half] = L::load(
+                    row_data[mt][half] + static_cast<size_t>(b) * sizeof(typename L::Block), t);
+            }
+        }
+        const int64_t x0 = static_cast<int64_t>(b) * kQK_K;
+        if constexpr (kStaged) {
+            __syncwarp();  // the previous block's fragments are read
+            stage_x<L, P>(args, x0, lane, staged);
+            __syncwarp();
+        }
+#pragma unroll
+        for (int group = 0; group < L::kGroups; ++group) {
+            uint32_t bx[NT][L::kSteps][P][2];
+            float xsum[NT][2];
+            if constexpr (kStaged) {
+                constexpr int kWords = StagedX<L, P>::kFragmentWords;
+#pragma unroll
+                for (int k = 0; k < P; ++k) {
+                    uint32_t words[kWords] = {};
+                    if (has_col[0]) {
+                        const uint32_t* fragment = staged.fragment(g, group, k, t);
+                        if constexpr (kWords == 4) {
+                            const uint4 v = *reinterpret_cast<const uint4*>(fragment);
+                            words[0] = v.x, words[1] = v.y, words[2] = v.z, words[3] = v.w;
+                        } else {
+                            const uint2 v = *reinterpret_cast<const uint2*>(fragment);
+                            words[0] = v.x, words[1] = v.y;
+                        }
+                    }
+#pragma unroll
+                    for (int h = 0; h < L::kSteps; ++h) {
+                        bx[0][h][k][0] = words[2 * h];
+                        bx[0][h][k][1] = words[2 * h + 1];
+                    }
+                }
+                if constexpr (L::kHasOffset) {
+                    const float* sums = staged.group_sum + group;
+                    xsum[0][0] = 2 * t < args.n_tokens ? sums[2 * t * L::kGroups] : 0.0f;
+                    xsum[0][1] = 2 * t + 1 < args.n_tokens ? sums[(2 * t + 1) * L::kGroups] : 0.0f;
+                }
+            } else {
+                split_fragments<L, NT, P>(x_col, has_col, x0, group, t, bx, xsum);
+            }
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt) {
+                uint32_t a[L::kSteps][4];
+#pragma unroll
+                for (int h = 0; h < L::kSteps; ++h) {
+                    quant_pairs(L::quants(raw[mt][0], group, h), bias128, a[h][0], a[h][2]);
+                    quant_pairs(L::quants(raw[mt][1], group, h), bias128, a[h][1], a[h][3]);
+                }
+                float scale[2], offset[2];
+                L::scale(raw[mt][0], group, scale[0], offset[0]);
+                L::scale(raw[mt][1], group, scale[1], offset[1]);
+#pragma unroll
+                for (int nt = 0; nt < NT; ++nt) {
+                    // One sum per piece (short chains), then the pieces smallest first.
+                    float d[P][4];
+#pragma unroll
+                    for (int k = 0; k < P; ++k) {
+#pragma unroll
+                        for (int i = 0; i < 4; ++i) d[k][i] = 0.0f;
+#pragma unroll
+                        for (int h = 0; h < L::kSteps; ++h) {
+                            mma_bf16(d[k], a[h], bx[nt][h][k][0], bx[nt][h][k][1]);
+                        }
+                    }
+#pragma unroll
+                    for (int i = 0; i < 4; ++i) {
+                        float sum = d[P - 1][i];
+#pragma unroll
+                        for (int k = P - 2; k >= 0; --k) sum = __fadd_rn(sum, d[k][i]);
+                        const int half = i >> 1;
+                        acc[mt][nt][i] = __fmaf_rn(scale[half], sum, acc[mt][nt][i]);
+                        if constexpr (L::kHasOffset) {
+                            acc[mt][nt][i] =
+                                __fmaf_rn(-offset[half], xsum[nt][i & 1], acc[mt][nt][i]);
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    // The warps' sums in warp order.
+    __shared__ float partial[W][MT][NT][4][32];
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) {
+#pragma unroll
+            for (int i = 0; i < 4; ++i) partial[warp][mt][nt][i][lane] = acc[mt][nt][i];
+        }
+    }
+    __syncthreads();
+    if (warp != 0) return;
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) {
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                float sum = partial[0][mt][nt][i][lane];
+#pragma unroll
+                for (int w = 1; w < W; ++w) sum = __fadd_rn(sum, partial[w][mt][nt][i][lane]);
+                acc[mt][nt][i] = sum;
+            }
+        }
+    }
+
+    // D element i: row g + 8 (i / 2), token column 2t + i % 2.
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            const int token = nt * kTileTokens + 2 * t + (i & 1);
+            if (token >= args.n_tokens) continue;
+            float* y = target.y + static_cast<int64_t>(token) * target.ldy;
+            if constexpr (kGated) {
+                const int64_t row = row0 + 8 * (i >> 1) + g;
+                if (row < target.rows) y[row] = epilogue<E>(acc[0][nt][i], acc[1][nt][i]);
+            } else {
+#pragma unroll
+                for (int mt = 0; mt < MT; ++mt) {
+                    const int64_t row = row0 + mt * kTileRows + 8 * (i >> 1) + g;
+                    if (row < target.rows) y[row] = acc[mt][nt][i];
+                }
+            }
+        }
+    }
+}
+
+template <class L, int NT, int MT, int W, int P, GemvEpilogue E>
+void launch_variant(GemvArgs& args, cudaStream_t stream) {
+    constexpr bool kGated = E != GemvEpilogue::Plain;
+    constexpr int64_t rows_per_block = kGated ? kTileRows : MT * kTileRows;
+    int64_t blocks = 0;
+    const int targets = kGated ? 1 : args.count;  // a pair's blocks walk the gate's rows
+    for (int m = 0; m < targets; ++m) {
+        args.block_begin[m] = blocks;
+        blocks += (args.rows[m] + rows_per_block - 1) / rows_per_block;
+    }
+    for (int m = targets; m <= kMaxGemvOuts; ++m) args.block_begin[m] = blocks;
+    if (blocks == 0) return;
+    auto* kernel = mma_gemv_kernel<L, NT, kGated ? 2 : MT, W, P, E>;
+    // One token tile stages its activations per warp (StagedX); more tiles split in registers.
+    const size_t staged_bytes = NT == 1 ? W * StagedX<L, P>::warp_bytes(args.n_tokens) : 0;
+    if (staged_bytes > 48 * 1024) {
+        EMBER_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        static_cast<int>(staged_bytes)));
+    }
+    kernel<<<static_cast<unsigned>(blocks), 32 * W, staged_bytes, stream>>>(args);
+}
+
+template <class L, int NT, GemvEpilogue E>
+void launch_tiles(GemvArgs& args, cudaStream_t stream) {
+    launch_variant<L, NT, 1, kMmaWarps, 3, E>(args, stream);
+}
+
+template <class L, GemvEpilogue E>
+void launch_format(GemvArgs& args, cudaStream_t stream) {
+    const int token_tiles = (args.n_tokens + kTileTokens - 1) / kTileTokens;
+    if constexpr (E != GemvEpilogue::Plain) {
+        // Gated pairs are decode's (kGemvGatedMaxTokens): one token tile.
+        if (token_tiles != 1) throw std::invalid_argument("mma gemv: a gated pair takes 1..8 tokens");
+        launch_tiles<L, 1, E>(args, stream);
+    } else {
+        switch (token_tiles) {
+            case 1:
+                return launch_tiles<L, 1, E>(args, stream);
+            case 2:
+                return launch_tiles<L, 2, E>(args, stream);
+            case 3:
+                return launch_tiles<L, 3, E>(args, stream);
+            default:
+                throw std::invalid_argument("mma gemv: " + std::to_string(args.n_tokens) +
+                                            " tokens is more than 24");
+        }
+    }
+}
+
+template <GemvEpilogue E>
+void launch_epilogue(TensorType type, GemvArgs& args, cudaStream_t stream) {
+    switch (type) {
+        case TensorType::Q4_K:
+            return launch_format<MmaQ4_K, E>(args, stream);
+        case TensorType::Q6_K:
+            return launch_format<MmaQ6_K, E>(args, stream);
+        default:
+            throw std::invalid_argument("mma gemv: unsupported type");
+    }
+}
+
+}  // namespace
+
+bool mma_gemv_supports(TensorType type) {
+    return type == TensorType::Q4_K || type == TensorType::Q6_K;
+}
+
+void launch_mma_gemv(TensorType type, GemvArgs& args, GemvEpilogue epilogue, cudaStream_t stream) {
+    if (args.cols % kQK_K != 0) throw std::invalid_argument("mma gemv: width not a multiple of 256");
+    switch (epilogue) {
+        case GemvEpilogue::Plain:
+            return launch_epilogue<GemvEpilogue::Plain>(type, args, stream);
+        case GemvEpilogue::Silu:
+            return launch_epilogue<GemvEpilogue::Silu>(type, args, stream);
+        case GemvEpilogue::GeluTanh:
+            return launch_epilogue<GemvEpilogue::GeluTanh>(type, args, stream);
+    }
+}
+
+}  // namespace ember::cuda
