@@ -8,12 +8,12 @@
 // slots of lane t onto 4 contiguous elements of one scale group (L::element), so a lane's quants
 // are whole bytes of the block and its activations one float4.
 //
-// A block of kMmaWarps warps takes kRowTiles tiles of 16 rows (a gated pair: the gate's 16 rows
-// and the up's); warp w takes the 256-element blocks w, w + kMmaWarps, ... of every row, so the
-// warps of a block read different bytes, and their sums meet in shared memory in warp order.
-// Per scale group a fresh tile sum D = sum over the group's k-steps of quants x (lo, mid, hi)
-// pieces, then acc = fma(d * sc, D, acc) and, for the formats with offsets, acc = fma(-dmin * m,
-// sum of the group's activations, acc). No step depends on the number of tokens.
+// A block of kMmaWarps warps takes a tile of 16 rows; warp w takes the 256-element blocks w, w +
+// kMmaWarps, ... of every row, so the warps of a block read different bytes, and their sums meet in
+// shared memory in warp order. Per scale group a fresh tile sum D = sum over the group's k-steps of
+// quants x (lo, mid, hi) pieces, then acc = fma(d * sc, D, acc) and, for the formats with offsets,
+// acc = fma(-dmin * m, sum of the group's activations, acc). No step depends on the number of
+// tokens.
 #include <cuda_bf16.h>
 
 #include <cstddef>
@@ -123,8 +123,8 @@ struct MmaQ4_K {
         raw.head = load16(block);
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
-            raw.qs[j] = __ldg(
-                reinterpret_cast<const uint2*>(block + offsetof(Block, qs) + 32 * j + 8 * t));
+            raw.qs[j] =
+                __ldg(reinterpret_cast<const uint2*>(block + offsetof(Block, qs) + 32 * j + 8 * t));
         }
         return raw;
     }
@@ -284,7 +284,8 @@ __device__ __forceinline__ void split_fragments(const float* const (&x_col)[NT],
         for (int h = 0; h < L::kSteps; ++h) {
             float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
             if (has_col[nt]) {
-                v = __ldg(reinterpret_cast<const float4*>(x_col[nt] + x0 + L::element(group, h, t)));
+                v = __ldg(
+                    reinterpret_cast<const float4*>(x_col[nt] + x0 + L::element(group, h, t)));
             }
             const SplitPair<P> p01 = split_pair<P>(v.x, v.y);
             const SplitPair<P> p23 = split_pair<P>(v.z, v.w);
@@ -307,11 +308,12 @@ __device__ __forceinline__ void split_fragments(const float* const (&x_col)[NT],
     }
 }
 
-template <class L, int NT, int MT, int W, int P, GemvEpilogue E>
-__global__ void __launch_bounds__(32 * W) mma_gemv_kernel(const GemvArgs args) {
-    constexpr bool kGated = E != GemvEpilogue::Plain;
+// One token tile: at most 85 registers, so that an SM holds three blocks (24 warps) while
+// their loads are in flight (Q6_K's loads took 107 and left two); more tiles: 128.
+template <class L, int NT, int MT, int W, int P>
+__global__ void __launch_bounds__(32 * W, NT == 1 ? 3 : 2) mma_gemv_kernel(const GemvArgs args) {
     constexpr bool kStaged = NT == 1;
-    constexpr int kRowsPerBlock = kGated ? kTileRows : MT * kTileRows;
+    constexpr int kRowsPerBlock = MT * kTileRows;
     const int lane = threadIdx.x & 31;
     const int warp = threadIdx.x >> 5;
     const int g = lane >> 2, t = lane & 3;
@@ -325,10 +327,8 @@ __global__ void __launch_bounds__(32 * W) mma_gemv_kernel(const GemvArgs args) {
     for (int mt = 0; mt < MT; ++mt) {
 #pragma unroll
         for (int half = 0; half < 2; ++half) {
-            const int64_t row =
-                min(row0 + (kGated ? 0 : mt * kTileRows) + half * 8 + g, target.rows - 1);
-            const uint8_t* matrix = kGated && mt == 1 ? args.data[1] : target.data;
-            row_data[mt][half] = matrix + static_cast<size_t>(row) * target.row_stride;
+            const int64_t row = min(row0 + mt * kTileRows + half * 8 + g, target.rows - 1);
+            row_data[mt][half] = target.data + static_cast<size_t>(row) * target.row_stride;
         }
     }
     // This lane's B column in token tile nt: token 8 nt + g (zeros past the last token).
@@ -480,78 +480,49 @@ __global__ void __launch_bounds__(32 * W) mma_gemv_kernel(const GemvArgs args) {
             const int token = nt * kTileTokens + 2 * t + (i & 1);
             if (token >= args.n_tokens) continue;
             float* y = target.y + static_cast<int64_t>(token) * target.ldy;
-            if constexpr (kGated) {
-                const int64_t row = row0 + 8 * (i >> 1) + g;
-                if (row < target.rows) y[row] = epilogue<E>(acc[0][nt][i], acc[1][nt][i]);
-            } else {
 #pragma unroll
-                for (int mt = 0; mt < MT; ++mt) {
-                    const int64_t row = row0 + mt * kTileRows + 8 * (i >> 1) + g;
-                    if (row < target.rows) y[row] = acc[mt][nt][i];
-                }
+            for (int mt = 0; mt < MT; ++mt) {
+                const int64_t row = row0 + mt * kTileRows + 8 * (i >> 1) + g;
+                if (row < target.rows) y[row] = acc[mt][nt][i];
             }
         }
     }
 }
 
-template <class L, int NT, int MT, int W, int P, GemvEpilogue E>
-void launch_variant(GemvArgs& args, cudaStream_t stream) {
-    constexpr bool kGated = E != GemvEpilogue::Plain;
-    constexpr int64_t rows_per_block = kGated ? kTileRows : MT * kTileRows;
+template <class L, int NT>
+void launch_tiles(GemvArgs& args, cudaStream_t stream) {
+    constexpr int kRowTiles = 1, kPieces = 3;
+    constexpr int64_t rows_per_block = kRowTiles * kTileRows;
     int64_t blocks = 0;
-    const int targets = kGated ? 1 : args.count;  // a pair's blocks walk the gate's rows
-    for (int m = 0; m < targets; ++m) {
+    for (int m = 0; m < args.count; ++m) {
         args.block_begin[m] = blocks;
         blocks += (args.rows[m] + rows_per_block - 1) / rows_per_block;
     }
-    for (int m = targets; m <= kMaxGemvOuts; ++m) args.block_begin[m] = blocks;
+    for (int m = args.count; m <= kMaxGemvOuts; ++m) args.block_begin[m] = blocks;
     if (blocks == 0) return;
-    auto* kernel = mma_gemv_kernel<L, NT, kGated ? 2 : MT, W, P, E>;
+    auto* kernel = mma_gemv_kernel<L, NT, kRowTiles, kMmaWarps, kPieces>;
     // One token tile stages its activations per warp (StagedX); more tiles split in registers.
-    const size_t staged_bytes = NT == 1 ? W * StagedX<L, P>::warp_bytes(args.n_tokens) : 0;
+    const size_t staged_bytes =
+        NT == 1 ? kMmaWarps * StagedX<L, kPieces>::warp_bytes(args.n_tokens) : 0;
     if (staged_bytes > 48 * 1024) {
         EMBER_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                        static_cast<int>(staged_bytes)));
+                                              static_cast<int>(staged_bytes)));
     }
-    kernel<<<static_cast<unsigned>(blocks), 32 * W, staged_bytes, stream>>>(args);
+    kernel<<<static_cast<unsigned>(blocks), 32 * kMmaWarps, staged_bytes, stream>>>(args);
 }
 
-template <class L, int NT, GemvEpilogue E>
-void launch_tiles(GemvArgs& args, cudaStream_t stream) {
-    launch_variant<L, NT, 1, kMmaWarps, 3, E>(args, stream);
-}
-
-template <class L, GemvEpilogue E>
+template <class L>
 void launch_format(GemvArgs& args, cudaStream_t stream) {
-    const int token_tiles = (args.n_tokens + kTileTokens - 1) / kTileTokens;
-    if constexpr (E != GemvEpilogue::Plain) {
-        // Gated pairs are decode's (kGemvGatedMaxTokens): one token tile.
-        if (token_tiles != 1) throw std::invalid_argument("mma gemv: a gated pair takes 1..8 tokens");
-        launch_tiles<L, 1, E>(args, stream);
-    } else {
-        switch (token_tiles) {
-            case 1:
-                return launch_tiles<L, 1, E>(args, stream);
-            case 2:
-                return launch_tiles<L, 2, E>(args, stream);
-            case 3:
-                return launch_tiles<L, 3, E>(args, stream);
-            default:
-                throw std::invalid_argument("mma gemv: " + std::to_string(args.n_tokens) +
-                                            " tokens is more than 24");
-        }
-    }
-}
-
-template <GemvEpilogue E>
-void launch_epilogue(TensorType type, GemvArgs& args, cudaStream_t stream) {
-    switch (type) {
-        case TensorType::Q4_K:
-            return launch_format<MmaQ4_K, E>(args, stream);
-        case TensorType::Q6_K:
-            return launch_format<MmaQ6_K, E>(args, stream);
+    switch ((args.n_tokens + kTileTokens - 1) / kTileTokens) {
+        case 1:
+            return launch_tiles<L, 1>(args, stream);
+        case 2:
+            return launch_tiles<L, 2>(args, stream);
+        case 3:
+            return launch_tiles<L, 3>(args, stream);
         default:
-            throw std::invalid_argument("mma gemv: unsupported type");
+            throw std::invalid_argument("mma gemv: " + std::to_string(args.n_tokens) +
+                                        " tokens is more than 24");
     }
 }
 
@@ -561,15 +532,16 @@ bool mma_gemv_supports(TensorType type) {
     return type == TensorType::Q4_K || type == TensorType::Q6_K;
 }
 
-void launch_mma_gemv(TensorType type, GemvArgs& args, GemvEpilogue epilogue, cudaStream_t stream) {
-    if (args.cols % kQK_K != 0) throw std::invalid_argument("mma gemv: width not a multiple of 256");
-    switch (epilogue) {
-        case GemvEpilogue::Plain:
-            return launch_epilogue<GemvEpilogue::Plain>(type, args, stream);
-        case GemvEpilogue::Silu:
-            return launch_epilogue<GemvEpilogue::Silu>(type, args, stream);
-        case GemvEpilogue::GeluTanh:
-            return launch_epilogue<GemvEpilogue::GeluTanh>(type, args, stream);
+void launch_mma_gemv(TensorType type, GemvArgs& args, cudaStream_t stream) {
+    if (args.cols % kQK_K != 0)
+        throw std::invalid_argument("mma gemv: width not a multiple of 256");
+    switch (type) {
+        case TensorType::Q4_K:
+            return launch_format<MmaQ4_K>(args, stream);
+        case TensorType::Q6_K:
+            return launch_format<MmaQ6_K>(args, stream);
+        default:
+            throw std::invalid_argument("mma gemv: unsupported type");
     }
 }
 

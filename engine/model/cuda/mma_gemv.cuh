@@ -24,8 +24,8 @@ namespace ember::cuda {
 // Q4_K and Q6_K (the bulk of a Q4_K_M file).
 bool mma_gemv_supports(TensorType type);
 
-// The products of `args` (block_begin filled here) for `type`; E gated: matrices 0 and 1 are
-// a gate/up pair and y = act(gate, up) goes to matrix 0's y.
-void launch_mma_gemv(TensorType type, GemvArgs& args, GemvEpilogue epilogue, cudaStream_t stream);
+// The products of `args` (block_begin filled here) for `type`. (No gated epilogue: a gate/up
+// pair on the tensor cores goes as two products and the element-wise activation.)
+void launch_mma_gemv(TensorType type, GemvArgs& args, cudaStream_t stream);
 
 }  // namespace ember::cuda
