@@ -10,7 +10,8 @@
 #                                 llama-cpp-python sdist, trimmed to what llama-server needs)
 #   scripts/gpu_serve.sh run      there: synthesizes the file, runs both, JSON and logs in $OUT
 #                                 and a table last. CLIENTS (default "1,4,16"), TOKENS (reply
-#                                 length, default 128), REF=0 skips the reference (its CUDA
+#                                 length, default 128), EMBER_ARGS (more options for Ember's
+#                                 bench-serve, e.g. --tensor-decode), REF=0 skips the reference (its CUDA
 #                                 build takes ~5 minutes on 16 cores); a prebuilt
 #                                 .gpuref/llama-server.xz (left in $OUT by an earlier run) is
 #                                 used instead of building
@@ -79,7 +80,8 @@ run() {
         --vocab-from "$k/llama3-vocab.gguf" -o "$model" -t 16 >/dev/null
     # One turn per client, every reply `tokens` long: the decode steps dominate.
     local load=(--clients "$clients" --turns 1 --max-tokens "$tokens" --ignore-eos)
-    "$k/ember" bench-serve -m "$model" --gpu 0 --parallel 16 -c 2048 "${load[@]}" \
+    # shellcheck disable=SC2086 # EMBER_ARGS: options of Ember's own run, word-split
+    "$k/ember" bench-serve -m "$model" --gpu 0 --parallel 16 -c 2048 "${load[@]}" ${EMBER_ARGS:-} \
         >"$out/ember.json" 2>"$out/ember.log" || { tail -20 "$out/ember.log"; }
     if [ "${REF:-1}" != 0 ]; then
         build_reference "$out"

@@ -1,4 +1,5 @@
-// Where a command's model runs, as given on its command line: --gpu, --gpu-layers, --gpu-memory
+// Where a command's model runs, as given on its command line: --gpu, --gpu-layers, --gpu-memory,
+// --tensor-decode
 // (load_model.h parses them into engine/model/gpu.h's GpuRequest).
 #pragma once
 
@@ -11,12 +12,14 @@ struct GpuOptions {
     std::string where = "auto";  // --gpu auto|off|N
     std::string layers;          // --gpu-layers N|all; empty: as many as fit
     std::string memory;          // --gpu-memory SIZE ("6GiB"); empty: the card's free memory
+    bool tensor_decode = false;  // --tensor-decode
 
     // The same options for another ember process's command line.
     std::vector<std::string> arguments() const {
         std::vector<std::string> args{"--gpu", where};
         if (!layers.empty()) args.insert(args.end(), {"--gpu-layers", layers});
         if (!memory.empty()) args.insert(args.end(), {"--gpu-memory", memory});
+        if (tensor_decode) args.emplace_back("--tensor-decode");
         return args;
     }
 };

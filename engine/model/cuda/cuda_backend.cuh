@@ -93,7 +93,8 @@ public:
     // norm and matrix when `layers` is every layer (a split's output runs on the CPU, after its
     // last layer: gpu_plan.h); throws std::runtime_error naming what failed (out of memory, an
     // unsupported layout).
-    CudaDevice(const Model& model, int device, int64_t layers);
+    // tensor_decode: GpuRequest::tensor_decode (or EMBER_CUDA_TENSOR_DECODE=1).
+    CudaDevice(const Model& model, int device, int64_t layers, bool tensor_decode = false);
 
     std::string description() const override { return description_; }
     std::unique_ptr<Backend> make_backend(InferenceState& state) override;

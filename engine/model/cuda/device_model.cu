@@ -65,9 +65,8 @@ void DeviceBuffer::grow(size_t bytes) {
 
 namespace {
 
-// EMBER_CUDA_TENSOR_DECODE=1: the Q4_K/Q6_K products of decode and short batches on the tensor
-// cores (mma_gemv.cuh). Several conversations' steps together run ~1.8x faster at 16 (the
-// 8B shape on the H200), one alone ~20% slower, so it is a serving setting, off by default.
+// EMBER_CUDA_TENSOR_DECODE=1: GpuRequest::tensor_decode for every device of the process (the
+// GPU tests' second pass, benches of commands without the flag).
 bool tensor_decode_requested() {
     const char* env = std::getenv("EMBER_CUDA_TENSOR_DECODE");
     return env != nullptr && std::string(env) == "1";
@@ -112,8 +111,8 @@ double assumed_prefill(const Model& model, int device, const cudaDeviceProp& pro
 
 }  // namespace
 
-CudaDevice::CudaDevice(const Model& model, int device, int64_t layers)
-    : model_(model), device_(device), tensor_decode_(tensor_decode_requested()) {
+CudaDevice::CudaDevice(const Model& model, int device, int64_t layers, bool tensor_decode)
+    : model_(model), device_(device), tensor_decode_(tensor_decode || tensor_decode_requested()) {
     EMBER_CUDA_CHECK(cudaSetDevice(device));
     size_t total = 0;
     EMBER_CUDA_CHECK(cudaMemGetInfo(&free_at_start_, &total));

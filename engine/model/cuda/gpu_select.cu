@@ -201,7 +201,8 @@ GpuPlacement place_model(Model& model, const GpuRequest& request, uint64_t kv_by
     }
     std::shared_ptr<cuda::CudaDevice> device;
     try {
-        device = std::make_shared<cuda::CudaDevice>(model, index, split.layers);
+        device =
+            std::make_shared<cuda::CudaDevice>(model, index, split.layers, request.tensor_decode);
     } catch (const std::exception& e) {  // cuBLAS missing, memory taken meanwhile
         return refuse(e.what());
     }
