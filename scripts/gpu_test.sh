@@ -17,6 +17,13 @@
 #                                             A test whose fixture is not in the kit skips.
 #   scripts/gpu_test.sh run [gtest filter]   there: run test_gpu against the kit's fixtures,
 #                                             then `ember bench` on a synthetic Qwen3-1.7B Q4_K_M
+#   scripts/gpu_test.sh ab                    there (dense kit): settings timed against each
+#                                             other in turn: the kernel tests (`*CudaQuant*`)
+#                                             under each, then `ember bench --streams` on a
+#                                             synthetic Llama-3.1-8B Q4_K_M, $ROUNDS rounds.
+#                                             SETTINGS: environment assignments (default
+#                                             "EMBER_CUDA_TENSOR_DECODE=0 EMBER_CUDA_TENSOR_DECODE=1"),
+#                                             STREAMS (default 1,4,16), ROUNDS (default 2)
 # Where the machine has everything (a developer's own box
 # with a GPU), plain `cmake --build build && build/tests/test_gpu` is the same test.
 set -euo pipefail
@@ -47,6 +54,8 @@ pack() {
             for t in F16 Q8_0 Q4_0 Q6_K Q4_K_M Q5_K_M Q4_1 Q3_K_M IQ4_NL; do
                 files+=("quant/qfix-$t.gguf" "quant/qfix-$t.gguf.ref.json")
             done
+            # The Llama 3 vocabulary, for `ab`'s synthetic 8B.
+            scripts/gguf_vocab_only.py "$fixtures/arch/lfm2/lfm2.gguf" "$KIT/stage/llama3-vocab.gguf"
             ;;
         families)
             for a in qwen3moe gptoss qwen35 lfm2; do files+=("arch/$a/$a.gguf" "arch/$a/ref.json"); done
@@ -62,17 +71,23 @@ pack() {
     du -sh "$KIT/kit.tar.xz"
 }
 
+# The kit in /tmp/gpukit: sets k, cuda_lib and loader (the kit's glibc loader and libraries
+# before the machine's CUDA ones).
+unpack() {
+    k=/tmp/gpukit
+    mkdir -p "$k"
+    python3 -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])' \
+        "$KIT/kit.tar.xz" "$k"
+    cuda_lib=$(dirname "$(ls /usr/local/cuda/lib64/libcublas.so.* 2>/dev/null | head -1)")
+    loader="$k/lib/ld-linux-x86-64.so.2 --library-path $k/lib:$cuda_lib"
+    nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
+}
+
 run() {
     local filter=${1:-*}
     local out=${OUT:-/tmp/gpu_out}
-    local k=/tmp/gpukit
-    mkdir -p "$out" "$k"
-    python3 -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])' \
-        "$KIT/kit.tar.xz" "$k"
-    local cuda_lib
-    cuda_lib=$(dirname "$(ls /usr/local/cuda/lib64/libcublas.so.* 2>/dev/null | head -1)")
-    local loader="$k/lib/ld-linux-x86-64.so.2 --library-path $k/lib:$cuda_lib"
-    nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
+    mkdir -p "$out"
+    unpack
     local status=0
     EMBER_FIXTURES_DIR=$k/fixtures $loader "$k/test_gpu" --gtest_filter="$filter" \
         >"$out/test_gpu.log" 2>&1 || status=$?
@@ -100,8 +115,33 @@ run() {
     return $status
 }
 
+ab() {
+    local out=${OUT:-/tmp/gpu_out} status=0
+    local settings=${SETTINGS:-EMBER_CUDA_TENSOR_DECODE=0 EMBER_CUDA_TENSOR_DECODE=1}
+    mkdir -p "$out"
+    unpack
+    for s in $settings; do
+        env "$s" $loader "$k/test_gpu" --gtest_filter='*CudaQuant*' >"$out/test-$s.log" 2>&1 ||
+            status=$?
+        echo "$s: $(grep -E '^\[  PASSED|^\[  FAILED  \] [0-9]' "$out/test-$s.log" | tr '\n' ' ')"
+    done
+    local model=/tmp/llama-3.1-8b-q4km.gguf
+    [ -f "$model" ] || $loader "$k/ember" synth --shape llama-3.1-8b --type q4_k_m \
+        --vocab-from "$k/llama3-vocab.gguf" -o "$model" -t 16 >/dev/null
+    for round in $(seq "${ROUNDS:-2}"); do
+        for s in $settings; do
+            env "$s" $loader "$k/ember" bench -m "$model" --gpu 0 --streams "${STREAMS:-1,4,16}" \
+                -p 128 -n 32 --reps 2 >"$out/streams-$round.txt" 2>&1 || status=$?
+            echo "round $round $s: $(grep streams "$out/streams-$round.txt" |
+                awk '{printf "%s:%s ms  ", $1, $5}')"
+        done
+    done
+    return $status
+}
+
 case $mode in
     pack) pack "${2:-dense}" ;;
     run) run "${2:-*}" ;;
-    *) echo "usage: scripts/gpu_test.sh pack [dense|families] | run [gtest filter]" >&2; exit 2 ;;
+    ab) ab ;;
+    *) echo "usage: scripts/gpu_test.sh pack [dense|families] | run [gtest filter] | ab" >&2; exit 2 ;;
 esac
