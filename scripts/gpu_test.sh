@@ -120,10 +120,12 @@ ab() {
     local settings=${SETTINGS:-EMBER_CUDA_TENSOR_DECODE=0 EMBER_CUDA_TENSOR_DECODE=1}
     mkdir -p "$out"
     unpack
+    local i=0
     for s in $settings; do
-        env "$s" $loader "$k/test_gpu" --gtest_filter='*CudaQuant*' >"$out/test-$s.log" 2>&1 ||
+        i=$((i + 1))  # logs by number: a name with '=' does not come back from the device
+        env "$s" $loader "$k/test_gpu" --gtest_filter='*CudaQuant*' >"$out/ab-test-$i.log" 2>&1 ||
             status=$?
-        echo "$s: $(grep -E '^\[  PASSED|^\[  FAILED  \] [0-9]' "$out/test-$s.log" | tr '\n' ' ')"
+        echo "$s: $(grep -E '^\[  PASSED|^\[  FAILED  \] [0-9]' "$out/ab-test-$i.log" | tr '\n' ' ')"
     done
     local model=/tmp/llama-3.1-8b-q4km.gguf
     [ -f "$model" ] || $loader "$k/ember" synth --shape llama-3.1-8b --type q4_k_m \
