@@ -225,7 +225,8 @@ static_assert(offsetof(BlockQ6_K, ql) % 4 == 0 && offsetof(BlockQ6_K, qh) % 4 ==
               "Q6_K: word loads at even offsets");
 
 // ---------------------------------------------------------------------------------------------
-// The kernel. NT: token tiles of 8 (one instance each); E: a gated pair's epilogue.
+// The kernel. NT: token tiles of 8 (one instance each); MT: row tiles a block; W: warps a block
+// (they split each row's sums, so W sets their order); P: pieces an activation splits into.
 
 // One warp's activations of one 256-element block for up to 8 tokens, split into pieces and
 // laid out as B fragments (token, group, piece, lane t, the group's k-steps), each token's
@@ -328,6 +329,104 @@ __device__ __forceinline__ void split_fragments(const float* const (&x_col)[NT],
 
 // One token tile: at most 85 registers, so that an SM holds three blocks (24 warps) while
 // their loads are in flight (Q6_K's loads took 107 and left two); more tiles: 128.
+// Adds group `group` of a 256-element block to acc: each row tile's quants as A fragments, one
+// tile sum per token tile, then its scale and offset (the lanes' rows g and g + 8).
+template <class L, int NT, int MT, int P>
+__device__ __forceinline__ void multiply_group(const typename L::Raw (&raw)[MT][2],
+                                               const typename L::Scales (&scales)[MT][2], int group,
+                                               int lane, __nv_bfloat162 bias128,
+                                               const uint32_t (&bx)[NT][L::kSteps][P][2],
+                                               const float (&xsum)[NT][2],
+                                               float (&acc)[MT][NT][4]) {
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) {
+        uint32_t a[L::kSteps][4];
+#pragma unroll
+        for (int h = 0; h < L::kSteps; ++h) {
+            quant_pairs(L::quants(raw[mt][0], group, h), bias128, a[h][0], a[h][2]);
+            quant_pairs(L::quants(raw[mt][1], group, h), bias128, a[h][1], a[h][3]);
+        }
+        float scale[2], offset[2];
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+            L::scale(raw[mt][half], scales[mt][half], group, lane, scale[half], offset[half]);
+        }
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) {
+            // One sum per piece (short chains: one chain of all six measured 10% slower
+            // at 16 tokens), then the pieces smallest first.
+            float d[P][4];
+#pragma unroll
+            for (int k = 0; k < P; ++k) {
+#pragma unroll
+                for (int i = 0; i < 4; ++i) d[k][i] = 0.0f;
+#pragma unroll
+                for (int h = 0; h < L::kSteps; ++h) {
+                    mma_bf16(d[k], a[h], bx[nt][h][k][0], bx[nt][h][k][1]);
+                }
+            }
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                float sum = d[P - 1][i];
+#pragma unroll
+                for (int k = P - 2; k >= 0; --k) sum = __fadd_rn(sum, d[k][i]);
+                const int half = i >> 1;
+                acc[mt][nt][i] = __fmaf_rn(scale[half], sum, acc[mt][nt][i]);
+                if constexpr (L::kHasOffset) {
+                    acc[mt][nt][i] = __fmaf_rn(-offset[half], xsum[nt][i & 1], acc[mt][nt][i]);
+                }
+            }
+        }
+    }
+}
+
+// The sums of a block's warps in warp order, stored by warp 0: D element i of tile (mt, nt) is
+// row row0 + 16 mt + g + 8 (i / 2), token 8 nt + 2t + i % 2.
+template <int NT, int MT, int W>
+__device__ __forceinline__ void store_sums(float (&acc)[MT][NT][4], const GemvTarget& target,
+                                           int64_t row0, int n_tokens, int warp, int lane) {
+    const int g = lane >> 2, t = lane & 3;
+    __shared__ float partial[W][MT][NT][4][32];
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) {
+#pragma unroll
+            for (int i = 0; i < 4; ++i) partial[warp][mt][nt][i][lane] = acc[mt][nt][i];
+        }
+    }
+    __syncthreads();
+    if (warp != 0) return;
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) {
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                float sum = partial[0][mt][nt][i][lane];
+#pragma unroll
+                for (int w = 1; w < W; ++w) sum = __fadd_rn(sum, partial[w][mt][nt][i][lane]);
+                acc[mt][nt][i] = sum;
+            }
+        }
+    }
+
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            const int token = nt * kTileTokens + 2 * t + (i & 1);
+            if (token >= n_tokens) continue;
+            float* y = target.y + static_cast<int64_t>(token) * target.ldy;
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt) {
+                const int64_t row = row0 + mt * kTileRows + 8 * (i >> 1) + g;
+                if (row < target.rows) y[row] = acc[mt][nt][i];
+            }
+        }
+    }
+}
+
 template <class L, int NT, int MT, int W, int P>
 __global__ void __launch_bounds__(32 * W, NT == 1 ? 3 : 2) mma_gemv_kernel(const GemvArgs args) {
     constexpr bool kStaged = NT == 1;
@@ -429,92 +528,11 @@ __global__ void __launch_bounds__(32 * W, NT == 1 ? 3 : 2) mma_gemv_kernel(const
             } else {
                 split_fragments<L, NT, P>(x_col, has_col, x0, group, t, bx, xsum);
             }
-#pragma unroll
-            for (int mt = 0; mt < MT; ++mt) {
-                uint32_t a[L::kSteps][4];
-#pragma unroll
-                for (int h = 0; h < L::kSteps; ++h) {
-                    quant_pairs(L::quants(raw[mt][0], group, h), bias128, a[h][0], a[h][2]);
-                    quant_pairs(L::quants(raw[mt][1], group, h), bias128, a[h][1], a[h][3]);
-                }
-                float scale[2], offset[2];
-#pragma unroll
-                for (int half = 0; half < 2; ++half) {
-                    L::scale(raw[mt][half], scales[mt][half], group, lane, scale[half],
-                             offset[half]);
-                }
-#pragma unroll
-                for (int nt = 0; nt < NT; ++nt) {
-                    // One sum per piece (short chains: one chain of all six measured 10% slower
-                    // at 16 tokens), then the pieces smallest first.
-                    float d[P][4];
-#pragma unroll
-                    for (int k = 0; k < P; ++k) {
-#pragma unroll
-                        for (int i = 0; i < 4; ++i) d[k][i] = 0.0f;
-#pragma unroll
-                        for (int h = 0; h < L::kSteps; ++h) {
-                            mma_bf16(d[k], a[h], bx[nt][h][k][0], bx[nt][h][k][1]);
-                        }
-                    }
-#pragma unroll
-                    for (int i = 0; i < 4; ++i) {
-                        float sum = d[P - 1][i];
-#pragma unroll
-                        for (int k = P - 2; k >= 0; --k) sum = __fadd_rn(sum, d[k][i]);
-                        const int half = i >> 1;
-                        acc[mt][nt][i] = __fmaf_rn(scale[half], sum, acc[mt][nt][i]);
-                        if constexpr (L::kHasOffset) {
-                            acc[mt][nt][i] =
-                                __fmaf_rn(-offset[half], xsum[nt][i & 1], acc[mt][nt][i]);
-                        }
-                    }
-                }
-            }
+            multiply_group<L, NT, MT, P>(raw, scales, group, lane, bias128, bx, xsum, acc);
         }
     }
 
-    // The warps' sums in warp order.
-    __shared__ float partial[W][MT][NT][4][32];
-#pragma unroll
-    for (int mt = 0; mt < MT; ++mt) {
-#pragma unroll
-        for (int nt = 0; nt < NT; ++nt) {
-#pragma unroll
-            for (int i = 0; i < 4; ++i) partial[warp][mt][nt][i][lane] = acc[mt][nt][i];
-        }
-    }
-    __syncthreads();
-    if (warp != 0) return;
-#pragma unroll
-    for (int mt = 0; mt < MT; ++mt) {
-#pragma unroll
-        for (int nt = 0; nt < NT; ++nt) {
-#pragma unroll
-            for (int i = 0; i < 4; ++i) {
-                float sum = partial[0][mt][nt][i][lane];
-#pragma unroll
-                for (int w = 1; w < W; ++w) sum = __fadd_rn(sum, partial[w][mt][nt][i][lane]);
-                acc[mt][nt][i] = sum;
-            }
-        }
-    }
-
-    // D element i: row g + 8 (i / 2), token column 2t + i % 2.
-#pragma unroll
-    for (int nt = 0; nt < NT; ++nt) {
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-            const int token = nt * kTileTokens + 2 * t + (i & 1);
-            if (token >= args.n_tokens) continue;
-            float* y = target.y + static_cast<int64_t>(token) * target.ldy;
-#pragma unroll
-            for (int mt = 0; mt < MT; ++mt) {
-                const int64_t row = row0 + mt * kTileRows + 8 * (i >> 1) + g;
-                if (row < target.rows) y[row] = acc[mt][nt][i];
-            }
-        }
-    }
+    store_sums<NT, MT, W>(acc, target, row0, args.n_tokens, warp, lane);
 }
 
 template <class L, int NT>
