@@ -30,7 +30,7 @@ struct DeviceMatrix {
     // cores in f16 (dequantize_rows_half) rather than in TF32. Set at upload.
     bool half_products = false;
     // Q4_K/Q6_K: products of 1..kGemvMaxTokens tokens on the tensor cores (mma_gemv.cuh) rather
-    // than the CUDA cores, for every token count. Set at upload (EMBER_CUDA_TENSOR_DECODE=1).
+    // than the CUDA cores, for every token count. Set at upload (GpuRequest::tensor_decode).
     bool tensor_products = false;
 };
 
