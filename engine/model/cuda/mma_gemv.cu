@@ -225,8 +225,30 @@ static_assert(offsetof(BlockQ6_K, ql) % 4 == 0 && offsetof(BlockQ6_K, qh) % 4 ==
               "Q6_K: word loads at even offsets");
 
 // ---------------------------------------------------------------------------------------------
-// The kernel. NT: token tiles of 8 (one instance each); MT: row tiles a block; W: warps a block
-// (they split each row's sums, so W sets their order); P: pieces an activation splits into.
+// The kernel. NT: token tiles of 8 (one instance each); W: warps a block (they split each row's
+// sums, so W sets their order); P: pieces an activation splits into.
+
+// Four activations of one token as the B halves of a k-step (pairs (x, y) and (z, w), each as
+// its P pieces), and their sum added to `part` in order.
+template <class L, int P>
+__device__ __forceinline__ void split_four(const float4& v, uint32_t (&pieces)[P][2], float& part) {
+    const SplitPair<P> p01 = split_pair<P>(v.x, v.y);
+    const SplitPair<P> p23 = split_pair<P>(v.z, v.w);
+#pragma unroll
+    for (int k = 0; k < P; ++k) {
+        pieces[k][0] = p01.piece[k];
+        pieces[k][1] = p23.piece[k];
+    }
+    if constexpr (L::kHasOffset) {
+        part = __fadd_rn(__fadd_rn(__fadd_rn(__fadd_rn(part, v.x), v.y), v.z), v.w);
+    }
+}
+
+// The sum of a quad's parts (lanes 4c .. 4c + 3), the same bits in each of its lanes.
+__device__ __forceinline__ float quad_sum(float part) {
+    part = __fadd_rn(part, __shfl_xor_sync(kFullMask, part, 1));
+    return __fadd_rn(part, __shfl_xor_sync(kFullMask, part, 2));
+}
 
 // One warp's activations of one 256-element block for up to 8 tokens, split into pieces and
 // laid out as B fragments (token, group, piece, lane t, the group's k-steps), each token's
@@ -266,26 +288,54 @@ __device__ __forceinline__ void stage_x(const GemvArgs& args, int64_t x0, int la
         float part = 0.0f;
 #pragma unroll
         for (int c = 0; c < 2; ++c) {
-            const float4 v = __ldg(reinterpret_cast<const float4*>(x + 4 * c));
             int group, h, t;
             L::locate(8 * lane + 4 * c, group, h, t);
-            const SplitPair<P> p01 = split_pair<P>(v.x, v.y);
-            const SplitPair<P> p23 = split_pair<P>(v.z, v.w);
+            uint32_t pieces[P][2];
+            split_four<L, P>(__ldg(reinterpret_cast<const float4*>(x + 4 * c)), pieces, part);
 #pragma unroll
             for (int k = 0; k < P; ++k) {
                 uint32_t* fragment = staged.fragment(u, group, k, t);
-                fragment[2 * h] = p01.piece[k];
-                fragment[2 * h + 1] = p23.piece[k];
-            }
-            if constexpr (L::kHasOffset) {
-                part = __fadd_rn(__fadd_rn(__fadd_rn(__fadd_rn(part, v.x), v.y), v.z), v.w);
+                fragment[2 * h] = pieces[k][0];
+                fragment[2 * h + 1] = pieces[k][1];
             }
         }
         if constexpr (L::kHasOffset) {
-            part = __fadd_rn(part, __shfl_xor_sync(kFullMask, part, 1));
-            part = __fadd_rn(part, __shfl_xor_sync(kFullMask, part, 2));
+            part = quad_sum(part);
             if ((lane & 3) == 0) staged.group_sum[u * L::kGroups + (lane >> 2)] = part;
         }
+    }
+}
+
+// The B fragments of `group` (one token tile) from `staged`, and the group sums of this lane's
+// D columns 2t, 2t + 1.
+template <class L, int P>
+__device__ __forceinline__ void load_staged(const StagedX<L, P>& staged, int n_tokens, int group,
+                                            int g, int t, uint32_t (&bx)[1][L::kSteps][P][2],
+                                            float (&xsum)[1][2]) {
+    constexpr int kWords = StagedX<L, P>::kFragmentWords;
+#pragma unroll
+    for (int k = 0; k < P; ++k) {
+        uint32_t words[kWords] = {};
+        if (g < n_tokens) {
+            const uint32_t* fragment = staged.fragment(g, group, k, t);
+            if constexpr (kWords == 4) {
+                const uint4 v = *reinterpret_cast<const uint4*>(fragment);
+                words[0] = v.x, words[1] = v.y, words[2] = v.z, words[3] = v.w;
+            } else {
+                const uint2 v = *reinterpret_cast<const uint2*>(fragment);
+                words[0] = v.x, words[1] = v.y;
+            }
+        }
+#pragma unroll
+        for (int h = 0; h < L::kSteps; ++h) {
+            bx[0][h][k][0] = words[2 * h];
+            bx[0][h][k][1] = words[2 * h + 1];
+        }
+    }
+    if constexpr (L::kHasOffset) {
+        const float* sums = staged.group_sum + group;
+        xsum[0][0] = 2 * t < n_tokens ? sums[2 * t * L::kGroups] : 0.0f;
+        xsum[0][1] = 2 * t + 1 < n_tokens ? sums[(2 * t + 1) * L::kGroups] : 0.0f;
     }
 }
 
@@ -306,20 +356,10 @@ __device__ __forceinline__ void split_fragments(const float* const (&x_col)[NT],
                 v = __ldg(
                     reinterpret_cast<const float4*>(x_col[nt] + x0 + L::element(group, h, t)));
             }
-            const SplitPair<P> p01 = split_pair<P>(v.x, v.y);
-            const SplitPair<P> p23 = split_pair<P>(v.z, v.w);
-#pragma unroll
-            for (int k = 0; k < P; ++k) {
-                bx[nt][h][k][0] = p01.piece[k];
-                bx[nt][h][k][1] = p23.piece[k];
-            }
-            if constexpr (L::kHasOffset) {
-                part = __fadd_rn(__fadd_rn(__fadd_rn(__fadd_rn(part, v.x), v.y), v.z), v.w);
-            }
+            split_four<L, P>(v, bx[nt][h], part);
         }
         if constexpr (L::kHasOffset) {
-            part = __fadd_rn(part, __shfl_xor_sync(kFullMask, part, 1));
-            part = __fadd_rn(part, __shfl_xor_sync(kFullMask, part, 2));
+            part = quad_sum(part);
             // Lanes 4c .. 4c + 3 hold token column c's sum; D's columns here: 2t, 2t + 1.
             xsum[nt][0] = __shfl_sync(kFullMask, part, 8 * t);
             xsum[nt][1] = __shfl_sync(kFullMask, part, 8 * t + 4);
@@ -327,126 +367,101 @@ __device__ __forceinline__ void split_fragments(const float* const (&x_col)[NT],
     }
 }
 
-// One token tile: at most 85 registers, so that an SM holds three blocks (24 warps) while
-// their loads are in flight (Q6_K's loads took 107 and left two); more tiles: 128.
-// Adds group `group` of a 256-element block to acc: each row tile's quants as A fragments, one
-// tile sum per token tile, then its scale and offset (the lanes' rows g and g + 8).
-template <class L, int NT, int MT, int P>
-__device__ __forceinline__ void multiply_group(const typename L::Raw (&raw)[MT][2],
-                                               const typename L::Scales (&scales)[MT][2], int group,
+// Adds group `group` of a 256-element block to acc: the quants of rows g and g + 8 as A
+// fragments, one tile sum per token tile, then the rows' scale and offset.
+template <class L, int NT, int P>
+__device__ __forceinline__ void multiply_group(const typename L::Raw (&raw)[2],
+                                               const typename L::Scales (&scales)[2], int group,
                                                int lane, __nv_bfloat162 bias128,
                                                const uint32_t (&bx)[NT][L::kSteps][P][2],
-                                               const float (&xsum)[NT][2],
-                                               float (&acc)[MT][NT][4]) {
+                                               const float (&xsum)[NT][2], float (&acc)[NT][4]) {
+    uint32_t a[L::kSteps][4];
 #pragma unroll
-    for (int mt = 0; mt < MT; ++mt) {
-        uint32_t a[L::kSteps][4];
+    for (int h = 0; h < L::kSteps; ++h) {
+        quant_pairs(L::quants(raw[0], group, h), bias128, a[h][0], a[h][2]);
+        quant_pairs(L::quants(raw[1], group, h), bias128, a[h][1], a[h][3]);
+    }
+    float scale[2], offset[2];
 #pragma unroll
-        for (int h = 0; h < L::kSteps; ++h) {
-            quant_pairs(L::quants(raw[mt][0], group, h), bias128, a[h][0], a[h][2]);
-            quant_pairs(L::quants(raw[mt][1], group, h), bias128, a[h][1], a[h][3]);
-        }
-        float scale[2], offset[2];
+    for (int half = 0; half < 2; ++half) {
+        L::scale(raw[half], scales[half], group, lane, scale[half], offset[half]);
+    }
 #pragma unroll
-        for (int half = 0; half < 2; ++half) {
-            L::scale(raw[mt][half], scales[mt][half], group, lane, scale[half], offset[half]);
-        }
+    for (int nt = 0; nt < NT; ++nt) {
+        // One sum per piece (short chains: one chain of all six measured 10% slower at 16
+        // tokens), then the pieces smallest first.
+        float d[P][4];
 #pragma unroll
-        for (int nt = 0; nt < NT; ++nt) {
-            // One sum per piece (short chains: one chain of all six measured 10% slower
-            // at 16 tokens), then the pieces smallest first.
-            float d[P][4];
+        for (int k = 0; k < P; ++k) {
 #pragma unroll
-            for (int k = 0; k < P; ++k) {
+            for (int i = 0; i < 4; ++i) d[k][i] = 0.0f;
 #pragma unroll
-                for (int i = 0; i < 4; ++i) d[k][i] = 0.0f;
-#pragma unroll
-                for (int h = 0; h < L::kSteps; ++h) {
-                    mma_bf16(d[k], a[h], bx[nt][h][k][0], bx[nt][h][k][1]);
-                }
+            for (int h = 0; h < L::kSteps; ++h) {
+                mma_bf16(d[k], a[h], bx[nt][h][k][0], bx[nt][h][k][1]);
             }
+        }
 #pragma unroll
-            for (int i = 0; i < 4; ++i) {
-                float sum = d[P - 1][i];
+        for (int i = 0; i < 4; ++i) {
+            float sum = d[P - 1][i];
 #pragma unroll
-                for (int k = P - 2; k >= 0; --k) sum = __fadd_rn(sum, d[k][i]);
-                const int half = i >> 1;
-                acc[mt][nt][i] = __fmaf_rn(scale[half], sum, acc[mt][nt][i]);
-                if constexpr (L::kHasOffset) {
-                    acc[mt][nt][i] = __fmaf_rn(-offset[half], xsum[nt][i & 1], acc[mt][nt][i]);
-                }
+            for (int k = P - 2; k >= 0; --k) sum = __fadd_rn(sum, d[k][i]);
+            const int half = i >> 1;
+            acc[nt][i] = __fmaf_rn(scale[half], sum, acc[nt][i]);
+            if constexpr (L::kHasOffset) {
+                acc[nt][i] = __fmaf_rn(-offset[half], xsum[nt][i & 1], acc[nt][i]);
             }
         }
     }
 }
 
-// The sums of a block's warps in warp order, stored by warp 0: D element i of tile (mt, nt) is
-// row row0 + 16 mt + g + 8 (i / 2), token 8 nt + 2t + i % 2.
-template <int NT, int MT, int W>
-__device__ __forceinline__ void store_sums(float (&acc)[MT][NT][4], const GemvTarget& target,
+// The sums of a block's warps in warp order, stored by warp 0: D element i of token tile nt is
+// row row0 + g + 8 (i / 2), token 8 nt + 2t + i % 2.
+template <int NT, int W>
+__device__ __forceinline__ void store_sums(float (&acc)[NT][4], const GemvTarget& target,
                                            int64_t row0, int n_tokens, int warp, int lane) {
     const int g = lane >> 2, t = lane & 3;
-    __shared__ float partial[W][MT][NT][4][32];
+    __shared__ float partial[W][NT][4][32];
 #pragma unroll
-    for (int mt = 0; mt < MT; ++mt) {
+    for (int nt = 0; nt < NT; ++nt) {
 #pragma unroll
-        for (int nt = 0; nt < NT; ++nt) {
-#pragma unroll
-            for (int i = 0; i < 4; ++i) partial[warp][mt][nt][i][lane] = acc[mt][nt][i];
-        }
+        for (int i = 0; i < 4; ++i) partial[warp][nt][i][lane] = acc[nt][i];
     }
     __syncthreads();
     if (warp != 0) return;
 #pragma unroll
-    for (int mt = 0; mt < MT; ++mt) {
-#pragma unroll
-        for (int nt = 0; nt < NT; ++nt) {
-#pragma unroll
-            for (int i = 0; i < 4; ++i) {
-                float sum = partial[0][mt][nt][i][lane];
-#pragma unroll
-                for (int w = 1; w < W; ++w) sum = __fadd_rn(sum, partial[w][mt][nt][i][lane]);
-                acc[mt][nt][i] = sum;
-            }
-        }
-    }
-
-#pragma unroll
     for (int nt = 0; nt < NT; ++nt) {
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
-            const int token = nt * kTileTokens + 2 * t + (i & 1);
-            if (token >= n_tokens) continue;
-            float* y = target.y + static_cast<int64_t>(token) * target.ldy;
+            float sum = partial[0][nt][i][lane];
 #pragma unroll
-            for (int mt = 0; mt < MT; ++mt) {
-                const int64_t row = row0 + mt * kTileRows + 8 * (i >> 1) + g;
-                if (row < target.rows) y[row] = acc[mt][nt][i];
+            for (int w = 1; w < W; ++w) sum = __fadd_rn(sum, partial[w][nt][i][lane]);
+            const int token = nt * kTileTokens + 2 * t + (i & 1);
+            const int64_t row = row0 + 8 * (i >> 1) + g;
+            if (token < n_tokens && row < target.rows) {
+                target.y[static_cast<int64_t>(token) * target.ldy + row] = sum;
             }
         }
     }
 }
 
-template <class L, int NT, int MT, int W, int P>
+// One token tile: at most 85 registers, so that an SM holds three blocks (24 warps) while
+// their loads are in flight (Q6_K's loads took 107 and left two); more tiles: 128.
+template <class L, int NT, int W, int P>
 __global__ void __launch_bounds__(32 * W, NT == 1 ? 3 : 2) mma_gemv_kernel(const GemvArgs args) {
     constexpr bool kStaged = NT == 1;
-    constexpr int kRowsPerBlock = MT * kTileRows;
     const int lane = threadIdx.x & 31;
     const int warp = threadIdx.x >> 5;
     const int g = lane >> 2, t = lane & 3;
     const GemvTarget target = pick_target(args);
-    const int64_t row0 = (blockIdx.x - target.block_begin) * kRowsPerBlock;
+    const int64_t row0 = (blockIdx.x - target.block_begin) * kTileRows;
     if (row0 >= target.rows) return;  // the whole block
 
-    // Rows g and g + 8 of each tile; rows past the end read the last row and store nothing.
-    const uint8_t* row_data[MT][2];
+    // Rows g and g + 8; rows past the end read the last row and store nothing.
+    const uint8_t* row_data[2];
 #pragma unroll
-    for (int mt = 0; mt < MT; ++mt) {
-#pragma unroll
-        for (int half = 0; half < 2; ++half) {
-            const int64_t row = min(row0 + mt * kTileRows + half * 8 + g, target.rows - 1);
-            row_data[mt][half] = target.data + static_cast<size_t>(row) * target.row_stride;
-        }
+    for (int half = 0; half < 2; ++half) {
+        const int64_t row = min(row0 + half * 8 + g, target.rows - 1);
+        row_data[half] = target.data + static_cast<size_t>(row) * target.row_stride;
     }
     // This lane's B column in token tile nt: token 8 nt + g (zeros past the last token).
     const float* x_col[NT];
@@ -462,33 +477,24 @@ __global__ void __launch_bounds__(32 * W, NT == 1 ? 3 : 2) mma_gemv_kernel(const
     extern __shared__ __align__(16) unsigned char staged_bytes[];
     const StagedX<L, P> staged(staged_bytes, warp, kStaged ? args.n_tokens : 0);
 
-    float acc[MT][NT][4];
+    float acc[NT][4];
 #pragma unroll
-    for (int mt = 0; mt < MT; ++mt) {
+    for (int nt = 0; nt < NT; ++nt) {
 #pragma unroll
-        for (int nt = 0; nt < NT; ++nt) {
-#pragma unroll
-            for (int i = 0; i < 4; ++i) acc[mt][nt][i] = 0.0f;
-        }
+        for (int i = 0; i < 4; ++i) acc[nt][i] = 0.0f;
     }
 
     const int blocks_per_row = static_cast<int>(args.cols / kQK_K);
     for (int b = warp; b < blocks_per_row; b += W) {
-        typename L::Raw raw[MT][2];
+        typename L::Raw raw[2];
+        typename L::Scales scales[2];
 #pragma unroll
-        for (int mt = 0; mt < MT; ++mt) {
-#pragma unroll
-            for (int half = 0; half < 2; ++half) {
-                raw[mt][half] = L::load(
-                    row_data[mt][half] + static_cast<size_t>(b) * sizeof(typename L::Block), t);
-            }
+        for (int half = 0; half < 2; ++half) {
+            raw[half] =
+                L::load(row_data[half] + static_cast<size_t>(b) * sizeof(typename L::Block), t);
         }
-        typename L::Scales scales[MT][2];
 #pragma unroll
-        for (int mt = 0; mt < MT; ++mt) {
-#pragma unroll
-            for (int half = 0; half < 2; ++half) scales[mt][half] = L::own_scales(raw[mt][half], t);
-        }
+        for (int half = 0; half < 2; ++half) scales[half] = L::own_scales(raw[half], t);
         const int64_t x0 = static_cast<int64_t>(b) * kQK_K;
         if constexpr (kStaged) {
             __syncwarp();  // the previous block's fragments are read
@@ -500,53 +506,27 @@ __global__ void __launch_bounds__(32 * W, NT == 1 ? 3 : 2) mma_gemv_kernel(const
             uint32_t bx[NT][L::kSteps][P][2];
             float xsum[NT][2];
             if constexpr (kStaged) {
-                constexpr int kWords = StagedX<L, P>::kFragmentWords;
-#pragma unroll
-                for (int k = 0; k < P; ++k) {
-                    uint32_t words[kWords] = {};
-                    if (has_col[0]) {
-                        const uint32_t* fragment = staged.fragment(g, group, k, t);
-                        if constexpr (kWords == 4) {
-                            const uint4 v = *reinterpret_cast<const uint4*>(fragment);
-                            words[0] = v.x, words[1] = v.y, words[2] = v.z, words[3] = v.w;
-                        } else {
-                            const uint2 v = *reinterpret_cast<const uint2*>(fragment);
-                            words[0] = v.x, words[1] = v.y;
-                        }
-                    }
-#pragma unroll
-                    for (int h = 0; h < L::kSteps; ++h) {
-                        bx[0][h][k][0] = words[2 * h];
-                        bx[0][h][k][1] = words[2 * h + 1];
-                    }
-                }
-                if constexpr (L::kHasOffset) {
-                    const float* sums = staged.group_sum + group;
-                    xsum[0][0] = 2 * t < args.n_tokens ? sums[2 * t * L::kGroups] : 0.0f;
-                    xsum[0][1] = 2 * t + 1 < args.n_tokens ? sums[(2 * t + 1) * L::kGroups] : 0.0f;
-                }
+                load_staged<L, P>(staged, args.n_tokens, group, g, t, bx, xsum);
             } else {
                 split_fragments<L, NT, P>(x_col, has_col, x0, group, t, bx, xsum);
             }
-            multiply_group<L, NT, MT, P>(raw, scales, group, lane, bias128, bx, xsum, acc);
+            multiply_group<L, NT, P>(raw, scales, group, lane, bias128, bx, xsum, acc);
         }
     }
-
-    store_sums<NT, MT, W>(acc, target, row0, args.n_tokens, warp, lane);
+    store_sums<NT, W>(acc, target, row0, args.n_tokens, warp, lane);
 }
 
 template <class L, int NT>
 void launch_tiles(GemvArgs& args, cudaStream_t stream) {
-    constexpr int kRowTiles = 1, kPieces = 3;
-    constexpr int64_t rows_per_block = kRowTiles * kTileRows;
+    constexpr int kPieces = 3;
     int64_t blocks = 0;
     for (int m = 0; m < args.count; ++m) {
         args.block_begin[m] = blocks;
-        blocks += (args.rows[m] + rows_per_block - 1) / rows_per_block;
+        blocks += (args.rows[m] + kTileRows - 1) / kTileRows;
     }
     for (int m = args.count; m <= kMaxGemvOuts; ++m) args.block_begin[m] = blocks;
     if (blocks == 0) return;
-    auto* kernel = mma_gemv_kernel<L, NT, kRowTiles, kMmaWarps, kPieces>;
+    auto* kernel = mma_gemv_kernel<L, NT, kMmaWarps, kPieces>;
     // One token tile stages its activations per warp (StagedX); more tiles split in registers.
     const size_t staged_bytes =
         NT == 1 ? kMmaWarps * StagedX<L, kPieces>::warp_bytes(args.n_tokens) : 0;
