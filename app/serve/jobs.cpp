@@ -31,6 +31,8 @@ JobRunner::JobRunner(const Model& model, ThreadPool& pool, ConversationOptions c
         conv->set_prefix_store(store);
         // The vocabulary is built once, by the first request that needs it, for every slot.
         conv->share_vocabulary_tries(*renderer_);
+        // On a GPU, the slot's first request should not pay for its state's first use.
+        warm_up(model_, conv->state(), pool);
         return conv;
     };
     slots_ = std::make_unique<SlotPool>(options_.parallel, options_.max_waiting, make_slot);

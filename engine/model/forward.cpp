@@ -248,6 +248,19 @@ std::span<const float> forward(const Model& model, InferenceState& st, ThreadPoo
     return {logits.data(), static_cast<size_t>(rows * c.n_vocab)};
 }
 
+void warm_up(const Model& model, InferenceState& state, ThreadPool& pool) {
+    if (model.device() == nullptr || is_hybrid(model.config().family) || state.kv.length() != 0) {
+        return;
+    }
+    const int64_t prompt = kExactBatchTokens + 1;  // past the exact batches: cuBLAS on a GPU
+    if (prompt + 1 > state.kv.capacity()) return;
+    const std::vector<int32_t> tokens(static_cast<size_t>(prompt), 0);
+    forward(model, state, pool, tokens, LogitsWanted::Last);
+    const int32_t next = 0;
+    forward(model, state, pool, std::span<const int32_t>(&next, 1), LogitsWanted::Last);
+    roll_back(state, 0);
+}
+
 std::vector<std::exception_ptr> decode_batch(const Model& model,
                                              std::span<InferenceState* const> states,
                                              ThreadPool& pool, std::span<const int32_t> tokens,

@@ -130,6 +130,28 @@ TEST_P(GpuBatch, EachConversationGetsTheBitsItGetsAlone) {
                 compared, refused);
 }
 
+// A state warmed up (forward.h: warm_up, as each of serve's slots is at start) is empty again
+// and gives, prompt and steps, the bits a fresh state gives.
+TEST_P(GpuBatch, WarmedUpStateGivesTheBitsOfAFreshOne) {
+    const std::vector<int32_t> ids = prompt(2);
+    const int64_t positions = static_cast<int64_t>(ids.size()) + 8 + kExactBatchTokens;
+    auto fresh = state_for(positions);
+    auto warmed = state_for(positions);
+    warm_up(*model_, *warmed, pool_);
+    ASSERT_EQ(warmed->kv.length(), 0) << "warm_up left tokens in the state";
+    std::vector<float> expected;
+    for (int step = 0; step < 4; ++step) {
+        std::vector<int32_t> input = ids;
+        if (step > 0) input = {argmax(expected)};
+        const auto want = forward(*model_, *fresh, pool_, input, LogitsWanted::Last);
+        expected.assign(want.begin(), want.end());
+        const auto got = forward(*model_, *warmed, pool_, input, LogitsWanted::Last);
+        ASSERT_EQ(0, std::memcmp(expected.data(), got.data(), expected.size() * sizeof(float)))
+            << "step " << step << ": the warmed-up state's logits differ from a fresh one's";
+    }
+    EXPECT_EQ(warmed->kv.length(), fresh->kv.length());
+}
+
 std::vector<BatchCase> cases() {
     std::vector<BatchCase> out;
     for (const char* arch :
