@@ -73,6 +73,11 @@ std::unique_ptr<Model> load_model(const std::string& path, const std::string& ac
     const GpuPlacement placed = place_model(*model, request, kv_bytes);
     if (!placed.note.empty())
         ui::TextWriter(stderr).raw("ember: note: ").text(placed.note).raw("\n");
+    if (request.tensor_decode && model->device() == nullptr) {
+        // The flag would otherwise be taken without a word and change nothing.
+        ui::TextWriter(stderr).raw(
+            "ember: note: --tensor-decode changes nothing here: the model runs on the CPU\n");
+    }
     return model;
 }
 

@@ -1,7 +1,8 @@
 // What the user sees when a hybrid file's layer-kind metadata disagrees with its tensors: the
 // real binary loads it, prints one warning naming the layers on stderr (the engine returns it,
 // app prints it) and computes what the consistent original computes; a file whose tensors
-// contradict themselves is refused with one clear error.
+// contradict themselves is refused with one clear error. And an option that cannot act (a GPU
+// option when the model runs on the CPU) says so instead of being taken silently.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -71,6 +72,26 @@ TEST(LoadWarnings, LayerWithBothKindsOfTensorsIsOneClearError) {
     EXPECT_EQ(r.err, "ember: error: " + bad +
                          ": layer 1 has both attention and recurrent tensors, so its kind is "
                          "ambiguous\n");
+}
+
+TEST(LoadWarnings, TensorDecodeOnTheCpuSaysItChangesNothing) {
+    constexpr const char* kLlama = "arch/llama/llama.gguf";
+    EMBER_REQUIRE_FIXTURE(kLlama);
+    const std::vector<std::string> eval = {ember_binary(), "eval",  "-m",    fixture_path(kLlama),
+                                           "--ids",        "1,2,3", "--gpu", "off"};
+    auto with_flag = eval;
+    with_flag.push_back("--tensor-decode");
+    const auto plain = run_command(eval);
+    const auto flagged = run_command(with_flag);
+    ASSERT_EQ(plain.status, 0) << plain.err;
+    ASSERT_EQ(flagged.status, 0) << flagged.err;
+    EXPECT_EQ(plain.err.find("--tensor-decode"), std::string::npos) << plain.err;
+    EXPECT_EQ(
+        count(flagged.err,
+              "ember: note: --tensor-decode changes nothing here: the model runs on the CPU\n"),
+        1u)
+        << flagged.err;
+    EXPECT_EQ(flagged.out, plain.out);  // the same logits either way
 }
 
 }  // namespace
