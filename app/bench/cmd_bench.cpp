@@ -550,7 +550,8 @@ void register_bench_command(CLI::App& app, std::vector<Command>& out) {
         ->check(CLI::IsMember({"ngram"}));
     cmd->add_option("--streams", args->streams,
                     "Decode steps of N conversations at once (serve's batched steps), per N, "
-                    "against the first N: e.g. 1,4,16")
+                    "against the first N: e.g. 1,4,16 (the steps alone are timed, not the "
+                    "greedy picks between them)")
         ->delimiter(',');
     cmd->add_option("--seed", args->seed, "Seed of the random prompt")->capture_default_str();
     cmd->add_option("--bw-mib", args->bw_mib, "Bandwidth probe buffer, MiB (at least 1024)")
