@@ -249,7 +249,10 @@ std::span<const float> forward(const Model& model, InferenceState& st, ThreadPoo
 }
 
 void warm_up(const Model& model, InferenceState& state, ThreadPool& pool) {
-    if (model.device() == nullptr || is_hybrid(model.config().family) || state.kv.length() != 0) {
+    const ComputeDevice* device = model.device();
+    // A split model's CPU layers have nothing to warm, and would make it slow.
+    if (device == nullptr || device->layers() < model.config().n_layer ||
+        is_hybrid(model.config().family) || state.kv.length() != 0) {
         return;
     }
     const int64_t prompt = kExactBatchTokens + 1;  // past the exact batches: cuBLAS on a GPU

@@ -52,8 +52,9 @@ std::span<const float> forward(const Model& model, InferenceState& state, Thread
 // state on a device, then empties it again: the device allocates and initializes there what
 // the state's first prompt and first step would (its cuBLAS workspace, the buffers that grow on
 // demand, the captured decode step), so that a server's first requests on each of its slots do
-// not wait for that (~20 ms a slot on an H200). Does nothing on the CPU, for a hybrid (whose
-// recurrent state would need zeroing too) or for a state that is not empty.
+// not wait for that (~20 ms a slot on an H200). Does nothing on the CPU, for a model split
+// between a GPU and the CPU, for a hybrid (whose recurrent state would need zeroing too) or for
+// a state that is not empty.
 void warm_up(const Model& model, InferenceState& state, ThreadPool& pool);
 
 // One decode step of several conversations at once: tokens[i] is evaluated in *states[i] at
