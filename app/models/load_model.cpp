@@ -101,7 +101,7 @@ void add_gpu_option(CLI::App* cmd, GpuOptions& gpu) {
         ->check(gpu_memory_error);
     cmd->add_flag("--tensor-decode", gpu.tensor_decode,
                   "Decode products of Q4_K/Q6_K weights on the GPU's tensor cores: faster for "
-                  "many conversations' steps together (serve), ~20% slower for one");
+                  "many conversations' steps together (serve), ~16% slower for one");
 }
 
 void add_activations_option(CLI::App* cmd, std::string& activations) {
