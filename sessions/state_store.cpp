@@ -3,6 +3,7 @@
 #include <sys/statvfs.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cinttypes>
 #include <ctime>
@@ -33,6 +34,35 @@ namespace {
 int byte_planes(KvType type) {
     return type == KvType::F16 ? 2 : 1;
 }
+
+// How a block's rows are packed (blob_codec.h: pack_blob's level and planes).
+struct RowsPacking {
+    int level = 3;
+    int planes = 1;
+};
+
+// Where the model runs on a GPU, KV rows are stored as they are (zstd's fastest level, which
+// finds nothing in them: x1.00): a restore there is as fast as the host inflates, and inflating
+// was most of it. Restoring 17,516 tokens of a Llama-3.1-8B onto the H200 took 313 ms on 16
+// threads, 190 of them each thread's inflating (~0.75 GB/s a thread with the others at it), where
+// the copies to the device are ~55 GB/s. f16 rows of a trained model (SmolLM2-135M-Instruct, 25
+// blocks) shrink x1.16 as planes at level 3 and decode at 3.7 GB/s a core on the CI machine; at
+// level -1 they shrink x1.00 and decode at ~32 GB/s (a copy). So a GPU's blobs are 16% larger
+// and inflate ~9x faster; on the CPU, whose prefill is a thousand times slower than the
+// restore, the bytes stay what counts.
+RowsPacking rows_packing(KvType type, bool on_gpu, int level) {
+    if (on_gpu) return {-1, 1};
+    return {level, byte_planes(type)};
+}
+
+// Restoring threads: decoding (zstd, byte planes, checksum) and copying into the cache take
+// ~2 GB/s per thread, and the engine's threads wait for the restore anyway. A GPU's host has
+// the cores for more, but not for 16: with the rows going to the device alone and stored as
+// they are (rows_packing), 2,348 tokens of a Llama-3.1-8B restored on the H200 machine in
+// 59-66 ms on 8 threads and 82-93 ms on 16 (each thread's connection opening and page-locking
+// its buffer wait on the others: SQLite's locks, the driver's), 17,516 tokens in 180 ms on
+// either.
+constexpr unsigned kMaxRestoreThreads = 8;
 
 // A row of state_blocks without its state blob.
 struct StoredBlock {
@@ -340,17 +370,27 @@ struct BlockLoad {
     int64_t stored_bytes = 0;
 };
 
-// Restoring threads: decoding (zstd, byte planes, checksum) and copying into the cache take
-// ~2 GB/s per thread, and the engine's threads wait for the restore anyway. A GPU's host has
-// the cores for more (16 on the H200 machine, where 2 GB of Llama-3.1-8B rows took 1.2 s on
-// four threads).
-constexpr unsigned kMaxRestoreThreads = 16;
+// The blocks of a restore, taken one at a time by the restoring threads in chain order: a
+// thread that starts late (its connection's opening waited on SQLite's locks: 11-50 ms on the
+// H200 machine's 16 cores) takes fewer, where a fixed share per thread made the restore wait
+// for its last starter. `stop`: a block was missing or bad, the ones after it are of no use.
+struct BlockQueue {
+    std::vector<BlockLoad>& loads;
+    std::atomic<size_t> next{0};
+    std::atomic<bool> stop{false};
+    BlockLoad* take() {
+        if (stop.load(std::memory_order_relaxed)) return nullptr;
+        const size_t i = next.fetch_add(1, std::memory_order_relaxed);
+        return i < loads.size() ? &loads[i] : nullptr;
+    }
+};
 
-// Reads, checks and applies every `step`-th block from `first` on; stops at the first one
-// that is missing or bad (the blocks after it cannot be used). The reads share the connection
-// under `db_mutex`; the blocks write disjoint rows of `kv`, whose chunks are reserved already.
-void load_blocks(Database& db, std::mutex& db_mutex, std::vector<BlockLoad>& loads, size_t first,
-                 size_t step, KvCache& kv) {
+// Reads, checks and applies the blocks `queue` hands out until none is left or one is missing
+// or bad (the blocks after it cannot be used: the queue stops). The reads go through `db` under
+// `db_mutex`; the blocks write disjoint rows of `kv`, whose chunks are reserved already, and
+// this thread maps chunks `part`, `part + parts`, ... of them first.
+void load_blocks(Database& db, std::mutex& db_mutex, BlockQueue& queue, size_t part, size_t parts,
+                 KvCache& kv) {
     // One buffer of each kind per thread: the blocks are of one size, so their pages are
     // faulted in once rather than once per block. The inflated rows are page-locked where a
     // GPU mirrors the cache: its copy then reads them with the copy engine while the thread
@@ -360,17 +400,23 @@ void load_blocks(Database& db, std::mutex& db_mutex, std::vector<BlockLoad>& loa
     std::vector<uint8_t> packed;
     PinnedBytes raw;
     std::vector<uint8_t> planes;
-    kv.populate(first, step);  // the chunks the blocks are about to fill, mapped in one go
-    for (size_t i = first; i < loads.size(); i += step) {
-        BlockLoad& b = loads[i];
+    // The chunks the blocks are about to fill, mapped in one go (not where the rows go to a
+    // GPU alone: the host rows then stay unmapped until a save reads them).
+    if (!kv.restores_to_device()) kv.populate(part, parts);
+    while (BlockLoad* next = queue.take()) {
+        BlockLoad& b = *next;
         try {
             const std::lock_guard<std::mutex> lock(db_mutex);
             b.missing = !read_blob(db, "state_blobs", "state", b.id, packed);
         } catch (...) {
             b.failed = std::current_exception();
+            queue.stop = true;
             return;
         }
-        if (b.missing) return;
+        if (b.missing) {
+            queue.stop = true;
+            return;
+        }
         try {
             if (kv.mirrored()) raw.reserve_pinned(unpacked_size(packed));
             unpack_blob(packed, raw.vector(), planes);
@@ -382,6 +428,7 @@ void load_blocks(Database& db, std::mutex& db_mutex, std::vector<BlockLoad>& loa
             apply_kv_rows(raw.bytes(), kv, b.from, b.end);
         } catch (const std::exception& e) {
             b.unreadable = e.what();
+            queue.stop = true;
             return;
         }
         b.raw_bytes = static_cast<int64_t>(raw.size());
@@ -412,10 +459,10 @@ int64_t StateStore::load_chain(const std::vector<BlockRow>& chain, int64_t have,
     // file: one connection's blob reads take turns, and at ~1.5 GB/s they were what a restore
     // onto a GPU waited on (2 GB of Llama-3.1-8B rows in 1.3 s on 16 threads). A reader that
     // cannot open shares the first connection.
-    // Each opens its own, side by side (~1.5 ms each).
     std::error_code ec;
     const bool own_readers = threads > 1 && std::filesystem::is_regular_file(db_.path(), ec);
     std::mutex db_mutex;
+    BlockQueue queue{loads};
     fan_out(threads, [&](int t) {
         std::unique_ptr<Database> own;
         if (own_readers && t > 0) {
@@ -426,10 +473,9 @@ int64_t StateStore::load_chain(const std::vector<BlockRow>& chain, int64_t have,
             }
         }
         std::mutex own_mutex;  // nobody else reads through `own`
-        load_blocks(own ? *own : db_, own ? own_mutex : db_mutex, loads, static_cast<size_t>(t),
+        load_blocks(own ? *own : db_, own ? own_mutex : db_mutex, queue, static_cast<size_t>(t),
                     static_cast<size_t>(threads), kv);
     });
-
     int64_t restored = have;
     for (const BlockLoad& b : loads) {
         if (b.failed) std::rethrow_exception(b.failed);
@@ -440,8 +486,9 @@ int64_t StateStore::load_chain(const std::vector<BlockRow>& chain, int64_t have,
                       BlobError(b.unreadable));
             break;
         }
-        // A thread stops at its first bad block, so every block it left undone lies after
-        // one of the breaks above; this guards that reasoning, it is not a case of its own.
+        // The queue hands the blocks out in order and stops at a bad one, so every block left
+        // undone lies after one of the breaks above; this guards that reasoning, it is not a
+        // case of its own.
         if (b.raw_bytes == 0) break;
         totals.raw_bytes += b.raw_bytes;
         totals.stored_bytes += b.stored_bytes;
@@ -634,7 +681,9 @@ int64_t StateStore::insert_block(int64_t parent_id, const StateKey& key, int64_t
                                  std::span<const int32_t> block, const KvCache& kv, int64_t tick) {
     const int64_t end = begin + static_cast<int64_t>(block.size());
     const std::vector<uint8_t> raw = serialize_kv_rows(kv, begin, end);
-    const std::vector<uint8_t> packed = pack_blob(raw, options_.zstd_level, byte_planes(kv.type()));
+    const RowsPacking packing = rows_packing(
+        kv.type(), model_ != nullptr && model_->device() != nullptr, options_.zstd_level);
+    const std::vector<uint8_t> packed = pack_blob(raw, packing.level, packing.planes);
     check_headroom(packed.size());
     Statement s = db_.prepare(
         "INSERT INTO state_blocks(key, parent_id, seed, begin_pos, n_tokens, tokens, "

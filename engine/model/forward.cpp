@@ -248,20 +248,19 @@ std::span<const float> forward(const Model& model, InferenceState& st, ThreadPoo
     return {logits.data(), static_cast<size_t>(rows * c.n_vocab)};
 }
 
-void warm_up(const Model& model, InferenceState& state, ThreadPool& pool) {
+void warm_up(const Model& model, InferenceState& state, ThreadPool& pool, int64_t prompt_tokens) {
     const ComputeDevice* device = model.device();
     // A split model's CPU layers have nothing to warm, and would make it slow.
-    if (device == nullptr || device->layers() < model.config().n_layer ||
-        is_hybrid(model.config().family) || state.kv.length() != 0) {
+    if (device == nullptr || device->layers() < model.config().n_layer || state.kv.length() != 0 ||
+        prompt_tokens + 1 > state.kv.capacity()) {
         return;
     }
-    const int64_t prompt = kExactBatchTokens + 1;  // past the exact batches: cuBLAS on a GPU
-    if (prompt + 1 > state.kv.capacity()) return;
-    const std::vector<int32_t> tokens(static_cast<size_t>(prompt), 0);
+    const std::vector<int32_t> tokens(static_cast<size_t>(prompt_tokens), 0);
     forward(model, state, pool, tokens, LogitsWanted::Last);
     const int32_t next = 0;
     forward(model, state, pool, std::span<const int32_t>(&next, 1), LogitsWanted::Last);
     roll_back(state, 0);
+    if (!state.recurrent.empty()) state.recurrent.reset();  // a hybrid's mixers start from zeros
 }
 
 std::vector<std::exception_ptr> decode_batch(const Model& model,

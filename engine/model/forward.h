@@ -18,6 +18,15 @@ struct InferenceState;
 // the output matrix.
 enum class LogitsWanted { Last, All, None };
 
+// Batches of at most this many tokens give bit for bit the logits, K/V rows and recurrent
+// state that evaluating the same tokens one at a time gives; speculative verification relies
+// on it. Longer batches may take faster paths that round differently (qwen35's chunked delta
+// rule). Covers the longest verification batch (--draft-max 16, plus the verified token).
+inline constexpr int64_t kExactBatchTokens = 17;
+
+// Most conversations in one decode_batch step: the exact batches' kernels take them.
+inline constexpr int64_t kMaxDecodeBatch = kExactBatchTokens;
+
 // Watches a long evaluation (a pasted prompt of thousands of tokens) so a front end can show
 // how far it got and stop it. Called with how many of the call's tokens are evaluated: on the
 // CPU between the layers of each batch (a batch counts in proportion to its finished layers)
@@ -48,14 +57,17 @@ std::span<const float> forward(const Model& model, InferenceState& state, Thread
                                std::span<const int32_t> tokens, LogitsWanted wanted,
                                const EvaluationWatch* watch = nullptr);
 
-// Evaluates a throwaway prompt (kExactBatchTokens + 1 tokens) and one decode step in an empty
-// state on a device, then empties it again: the device allocates and initializes there what
-// the state's first prompt and first step would (its cuBLAS workspace, the buffers that grow on
-// demand, the captured decode step), so that a server's first requests on each of its slots do
-// not wait for that (~20 ms a slot on an H200). Does nothing on the CPU, for a model split
-// between a GPU and the CPU, for a hybrid (whose recurrent state would need zeroing too) or for
-// a state that is not empty.
-void warm_up(const Model& model, InferenceState& state, ThreadPool& pool);
+// Evaluates a throwaway prompt of `prompt_tokens` tokens (by default just past the exact
+// batches, so that the products take the prefill's path) and one decode step in an empty state
+// on a device, then empties it again (a hybrid's recurrent state back to zeros): the device
+// allocates and initializes there what the state's first prompt and first step would (its cuBLAS
+// workspace, the buffers that grow on demand, the captured decode step), so that a server's
+// first requests on each of its slots do not wait for that (~20 ms a slot on an H200), and a
+// model's placement loads the kernels before the first reply. Does nothing on the CPU, for a
+// model split between a GPU and the CPU (its CPU layers have nothing to warm), for a state that
+// is not empty or one too short for the prompt and the step.
+void warm_up(const Model& model, InferenceState& state, ThreadPool& pool,
+             int64_t prompt_tokens = kExactBatchTokens + 1);
 
 // One decode step of several conversations at once: tokens[i] is evaluated in *states[i] at
 // that state's next position and its logits written to row i of `out` [states.size() x
@@ -79,14 +91,5 @@ inline constexpr int64_t kMaxBatch = 256;
 // besides the weights and KV rows (peak device memory within weights + KV + 10%), while its CPU
 // layers still reuse each weight for 128 tokens.
 inline constexpr int64_t kMaxSplitBatch = 128;
-
-// Batches of at most this many tokens give bit for bit the logits, K/V rows and recurrent
-// state that evaluating the same tokens one at a time gives; speculative verification relies
-// on it. Longer batches may take faster paths that round differently (qwen35's chunked delta
-// rule). Covers the longest verification batch (--draft-max 16, plus the verified token).
-inline constexpr int64_t kExactBatchTokens = 17;
-
-// Most conversations in one decode_batch step: the exact batches' kernels take them.
-inline constexpr int64_t kMaxDecodeBatch = kExactBatchTokens;
 
 }  // namespace ember

@@ -53,7 +53,20 @@ struct RestoredRows {
 // read on the host (serializing).
 class KvMirror {
 public:
-    virtual void bring_host_up_to_date() = 0;
+    // Host rows [begin, end) of every layer (clipped to the cache's length) become the state's.
+    virtual void bring_host_up_to_date(int64_t begin, int64_t end) = 0;
+    // Whether a restore may put its rows on the device alone (rows_restored_to_device): the
+    // mirror holds every layer, none of them a ring.
+    virtual bool restores_to_device() const = 0;
+    // A restore's rows [begin, end) of every layer, from `source` (page-locked) to the device
+    // alone: the host rows stay as they were, stale until a reader asks for them
+    // (bring_host_up_to_date), so a restore onto a GPU neither maps nor fills host memory for
+    // them. Waits for the copy (the blob may go on return). False, with nothing done, when
+    // the source is not page-locked or restores_to_device() is false: the caller writes the
+    // host rows instead and calls host_rows_restored. Restoring threads call it at once for
+    // disjoint ranges that start where the state's rows end.
+    virtual bool rows_restored_to_device(int64_t begin, int64_t end,
+                                         const RestoredRows& source) = 0;
     // A restore (apply_kv_rows) has just written host rows [begin, end) of every layer: the
     // mirror may copy them now, while the restore reads on, instead of at the next forward pass
     // (on a GPU restoring 2 GB of rows, the copy is as long as the read). Called from the
@@ -164,12 +177,22 @@ public:
     int64_t take_host_writes();
     // Non-owning; the mirror clears it when it goes.
     void set_mirror(KvMirror* mirror) { mirror_ = mirror; }
-    // Before reading rows on the host: the mirror's newer rows are copied in (no-op without).
-    void sync_host() const {
-        if (mirror_) mirror_->bring_host_up_to_date();
+    // Before reading rows [begin, end) on the host: the mirror's newer rows are copied in
+    // (no-op without).
+    void sync_host(int64_t begin, int64_t end) const {
+        if (mirror_) mirror_->bring_host_up_to_date(begin, end);
     }
     // Whether a device mirrors the rows (a restore then inflates into page-locked memory).
     bool mirrored() const { return mirror_ != nullptr; }
+    // Whether a restore's rows may go to the device alone (KvMirror::restores_to_device): its
+    // threads then need not map the host chunks (populate).
+    bool restores_to_device() const { return mirror_ != nullptr && mirror_->restores_to_device(); }
+    // A restore's rows [begin, end) to the device alone (KvMirror::rows_restored_to_device);
+    // false: the caller writes the host rows.
+    bool rows_restored_to_device(int64_t begin, int64_t end, const RestoredRows& source) {
+        return mirror_ != nullptr && end > begin && source.rows != nullptr &&
+               mirror_->rows_restored_to_device(begin, end, source);
+    }
     // A restore wrote rows [begin, end) of every layer (KvMirror::host_rows_restored).
     void rows_restored(int64_t begin, int64_t end, const RestoredRows& source) {
         if (mirror_ && end > begin) mirror_->host_rows_restored(begin, end, source);

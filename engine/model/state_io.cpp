@@ -249,7 +249,7 @@ std::vector<uint8_t> serialize_kv_rows(const KvCache& kv, int64_t begin, int64_t
                                 std::to_string(end) + ") outside the cache length " +
                                 std::to_string(kv.length()));
     }
-    kv.sync_host();  // rows a GPU computed
+    kv.sync_host(begin, end);  // rows a GPU computed or restored
     const bool windowed = kv.ring_positions() > 0;
     // Sliding layers: the rows their rings still hold.
     const int64_t ring_begin = windowed ? std::clamp(kv.ring_begin(), begin, end) : begin;
@@ -329,6 +329,8 @@ void apply_kv_rows(std::span<const uint8_t> blob, KvCache& kv, int64_t from, int
         std::max({from, b.ring_begin, kv.ring_positions() > 0 ? to - kv.ring_positions() : from});
     const uint8_t* rows = blob.data() + p.rows_offset;
     const RestoredRows source{b.ring_layers.empty() ? rows : nullptr, b.begin, b.count};
+    // Onto a GPU: the rows go to the device alone, the host's stay unmapped until read.
+    if (kv.rows_restored_to_device(from, to, source)) return;
     for (int64_t l = 0; l < b.n_layer; ++l) {
         const bool ring = kv.is_ring(l);
         const int64_t held_from = !b.ring_layers.empty() && ring ? b.ring_begin : b.begin;

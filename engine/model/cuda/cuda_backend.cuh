@@ -25,6 +25,7 @@
 #include "engine/model/cuda/quant_kernels.cuh"
 #include "engine/model/recurrent_state.h"
 #include "engine/model/state.h"
+#include "engine/util/position_ranges.h"
 
 namespace ember {
 class Model;
@@ -157,7 +158,9 @@ public:
     CudaState(const CudaDevice& device, InferenceState& state);
     ~CudaState() override;
 
-    void bring_host_up_to_date() override;
+    void bring_host_up_to_date(int64_t begin, int64_t end) override;
+    bool restores_to_device() const override { return restores_to_device_; }
+    bool rows_restored_to_device(int64_t begin, int64_t end, const RestoredRows& source) override;
     void host_rows_restored(int64_t begin, int64_t end, const RestoredRows& source) override;
     void recurrent_to_host() override;
     void recurrent_host_written() override;
@@ -220,11 +223,15 @@ private:
     // was read, so the host rows may change after the call either way).
     void copy_rows(Direction direction, int64_t begin, int64_t end, cudaStream_t stream,
                    bool wait = true);
+    // Host rows of [begin, end) that are not the state's (host_rows_) from the device, waited
+    // for.
+    void copy_to_host(int64_t begin, int64_t end);
     // Rows [begin, end) of every layer from a restore's page-locked blob to the device, waited
     // for; false when the blob is not page-locked (or not in one range per layer).
     bool copy_from_pinned(int64_t begin, int64_t end, const RestoredRows& source);
-    // Extends device_valid_ over the ranges a restore copied as it went (host_rows_restored),
-    // once their copies are done.
+    // Extends device_valid_ over the ranges a restore copied as it went (host_rows_restored,
+    // rows_restored_to_device) once their copies are done, and takes the latter's rows out of
+    // host_rows_.
     void take_restored_rows();
 
     void upload_recurrent();
@@ -244,21 +251,34 @@ private:
     cudaStream_t stream_ = nullptr;
     cublasHandle_t blas_ = nullptr;
     // [slots x row bytes] per cache layer of the device's layers: [0, cache_layers_) (a split
-    // model's CPU layers have their rows on the host only).
+    // model's CPU layers have their rows on the host only), views of k_rows_ / v_rows_, where
+    // the layers lie one after another: without rings they are a pitch apart, so a restore's
+    // block goes up in one 2-D copy for K and one for V.
     int64_t cache_layers_ = 0;
+    DeviceBuffer k_rows_, v_rows_;
     std::vector<DeviceBuffer> k_layers_, v_layers_;
+    bool restores_to_device_ = false;  // every layer here, none a ring (KvMirror)
     StepInputs* step_host_ = nullptr;  // cudaMallocHost
     DeviceBuffer step_dev_;
-    int64_t device_valid_ = 0;  // device rows [0, device_valid_) are the state's
-    int64_t host_valid_ = 0;    // host rows [0, host_valid_) are the state's
+    // Device rows [0, device_valid_) are the state's, and so are the host rows host_rows_
+    // holds; every row below the cache's length is one or the other (a restore onto the device
+    // alone leaves stale host rows in the middle, so the host's are ranges).
+    int64_t device_valid_ = 0;
+    PositionRanges host_rows_;
     DeviceBuffer mixer_block_;
     DeviceBuffer recurrent_device_;        // [recurrent_.floats()]
     bool recurrent_device_stale_ = true;   // the host wrote since the last upload
     bool recurrent_device_newer_ = false;  // the device moved it since the host last read
-    // Rows restored on the host and copied already, on their own stream (host_rows_restored):
-    // [begin, end) ranges, unordered, guarded by restored_mutex_ (restoring threads add them).
+    // Rows a restore copied to the device already, on their own stream: unordered, guarded by
+    // restored_mutex_ (restoring threads add them).
+    struct RestoredRange {
+        int64_t begin = 0;
+        int64_t end = 0;
+        bool device_only = false;  // rows_restored_to_device: the host rows are stale
+        bool operator<(const RestoredRange& o) const { return begin < o.begin; }
+    };
     std::mutex restored_mutex_;
-    std::vector<std::pair<int64_t, int64_t>> restored_rows_;
+    std::vector<RestoredRange> restored_rows_;
     cudaStream_t restore_stream_ = nullptr;
 };
 

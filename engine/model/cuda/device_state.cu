@@ -3,6 +3,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <iterator>
+#include <stdexcept>
+#include <string>
 #include <string_view>
 
 #include "engine/model/cuda/cuda_backend.cuh"
@@ -102,10 +104,23 @@ CudaState::CudaState(const CudaDevice& device, InferenceState& state)
     trace("state: streams and cuBLAS handle");
     const int64_t slots_full = kv_.capacity();
     cache_layers_ = device_cache_layers(c, device.layers(), kv_.n_layer());
-    for (int64_t l = 0; l < cache_layers_; ++l) {
-        const int64_t slots = kv_.is_ring(l) ? kv_.ring_positions() : slots_full;
-        k_layers_.emplace_back(static_cast<size_t>(slots * kv_.k_row_bytes()));
-        v_layers_.emplace_back(static_cast<size_t>(slots * kv_.v_row_bytes()));
+    restores_to_device_ = cache_layers_ == kv_.n_layer() && kv_.ring_positions() == 0;
+    const auto slots_of = [&](int64_t l) {
+        return kv_.is_ring(l) ? kv_.ring_positions() : slots_full;
+    };
+    int64_t all_slots = 0;
+    for (int64_t l = 0; l < cache_layers_; ++l) all_slots += slots_of(l);
+    k_rows_ =
+        DeviceBuffer(static_cast<size_t>(std::max<int64_t>(all_slots * kv_.k_row_bytes(), 1)));
+    v_rows_ =
+        DeviceBuffer(static_cast<size_t>(std::max<int64_t>(all_slots * kv_.v_row_bytes(), 1)));
+    for (int64_t l = 0, slot = 0; l < cache_layers_; slot += slots_of(l), ++l) {
+        k_layers_.push_back(
+            DeviceBuffer::view(k_rows_.as<uint8_t>() + slot * kv_.k_row_bytes(),
+                               static_cast<size_t>(slots_of(l) * kv_.k_row_bytes())));
+        v_layers_.push_back(
+            DeviceBuffer::view(v_rows_.as<uint8_t>() + slot * kv_.v_row_bytes(),
+                               static_cast<size_t>(slots_of(l) * kv_.v_row_bytes())));
     }
     trace("state: KV rows");
     const int64_t b = scratch_.tokens;
@@ -172,7 +187,7 @@ CudaState::CudaState(const CudaDevice& device, InferenceState& state)
     decode_partials = DeviceBuffer(floats(attention_partials_floats(shape, 1, decode_chunks)));
     mixer = carve_mixer_buffers(c, b, mixer_block_);
     trace(scratch_.split ? "state: batch buffers (one block)" : "state: batch buffers");
-    host_valid_ = kv_.length();  // the host rows are the state until the device computes any
+    host_rows_.add(0, kv_.length());  // the host rows are the state until the device computes any
     kv_.set_mirror(this);
     recurrent_.set_mirror(this);
 }
@@ -226,15 +241,25 @@ KvLayerView CudaState::layer(int64_t cache_layer) const {
 void CudaState::reconcile() {
     const int64_t length = kv_.length();
     device_valid_ = std::min(device_valid_, length);
-    host_valid_ = std::min(host_valid_, length);
+    host_rows_.remove_from(length);
     const int64_t written = kv_.take_host_writes();
-    if (written == KvCache::kNoHostWrites) return;
-    const int64_t below = std::min(device_valid_, written);
-    if (host_valid_ < below) copy_rows(Direction::ToHost, host_valid_, below, stream_);
-    kv_.take_host_writes();  // the marks of that copy
-    host_valid_ = length;
-    device_valid_ = std::min(device_valid_, written);
+    if (written != KvCache::kNoHostWrites) {
+        copy_to_host(0, std::min(device_valid_, written));
+        host_rows_.add(0, length);
+        device_valid_ = std::min(device_valid_, written);
+    }
     take_restored_rows();
+}
+
+void CudaState::copy_to_host(int64_t begin, int64_t end) {
+    const std::vector<PositionRanges::Range> gaps = host_rows_.gaps(begin, end);
+    if (gaps.empty()) return;
+    for (const auto& [gap_begin, gap_end] : gaps) {
+        copy_rows(Direction::ToHost, gap_begin, gap_end, stream_, /*wait=*/false);
+    }
+    EMBER_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    kv_.take_host_writes();  // the marks of these copies
+    for (const auto& [gap_begin, gap_end] : gaps) host_rows_.add(gap_begin, gap_end);
 }
 
 void CudaState::host_rows_restored(int64_t begin, int64_t end, const RestoredRows& source) {
@@ -245,7 +270,15 @@ void CudaState::host_rows_restored(int64_t begin, int64_t end, const RestoredRow
     if (!copy_from_pinned(begin, end, source)) {
         copy_rows(Direction::ToDevice, begin, end, restore_stream_, /*wait=*/false);
     }
-    restored_rows_.emplace_back(begin, end);
+    restored_rows_.push_back({begin, end, false});
+}
+
+bool CudaState::rows_restored_to_device(int64_t begin, int64_t end, const RestoredRows& source) {
+    if (!restores_to_device_) return false;
+    const std::lock_guard<std::mutex> lock(restored_mutex_);
+    if (!copy_from_pinned(begin, end, source)) return false;
+    restored_rows_.push_back({begin, end, true});
+    return true;
 }
 
 bool CudaState::copy_from_pinned(int64_t begin, int64_t end, const RestoredRows& source) {
@@ -261,17 +294,20 @@ bool CudaState::copy_from_pinned(int64_t begin, int64_t end, const RestoredRows&
     const auto held = static_cast<size_t>(source.count);
     const auto skip = static_cast<size_t>(begin - source.first);  // rows before `begin`
     const auto rows = static_cast<size_t>(end - begin);
-    for (int64_t l = 0; l < cache_layers_; ++l) {  // the device's layers (a split's)
-        const uint8_t* layer_rows =
-            source.rows + static_cast<size_t>(l) * held * (k_bytes + v_bytes);
-        const KvLayerView view = layer(l);
-        EMBER_CUDA_CHECK(cudaMemcpyAsync(view.k + static_cast<size_t>(begin) * k_bytes,
-                                         layer_rows + skip * k_bytes, rows * k_bytes,
-                                         cudaMemcpyHostToDevice, restore_stream_));
-        EMBER_CUDA_CHECK(cudaMemcpyAsync(view.v + static_cast<size_t>(begin) * v_bytes,
-                                         layer_rows + held * k_bytes + skip * v_bytes,
-                                         rows * v_bytes, cudaMemcpyHostToDevice, restore_stream_));
-    }
+    // The blob's layer l: K rows at l * held * (k + v) bytes, V after them; the device's a
+    // layer's slots apart (no rings here). One 2-D copy for the K rows of every layer and one
+    // for the V rows: a copy a layer took ~5 us each, most of a 64-token block's time.
+    const size_t blob_pitch = held * (k_bytes + v_bytes);
+    const auto slots = static_cast<size_t>(kv_.capacity());
+    const auto layers = static_cast<size_t>(cache_layers_);
+    EMBER_CUDA_CHECK(cudaMemcpy2DAsync(k_rows_.as<uint8_t>() + static_cast<size_t>(begin) * k_bytes,
+                                       slots * k_bytes, source.rows + skip * k_bytes, blob_pitch,
+                                       rows * k_bytes, layers, cudaMemcpyHostToDevice,
+                                       restore_stream_));
+    EMBER_CUDA_CHECK(cudaMemcpy2DAsync(
+        v_rows_.as<uint8_t>() + static_cast<size_t>(begin) * v_bytes, slots * v_bytes,
+        source.rows + held * k_bytes + skip * v_bytes, blob_pitch, rows * v_bytes, layers,
+        cudaMemcpyHostToDevice, restore_stream_));
     EMBER_CUDA_CHECK(cudaStreamSynchronize(restore_stream_));  // the blob may go on return
     return true;
 }
@@ -281,12 +317,25 @@ void CudaState::take_restored_rows() {
     if (restored_rows_.empty()) return;
     EMBER_CUDA_CHECK(cudaStreamSynchronize(restore_stream_));
     std::sort(restored_rows_.begin(), restored_rows_.end());
-    // The ranges that continue the rows the device holds (the restore began where the host
-    // writes began, which device_valid_ was cut back to).
-    for (const auto& [begin, end] : restored_rows_) {
-        if (begin <= device_valid_) device_valid_ = std::max(device_valid_, end);
+    const int64_t length = kv_.length();
+    // A restore's ranges continue the state's rows: the first starts where the rows the cache
+    // held before it end, so what lies between the device's rows and it is the host's.
+    for (const RestoredRange& r : restored_rows_) {
+        const int64_t end = std::min(r.end, length);  // a restore cut short keeps fewer
+        if (r.begin >= end) continue;
+        if (r.device_only) host_rows_.remove(r.begin, end);
+        if (r.begin > device_valid_) {
+            if (!host_rows_.covers(device_valid_, r.begin)) {
+                if (!r.device_only) continue;  // its rows are the host's too: copied later
+                throw std::logic_error("KV mirror: rows " + std::to_string(device_valid_) + ".." +
+                                       std::to_string(r.begin) +
+                                       " are on neither side below a restore onto the device");
+            }
+            copy_rows(Direction::ToDevice, device_valid_, r.begin, stream_);
+            device_valid_ = r.begin;
+        }
+        device_valid_ = std::max(device_valid_, end);
     }
-    device_valid_ = std::min(device_valid_, kv_.length());
     restored_rows_.clear();
 }
 
@@ -304,7 +353,7 @@ void CudaState::prepare_forward() {
 
 void CudaState::rows_written(int64_t pos0, int64_t end) {
     device_valid_ = end;
-    host_valid_ = std::min(host_valid_, pos0);
+    host_rows_.remove_from(pos0);
     if (!recurrent_.empty()) recurrent_device_newer_ = true;
 }
 
@@ -356,14 +405,17 @@ float* CudaState::recurrent_delta(int64_t layer) const {
     return offset < 0 ? nullptr : recurrent_device_.as<float>() + offset;
 }
 
-void CudaState::bring_host_up_to_date() {
+void CudaState::bring_host_up_to_date(int64_t begin, int64_t end) {
     reconcile();
-    const int64_t end = std::min(device_valid_, kv_.length());
-    if (host_valid_ < end) {
-        copy_rows(Direction::ToHost, host_valid_, end, stream_);
-        kv_.take_host_writes();
-        host_valid_ = end;
+    const int64_t device_end = std::min(device_valid_, kv_.length());
+    // A ring's slot holds the latest of the positions a ring apart: only a copy that ends at the
+    // device's last row finds the rows of its positions there (its host rows lack only a tail:
+    // restores onto the device alone skip rings).
+    if (kv_.ring_positions() > 0) {
+        begin = 0;
+        end = device_end;
     }
+    copy_to_host(std::max<int64_t>(begin, 0), std::min(end, device_end));
 }
 
 // Rows [begin, end) of every layer the device holds, in runs that stay inside one host chunk and

@@ -100,9 +100,7 @@ void warm_up(const Model& model) {
     const std::unique_ptr<InferenceState> state =
         make_state(model.config(), kPromptTokens + 1, KvType::F16);
     ThreadPool pool(1);
-    const std::vector<int32_t> prompt(kPromptTokens, 0);
-    forward(model, *state, pool, prompt, LogitsWanted::Last);
-    forward(model, *state, pool, std::span(prompt).first(1), LogitsWanted::Last);
+    warm_up(model, *state, pool, kPromptTokens);
 }
 
 std::string mib(uint64_t bytes) {
