@@ -533,7 +533,10 @@ double StateStore::restore_bytes_per_second() {
     const auto bytes = static_cast<double>(counter(db_, "restore_raw_bytes"));
     // A handful of tiny restores measures the lookups more than the rows: wait for a
     // megabyte before trusting the figure.
-    if (seconds <= 0 || bytes < 1e6) return kAssumedBytesPerSecond;
+    if (seconds <= 0 || bytes < 1e6) {
+        return model_ != nullptr && model_->device() != nullptr ? kAssumedGpuBytesPerSecond
+                                                                : kAssumedBytesPerSecond;
+    }
     return bytes / seconds;
 }
 
