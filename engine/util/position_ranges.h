@@ -70,7 +70,9 @@ public:
     }
 
     // Whether every position of [begin, end) is in the set (an empty range is).
-    bool covers(int64_t begin, int64_t end) const { return begin >= end || gaps(begin, end).empty(); }
+    bool covers(int64_t begin, int64_t end) const {
+        return begin >= end || gaps(begin, end).empty();
+    }
 
     const std::vector<Range>& ranges() const { return ranges_; }
 
