@@ -52,8 +52,12 @@ public:
         ranges_ = std::move(out);
     }
 
-    // Removes every position from `begin` on.
-    void remove_from(int64_t begin) { remove(begin, INT64_MAX); }
+    // Removes every position from `begin` on; in place (a GPU's decode step calls it, and the
+    // decode loop does not allocate).
+    void remove_from(int64_t begin) {
+        while (!ranges_.empty() && ranges_.back().first >= begin) ranges_.pop_back();
+        if (!ranges_.empty() && ranges_.back().second > begin) ranges_.back().second = begin;
+    }
 
     // The parts of [begin, end) the set does not hold, in order.
     std::vector<Range> gaps(int64_t begin, int64_t end) const {
