@@ -400,9 +400,7 @@ void load_blocks(Database& db, std::mutex& db_mutex, BlockQueue& queue, size_t p
     std::vector<uint8_t> packed;
     PinnedBytes raw;
     std::vector<uint8_t> planes;
-    // The chunks the blocks are about to fill, mapped in one go (not where the rows go to a
-    // GPU alone: the host rows then stay unmapped until a save reads them).
-    if (!kv.restores_to_device()) kv.populate(part, parts);
+    kv.populate(part, parts);  // the chunks the blocks are about to fill, mapped in one go
     while (BlockLoad* next = queue.take()) {
         BlockLoad& b = *next;
         try {

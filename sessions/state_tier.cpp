@@ -252,17 +252,15 @@ int64_t StateTier::copy_rows(const Walk& w, int64_t have, InferenceState& state,
     if (pieces.empty()) return have;
     KvCache& kv = state.kv;
     // Blocks write their own rows, so they are copied side by side as the database's are
-    // (state_store.cpp), into chunks reserved and mapped beforehand (or onto a GPU alone); a
-    // sliding layer's ring slot serves positions a window apart, and then the later block must
-    // write last.
+    // (state_store.cpp), into chunks reserved and mapped beforehand; a sliding layer's ring
+    // slot serves positions a window apart, and then the later block must write last.
     const int threads =
         kv.ring_positions() > 0
             ? 1
             : fan_out_threads(std::min<int64_t>(kMaxCopyThreads, std::ssize(pieces)));
     kv.reserve(std::min(pieces.back().end, kv.capacity()), KvCache::Pages::SmallPages);
     fan_out(threads, [&](int t) {
-        if (!kv.restores_to_device())
-            kv.populate(static_cast<size_t>(t), static_cast<size_t>(threads));
+        kv.populate(static_cast<size_t>(t), static_cast<size_t>(threads));
         for (size_t i = static_cast<size_t>(t); i < pieces.size();
              i += static_cast<size_t>(threads)) {
             try {

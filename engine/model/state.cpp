@@ -70,6 +70,7 @@ void KvCache::reserve(int64_t n, Pages pages) {
 }
 
 void KvCache::populate(size_t part, size_t parts) {
+    if (restores_to_device()) return;  // the host rows stay unmapped until a reader asks
     for (size_t i = part; i < regions_.size(); i += std::max<size_t>(parts, 1)) {
         regions_[i].populate();
     }

@@ -118,7 +118,8 @@ public:
     void reserve(int64_t n, Pages pages = Pages::HugeWhereFilled);
     // Maps the pages of the allocated chunks ahead of a restore writing them (PageRegion::
     // populate: ~15% less than faulting them in one by one), chunk `part`, `part + parts`,
-    // ... so that restoring threads share the work. Contents are unchanged.
+    // ... so that restoring threads share the work. Contents are unchanged. Nothing where the
+    // restore's rows go to a device alone (restores_to_device).
     void populate(size_t part, size_t parts);
     // Sets the number of valid positions (rollback, or commit after a forward pass or a
     // restore that wrote the rows [length(), n) of every layer).
@@ -184,8 +185,8 @@ public:
     }
     // Whether a device mirrors the rows (a restore then inflates into page-locked memory).
     bool mirrored() const { return mirror_ != nullptr; }
-    // Whether a restore's rows may go to the device alone (KvMirror::restores_to_device): its
-    // threads then need not map the host chunks (populate).
+    // Whether a restore's rows may go to the device alone (KvMirror::restores_to_device): then
+    // populate() maps nothing.
     bool restores_to_device() const { return mirror_ != nullptr && mirror_->restores_to_device(); }
     // A restore's rows [begin, end) to the device alone (KvMirror::rows_restored_to_device);
     // false: the caller writes the host rows.

@@ -74,6 +74,16 @@ inline GreedyRun greedy_from(const Model& model, InferenceState& state, ThreadPo
     return run;
 }
 
+// Greedy runs equal bit for bit: the same tokens, and every step's logits.
+inline void expect_same_bits(const GreedyRun& got, const GreedyRun& want) {
+    EXPECT_EQ(got.tokens, want.tokens);
+    for (size_t i = 0; i < want.logits.size() && i < got.logits.size(); ++i) {
+        EXPECT_EQ(0, std::memcmp(got.logits[i].data(), want.logits[i].data(),
+                                 want.logits[i].size() * sizeof(float)))
+            << "step " << i;
+    }
+}
+
 // The tokens agree up to the first place where `a` chose differently with a margin over
 // `min_margin` (ambiguous choices may go either way; past one, the runs are not comparable).
 inline void expect_same_where_clear(const GreedyRun& a, const GreedyRun& b, double min_margin,

@@ -24,16 +24,6 @@ using json = nlohmann::json;
 
 constexpr int kSteps = 24;
 
-// Greedy runs equal bit for bit.
-void expect_same_bits(const GreedyRun& got, const GreedyRun& want) {
-    EXPECT_EQ(got.tokens, want.tokens);
-    for (size_t i = 0; i < want.logits.size() && i < got.logits.size(); ++i) {
-        EXPECT_EQ(0, std::memcmp(got.logits[i].data(), want.logits[i].data(),
-                                 want.logits[i].size() * sizeof(float)))
-            << "step " << i;
-    }
-}
-
 struct Models {
     std::unique_ptr<Model> gpu, cpu;
 };
