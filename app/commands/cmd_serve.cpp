@@ -167,7 +167,9 @@ int run_serve(const ServeOptions& o) {
     signal(SIGPIPE, SIG_IGN);
 
     const std::string model_path = model_path_for(o.model);
-    auto model = load_model(model_path, o.activations, o.gpu);
+    GpuOptions gpu = o.gpu;
+    gpu.tensor_decode_by_default = o.parallel > 1;  // the slots' steps batch
+    auto model = load_model(model_path, o.activations, gpu);
     ThreadPool pool(o.threads > 0 ? o.threads : default_threads());
     ConversationOptions copts;
     copts.kv_type = kv_type_of(o.kv_type);

@@ -39,7 +39,7 @@ GpuRequest gpu_request_of(const GpuOptions& gpu) {
             throw CLI::ValidationError("--gpu-memory", why);
         request->memory_limit = *parse_memory_size(gpu.memory);
     }
-    request->tensor_decode = gpu.tensor_decode;
+    request->tensor_decode = gpu.wants_tensor_decode();
     return *request;
 }
 
@@ -73,7 +73,7 @@ std::unique_ptr<Model> load_model(const std::string& path, const std::string& ac
     const GpuPlacement placed = place_model(*model, request, kv_bytes);
     if (!placed.note.empty())
         ui::TextWriter(stderr).raw("ember: note: ").text(placed.note).raw("\n");
-    if (request.tensor_decode && model->device() == nullptr) {
+    if (gpu.tensor_decode && model->device() == nullptr) {
         // The flag would otherwise be taken without a word and change nothing.
         ui::TextWriter(stderr).raw(
             "ember: note: --tensor-decode changes nothing here: the model runs on the CPU\n");
@@ -99,9 +99,13 @@ void add_gpu_option(CLI::App* cmd, GpuOptions& gpu) {
                     "The most GPU memory the model may take (weights, KV cache, scratch), e.g. "
                     "6GiB or 6000MiB; default the card's free memory")
         ->check(gpu_memory_error);
-    cmd->add_flag("--tensor-decode", gpu.tensor_decode,
-                  "Decode products of Q4_K/Q6_K weights on the GPU's tensor cores: faster for "
-                  "many conversations' steps together (serve), ~16% slower for one");
+    auto* on = cmd->add_flag("--tensor-decode", gpu.tensor_decode,
+                             "Decode products of Q4_K/Q6_K weights on the GPU's tensor cores: "
+                             "faster for many conversations' steps together, ~16% slower for "
+                             "one (serve's default with --parallel above 1)");
+    cmd->add_flag("--no-tensor-decode", gpu.no_tensor_decode,
+                  "Decode products on the CUDA cores, also in serve with several slots")
+        ->excludes(on);
 }
 
 void add_activations_option(CLI::App* cmd, std::string& activations) {

@@ -2,7 +2,8 @@
 // real binary loads it, prints one warning naming the layers on stderr (the engine returns it,
 // app prints it) and computes what the consistent original computes; a file whose tensors
 // contradict themselves is refused with one clear error. And an option that cannot act (a GPU
-// option when the model runs on the CPU) says so instead of being taken silently.
+// option when the model runs on the CPU) says so instead of being taken silently, and a
+// command's own default for one says nothing.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -11,12 +12,14 @@
 #include "engine/gguf/gguf.h"
 #include "tests/support/fixtures.h"
 #include "tests/support/process.h"
+#include "tests/support/serve.h"
 #include "tests/support/temp_dir.h"
 
 namespace ember::test {
 namespace {
 
 constexpr const char* kQwen35 = "arch/qwen35/qwen35.gguf";
+constexpr const char* kLlama = "arch/llama/llama.gguf";
 
 // A copy of the qwen35 fixture with full_attention_interval = `interval` and, if `extra` is
 // set, blk.3.attn_q.weight copied under that name too.
@@ -75,7 +78,6 @@ TEST(LoadWarnings, LayerWithBothKindsOfTensorsIsOneClearError) {
 }
 
 TEST(LoadWarnings, TensorDecodeOnTheCpuSaysItChangesNothing) {
-    constexpr const char* kLlama = "arch/llama/llama.gguf";
     EMBER_REQUIRE_FIXTURE(kLlama);
     const std::vector<std::string> eval = {ember_binary(), "eval",  "-m",    fixture_path(kLlama),
                                            "--ids",        "1,2,3", "--gpu", "off"};
@@ -92,6 +94,29 @@ TEST(LoadWarnings, TensorDecodeOnTheCpuSaysItChangesNothing) {
         1u)
         << flagged.err;
     EXPECT_EQ(flagged.out, plain.out);  // the same logits either way
+}
+
+// serve with several slots takes the tensor-core decode products by default; on the CPU that
+// default is not the user's flag, so nothing is said about it. The two flags together are a
+// usage error naming both.
+TEST(GpuOptionNotes, ServesDefaultSaysNothingOnTheCpuAndTheTwoFlagsExcludeEachOther) {
+    EMBER_REQUIRE_FIXTURE(kLlama);
+    const TempDir tmp;
+    {
+        ServeProcess serve(
+            std::vector<std::string>{"-m", fixture_path(kLlama), "--gpu", "off", "--parallel", "4"},
+            tmp.file("serve.log"));
+        ASSERT_GT(serve.port(), 0) << serve.process().log();
+        EXPECT_EQ(serve.process().log().find("tensor-decode"), std::string::npos)
+            << serve.process().log();
+    }
+    const auto both = run_command(
+        std::vector<std::string>{ember_binary(), "eval", "-m", fixture_path(kLlama), "--ids",
+                                 "1,2,3", "--gpu", "off", "--tensor-decode", "--no-tensor-decode"});
+    EXPECT_NE(both.status, 0);
+    EXPECT_NE(both.err.find("--tensor-decode"), std::string::npos) << both.err;
+    EXPECT_NE(both.err.find("--no-tensor-decode"), std::string::npos) << both.err;
+    EXPECT_EQ(both.out, "");
 }
 
 }  // namespace

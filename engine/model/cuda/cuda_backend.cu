@@ -9,6 +9,7 @@
 #include "engine/model/cuda/cuda_backend.cuh"
 #include "engine/model/cuda/cuda_check.cuh"
 #include "engine/model/cuda/half_inputs.cuh"
+#include "engine/model/cuda/qmma_gemm.cuh"
 #include "engine/model/model.h"
 #include "engine/tensor/types.h"
 
@@ -35,6 +36,16 @@ int64_t half_slice_elements() {
     const char* env = std::getenv("EMBER_CUDA_SLICE_MIB");
     const int64_t mib = env ? std::clamp<int64_t>(std::atoll(env), 1, 1024) : 16;
     return (mib << 20) / static_cast<int64_t>(sizeof(__half));
+}
+
+// Most tokens whose Q4_K/Q6_K products read the weights in place (qmma_gemm.cuh) rather than
+// dequantizing them for cuBLAS. Measured on an H200, Llama-3.1-8B shape Q4_K_M (`ember bench
+// -p N`, prefill tok/s in place / through cuBLAS): 64 tokens 6,046 / 3,460, 128 8,401 / 6,233,
+// 256 9,891 / 11,218. EMBER_CUDA_QMMA_TOKENS sets another bound (0: never, MoE experts
+// included), to measure the trade.
+int64_t qmma_max_tokens() {
+    const char* env = std::getenv("EMBER_CUDA_QMMA_TOKENS");
+    return env ? std::max<int64_t>(0, std::atoll(env)) : 192;
 }
 
 // One conversation of a batched decode step: its host state and its share of the device.
@@ -446,6 +457,15 @@ private:
                      static_cast<size_t>(e * m.rows) * stacked.row_stride;
             return m;
         };
+        if (qmma_max_tokens_ > 0 && groups_on_tensor_cores(l, expert)) {
+            const int n_tiles = upload_tiles(start);
+            grouped_product(l.up, l.n_expert, b.xg, pairs, b.up, n_tiles);
+            grouped_product(l.gate, l.n_expert, b.xg, pairs, b.hidden, n_tiles);
+            moe_sorted_activation(l, b.hidden, b.up, b.order, b.chosen, pairs, stream());
+            grouped_product(l.down, l.n_expert, b.hidden, pairs, b.down, n_tiles);
+            moe_combine(l, b.down, b.position, b.chosen, b.weight, n, x, stream());
+            return;
+        }
         for (int64_t e = 0; e < l.n_expert; ++e) {
             const int64_t m = start[e + 1] - start[e];
             if (m == 0) continue;
@@ -460,6 +480,57 @@ private:
             gemm(expert(l.down, e), b.hidden + start[e] * l.n_ff, m, b.down + start[e] * l.n_embd);
         }
         moe_combine(l, b.down, b.position, b.chosen, b.weight, n, x, stream());
+    }
+
+    // Whether a MoE layer's three products go through the grouped quantized kernel: every
+    // expert matrix one it reads and inside f16's range.
+    template <class ExpertOf>
+    static bool groups_on_tensor_cores(const MoeLayer& l, const ExpertOf& expert) {
+        for (const DeviceMatrix* stacked : {&l.gate, &l.up, &l.down}) {
+            if (!stacked->half_products || !qmma_supports(expert(*stacked, 0))) return false;
+        }
+        return true;
+    }
+
+    // The tiles of the sorted rows (expert e's rows [start[e], start[e + 1]), at most
+    // kQmmaTileTokens a tile) to the device; returns how many.
+    int upload_tiles(const std::vector<int64_t>& start) {
+        MoeBuffers& b = gpu_.moe;
+        int n_tiles = 0;
+        for (size_t e = 0; e + 1 < start.size(); ++e) {
+            for (int64_t row = start[e]; row < start[e + 1]; row += kQmmaTileTokens) {
+                if (n_tiles == b.max_tiles) throw std::logic_error("MoE: more tiles than sized");
+                QmmaTile& tile = b.host_tiles[n_tiles++];
+                tile.expert = static_cast<int32_t>(e);
+                tile.row0 = static_cast<int32_t>(row);
+                tile.count =
+                    static_cast<int32_t>(std::min<int64_t>(kQmmaTileTokens, start[e + 1] - row));
+            }
+        }
+        EMBER_CUDA_CHECK(cudaMemcpyAsync(b.tiles, b.host_tiles,
+                                         static_cast<size_t>(n_tiles) * sizeof(QmmaTile),
+                                         cudaMemcpyHostToDevice, stream()));
+        return n_tiles;
+    }
+
+    // out [rows x stacked's expert rows] = the sorted rows `in` [rows x cols] through their
+    // experts (the uploaded tiles), in f16 scaled by one power of two for all of them.
+    void grouped_product(const DeviceMatrix& stacked, int64_t n_expert, const float* in,
+                         int64_t rows, float* out, int n_tiles) {
+        MoeBuffers& b = gpu_.moe;
+        to_scaled_half(in, rows, stacked.cols, stacked.cols, b.half_rows, b.half_scale + 1,
+                       b.half_scale, stream());
+        DeviceMatrix expert0 = stacked;
+        expert0.rows = stacked.rows / n_expert;
+        QmmaOperands op;
+        op.x = b.half_rows;
+        op.ldx = stacked.cols;
+        op.y = out;
+        op.ldy = expert0.rows;
+        op.alpha = b.half_scale;
+        qmma_gemm_grouped(expert0, static_cast<size_t>(expert0.rows) * stacked.row_stride, op,
+                          b.tiles, n_tiles, stream());
+        check_launch("qmma_gemm_grouped");
     }
 
     // The causal conv of mixer layer `index` over `in` [n x channels], its history in the
@@ -513,6 +584,19 @@ private:
         const float* scale = gpu_.half_scale.as<float>();
         const float* beta = scale;       // 0.0f
         const float* alpha = scale + 1;  // 2^-e, written by prepare_half_inputs
+        if (qmma_supports(w) && n <= qmma_max_tokens_) {
+            const int64_t scratch = qmma_scratch_floats(w, n, dev_.sm_count());
+            gpu_.dequantized.grow(static_cast<size_t>(scratch) * sizeof(float));
+            QmmaOperands op;
+            op.x = gpu_.half_x.as<__half>();
+            op.ldx = w.cols;
+            op.y = out;
+            op.ldy = w.rows;
+            op.alpha = alpha;
+            qmma_gemm(w, op, n, gpu_.dequantized.as<float>(), dev_.sm_count(), stream());
+            check_launch("qmma_gemm");
+            return;
+        }
         // Whole multiples of 64 rows: each slice's output then starts 256-byte aligned, as
         // cuBLAS's fast kernels need (a slice of 1,365 rows sent it to an align-1 kernel 5x
         // slower).
@@ -580,6 +664,7 @@ private:
     int64_t n_ = 0;
     Mode mode_ = Mode::Direct;
     int64_t half_slice_elements_ = half_slice_elements();
+    int64_t qmma_max_tokens_ = qmma_max_tokens();
     std::vector<Together> together_;  // a batched decode step's conversations, or empty
 };
 

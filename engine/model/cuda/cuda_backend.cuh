@@ -108,6 +108,7 @@ public:
     std::vector<double> measure_bandwidth_gbs(uint64_t bytes, int passes) override;
 
     int device() const { return device_; }
+    int sm_count() const { return sm_count_; }
     const Model& model() const { return model_; }
     const DeviceMatrix& matrix(const MatrixView& view) const;
     const float* vector(const std::vector<float>& host) const;  // null for an empty vector
@@ -129,6 +130,7 @@ private:
     const Model& model_;
     CublasLibrary blas_;
     int device_ = 0;
+    int sm_count_ = 1;
     bool tensor_decode_ = false;  // DeviceMatrix::tensor_products of every upload
     int64_t layers_ = 0;
     size_t free_at_start_ = 0;  // the device's free memory before the first upload

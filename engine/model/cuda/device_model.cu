@@ -118,6 +118,7 @@ CudaDevice::CudaDevice(const Model& model, int device, int64_t layers, bool tens
     EMBER_CUDA_CHECK(cudaMemGetInfo(&free_at_start_, &total));
     cudaDeviceProp prop{};
     EMBER_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
+    sm_count_ = prop.multiProcessorCount;
     const auto n_layer = static_cast<int64_t>(model.layers().size());
     layers_ = std::clamp<int64_t>(layers, 1, n_layer);
     description_ = "GPU " + std::to_string(device) + ": " + prop.name;

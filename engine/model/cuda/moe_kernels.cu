@@ -404,7 +404,7 @@ void launch_expert_rows(const DeviceMatrix& m, const ExpertArgs& args, int64_t p
 
 MoeBuffers::~MoeBuffers() {
     if (block_) cudaFree(block_);
-    if (host) cudaFreeHost(host);
+    if (host_block_) cudaFreeHost(host_block_);
 }
 
 void MoeBuffers::reserve(const ModelConfig& c, int64_t tokens) {
@@ -421,12 +421,19 @@ void MoeBuffers::reserve(const ModelConfig& c, int64_t tokens) {
     const size_t pair_bytes = round(pairs * sizeof(float));  // chosen, weight, order, position
     const size_t ff_bytes = round(pairs * static_cast<size_t>(c.n_ff_exp) * sizeof(float));
     const size_t embd_bytes = round(pairs * static_cast<size_t>(c.n_embd) * sizeof(float));
-    const size_t total = router_bytes + 4 * pair_bytes + 2 * ff_bytes + 2 * embd_bytes;
+    const size_t half_bytes =
+        round(pairs * static_cast<size_t>(std::max(c.n_embd, c.n_ff_exp)) * sizeof(__half));
+    const size_t scale_bytes = round((pairs + 1) * sizeof(float));
+    max_tiles = static_cast<int64_t>(pairs) / kQmmaTileTokens + c.n_expert;
+    const size_t tile_bytes = round(static_cast<size_t>(max_tiles) * sizeof(QmmaTile));
+    const size_t total = router_bytes + 4 * pair_bytes + 2 * ff_bytes + 2 * embd_bytes +
+                         half_bytes + scale_bytes + tile_bytes;
+    const size_t host_ids = round(3 * pairs * sizeof(int32_t));
     const cudaError_t err = cudaMalloc(&block_, total);
-    if (err != cudaSuccess || cudaMallocHost(&host, 3 * pairs * sizeof(int32_t)) != cudaSuccess) {
+    if (err != cudaSuccess || cudaMallocHost(&host_block_, host_ids + tile_bytes) != cudaSuccess) {
         if (block_) cudaFree(block_);
         block_ = nullptr;
-        host = nullptr;
+        host_block_ = nullptr;
         throw std::runtime_error("CUDA: out of memory allocating the MoE buffers (" +
                                  std::to_string(total >> 20) + " MiB)");
     }
@@ -446,6 +453,11 @@ void MoeBuffers::reserve(const ModelConfig& c, int64_t tokens) {
     hidden = reinterpret_cast<float*>(take(ff_bytes));
     down = reinterpret_cast<float*>(take(embd_bytes));
     xg = reinterpret_cast<float*>(take(embd_bytes));
+    half_rows = reinterpret_cast<__half*>(take(half_bytes));
+    half_scale = reinterpret_cast<float*>(take(scale_bytes));
+    tiles = reinterpret_cast<QmmaTile*>(take(tile_bytes));
+    host = static_cast<int32_t*>(host_block_);
+    host_tiles = reinterpret_cast<QmmaTile*>(static_cast<uint8_t*>(host_block_) + host_ids);
 }
 
 const char* moe_layer_unsupported(const MoeLayer& l) {

@@ -20,10 +20,12 @@
 // streamed once per batch.
 #pragma once
 
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
 
+#include "engine/model/cuda/qmma_gemm.cuh"
 #include "engine/model/cuda/quant_kernels.cuh"
 
 namespace ember {
@@ -62,9 +64,18 @@ public:
     int32_t* position = nullptr;  // [tokens * n_used]
     float* xg = nullptr;          // [tokens * n_used x n_embd]
     int32_t* host = nullptr;      // pinned [3 x tokens * n_used]: chosen, order, position
+    // The quantized grouped products (qmma_gemm.cuh): the sorted rows' inputs as scaled f16,
+    // their scale {unscale, row maxima}, and the tiles (on the host, pinned, and on the
+    // device).
+    __half* half_rows = nullptr;     // [tokens * n_used x max(n_embd, n_ff_exp)]
+    float* half_scale = nullptr;     // [1 + tokens * n_used]
+    QmmaTile* tiles = nullptr;       // [max_tiles]
+    QmmaTile* host_tiles = nullptr;  // pinned [max_tiles]
+    int64_t max_tiles = 0;           // tokens * n_used / kQmmaTileTokens + n_expert
 
 private:
-    void* block_ = nullptr;  // one cudaMalloc holding the buffers above
+    void* block_ = nullptr;       // one cudaMalloc holding the buffers above
+    void* host_block_ = nullptr;  // one cudaMallocHost holding host and host_tiles
 };
 
 // The device weights of one MoE layer (stacked expert matrices as the files hold them: expert

@@ -1,0 +1,367 @@
+// The quantized prefill product (qmma_gemm.cuh says what it computes and why).
+//
+// Layout. A block of kWarps warps takes kBlockRows weight rows (16 a warp) and a tile of NT x 8
+// tokens. For each 256-element block of the width, the tile's activations are copied to shared
+// memory (cp.async, two stages: the next block's while this one's multiply), and each warp
+// loads its rows' bytes with the lane layout of mma_formats.cuh, dequantizes them to f16 in
+// registers (the A fragments of m16n8k16) and multiplies them by every token column of the tile
+// (B fragments read from shared memory at the same k-slots), summing into f32.
+#include <cuda_fp16.h>
+
+#include <algorithm>
+#include <cstddef>
+#include <stdexcept>
+#include <string>
+
+#include "engine/model/cuda/cuda_check.cuh"
+#include "engine/model/cuda/mma_formats.cuh"
+#include "engine/model/cuda/qmma_gemm.cuh"
+#include "engine/model/cuda/quant_blocks.cuh"
+
+namespace ember::cuda {
+
+namespace {
+
+using namespace blocks;
+using namespace mma;
+
+constexpr int kWarps = 4;
+constexpr int kWarpRows = 16;
+constexpr int kBlockRows = kWarps * kWarpRows;
+constexpr int kThreads = 32 * kWarps;
+constexpr int kTileTokens = 8;  // the n of one mma
+// Most blocks of the width a short batch's product splits into (each split's sums added in
+// order afterwards).
+constexpr int kMaxSplits = 8;
+
+// Where a block's tokens and weights are.
+struct QmmaParams {
+    const uint8_t* data = nullptr;  // expert 0's (or the one matrix's) row 0
+    size_t row_stride = 0;
+    size_t expert_stride = 0;
+    int64_t rows = 0;  // of one expert
+    int64_t cols = 0;
+    int64_t n = 0;  // tokens of the whole product (dense); rows of the scratch's planes
+    const __half* x = nullptr;
+    int64_t ldx = 0;
+    float* y = nullptr;
+    int64_t ldy = 0;
+    const float* alpha = nullptr;
+    const QmmaTile* tiles = nullptr;  // grouped; null: dense, tile = blockIdx.y
+    float* scratch = nullptr;         // [splits][n][rows] when splits > 1
+    int splits = 1;
+};
+
+// Bytes between two tokens' 256 halves in shared memory: 512 plus a pad that puts the B loads
+// of one phase in different banks (Q4_K: 16-byte loads, a quarter-warp is 2 tokens x 4 lanes,
+// 64; Q6_K: 8-byte loads, a half-warp is 4 tokens x 4 lanes, 32).
+template <class L>
+__host__ __device__ constexpr int stage_stride() {
+    return 2 * kQK_K + (L::kSteps == 2 ? 64 : 32);
+}
+
+template <class L, int NT>
+__host__ __device__ constexpr size_t stage_bytes() {
+    return static_cast<size_t>(NT * kTileTokens) * stage_stride<L>();
+}
+
+__device__ __forceinline__ void cp_async16(void* shared, const void* global) {
+    const auto address = static_cast<unsigned>(__cvta_generic_to_shared(shared));
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(address), "l"(global));
+}
+
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n"); }
+
+__device__ __forceinline__ void cp_async_wait_one() { asm volatile("cp.async.wait_group 1;\n"); }
+
+// d += A (16 x 16, row) * B (16 x 8, col), f16 inputs, f32 sums.
+__device__ __forceinline__ void mma_f16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
+                                        uint32_t b1) {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, "
+        "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ uint32_t half_pair_bits(float lo, float hi) {
+    const __half2 pair = __floats2half2_rn(lo, hi);
+    return static_cast<uint32_t>(__half_as_ushort(pair.x)) |
+           static_cast<uint32_t>(__half_as_ushort(pair.y)) << 16;
+}
+
+// Quant bytes q0..q3 of `word` as the f16 pairs (w0, w1) and (w2, w3), each weight
+// fma(scale, q - bias, -offset) in f32 rounded to f16: dequantize_half_kernel's values.
+template <int kBias>
+__device__ __forceinline__ void dequantize_four(uint32_t word, float scale, float neg_offset,
+                                                uint32_t& p01, uint32_t& p23) {
+    p01 = half_pair_bits(__fmaf_rn(scale, byte_value<0, kBias>(word), neg_offset),
+                         __fmaf_rn(scale, byte_value<1, kBias>(word), neg_offset));
+    p23 = half_pair_bits(__fmaf_rn(scale, byte_value<2, kBias>(word), neg_offset),
+                         __fmaf_rn(scale, byte_value<3, kBias>(word), neg_offset));
+}
+
+// Copies 256-element block `block` of the tile's tokens into `stage` (rows past the tile's last
+// token repeat it; their sums are not stored).
+template <class L, int NT>
+__device__ __forceinline__ void stage_x(unsigned char* stage, const QmmaParams& p, int64_t tok0,
+                                        int count, int block) {
+    constexpr int kChunks = NT * kTileTokens * (2 * kQK_K / 16);  // 16 bytes each
+    for (int c = static_cast<int>(threadIdx.x); c < kChunks; c += kThreads) {
+        const int row = c >> 5, chunk = c & 31;
+        const int64_t token = tok0 + min(row, count - 1);
+        const __half* src = p.x + token * p.ldx + static_cast<int64_t>(block) * kQK_K + 8 * chunk;
+        cp_async16(stage + row * stage_stride<L>() + 16 * chunk, src);
+    }
+}
+
+// Adds one 256-element block of the warp's 16 rows (raw) times every token of the staged tile.
+template <class L, int NT>
+__device__ __forceinline__ void multiply_block(const typename L::Raw (&raw)[2],
+                                               const unsigned char* stage, int lane,
+                                               float (&acc)[NT][4]) {
+    const int g = lane >> 2, t = lane & 3;
+    typename L::Scales scales[2];
+#pragma unroll
+    for (int half = 0; half < 2; ++half) scales[half] = L::own_scales(raw[half], t);
+#pragma unroll
+    for (int group = 0; group < L::kGroups; ++group) {
+        float scale[2], offset[2];
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+            L::scale(raw[half], scales[half], group, lane, scale[half], offset[half]);
+        }
+        uint32_t a[L::kSteps][4];
+#pragma unroll
+        for (int h = 0; h < L::kSteps; ++h) {
+            dequantize_four<L::kBias>(L::quants(raw[0], group, h), scale[0], -offset[0], a[h][0],
+                                      a[h][2]);
+            dequantize_four<L::kBias>(L::quants(raw[1], group, h), scale[1], -offset[1], a[h][1],
+                                      a[h][3]);
+        }
+        // Lane (g, t)'s B: token column g, the 4 (Q6_K) or 8 (Q4_K, both k-steps) elements from
+        // L::element(group, 0, t).
+        // All the tile's B fragments first, then the k-steps in turn, so that consecutive mmas
+        // add into different token tiles.
+        const unsigned char* column = stage + g * stage_stride<L>() + 2 * L::element(group, 0, t);
+        uint32_t bx[NT][2 * L::kSteps];
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) {
+            const unsigned char* b = column + nt * kTileTokens * stage_stride<L>();
+            if constexpr (L::kSteps == 2) {
+                const uint4 v = *reinterpret_cast<const uint4*>(b);
+                bx[nt][0] = v.x, bx[nt][1] = v.y, bx[nt][2] = v.z, bx[nt][3] = v.w;
+            } else {
+                const uint2 v = *reinterpret_cast<const uint2*>(b);
+                bx[nt][0] = v.x, bx[nt][1] = v.y;
+            }
+        }
+#pragma unroll
+        for (int h = 0; h < L::kSteps; ++h) {
+#pragma unroll
+            for (int nt = 0; nt < NT; ++nt) mma_f16(acc[nt], a[h], bx[nt][2 * h], bx[nt][2 * h + 1]);
+        }
+    }
+}
+
+template <class L, int NT>
+__global__ void __launch_bounds__(kThreads, 3) qmma_kernel(const QmmaParams p) {
+    extern __shared__ __align__(16) unsigned char stages[];  // [2][NT * 8][stage_stride]
+    const int lane = threadIdx.x & 31;
+    const int warp = threadIdx.x >> 5;
+    const int g = lane >> 2, t = lane & 3;
+
+    int64_t tok0;
+    int count;
+    const uint8_t* matrix = p.data;
+    if (p.tiles != nullptr) {
+        const QmmaTile tile = p.tiles[blockIdx.y];
+        tok0 = tile.row0;
+        count = tile.count;
+        matrix += static_cast<size_t>(tile.expert) * p.expert_stride;
+    } else {
+        tok0 = static_cast<int64_t>(blockIdx.y) * NT * kTileTokens;
+        count = static_cast<int>(min(static_cast<int64_t>(NT * kTileTokens), p.n - tok0));
+    }
+    const int blocks = static_cast<int>(p.cols / kQK_K);
+    const int first = static_cast<int>(static_cast<int64_t>(blockIdx.z) * blocks / p.splits);
+    const int end = static_cast<int>(static_cast<int64_t>(blockIdx.z + 1) * blocks / p.splits);
+
+    // Rows g and g + 8 of the warp's 16; rows past the end read the last row and store nothing.
+    const int64_t row0 = static_cast<int64_t>(blockIdx.x) * kBlockRows + warp * kWarpRows;
+    const uint8_t* row_data[2];
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+        const int64_t row = min(row0 + half * 8 + g, static_cast<int64_t>(p.rows - 1));
+        row_data[half] = matrix + static_cast<size_t>(row) * p.row_stride;
+    }
+
+    float acc[NT][4];
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) acc[nt][i] = 0.0f;
+    }
+
+    // The rows' bytes of the next 256-element block are loaded into registers while this one
+    // multiplies, as its activations are into the other stage.
+    constexpr size_t kStage = stage_bytes<L, NT>();
+    typename L::Raw raw[2];
+    const auto load_rows = [&](typename L::Raw (&into)[2], int b) {
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+            into[half] =
+                L::load(row_data[half] + static_cast<size_t>(b) * sizeof(typename L::Block), t);
+        }
+    };
+    if (first < end) {
+        stage_x<L, NT>(stages, p, tok0, count, first);
+        load_rows(raw, first);
+    }
+    cp_async_commit();
+    for (int b = first; b < end; ++b) {
+        const int s = (b - first) & 1;
+        if (b + 1 < end) stage_x<L, NT>(stages + (s ^ 1) * kStage, p, tok0, count, b + 1);
+        cp_async_commit();
+        typename L::Raw next[2];
+        if (b + 1 < end) load_rows(next, b + 1);
+        cp_async_wait_one();
+        __syncthreads();
+        multiply_block<L, NT>(raw, stages + s * kStage, lane, acc);
+        __syncthreads();  // the stage is read before the next iteration refills it
+#pragma unroll
+        for (int half = 0; half < 2; ++half) raw[half] = next[half];
+    }
+
+    // D element i of token tile nt: row row0 + g + 8 (i / 2), token 8 nt + 2t + i % 2.
+    const float alpha = p.splits == 1 ? __ldg(p.alpha) : 1.0f;
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            const int token = nt * kTileTokens + 2 * t + (i & 1);
+            const int64_t row = row0 + 8 * (i >> 1) + g;
+            if (token >= count || row >= p.rows) continue;
+            if (p.splits == 1) {
+                p.y[(tok0 + token) * p.ldy + row] = __fmul_rn(acc[nt][i], alpha);
+            } else {
+                p.scratch[(static_cast<int64_t>(blockIdx.z) * p.n + tok0 + token) * p.rows + row] =
+                    acc[nt][i];
+            }
+        }
+    }
+}
+
+// y[t][r] = alpha * (the splits' sums of (t, r), added in split order).
+__global__ void add_splits_kernel(const QmmaParams p) {
+    const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+    if (i >= p.n * p.rows) return;
+    const int64_t token = i / p.rows, row = i % p.rows;
+    float sum = p.scratch[i];
+    for (int s = 1; s < p.splits; ++s) sum = __fadd_rn(sum, p.scratch[s * p.n * p.rows + i]);
+    p.y[token * p.ldy + row] = __fmul_rn(sum, __ldg(p.alpha));
+}
+
+template <class L, int NT>
+void launch(const QmmaParams& p, int64_t tiles, cudaStream_t stream) {
+    auto* kernel = qmma_kernel<L, NT>;
+    const size_t shared = 2 * stage_bytes<L, NT>();
+    if (shared > 48 * 1024) {
+        EMBER_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                              static_cast<int>(shared)));
+    }
+    const dim3 grid(static_cast<unsigned>((p.rows + kBlockRows - 1) / kBlockRows),
+                    static_cast<unsigned>(tiles), static_cast<unsigned>(p.splits));
+    kernel<<<grid, kThreads, shared, stream>>>(p);
+}
+
+// Token tiles of 32 for a batch that fits one (less waste on 18..32 tokens), else 64.
+template <class L>
+void launch_dense(const QmmaParams& p, cudaStream_t stream) {
+    if (p.n <= 4 * kTileTokens) return launch<L, 4>(p, 1, stream);
+    launch<L, 8>(p, (p.n + kQmmaTileTokens - 1) / kQmmaTileTokens, stream);
+}
+
+void check_width(const DeviceMatrix& w) {
+    if (w.type != TensorType::Q4_K && w.type != TensorType::Q6_K) {
+        throw std::invalid_argument("qmma: no kernel for " +
+                                    std::string(type_info(w.type).name));
+    }
+    if (w.cols % kQK_K != 0) {
+        throw std::invalid_argument("qmma: width " + std::to_string(w.cols) +
+                                    " is not a multiple of 256");
+    }
+}
+
+QmmaParams params_of(const DeviceMatrix& w, const QmmaOperands& op) {
+    QmmaParams p;
+    p.data = static_cast<const uint8_t*>(w.data);
+    p.row_stride = w.row_stride;
+    p.rows = w.rows;
+    p.cols = w.cols;
+    p.x = op.x;
+    p.ldx = op.ldx;
+    p.y = op.y;
+    p.ldy = op.ldy;
+    p.alpha = op.alpha;
+    return p;
+}
+
+// How many parts the width splits into: enough blocks for two a SM, at least two 256-element
+// blocks a part.
+int splits_for(const DeviceMatrix& w, int64_t n, int sm_count) {
+    const int64_t tile = n <= 4 * kTileTokens ? 4 * kTileTokens : kQmmaTileTokens;
+    const int64_t blocks =
+        (w.rows + kBlockRows - 1) / kBlockRows * ((n + tile - 1) / tile);
+    const int64_t wanted = (2 * static_cast<int64_t>(sm_count) + blocks - 1) / blocks;
+    const int64_t most = std::max<int64_t>(1, w.cols / kQK_K / 2);
+    return static_cast<int>(std::clamp<int64_t>(wanted, 1, std::min<int64_t>(kMaxSplits, most)));
+}
+
+}  // namespace
+
+bool qmma_supports(const DeviceMatrix& w) {
+    return (w.type == TensorType::Q4_K || w.type == TensorType::Q6_K) && w.cols % kQK_K == 0;
+}
+
+int64_t qmma_scratch_floats(const DeviceMatrix& w, int64_t n, int sm_count) {
+    const int splits = splits_for(w, n, sm_count);
+    return splits > 1 ? splits * n * w.rows : 0;
+}
+
+void qmma_gemm(const DeviceMatrix& w, const QmmaOperands& op, int64_t n, float* scratch,
+               int sm_count, cudaStream_t stream) {
+    check_width(w);
+    if (n <= 0) return;
+    QmmaParams p = params_of(w, op);
+    p.n = n;
+    p.splits = splits_for(w, n, sm_count);
+    p.scratch = scratch;
+    if (p.splits > 1 && scratch == nullptr) throw std::invalid_argument("qmma: no scratch");
+    if (w.type == TensorType::Q4_K) {
+        launch_dense<MmaQ4_K>(p, stream);
+    } else {
+        launch_dense<MmaQ6_K>(p, stream);
+    }
+    if (p.splits > 1) {
+        constexpr int kAddThreads = 256;
+        const int64_t outputs = n * w.rows;
+        add_splits_kernel<<<static_cast<unsigned>((outputs + kAddThreads - 1) / kAddThreads),
+                            kAddThreads, 0, stream>>>(p);
+    }
+}
+
+void qmma_gemm_grouped(const DeviceMatrix& expert0, size_t expert_stride, const QmmaOperands& op,
+                       const QmmaTile* tiles, int n_tiles, cudaStream_t stream) {
+    check_width(expert0);
+    if (n_tiles <= 0) return;
+    QmmaParams p = params_of(expert0, op);
+    p.expert_stride = expert_stride;
+    p.tiles = tiles;
+    if (expert0.type == TensorType::Q4_K) {
+        launch<MmaQ4_K, 8>(p, n_tiles, stream);
+    } else {
+        launch<MmaQ6_K, 8>(p, n_tiles, stream);
+    }
+}
+
+}  // namespace ember::cuda

@@ -1,0 +1,242 @@
+// The quantized prefill product (qmma_gemm.cuh) against float64 sums computed here on the host
+// from the same operands: the CPU's dequantization of each weight rounded to f16, and the
+// activations as to_scaled_half left them. Dense products of every batch shape the kernel
+// takes (one tile of 32, tiles of 64 and a ragged last one; split across the width or not), and
+// the grouped product of a mixture of experts' sorted rows. Skipped where no CUDA device is
+// found.
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "engine/model/cuda/half_inputs.cuh"
+#include "engine/model/cuda/qmma_gemm.cuh"
+#include "engine/model/cuda/quant_kernels.cuh"
+#include "engine/tensor/matmul.h"
+#include "engine/tensor/quantize_scalar.h"
+#include "engine/tensor/types.h"
+#include "tests/gpu/device_buffer.h"
+
+namespace ember::cuda {
+namespace {
+
+// A quantized matrix on the host and the device, and its weights as f16 would hold them.
+struct QuantMatrix {
+    TensorType type;
+    int64_t rows, cols;
+    size_t row_bytes;
+    std::vector<uint8_t> packed;
+    std::vector<double> half_weights;  // [rows x cols]
+};
+
+QuantMatrix make_matrix(TensorType type, int64_t rows, int64_t cols, uint32_t seed) {
+    QuantMatrix m{type, rows, cols, static_cast<size_t>(row_bytes(type_info(type), cols)), {}, {}};
+    std::mt19937 rng(seed);
+    std::normal_distribution<float> normal(0.0f, 0.05f);
+    std::vector<float> w(static_cast<size_t>(rows * cols));
+    for (auto& x : w) x = normal(rng);
+    m.packed.resize(rows * m.row_bytes);
+    for (int64_t r = 0; r < rows; ++r) {
+        uint8_t* dst = m.packed.data() + r * m.row_bytes;
+        const float* src = &w[static_cast<size_t>(r * cols)];
+        if (type == TensorType::Q4_K) {
+            scalar::quantize_row_q4_k(src, dst, cols);
+        } else {
+            scalar::quantize_row_q6_k(src, dst, cols);
+        }
+    }
+    MatrixView view;
+    view.type = type;
+    view.data = m.packed.data();
+    view.rows = rows;
+    view.cols = cols;
+    view.row_stride = m.row_bytes;
+    std::vector<float> exact(static_cast<size_t>(cols));
+    m.half_weights.resize(static_cast<size_t>(rows * cols));
+    for (int64_t r = 0; r < rows; ++r) {
+        dequantize_row(view, r, exact.data());
+        for (int64_t k = 0; k < cols; ++k) {
+            m.half_weights[static_cast<size_t>(r * cols + k)] =
+                __half2float(__float2half(exact[static_cast<size_t>(k)]));
+        }
+    }
+    return m;
+}
+
+// Activations as the prefill feeds them: f32 rows to scaled f16 on the device.
+struct HalfActivations {
+    int64_t n, cols;
+    DeviceBuffer half, unscale, row_max;
+    std::vector<double> values;  // [n x cols] the f16 values times the unscale
+    float unscale_value = 0;
+};
+
+void make_activations(HalfActivations& a, uint32_t seed) {
+    std::mt19937 rng(seed);
+    std::normal_distribution<float> normal(0.0f, 3.0f);
+    std::vector<float> x(static_cast<size_t>(a.n * a.cols));
+    for (auto& v : x) v = normal(rng);
+    DeviceBuffer x_dev(x.size() * sizeof(float));
+    CUDA_OK(cudaMemcpy(x_dev.ptr, x.data(), x.size() * sizeof(float), cudaMemcpyHostToDevice));
+    to_scaled_half(x_dev.as<float>(), a.n, a.cols, a.cols, a.half.as<__half>(),
+                   a.row_max.as<float>(), a.unscale.as<float>(), nullptr);
+    CUDA_OK(cudaDeviceSynchronize());
+    std::vector<__half> h(x.size());
+    CUDA_OK(cudaMemcpy(h.data(), a.half.ptr, h.size() * sizeof(__half), cudaMemcpyDeviceToHost));
+    CUDA_OK(cudaMemcpy(&a.unscale_value, a.unscale.ptr, sizeof(float), cudaMemcpyDeviceToHost));
+    a.values.resize(h.size());
+    for (size_t i = 0; i < h.size(); ++i) {
+        a.values[i] = static_cast<double>(__half2float(h[i])) * a.unscale_value;
+    }
+}
+
+// Checks y [count x rows] (rows ldy apart) against the float64 sums of x rows x0.. and the
+// matrix's weights from row w0: each within 2^-18 of the sum of its terms' magnitudes (f32 sums
+// over at most a few thousand terms stay far inside that; one wrong term does not).
+void expect_products(const std::vector<float>& y, int64_t ldy, const HalfActivations& a,
+                     int64_t x0, const QuantMatrix& m, int64_t w0, int64_t rows, int64_t count,
+                     const std::string& what) {
+    for (int64_t t = 0; t < count; ++t) {
+        for (int64_t r = 0; r < rows; ++r) {
+            double sum = 0, magnitude = 0;
+            for (int64_t k = 0; k < m.cols; ++k) {
+                const double term = a.values[static_cast<size_t>((x0 + t) * a.cols + k)] *
+                                    m.half_weights[static_cast<size_t>((w0 + r) * m.cols + k)];
+                sum += term;
+                magnitude += std::abs(term);
+            }
+            const double got = y[static_cast<size_t>(t * ldy + r)];
+            ASSERT_NEAR(got, sum, std::ldexp(magnitude, -18) + 1e-30)
+                << what << ": token " << t << " row " << r;
+        }
+    }
+}
+
+struct DenseCase {
+    TensorType type;
+    int64_t rows, cols, n;
+    int sm_count;  // 1: never split; 132: an H200's split
+};
+
+class QmmaDense : public testing::TestWithParam<DenseCase> {
+protected:
+    void SetUp() override {
+        if (!has_device()) GTEST_SKIP() << "no CUDA device";
+    }
+};
+
+TEST_P(QmmaDense, MatchesFloat64OfTheRoundedOperands) {
+    const DenseCase c = GetParam();
+    const QuantMatrix m = make_matrix(c.type, c.rows, c.cols, 7);
+    HalfActivations a{c.n,
+                      c.cols,
+                      DeviceBuffer(static_cast<size_t>(c.n * c.cols) * sizeof(__half)),
+                      DeviceBuffer(sizeof(float)),
+                      DeviceBuffer(static_cast<size_t>(c.n) * sizeof(float)),
+                      {},
+                      0};
+    make_activations(a, 3);
+    DeviceBuffer data(m.packed.size());
+    CUDA_OK(cudaMemcpy(data.ptr, m.packed.data(), m.packed.size(), cudaMemcpyHostToDevice));
+    const DeviceMatrix w{c.type, data.ptr, c.rows, c.cols, m.row_bytes};
+    ASSERT_TRUE(qmma_supports(w));
+    DeviceBuffer y(static_cast<size_t>(c.n * c.rows) * sizeof(float));
+    DeviceBuffer scratch(static_cast<size_t>(qmma_scratch_floats(w, c.n, c.sm_count)) *
+                         sizeof(float));
+    QmmaOperands op;
+    op.x = a.half.as<__half>();
+    op.ldx = c.cols;
+    op.y = y.as<float>();
+    op.ldy = c.rows;
+    op.alpha = a.unscale.as<float>();
+    qmma_gemm(w, op, c.n, scratch.as<float>(), c.sm_count, nullptr);
+    CUDA_OK(cudaGetLastError());
+    CUDA_OK(cudaDeviceSynchronize());
+    std::vector<float> out(static_cast<size_t>(c.n * c.rows));
+    CUDA_OK(cudaMemcpy(out.data(), y.ptr, out.size() * sizeof(float), cudaMemcpyDeviceToHost));
+    expect_products(out, c.rows, a, 0, m, 0, c.rows, c.n, "dense");
+}
+
+std::string dense_name(const testing::TestParamInfo<DenseCase>& info) {
+    const DenseCase& c = info.param;
+    return std::string(type_info(c.type).name) + "_r" + std::to_string(c.rows) + "_c" +
+           std::to_string(c.cols) + "_n" + std::to_string(c.n) + "_sm" +
+           std::to_string(c.sm_count);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, QmmaDense,
+    testing::Values(DenseCase{TensorType::Q4_K, 200, 1024, 18, 132},
+                    DenseCase{TensorType::Q4_K, 200, 1024, 18, 1},
+                    DenseCase{TensorType::Q4_K, 136, 512, 100, 132},
+                    DenseCase{TensorType::Q4_K, 64, 2048, 300, 1},
+                    DenseCase{TensorType::Q6_K, 200, 1024, 32, 132},
+                    DenseCase{TensorType::Q6_K, 72, 768, 65, 132},
+                    DenseCase{TensorType::Q6_K, 130, 512, 129, 1}),
+    dense_name);
+
+// Three experts' matrices stacked; sorted rows of 0, 70 and 9 tokens in tiles of at most 64.
+TEST(QmmaGrouped, EachTileGoesThroughItsExpert) {
+    if (!has_device()) GTEST_SKIP() << "no CUDA device";
+    for (const TensorType type : {TensorType::Q4_K, TensorType::Q6_K}) {
+        const int64_t rows = 96, cols = 512, experts = 3;
+        const QuantMatrix m = make_matrix(type, rows * experts, cols, 13);
+        const std::vector<int64_t> tokens = {0, 70, 9};
+        const int64_t n = 79;
+        HalfActivations a{n,
+                          cols,
+                          DeviceBuffer(static_cast<size_t>(n * cols) * sizeof(__half)),
+                          DeviceBuffer(sizeof(float)),
+                          DeviceBuffer(static_cast<size_t>(n) * sizeof(float)),
+                          {},
+                          0};
+        make_activations(a, 21);
+        std::vector<QmmaTile> tiles;
+        int32_t row0 = 0;
+        for (int64_t e = 0; e < experts; ++e) {
+            for (int64_t done = 0; done < tokens[e]; done += kQmmaTileTokens) {
+                QmmaTile tile;
+                tile.expert = static_cast<int32_t>(e);
+                tile.row0 = row0 + static_cast<int32_t>(done);
+                tile.count = static_cast<int32_t>(std::min<int64_t>(kQmmaTileTokens, tokens[e] - done));
+                tiles.push_back(tile);
+            }
+            row0 += static_cast<int32_t>(tokens[e]);
+        }
+        DeviceBuffer data(m.packed.size()), tiles_dev(tiles.size() * sizeof(QmmaTile));
+        DeviceBuffer y(static_cast<size_t>(n * rows) * sizeof(float));
+        CUDA_OK(cudaMemcpy(data.ptr, m.packed.data(), m.packed.size(), cudaMemcpyHostToDevice));
+        CUDA_OK(cudaMemcpy(tiles_dev.ptr, tiles.data(), tiles.size() * sizeof(QmmaTile),
+                           cudaMemcpyHostToDevice));
+        const DeviceMatrix expert0{type, data.ptr, rows, cols, m.row_bytes};
+        QmmaOperands op;
+        op.x = a.half.as<__half>();
+        op.ldx = cols;
+        op.y = y.as<float>();
+        op.ldy = rows;
+        op.alpha = a.unscale.as<float>();
+        qmma_gemm_grouped(expert0, rows * m.row_bytes, op, tiles_dev.as<QmmaTile>(),
+                          static_cast<int>(tiles.size()), nullptr);
+        CUDA_OK(cudaGetLastError());
+        CUDA_OK(cudaDeviceSynchronize());
+        std::vector<float> out(static_cast<size_t>(n * rows));
+        CUDA_OK(cudaMemcpy(out.data(), y.ptr, out.size() * sizeof(float), cudaMemcpyDeviceToHost));
+        int64_t first = 0;
+        for (int64_t e = 0; e < experts; ++e) {
+            const std::vector<float> part(out.begin() + first * rows,
+                                          out.begin() + (first + tokens[e]) * rows);
+            expect_products(part, rows, a, first, m, e * rows, rows, tokens[e],
+                            std::string(type_info(type).name) + " expert " + std::to_string(e));
+            first += tokens[e];
+        }
+    }
+}
+
+}  // namespace
+}  // namespace ember::cuda
