@@ -99,8 +99,8 @@ void make_activations(HalfActivations& a, uint32_t seed) {
 // Checks y [count x rows] (rows ldy apart) against the float64 sums of x rows x0.. and the
 // matrix's weights from row w0: each within 2^-18 of the sum of its terms' magnitudes (f32 sums
 // over at most a few thousand terms stay far inside that; one wrong term does not).
-void expect_products(const std::vector<float>& y, int64_t ldy, const HalfActivations& a,
-                     int64_t x0, const QuantMatrix& m, int64_t w0, int64_t rows, int64_t count,
+void expect_products(const std::vector<float>& y, int64_t ldy, const HalfActivations& a, int64_t x0,
+                     const QuantMatrix& m, int64_t w0, int64_t rows, int64_t count,
                      const std::string& what) {
     for (int64_t t = 0; t < count; ++t) {
         for (int64_t r = 0; r < rows; ++r) {
@@ -166,20 +166,18 @@ TEST_P(QmmaDense, MatchesFloat64OfTheRoundedOperands) {
 std::string dense_name(const testing::TestParamInfo<DenseCase>& info) {
     const DenseCase& c = info.param;
     return std::string(type_info(c.type).name) + "_r" + std::to_string(c.rows) + "_c" +
-           std::to_string(c.cols) + "_n" + std::to_string(c.n) + "_sm" +
-           std::to_string(c.sm_count);
+           std::to_string(c.cols) + "_n" + std::to_string(c.n) + "_sm" + std::to_string(c.sm_count);
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Shapes, QmmaDense,
-    testing::Values(DenseCase{TensorType::Q4_K, 200, 1024, 18, 132},
-                    DenseCase{TensorType::Q4_K, 200, 1024, 18, 1},
-                    DenseCase{TensorType::Q4_K, 136, 512, 100, 132},
-                    DenseCase{TensorType::Q4_K, 64, 2048, 300, 1},
-                    DenseCase{TensorType::Q6_K, 200, 1024, 32, 132},
-                    DenseCase{TensorType::Q6_K, 72, 768, 65, 132},
-                    DenseCase{TensorType::Q6_K, 130, 512, 129, 1}),
-    dense_name);
+INSTANTIATE_TEST_SUITE_P(Shapes, QmmaDense,
+                         testing::Values(DenseCase{TensorType::Q4_K, 200, 1024, 18, 132},
+                                         DenseCase{TensorType::Q4_K, 200, 1024, 18, 1},
+                                         DenseCase{TensorType::Q4_K, 136, 512, 100, 132},
+                                         DenseCase{TensorType::Q4_K, 64, 2048, 300, 1},
+                                         DenseCase{TensorType::Q6_K, 200, 1024, 32, 132},
+                                         DenseCase{TensorType::Q6_K, 72, 768, 65, 132},
+                                         DenseCase{TensorType::Q6_K, 130, 512, 129, 1}),
+                         dense_name);
 
 // Three experts' matrices stacked; sorted rows of 0, 70 and 9 tokens in tiles of at most 64.
 TEST(QmmaGrouped, EachTileGoesThroughItsExpert) {
@@ -204,7 +202,8 @@ TEST(QmmaGrouped, EachTileGoesThroughItsExpert) {
                 QmmaTile tile;
                 tile.expert = static_cast<int32_t>(e);
                 tile.row0 = row0 + static_cast<int32_t>(done);
-                tile.count = static_cast<int32_t>(std::min<int64_t>(kQmmaTileTokens, tokens[e] - done));
+                tile.count =
+                    static_cast<int32_t>(std::min<int64_t>(kQmmaTileTokens, tokens[e] - done));
                 tiles.push_back(tile);
             }
             row0 += static_cast<int32_t>(tokens[e]);

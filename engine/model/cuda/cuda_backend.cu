@@ -522,12 +522,11 @@ private:
                        b.half_scale, stream());
         DeviceMatrix expert0 = stacked;
         expert0.rows = stacked.rows / n_expert;
-        QmmaOperands op;
-        op.x = b.half_rows;
-        op.ldx = stacked.cols;
-        op.y = out;
-        op.ldy = expert0.rows;
-        op.alpha = b.half_scale;
+        const QmmaOperands op{.x = b.half_rows,
+                              .ldx = stacked.cols,
+                              .y = out,
+                              .ldy = expert0.rows,
+                              .alpha = b.half_scale};
         qmma_gemm_grouped(expert0, static_cast<size_t>(expert0.rows) * stacked.row_stride, op,
                           b.tiles, n_tiles, stream());
         check_launch("qmma_gemm_grouped");
@@ -585,14 +584,16 @@ private:
         const float* beta = scale;       // 0.0f
         const float* alpha = scale + 1;  // 2^-e, written by prepare_half_inputs
         if (qmma_supports(w) && n <= qmma_max_tokens_) {
-            const int64_t scratch = qmma_scratch_floats(w, n, dev_.sm_count());
+            // Sized for the longest batch this path takes, so that a later one (a server's
+            // next prompt) does not reallocate it.
+            const int64_t scratch =
+                qmma_scratch_floats_upto(w, std::min(qmma_max_tokens_, kMaxBatch), dev_.sm_count());
             gpu_.dequantized.grow(static_cast<size_t>(scratch) * sizeof(float));
-            QmmaOperands op;
-            op.x = gpu_.half_x.as<__half>();
-            op.ldx = w.cols;
-            op.y = out;
-            op.ldy = w.rows;
-            op.alpha = alpha;
+            const QmmaOperands op{.x = gpu_.half_x.as<__half>(),
+                                  .ldx = w.cols,
+                                  .y = out,
+                                  .ldy = w.rows,
+                                  .alpha = alpha};
             qmma_gemm(w, op, n, gpu_.dequantized.as<float>(), dev_.sm_count(), stream());
             check_launch("qmma_gemm");
             return;

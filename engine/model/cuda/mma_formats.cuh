@@ -148,5 +148,4 @@ static_assert(offsetof(BlockQ6_K, ql) % 4 == 0 && offsetof(BlockQ6_K, qh) % 4 ==
                   offsetof(BlockQ6_K, scales) % 4 == 0 && offsetof(BlockQ6_K, d) % 2 == 0,
               "Q6_K: word loads at even offsets");
 
-
 }  // namespace ember::cuda::mma

@@ -70,9 +70,13 @@ __device__ __forceinline__ void cp_async16(void* shared, const void* global) {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(address), "l"(global));
 }
 
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n"); }
+__device__ __forceinline__ void cp_async_commit() {
+    asm volatile("cp.async.commit_group;\n");
+}
 
-__device__ __forceinline__ void cp_async_wait_one() { asm volatile("cp.async.wait_group 1;\n"); }
+__device__ __forceinline__ void cp_async_wait_one() {
+    asm volatile("cp.async.wait_group 1;\n");
+}
 
 // d += A (16 x 16, row) * B (16 x 8, col), f16 inputs, f32 sums.
 __device__ __forceinline__ void mma_f16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
@@ -115,9 +119,11 @@ __device__ __forceinline__ void stage_x(unsigned char* stage, const QmmaParams& 
 }
 
 // Adds one 256-element block of the warp's 16 rows (raw) times every token of the staged tile.
+// tiles: the token tiles holding tokens (a grouped tile of an expert with few rows skips the
+// others; the test is the same for the whole warp).
 template <class L, int NT>
 __device__ __forceinline__ void multiply_block(const typename L::Raw (&raw)[2],
-                                               const unsigned char* stage, int lane,
+                                               const unsigned char* stage, int lane, int tiles,
                                                float (&acc)[NT][4]) {
     const int g = lane >> 2, t = lane & 3;
     typename L::Scales scales[2];
@@ -146,6 +152,7 @@ __device__ __forceinline__ void multiply_block(const typename L::Raw (&raw)[2],
         uint32_t bx[NT][2 * L::kSteps];
 #pragma unroll
         for (int nt = 0; nt < NT; ++nt) {
+            if (nt >= tiles) break;
             const unsigned char* b = column + nt * kTileTokens * stage_stride<L>();
             if constexpr (L::kSteps == 2) {
                 const uint4 v = *reinterpret_cast<const uint4*>(b);
@@ -158,7 +165,9 @@ __device__ __forceinline__ void multiply_block(const typename L::Raw (&raw)[2],
 #pragma unroll
         for (int h = 0; h < L::kSteps; ++h) {
 #pragma unroll
-            for (int nt = 0; nt < NT; ++nt) mma_f16(acc[nt], a[h], bx[nt][2 * h], bx[nt][2 * h + 1]);
+            for (int nt = 0; nt < NT; ++nt) {
+                if (nt < tiles) mma_f16(acc[nt], a[h], bx[nt][2 * h], bx[nt][2 * h + 1]);
+            }
         }
     }
 }
@@ -182,6 +191,7 @@ __global__ void __launch_bounds__(kThreads, 3) qmma_kernel(const QmmaParams p) {
         tok0 = static_cast<int64_t>(blockIdx.y) * NT * kTileTokens;
         count = static_cast<int>(min(static_cast<int64_t>(NT * kTileTokens), p.n - tok0));
     }
+    const int tiles = (count + kTileTokens - 1) / kTileTokens;
     const int blocks = static_cast<int>(p.cols / kQK_K);
     const int first = static_cast<int>(static_cast<int64_t>(blockIdx.z) * blocks / p.splits);
     const int end = static_cast<int>(static_cast<int64_t>(blockIdx.z + 1) * blocks / p.splits);
@@ -206,7 +216,7 @@ __global__ void __launch_bounds__(kThreads, 3) qmma_kernel(const QmmaParams p) {
     // multiplies, as its activations are into the other stage.
     constexpr size_t kStage = stage_bytes<L, NT>();
     typename L::Raw raw[2];
-    const auto load_rows = [&](typename L::Raw (&into)[2], int b) {
+    const auto load_rows = [&](typename L::Raw(&into)[2], int b) {
 #pragma unroll
         for (int half = 0; half < 2; ++half) {
             into[half] =
@@ -226,7 +236,7 @@ __global__ void __launch_bounds__(kThreads, 3) qmma_kernel(const QmmaParams p) {
         if (b + 1 < end) load_rows(next, b + 1);
         cp_async_wait_one();
         __syncthreads();
-        multiply_block<L, NT>(raw, stages + s * kStage, lane, acc);
+        multiply_block<L, NT>(raw, stages + s * kStage, lane, tiles, acc);
         __syncthreads();  // the stage is read before the next iteration refills it
 #pragma unroll
         for (int half = 0; half < 2; ++half) raw[half] = next[half];
@@ -283,8 +293,7 @@ void launch_dense(const QmmaParams& p, cudaStream_t stream) {
 
 void check_width(const DeviceMatrix& w) {
     if (w.type != TensorType::Q4_K && w.type != TensorType::Q6_K) {
-        throw std::invalid_argument("qmma: no kernel for " +
-                                    std::string(type_info(w.type).name));
+        throw std::invalid_argument("qmma: no kernel for " + std::string(type_info(w.type).name));
     }
     if (w.cols % kQK_K != 0) {
         throw std::invalid_argument("qmma: width " + std::to_string(w.cols) +
@@ -310,8 +319,7 @@ QmmaParams params_of(const DeviceMatrix& w, const QmmaOperands& op) {
 // blocks a part.
 int splits_for(const DeviceMatrix& w, int64_t n, int sm_count) {
     const int64_t tile = n <= 4 * kTileTokens ? 4 * kTileTokens : kQmmaTileTokens;
-    const int64_t blocks =
-        (w.rows + kBlockRows - 1) / kBlockRows * ((n + tile - 1) / tile);
+    const int64_t blocks = (w.rows + kBlockRows - 1) / kBlockRows * ((n + tile - 1) / tile);
     const int64_t wanted = (2 * static_cast<int64_t>(sm_count) + blocks - 1) / blocks;
     const int64_t most = std::max<int64_t>(1, w.cols / kQK_K / 2);
     return static_cast<int>(std::clamp<int64_t>(wanted, 1, std::min<int64_t>(kMaxSplits, most)));
@@ -326,6 +334,12 @@ bool qmma_supports(const DeviceMatrix& w) {
 int64_t qmma_scratch_floats(const DeviceMatrix& w, int64_t n, int sm_count) {
     const int splits = splits_for(w, n, sm_count);
     return splits > 1 ? splits * n * w.rows : 0;
+}
+
+int64_t qmma_scratch_floats_upto(const DeviceMatrix& w, int64_t max_n, int sm_count) {
+    int64_t most = 0;
+    for (int64_t n = 1; n <= max_n; ++n) most = std::max(most, qmma_scratch_floats(w, n, sm_count));
+    return most;
 }
 
 void qmma_gemm(const DeviceMatrix& w, const QmmaOperands& op, int64_t n, float* scratch,

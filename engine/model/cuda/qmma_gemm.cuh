@@ -39,6 +39,9 @@ struct QmmaOperands {
 
 // Floats of scratch qmma_gemm needs for n tokens on a card of sm_count SMs (0: none).
 int64_t qmma_scratch_floats(const DeviceMatrix& w, int64_t n, int sm_count);
+// The most it needs for any batch of up to max_n tokens (a buffer sized once for all of them,
+// so that no later batch reallocates it).
+int64_t qmma_scratch_floats_upto(const DeviceMatrix& w, int64_t max_n, int sm_count);
 
 // The product of n (>= 1) tokens. scratch: qmma_scratch_floats(w, n, sm_count) floats.
 void qmma_gemm(const DeviceMatrix& w, const QmmaOperands& op, int64_t n, float* scratch,
