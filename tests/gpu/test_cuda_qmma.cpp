@@ -2,8 +2,8 @@
 // from the same operands: the CPU's dequantization of each weight rounded to f16, and the
 // activations as to_scaled_half left them. Dense products of every batch shape the kernel
 // takes (one tile of 32, tiles of 64 and a ragged last one; split across the width or not), and
-// the grouped product of a mixture of experts' sorted rows. Skipped where no CUDA device is
-// found.
+// the grouped product of a mixture of experts' sorted rows (Q4_K, Q6_K and MXFP4). Skipped where no
+// CUDA device is found.
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
@@ -45,10 +45,16 @@ QuantMatrix make_matrix(TensorType type, int64_t rows, int64_t cols, uint32_t se
     for (int64_t r = 0; r < rows; ++r) {
         uint8_t* dst = m.packed.data() + r * m.row_bytes;
         const float* src = &w[static_cast<size_t>(r * cols)];
-        if (type == TensorType::Q4_K) {
-            scalar::quantize_row_q4_k(src, dst, cols);
-        } else {
-            scalar::quantize_row_q6_k(src, dst, cols);
+        switch (type) {
+            case TensorType::Q4_K:
+                scalar::quantize_row_q4_k(src, dst, cols);
+                break;
+            case TensorType::Q6_K:
+                scalar::quantize_row_q6_k(src, dst, cols);
+                break;
+            default:
+                scalar::quantize_row_mxfp4(src, dst, cols);
+                break;
         }
     }
     MatrixView view;
@@ -179,63 +185,86 @@ INSTANTIATE_TEST_SUITE_P(Shapes, QmmaDense,
                                          DenseCase{TensorType::Q6_K, 130, 512, 129, 1}),
                          dense_name);
 
+struct GroupedCase {
+    TensorType type;
+    int64_t cols;
+};
+
+class QmmaGrouped : public testing::TestWithParam<GroupedCase> {
+protected:
+    void SetUp() override {
+        if (!has_device()) GTEST_SKIP() << "no CUDA device";
+    }
+};
+
 // Three experts' matrices stacked; sorted rows of 0, 70 and 9 tokens in tiles of at most 64.
-TEST(QmmaGrouped, EachTileGoesThroughItsExpert) {
-    if (!has_device()) GTEST_SKIP() << "no CUDA device";
-    for (const TensorType type : {TensorType::Q4_K, TensorType::Q6_K}) {
-        const int64_t rows = 96, cols = 512, experts = 3;
-        const QuantMatrix m = make_matrix(type, rows * experts, cols, 13);
-        const std::vector<int64_t> tokens = {0, 70, 9};
-        const int64_t n = 79;
-        HalfActivations a{n,
-                          cols,
-                          DeviceBuffer(static_cast<size_t>(n * cols) * sizeof(__half)),
-                          DeviceBuffer(sizeof(float)),
-                          DeviceBuffer(static_cast<size_t>(n) * sizeof(float)),
-                          {},
-                          0};
-        make_activations(a, 21);
-        std::vector<QmmaTile> tiles;
-        int32_t row0 = 0;
-        for (int64_t e = 0; e < experts; ++e) {
-            for (int64_t done = 0; done < tokens[e]; done += kQmmaTileTokens) {
-                QmmaTile tile;
-                tile.expert = static_cast<int32_t>(e);
-                tile.row0 = row0 + static_cast<int32_t>(done);
-                tile.count =
-                    static_cast<int32_t>(std::min<int64_t>(kQmmaTileTokens, tokens[e] - done));
-                tiles.push_back(tile);
-            }
-            row0 += static_cast<int32_t>(tokens[e]);
+TEST_P(QmmaGrouped, EachTileGoesThroughItsExpert) {
+    const TensorType type = GetParam().type;
+    const int64_t rows = 96, cols = GetParam().cols, experts = 3;
+    const QuantMatrix m = make_matrix(type, rows * experts, cols, 13);
+    const std::vector<int64_t> tokens = {0, 70, 9};
+    const int64_t n = 79;
+    HalfActivations a{n,
+                      cols,
+                      DeviceBuffer(static_cast<size_t>(n * cols) * sizeof(__half)),
+                      DeviceBuffer(sizeof(float)),
+                      DeviceBuffer(static_cast<size_t>(n) * sizeof(float)),
+                      {},
+                      0};
+    make_activations(a, 21);
+    std::vector<QmmaTile> tiles;
+    int32_t row0 = 0;
+    for (int64_t e = 0; e < experts; ++e) {
+        for (int64_t done = 0; done < tokens[e]; done += kQmmaTileTokens) {
+            QmmaTile tile;
+            tile.expert = static_cast<int32_t>(e);
+            tile.row0 = row0 + static_cast<int32_t>(done);
+            tile.count = static_cast<int32_t>(std::min<int64_t>(kQmmaTileTokens, tokens[e] - done));
+            tiles.push_back(tile);
         }
-        DeviceBuffer data(m.packed.size()), tiles_dev(tiles.size() * sizeof(QmmaTile));
-        DeviceBuffer y(static_cast<size_t>(n * rows) * sizeof(float));
-        CUDA_OK(cudaMemcpy(data.ptr, m.packed.data(), m.packed.size(), cudaMemcpyHostToDevice));
-        CUDA_OK(cudaMemcpy(tiles_dev.ptr, tiles.data(), tiles.size() * sizeof(QmmaTile),
-                           cudaMemcpyHostToDevice));
-        const DeviceMatrix expert0{type, data.ptr, rows, cols, m.row_bytes};
-        QmmaOperands op;
-        op.x = a.half.as<__half>();
-        op.ldx = cols;
-        op.y = y.as<float>();
-        op.ldy = rows;
-        op.alpha = a.unscale.as<float>();
-        qmma_gemm_grouped(expert0, rows * m.row_bytes, op, tiles_dev.as<QmmaTile>(),
-                          static_cast<int>(tiles.size()), nullptr);
-        CUDA_OK(cudaGetLastError());
-        CUDA_OK(cudaDeviceSynchronize());
-        std::vector<float> out(static_cast<size_t>(n * rows));
-        CUDA_OK(cudaMemcpy(out.data(), y.ptr, out.size() * sizeof(float), cudaMemcpyDeviceToHost));
-        int64_t first = 0;
-        for (int64_t e = 0; e < experts; ++e) {
-            const std::vector<float> part(out.begin() + first * rows,
-                                          out.begin() + (first + tokens[e]) * rows);
-            expect_products(part, rows, a, first, m, e * rows, rows, tokens[e],
-                            std::string(type_info(type).name) + " expert " + std::to_string(e));
-            first += tokens[e];
-        }
+        row0 += static_cast<int32_t>(tokens[e]);
+    }
+    DeviceBuffer data(m.packed.size()), tiles_dev(tiles.size() * sizeof(QmmaTile));
+    DeviceBuffer y(static_cast<size_t>(n * rows) * sizeof(float));
+    CUDA_OK(cudaMemcpy(data.ptr, m.packed.data(), m.packed.size(), cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemcpy(tiles_dev.ptr, tiles.data(), tiles.size() * sizeof(QmmaTile),
+                       cudaMemcpyHostToDevice));
+    const DeviceMatrix expert0{type, data.ptr, rows, cols, m.row_bytes};
+    ASSERT_TRUE(qmma_grouped_supports(expert0));
+    const QmmaOperands op{.x = a.half.as<__half>(),
+                          .ldx = cols,
+                          .y = y.as<float>(),
+                          .ldy = rows,
+                          .alpha = a.unscale.as<float>()};
+    qmma_gemm_grouped(expert0, rows * m.row_bytes, op, tiles_dev.as<QmmaTile>(),
+                      static_cast<int>(tiles.size()), nullptr);
+    CUDA_OK(cudaGetLastError());
+    CUDA_OK(cudaDeviceSynchronize());
+    std::vector<float> out(static_cast<size_t>(n * rows));
+    CUDA_OK(cudaMemcpy(out.data(), y.ptr, out.size() * sizeof(float), cudaMemcpyDeviceToHost));
+    int64_t first = 0;
+    for (int64_t e = 0; e < experts; ++e) {
+        const std::vector<float> part(out.begin() + first * rows,
+                                      out.begin() + (first + tokens[e]) * rows);
+        expect_products(part, rows, a, first, m, e * rows, rows, tokens[e],
+                        "expert " + std::to_string(e));
+        first += tokens[e];
     }
 }
+
+std::string grouped_name(const testing::TestParamInfo<GroupedCase>& info) {
+    return std::string(type_info(info.param.type).name) + "_c" + std::to_string(info.param.cols);
+}
+
+// MXFP4 at gpt-oss's width (90 blocks: chunks of 5), a multiple of 128 (chunks of 4) and 3
+// blocks (chunks of 1); the blocks are 17 bytes, so every alignment of a lane's 8 bytes occurs.
+INSTANTIATE_TEST_SUITE_P(Types, QmmaGrouped,
+                         testing::Values(GroupedCase{TensorType::Q4_K, 512},
+                                         GroupedCase{TensorType::Q6_K, 512},
+                                         GroupedCase{TensorType::MXFP4, 2880},
+                                         GroupedCase{TensorType::MXFP4, 384},
+                                         GroupedCase{TensorType::MXFP4, 96}),
+                         grouped_name);
 
 }  // namespace
 }  // namespace ember::cuda

@@ -487,7 +487,8 @@ private:
     template <class ExpertOf>
     static bool groups_on_tensor_cores(const MoeLayer& l, const ExpertOf& expert) {
         for (const DeviceMatrix* stacked : {&l.gate, &l.up, &l.down}) {
-            if (!stacked->half_products || !qmma_supports(expert(*stacked, 0))) return false;
+            if (!stacked->half_products || !qmma_grouped_supports(expert(*stacked, 0)))
+                return false;
         }
         return true;
     }

@@ -26,7 +26,7 @@ __device__ __forceinline__ uint32_t load_u32(const uint8_t* p, bool aligned4) {
 
 // ---------------------------------------------------------------------------------------------
 // Formats: what lane t of a row holds of one 256-element block.
-//   Raw              its bytes (load(block, t))
+//   Raw              its bytes (load(block, t)) of kChunk elements (kChunkBytes of the row)
 //   element(g, h, t) the first of the 4 contiguous elements it puts in k-step h of scale group g
 //   quants(raw, g, h) those 4 quants, one byte each (biased by kBias)
 //   scale(raw, own_scales(raw, t), g, lane)   the group's f32 scale and offset (element =
@@ -38,6 +38,8 @@ __device__ __forceinline__ uint32_t load_u32(const uint8_t* p, bool aligned4) {
 struct MmaQ4_K {
     using Block = BlockQ4_K;
     static constexpr int kGroups = 8, kSteps = 2, kBias = 0;
+    static constexpr int kChunk = kQK_K;  // elements one Raw covers
+    static constexpr size_t kChunkBytes = sizeof(Block);
     static constexpr bool kHasOffset = true;
     struct Raw {
         uint4 head;  // d, dmin, scales[12]
@@ -94,6 +96,8 @@ static_assert(offsetof(BlockQ4_K, qs) % 8 == 0 && sizeof(BlockQ4_K) % 16 == 0,
 struct MmaQ6_K {
     using Block = BlockQ6_K;
     static constexpr int kGroups = 16, kSteps = 1, kBias = 32;
+    static constexpr int kChunk = kQK_K;
+    static constexpr size_t kChunkBytes = sizeof(Block);
     static constexpr bool kHasOffset = false;
     struct Raw {
         uint32_t ql[8];  // [n][p % 2][u]

@@ -52,12 +52,14 @@ struct QmmaParams {
     int splits = 1;
 };
 
-// Bytes between two tokens' 256 halves in shared memory: 512 plus a pad that puts the B loads
-// of one phase in different banks (Q4_K: 16-byte loads, a quarter-warp is 2 tokens x 4 lanes,
-// 64; Q6_K: 8-byte loads, a half-warp is 4 tokens x 4 lanes, 32).
+// Bytes between two tokens' kChunk halves in shared memory, padded so that the B loads of one
+// phase hit different banks: two k-steps (Q4_K, MXFP4) load 16 bytes and a quarter-warp is 2
+// tokens x 4 lanes, so a stride of 64 modulo 128; one (Q6_K) loads 8 and a half-warp is 4 x 4,
+// so 32 modulo 128.
 template <class L>
 __host__ __device__ constexpr int stage_stride() {
-    return 2 * kQK_K + (L::kSteps == 2 ? 64 : 32);
+    constexpr int kWanted = L::kSteps == 2 ? 64 : 32;
+    return 2 * L::kChunk + (kWanted - (2 * L::kChunk) % 128 + 128) % 128;
 }
 
 template <class L, int NT>
@@ -104,17 +106,72 @@ __device__ __forceinline__ void dequantize_four(uint32_t word, float scale, floa
                          __fmaf_rn(scale, byte_value<3, kBias>(word), neg_offset));
 }
 
-// Copies 256-element block `block` of the tile's tokens into `stage` (rows past the tile's last
-// token repeat it; their sums are not stored).
+// MXFP4 (17-byte blocks of 32 elements at any alignment; gpt-oss's experts): B blocks a chunk
+// (widths of 2,880 are 90 blocks, not whole 256s), one scale group each, two k-steps. Lane t
+// takes elements 8t .. 8t + 7 of a block (element(g, h, t) as Q4_K's): the low nibbles (t < 2)
+// or the high ones (t >= 2) of qs[8 (t % 2) .. + 7], kept as codes + 12 (FmtMXFP4::codes), so
+// that scale * (byte - 12) is the value dequantize_rows_half rounds.
+template <int B>
+struct QmmaMXFP4 {
+    static constexpr int kGroups = B, kSteps = 2, kBias = 12;
+    static constexpr int kChunk = 32 * B;
+    static constexpr size_t kChunkBytes = sizeof(BlockMXFP4) * B;
+    struct Raw {
+        uint32_t codes[B][2];  // [block][k-step]: 4 elements each
+        uint32_t e[B];
+    };
+    // 8 bytes at p (any alignment) from the aligned words covering them (no word past them).
+    static __device__ __forceinline__ uint2 load8(const uint8_t* p) {
+        const uintptr_t a = reinterpret_cast<uintptr_t>(p);
+        const auto* word = reinterpret_cast<const uint32_t*>(a & ~uintptr_t{3});
+        const uint32_t shift = 8 * static_cast<uint32_t>(a & 3);
+        const uint32_t w0 = __ldg(word), w1 = __ldg(word + 1);
+        const uint32_t w2 = shift == 0 ? w1 : __ldg(word + 2);
+        return make_uint2(__funnelshift_r(w0, w1, shift), __funnelshift_r(w1, w2, shift));
+    }
+    static __device__ __forceinline__ Raw load(const uint8_t* chunk, int t) {
+        Raw raw;
+        const int nibble = 4 * (t >> 1);
+#pragma unroll
+        for (int j = 0; j < B; ++j) {
+            const uint8_t* block = chunk + sizeof(BlockMXFP4) * j;
+            raw.e[j] = __ldg(block + offsetof(BlockMXFP4, e));
+            const uint2 qs = load8(block + offsetof(BlockMXFP4, qs) + 8 * (t & 1));
+            raw.codes[j][0] = FmtMXFP4::codes((qs.x >> nibble) & 0x0f0f0f0fu);
+            raw.codes[j][1] = FmtMXFP4::codes((qs.y >> nibble) & 0x0f0f0f0fu);
+        }
+        return raw;
+    }
+    static __device__ __forceinline__ int element(int group, int h, int t) {
+        return 32 * group + 8 * t + 4 * h;
+    }
+    static __device__ __forceinline__ uint32_t quants(const Raw& raw, int group, int h) {
+        return raw.codes[group][h];
+    }
+    struct Scales {};
+    static __device__ __forceinline__ Scales own_scales(const Raw&, int) {
+        return {};
+    }
+    static __device__ __forceinline__ void scale(const Raw& raw, const Scales&, int group, int,
+                                                 float& scale, float& offset) {
+        scale = FmtMXFP4::scale(raw.e[group]);
+        offset = 0.0f;
+    }
+};
+
+// Copies chunk `block` (L::kChunk elements) of the tile's tokens into `stage` (rows past the
+// tile's last token repeat it; their sums are not stored).
 template <class L, int NT>
 __device__ __forceinline__ void stage_x(unsigned char* stage, const QmmaParams& p, int64_t tok0,
                                         int count, int block) {
-    constexpr int kChunks = NT * kTileTokens * (2 * kQK_K / 16);  // 16 bytes each
-    for (int c = static_cast<int>(threadIdx.x); c < kChunks; c += kThreads) {
-        const int row = c >> 5, chunk = c & 31;
+    constexpr int kRowCopies = 2 * L::kChunk / 16;  // 16 bytes each
+    constexpr int kCopies = NT * kTileTokens * kRowCopies;
+    for (int c = static_cast<int>(threadIdx.x); c < kCopies; c += kThreads) {
+        const int row = c / kRowCopies, copy = c % kRowCopies;
         const int64_t token = tok0 + min(row, count - 1);
-        const __half* src = p.x + token * p.ldx + static_cast<int64_t>(block) * kQK_K + 8 * chunk;
-        cp_async16(stage + row * stage_stride<L>() + 16 * chunk, src);
+        const __half* src =
+            p.x + token * p.ldx + static_cast<int64_t>(block) * L::kChunk + 8 * copy;
+        cp_async16(stage + row * stage_stride<L>() + 16 * copy, src);
     }
 }
 
@@ -192,7 +249,7 @@ __global__ void __launch_bounds__(kThreads, 3) qmma_kernel(const QmmaParams p) {
         count = static_cast<int>(min(static_cast<int64_t>(NT * kTileTokens), p.n - tok0));
     }
     const int tiles = (count + kTileTokens - 1) / kTileTokens;
-    const int blocks = static_cast<int>(p.cols / kQK_K);
+    const int blocks = static_cast<int>(p.cols / L::kChunk);
     const int first = static_cast<int>(static_cast<int64_t>(blockIdx.z) * blocks / p.splits);
     const int end = static_cast<int>(static_cast<int64_t>(blockIdx.z + 1) * blocks / p.splits);
 
@@ -219,8 +276,7 @@ __global__ void __launch_bounds__(kThreads, 3) qmma_kernel(const QmmaParams p) {
     const auto load_rows = [&](typename L::Raw(&into)[2], int b) {
 #pragma unroll
         for (int half = 0; half < 2; ++half) {
-            into[half] =
-                L::load(row_data[half] + static_cast<size_t>(b) * sizeof(typename L::Block), t);
+            into[half] = L::load(row_data[half] + static_cast<size_t>(b) * L::kChunkBytes, t);
         }
     };
     if (first < end) {
@@ -291,14 +347,15 @@ void launch_dense(const QmmaParams& p, cudaStream_t stream) {
     launch<L, 8>(p, (p.n + kQmmaTileTokens - 1) / kQmmaTileTokens, stream);
 }
 
-void check_width(const DeviceMatrix& w) {
-    if (w.type != TensorType::Q4_K && w.type != TensorType::Q6_K) {
-        throw std::invalid_argument("qmma: no kernel for " + std::string(type_info(w.type).name));
-    }
-    if (w.cols % kQK_K != 0) {
-        throw std::invalid_argument("qmma: width " + std::to_string(w.cols) +
-                                    " is not a multiple of 256");
-    }
+// Elements of one MXFP4 chunk for a width: 5 blocks where they divide it (2,880), else 4
+// (every multiple of 128), else 1.
+int64_t mxfp4_chunk_blocks(int64_t cols) {
+    const int64_t blocks = cols / 32;
+    return blocks % 5 == 0 ? 5 : (blocks % 4 == 0 ? 4 : 1);
+}
+
+bool k_quant_product(const DeviceMatrix& w) {
+    return (w.type == TensorType::Q4_K || w.type == TensorType::Q6_K) && w.cols % kQK_K == 0;
 }
 
 QmmaParams params_of(const DeviceMatrix& w, const QmmaOperands& op) {
@@ -321,14 +378,18 @@ int splits_for(const DeviceMatrix& w, int64_t n, int sm_count) {
     const int64_t tile = n <= 4 * kTileTokens ? 4 * kTileTokens : kQmmaTileTokens;
     const int64_t blocks = (w.rows + kBlockRows - 1) / kBlockRows * ((n + tile - 1) / tile);
     const int64_t wanted = (2 * static_cast<int64_t>(sm_count) + blocks - 1) / blocks;
-    const int64_t most = std::max<int64_t>(1, w.cols / kQK_K / 2);
+    const int64_t most = std::max<int64_t>(1, w.cols / kQK_K / 2);  // Q4_K, Q6_K
     return static_cast<int>(std::clamp<int64_t>(wanted, 1, std::min<int64_t>(kMaxSplits, most)));
 }
 
 }  // namespace
 
 bool qmma_supports(const DeviceMatrix& w) {
-    return (w.type == TensorType::Q4_K || w.type == TensorType::Q6_K) && w.cols % kQK_K == 0;
+    return k_quant_product(w);
+}
+
+bool qmma_grouped_supports(const DeviceMatrix& w) {
+    return k_quant_product(w) || (w.type == TensorType::MXFP4 && w.cols % 32 == 0);
 }
 
 int64_t qmma_scratch_floats(const DeviceMatrix& w, int64_t n, int sm_count) {
@@ -344,7 +405,10 @@ int64_t qmma_scratch_floats_upto(const DeviceMatrix& w, int64_t max_n, int sm_co
 
 void qmma_gemm(const DeviceMatrix& w, const QmmaOperands& op, int64_t n, float* scratch,
                int sm_count, cudaStream_t stream) {
-    check_width(w);
+    if (!qmma_supports(w)) {
+        throw std::invalid_argument("qmma: no kernel for a " + std::string(type_info(w.type).name) +
+                                    " matrix " + std::to_string(w.cols) + " wide");
+    }
     if (n <= 0) return;
     QmmaParams p = params_of(w, op);
     p.n = n;
@@ -366,15 +430,29 @@ void qmma_gemm(const DeviceMatrix& w, const QmmaOperands& op, int64_t n, float* 
 
 void qmma_gemm_grouped(const DeviceMatrix& expert0, size_t expert_stride, const QmmaOperands& op,
                        const QmmaTile* tiles, int n_tiles, cudaStream_t stream) {
-    check_width(expert0);
+    if (!qmma_grouped_supports(expert0)) {
+        throw std::invalid_argument("qmma: no grouped kernel for a " +
+                                    std::string(type_info(expert0.type).name) + " matrix " +
+                                    std::to_string(expert0.cols) + " wide");
+    }
     if (n_tiles <= 0) return;
     QmmaParams p = params_of(expert0, op);
     p.expert_stride = expert_stride;
     p.tiles = tiles;
-    if (expert0.type == TensorType::Q4_K) {
-        launch<MmaQ4_K, 8>(p, n_tiles, stream);
-    } else {
-        launch<MmaQ6_K, 8>(p, n_tiles, stream);
+    switch (expert0.type) {
+        case TensorType::Q4_K:
+            return launch<MmaQ4_K, 8>(p, n_tiles, stream);
+        case TensorType::Q6_K:
+            return launch<MmaQ6_K, 8>(p, n_tiles, stream);
+        default:  // MXFP4
+            switch (mxfp4_chunk_blocks(expert0.cols)) {
+                case 5:
+                    return launch<QmmaMXFP4<5>, 8>(p, n_tiles, stream);
+                case 4:
+                    return launch<QmmaMXFP4<4>, 8>(p, n_tiles, stream);
+                default:
+                    return launch<QmmaMXFP4<1>, 8>(p, n_tiles, stream);
+            }
     }
 }
 

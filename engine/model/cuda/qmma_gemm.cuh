@@ -1,8 +1,9 @@
 // The quantized prefill product: y [n x rows] = x [n x cols] · W^T * alpha on the tensor cores,
-// with a Q4_K or Q6_K weight read in place. The activations are the prefill's f16 inputs, scaled
-// by one power of two (half_inputs.cuh); each weight is dequantized in registers to f32 exactly
-// as dequantize_rows_half does it and rounded to f16, so the operands are bit for bit those of
-// the dequantize-to-f16-and-cuBLAS path, and only the order of the f32 sums differs.
+// with a Q4_K or Q6_K weight (or, grouped, an MXFP4 one) read in place. The activations are the
+// prefill's f16 inputs, scaled by one power of two (half_inputs.cuh); each weight is
+// dequantized in registers to f32 exactly as dequantize_rows_half does it and rounded to f16,
+// so the operands are bit for bit those of the dequantize-to-f16-and-cuBLAS path, and only the
+// order of the f32 sums differs.
 //
 // Why: that path writes every weight out as f16 (3.5 bytes of traffic for each 0.56-byte Q4_K
 // weight) and pays a dequantization launch and a cuBLAS call per 16 MiB slice, ~19 ms a pass of
@@ -25,6 +26,8 @@ namespace ember::cuda {
 
 // Whether the kernel reads w: Q4_K or Q6_K, its width a multiple of 256.
 bool qmma_supports(const DeviceMatrix& w);
+// Whether the grouped kernel reads w: as qmma_supports, and MXFP4 of any width of whole blocks.
+bool qmma_grouped_supports(const DeviceMatrix& w);
 
 // The activations and where the product goes. x: row t at x + t * ldx (16-byte aligned rows);
 // y: row t at y + t * ldy; alpha: device pointer to the one factor every sum is multiplied by

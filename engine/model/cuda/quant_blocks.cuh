@@ -194,6 +194,10 @@ struct FmtQ4_0 : QuantFormat<BlockQ4_0, kQK, 1, 8> {
     static __device__ __forceinline__ Raw load(const uint8_t* block, int) {
         return {load_u16(block + offsetof(Block, d)), load_window<1>(block + offsetof(Block, qs))};
     }
+    // 2^(e - 128): a normal float from e = 2 (exponent field e - 1), subnormal below.
+    static __device__ __forceinline__ float scale(uint32_t e) {
+        return e >= 2 ? __uint_as_float((e - 1) << 23) : __uint_as_float(0x00200000u << e);
+    }
     static __device__ __forceinline__ Unit unpack(const Raw& raw, int) {
         Unit u;
         uint32_t qs[4];
@@ -243,6 +247,10 @@ struct FmtMXFP4 : QuantFormat<BlockMXFP4, kQK, 1, 12> {
         const uint32_t negative = ((nibbles >> 3) & 0x01010101u) * 0xffu;
         return ((0x0c0c0c0cu + magnitude) & ~negative) | ((0x0c0c0c0cu - magnitude) & negative);
     }
+    // 2^(e - 128): a normal float from e = 2 (exponent field e - 1), subnormal below.
+    static __device__ __forceinline__ float scale(uint32_t e) {
+        return e >= 2 ? __uint_as_float((e - 1) << 23) : __uint_as_float(0x00200000u << e);
+    }
     static __device__ __forceinline__ Unit unpack(const Raw& raw, int) {
         Unit u;
         uint32_t qs[4];
@@ -252,10 +260,7 @@ struct FmtMXFP4 : QuantFormat<BlockMXFP4, kQK, 1, 12> {
             u.q[i] = codes(qs[i] & 0x0f0f0f0fu);
             u.q[4 + i] = codes((qs[i] >> 4) & 0x0f0f0f0fu);
         }
-        // 2^(e - 128): a normal float from e = 2 (exponent field e - 1), subnormal below.
-        const float scale =
-            raw.e >= 2 ? __uint_as_float((raw.e - 1) << 23) : __uint_as_float(0x00200000u << raw.e);
-        u.scale[0] = u.scale[1] = scale;
+        u.scale[0] = u.scale[1] = scale(raw.e);
         u.offset[0] = u.offset[1] = 0.0f;
         return u;
     }
