@@ -65,7 +65,9 @@ pack_ref() {
     local dir=${1:?usage: scripts/gpu_compare.sh pack-ref BUILD_DIR} stage=.gpuref/stage
     rm -rf "$stage" && mkdir -p "$stage/lib"
     strip -o "$stage/llama-bench" "$dir/bin/llama-bench"
-    ldd "$stage/llama-bench" | awk '/=> \// {print $3}' | grep -v -E 'libcuda|libcublas|libcudart' |
+    # Not NCCL (a CUDA build links it where it finds it: 208 MiB, past what a call carries): the
+    # GPU machine has it with PyTorch (reference() adds that folder).
+    ldd "$stage/llama-bench" | awk '/=> \// {print $3}' | grep -v -E 'libcuda|libcublas|libcudart|libnccl' |
         xargs -r -I{} cp -L {} "$stage/lib/"
     cp -L /lib64/ld-linux-x86-64.so.2 "$stage/lib/"
     tar -C "$stage" -cf - . | xz -9 -T2 >.gpuref/ref.tar.xz
@@ -99,7 +101,9 @@ ember() {
 # with its loader and libraries).
 reference() {
     if [ -d /tmp/refkit ]; then
-        /tmp/refkit/lib/ld-linux-x86-64.so.2 --library-path "/tmp/refkit/lib:$CUDA_LIB" \
+        local nccl
+        nccl=$(python3 -c 'import nvidia.nccl, os; print(os.path.join(list(nvidia.nccl.__path__)[0], "lib"))' 2>/dev/null || true)
+        /tmp/refkit/lib/ld-linux-x86-64.so.2 --library-path "/tmp/refkit/lib:$CUDA_LIB${nccl:+:$nccl}" \
             /tmp/refkit/llama-bench "$@"
     else
         /tmp/llama-bench "$@"
