@@ -1,7 +1,8 @@
 // The quantized prefill product (qmma_gemm.cuh) against float64 sums computed here on the host
 // from the same operands: the CPU's dequantization of each weight rounded to f16, and the
 // activations as to_scaled_half left them. Dense products of every batch shape the kernel
-// takes (one tile of 32, tiles of 64 and a ragged last one; split across the width or not), and
+// takes (one tile of 32, 64 or 96, tiles of 64 and a ragged last one; split across the width
+// or not), and
 // the grouped product of a mixture of experts' sorted rows (Q4_K, Q6_K and MXFP4). Skipped where no
 // CUDA device is found.
 #include <cuda_fp16.h>
@@ -179,6 +180,8 @@ INSTANTIATE_TEST_SUITE_P(Shapes, QmmaDense,
                          testing::Values(DenseCase{TensorType::Q4_K, 200, 1024, 18, 132},
                                          DenseCase{TensorType::Q4_K, 200, 1024, 18, 1},
                                          DenseCase{TensorType::Q4_K, 136, 512, 100, 132},
+                                         DenseCase{TensorType::Q4_K, 200, 1024, 90, 132},
+                                         DenseCase{TensorType::Q4_K, 96, 512, 96, 1},
                                          DenseCase{TensorType::Q4_K, 64, 2048, 300, 1},
                                          DenseCase{TensorType::Q6_K, 200, 1024, 32, 132},
                                          DenseCase{TensorType::Q6_K, 72, 768, 65, 132},

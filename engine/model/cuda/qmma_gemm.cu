@@ -202,35 +202,43 @@ __device__ __forceinline__ void multiply_block(const typename L::Raw (&raw)[2],
                                       a[h][3]);
         }
         // Lane (g, t)'s B: token column g, the 4 (Q6_K) or 8 (Q4_K, both k-steps) elements from
-        // L::element(group, 0, t).
-        // All the tile's B fragments first, then the k-steps in turn, so that consecutive mmas
-        // add into different token tiles.
+        // L::element(group, 0, t). The B fragments of up to 8 token tiles first, then the
+        // k-steps in turn, so that consecutive mmas add into different token tiles (more tiles
+        // go 4 at a time: all their fragments at once would not fit the registers).
         const unsigned char* column = stage + g * stage_stride<L>() + 2 * L::element(group, 0, t);
-        uint32_t bx[NT][2 * L::kSteps];
+        constexpr int kAtOnce = NT > 8 ? 4 : NT;
 #pragma unroll
-        for (int nt = 0; nt < NT; ++nt) {
-            if (nt >= tiles) break;
-            const unsigned char* b = column + nt * kTileTokens * stage_stride<L>();
-            if constexpr (L::kSteps == 2) {
-                const uint4 v = *reinterpret_cast<const uint4*>(b);
-                bx[nt][0] = v.x, bx[nt][1] = v.y, bx[nt][2] = v.z, bx[nt][3] = v.w;
-            } else {
-                const uint2 v = *reinterpret_cast<const uint2*>(b);
-                bx[nt][0] = v.x, bx[nt][1] = v.y;
+        for (int nt0 = 0; nt0 < NT; nt0 += kAtOnce) {
+            uint32_t bx[kAtOnce][2 * L::kSteps];
+#pragma unroll
+            for (int i = 0; i < kAtOnce; ++i) {
+                if (nt0 + i >= tiles) break;
+                const unsigned char* b = column + (nt0 + i) * kTileTokens * stage_stride<L>();
+                if constexpr (L::kSteps == 2) {
+                    const uint4 v = *reinterpret_cast<const uint4*>(b);
+                    bx[i][0] = v.x, bx[i][1] = v.y, bx[i][2] = v.z, bx[i][3] = v.w;
+                } else {
+                    const uint2 v = *reinterpret_cast<const uint2*>(b);
+                    bx[i][0] = v.x, bx[i][1] = v.y;
+                }
             }
-        }
 #pragma unroll
-        for (int h = 0; h < L::kSteps; ++h) {
+            for (int h = 0; h < L::kSteps; ++h) {
 #pragma unroll
-            for (int nt = 0; nt < NT; ++nt) {
-                if (nt < tiles) mma_f16(acc[nt], a[h], bx[nt][2 * h], bx[nt][2 * h + 1]);
+                for (int i = 0; i < kAtOnce; ++i) {
+                    if (nt0 + i < tiles) {
+                        mma_f16(acc[nt0 + i], a[h], bx[i][2 * h], bx[i][2 * h + 1]);
+                    }
+                }
             }
         }
     }
 }
 
+// Three blocks an SM (their two stages of 64 tokens take 72 KiB of shared memory each); two for
+// tiles of 96 tokens, whose stages take 108 KiB, so their registers may grow.
 template <class L, int NT>
-__global__ void __launch_bounds__(kThreads, 3) qmma_kernel(const QmmaParams p) {
+__global__ void __launch_bounds__(kThreads, NT > 8 ? 2 : 3) qmma_kernel(const QmmaParams p) {
     extern __shared__ __align__(16) unsigned char stages[];  // [2][NT * 8][stage_stride]
     const int lane = threadIdx.x & 31;
     const int warp = threadIdx.x >> 5;
@@ -340,10 +348,14 @@ void launch(const QmmaParams& p, int64_t tiles, cudaStream_t stream) {
     kernel<<<grid, kThreads, shared, stream>>>(p);
 }
 
-// Token tiles of 32 for a batch that fits one (less waste on 18..32 tokens), else 64.
+// One tile of 32, 64 or 96 tokens for a batch that fits one (the weights are read and
+// dequantized once a tile, so 65 tokens in tiles of 64 would cost nearly twice 64), else tiles
+// of 64.
 template <class L>
 void launch_dense(const QmmaParams& p, cudaStream_t stream) {
     if (p.n <= 4 * kTileTokens) return launch<L, 4>(p, 1, stream);
+    if (p.n <= 8 * kTileTokens) return launch<L, 8>(p, 1, stream);
+    if (p.n <= 12 * kTileTokens) return launch<L, 12>(p, 1, stream);
     launch<L, 8>(p, (p.n + kQmmaTileTokens - 1) / kQmmaTileTokens, stream);
 }
 
@@ -375,8 +387,8 @@ QmmaParams params_of(const DeviceMatrix& w, const QmmaOperands& op) {
 // How many parts the width splits into: enough blocks for two a SM, at least two 256-element
 // blocks a part.
 int splits_for(const DeviceMatrix& w, int64_t n, int sm_count) {
-    const int64_t tile = n <= 4 * kTileTokens ? 4 * kTileTokens : kQmmaTileTokens;
-    const int64_t blocks = (w.rows + kBlockRows - 1) / kBlockRows * ((n + tile - 1) / tile);
+    const int64_t tiles = n <= 12 * kTileTokens ? 1 : (n + kQmmaTileTokens - 1) / kQmmaTileTokens;
+    const int64_t blocks = (w.rows + kBlockRows - 1) / kBlockRows * tiles;
     const int64_t wanted = (2 * static_cast<int64_t>(sm_count) + blocks - 1) / blocks;
     const int64_t most = std::max<int64_t>(1, w.cols / kQK_K / 2);  // Q4_K, Q6_K
     return static_cast<int>(std::clamp<int64_t>(wanted, 1, std::min<int64_t>(kMaxSplits, most)));
