@@ -1,8 +1,9 @@
 // The quantized prefill product (qmma_gemm.cuh says what it computes and why).
 //
 // Layout. A block of kWarps warps takes kBlockRows weight rows (16 a warp) and a tile of NT x 8
-// tokens. For each 256-element block of the width, the tile's activations are copied to shared
-// memory (cp.async, two stages: the next block's while this one's multiply), and each warp
+// tokens. For each chunk of the width (a 256-element K-quant block; B MXFP4 blocks), the tile's
+// activations are copied to shared memory (cp.async, two stages: the next chunk's while this
+// one's multiply), and each warp
 // loads its rows' bytes with the lane layout of mma_formats.cuh, dequantizes them to f16 in
 // registers (the A fragments of m16n8k16) and multiplies them by every token column of the tile
 // (B fragments read from shared memory at the same k-slots), summing into f32.
@@ -175,7 +176,7 @@ __device__ __forceinline__ void stage_x(unsigned char* stage, const QmmaParams& 
     }
 }
 
-// Adds one 256-element block of the warp's 16 rows (raw) times every token of the staged tile.
+// Adds one chunk of the warp's 16 rows (raw) times every token of the staged tile.
 // tiles: the token tiles holding tokens (a grouped tile of an expert with few rows skips the
 // others; the test is the same for the whole warp).
 template <class L, int NT>
@@ -277,8 +278,8 @@ __global__ void __launch_bounds__(kThreads, NT > 8 ? 2 : 3) qmma_kernel(const Qm
         for (int i = 0; i < 4; ++i) acc[nt][i] = 0.0f;
     }
 
-    // The rows' bytes of the next 256-element block are loaded into registers while this one
-    // multiplies, as its activations are into the other stage.
+    // The rows' bytes of the next chunk (256 elements; MXFP4's 32 B elements) are loaded into
+    // registers while this one multiplies, as its activations are into the other stage.
     constexpr size_t kStage = stage_bytes<L, NT>();
     typename L::Raw raw[2];
     const auto load_rows = [&](typename L::Raw(&into)[2], int b) {
