@@ -196,9 +196,7 @@ int run_bench_serve(const BenchServeOptions& o) {
     json setup = {{"turns", o.turns}, {"max_tokens", o.max_tokens}};
     if (url.empty()) {
         const std::string path = model_path_for(o.model);
-        GpuOptions gpu = o.gpu;
-        gpu.tensor_decode_by_default = o.parallel > 1;  // as serve's
-        model = load_model(path, o.activations, gpu);
+        model = load_model(path, o.activations, o.gpu.for_server(o.parallel));
         const int threads = o.threads > 0 ? o.threads : default_threads();
         pool = std::make_unique<ThreadPool>(threads);
         ConversationOptions copts;

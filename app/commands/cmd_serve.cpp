@@ -167,9 +167,7 @@ int run_serve(const ServeOptions& o) {
     signal(SIGPIPE, SIG_IGN);
 
     const std::string model_path = model_path_for(o.model);
-    GpuOptions gpu = o.gpu;
-    gpu.tensor_decode_by_default = o.parallel > 1;  // the slots' steps batch
-    auto model = load_model(model_path, o.activations, gpu);
+    auto model = load_model(model_path, o.activations, o.gpu.for_server(o.parallel));
     ThreadPool pool(o.threads > 0 ? o.threads : default_threads());
     ConversationOptions copts;
     copts.kv_type = kv_type_of(o.kv_type);

@@ -14,9 +14,18 @@ struct GpuOptions {
     std::string memory;             // --gpu-memory SIZE ("6GiB"); empty: the card's free memory
     bool tensor_decode = false;     // --tensor-decode
     bool no_tensor_decode = false;  // --no-tensor-decode
-    // The command's own default for the tensor-core decode products when neither flag is given:
-    // serve with several slots takes them (their steps batch; docs/serve.md).
+    // The command's own default for the tensor-core decode products when neither flag is given
+    // (for_server sets it).
     bool tensor_decode_by_default = false;
+
+    // These options for a server of `parallel` slots (serve, bench-serve's own): several
+    // slots take the tensor-core decode products unless told otherwise, since their steps
+    // batch (docs/serve.md).
+    GpuOptions for_server(int parallel) const {
+        GpuOptions server = *this;
+        server.tensor_decode_by_default = parallel > 1;
+        return server;
+    }
 
     // Whether the decode products go to the tensor cores.
     bool wants_tensor_decode() const {
