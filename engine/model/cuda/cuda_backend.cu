@@ -38,16 +38,6 @@ int64_t half_slice_elements() {
     return (mib << 20) / static_cast<int64_t>(sizeof(__half));
 }
 
-// Most tokens whose Q4_K/Q6_K products read the weights in place (qmma_gemm.cuh) rather than
-// dequantizing them for cuBLAS. Measured on an H200, Llama-3.1-8B shape Q4_K_M (`ember bench
-// -p N`, prefill tok/s in place / through cuBLAS): 64 tokens 6,046 / 3,460, 128 8,401 / 6,233,
-// 256 9,891 / 11,218. EMBER_CUDA_QMMA_TOKENS sets another bound (0: never, MoE experts
-// included), to measure the trade.
-int64_t qmma_max_tokens() {
-    const char* env = std::getenv("EMBER_CUDA_QMMA_TOKENS");
-    return env ? std::max<int64_t>(0, std::atoll(env)) : 192;
-}
-
 // One conversation of a batched decode step: its host state and its share of the device.
 struct Together {
     InferenceState* state = nullptr;
@@ -457,12 +447,14 @@ private:
                      static_cast<size_t>(e * m.rows) * stacked.row_stride;
             return m;
         };
-        if (qmma_max_tokens_ > 0 && groups_on_tensor_cores(l, expert)) {
+        if (dev_.qmma_max_tokens() > 0 && groups_on_tensor_cores(l, expert)) {
             const int n_tiles = upload_tiles(start);
-            grouped_product(l.up, l.n_expert, b.xg, pairs, b.up, n_tiles);
-            grouped_product(l.gate, l.n_expert, b.xg, pairs, b.hidden, n_tiles);
+            sorted_rows_to_half(b.xg, pairs, l.n_embd);  // once for up and gate
+            grouped_product(l.up, l.n_expert, b.up, n_tiles);
+            grouped_product(l.gate, l.n_expert, b.hidden, n_tiles);
             moe_sorted_activation(l, b.hidden, b.up, b.order, b.chosen, pairs, stream());
-            grouped_product(l.down, l.n_expert, b.hidden, pairs, b.down, n_tiles);
+            sorted_rows_to_half(b.hidden, pairs, l.n_ff);
+            grouped_product(l.down, l.n_expert, b.down, n_tiles);
             moe_combine(l, b.down, b.position, b.chosen, b.weight, n, x, stream());
             return;
         }
@@ -514,13 +506,17 @@ private:
         return n_tiles;
     }
 
-    // out [rows x stacked's expert rows] = the sorted rows `in` [rows x cols] through their
-    // experts (the uploaded tiles), in f16 scaled by one power of two for all of them.
-    void grouped_product(const DeviceMatrix& stacked, int64_t n_expert, const float* in,
-                         int64_t rows, float* out, int n_tiles) {
+    // The sorted rows `in` [rows x cols] to f16 in the MoE buffers, scaled by one power of two
+    // for all of them (half_inputs.cuh).
+    void sorted_rows_to_half(const float* in, int64_t rows, int64_t cols) {
         MoeBuffers& b = gpu_.moe;
-        to_scaled_half(in, rows, stacked.cols, stacked.cols, b.half_rows, b.half_scale + 1,
-                       b.half_scale, stream());
+        to_scaled_half(in, rows, cols, cols, b.half_rows, b.half_scale + 1, b.half_scale, stream());
+    }
+
+    // out [rows x stacked's expert rows] = the sorted rows (sorted_rows_to_half) through their
+    // experts (the uploaded tiles).
+    void grouped_product(const DeviceMatrix& stacked, int64_t n_expert, float* out, int n_tiles) {
+        MoeBuffers& b = gpu_.moe;
         DeviceMatrix expert0 = stacked;
         expert0.rows = stacked.rows / n_expert;
         const QmmaOperands op{.x = b.half_rows,
@@ -584,11 +580,11 @@ private:
         const float* scale = gpu_.half_scale.as<float>();
         const float* beta = scale;       // 0.0f
         const float* alpha = scale + 1;  // 2^-e, written by prepare_half_inputs
-        if (qmma_supports(w) && n <= qmma_max_tokens_) {
-            // Sized for the longest batch this path takes, so that a later one (a server's
-            // next prompt) does not reallocate it.
+        if (qmma_supports(w) && n <= dev_.qmma_max_tokens()) {
+            // At least what the device reserved for every batch this path takes (so that a
+            // server's next prompt does not reallocate it).
             const int64_t scratch =
-                qmma_scratch_floats_upto(w, std::min(qmma_max_tokens_, kMaxBatch), dev_.sm_count());
+                std::max(qmma_scratch_floats(w, n, dev_.sm_count()), dev_.qmma_scratch_floats());
             gpu_.dequantized.grow(static_cast<size_t>(scratch) * sizeof(float));
             const QmmaOperands op{.x = gpu_.half_x.as<__half>(),
                                   .ldx = w.cols,
@@ -666,7 +662,6 @@ private:
     int64_t n_ = 0;
     Mode mode_ = Mode::Direct;
     int64_t half_slice_elements_ = half_slice_elements();
-    int64_t qmma_max_tokens_ = qmma_max_tokens();
     std::vector<Together> together_;  // a batched decode step's conversations, or empty
 };
 

@@ -109,6 +109,10 @@ public:
 
     int device() const { return device_; }
     int sm_count() const { return sm_count_; }
+    // Most tokens whose Q4_K/Q6_K products read the weights in place (qmma_gemm.cuh; 0: none,
+    // MoE experts included), and the scratch floats those products need at most.
+    int64_t qmma_max_tokens() const { return qmma_max_tokens_; }
+    int64_t qmma_scratch_floats() const { return qmma_scratch_floats_; }
     const Model& model() const { return model_; }
     const DeviceMatrix& matrix(const MatrixView& view) const;
     const float* vector(const std::vector<float>& host) const;  // null for an empty vector
@@ -131,6 +135,8 @@ private:
     CublasLibrary blas_;
     int device_ = 0;
     int sm_count_ = 1;
+    int64_t qmma_max_tokens_ = 0;
+    int64_t qmma_scratch_floats_ = 0;
     bool tensor_decode_ = false;  // DeviceMatrix::tensor_products of every upload
     int64_t layers_ = 0;
     size_t free_at_start_ = 0;  // the device's free memory before the first upload

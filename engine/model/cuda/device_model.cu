@@ -8,6 +8,7 @@
 
 #include "engine/model/cuda/cuda_backend.cuh"
 #include "engine/model/cuda/cuda_check.cuh"
+#include "engine/model/cuda/qmma_gemm.cuh"
 #include "engine/model/model.h"
 
 namespace ember::cuda {
@@ -91,6 +92,16 @@ double f16_flops_per_sm_clock(int major, int minor) {
     return 256;                                      // no tensor cores
 }
 
+// Most tokens whose Q4_K/Q6_K products read the weights in place (qmma_gemm.cuh) rather than
+// dequantizing them for cuBLAS. Measured on an H200, Llama-3.1-8B shape Q4_K_M (`ember bench
+// -p N`, prefill tok/s in place / through cuBLAS): 64 tokens 6,046 / 3,460, 128 8,401 / 6,233,
+// 256 9,891 / 11,218. EMBER_CUDA_QMMA_TOKENS sets another bound (0: never, MoE experts
+// included), to measure the trade.
+int64_t qmma_max_tokens() {
+    const char* env = std::getenv("EMBER_CUDA_QMMA_TOKENS");
+    return env ? std::max<int64_t>(0, std::atoll(env)) : 192;
+}
+
 // Prompt evaluation speed before any is timed: a tenth of the chip's f16 peak (Ember's
 // prefill reached 11-13% of the H200's on 1.7B-8B files, quantized weights dequantized for
 // cuBLAS), low rather than high so that a restore is not declined on a guess.
@@ -119,6 +130,7 @@ CudaDevice::CudaDevice(const Model& model, int device, int64_t layers, bool tens
     cudaDeviceProp prop{};
     EMBER_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
     sm_count_ = prop.multiProcessorCount;
+    qmma_max_tokens_ = qmma_max_tokens();
     const auto n_layer = static_cast<int64_t>(model.layers().size());
     layers_ = std::clamp<int64_t>(layers, 1, n_layer);
     description_ = "GPU " + std::to_string(device) + ": " + prop.name;
@@ -243,6 +255,12 @@ void CudaDevice::upload_matrix(const MatrixView& view, const char* name) {
     constexpr float kHalfSafe = 60000.0f;
     m.half_products = !is_float_type(m.type) && max_abs_weight(m, nullptr) < kHalfSafe;
     m.tensor_products = tensor_decode_;
+    if (m.half_products && qmma_supports(m)) {
+        // Reserved once here, not worked out again for every product of every prefill.
+        qmma_scratch_floats_ =
+            std::max(qmma_scratch_floats_,
+                     qmma_scratch_floats_upto(m, std::min(qmma_max_tokens_, kMaxBatch), sm_count_));
+    }
     matrices_.emplace(view.data, m);
 }
 

@@ -349,15 +349,20 @@ void launch(const QmmaParams& p, int64_t tiles, cudaStream_t stream) {
     kernel<<<grid, kThreads, shared, stream>>>(p);
 }
 
-// One tile of 32, 64 or 96 tokens for a batch that fits one (the weights are read and
-// dequantized once a tile, so 65 tokens in tiles of 64 would cost nearly twice 64), else tiles
-// of 64.
+// Tiles a dense batch of n tokens takes: one of 32, 64 or 96 tokens for a batch that fits one
+// (the weights are read and dequantized once a tile, so 65 tokens in tiles of 64 would cost
+// nearly twice 64), else tiles of 64.
+int64_t dense_tiles(int64_t n) {
+    return n <= 12 * kTileTokens ? 1 : (n + kQmmaTileTokens - 1) / kQmmaTileTokens;
+}
+
 template <class L>
 void launch_dense(const QmmaParams& p, cudaStream_t stream) {
+    const int64_t tiles = dense_tiles(p.n);
+    if (tiles > 1) return launch<L, 8>(p, tiles, stream);
     if (p.n <= 4 * kTileTokens) return launch<L, 4>(p, 1, stream);
     if (p.n <= 8 * kTileTokens) return launch<L, 8>(p, 1, stream);
-    if (p.n <= 12 * kTileTokens) return launch<L, 12>(p, 1, stream);
-    launch<L, 8>(p, (p.n + kQmmaTileTokens - 1) / kQmmaTileTokens, stream);
+    launch<L, 12>(p, 1, stream);
 }
 
 // Elements of one MXFP4 chunk for a width: 5 blocks where they divide it (2,880), else 4
@@ -388,8 +393,7 @@ QmmaParams params_of(const DeviceMatrix& w, const QmmaOperands& op) {
 // How many parts the width splits into: enough blocks for two a SM, at least two 256-element
 // blocks a part.
 int splits_for(const DeviceMatrix& w, int64_t n, int sm_count) {
-    const int64_t tiles = n <= 12 * kTileTokens ? 1 : (n + kQmmaTileTokens - 1) / kQmmaTileTokens;
-    const int64_t blocks = (w.rows + kBlockRows - 1) / kBlockRows * tiles;
+    const int64_t blocks = (w.rows + kBlockRows - 1) / kBlockRows * dense_tiles(n);
     const int64_t wanted = (2 * static_cast<int64_t>(sm_count) + blocks - 1) / blocks;
     const int64_t most = std::max<int64_t>(1, w.cols / kQK_K / 2);  // Q4_K, Q6_K
     return static_cast<int>(std::clamp<int64_t>(wanted, 1, std::min<int64_t>(kMaxSplits, most)));
