@@ -97,7 +97,7 @@ double f16_flops_per_sm_clock(int major, int minor) {
 // -p N`, prefill tok/s in place / through cuBLAS): 64 tokens 6,046 / 3,460, 128 8,401 / 6,233,
 // 256 9,891 / 11,218. EMBER_CUDA_QMMA_TOKENS sets another bound (0: never, MoE experts
 // included), to measure the trade.
-int64_t qmma_max_tokens() {
+int64_t qmma_tokens_from_env() {
     const char* env = std::getenv("EMBER_CUDA_QMMA_TOKENS");
     return env ? std::max<int64_t>(0, std::atoll(env)) : 192;
 }
@@ -130,7 +130,9 @@ CudaDevice::CudaDevice(const Model& model, int device, int64_t layers, bool tens
     cudaDeviceProp prop{};
     EMBER_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
     sm_count_ = prop.multiProcessorCount;
-    qmma_max_tokens_ = qmma_max_tokens();
+    // Not qmma_max_tokens(): inside a member that name is the accessor, which read the
+    // still-zero field and turned the in-place products off.
+    qmma_max_tokens_ = qmma_tokens_from_env();
     const auto n_layer = static_cast<int64_t>(model.layers().size());
     layers_ = std::clamp<int64_t>(layers, 1, n_layer);
     description_ = "GPU " + std::to_string(device) + ": " + prop.name;
