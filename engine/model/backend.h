@@ -118,7 +118,8 @@ public:
     // out [n x n_head*value_dim].
     virtual void attend(const AttentionSettings& settings, const float* q, int64_t n,
                         float* out) = 0;
-    // x += moe(ffn_norm(x)) for a mixture-of-experts layer; xn is scratch (cpu/moe.h).
+    // x += moe(xn) for a mixture-of-experts layer, xn = ffn_norm(x) already (the norm that
+    // takes a waiting residual add in the same pass); xn is scratch after (cpu/moe.h).
     virtual void moe_ffn(const LayerWeights& layer, float* x, float* xn, int64_t n) = 0;
     // The recurrent mixers of the hybrids: read xn (the normed input), add their output to x,
     // carry the layer's recurrent state forward.

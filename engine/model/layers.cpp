@@ -88,11 +88,8 @@ void ffn_sublayer(const LayerPass& p, const LayerWeights& L, Residual& residual)
     const ModelConfig& c = p.model.config();
     Backend& be = p.backend;
     BatchBuffers& b = p.buffers;
-    if (L.moe()) {
-        residual.flush();
-        return be.moe_ffn(L, b.x, b.xn, p.n);  // norms with L.ffn_norm itself
-    }
     residual.norm_into_xn(L.ffn_norm);
+    if (L.moe()) return be.moe_ffn(L, b.x, b.xn, p.n);
     be.gated_ffn_input(c.ffn_activation, L.w_gate, L.w_up, b.xn, p.n, b.ffn_gate, b.ffn_up);
     be.matmul(L.w_down, b.ffn_gate, p.n, b.xn);
     if (!L.post_ffn_norm.empty()) be.rms_norm_rows(b.xn, L.post_ffn_norm, b.xn, p.n);

@@ -166,10 +166,6 @@ void moe_ffn_block(const Model& model, const LayerWeights& L, float* x, float* x
                    ThreadPool& pool, MoeScratch& s, MatmulScratch& mm) {
     const ModelConfig& c = model.config();
     const int64_t n_used = c.n_expert_used;
-    for (int64_t t = 0; t < n; ++t) {
-        rms_norm(x + t * c.n_embd, L.ffn_norm.data(), xn + t * c.n_embd, c.n_embd,
-                 static_cast<float>(c.rms_eps));
-    }
     // Router logits [n x n_expert], f32 activations as they are.
     grow(s.router, n * c.n_expert);
     matmul(pool, L.ffn_gate_inp, xn, n, s.router.data(), c.n_expert, mm);

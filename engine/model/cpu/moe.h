@@ -60,7 +60,7 @@ MatrixView expert_rows(const MatrixView& stacked, int64_t n_expert, int64_t e);
 void route_token(const float* logits, int64_t n_expert, int64_t n_used, bool renormalize,
                  int32_t* chosen, float* weight);
 
-// x [n x n_embd] += moe_ffn(rms_norm(x)); xn [n x n_embd] is scratch for the normed rows.
+// x [n x n_embd] += moe_ffn(xn), xn [n x n_embd] the rows normed with L.ffn_norm already.
 void moe_ffn_block(const Model& model, const LayerWeights& L, float* x, float* xn, int64_t n,
                    ThreadPool& pool, MoeScratch& s, MatmulScratch& mm);
 

@@ -239,13 +239,11 @@ public:
                      gpu_.partials.as<float>(), out, stream(), token_rows(settings.cache_layer));
     }
 
-    // x += moe(rms_norm(x) * ffn_norm) (moe_kernels.cuh): router, routing, the chosen experts'
+    // x += moe(xn), xn normed already (moe_kernels.cuh): router, routing, the chosen experts'
     // products and their weighted sum, all on the device (a captured decode step replays it).
     void moe_ffn(const LayerWeights& layer, float* x, float* xn, int64_t n) override {
         const MoeLayer l = moe_layer(dev_, layer);
         MoeBuffers& b = gpu_.moe;
-        cuda::rms_norm_rows(x, dev_.vector(layer.ffn_norm), xn, n, c_.n_embd,
-                            static_cast<float>(c_.rms_eps), stream());
         // The router in gemv's batches: its logits are then the same bits for a token alone or
         // in any batch, so the expert choices are too.
         for (int64_t t0 = 0; t0 < n; t0 += kGemvMaxTokens) {

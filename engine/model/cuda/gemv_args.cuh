@@ -27,6 +27,7 @@ struct GemvArgs {
     const float* x;
     int64_t ldx;
     int n_tokens;
+    int split = 1;  // warps per row (quant_kernels.cu: gemv_split); the tensor-core gemv's is 1
 };
 
 // One matrix of GemvArgs, picked with constant indices only (a run-time index into the

@@ -97,19 +97,22 @@ __device__ __forceinline__ void accumulate_unit(const typename F::Raw (&raw)[R],
     }
 }
 
+// acc[r] = this warp's part of row r · x: units v, v + 32 split, ... of virtual lane v = 32
+// member + lane, in that order (the loads of two of them issued together), then the butterfly.
 template <class F, int R>
 __device__ __forceinline__ void dot_rows(const uint8_t* const (&row)[R], const float* x,
-                                         int64_t cols, float (&acc)[R]) {
+                                         int64_t cols, int member, int split, float (&acc)[R]) {
     constexpr int U = 2;  // units in flight per lane
     const int lane = threadIdx.x & 31;
 #pragma unroll
     for (int r = 0; r < R; ++r) acc[r] = 0.0f;
     const int units = static_cast<int>(cols / (F::kBlockElems / F::kUnitsPerBlock));
-    for (int base = lane; base < units; base += 32 * U) {
+    const int stride = 32 * split;
+    for (int base = member * 32 + lane; base < units; base += stride * U) {
         typename F::Raw raw[U][R];
 #pragma unroll
         for (int j = 0; j < U; ++j) {
-            const int u = min(base + 32 * j, units - 1);  // past the end: a valid unit, unused
+            const int u = min(base + stride * j, units - 1);  // past the end: valid, unused
             const size_t block_offset = static_cast<size_t>(u / F::kUnitsPerBlock) * F::kBlockBytes;
 #pragma unroll
             for (int r = 0; r < R; ++r) {
@@ -118,7 +121,7 @@ __device__ __forceinline__ void dot_rows(const uint8_t* const (&row)[R], const f
         }
 #pragma unroll
         for (int j = 0; j < U; ++j) {
-            const int u = base + 32 * j;
+            const int u = base + stride * j;
             if (j == 0 || u < units) accumulate_unit<F, R>(raw[j], u, x, acc);
         }
     }
@@ -129,6 +132,15 @@ __device__ __forceinline__ void dot_rows(const uint8_t* const (&row)[R], const f
             acc[r] = __fadd_rn(acc[r], __shfl_xor_sync(0xffffffffu, acc[r], offset));
         }
     }
+}
+
+// Warps per row of the expert products, from the width alone (as quant_kernels.cu's
+// gemv_split): 2 from 64 units (Qwen3-30B-A3B's 2048-wide gate and up, gpt-oss's 2880), so
+// that a lane has one or two units of a row rather than two or three.
+template <class F>
+int expert_split(int64_t cols) {
+    const int64_t units = cols / (F::kBlockElems / F::kUnitsPerBlock);
+    return units >= 128 ? 4 : units >= 64 ? 2 : 1;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -145,20 +157,23 @@ struct RouteArgs {
     bool renormalize;
 };
 
-// Whether (value b, index ib) beats (a, ia) as cpu/moe.cpp's selection sees it: larger, or
-// equal with the lower index; index -1 is "none yet".
-__device__ __forceinline__ bool beats(float b, int ib, float a, int ia) {
-    if (ib < 0) return false;
-    if (ia < 0) return true;
-    return b > a || (b == a && ib < ia);
+// A logit as an unsigned key that orders as the floats do (larger value, larger key), for the
+// warp's integer max reduction: -0 counts as +0 (they compare equal), NaN below everything (it
+// never beats a number).
+__device__ __forceinline__ uint32_t order_key(float v) {
+    if (isnan(v)) return 0u;
+    const uint32_t bits = __float_as_uint(v + 0.0f);  // -0 + 0 = +0
+    return (bits & 0x80000000u) ? ~bits : bits | 0x80000000u;
 }
 
-// The biased logits are read once into shared memory (every later pass reads them there), and
-// the chosen experts' weights are computed by a lane each, then added up in expert order by
-// every lane as one lane did it before: the same bits as a single lane's loop. That loop (its
-// serial double exponentials, the logits read from global memory on every pass) took 10.7 us
-// a token on an H200 with Qwen3-30B-A3B's 128 experts (Nsight Compute); with this kernel the
-// model's decode went from 214.1 to 218.1 tok/s (`ember bench`, one run each).
+// One warp per token. The biased logits are read once into shared memory. The chosen experts
+// come from n_used rounds of a warp arg-max as cpu/moe.cpp's selection sees it (larger logit,
+// ties to the lower index): each lane's best remaining expert, the warp's largest key by one
+// integer reduction, the lowest index holding it by another. Their weights are computed by a
+// lane each and added in expert order by every lane, as one lane's loop did: the same bits.
+// (A version of shuffled pairs per round, the experts sorted in a local array and the
+// denominator over every expert in double whether read or not took 9.6-9.9 us a token on an
+// H200 with Qwen3-30B-A3B's 128 experts: Nsight Compute, warm caches.)
 __global__ void __launch_bounds__(kThreads) route_kernel(const RouteArgs a) {
     extern __shared__ float biased[];  // [kWarps x n_expert]
     const int lane = threadIdx.x & 31;
@@ -177,56 +192,49 @@ __global__ void __launch_bounds__(kThreads) route_kernel(const RouteArgs a) {
     for (int offset = 16; offset > 0; offset >>= 1) {
         max = fmaxf(max, __shfl_xor_sync(0xffffffffu, max, offset));
     }
-    // The softmax's denominator over every expert, in double (only read without
-    // renormalization); a fixed butterfly, so the same bits every run.
-    double total = 0.0;
-    for (int e = lane; e < a.n_expert; e += 32) total += exp(static_cast<double>(logit[e] - max));
-    for (int offset = 16; offset > 0; offset >>= 1) {
-        total += __shfl_xor_sync(0xffffffffu, total, offset);
-    }
 
-    // Repeated arg-max, ties to the lower index; lane l owns experts l + 32 i (bit i of taken).
+    // Lane l owns experts l + 32 i (bit i of taken); n_expert <= kMaxExperts = 32 * 32.
     uint32_t taken = 0;
-    int chosen[kMaxExpertsUsed];
     for (int j = 0; j < a.n_used; ++j) {
-        float best = 0.0f;
-        int best_e = -1;
+        uint32_t best = 0;
+        int best_e = 0x7fffffff;
         for (int e = lane, i = 0; e < a.n_expert; e += 32, ++i) {
             if ((taken >> i) & 1u) continue;
-            const float v = logit[e];
-            if (beats(v, e, best, best_e)) {
-                best = v;
+            const uint32_t key = order_key(logit[e]) + 1u;  // 0: no candidate
+            if (key > best) {  // e ascends: a tie keeps the lower index
+                best = key;
                 best_e = e;
             }
         }
-        for (int offset = 16; offset > 0; offset >>= 1) {
-            const float other = __shfl_xor_sync(0xffffffffu, best, offset);
-            const int other_e = __shfl_xor_sync(0xffffffffu, best_e, offset);
-            if (beats(other, other_e, best, best_e)) {
-                best = other;
-                best_e = other_e;
-            }
-        }
-        chosen[j] = best_e;  // the same on every lane
-        if (best_e >= 0 && best_e % 32 == lane) taken |= 1u << (best_e / 32);
+        const uint32_t top = __reduce_max_sync(0xffffffffu, best);
+        const int e = __reduce_min_sync(0xffffffffu, best == top ? best_e : 0x7fffffff);
+        if (top != 0 && e % 32 == lane) taken |= 1u << (e / 32);
     }
-    // Ascending expert order (insertion sort of a handful, the same in every lane), then lane j
-    // takes expert j's exponential.
-    for (int j = 1; j < a.n_used; ++j) {
-        const int v = chosen[j];
-        int i = j - 1;
-        for (; i >= 0 && chosen[i] > v; --i) chosen[i + 1] = chosen[i];
-        chosen[i + 1] = v;
-    }
+    // The chosen experts in ascending order: i-major (expert 32 i + lane), lanes ascending.
+    // Lane j < n_used finds the j-th.
     int mine = -1;
-#pragma unroll
-    for (int j = 0; j < kMaxExpertsUsed; ++j) {
-        if (j == lane && j < a.n_used) mine = chosen[j];
+    int rank = lane;
+    for (int i = 0; 32 * i < a.n_expert; ++i) {
+        const uint32_t set = __ballot_sync(0xffffffffu, (taken >> i) & 1u);
+        const int count = __popc(set);
+        if (mine < 0 && rank < count) mine = 32 * i + static_cast<int>(__fns(set, 0, rank + 1));
+        if (mine < 0) rank -= count;
     }
+    if (lane >= a.n_used) mine = -1;
     const double exponential = mine >= 0 ? exp(static_cast<double>(logit[mine] - max)) : 0.0;
-    double chosen_sum = 0.0;  // in expert order, as one lane's loop adds them
-    for (int j = 0; j < a.n_used; ++j) chosen_sum += __shfl_sync(0xffffffffu, exponential, j);
-    const double denom = a.renormalize ? chosen_sum : total;
+    double denom = 0.0;
+    if (a.renormalize) {
+        for (int j = 0; j < a.n_used; ++j) denom += __shfl_sync(0xffffffffu, exponential, j);
+    } else {
+        // The softmax's denominator over every expert, in double; a fixed butterfly, so the
+        // same bits every run.
+        for (int e = lane; e < a.n_expert; e += 32) {
+            denom += exp(static_cast<double>(logit[e] - max));
+        }
+        for (int offset = 16; offset > 0; offset >>= 1) {
+            denom += __shfl_xor_sync(0xffffffffu, denom, offset);
+        }
+    }
     if (lane < a.n_used) {
         a.chosen[static_cast<int64_t>(token) * a.n_used + lane] = mine;
         a.weight[static_cast<int64_t>(token) * a.n_used + lane] =
@@ -261,24 +269,37 @@ struct ExpertArgs {
     const float* up_bias;    // [n_expert * rows] or null (fused)
     float* out;              // [pairs x rows]
     float limit, alpha;      // the clamped SwiGLU's
+    int split = 1;           // warps per row (expert_split)
 };
 
 // out[p][r] = row r of expert chosen[p] · x_p (+ bias), then, for the gate, the activation
 // with up[p][r]. kFused: a warp takes its rows of the gate and the same rows of the up
 // matrix (each row's dot as when alone), so the up products never leave registers and a
 // decode step's gate and up share one launch. Grid: (row blocks, pairs).
+// Dot r's sum over a group's members (split of them from warp `first`), in member order.
+template <int kDots>
+__device__ __forceinline__ float up_sum(const float (&partial)[kWarps][kDots], int first, int split,
+                                        int r) {
+    float sum = partial[first][r];
+    for (int m = 1; m < split; ++m) sum = __fadd_rn(sum, partial[first + m][r]);
+    return sum;
+}
+
 template <bool kFused>
 constexpr int kRowsPerWarp = kFused ? kDotsPerWarp / 2 : kDotsPerWarp;
 
 template <class F, ExpertEpilogue E, bool kFused>
-__global__ void __launch_bounds__(kThreads) expert_rows_kernel(const ExpertArgs a) {
+__global__ void __launch_bounds__(kThreads, 4) expert_rows_kernel(const ExpertArgs a) {
     constexpr int kRows = kRowsPerWarp<kFused>;
     constexpr int kDots = kFused ? 2 * kRows : kRows;
+    __shared__ float partial[kWarps][kDots];  // the members' sums (split > 1)
     const int lane = threadIdx.x & 31;
+    const int warp = threadIdx.x >> 5;
+    const int member = warp % a.split;
     const int64_t pair = blockIdx.y;
     const int64_t row0 =
-        static_cast<int64_t>(blockIdx.x) * (kWarps * kRows) + (threadIdx.x >> 5) * kRows;
-    if (row0 >= a.rows) return;  // the whole warp
+        static_cast<int64_t>(blockIdx.x) * (kWarps / a.split * kRows) + warp / a.split * kRows;
+    if (a.split == 1 && row0 >= a.rows) return;  // the whole warp (split > 1: to the barrier)
     const int64_t e = a.chosen[pair];
     const uint8_t* row[kDots];
 #pragma unroll
@@ -288,7 +309,23 @@ __global__ void __launch_bounds__(kThreads) expert_rows_kernel(const ExpertArgs 
         row[r] = matrix + static_cast<size_t>(e * a.rows + rr) * a.row_stride;
     }
     float acc[kDots];
-    dot_rows<F, kDots>(row, a.x + (pair / a.x_div) * a.cols, a.cols, acc);
+    dot_rows<F, kDots>(row, a.x + (pair / a.x_div) * a.cols, a.cols, member, a.split, acc);
+    if (a.split > 1) {
+#pragma unroll
+        for (int r = 0; r < kDots; ++r) {
+            if (lane == r) partial[warp][r] = acc[r];
+        }
+        __syncthreads();
+        if (member != 0) return;
+#pragma unroll
+        for (int r = 0; r < kDots; ++r) {
+            if (lane == r) {  // the group's members in order
+                float sum = partial[warp][r];
+                for (int m = 1; m < a.split; ++m) sum = __fadd_rn(sum, partial[warp + m][r]);
+                acc[r] = sum;
+            }
+        }
+    }
 #pragma unroll
     for (int r = 0; r < kRows; ++r) {
         if (row0 + r >= a.rows || lane != r) continue;
@@ -298,7 +335,8 @@ __global__ void __launch_bounds__(kThreads) expert_rows_kernel(const ExpertArgs 
         if constexpr (E != ExpertEpilogue::Store) {
             float u = 0.0f;
             if constexpr (kFused) {
-                u = acc[kRows + r];
+                // The up row's sum: lane kRows + r's (split > 1), every lane's (split 1).
+                u = a.split > 1 ? up_sum(partial, warp, a.split, kRows + r) : acc[kRows + r];
                 if (a.up_bias) u = __fadd_rn(u, a.up_bias[e * a.rows + row0 + r]);
             } else {
                 u = a.up[at];
@@ -406,11 +444,14 @@ bool readable(const DeviceMatrix& m, int64_t n_expert) {
 template <ExpertEpilogue E, bool kFused = false>
 void launch_expert_rows(const DeviceMatrix& m, const ExpertArgs& args, int64_t pairs,
                         cudaStream_t stream) {
-    constexpr int64_t kRowsPerBlock = kWarps * kRowsPerWarp<kFused>;
-    const dim3 grid(static_cast<unsigned>((args.rows + kRowsPerBlock - 1) / kRowsPerBlock),
-                    static_cast<unsigned>(pairs));
     with_format(m.type, [&](auto fmt) {
-        expert_rows_kernel<decltype(fmt), E, kFused><<<grid, kThreads, 0, stream>>>(args);
+        using F = decltype(fmt);
+        ExpertArgs split_args = args;
+        split_args.split = expert_split<F>(args.cols);
+        const int64_t rows_per_block = kWarps / split_args.split * kRowsPerWarp<kFused>;
+        const dim3 grid(static_cast<unsigned>((args.rows + rows_per_block - 1) / rows_per_block),
+                        static_cast<unsigned>(pairs));
+        expert_rows_kernel<F, E, kFused><<<grid, kThreads, 0, stream>>>(split_args);
     });
     check_launch("expert_rows_kernel");
 }

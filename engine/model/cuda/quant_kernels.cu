@@ -13,6 +13,7 @@
 // number of tokens nor R, so a token's bits are the same alone or in a batch of 17.
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <stdexcept>
 #include <string>
@@ -94,15 +95,25 @@ __device__ __forceinline__ void accumulate_unit(const typename F::Raw (&raw)[R],
 // issued together (more bytes in flight where R alone gives too few).
 // kGate: a gate/up pair (GemvArgs matrix 0 the gate, 1 the up, same type and shape): a warp
 // takes R rows of each, kRows = 2R in all, and stores act(gate row, up row) into matrix 0's y.
+// args.split (1, 2 or 4, from the width alone: gemv_split): the warps that share each row. The
+// block's warps form kWarps / split groups; member m of a group is "virtual lanes" 32m..32m+31
+// of its rows, virtual lane v taking units v, v + 32 split, ... in that order. Each warp's sums
+// go through the butterfly, then the group's members' results are added in member order.
 template <class F, int kTokens, int R, int U, GemvEpilogue E = GemvEpilogue::Plain>
 __global__ void __launch_bounds__(kThreads) gemv_kernel(const GemvArgs args) {
     constexpr bool kGated = E != GemvEpilogue::Plain;
     constexpr int kRows = kGated ? 2 * R : R;
+    __shared__ float partial[kWarps][kRows][kTokens];  // the members' sums (split > 1)
     const int lane = threadIdx.x & 31;
     const int warp = threadIdx.x >> 5;
+    const int split = args.split;
+    const int member = warp % split;
     const GemvTarget target = pick_target(args);
-    const int64_t row0 = (blockIdx.x - target.block_begin) * (kWarps * R) + warp * R;
-    if (row0 >= target.rows) return;  // the whole warp: no shuffle is left waiting
+    const int64_t row0 =
+        (blockIdx.x - target.block_begin) * (kWarps / split * R) + warp / split * R;
+    // The whole group (no shuffle is left waiting); with split > 1 every warp goes on to the
+    // block's barrier, its rows clamped below and nothing stored.
+    if (split == 1 && row0 >= target.rows) return;
 
     // Rows past the end read the last row (valid memory) and store nothing.
     const uint8_t* row_data[kRows];
@@ -121,11 +132,12 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(const GemvArgs args) {
     }
 
     const int units = static_cast<int>(args.cols / (F::kBlockElems / F::kUnitsPerBlock));
-    for (int base = lane; base < units; base += 32 * U) {
+    const int stride = 32 * split;
+    for (int base = member * 32 + lane; base < units; base += stride * U) {
         typename F::Raw raw[U][kRows];
 #pragma unroll
         for (int j = 0; j < U; ++j) {
-            const int u = min(base + 32 * j, units - 1);
+            const int u = min(base + stride * j, units - 1);
 #pragma unroll
             for (int r = 0; r < kRows; ++r) {
                 const uint8_t* block =
@@ -135,7 +147,7 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(const GemvArgs args) {
         }
 #pragma unroll
         for (int j = 0; j < U; ++j) {
-            const int u = base + 32 * j;
+            const int u = base + stride * j;
             if (j == 0 || u < units) {
                 accumulate_unit<F, kTokens, kRows>(raw[j], u, args.x, args.ldx, acc);
             }
@@ -153,14 +165,32 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(const GemvArgs args) {
             }
         }
     }
+    if (split > 1) {
+#pragma unroll
+        for (int r = 0; r < kRows; ++r) {
+#pragma unroll
+            for (int t = 0; t < kTokens; ++t) {
+                if (lane == (r * kTokens + t) % 32) partial[warp][r][t] = acc[r][t];
+            }
+        }
+        __syncthreads();
+        if (member != 0) return;
+    }
+    // Row r's sum for token t: the warp's own, or its group's members' added in member order.
+    const auto sum_of = [&](int r, int t) {
+        if (split == 1) return acc[r][t];
+        float sum = partial[warp][r][t];
+        for (int m = 1; m < split; ++m) sum += partial[warp + m][r][t];
+        return sum;
+    };
     // Spread the stores over the lanes.
 #pragma unroll
     for (int r = 0; r < R; ++r) {
 #pragma unroll
         for (int t = 0; t < kTokens; ++t) {
             if (row0 + r < target.rows && lane == (r * kTokens + t) % 32) {
-                float value = acc[r][t];
-                if constexpr (kGated) value = epilogue<E>(acc[r][t], acc[r + R][t]);
+                float value = sum_of(r, t);
+                if constexpr (kGated) value = epilogue<E>(value, sum_of(r + R, t));
                 target.y[t * target.ldy + row0 + r] = value;
             }
         }
@@ -398,7 +428,7 @@ void launch_gemv_tokens(GemvArgs& args, cudaStream_t stream) {
     // in one round trip. A step's matrices are a few MiB: the warps are few, and each waiting
     // on memory twice left the H100 at a quarter of its bandwidth (Nsight: 23-41% warps active).
     constexpr int U = kTokens <= 2 ? 2 : 1;
-    constexpr int64_t rows_per_block = kWarps * R;
+    const int64_t rows_per_block = kWarps / args.split * R;
     int64_t blocks = 0;
     const int targets = kGated ? 1 : args.count;  // a pair's blocks walk the gate's rows
     for (int m = 0; m < targets; ++m) {
@@ -408,6 +438,23 @@ void launch_gemv_tokens(GemvArgs& args, cudaStream_t stream) {
     for (int m = targets; m <= kMaxGemvOuts; ++m) args.block_begin[m] = blocks;
     if (blocks == 0) return;
     gemv_kernel<F, kTokens, R, U, E><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(args);
+}
+
+// Warps per row: a row of 128 units or more (4096 elements of the quantized types) is shared
+// by 4 warps, of 64 or more by 2. One warp per row left the card short of loads in flight on a
+// step's matrices of few rows: an H200 read Qwen3.5-0.8B's 1024 x 3584 Q6_K down projection at
+// 0.37 TB/s in 128 blocks (Nsight Compute). From the width alone, so that a row's sums are
+// added in the same order for any number of tokens and in any group of matrices.
+// EMBER_CUDA_GEMV_SPLIT caps it (1: a warp per row), to measure the trade.
+template <class F>
+int gemv_split(int64_t cols) {
+    static const int cap = [] {
+        const char* env = std::getenv("EMBER_CUDA_GEMV_SPLIT");
+        return env ? std::clamp(std::atoi(env), 1, 4) : 4;
+    }();
+    const int64_t units = cols / (F::kBlockElems / F::kUnitsPerBlock);
+    const int split = units >= 128 ? 4 : units >= 64 ? 2 : 1;
+    return std::min(split, cap == 3 ? 2 : cap);
 }
 
 template <class F, GemvEpilogue E, int... kCounts>
@@ -420,6 +467,7 @@ template <GemvEpilogue E = GemvEpilogue::Plain>
 void launch_gemv(TensorType type, GemvArgs& args, cudaStream_t stream) {
     constexpr int kCounts = E == GemvEpilogue::Plain ? kGemvMaxTokens : kGemvGatedMaxTokens;
     with_format(type, [&](auto fmt) {
+        args.split = gemv_split<decltype(fmt)>(args.cols);
         launch_gemv_for<decltype(fmt), E>(args, stream, std::make_integer_sequence<int, kCounts>{});
     });
 }
