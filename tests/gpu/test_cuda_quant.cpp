@@ -5,6 +5,7 @@
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
@@ -13,6 +14,7 @@
 #include <random>
 #include <stdexcept>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "engine/model/cuda/layer_kernels.cuh"
@@ -155,7 +157,9 @@ protected:
         if (!has_device()) GTEST_SKIP() << "no CUDA device";
     }
     static std::vector<Shape> shapes(TensorType type) {
-        std::vector<Shape> s = {{333, 768}, {2048, 2048}, {77, 1536}, {1, 256}};
+        // 2048 x 2048 and 300 x 4096: rows that 2 and 4 warps share (gemv_split), on a card of
+        // 66 SMs or more.
+        std::vector<Shape> s = {{333, 768}, {2048, 2048}, {77, 1536}, {1, 256}, {300, 4096}};
         if (type_info(type).block_elems == 32 || type_info(type).block_elems == 1) {
             s.push_back({45, 96});  // a width that is no multiple of 256
         }
@@ -310,6 +314,44 @@ TEST(CudaQuantMany, GemvManyEqualsSeparateGemv) {
                 ASSERT_EQ(bits(many[e]), bits(separate[e]))
                     << "n " << n << " matrix " << i << " at " << e;
                 ASSERT_FALSE(std::isnan(many[e]));
+            }
+        }
+    }
+}
+
+// gemv_chunks over 40 tokens (two whole chunks of kGemvMaxTokens and 6 more, one launch each)
+// and over fewer than a chunk: the bits of gemv() on each chunk. A MoE router (F32, few rows)
+// and a wide Q4_K matrix.
+TEST(CudaQuantChunks, GemvChunksEqualsGemvPerChunk) {
+    if (!has_device()) GTEST_SKIP() << "no CUDA device";
+    std::mt19937 rng(77);
+    for (const auto& [type, rows, cols] :
+         {std::tuple{TensorType::F32, int64_t{128}, int64_t{2048}},
+          std::tuple{TensorType::Q4_K, int64_t{200}, int64_t{4096}}}) {
+        const TestMatrix m = make_matrix(type, rows, cols, rng);
+        const int64_t ldx = cols + 4;
+        const std::vector<float> x = random_activations(40, ldx, rng);
+        DeviceBuffer x_dev(x.size() * sizeof(float));
+        CUDA_OK(cudaMemcpy(x_dev.ptr, x.data(), x.size() * sizeof(float), cudaMemcpyHostToDevice));
+        for (const int64_t n : {int64_t{40}, int64_t{34}, int64_t{5}}) {
+            SCOPED_TRACE(std::string(type_info(type).name) + " n " + std::to_string(n));
+            const int64_t ldy = rows + 3;
+            DeviceBuffer y(static_cast<size_t>(n * ldy) * sizeof(float));
+            CUDA_OK(cudaMemset(y.ptr, 0xff, static_cast<size_t>(n * ldy) * sizeof(float)));
+            gemv_chunks(m.device_matrix(), x_dev.as<float>(), ldx, n, y.as<float>(), ldy, nullptr);
+            CUDA_OK(cudaGetLastError());
+            std::vector<float> got(static_cast<size_t>(n * ldy));
+            CUDA_OK(
+                cudaMemcpy(got.data(), y.ptr, got.size() * sizeof(float), cudaMemcpyDeviceToHost));
+            for (int64_t t0 = 0; t0 < n; t0 += kGemvMaxTokens) {
+                const int64_t len = std::min(kGemvMaxTokens, n - t0);
+                const std::vector<float> want = run_gemv(m, x_dev.as<float>() + t0 * ldx, ldx, len);
+                for (int64_t t = 0; t < len; ++t) {
+                    for (int64_t r = 0; r < rows; ++r) {
+                        ASSERT_EQ(bits(got[(t0 + t) * ldy + r]), bits(want[t * rows + r]))
+                            << "token " << t0 + t << " row " << r;
+                    }
+                }
             }
         }
     }

@@ -193,9 +193,12 @@ public:
         const int64_t q_dim = c_.n_head * c_.head_dim;
         const int64_t k_dim = c_.n_head_kv * c_.head_dim;
         const int64_t v_dim = c_.n_head_kv * c_.value_dim;
-        if (prep.q_bias) cuda::add_bias_rows(q, device_of(prep.q_bias, q_dim), n, q_dim, stream());
-        if (prep.k_bias) cuda::add_bias_rows(k, device_of(prep.k_bias, k_dim), n, k_dim, stream());
-        if (prep.v_bias) cuda::add_bias_rows(v, device_of(prep.v_bias, v_dim), n, v_dim, stream());
+        HeadBiases biases;  // added in norm_rope_heads' launch
+        if (prep.q_bias) biases.q = device_of(prep.q_bias, q_dim);
+        if (prep.k_bias) biases.k = device_of(prep.k_bias, k_dim);
+        if (prep.v_bias) biases.v = device_of(prep.v_bias, v_dim);
+        biases.v_rows = v;
+        biases.value_dim = c_.value_dim;
         HeadShape shape;
         shape.n_head = c_.n_head;
         shape.n_head_kv = c_.n_head_kv;
@@ -208,7 +211,7 @@ public:
                         prep.k_norm ? device_of(prep.k_norm, c_.head_dim) : nullptr,
                         local ? dev_.rope_inv_freq_local() : dev_.rope_inv_freq(),
                         local ? 1.0 : c_.rope_freq_scale, gpu_.step_pos0(), n, stream(),
-                        token_rows(0));
+                        token_rows(0), biases);
     }
 
     void store_kv(int64_t cache_layer, const float* k, const float* v, int64_t n) override {
@@ -246,11 +249,15 @@ public:
         MoeBuffers& b = gpu_.moe;
         // The router in gemv's batches: its logits are then the same bits for a token alone or
         // in any batch, so the expert choices are too.
-        for (int64_t t0 = 0; t0 < n; t0 += kGemvMaxTokens) {
-            gemv(l.router, xn + t0 * c_.n_embd, c_.n_embd, std::min(kGemvMaxTokens, n - t0),
-                 b.router + t0 * c_.n_expert, c_.n_expert, stream());
-            check_launch("gemv (router)");
+        if (on_tensor_cores(l.router)) {
+            for (int64_t t0 = 0; t0 < n; t0 += kGemvMaxTokens) {
+                gemv(l.router, xn + t0 * c_.n_embd, c_.n_embd, std::min(kGemvMaxTokens, n - t0),
+                     b.router + t0 * c_.n_expert, c_.n_expert, stream());
+            }
+        } else {
+            gemv_chunks(l.router, xn, c_.n_embd, n, b.router, c_.n_expert, stream());
         }
+        check_launch("gemv (router)");
         moe_route(l, b.router, n, b.chosen, b.weight, stream());
         if (n > kGemvMaxTokens) return moe_prefill(l, x, xn, n);
         moe_expert_ffn(l, xn, b.chosen, n, b.up, b.hidden, stream());
@@ -550,11 +557,15 @@ private:
                                      " tokens over a " + std::string(type_info(w.type).name) +
                                      " matrix has no kernel here (gemv does not read it)");
         }
-        for (int64_t t0 = 0; t0 < n; t0 += kGemvMaxTokens) {
-            gemv(w, x + t0 * w.cols, w.cols, std::min(kGemvMaxTokens, n - t0), out + t0 * w.rows,
-                 w.rows, stream());
-            check_launch("gemv (batch)");
+        if (on_tensor_cores(w)) {
+            for (int64_t t0 = 0; t0 < n; t0 += kGemvMaxTokens) {
+                gemv(w, x + t0 * w.cols, w.cols, std::min(kGemvMaxTokens, n - t0),
+                     out + t0 * w.rows, w.rows, stream());
+            }
+        } else {
+            gemv_chunks(w, x, w.cols, n, out, w.rows, stream());
         }
+        check_launch("gemv (batch)");
     }
 
     // Whether the batch's activations fit the f16 scratch for this matrix's width.

@@ -28,6 +28,9 @@ struct GemvArgs {
     int64_t ldx;
     int n_tokens;
     int split = 1;  // warps per row (quant_kernels.cu: gemv_split); the tensor-core gemv's is 1
+    // CUDA-core gemv: blocks with blockIdx.y = c take tokens c * n_tokens.. (x and every y
+    // moved by as many rows): one launch for many chunks of n_tokens (gemv_chunks).
+    int token_chunks = 1;
 };
 
 // One matrix of GemvArgs, picked with constant indices only (a run-time index into the

@@ -127,23 +127,34 @@ __global__ void soft_cap_kernel(float* x, int64_t n, float cap) {
 // Block (head, token): the head's RMS norm, then RoPE over its first rope_dims elements, one
 // thread per rotated pair. The angle is formed and reduced to [-pi, pi] in double (positions
 // times frequencies reach 1e5 radians, where f32 would keep three digits), then sin/cos in f32.
+// Blocks past the query and key heads (as many as KV heads, with biases.v) add the value
+// heads' bias and return: the biases of a step take no launches of their own.
 __global__ void norm_rope_heads_kernel(HeadShape shape, float* q, float* k, const float* q_norm,
                                        const float* k_norm, const double* inv_freq,
-                                       double freq_scale, const int64_t* pos0_at,
-                                       TokenRows tokens) {
+                                       double freq_scale, const int64_t* pos0_at, TokenRows tokens,
+                                       HeadBiases biases) {
     const int64_t t = blockIdx.y;
+    if (blockIdx.x >= shape.n_head + shape.n_head_kv) {
+        const int64_t head = blockIdx.x - shape.n_head - shape.n_head_kv;
+        float* v = biases.v_rows + (t * shape.n_head_kv + head) * biases.value_dim;
+        const float* bias = biases.v + head * biases.value_dim;
+        for (int64_t i = threadIdx.x; i < biases.value_dim; i += blockDim.x) v[i] = v[i] + bias[i];
+        return;
+    }
     const int64_t token_position = tokens.several() ? tokens.positions[t] : *pos0_at + t;
     const bool is_query = blockIdx.x < shape.n_head;
     const int64_t head = is_query ? blockIdx.x : blockIdx.x - shape.n_head;
     const int64_t heads = is_query ? shape.n_head : shape.n_head_kv;
     float* x = (is_query ? q : k) + (t * heads + head) * shape.head_dim;  // [head_dim]
     const float* norm = is_query ? q_norm : k_norm;
+    const float* bias = is_query ? biases.q : biases.k;
+    if (bias) bias += head * shape.head_dim;
     __shared__ float h[kMaxHeadDim];
     __shared__ float partial[kHeadThreads / 32];
     const int64_t dim = shape.head_dim;
     float sum = 0.0f;
     for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) {
-        h[i] = x[i];
+        h[i] = bias ? x[i] + bias[i] : x[i];
         sum = __fmaf_rn(h[i], h[i], sum);
     }
     __syncthreads();
@@ -245,16 +256,18 @@ void soft_cap(float* x, int64_t n, float cap, cudaStream_t stream) {
 
 void norm_rope_heads(const HeadShape& shape, float* q, float* k, const float* q_norm,
                      const float* k_norm, const double* inv_freq, double freq_scale,
-                     const int64_t* pos0, int64_t n, cudaStream_t stream, const TokenRows& tokens) {
+                     const int64_t* pos0, int64_t n, cudaStream_t stream, const TokenRows& tokens,
+                     const HeadBiases& biases) {
     if (n <= 0) return;
     if (shape.head_dim > kMaxHeadDim) {
         throw std::invalid_argument("CUDA backend: head size " + std::to_string(shape.head_dim) +
                                     " is over " + std::to_string(kMaxHeadDim));
     }
-    const dim3 grid(static_cast<unsigned>(shape.n_head + shape.n_head_kv),
+    const int64_t v_blocks = biases.v ? shape.n_head_kv : 0;
+    const dim3 grid(static_cast<unsigned>(shape.n_head + shape.n_head_kv + v_blocks),
                     static_cast<unsigned>(n));
     norm_rope_heads_kernel<<<grid, kHeadThreads, 0, stream>>>(shape, q, k, q_norm, k_norm, inv_freq,
-                                                              freq_scale, pos0, tokens);
+                                                              freq_scale, pos0, tokens, biases);
     check_launch("norm_rope_heads");
 }
 

@@ -61,10 +61,20 @@ struct HeadShape {
     bool rope_halves = false;  // pairs (i, i + dims/2), else (2i, 2i + 1)
     float eps = 1e-6f;
 };
+// The biases of the heads, added first (one f32 add each, as add_bias_rows): q [n_head *
+// head_dim], k [n_head_kv * head_dim], v [n_head_kv * value_dim] added to v_rows [n x
+// n_head_kv * value_dim] by blocks of their own. Null where the model has none.
+struct HeadBiases {
+    const float* q = nullptr;
+    const float* k = nullptr;
+    const float* v = nullptr;
+    float* v_rows = nullptr;
+    int64_t value_dim = 0;
+};
 void norm_rope_heads(const HeadShape& shape, float* q, float* k, const float* q_norm,
                      const float* k_norm, const double* inv_freq, double freq_scale,
                      const int64_t* pos0, int64_t n, cudaStream_t stream,
-                     const TokenRows& tokens = {});
+                     const TokenRows& tokens = {}, const HeadBiases& biases = {});
 
 // One layer of the device KV cache: `slots` rows of K and V in the cache's type (a sliding
 // layer's ring: position p in slot p % slots; a full layer: slots = capacity).

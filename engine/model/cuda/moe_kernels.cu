@@ -97,22 +97,19 @@ __device__ __forceinline__ void accumulate_unit(const typename F::Raw (&raw)[R],
     }
 }
 
-// acc[r] = this warp's part of row r · x: units v, v + 32 split, ... of virtual lane v = 32
-// member + lane, in that order (the loads of two of them issued together), then the butterfly.
 template <class F, int R>
 __device__ __forceinline__ void dot_rows(const uint8_t* const (&row)[R], const float* x,
-                                         int64_t cols, int member, int split, float (&acc)[R]) {
+                                         int64_t cols, float (&acc)[R]) {
     constexpr int U = 2;  // units in flight per lane
     const int lane = threadIdx.x & 31;
 #pragma unroll
     for (int r = 0; r < R; ++r) acc[r] = 0.0f;
     const int units = static_cast<int>(cols / (F::kBlockElems / F::kUnitsPerBlock));
-    const int stride = 32 * split;
-    for (int base = member * 32 + lane; base < units; base += stride * U) {
+    for (int base = lane; base < units; base += 32 * U) {
         typename F::Raw raw[U][R];
 #pragma unroll
         for (int j = 0; j < U; ++j) {
-            const int u = min(base + stride * j, units - 1);  // past the end: valid, unused
+            const int u = min(base + 32 * j, units - 1);  // past the end: a valid unit, unused
             const size_t block_offset = static_cast<size_t>(u / F::kUnitsPerBlock) * F::kBlockBytes;
 #pragma unroll
             for (int r = 0; r < R; ++r) {
@@ -121,7 +118,7 @@ __device__ __forceinline__ void dot_rows(const uint8_t* const (&row)[R], const f
         }
 #pragma unroll
         for (int j = 0; j < U; ++j) {
-            const int u = base + stride * j;
+            const int u = base + 32 * j;
             if (j == 0 || u < units) accumulate_unit<F, R>(raw[j], u, x, acc);
         }
     }
@@ -132,15 +129,6 @@ __device__ __forceinline__ void dot_rows(const uint8_t* const (&row)[R], const f
             acc[r] = __fadd_rn(acc[r], __shfl_xor_sync(0xffffffffu, acc[r], offset));
         }
     }
-}
-
-// Warps per row of the expert products, from the width alone (as quant_kernels.cu's
-// gemv_split): 2 from 64 units (Qwen3-30B-A3B's 2048-wide gate and up, gpt-oss's 2880), so
-// that a lane has one or two units of a row rather than two or three.
-template <class F>
-int expert_split(int64_t cols) {
-    const int64_t units = cols / (F::kBlockElems / F::kUnitsPerBlock);
-    return units >= 128 ? 4 : units >= 64 ? 2 : 1;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -269,37 +257,24 @@ struct ExpertArgs {
     const float* up_bias;    // [n_expert * rows] or null (fused)
     float* out;              // [pairs x rows]
     float limit, alpha;      // the clamped SwiGLU's
-    int split = 1;           // warps per row (expert_split)
 };
 
 // out[p][r] = row r of expert chosen[p] · x_p (+ bias), then, for the gate, the activation
 // with up[p][r]. kFused: a warp takes its rows of the gate and the same rows of the up
 // matrix (each row's dot as when alone), so the up products never leave registers and a
 // decode step's gate and up share one launch. Grid: (row blocks, pairs).
-// Dot r's sum over a group's members (split of them from warp `first`), in member order.
-template <int kDots>
-__device__ __forceinline__ float up_sum(const float (&partial)[kWarps][kDots], int first, int split,
-                                        int r) {
-    float sum = partial[first][r];
-    for (int m = 1; m < split; ++m) sum = __fadd_rn(sum, partial[first + m][r]);
-    return sum;
-}
-
 template <bool kFused>
 constexpr int kRowsPerWarp = kFused ? kDotsPerWarp / 2 : kDotsPerWarp;
 
 template <class F, ExpertEpilogue E, bool kFused>
-__global__ void __launch_bounds__(kThreads, 4) expert_rows_kernel(const ExpertArgs a) {
+__global__ void __launch_bounds__(kThreads) expert_rows_kernel(const ExpertArgs a) {
     constexpr int kRows = kRowsPerWarp<kFused>;
     constexpr int kDots = kFused ? 2 * kRows : kRows;
-    __shared__ float partial[kWarps][kDots];  // the members' sums (split > 1)
     const int lane = threadIdx.x & 31;
-    const int warp = threadIdx.x >> 5;
-    const int member = warp % a.split;
     const int64_t pair = blockIdx.y;
     const int64_t row0 =
-        static_cast<int64_t>(blockIdx.x) * (kWarps / a.split * kRows) + warp / a.split * kRows;
-    if (a.split == 1 && row0 >= a.rows) return;  // the whole warp (split > 1: to the barrier)
+        static_cast<int64_t>(blockIdx.x) * (kWarps * kRows) + (threadIdx.x >> 5) * kRows;
+    if (row0 >= a.rows) return;  // the whole warp
     const int64_t e = a.chosen[pair];
     const uint8_t* row[kDots];
 #pragma unroll
@@ -309,23 +284,7 @@ __global__ void __launch_bounds__(kThreads, 4) expert_rows_kernel(const ExpertAr
         row[r] = matrix + static_cast<size_t>(e * a.rows + rr) * a.row_stride;
     }
     float acc[kDots];
-    dot_rows<F, kDots>(row, a.x + (pair / a.x_div) * a.cols, a.cols, member, a.split, acc);
-    if (a.split > 1) {
-#pragma unroll
-        for (int r = 0; r < kDots; ++r) {
-            if (lane == r) partial[warp][r] = acc[r];
-        }
-        __syncthreads();
-        if (member != 0) return;
-#pragma unroll
-        for (int r = 0; r < kDots; ++r) {
-            if (lane == r) {  // the group's members in order
-                float sum = partial[warp][r];
-                for (int m = 1; m < a.split; ++m) sum = __fadd_rn(sum, partial[warp + m][r]);
-                acc[r] = sum;
-            }
-        }
-    }
+    dot_rows<F, kDots>(row, a.x + (pair / a.x_div) * a.cols, a.cols, acc);
 #pragma unroll
     for (int r = 0; r < kRows; ++r) {
         if (row0 + r >= a.rows || lane != r) continue;
@@ -335,8 +294,7 @@ __global__ void __launch_bounds__(kThreads, 4) expert_rows_kernel(const ExpertAr
         if constexpr (E != ExpertEpilogue::Store) {
             float u = 0.0f;
             if constexpr (kFused) {
-                // The up row's sum: lane kRows + r's (split > 1), every lane's (split 1).
-                u = a.split > 1 ? up_sum(partial, warp, a.split, kRows + r) : acc[kRows + r];
+                u = acc[kRows + r];
                 if (a.up_bias) u = __fadd_rn(u, a.up_bias[e * a.rows + row0 + r]);
             } else {
                 u = a.up[at];
@@ -444,14 +402,11 @@ bool readable(const DeviceMatrix& m, int64_t n_expert) {
 template <ExpertEpilogue E, bool kFused = false>
 void launch_expert_rows(const DeviceMatrix& m, const ExpertArgs& args, int64_t pairs,
                         cudaStream_t stream) {
+    constexpr int64_t kRowsPerBlock = kWarps * kRowsPerWarp<kFused>;
+    const dim3 grid(static_cast<unsigned>((args.rows + kRowsPerBlock - 1) / kRowsPerBlock),
+                    static_cast<unsigned>(pairs));
     with_format(m.type, [&](auto fmt) {
-        using F = decltype(fmt);
-        ExpertArgs split_args = args;
-        split_args.split = expert_split<F>(args.cols);
-        const int64_t rows_per_block = kWarps / split_args.split * kRowsPerWarp<kFused>;
-        const dim3 grid(static_cast<unsigned>((args.rows + rows_per_block - 1) / rows_per_block),
-                        static_cast<unsigned>(pairs));
-        expert_rows_kernel<F, E, kFused><<<grid, kThreads, 0, stream>>>(split_args);
+        expert_rows_kernel<decltype(fmt), E, kFused><<<grid, kThreads, 0, stream>>>(args);
     });
     check_launch("expert_rows_kernel");
 }

@@ -95,7 +95,7 @@ __device__ __forceinline__ void accumulate_unit(const typename F::Raw (&raw)[R],
 // issued together (more bytes in flight where R alone gives too few).
 // kGate: a gate/up pair (GemvArgs matrix 0 the gate, 1 the up, same type and shape): a warp
 // takes R rows of each, kRows = 2R in all, and stores act(gate row, up row) into matrix 0's y.
-// args.split (1, 2 or 4, from the width alone: gemv_split): the warps that share each row. The
+// args.split (1, 2 or 4: gemv_split): the warps that share each row. The
 // block's warps form kWarps / split groups; member m of a group is "virtual lanes" 32m..32m+31
 // of its rows, virtual lane v taking units v, v + 32 split, ... in that order. Each warp's sums
 // go through the butterfly, then the group's members' results are added in member order.
@@ -133,6 +133,8 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(const GemvArgs args) {
 
     const int units = static_cast<int>(args.cols / (F::kBlockElems / F::kUnitsPerBlock));
     const int stride = 32 * split;
+    const int64_t chunk0 = static_cast<int64_t>(blockIdx.y) * kTokens;  // first token
+    const float* x = args.x + chunk0 * args.ldx;
     for (int base = member * 32 + lane; base < units; base += stride * U) {
         typename F::Raw raw[U][kRows];
 #pragma unroll
@@ -149,7 +151,7 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(const GemvArgs args) {
         for (int j = 0; j < U; ++j) {
             const int u = base + stride * j;
             if (j == 0 || u < units) {
-                accumulate_unit<F, kTokens, kRows>(raw[j], u, args.x, args.ldx, acc);
+                accumulate_unit<F, kTokens, kRows>(raw[j], u, x, args.ldx, acc);
             }
         }
     }
@@ -191,7 +193,7 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(const GemvArgs args) {
             if (row0 + r < target.rows && lane == (r * kTokens + t) % 32) {
                 float value = sum_of(r, t);
                 if constexpr (kGated) value = epilogue<E>(value, sum_of(r + R, t));
-                target.y[t * target.ldy + row0 + r] = value;
+                target.y[(chunk0 + t) * target.ldy + row0 + r] = value;
             }
         }
     }
@@ -437,24 +439,36 @@ void launch_gemv_tokens(GemvArgs& args, cudaStream_t stream) {
     }
     for (int m = targets; m <= kMaxGemvOuts; ++m) args.block_begin[m] = blocks;
     if (blocks == 0) return;
-    gemv_kernel<F, kTokens, R, U, E><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(args);
+    const dim3 grid(static_cast<unsigned>(blocks), static_cast<unsigned>(args.token_chunks));
+    gemv_kernel<F, kTokens, R, U, E><<<grid, kThreads, 0, stream>>>(args);
 }
 
-// Warps per row: a row of 128 units or more (4096 elements of the quantized types) is shared
-// by 4 warps, of 64 or more by 2. One warp per row left the card short of loads in flight on a
-// step's matrices of few rows: an H200 read Qwen3.5-0.8B's 1024 x 3584 Q6_K down projection at
-// 0.37 TB/s in 128 blocks (Nsight Compute). From the width alone, so that a row's sums are
-// added in the same order for any number of tokens and in any group of matrices.
-// EMBER_CUDA_GEMV_SPLIT caps it (1: a warp per row), to measure the trade.
+// Warps per row: a row of 128 units or more (4096 elements of the quantized types) may be
+// shared by 4 warps, of 64 or more by 2, while the launch's blocks still fit the card at once
+// (`rows` the launch's rows in all, 8 a block at one warp per row; 4 blocks an SM). One warp per
+// row left the card short of loads in flight on a step's matrices of few rows: an H200 read
+// Qwen3.5-0.8B's 1024 x 3584 Q6_K down projection at 0.37 TB/s in 128 blocks (Nsight Compute),
+// and the split took its decode from 559 to 595-625 tok/s. Split past one wave of blocks, the
+// larger matrices slowed instead (Qwen3-30B-A3B's 5120 x 2048 QKV from 7.4 to 9.3 us). From the
+// width and the launch's rows alone, so that a row's sums are added in the same order for any
+// number of tokens. EMBER_CUDA_GEMV_SPLIT caps it (1: a warp per row), to measure the trade.
 template <class F>
-int gemv_split(int64_t cols) {
+int gemv_split(int64_t cols, int64_t rows) {
     static const int cap = [] {
         const char* env = std::getenv("EMBER_CUDA_GEMV_SPLIT");
         return env ? std::clamp(std::atoi(env), 1, 4) : 4;
     }();
     const int64_t units = cols / (F::kBlockElems / F::kUnitsPerBlock);
-    const int split = units >= 128 ? 4 : units >= 64 ? 2 : 1;
-    return std::min(split, cap == 3 ? 2 : cap);
+    int split = units >= 128 ? 4 : units >= 64 ? 2 : 1;
+    while (split > cap) split /= 2;
+    int device = 0, sms = 0;
+    if (cudaGetDevice(&device) != cudaSuccess ||
+        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) {
+        cudaGetLastError();
+        return 1;
+    }
+    while (split > 1 && rows * split > int64_t{8} * 4 * sms) split /= 2;
+    return split;
 }
 
 template <class F, GemvEpilogue E, int... kCounts>
@@ -466,8 +480,10 @@ void launch_gemv_for(GemvArgs& args, cudaStream_t stream, std::integer_sequence<
 template <GemvEpilogue E = GemvEpilogue::Plain>
 void launch_gemv(TensorType type, GemvArgs& args, cudaStream_t stream) {
     constexpr int kCounts = E == GemvEpilogue::Plain ? kGemvMaxTokens : kGemvGatedMaxTokens;
+    int64_t rows = 0;  // a gated pair's blocks hold gate and up rows
+    for (int m = 0; m < args.count; ++m) rows += args.rows[m];
     with_format(type, [&](auto fmt) {
-        args.split = gemv_split<decltype(fmt)>(args.cols);
+        args.split = gemv_split<decltype(fmt)>(args.cols, rows);
         launch_gemv_for<decltype(fmt), E>(args, stream, std::make_integer_sequence<int, kCounts>{});
     });
 }
@@ -543,6 +559,40 @@ void gemv_many(const GemvOut* outs, int count, const float* x, int64_t ldx, int6
         } else {
             launch_gemv(outs[first].w.type, args, stream);
         }
+    }
+}
+
+void gemv_chunks(const DeviceMatrix& w, const float* x, int64_t ldx, int64_t n_tokens, float* y,
+                 int64_t ldy, cudaStream_t stream) {
+    if (n_tokens < 1) fail("gemv_chunks: no tokens");
+    check_matrix(w);
+    if (on_tensor_cores(w)) fail("gemv_chunks reads the CUDA-core formats");
+    if (n_tokens > 1 && (ldy < w.rows || ldx < w.cols)) fail("gemv_chunks: ldx or ldy too short");
+    check_activations(x, ldx, w.cols, std::min(n_tokens, kGemvMaxTokens));
+    const int64_t whole = n_tokens / kGemvMaxTokens;
+    if (whole > 65535) fail("gemv_chunks: too many tokens for one launch");
+    GemvArgs args{};
+    args.count = 1;
+    args.cols = w.cols;
+    args.ldx = ldx;
+    args.data[0] = static_cast<const uint8_t*>(w.data);
+    args.row_stride[0] = w.row_stride;
+    args.rows[0] = w.rows;
+    args.ldy[0] = ldy;
+    if (whole > 0) {  // chunks of kGemvMaxTokens: one launch
+        args.x = x;
+        args.y[0] = y;
+        args.n_tokens = static_cast<int>(kGemvMaxTokens);
+        args.token_chunks = static_cast<int>(whole);
+        launch_gemv(w.type, args, stream);
+    }
+    const int64_t rest = n_tokens - whole * kGemvMaxTokens;
+    if (rest > 0) {
+        args.x = x + whole * kGemvMaxTokens * ldx;
+        args.y[0] = y + whole * kGemvMaxTokens * ldy;
+        args.n_tokens = static_cast<int>(rest);
+        args.token_chunks = 1;
+        launch_gemv(w.type, args, stream);
     }
 }
 
