@@ -99,20 +99,26 @@ bool forward_batch(const Model& model, InferenceState& st, const Placement& wher
 }
 
 // Room for `floats` logits in the state's scratch. Page-locked where a device copies them out
-// (Backend::publish_logits): a decode step's 1 MiB of Qwen3.5's 248k logits took ~0.16 ms
-// from the device into pageable memory on the H200's host, ~0.03 into locked memory.
+// (Backend::publish_logits) and the buffer is at most kMaxLockedLogitBytes: a decode step's
+// 1 MiB of Qwen3.5's 248k logits took ~0.16 ms from the device into pageable memory on the
+// H200's host, ~0.03 into locked memory. A longer batch's logits (an evaluation's every row)
+// stay pageable rather than lock gigabytes.
 float* logits_room(const Model& model, InferenceState& st, int64_t floats) {
+    constexpr size_t kMaxLockedLogitBytes = size_t{64} << 20;
     PinnedBytes& room = st.scratch.logits;
+    std::vector<uint8_t>& buffer = room.vector();
     const auto bytes = static_cast<size_t>(floats) * sizeof(float);
-    if (model.device() != nullptr && !room.pinned() &&
-        st.scratch.logits_pin_tried < std::max(bytes, room.vector().capacity())) {
-        st.scratch.logits_pin_tried = std::max(bytes, room.vector().capacity());
-        room.reserve_pinned(st.scratch.logits_pin_tried);
-    } else if (room.pinned() && bytes > room.vector().capacity()) {
-        room.reserve_pinned(bytes);  // a longer batch: locked again at the new size
+    if (bytes > buffer.capacity()) {  // a lock covers one allocation: released before it moves
+        room.unpin();
+        buffer.reserve(bytes);
     }
-    if (room.size() < bytes) room.vector().resize(bytes);
-    return reinterpret_cast<float*>(room.vector().data());
+    if (model.device() != nullptr && !room.pinned() && buffer.capacity() <= kMaxLockedLogitBytes &&
+        st.scratch.logits_pin_tried != buffer.capacity()) {
+        st.scratch.logits_pin_tried = buffer.capacity();  // a failed lock is not retried
+        room.pin();
+    }
+    if (buffer.size() < bytes) buffer.resize(bytes);
+    return reinterpret_cast<float*>(buffer.data());
 }
 
 // The hybrids' recurrent state must be where the KV cache is: a cache rolled back to 0 resets
