@@ -133,6 +133,12 @@ public:
     // calls embed() (which hands over the token ids) and the logits pair, and no block between.
     virtual bool batch_recorded() const { return false; }
 
+    // Where forward() keeps `floats` logits on the host (the span it returns, valid until the
+    // state's next forward): the backend's own buffer, page-locked for a GPU's copies (1 MiB of
+    // Qwen3.5's 248k logits took ~0.16 ms into pageable memory on the H200's host, ~0.03 into
+    // locked), or null for the state's scratch.
+    virtual float* host_logits(int64_t /*floats*/) { return nullptr; }
+
     // Where `rows` rows of logits are computed: host_out itself, or the backend's own memory,
     // from which publish_logits() copies `count` floats to host_out.
     virtual float* logits_buffer(float* host_out, int64_t /*rows*/) { return host_out; }

@@ -98,29 +98,6 @@ bool forward_batch(const Model& model, InferenceState& st, const Placement& wher
     return true;
 }
 
-// Room for `floats` logits in the state's scratch. Page-locked where a device copies them out
-// (Backend::publish_logits) and the buffer is at most kMaxLockedLogitBytes: a decode step's
-// 1 MiB of Qwen3.5's 248k logits took ~0.16 ms from the device into pageable memory on the
-// H200's host, ~0.03 into locked memory. A longer batch's logits (an evaluation's every row)
-// stay pageable rather than lock gigabytes.
-float* logits_room(const Model& model, InferenceState& st, int64_t floats) {
-    constexpr size_t kMaxLockedLogitBytes = size_t{64} << 20;
-    PinnedBytes& room = st.scratch.logits;
-    std::vector<uint8_t>& buffer = room.vector();
-    const auto bytes = static_cast<size_t>(floats) * sizeof(float);
-    if (bytes > buffer.capacity()) {  // a lock covers one allocation: released before it moves
-        room.unpin();
-        buffer.reserve(bytes);
-    }
-    if (model.device() != nullptr && !room.pinned() && buffer.capacity() <= kMaxLockedLogitBytes &&
-        st.scratch.logits_pin_tried != buffer.capacity()) {
-        st.scratch.logits_pin_tried = buffer.capacity();  // a failed lock is not retried
-        room.pin();
-    }
-    if (buffer.size() < bytes) buffer.resize(bytes);
-    return reinterpret_cast<float*>(buffer.data());
-}
-
 // The hybrids' recurrent state must be where the KV cache is: a cache rolled back to 0 resets
 // it, any other mismatch throws (restore a snapshot instead; see recurrent_state.h).
 void check_recurrent_state(const ModelConfig& c, InferenceState& st) {
@@ -190,9 +167,18 @@ std::span<const float> forward(const Model& model, InferenceState& st, ThreadPoo
                               : is_hybrid(c.family) && !model.device() ? kMaxHybridBatch
                                                                        : kMaxBatch;
     const int64_t rows = wanted == LogitsWanted::All ? n : wanted == LogitsWanted::Last ? 1 : 0;
-    float* const logits = logits_room(model, st, rows * c.n_vocab);
     std::unique_ptr<Backend> device_backend;
     if (model.device()) device_backend = model.device()->make_backend(st);
+    // The logits' host buffer: the device backend's own (page-locked) where it offers one, else
+    // the state's scratch.
+    float* logits = device_backend ? device_backend->host_logits(rows * c.n_vocab) : nullptr;
+    if (logits == nullptr) {
+        std::vector<float>& scratch = st.scratch.logits;
+        if (static_cast<int64_t>(scratch.size()) < rows * c.n_vocab) {
+            scratch.resize(static_cast<size_t>(rows * c.n_vocab));
+        }
+        logits = scratch.data();
+    }
     CpuBackend cpu_backend(model, st, pool);
     Backend& backend = device_backend ? *device_backend : cpu_backend;
     // A split model: the device's layers first, then the CPU's (gpu_plan.h).

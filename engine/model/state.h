@@ -29,7 +29,6 @@
 #include "engine/model/cpu/moe.h"
 #include "engine/model/cpu/ops.h"
 #include "engine/model/kv_type.h"
-#include "engine/model/pinned_bytes.h"
 #include "engine/model/recurrent_state.h"
 #include "engine/tensor/matmul.h"
 #include "engine/util/page_region.h"
@@ -255,11 +254,7 @@ struct ForwardScratch {
     std::vector<float> rope_cos, rope_sin;  // [batch x rope_dims/2]
     // gemma3's sliding layers rotate with their own base: [batch x rope_dims/2].
     std::vector<float> rope_cos_local, rope_sin_local;
-    // [rows x n_vocab] floats (forward.cpp: logits_room), page-locked where a device copies
-    // them out; logits_pin_tried: the capacity a lock was last tried at (a failed one is not
-    // retried every step).
-    PinnedBytes logits;
-    size_t logits_pin_tried = 0;
+    std::vector<float> logits;  // [rows x n_vocab]
     // ---- the recurrent mixers of the hybrids (cpu/mixers.h) ----
     std::vector<float> conv_in;     // [batch x n_embd] lfm2 conv input B*x
     std::vector<float> conv_out;    // [batch x conv channels]

@@ -310,6 +310,8 @@ public:
 
     bool batch_recorded() const override { return mode_ == Mode::Replay; }
 
+    float* host_logits(int64_t floats) override { return gpu_.host_logits(floats); }
+
     float* logits_buffer(float*, int64_t rows) override {
         if (mode_ != Mode::Direct) return gpu_.decode_logits.as<float>();
         gpu_.logits.grow(static_cast<size_t>(rows * c_.n_vocab) * sizeof(float));

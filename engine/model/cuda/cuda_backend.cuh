@@ -183,6 +183,10 @@ public:
     float* recurrent_conv(int64_t layer) const;
     float* recurrent_delta(int64_t layer) const;
 
+    // forward()'s logits on the host (Backend::host_logits): page-locked, grown on demand up to
+    // 64 MiB; null past that (or where no lock was had), for the state's pageable scratch.
+    float* host_logits(int64_t floats);
+
     cudaStream_t stream() const { return stream_; }
     cublasHandle_t blas() const { return blas_; }  // null for a split (StateScratch)
     const CublasLibrary& blas_library() const { return blas_library_; }
@@ -267,6 +271,9 @@ private:
     std::vector<DeviceBuffer> k_layers_, v_layers_;
     bool restores_to_device_ = false;  // every layer here, none a ring (KvMirror)
     StepInputs* step_host_ = nullptr;  // cudaMallocHost
+    float* host_logits_ = nullptr;     // cudaMallocHost, host_logits_bytes_ of them
+    size_t host_logits_bytes_ = 0;
+    size_t host_logits_failed_ = 0;  // the size a lock failed at (not tried again every step)
     DeviceBuffer step_dev_;
     // Device rows [0, device_valid_) are the state's, and so are the host rows host_rows_
     // holds; every row below the cache's length is one or the other (a restore onto the device

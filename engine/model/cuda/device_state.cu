@@ -212,6 +212,7 @@ CudaState::~CudaState() {
     kv_.set_mirror(nullptr);
     if (decode_graph) cudaGraphExecDestroy(decode_graph);
     if (step_host_) cudaFreeHost(step_host_);
+    if (host_logits_) cudaFreeHost(host_logits_);
     if (blas_) blas_library_.destroy(blas_);
     if (restore_stream_) {
         cudaStreamSynchronize(restore_stream_);
@@ -337,6 +338,28 @@ void CudaState::take_restored_rows() {
         device_valid_ = std::max(device_valid_, end);
     }
     restored_rows_.clear();
+}
+
+float* CudaState::host_logits(int64_t floats) {
+    constexpr size_t kMaxBytes = size_t{64} << 20;  // an evaluation's every row stays pageable
+    const size_t bytes = static_cast<size_t>(floats) * sizeof(float);
+    if (bytes <= host_logits_bytes_) return host_logits_;
+    if (bytes > kMaxBytes || bytes == host_logits_failed_) return nullptr;
+    if (host_logits_) {
+        EMBER_CUDA_CHECK(cudaStreamSynchronize(stream_));  // no copy into it in flight
+        cudaFreeHost(host_logits_);
+        host_logits_ = nullptr;
+        host_logits_bytes_ = 0;
+    }
+    void* room = nullptr;
+    if (cudaMallocHost(&room, bytes) != cudaSuccess) {
+        cudaGetLastError();
+        host_logits_failed_ = bytes;
+        return nullptr;
+    }
+    host_logits_ = static_cast<float*>(room);
+    host_logits_bytes_ = bytes;
+    return host_logits_;
 }
 
 void CudaState::prepare_forward() {
