@@ -1,7 +1,6 @@
 // bench: prefill and decode speed of a model, with the memory roofline measured in the same
 // run (decode reads every weight once per token, so bandwidth / weight bytes bounds it).
 #include <algorithm>
-#include <array>
 #include <bit>
 #include <chrono>
 #include <cmath>
@@ -9,7 +8,6 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
-#include <limits>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -24,6 +22,7 @@
 #include "engine/model/forward.h"
 #include "engine/model/model.h"
 #include "engine/model/state.h"
+#include "engine/sampling/kernels.h"
 #include "engine/synth/membw.h"
 #include "engine/tensor/traits.h"
 #include "engine/util/thread_pool.h"
@@ -86,36 +85,27 @@ double seconds_since(Clock::time_point t0) {
 
 // Greedy choice without a sampler, so the timing is the model's; also notes whether every
 // logit is finite (random weights must not overflow a forward pass). The first of the largest
-// logits, in two passes the compiler vectorizes: the one-pass loop (each element compared with
-// the best so far, reloaded) took ~0.95 ms over Qwen3.5's 248k logits on the H200's host,
-// more than a third of the decode step it was timing.
+// logits, through the sampler's vectorized scans (sampling/kernels.h): the one-pass loop (each
+// element compared with the best so far, reloaded) took ~0.95 ms over Qwen3.5's 248k logits on
+// the H200's host, more than a third of the decode step it was timing.
 int32_t argmax(std::span<const float> logits, bool& finite) {
-    constexpr size_t kLanes = 16;
-    std::array<float, kLanes> top;
-    top.fill(-std::numeric_limits<float>::infinity());
-    uint32_t not_finite = 0;
-    const size_t n = logits.size();
-    const size_t whole = n - n % kLanes;
-    for (size_t i = 0; i < whole; i += kLanes) {
-        for (size_t j = 0; j < kLanes; ++j) {
-            const float v = logits[i + j];
-            top[j] = v > top[j] ? v : top[j];  // NaN never wins, as in the comparison below
-            not_finite |=
-                static_cast<uint32_t>((std::bit_cast<uint32_t>(v) & 0x7f800000u) == 0x7f800000u);
-        }
+    if (logits.empty()) return 0;
+    uint32_t not_finite = 0;  // an integer test of the exponent bits, which vectorizes
+    for (const float v : logits) {
+        not_finite |=
+            static_cast<uint32_t>((std::bit_cast<uint32_t>(v) & 0x7f800000u) == 0x7f800000u);
     }
-    for (size_t i = whole; i < n; ++i) {
-        const float v = logits[i];
-        top[0] = v > top[0] ? v : top[0];
-        not_finite |= static_cast<uint32_t>(!std::isfinite(v));
+    if (not_finite == 0) {
+        const float top = sampling_kernels::max_value(logits.data(), logits.size());
+        return static_cast<int32_t>(
+            sampling_kernels::first_index_of(logits.data(), logits.size(), top));
     }
-    if (not_finite != 0) finite = false;
-    float best = top[0];
-    for (const float v : top) best = v > best ? v : best;
-    for (size_t i = 0; i < n; ++i) {
-        if (logits[i] == best) return static_cast<int32_t>(i);
+    finite = false;  // a run already failed: the scans assume no NaN, so the plain loop
+    int32_t best = 0;
+    for (size_t i = 0; i < logits.size(); ++i) {
+        if (logits[i] > logits[static_cast<size_t>(best)]) best = static_cast<int32_t>(i);
     }
-    return 0;  // every logit NaN
+    return best;
 }
 
 // Peak resident set (VmHWM) in bytes; includes the mapped model pages the run touched.
