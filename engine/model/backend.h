@@ -54,8 +54,8 @@ struct AttentionSettings {
     const float* sinks = nullptr;  // [n_head] logits joining each softmax's denominator, or null
 };
 
-// What happens to a batch's projected heads before they are stored and attended: biases,
-// per-head RMS norms of q and k, RoPE (the model's layout and rotated dimensions).
+// What happens to a batch's projected heads before they are attended: biases, per-head RMS
+// norms of q and k, RoPE (the model's layout and rotated dimensions), then K and V stored.
 struct HeadPrep {
     const float* q_bias = nullptr;  // [n_head*head_dim], or null
     const float* k_bias = nullptr;  // [n_head_kv*head_dim], or null
@@ -63,6 +63,7 @@ struct HeadPrep {
     const float* q_norm = nullptr;  // [head_dim], or null
     const float* k_norm = nullptr;  // [head_dim], or null
     bool local_rope = false;        // the sliding layers' own RoPE frequencies (gemma3)
+    int64_t cache_layer = 0;        // layer of the KV cache the rows go to
 };
 
 class Backend {
@@ -110,10 +111,12 @@ public:
     virtual void sigmoid_gate(float* x, const float* gate, int64_t n) = 0;
     // Gated attention's projection [n x n_head x (query | gate)] into q and gate [n x n_head*hd].
     virtual void split_query_gate(const float* q_proj, float* q, float* gate, int64_t n) = 0;
-    // Biases, q/k norms and RoPE of the batch's heads (positions of begin_batch), in place.
-    virtual void prepare_heads(const HeadPrep& prep, float* q, float* k, float* v, int64_t n) = 0;
-    // Writes the batch's K/V rows into the cache at positions pos0.. (begin_batch's).
-    virtual void store_kv(int64_t cache_layer, const float* k, const float* v, int64_t n) = 0;
+    // Biases, q/k norms and RoPE of the batch's heads (positions of begin_batch), in place, then
+    // the batch's K/V rows written into the cache layer prep.cache_layer at those positions.
+    // One pass where a backend fuses them (the GPU's writes each key head as it rotates it, a
+    // launch less per attention layer); the CPU's keeps the two steps.
+    virtual void prepare_and_store_heads(const HeadPrep& prep, float* q, float* k, float* v,
+                                         int64_t n) = 0;
     // Attention of the batch's queries over the cache (the CPU's: cpu/attention.h);
     // out [n x n_head*value_dim].
     virtual void attend(const AttentionSettings& settings, const float* q, int64_t n,
@@ -121,8 +124,9 @@ public:
     // x += moe(xn) for a mixture-of-experts layer, xn = ffn_norm(x) already (the norm that
     // takes a waiting residual add in the same pass); xn is scratch after (cpu/moe.h).
     virtual void moe_ffn(const LayerWeights& layer, float* x, float* xn, int64_t n) = 0;
-    // The recurrent mixers of the hybrids: read xn (the normed input), add their output to x,
-    // carry the layer's recurrent state forward.
+    // The recurrent mixers of the hybrids: read xn (the normed input), leave their output in xn
+    // (its residual add waits for the next norm, as an attention block's does: a launch less per
+    // layer on a GPU), carry the layer's recurrent state forward.
     virtual void short_conv_mixer(const LayerWeights& layer, int64_t index, int64_t n) = 0;
     virtual void delta_net_mixer(const LayerWeights& layer, int64_t index, int64_t n) = 0;
     // x[0..n) = cap * tanh(x / cap)

@@ -29,6 +29,12 @@ void attention_sublayer(const LayerPass& p, const LayerWeights& L, int64_t layer
     be.matmul_many(qkv, b.xn, p.n);
     if (gated) be.split_query_gate(b.q_proj, b.q, b.q_gate, p.n);
     const bool sliding = c.is_sliding(layer);
+    AttentionSettings settings;
+    settings.cache_layer = c.kv_slot.empty() ? layer : c.kv_slot[static_cast<size_t>(layer)];
+    settings.window = sliding ? c.sliding_window : 0;
+    settings.scale = c.attn_scale > 0 ? static_cast<float>(c.attn_scale)
+                                      : 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+    settings.sinks = or_null(L.attn_sinks);
     HeadPrep prep;
     prep.q_bias = or_null(L.bq);
     prep.k_bias = or_null(L.bk);
@@ -36,14 +42,8 @@ void attention_sublayer(const LayerPass& p, const LayerWeights& L, int64_t layer
     prep.q_norm = or_null(L.q_norm);
     prep.k_norm = or_null(L.k_norm);
     prep.local_rope = sliding && !p.model.rope_inv_freq_local().empty();
-    be.prepare_heads(prep, b.q, b.k, b.v, p.n);
-    AttentionSettings settings;
-    settings.cache_layer = c.kv_slot.empty() ? layer : c.kv_slot[static_cast<size_t>(layer)];
-    settings.window = sliding ? c.sliding_window : 0;
-    settings.scale = c.attn_scale > 0 ? static_cast<float>(c.attn_scale)
-                                      : 1.0f / std::sqrt(static_cast<float>(c.head_dim));
-    settings.sinks = or_null(L.attn_sinks);
-    be.store_kv(settings.cache_layer, b.k, b.v, p.n);
+    prep.cache_layer = settings.cache_layer;
+    be.prepare_and_store_heads(prep, b.q, b.k, b.v, p.n);
     be.attend(settings, b.q, p.n, b.attn);
     if (gated) be.sigmoid_gate(b.attn, b.q_gate, p.n * c.n_head * c.value_dim);
     be.matmul(L.wo, b.attn, p.n, b.xn);
@@ -112,11 +112,13 @@ bool run_layers(const LayerPass& p) {
                 attention_sublayer(p, L, l);
                 residual.output_waits();
                 break;
-            case LayerKind::ShortConv:  // the mixers add their output to x themselves
+            case LayerKind::ShortConv:
                 p.backend.short_conv_mixer(L, l, p.n);
+                residual.output_waits();
                 break;
             case LayerKind::DeltaNet:
                 p.backend.delta_net_mixer(L, l, p.n);
+                residual.output_waits();
                 break;
         }
         ffn_sublayer(p, L, residual);

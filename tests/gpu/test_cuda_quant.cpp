@@ -1,7 +1,8 @@
 // The CUDA weight kernels (engine/model/cuda/quant_kernels.cuh) against the CPU's
 // dequantize_row: gemv within 1e-5 of a float64 reference (relative to the sum of |w * x|),
-// the same bits for a token alone or in a batch, gemv_many equal to separate gemv calls,
-// dequantize_rows and embed_rows bit-equal to the CPU. Skipped where no CUDA device is found.
+// the same bits for a token alone or in a batch, gemv_many equal to separate gemv calls (and its
+// two-format decode launch to its batches), dequantize_rows and embed_rows bit-equal to the CPU.
+// Skipped where no CUDA device is found.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -15,6 +16,7 @@
 #include <stdexcept>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "engine/model/cuda/layer_kernels.cuh"
@@ -147,6 +149,56 @@ std::vector<float> run_gemv(const TestMatrix& m, const float* x_dev, int64_t ldx
     return out;
 }
 
+// Asserts that y[t][r] (r < m.rows) is within 1e-5 of the float64 dot product of the CPU's
+// dequantized row r with token t of x (x[t * ldx ..]), relative to the sum of |w * x|.
+void expect_near_reference(const TestMatrix& m, const std::vector<float>& x, int64_t ldx,
+                           const std::vector<std::vector<float>>& y) {
+    const auto tokens = static_cast<int64_t>(y.size());
+    for (int64_t r = 0; r < m.rows; ++r) {
+        const std::vector<float> w = m.dequantized_row(r);
+        for (int64_t t = 0; t < tokens; ++t) {
+            double sum = 0.0, abs_sum = 0.0;
+            for (int64_t k = 0; k < m.cols; ++k) {
+                const double p = static_cast<double>(w[k]) * x[t * ldx + k];
+                sum += p;
+                abs_sum += std::fabs(p);
+            }
+            const float got = y[t][r];
+            ASSERT_FALSE(std::isnan(got)) << "row " << r << " token " << t << " not written";
+            ASSERT_LE(std::fabs(got - sum), 1e-5 * abs_sum + 1e-30)
+                << "row " << r << " token " << t << ": " << got << " vs " << sum;
+        }
+    }
+}
+
+// Runs gemv_many for n tokens of x (device, row stride ldx) over mats and returns each matrix's
+// y [n x rows] (ldy = rows), poisoned with NaN before the launch.
+std::vector<std::vector<float>> run_gemv_many(const std::vector<TestMatrix>& mats,
+                                              const float* x_dev, int64_t ldx, int64_t n) {
+    std::vector<std::unique_ptr<DeviceBuffer>> ys;
+    std::vector<GemvOut> outs;
+    for (const TestMatrix& m : mats) {
+        const size_t bytes = static_cast<size_t>(n * m.rows) * sizeof(float);
+        ys.push_back(std::make_unique<DeviceBuffer>(bytes));
+        EXPECT_EQ(cudaMemset(ys.back()->ptr, 0xff, bytes), cudaSuccess);
+        GemvOut o;
+        o.w = m.device_matrix();
+        o.y = ys.back()->as<float>();
+        o.ldy = m.rows;
+        outs.push_back(o);
+    }
+    gemv_many(outs.data(), static_cast<int>(outs.size()), x_dev, ldx, n, nullptr);
+    EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+    std::vector<std::vector<float>> got;
+    for (size_t i = 0; i < mats.size(); ++i) {
+        got.emplace_back(static_cast<size_t>(n * mats[i].rows));
+        EXPECT_EQ(cudaMemcpy(got[i].data(), ys[i]->ptr, got[i].size() * sizeof(float),
+                             cudaMemcpyDeviceToHost),
+                  cudaSuccess);
+    }
+    return got;
+}
+
 struct Shape {
     int64_t rows, cols;
 };
@@ -190,22 +242,7 @@ TEST_P(CudaQuant, GemvMatchesReferenceAndIsBatchInvariant) {
             }
 
             // Reference: float64 dot products of the CPU's dequantized rows.
-            for (int64_t r = 0; r < shape.rows; ++r) {
-                const std::vector<float> w = m.dequantized_row(r);
-                for (int64_t t = 0; t < kGemvMaxTokens; ++t) {
-                    double sum = 0.0, abs_sum = 0.0;
-                    for (int64_t k = 0; k < shape.cols; ++k) {
-                        const double p = static_cast<double>(w[k]) * x[t * ldx + k];
-                        sum += p;
-                        abs_sum += std::fabs(p);
-                    }
-                    const float got = alone[t][r];
-                    ASSERT_FALSE(std::isnan(got))
-                        << "row " << r << " token " << t << " not written";
-                    ASSERT_LE(std::fabs(got - sum), 1e-5 * abs_sum + 1e-30)
-                        << "row " << r << " token " << t << ": " << got << " vs " << sum;
-                }
-            }
+            ASSERT_NO_FATAL_FAILURE(expect_near_reference(m, x, ldx, alone));
 
             for (int64_t n = 2; n <= kGemvMaxTokens; ++n) {
                 const std::vector<float> y = run_gemv(m, x_dev.as<float>(), ldx, n);
@@ -276,7 +313,9 @@ TEST(CudaQuantMany, GemvManyEqualsSeparateGemv) {
     if (!has_device()) GTEST_SKIP() << "no CUDA device";
     std::mt19937 rng(42);
     const int64_t cols = 1024;
-    // Q/K/V of a Q4_K_M file: two Q4_K and a Q6_K, rows no multiple of a block's.
+    // Q/K/V of a Q4_K_M file: two Q4_K and a Q6_K, rows no multiple of a block's. At n = 1 the
+    // Q4_K and Q6_K matrices share a launch (two formats); at this width every split is 1 (a
+    // warp per row, gemv_split), in gemv_many as in gemv() alone.
     std::vector<TestMatrix> mats;
     mats.push_back(make_matrix(TensorType::Q4_K, 1000, cols, rng));
     mats.push_back(make_matrix(TensorType::Q4_K, 250, cols, rng));
@@ -291,29 +330,108 @@ TEST(CudaQuantMany, GemvManyEqualsSeparateGemv) {
         // Negative: the same n with the K-quants on the tensor cores.
         for (TestMatrix& m : mats) m.tensor = n < 0;
         n = std::abs(n);
-        std::vector<std::unique_ptr<DeviceBuffer>> ys;
-        std::vector<GemvOut> outs;
-        for (const TestMatrix& m : mats) {
-            const size_t bytes = static_cast<size_t>(n * m.rows) * sizeof(float);
-            ys.push_back(std::make_unique<DeviceBuffer>(bytes));
-            CUDA_OK(cudaMemset(ys.back()->ptr, 0xff, bytes));
-            GemvOut o;
-            o.w = m.device_matrix();
-            o.y = ys.back()->as<float>();
-            o.ldy = m.rows;
-            outs.push_back(o);
-        }
-        gemv_many(outs.data(), static_cast<int>(outs.size()), x_dev.as<float>(), cols, n, nullptr);
-        CUDA_OK(cudaGetLastError());
+        const std::vector<std::vector<float>> got = run_gemv_many(mats, x_dev.as<float>(), cols, n);
         for (size_t i = 0; i < mats.size(); ++i) {
             const std::vector<float> separate = run_gemv(mats[i], x_dev.as<float>(), cols, n);
-            std::vector<float> many(separate.size());
-            CUDA_OK(cudaMemcpy(many.data(), ys[i]->ptr, many.size() * sizeof(float),
-                               cudaMemcpyDeviceToHost));
+            const std::vector<float>& many = got[i];
             for (size_t e = 0; e < many.size(); ++e) {
                 ASSERT_EQ(bits(many[e]), bits(separate[e]))
                     << "n " << n << " matrix " << i << " at " << e;
                 ASSERT_FALSE(std::isnan(many[e]));
+            }
+        }
+    }
+}
+
+// Decode's Q/K/V of a K-quant file at widths whose rows several warps share: at n = 1 gemv_many
+// runs the Q4_K or Q5_K matrices and the Q6_K ones in one launch, each format's split (warps per
+// row) set by the rows of all, and at other token counts launches them apart at those splits.
+// So: each token's outputs near the float64 reference, the same bits again and in a batch of the
+// same matrices, and, where the split is the widest the width allows for all of them together
+// (then also for each alone), the bits of gemv() on each matrix alone.
+TEST(CudaQuantMany, TwoFormatDecodeIsBatchInvariant) {
+    if (!has_device()) GTEST_SKIP() << "no CUDA device";
+    int device = 0, sms = 0;
+    CUDA_OK(cudaGetDevice(&device));
+    CUDA_OK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+    struct Case {
+        int64_t cols;
+        std::vector<std::pair<TensorType, int64_t>> mats;  // type, rows
+    };
+    const std::vector<Case> cases = {
+        // 4096 wide: 4 warps a row where rows x 4 fit the card's 32 rows an SM.
+        {4096, {{TensorType::Q4_K, 300}, {TensorType::Q4_K, 77}, {TensorType::Q6_K, 129}}},
+        // V first, a Q8_0 matrix beside (a launch of its own), 2 warps a row.
+        {2048,
+         {{TensorType::Q6_K, 259},
+          {TensorType::Q5_K, 250},
+          {TensorType::Q8_0, 64},
+          {TensorType::Q5_K, 1000}}},
+        // Qwen3-30B-A3B's: 5120 rows together take a warp each on an H200, where V alone (512)
+        // would take 2.
+        {2048, {{TensorType::Q4_K, 4096}, {TensorType::Q4_K, 512}, {TensorType::Q6_K, 512}}},
+    };
+    std::mt19937 rng(4242);
+    for (const Case& c : cases) {
+        std::vector<TestMatrix> mats;
+        int64_t total_rows = 0;
+        for (const auto& [type, rows] : c.mats) {
+            mats.push_back(make_matrix(type, rows, c.cols, rng));
+            total_rows += rows;
+        }
+        SCOPED_TRACE("width " + std::to_string(c.cols) + ", " + std::to_string(total_rows) +
+                     " rows");
+        const int64_t ldx = c.cols + 4;  // a padded activation row
+        const std::vector<float> x = random_activations(kGemvMaxTokens, ldx, rng);
+        DeviceBuffer x_dev(x.size() * sizeof(float));
+        CUDA_OK(cudaMemcpy(x_dev.ptr, x.data(), x.size() * sizeof(float), cudaMemcpyHostToDevice));
+
+        // decode[t][i]: matrix i's outputs for token t alone.
+        std::vector<std::vector<std::vector<float>>> decode;
+        for (int64_t t = 0; t < kGemvMaxTokens; ++t) {
+            decode.push_back(run_gemv_many(mats, x_dev.as<float>() + t * ldx, ldx, 1));
+        }
+        for (size_t i = 0; i < mats.size(); ++i) {
+            SCOPED_TRACE("matrix " + std::to_string(i));
+            std::vector<std::vector<float>> per_token;
+            for (const auto& outputs : decode) per_token.push_back(outputs[i]);
+            ASSERT_NO_FATAL_FAILURE(expect_near_reference(mats[i], x, ldx, per_token));
+        }
+
+        const std::vector<std::vector<float>> again =
+            run_gemv_many(mats, x_dev.as<float>(), ldx, 1);
+        for (size_t i = 0; i < mats.size(); ++i) {
+            for (int64_t r = 0; r < mats[i].rows; ++r) {
+                ASSERT_EQ(bits(again[i][r]), bits(decode[0][i][r]))
+                    << "matrix " << i << " row " << r;
+            }
+        }
+        for (const int64_t n : {int64_t{2}, int64_t{5}, kGemvMaxTokens}) {
+            const std::vector<std::vector<float>> batch =
+                run_gemv_many(mats, x_dev.as<float>(), ldx, n);
+            for (size_t i = 0; i < mats.size(); ++i) {
+                for (int64_t t = 0; t < n; ++t) {
+                    for (int64_t r = 0; r < mats[i].rows; ++r) {
+                        ASSERT_EQ(bits(batch[i][t * mats[i].rows + r]), bits(decode[t][i][r]))
+                            << "n " << n << " matrix " << i << " token " << t << " row " << r;
+                    }
+                }
+            }
+        }
+
+        // gemv_split: 4 warps a row from 128 units (32 elements each), 2 from 64, while rows x
+        // split stay within 32 an SM; the widest split kept for all the rows is kept for each.
+        const int64_t units = c.cols / 32;
+        const int64_t widest = units >= 128 ? 4 : units >= 64 ? 2 : 1;
+        if (widest * total_rows > int64_t{32} * sms) continue;
+        for (size_t i = 0; i < mats.size(); ++i) {
+            for (int64_t t = 0; t < kGemvMaxTokens; ++t) {
+                const std::vector<float> alone =
+                    run_gemv(mats[i], x_dev.as<float>() + t * ldx, ldx, 1);
+                for (int64_t r = 0; r < mats[i].rows; ++r) {
+                    ASSERT_EQ(bits(decode[t][i][r]), bits(alone[r]))
+                        << "matrix " << i << " token " << t << " row " << r;
+                }
             }
         }
     }

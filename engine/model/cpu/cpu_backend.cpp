@@ -143,7 +143,8 @@ void CpuBackend::split_query_gate(const float* q_proj, float* q, float* gate, in
     }
 }
 
-void CpuBackend::prepare_heads(const HeadPrep& prep, float* q, float* k, float* v, int64_t n) {
+void CpuBackend::prepare_and_store_heads(const HeadPrep& prep, float* q, float* k, float* v,
+                                         int64_t n) {
     const ModelConfig& c = c_;
     const ForwardScratch& s = st_.scratch;
     const int64_t q_dim = c.n_head * c.head_dim;
@@ -173,13 +174,8 @@ void CpuBackend::prepare_heads(const HeadPrep& prep, float* q, float* k, float* 
             rope(head, cs, sn, c.rope_dims, halves);
         }
     }
-}
-
-void CpuBackend::store_kv(int64_t cache_layer, const float* k, const float* v, int64_t n) {
-    const int64_t k_dim = c_.n_head_kv * c_.head_dim;
-    const int64_t v_dim = c_.n_head_kv * c_.value_dim;
     for (int64_t t = 0; t < n; ++t) {
-        st_.kv.store(cache_layer, pos0_ + t, k + t * k_dim, v + t * v_dim);
+        st_.kv.store(prep.cache_layer, pos0_ + t, k + t * k_dim, v + t * v_dim);
     }
 }
 

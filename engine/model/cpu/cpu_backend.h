@@ -27,8 +27,8 @@ public:
     void gated_activation(GatedActivation act, float* gate, const float* up, int64_t n) override;
     void sigmoid_gate(float* x, const float* gate, int64_t n) override;
     void split_query_gate(const float* q_proj, float* q, float* gate, int64_t n) override;
-    void prepare_heads(const HeadPrep& prep, float* q, float* k, float* v, int64_t n) override;
-    void store_kv(int64_t cache_layer, const float* k, const float* v, int64_t n) override;
+    void prepare_and_store_heads(const HeadPrep& prep, float* q, float* k, float* v,
+                                 int64_t n) override;
     void attend(const AttentionSettings& settings, const float* q, int64_t n, float* out) override;
     void moe_ffn(const LayerWeights& layer, float* x, float* xn, int64_t n) override;
     void short_conv_mixer(const LayerWeights& layer, int64_t index, int64_t n) override;

@@ -244,7 +244,6 @@ void delta_net_layer(const MixerPass& p, const LayerWeights& L, int64_t layer) {
         }
     }
     matmul(p.pool, L.ssm_out, s.core.data(), p.n, s.xn.data(), c.n_embd, s.mm);
-    add_inplace(s.x.data(), s.xn.data(), p.n * c.n_embd);
 }
 
 }  // namespace

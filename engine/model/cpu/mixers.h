@@ -1,7 +1,8 @@
 // The recurrent mixers of the hybrid families on the CPU (Backend::short_conv_mixer,
 // Backend::delta_net_mixer): lfm2's gated short convolution (short_conv.cpp) and qwen35's
-// GatedDeltaNet (delta_net.cpp). Both read the batch's normed input (scratch.xn), add their
-// output to the residual stream (scratch.x) and carry the layer's recurrent state forward.
+// GatedDeltaNet (delta_net.cpp). Both read the batch's normed input (scratch.xn), leave their
+// output there (its residual add waits for the next norm: layers.cpp) and carry the layer's
+// recurrent state forward.
 #pragma once
 
 #include <cstdint>

@@ -32,7 +32,7 @@ void causal_conv(const float* in, float* history, const float* taps, int64_t ker
     std::copy(ext + n * channels, ext + (n + keep) * channels, history);
 }
 
-// Reads s.xn (normed input), adds the conv block's output to s.x.
+// Reads s.xn (normed input) and leaves the conv block's output there (its residual add waits).
 void short_conv_mixer(const MixerPass& p, const LayerWeights& L, int64_t layer) {
     const ModelConfig& c = p.c;
     ForwardScratch& s = p.st.scratch;
@@ -54,7 +54,6 @@ void short_conv_mixer(const MixerPass& p, const LayerWeights& L, int64_t layer) 
         for (int64_t i = 0; i < E; ++i) y[i] *= gate_c[i];
     }
     matmul(p.pool, L.conv_out, s.conv_out.data(), p.n, s.xn.data(), E, s.mm);
-    add_inplace(s.x.data(), s.xn.data(), p.n * E);
 }
 
 }  // namespace ember::cpu

@@ -14,6 +14,7 @@
 
 #include "engine/model/cuda/cuda_check.cuh"
 #include "engine/model/cuda/flash_attention.cuh"
+#include "engine/model/cuda/kv_rows.cuh"
 #include "engine/model/cuda/layer_kernels.cuh"
 #include "engine/model/cuda/reduce.cuh"
 #include "engine/model/forward.h"
@@ -29,39 +30,6 @@ constexpr int kWarps = 16;
 constexpr int kUnroll = 4;      // positions a warp has in flight
 constexpr int kMaxPerLane = 8;  // head or value elements a lane holds: dims up to 256
 constexpr int kMaxValueDim = 32 * kMaxPerLane;
-
-// Where a q8_0 row's quants start inside each of its blocks (kv_type.h: blocks.h's BlockQ8_0,
-// the fp16 scale first).
-constexpr int kKvQ8Quants = offsetof(BlockQ8_0, qs);
-static_assert(offsetof(BlockQ8_0, d) == 0, "the scale is written at the block's start");
-
-// Element i of a cached row in the cache's type.
-template <KvType T>
-__device__ inline float row_element(const uint8_t* row, int64_t i) {
-    if constexpr (T == KvType::F32) {
-        return reinterpret_cast<const float*>(row)[i];
-    } else if constexpr (T == KvType::F16) {
-        return __half2float(reinterpret_cast<const __half*>(row)[i]);
-    } else {
-        const uint8_t* block = row + (i / kKvQ8Block) * kKvQ8BlockBytes;  // fp16 d, 32 int8
-        const float d = __half2float(*reinterpret_cast<const __half*>(block));
-        return d * static_cast<float>(static_cast<int8_t>(block[kKvQ8Quants + i % kKvQ8Block]));
-    }
-}
-
-__device__ inline int64_t slot_of(const KvLayerView& layer, int64_t pos) {
-    return layer.ring ? pos % layer.slots : pos;
-}
-
-// Token t's position and the start of its cache's K or V rows (TokenRows).
-__device__ inline int64_t position_of(const int64_t* pos0_at, const TokenRows& tokens, int64_t t) {
-    return tokens.several() ? tokens.positions[t] : *pos0_at + t;
-}
-__device__ inline uint8_t* rows_of(const KvLayerView& layer, const TokenRows& tokens, int64_t t,
-                                   bool is_v) {
-    if (tokens.several()) return is_v ? tokens.v[t] : tokens.k[t];
-    return is_v ? layer.v : layer.k;
-}
 
 // Elements base + P*lane .. + P-1 of a cached row (those at or past `width` read as 0; all of
 // them 0 when !inside): one 4- to 16-byte load for f16 and f32 rows where the slice is whole
@@ -129,34 +97,7 @@ __global__ void store_kv_kernel(KvLayerView layer, int64_t k_row_bytes, int64_t 
     const float* src = (is_v ? v : k) + t * width;  // [width]
     uint8_t* dst = rows_of(layer, tokens, t, is_v) +
                    slot_of(layer, position_of(pos0_at, tokens, t)) * row_bytes;
-    switch (layer.type) {
-        case KvType::F32:
-            for (int64_t i = threadIdx.x; i < width; i += blockDim.x) {
-                reinterpret_cast<float*>(dst)[i] = src[i];
-            }
-            return;
-        case KvType::F16:
-            for (int64_t i = threadIdx.x; i < width; i += blockDim.x) {
-                reinterpret_cast<__half*>(dst)[i] = __float2half_rn(src[i]);
-            }
-            return;
-        case KvType::Q8_0: {
-            const int64_t blocks = (width + kKvQ8Block - 1) / kKvQ8Block;
-            const unsigned lane = threadIdx.x % 32;
-            for (int64_t b = threadIdx.x / 32; b < blocks; b += blockDim.x / 32) {
-                const int64_t i = b * kKvQ8Block + lane;
-                const float x = i < width ? src[i] : 0.0f;  // the last block zero-padded
-                const float amax = warp_max(fabsf(x));
-                const __half dh = __float2half_ru(amax / 127.0f);
-                const float d = __half2float(dh);
-                const int q = d != 0.0f ? max(-127, min(127, __float2int_rn(x / d))) : 0;
-                uint8_t* block = dst + b * kKvQ8BlockBytes;
-                if (lane == 0) *reinterpret_cast<__half*>(block) = dh;
-                block[kKvQ8Quants + lane] = static_cast<uint8_t>(static_cast<int8_t>(q));
-            }
-            return;
-        }
-    }
+    store_row_elements(layer.type, dst, 0, src, width, width);
 }
 
 struct Visible {
@@ -200,17 +141,28 @@ __device__ inline void fold_position(const AttendShape& shape, const float (&q_l
 // warp loads before it uses them (the loads of U rows in flight at once, where one at a time
 // left the warp waiting on memory for each). A warp takes positions begin + warp, then every
 // kWarps-th: the order of its sums depends only on the positions.
+// The warps' records of a block (the partial records', then the folded merge's), in shared
+// memory.
+struct WarpRecords {
+    float m[kWarps];
+    float s[kWarps];
+    float acc[kWarps][kMaxValueDim];
+};
+
+// Whether the block wrote a record (the chunk holds visible positions: the same for every
+// thread).
 template <KvType T, int P, int U>
-__device__ inline void partial_record(const AttendShape& shape, const KvLayerView& layer,
+__device__ inline bool partial_record(const AttendShape& shape, const KvLayerView& layer,
                                       int64_t k_row_bytes, int64_t v_row_bytes, const float* q,
                                       const int64_t* pos0_at, const TokenRows& tokens,
-                                      int64_t chunks, float* partials, int64_t chunk) {
+                                      int64_t chunks, float* partials, int64_t chunk,
+                                      WarpRecords& warps) {
     const int64_t head = blockIdx.y;
     const int64_t t = blockIdx.z;
     const Visible vis = visible_of(position_of(pos0_at, tokens, t), shape.window);
     const int64_t begin = max(vis.first, chunk * shape.chunk);
     const int64_t end = min(vis.last + 1, (chunk + 1) * shape.chunk);
-    if (begin >= end) return;  // not this query's chunk: the merge never reads it
+    if (begin >= end) return false;  // not this query's chunk: the merge never reads it
     const int64_t kv_head = head / (shape.n_head / shape.n_head_kv);
     const unsigned lane = threadIdx.x % 32;
     const unsigned warp = threadIdx.x / 32;
@@ -252,36 +204,95 @@ __device__ inline void partial_record(const AttendShape& shape, const KvLayerVie
         }
     }
     // The warps' records merged in warp order.
-    __shared__ float warp_m[kWarps];
-    __shared__ float warp_s[kWarps];
-    __shared__ float warp_acc[kWarps][kMaxValueDim];
     if (lane == 0) {
-        warp_m[warp] = m;
-        warp_s[warp] = s;
+        warps.m[warp] = m;
+        warps.s[warp] = s;
     }
 #pragma unroll
     for (int j = 0; j < P; ++j) {
         const int64_t d = P * lane + j;
-        if (d < shape.value_dim) warp_acc[warp][d] = acc[j];
+        if (d < shape.value_dim) warps.acc[warp][d] = acc[j];
     }
     __syncthreads();
     float top = -INFINITY;
-    for (int w = 0; w < kWarps; ++w) top = fmaxf(top, warp_m[w]);
+    for (int w = 0; w < kWarps; ++w) top = fmaxf(top, warps.m[w]);
     float* record = record_of(partials, shape, chunks, t, head, chunk);
     for (int64_t d = threadIdx.x; d < shape.value_dim; d += blockDim.x) {
         float sum = 0.0f;
         for (int w = 0; w < kWarps; ++w) {
-            if (warp_m[w] > -INFINITY) sum += warp_acc[w][d] * expf(warp_m[w] - top);
+            if (warps.m[w] > -INFINITY) sum += warps.acc[w][d] * expf(warps.m[w] - top);
         }
         record[2 + d] = sum;
     }
     if (threadIdx.x == 0) {
         float total = 0.0f;
         for (int w = 0; w < kWarps; ++w) {
-            if (warp_m[w] > -INFINITY) total += warp_s[w] * expf(warp_m[w] - top);
+            if (warps.m[w] > -INFINITY) total += warps.s[w] * expf(warps.m[w] - top);
         }
         record[0] = top;
         record[1] = total;
+    }
+    return true;
+}
+
+// The merge of query t's records of head `head` (the chunks of its visible positions, in
+// chunk order) with the head's sink in the denominator, into out, by the block's kMergers
+// warps (of its blockDim.x threads). Warp w sums the visible chunks first + w, first + w +
+// kMergers, ... in order, then the warps' sums are added in warp order: the order depends only
+// on the query's position, and a warp's loads of successive records are independent, so they
+// overlap (one thread walking 64 records of a 4k context one after another took longer than the
+// partial records). kOtherBlocks: the records were written by other blocks of the running
+// launch, so they are read from L2 (past this SM's L1). kPerLane: value elements a lane holds
+// (value_dim <= 32 * kPerLane).
+template <int kMergers, bool kOtherBlocks, int kPerLane>
+__device__ inline void merge_records(const AttendShape& shape, const float* partials,
+                                     int64_t chunks, int64_t t, int64_t head, const Visible& vis,
+                                     float* out, float* warp_top, float* warp_den,
+                                     float (*warp_acc)[kMaxValueDim]) {
+    const auto load = [](const float* p) { return kOtherBlocks ? __ldcg(p) : *p; };
+    const unsigned lane = threadIdx.x % 32;
+    const unsigned warp = threadIdx.x / 32;
+    const int64_t first = vis.first / shape.chunk;
+    const int64_t last = vis.last / shape.chunk;
+
+    // The largest logit of all: a max, exact in any order.
+    float top = -INFINITY;
+    for (int64_t c = first + threadIdx.x; c <= last; c += blockDim.x) {
+        top = fmaxf(top, load(record_of(partials, shape, chunks, t, head, c)));
+    }
+    top = warp_max(top);
+    if (lane == 0) warp_top[warp] = top;
+    __syncthreads();
+    top = shape.sinks ? shape.sinks[head] : -INFINITY;
+    for (int w = 0; w < kMergers; ++w) top = fmaxf(top, warp_top[w]);
+
+    float den = 0.0f;
+    float acc[kPerLane] = {};
+#pragma unroll 4
+    for (int64_t c = first + warp; c <= last; c += kMergers) {
+        const float* r = record_of(partials, shape, chunks, t, head, c);
+        const float weight = expf(load(r) - top);
+        den += load(r + 1) * weight;
+#pragma unroll
+        for (int j = 0; j < kPerLane; ++j) {
+            const int64_t d = lane + 32 * j;
+            if (d < shape.value_dim) acc[j] += load(r + 2 + d) * weight;
+        }
+    }
+    if (lane == 0) warp_den[warp] = den;
+#pragma unroll
+    for (int j = 0; j < kPerLane; ++j) {
+        const int64_t d = lane + 32 * j;
+        if (d < shape.value_dim) warp_acc[warp][d] = acc[j];
+    }
+    __syncthreads();
+    float denominator = shape.sinks ? expf(shape.sinks[head] - top) : 0.0f;
+    for (int w = 0; w < kMergers; ++w) denominator += warp_den[w];
+    float* dst = out + (t * shape.n_head + head) * shape.value_dim;  // [value_dim]
+    for (int64_t d = threadIdx.x; d < shape.value_dim; d += blockDim.x) {
+        float sum = 0.0f;
+        for (int w = 0; w < kMergers; ++w) sum += warp_acc[w][d];
+        dst[d] = sum / denominator;
     }
 }
 
@@ -289,23 +300,45 @@ __device__ inline void partial_record(const AttendShape& shape, const KvLayerVie
 // context with a bounded grid, its blocks skipping the chunks past the query's position.
 constexpr int64_t kMaxChunkBlocks = 64;
 
+// With shape.merge_counters, the block that writes the last of a head's records merges them
+// (merge_records with the block's warps): every writing block fences its records and counts
+// itself in; the one that completes the count (the blocks with a visible chunk: min(grid
+// width, visible chunks)) reads them all and sets the counter back to zero for the next launch.
 template <KvType T, int P, int U>
 __global__ void __launch_bounds__(32 * kWarps, 2)
     attend_partial_kernel(AttendShape shape, KvLayerView layer, int64_t k_row_bytes,
                           int64_t v_row_bytes, const float* q, const int64_t* pos0_at,
-                          TokenRows tokens, int64_t chunks, float* partials) {
+                          TokenRows tokens, int64_t chunks, float* partials, float* out) {
+    __shared__ WarpRecords warps;
+    bool wrote = false;
     for (int64_t chunk = blockIdx.x; chunk < chunks; chunk += gridDim.x) {
-        partial_record<T, P, U>(shape, layer, k_row_bytes, v_row_bytes, q, pos0_at, tokens, chunks,
-                                partials, chunk);
+        wrote |= partial_record<T, P, U>(shape, layer, k_row_bytes, v_row_bytes, q, pos0_at, tokens,
+                                         chunks, partials, chunk, warps);
         __syncthreads();  // the next chunk reuses the shared records
     }
+    if (shape.merge_counters == nullptr || !wrote) return;
+    const int64_t head = blockIdx.y;
+    const int64_t t = blockIdx.z;
+    const Visible vis = visible_of(position_of(pos0_at, tokens, t), shape.window);
+    __shared__ bool merges;
+    __threadfence();  // this block's records, before it counts itself in
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        const int64_t visible_chunks = vis.last / shape.chunk - vis.first / shape.chunk + 1;
+        const auto writers =
+            static_cast<unsigned>(min(static_cast<int64_t>(gridDim.x), visible_chunks));
+        unsigned* counter = shape.merge_counters + t * shape.n_head + head;
+        merges = atomicAdd(counter, 1u) + 1u == writers;
+        if (merges) *counter = 0u;  // every writer has counted: ready for the next launch
+    }
+    __syncthreads();
+    if (!merges) return;
+    __threadfence();  // the other blocks' records, after their count
+    merge_records<kWarps, true, P>(shape, partials, chunks, t, head, vis, out, warps.m, warps.s,
+                                   warps.acc);
 }
 
-// Block (head, token) of kMergeWarps warps: the head's chunk records, the sink in the
-// denominator. Warp w sums the visible chunks first + w, first + w + kMergeWarps, ... in order,
-// then the warps' sums are added in warp order: the order depends only on the query's position,
-// and a warp's loads of successive records are independent, so they overlap (one thread
-// walking 64 records of a 4k context one after another took longer than the partial records).
+// Block (head, token) of kMergeWarps warps: merge_records.
 constexpr int kMergeWarps = 8;
 
 __global__ void __launch_bounds__(32 * kMergeWarps)
@@ -313,54 +346,12 @@ __global__ void __launch_bounds__(32 * kMergeWarps)
                         TokenRows tokens, int64_t chunks, float* out) {
     const int64_t head = blockIdx.x;
     const int64_t t = blockIdx.y;
-    const unsigned lane = threadIdx.x % 32;
-    const unsigned warp = threadIdx.x / 32;
     const Visible vis = visible_of(position_of(pos0_at, tokens, t), shape.window);
-    const int64_t first = vis.first / shape.chunk;
-    const int64_t last = vis.last / shape.chunk;
     __shared__ float warp_top[kMergeWarps];
     __shared__ float warp_den[kMergeWarps];
     __shared__ float warp_acc[kMergeWarps][kMaxValueDim];
-
-    // The largest logit of all: a max, exact in any order.
-    float top = -INFINITY;
-    for (int64_t c = first + threadIdx.x; c <= last; c += blockDim.x) {
-        top = fmaxf(top, record_of(partials, shape, chunks, t, head, c)[0]);
-    }
-    top = warp_max(top);
-    if (lane == 0) warp_top[warp] = top;
-    __syncthreads();
-    top = shape.sinks ? shape.sinks[head] : -INFINITY;
-    for (int w = 0; w < kMergeWarps; ++w) top = fmaxf(top, warp_top[w]);
-
-    float den = 0.0f;
-    float acc[kMaxPerLane] = {};
-#pragma unroll 4
-    for (int64_t c = first + warp; c <= last; c += kMergeWarps) {
-        const float* r = record_of(partials, shape, chunks, t, head, c);
-        const float weight = expf(r[0] - top);
-        den += r[1] * weight;
-#pragma unroll
-        for (int j = 0; j < kMaxPerLane; ++j) {
-            const int64_t d = lane + 32 * j;
-            if (d < shape.value_dim) acc[j] += r[2 + d] * weight;
-        }
-    }
-    if (lane == 0) warp_den[warp] = den;
-#pragma unroll
-    for (int j = 0; j < kMaxPerLane; ++j) {
-        const int64_t d = lane + 32 * j;
-        if (d < shape.value_dim) warp_acc[warp][d] = acc[j];
-    }
-    __syncthreads();
-    float denominator = shape.sinks ? expf(shape.sinks[head] - top) : 0.0f;
-    for (int w = 0; w < kMergeWarps; ++w) denominator += warp_den[w];
-    float* dst = out + (t * shape.n_head + head) * shape.value_dim;  // [value_dim]
-    for (int64_t d = threadIdx.x; d < shape.value_dim; d += blockDim.x) {
-        float sum = 0.0f;
-        for (int w = 0; w < kMergeWarps; ++w) sum += warp_acc[w][d];
-        dst[d] = sum / denominator;
-    }
+    merge_records<kMergeWarps, false, kMaxPerLane>(shape, partials, chunks, t, head, vis, out,
+                                                   warp_top, warp_den, warp_acc);
 }
 
 void launch_merge(const AttendShape& shape, const float* partials, const int64_t* pos0, int64_t n,
@@ -558,9 +549,9 @@ void launch_attend(const AttendShape& shape, const KvLayerView& layer, const flo
                         : widest <= 128 ? attend_partial_kernel<T, 4, kUnroll>
                                         : attend_partial_kernel<T, 8, kUnroll>;
     kernel<<<grid, 32 * kWarps, 0, stream>>>(shape, layer, k_row_bytes, v_row_bytes, q, pos0,
-                                             tokens, chunks, partials);
+                                             tokens, chunks, partials, out);
     check_launch("attend_partial");
-    launch_merge(shape, partials, pos0, n, chunks, out, stream, tokens);
+    if (!shape.merge_counters) launch_merge(shape, partials, pos0, n, chunks, out, stream, tokens);
 }
 
 }  // namespace

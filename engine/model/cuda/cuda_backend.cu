@@ -189,7 +189,8 @@ public:
         cuda::split_query_gate(q_proj, q, gate, n, c_.n_head, c_.head_dim, stream());
     }
 
-    void prepare_heads(const HeadPrep& prep, float* q, float* k, float* v, int64_t n) override {
+    void prepare_and_store_heads(const HeadPrep& prep, float* q, float* k, float* v,
+                                 int64_t n) override {
         const int64_t q_dim = c_.n_head * c_.head_dim;
         const int64_t k_dim = c_.n_head_kv * c_.head_dim;
         const int64_t v_dim = c_.n_head_kv * c_.value_dim;
@@ -207,16 +208,16 @@ public:
         shape.rope_halves = c_.rope_layout == RopeLayout::Halves;
         shape.eps = static_cast<float>(c_.rms_eps);
         const bool local = prep.local_rope;
+        // The K/V rows go to the cache in the same launch where the row layout allows it.
+        const KvLayerView cache = gpu_.layer(prep.cache_layer);
+        const bool fused = heads_store_kv(cache, c_.head_dim, c_.value_dim);
+        const TokenRows rows = token_rows(prep.cache_layer);
         norm_rope_heads(shape, q, k, prep.q_norm ? device_of(prep.q_norm, c_.head_dim) : nullptr,
                         prep.k_norm ? device_of(prep.k_norm, c_.head_dim) : nullptr,
                         local ? dev_.rope_inv_freq_local() : dev_.rope_inv_freq(),
-                        local ? 1.0 : c_.rope_freq_scale, gpu_.step_pos0(), n, stream(),
-                        token_rows(0), biases);
-    }
-
-    void store_kv(int64_t cache_layer, const float* k, const float* v, int64_t n) override {
-        cuda::store_kv(gpu_.layer(cache_layer), k, v, gpu_.step_pos0(), n, stream(),
-                       token_rows(cache_layer));
+                        local ? 1.0 : c_.rope_freq_scale, gpu_.step_pos0(), n, stream(), rows,
+                        biases, fused ? &cache : nullptr);
+        if (!fused) cuda::store_kv(cache, k, v, gpu_.step_pos0(), n, stream(), rows);
     }
 
     void attend(const AttentionSettings& settings, const float* q, int64_t n, float* out) override {
@@ -230,6 +231,7 @@ public:
         shape.softcap = settings.softcap;
         shape.sinks = settings.sinks ? device_of(settings.sinks, c_.n_head) : nullptr;
         shape.chunk = attention_chunk(n);
+        if (n <= kExactBatchTokens) shape.merge_counters = gpu_.merge_counters.as<unsigned>();
         if (mode_ != Mode::Direct) {  // a captured step covers the whole context
             cuda::attend(shape, gpu_.layer(settings.cache_layer), q, gpu_.step_pos0(), n,
                          gpu_.decode_chunks, gpu_.decode_partials.as<float>(), out, stream());
@@ -261,12 +263,11 @@ public:
         moe_route(l, b.router, n, b.chosen, b.weight, stream());
         if (n > kGemvMaxTokens) return moe_prefill(l, x, xn, n);
         moe_expert_ffn(l, xn, b.chosen, n, b.up, b.hidden, stream());
-        moe_expert_down(l, b.hidden, b.chosen, n, b.down, stream());
-        moe_combine(l, b.down, nullptr, b.chosen, b.weight, n, x, stream());
+        moe_expert_down_combine(l, b.hidden, b.chosen, b.weight, n, x, stream());
     }
 
     // lfm2's gated short convolution (cpu/short_conv.cpp): [B | C | x] = in_proj · xn,
-    // y = C * conv(B * x), x += out_proj · y.
+    // y = C * conv(B * x), xn = out_proj · y (its residual add waits for the next norm).
     void short_conv_mixer(const LayerWeights& L, int64_t index, int64_t n) override {
         const int64_t E = c_.n_embd;
         const MixerBuffers& m = gpu_.mixer;
@@ -275,12 +276,11 @@ public:
         causal_conv(layer_conv(L, index, m.conv_in, E, false), n, m.conv_out, stream());
         multiply_by_gate(m.conv_out, E, m.proj + E, 3 * E, n, stream());
         matmul(L.conv_out, m.conv_out, n, buffers_.xn);
-        add(buffers_.x, buffers_.xn, n * E);
     }
 
     // qwen35's GatedDeltaNet (cpu/delta_net.cpp): the projections, the conv with silu, the
     // normalized heads and gates, the delta rule over the layer's state, the gated norm and
-    // the out-projection added to x.
+    // the out-projection into xn (its residual add waits for the next norm).
     void delta_net_mixer(const LayerWeights& L, int64_t index, int64_t n) override {
         DeltaShape shape;
         shape.n_k_heads = c_.ssm_n_k_heads;
@@ -303,7 +303,6 @@ public:
         gated_rms_norm(m.core, m.z, dev_.vector(L.ssm_norm), n * shape.n_v_heads, shape.v_dim,
                        static_cast<float>(c_.rms_eps), stream());
         matmul(L.ssm_out, m.core, n, buffers_.xn);
-        add(buffers_.x, buffers_.xn, n * c_.n_embd);
     }
 
     void soft_cap(float* x, int64_t n, float cap) override { cuda::soft_cap(x, n, cap, stream()); }

@@ -211,6 +211,9 @@ public:
     DeviceBuffer decode_logits;    // [n_vocab]
     DeviceBuffer decode_partials;  // attention records of one token over the whole context
     int64_t decode_chunks = 0;     // chunks of the context (attention's launch width)
+    // [kExactBatchTokens x n_head] uint32, zero between launches: the short batches' attention
+    // merges its records in the records' launch (AttendShape::merge_counters).
+    DeviceBuffer merge_counters;
 
     // Batch buffers for up to kMaxBatch tokens, [tokens x width] each (a split's are views of
     // one block: StateScratch).

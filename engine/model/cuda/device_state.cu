@@ -185,6 +185,9 @@ CudaState::CudaState(const CudaDevice& device, InferenceState& state)
     shape.n_head = c.n_head;
     shape.value_dim = c.value_dim;
     decode_partials = DeviceBuffer(floats(attention_partials_floats(shape, 1, decode_chunks)));
+    merge_counters =
+        DeviceBuffer(static_cast<size_t>(kExactBatchTokens * c.n_head) * sizeof(unsigned));
+    EMBER_CUDA_CHECK(cudaMemset(merge_counters.get(), 0, merge_counters.bytes()));
     mixer = carve_mixer_buffers(c, b, mixer_block_);
     trace(scratch_.split ? "state: batch buffers (one block)" : "state: batch buffers");
     host_rows_.add(0, kv_.length());  // the host rows are the state until the device computes any

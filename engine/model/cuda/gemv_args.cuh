@@ -13,8 +13,8 @@
 
 namespace ember::cuda {
 
-// Up to kMaxGemvOuts matrices of one type and width; block b serves matrix m for
-// block_begin[m] <= b < block_begin[m + 1].
+// Up to kMaxGemvOuts matrices of one type and width (or of two types: second_format_block);
+// block b serves matrix m for block_begin[m] <= b < block_begin[m + 1].
 struct GemvArgs {
     const uint8_t* data[kMaxGemvOuts];
     size_t row_stride[kMaxGemvOuts];
@@ -31,6 +31,11 @@ struct GemvArgs {
     // CUDA-core gemv: blocks with blockIdx.y = c take tokens c * n_tokens.. (x and every y
     // moved by as many rows): one launch for many chunks of n_tokens (gemv_chunks).
     int token_chunks = 1;
+    // CUDA-core gemv of two formats (quant_kernels.cu: gemv_two_kernel): the matrices of the
+    // second format come after those of the first, and blocks from second_format_block on, which
+    // serve them, share each row among second_split warps.
+    int64_t second_format_block = 0;
+    int second_split = 1;
 };
 
 // One matrix of GemvArgs, picked with constant indices only (a run-time index into the

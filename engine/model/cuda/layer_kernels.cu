@@ -6,6 +6,7 @@
 
 #include "engine/model/cuda/activations.cuh"
 #include "engine/model/cuda/cuda_check.cuh"
+#include "engine/model/cuda/kv_rows.cuh"
 #include "engine/model/cuda/layer_kernels.cuh"
 #include "engine/model/cuda/reduce.cuh"
 
@@ -127,21 +128,41 @@ __global__ void soft_cap_kernel(float* x, int64_t n, float cap) {
 // Block (head, token): the head's RMS norm, then RoPE over its first rope_dims elements, one
 // thread per rotated pair. The angle is formed and reduced to [-pi, pi] in double (positions
 // times frequencies reach 1e5 radians, where f32 would keep three digits), then sin/cos in f32.
-// Blocks past the query and key heads (as many as KV heads, with biases.v) add the value
-// heads' bias and return: the biases of a step take no launches of their own.
+// Blocks past the query and key heads (as many as KV heads, with biases.v or a cache) add the
+// value heads' bias and return: the biases of a step take no launches of their own. With a
+// cache (store.k non-null), the key heads and value heads are written into it too, as
+// store_kv writes them.
+struct HeadCache {
+    KvLayerView layer;  // layer.k null: no store
+    int64_t k_row_bytes = 0;
+    int64_t v_row_bytes = 0;
+};
+
 __global__ void norm_rope_heads_kernel(HeadShape shape, float* q, float* k, const float* q_norm,
                                        const float* k_norm, const double* inv_freq,
                                        double freq_scale, const int64_t* pos0_at, TokenRows tokens,
-                                       HeadBiases biases) {
+                                       HeadBiases biases, HeadCache cache) {
     const int64_t t = blockIdx.y;
+    const int64_t token_position = position_of(pos0_at, tokens, t);
+    const bool storing = cache.layer.k != nullptr;
+    const int64_t slot = storing ? slot_of(cache.layer, token_position) : 0;
     if (blockIdx.x >= shape.n_head + shape.n_head_kv) {
         const int64_t head = blockIdx.x - shape.n_head - shape.n_head_kv;
         float* v = biases.v_rows + (t * shape.n_head_kv + head) * biases.value_dim;
-        const float* bias = biases.v + head * biases.value_dim;
-        for (int64_t i = threadIdx.x; i < biases.value_dim; i += blockDim.x) v[i] = v[i] + bias[i];
+        if (biases.v) {
+            const float* bias = biases.v + head * biases.value_dim;
+            for (int64_t i = threadIdx.x; i < biases.value_dim; i += blockDim.x) {
+                v[i] = v[i] + bias[i];
+            }
+            if (storing) __syncthreads();  // the store's q8_0 warps read other threads' sums
+        }
+        if (storing) {
+            uint8_t* row = rows_of(cache.layer, tokens, t, true) + slot * cache.v_row_bytes;
+            store_row_elements(cache.layer.type, row, head * biases.value_dim, v, biases.value_dim,
+                               cache.layer.v_width);
+        }
         return;
     }
-    const int64_t token_position = tokens.several() ? tokens.positions[t] : *pos0_at + t;
     const bool is_query = blockIdx.x < shape.n_head;
     const int64_t head = is_query ? blockIdx.x : blockIdx.x - shape.n_head;
     const int64_t heads = is_query ? shape.n_head : shape.n_head_kv;
@@ -174,10 +195,18 @@ __global__ void norm_rope_heads_kernel(HeadShape shape, float* q, float* k, cons
         const auto reduced = static_cast<float>(angle - kTwoPi * rint(angle / kTwoPi));
         float s, c;
         sincosf(reduced, &s, &c);
-        x[a] = h[a] * c - h[b] * s;
-        x[b] = h[a] * s + h[b] * c;
+        const float rotated_a = h[a] * c - h[b] * s;
+        const float rotated_b = h[a] * s + h[b] * c;
+        x[a] = rotated_a;
+        x[b] = rotated_b;
+        h[a] = rotated_a;  // the pair is this thread's alone
+        h[b] = rotated_b;
     }
     for (int64_t i = shape.rope_dims + threadIdx.x; i < dim; i += blockDim.x) x[i] = h[i];
+    if (is_query || !storing) return;
+    __syncthreads();
+    uint8_t* row = rows_of(cache.layer, tokens, t, false) + slot * cache.k_row_bytes;
+    store_row_elements(cache.layer.type, row, head * dim, h, dim, cache.layer.k_width);
 }
 
 template <class Kernel, class... Args>
@@ -254,20 +283,34 @@ void soft_cap(float* x, int64_t n, float cap, cudaStream_t stream) {
     launch_elements(soft_cap_kernel, "soft_cap", n, stream, x, n, cap);
 }
 
+bool heads_store_kv(const KvLayerView& layer, int64_t head_dim, int64_t value_dim) {
+    return layer.type != KvType::Q8_0 ||
+           (head_dim % kKvQ8Block == 0 && value_dim % kKvQ8Block == 0);
+}
+
 void norm_rope_heads(const HeadShape& shape, float* q, float* k, const float* q_norm,
                      const float* k_norm, const double* inv_freq, double freq_scale,
                      const int64_t* pos0, int64_t n, cudaStream_t stream, const TokenRows& tokens,
-                     const HeadBiases& biases) {
+                     const HeadBiases& biases, const KvLayerView* cache) {
     if (n <= 0) return;
     if (shape.head_dim > kMaxHeadDim) {
         throw std::invalid_argument("CUDA backend: head size " + std::to_string(shape.head_dim) +
                                     " is over " + std::to_string(kMaxHeadDim));
     }
-    const int64_t v_blocks = biases.v ? shape.n_head_kv : 0;
+    HeadCache store;
+    if (cache) {
+        if (!heads_store_kv(*cache, shape.head_dim, biases.value_dim) || !biases.v_rows) {
+            throw std::invalid_argument("CUDA backend: heads of this size cannot be stored here");
+        }
+        store.layer = *cache;
+        store.k_row_bytes = kv_row_bytes(cache->type, cache->k_width);
+        store.v_row_bytes = kv_row_bytes(cache->type, cache->v_width);
+    }
+    const int64_t v_blocks = biases.v || cache ? shape.n_head_kv : 0;
     const dim3 grid(static_cast<unsigned>(shape.n_head + shape.n_head_kv + v_blocks),
                     static_cast<unsigned>(n));
-    norm_rope_heads_kernel<<<grid, kHeadThreads, 0, stream>>>(shape, q, k, q_norm, k_norm, inv_freq,
-                                                              freq_scale, pos0, tokens, biases);
+    norm_rope_heads_kernel<<<grid, kHeadThreads, 0, stream>>>(
+        shape, q, k, q_norm, k_norm, inv_freq, freq_scale, pos0, tokens, biases, store);
     check_launch("norm_rope_heads");
 }
 

@@ -50,6 +50,18 @@ struct TokenRows {
     __host__ __device__ bool several() const { return positions != nullptr; }
 };
 
+// One layer of the device KV cache: `slots` rows of K and V in the cache's type (a sliding
+// layer's ring: position p in slot p % slots; a full layer: slots = capacity).
+struct KvLayerView {
+    uint8_t* k = nullptr;  // [slots x k_row_bytes]
+    uint8_t* v = nullptr;  // [slots x v_row_bytes]
+    int64_t slots = 0;
+    bool ring = false;
+    KvType type = KvType::F16;
+    int64_t k_width = 0;  // elements of a row (n_head_kv * head_dim)
+    int64_t v_width = 0;
+};
+
 // The heads of a batch: per-head RMS norm (weights or null) and RoPE of q [n x n_head x
 // head_dim] and k [n x n_head_kv x head_dim], in place. Token t is at position *pos0 + t; the
 // angle of pair i is (position * freq_scale) * inv_freq[i], formed in double as the CPU's table.
@@ -71,22 +83,19 @@ struct HeadBiases {
     float* v_rows = nullptr;
     int64_t value_dim = 0;
 };
+// `cache` non-null: the launch does store_kv's work too, each K head written to the cache as
+// it is rotated and each V head (biases.v_rows, value_dim wide) by a block of its own, a launch
+// less per attention layer (2.5 us of a Qwen3-30B-A3B decode layer's ~81 on an H200). Only
+// where heads_store_kv() says the row layout allows it.
 void norm_rope_heads(const HeadShape& shape, float* q, float* k, const float* q_norm,
                      const float* k_norm, const double* inv_freq, double freq_scale,
                      const int64_t* pos0, int64_t n, cudaStream_t stream,
-                     const TokenRows& tokens = {}, const HeadBiases& biases = {});
+                     const TokenRows& tokens = {}, const HeadBiases& biases = {},
+                     const KvLayerView* cache = nullptr);
+// Whether norm_rope_heads can write `layer`'s rows: a head's elements whole q8_0 blocks of the
+// row (head and value sizes multiples of 32), or an f32 / f16 cache.
+bool heads_store_kv(const KvLayerView& layer, int64_t head_dim, int64_t value_dim);
 
-// One layer of the device KV cache: `slots` rows of K and V in the cache's type (a sliding
-// layer's ring: position p in slot p % slots; a full layer: slots = capacity).
-struct KvLayerView {
-    uint8_t* k = nullptr;  // [slots x k_row_bytes]
-    uint8_t* v = nullptr;  // [slots x v_row_bytes]
-    int64_t slots = 0;
-    bool ring = false;
-    KvType type = KvType::F16;
-    int64_t k_width = 0;  // elements of a row (n_head_kv * head_dim)
-    int64_t v_width = 0;
-};
 // Writes the rows of positions pos0.. from f32 k [n x k_width], v [n x v_width], converted as
 // the CPU's KvCache::store does (f16 round to nearest even; q8_0 blocks per row).
 void store_kv(const KvLayerView& layer, const float* k, const float* v, const int64_t* pos0,
@@ -111,6 +120,11 @@ struct AttendShape {
     // Batches over the exact-batch limit over an f16 cache may run on the tensor cores
     // (flash_attention.cuh); false keeps the f32 kernels (to compare the two).
     bool tensor_cores = true;
+    // Batches within the exact-batch limit: device [kExactBatchTokens x n_head] counters, zero
+    // between launches, with which the last block of a head's records merges them in the same
+    // launch (a launch less per attention layer: the merge took 3.4 us of a Qwen3-30B-A3B decode
+    // layer's ~81 on an H200); null: a merge launch of its own.
+    unsigned* merge_counters = nullptr;
 };
 // Positions per partial record for a batch of n tokens (fixed for each side of the exact-batch
 // limit, so a token's bits depend only on its position), and the chunks up to a position.

@@ -132,7 +132,7 @@ __device__ __forceinline__ void dot_rows(const uint8_t* const (&row)[R], const f
 }
 
 // ---------------------------------------------------------------------------------------------
-// Routing: one warp per token.
+// Routing: one block per token, a thread per expert.
 
 struct RouteArgs {
     const float* logits;  // [n x n_expert]
@@ -145,89 +145,99 @@ struct RouteArgs {
     bool renormalize;
 };
 
-// A logit as an unsigned key that orders as the floats do (larger value, larger key), for the
-// warp's integer max reduction: -0 counts as +0 (they compare equal), NaN below everything (it
-// never beats a number).
+// A logit as an unsigned key that orders as the floats do (larger value, larger key), for
+// integer comparisons: -0 counts as +0 (they compare equal), NaN below everything (it never
+// beats a number).
 __device__ __forceinline__ uint32_t order_key(float v) {
     if (isnan(v)) return 0u;
     const uint32_t bits = __float_as_uint(v + 0.0f);  // -0 + 0 = +0
     return (bits & 0x80000000u) ? ~bits : bits | 0x80000000u;
 }
 
-// One warp per token. The biased logits are read once into shared memory. The chosen experts
-// come from n_used rounds of a warp arg-max as cpu/moe.cpp's selection sees it (larger logit,
-// ties to the lower index): each lane's best remaining expert, the warp's largest key by one
-// integer reduction, the lowest index holding it by another. Their weights are computed by a
-// lane each and added in expert order by every lane, as one lane's loop did: the same bits.
-// (A version of shuffled pairs per round, the experts sorted in a local array and the
-// denominator over every expert in double whether read or not took 9.6-9.9 us a token on an
-// H200 with Qwen3-30B-A3B's 128 experts: Nsight Compute, warm caches.)
-__global__ void __launch_bounds__(kThreads) route_kernel(const RouteArgs a) {
-    extern __shared__ float biased[];  // [kWarps x n_expert]
-    const int lane = threadIdx.x & 31;
-    const int warp = threadIdx.x >> 5;
-    const int token = blockIdx.x * kWarps + warp;
-    if (token >= a.n) return;  // the whole warp
-    const float* logits = a.logits + static_cast<int64_t>(token) * a.n_expert;
-    float* logit = biased + warp * a.n_expert;
+// Thread e takes expert e. Its rank among the token's experts (larger biased logit first, ties
+// to the lower index) is the number of experts before it in that order, counted over the keys
+// in shared memory: the experts of rank below n_used are exactly those cpu/moe.cpp's repeated
+// arg-max picks, and a NaN logit ranks after every number, so a token always has n_used distinct
+// experts. The chosen are then numbered in ascending expert order (ballots), their weights
+// computed by their threads and the denominators added in expert order, as one loop did: the
+// same bits. (n_used rounds of warp arg-max by one warp per token took 6.7 us a token on an
+// H200 with Qwen3-30B-A3B's 128 experts, Nsight Compute; the counts are independent, so the
+// warps run them side by side.)
+//
+// Shared memory (route_shared_bytes): the exponentials in double [n_expert] and the total
+// (rounded up to 16 bytes), the keys [n_expert rounded up to 4], per-warp counts [32], the max.
+__host__ __device__ constexpr int route_doubles(int n_expert) {
+    return (n_expert + 2) / 2 * 2;
+}
+__host__ __device__ constexpr int route_padded(int n_expert) {
+    return (n_expert + 3) / 4 * 4;
+}
+constexpr size_t route_shared_bytes(int n_expert) {
+    return route_doubles(n_expert) * sizeof(double) +
+           (route_padded(n_expert) + 32 + 1) * sizeof(uint32_t);
+}
+
+__global__ void __launch_bounds__(kMaxExperts) route_kernel(const RouteArgs a) {
+    extern __shared__ double route_shared[];
+    const int padded = route_padded(a.n_expert);
+    double* exponentials = route_shared;  // [n_expert]: by slot (renormalize) or by expert
+    double* total = route_shared + a.n_expert;
+    auto* keys = reinterpret_cast<uint32_t*>(route_shared + route_doubles(a.n_expert));
+    uint32_t* warp_chosen = keys + padded;                   // [32]
+    auto* top = reinterpret_cast<float*>(warp_chosen + 32);  // the largest logit
+    const int e = threadIdx.x;
+    const int lane = e & 31;
+    const int warp = e >> 5;
+    const int64_t token = blockIdx.x;
+    const float* logits = a.logits + token * a.n_expert;
+    const bool expert = e < a.n_expert;
     // The biased logit of expert e, as the CPU adds it (one f32 add).
-    for (int e = lane; e < a.n_expert; e += 32)
-        logit[e] = a.bias ? logits[e] + a.bias[e] : logits[e];
-    __syncwarp();
+    const float logit = expert ? (a.bias ? logits[e] + a.bias[e] : logits[e]) : 0.0f;
+    const uint32_t key = order_key(logit);
+    if (e < padded) keys[e] = expert ? key : 0u;  // padding: after every expert (index, key)
+    __syncthreads();
 
-    float max = -INFINITY;
-    for (int e = lane; e < a.n_expert; e += 32) max = fmaxf(max, logit[e]);
-    for (int offset = 16; offset > 0; offset >>= 1) {
-        max = fmaxf(max, __shfl_xor_sync(0xffffffffu, max, offset));
+    int rank = 0;
+    for (int o = 0; o < padded; o += 4) {
+        const uint4 k = *reinterpret_cast<const uint4*>(keys + o);
+        rank += (k.x > key) + (k.x == key && o < e);
+        rank += (k.y > key) + (k.y == key && o + 1 < e);
+        rank += (k.z > key) + (k.z == key && o + 2 < e);
+        rank += (k.w > key) + (k.w == key && o + 3 < e);
     }
+    const bool picked = expert && rank < a.n_used;
+    if (expert && rank == 0) *top = logit;  // the softmax's max (NaN only when all are)
+    const uint32_t ballot = __ballot_sync(0xffffffffu, picked);
+    if (lane == 0) warp_chosen[warp] = __popc(ballot);
+    __syncthreads();
+    int slot = __popc(ballot & ((1u << lane) - 1u));
+    for (int w = 0; w < warp; ++w) slot += static_cast<int>(warp_chosen[w]);
+    const float max = *top;
 
-    // Lane l owns experts l + 32 i (bit i of taken); n_expert <= kMaxExperts = 32 * 32.
-    uint32_t taken = 0;
-    for (int j = 0; j < a.n_used; ++j) {
-        uint32_t best = 0;
-        int best_e = 0x7fffffff;
-        for (int e = lane, i = 0; e < a.n_expert; e += 32, ++i) {
-            if ((taken >> i) & 1u) continue;
-            const uint32_t key = order_key(logit[e]) + 1u;  // 0: no candidate
-            if (key > best) {  // e ascends: a tie keeps the lower index
-                best = key;
-                best_e = e;
-            }
+    const bool needed = a.renormalize ? picked : expert;
+    const double exponential = needed ? exp(static_cast<double>(logit - max)) : 0.0;
+    if (needed) exponentials[a.renormalize ? slot : e] = exponential;
+    __syncthreads();
+    if (!a.renormalize && warp == 0) {
+        // The softmax's denominator over every expert: lane l's sum of experts l, l + 32, ...
+        // in order, then a fixed butterfly, so the same bits every run.
+        double part = 0.0;
+        for (int x = lane; x < a.n_expert; x += 32) part += exponentials[x];
+        for (int offset = 16; offset > 0; offset >>= 1) {
+            part += __shfl_xor_sync(0xffffffffu, part, offset);
         }
-        const uint32_t top = __reduce_max_sync(0xffffffffu, best);
-        const int e = __reduce_min_sync(0xffffffffu, best == top ? best_e : 0x7fffffff);
-        if (top != 0 && e % 32 == lane) taken |= 1u << (e / 32);
+        if (lane == 0) *total = part;
     }
-    // The chosen experts in ascending order: i-major (expert 32 i + lane), lanes ascending.
-    // Lane j < n_used finds the j-th.
-    int mine = -1;
-    int rank = lane;
-    for (int i = 0; 32 * i < a.n_expert; ++i) {
-        const uint32_t set = __ballot_sync(0xffffffffu, (taken >> i) & 1u);
-        const int count = __popc(set);
-        if (mine < 0 && rank < count) mine = 32 * i + static_cast<int>(__fns(set, 0, rank + 1));
-        if (mine < 0) rank -= count;
-    }
-    if (lane >= a.n_used) mine = -1;
-    const double exponential = mine >= 0 ? exp(static_cast<double>(logit[mine] - max)) : 0.0;
+    __syncthreads();
+    if (!picked) return;
     double denom = 0.0;
     if (a.renormalize) {
-        for (int j = 0; j < a.n_used; ++j) denom += __shfl_sync(0xffffffffu, exponential, j);
+        for (int j = 0; j < a.n_used; ++j) denom += exponentials[j];  // ascending expert order
     } else {
-        // The softmax's denominator over every expert, in double; a fixed butterfly, so the
-        // same bits every run.
-        for (int e = lane; e < a.n_expert; e += 32) {
-            denom += exp(static_cast<double>(logit[e] - max));
-        }
-        for (int offset = 16; offset > 0; offset >>= 1) {
-            denom += __shfl_xor_sync(0xffffffffu, denom, offset);
-        }
+        denom = *total;
     }
-    if (lane < a.n_used) {
-        a.chosen[static_cast<int64_t>(token) * a.n_used + lane] = mine;
-        a.weight[static_cast<int64_t>(token) * a.n_used + lane] =
-            static_cast<float>(exponential / denom);
-    }
+    a.chosen[token * a.n_used + slot] = e;
+    a.weight[token * a.n_used + slot] = static_cast<float>(exponential / denom);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -332,6 +342,65 @@ __global__ void __launch_bounds__(kThreads) combine_kernel(const CombineArgs a) 
         float v = a.down[row * a.n_embd + i];
         if (a.bias) v = __fadd_rn(v, a.bias[a.chosen[pair] * a.n_embd + i]);
         sum = __fmaf_rn(a.weight[pair], v, sum);
+    }
+    a.x[token * a.n_embd + i] = sum;
+}
+
+// The short batches' down products and their weighted sum in one launch: x[t][i] += sum over j
+// ascending of weight[p] * (down_e row i · hidden[p] + bias[e][i]), p = t*n_used + j, e =
+// chosen[p]. Block (rows i0..i0+3, token) of n_used warps: warp j takes the four rows of pair
+// j's expert as expert_rows_kernel does (dot_rows, its loads of hidden[p] shared by the rows),
+// then a thread per row adds the pairs' products in slot order as combine_kernel does: x gets the
+// bits the two launches gave, and a decode step loses the combine's launch (2.6 us of a
+// Qwen3-30B-A3B layer's ~81 on an H200). (A warp per row taking every pair, each pair's input
+// loaded for one row, took 16-21 us against the two launches' 13-14.) Grid: (row blocks,
+// tokens).
+struct DownCombineArgs {
+    const uint8_t* data;  // the stacked down matrix [n_expert * n_embd x n_ff]
+    size_t row_stride;
+    int64_t n_embd;
+    int64_t n_ff;
+    const float* hidden;    // [n * n_used x n_ff] each pair's act(gate) * up
+    const int32_t* chosen;  // [n x n_used]
+    const float* weight;    // [n x n_used]
+    const float* bias;      // [n_expert x n_embd] or null
+    float* x;               // [n x n_embd]
+    int n_used;
+};
+
+template <class F>
+__global__ void __launch_bounds__(32 * kMaxExpertsUsed)
+    expert_down_combine_kernel(const DownCombineArgs a) {
+    constexpr int kRows = kDotsPerWarp;
+    __shared__ float products[kMaxExpertsUsed][kRows];
+    const int lane = threadIdx.x & 31;
+    const int slot = threadIdx.x >> 5;
+    const int64_t token = blockIdx.y;
+    const int64_t row0 = static_cast<int64_t>(blockIdx.x) * kRows;
+    const int64_t pair = token * a.n_used + slot;
+    const int64_t e = a.chosen[pair];
+    const uint8_t* row[kRows];
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+        const int64_t rr = min(row0 + r, a.n_embd - 1);  // past the end: valid, unused
+        row[r] = a.data + static_cast<size_t>(e * a.n_embd + rr) * a.row_stride;
+    }
+    float acc[kRows];
+    dot_rows<F, kRows>(row, a.hidden + pair * a.n_ff, a.n_ff, acc);
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+        if (lane == r) products[slot][r] = acc[r];
+    }
+    __syncthreads();
+    const int r = static_cast<int>(threadIdx.x);
+    if (r >= kRows || row0 + r >= a.n_embd) return;
+    const int64_t i = row0 + r;
+    float sum = a.x[token * a.n_embd + i];
+    for (int j = 0; j < a.n_used; ++j) {
+        const int64_t p = token * a.n_used + j;
+        float v = products[j][r];
+        if (a.bias) v = __fadd_rn(v, a.bias[a.chosen[p] * a.n_embd + i]);
+        sum = __fmaf_rn(a.weight[p], v, sum);
     }
     a.x[token * a.n_embd + i] = sum;
 }
@@ -499,9 +568,10 @@ void moe_route(const MoeLayer& l, const float* logits, int64_t n, int32_t* chose
                    static_cast<int>(l.n_expert),
                    static_cast<int>(l.n_used),
                    l.renormalize};
-    const auto blocks = static_cast<unsigned>((n + kWarps - 1) / kWarps);
-    const size_t shared = static_cast<size_t>(kWarps) * l.n_expert * sizeof(float);
-    route_kernel<<<blocks, kThreads, shared, stream>>>(args);
+    if (n > 0x7fffffff) fail("too many tokens for one launch");
+    const auto threads = static_cast<unsigned>((l.n_expert + 31) / 32 * 32);
+    const size_t shared = route_shared_bytes(static_cast<int>(l.n_expert));
+    route_kernel<<<static_cast<unsigned>(n), threads, shared, stream>>>(args);
     check_launch("route_kernel");
 }
 
@@ -552,22 +622,27 @@ void moe_expert_ffn(const MoeLayer& l, const float* xn, const int32_t* chosen, i
     }
 }
 
-void moe_expert_down(const MoeLayer& l, const float* hidden, const int32_t* chosen, int64_t n,
-                     float* down, cudaStream_t stream) {
+void moe_expert_down_combine(const MoeLayer& l, const float* hidden, const int32_t* chosen,
+                             const float* weight, int64_t n, float* x, cudaStream_t stream) {
     if (n <= 0) return;
-    const int64_t pairs = n * l.n_used;
-    if (pairs > 65535) fail("too many (token, expert) pairs for one launch");
-    ExpertArgs args{};
-    args.data = static_cast<const uint8_t*>(l.down.data);
-    args.row_stride = l.down.row_stride;
-    args.rows = l.n_embd;
-    args.cols = l.n_ff;
-    args.bias = nullptr;  // added by moe_combine, as in the prefill's path
-    args.x = hidden;
-    args.x_div = 1;
-    args.chosen = chosen;
-    args.out = down;
-    launch_expert_rows<ExpertEpilogue::Store>(l.down, args, pairs, stream);
+    if (n > 65535) fail("too many tokens for one launch");
+    const DownCombineArgs args{static_cast<const uint8_t*>(l.down.data),
+                               l.down.row_stride,
+                               l.n_embd,
+                               l.n_ff,
+                               hidden,
+                               chosen,
+                               weight,
+                               l.down_bias,
+                               x,
+                               static_cast<int>(l.n_used)};
+    const dim3 grid(static_cast<unsigned>((l.n_embd + kDotsPerWarp - 1) / kDotsPerWarp),
+                    static_cast<unsigned>(n));
+    const auto threads = static_cast<unsigned>(32 * l.n_used);
+    with_format(l.down.type, [&](auto fmt) {
+        expert_down_combine_kernel<decltype(fmt)><<<grid, threads, 0, stream>>>(args);
+    });
+    check_launch("expert_down_combine_kernel");
 }
 
 void moe_combine(const MoeLayer& l, const float* down, const int32_t* position,

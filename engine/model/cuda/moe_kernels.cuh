@@ -6,9 +6,10 @@
 //   route    per token: softmax in double, the n_used largest (ties: the lower index),
 //            ascending expert order, weights renormalized or not          (moe_route)
 //   gate/up  per (token, slot) pair: act(gate_e · xn_t + b) * (up_e · xn_t + b)  (moe_expert_ffn)
-//   down     per pair: down_e · hidden_pair                               (moe_expert_down)
+//   down     per pair: down_e · hidden_pair, and
 //   combine  per token: x_t += sum over its slots, ascending expert index, of
-//            w_j * (down_pair + b)                                        (moe_combine)
+//            w_j * (down_pair + b)                          (moe_expert_down_combine;
+//                                                            the prefill's: moe_combine)
 //
 // Up to kGemvMaxTokens tokens, every product is one warp's dot over a row, with lanes over the
 // row's units and a fixed butterfly (as quant_kernels.cu's gemv), computed the same way
@@ -36,7 +37,7 @@ namespace ember::cuda {
 
 // Most experts a token is routed to (the routing kernel keeps them in registers).
 inline constexpr int64_t kMaxExpertsUsed = 16;
-// Most experts of a layer (the routing kernel's per-lane chosen mask: 32 lanes x 32 bits).
+// Most experts of a layer (the routing kernel takes a thread per expert, one block a token).
 inline constexpr int64_t kMaxExperts = 1024;
 
 // One conversation's MoE scratch for up to kMaxBatch tokens, allocated with the state (never
@@ -113,9 +114,10 @@ void moe_route(const MoeLayer& layer, const float* logits, int64_t n, int32_t* c
 // p = t * n_used + j, e = chosen[p]; up [n * n_used x n_ff] is scratch. xn [n x n_embd].
 void moe_expert_ffn(const MoeLayer& layer, const float* xn, const int32_t* chosen, int64_t n,
                     float* up, float* hidden, cudaStream_t stream);
-// down [n * n_used x n_embd] = down_e · hidden[p] for each pair (no bias: moe_combine adds it).
-void moe_expert_down(const MoeLayer& layer, const float* hidden, const int32_t* chosen, int64_t n,
-                     float* down, cudaStream_t stream);
+// x [n x n_embd] += sum over j ascending of weight[p] * (down_e · hidden[p] + down bias of e),
+// p = t*n_used + j: the down products and moe_combine's sum in one launch (the same bits).
+void moe_expert_down_combine(const MoeLayer& layer, const float* hidden, const int32_t* chosen,
+                             const float* weight, int64_t n, float* x, cudaStream_t stream);
 
 // x [n x n_embd] += sum over j ascending of weight[p] * (down[row] + down bias of e), p =
 // t*n_used + j, row = position[p] (or p when position is null).

@@ -90,23 +90,30 @@ __device__ __forceinline__ void accumulate_unit(const typename F::Raw (&raw)[R],
     }
 }
 
+// The rows a warp reads: R of its matrix, or R of the gate and R of the up matrix.
+constexpr int gemv_warp_rows(int R, GemvEpilogue E) {
+    return E == GemvEpilogue::Plain ? R : 2 * R;
+}
+
 // kTokens: the number of tokens (one instance each, so no loop has a run-time bound);
 // R: rows per warp (activations loaded once serve R rows); U: units per lane whose loads are
 // issued together (more bytes in flight where R alone gives too few).
 // kGate: a gate/up pair (GemvArgs matrix 0 the gate, 1 the up, same type and shape): a warp
 // takes R rows of each, kRows = 2R in all, and stores act(gate row, up row) into matrix 0's y.
-// args.split (1, 2 or 4: gemv_split): the warps that share each row. The
-// block's warps form kWarps / split groups; member m of a group is "virtual lanes" 32m..32m+31
-// of its rows, virtual lane v taking units v, v + 32 split, ... in that order. Each warp's sums
-// go through the butterfly, then the group's members' results are added in member order.
-template <class F, int kTokens, int R, int U, GemvEpilogue E = GemvEpilogue::Plain>
-__global__ void __launch_bounds__(kThreads) gemv_kernel(const GemvArgs args) {
+// split (1, 2 or 4: gemv_split): the warps that share each row. The block's warps form kWarps /
+// split groups; member m of a group is "virtual lanes" 32m..32m+31 of its rows, virtual lane v
+// taking units v, v + 32 split, ... in that order. Each warp's sums go through the butterfly, then
+// the group's members' results are added in member order. gemv_block is one block's share of a
+// launch: the body of gemv_kernel (one format, args.split) and of gemv_two_kernel (two, a split
+// each); `partial` the members' sums (split > 1), in the kernel's shared memory.
+template <class F, int kTokens, int R, int U, GemvEpilogue E>
+__device__ __forceinline__ void gemv_block(
+    const GemvArgs& args, const int split,
+    float (&partial)[kWarps][gemv_warp_rows(R, E)][kTokens]) {
     constexpr bool kGated = E != GemvEpilogue::Plain;
-    constexpr int kRows = kGated ? 2 * R : R;
-    __shared__ float partial[kWarps][kRows][kTokens];  // the members' sums (split > 1)
+    constexpr int kRows = gemv_warp_rows(R, E);
     const int lane = threadIdx.x & 31;
     const int warp = threadIdx.x >> 5;
-    const int split = args.split;
     const int member = warp % split;
     const GemvTarget target = pick_target(args);
     const int64_t row0 =
@@ -196,6 +203,30 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(const GemvArgs args) {
                 target.y[(chunk0 + t) * target.ldy + row0 + r] = value;
             }
         }
+    }
+}
+
+template <class F, int kTokens, int R, int U, GemvEpilogue E = GemvEpilogue::Plain>
+__global__ void __launch_bounds__(kThreads) gemv_kernel(const GemvArgs args) {
+    __shared__ float partial[kWarps][gemv_warp_rows(R, E)][kTokens];
+    gemv_block<F, kTokens, R, U, E>(args, args.split, partial);
+}
+
+// Decode's products of two formats in one launch: the Q4_K or Q5_K Q and K of a K-quant file's
+// attention beside its Q6_K V (gemv_many), a launch fewer in half the layers (V's own launch took
+// ~4.5 us of Qwen3-30B-A3B's decode on an H200, mostly the launch's floor). Blocks below
+// args.second_format_block serve the First targets, the others the Second ones, each with its
+// format's split (args.split, args.second_split): a row's arithmetic is that of gemv_kernel of
+// its format with that split. A block's threads all take one branch, so gemv_block's barrier
+// (split > 1) is reached by the whole block.
+template <class First, class Second, int R, int U>
+__global__ void __launch_bounds__(kThreads) gemv_two_kernel(const GemvArgs args) {
+    // One token, plain products: the sums to share are shaped alike for both formats.
+    __shared__ float partial[kWarps][gemv_warp_rows(R, GemvEpilogue::Plain)][1];
+    if (static_cast<int64_t>(blockIdx.x) < args.second_format_block) {
+        gemv_block<First, 1, R, U, GemvEpilogue::Plain>(args, args.split, partial);
+    } else {
+        gemv_block<Second, 1, R, U, GemvEpilogue::Plain>(args, args.second_split, partial);
     }
 }
 
@@ -416,28 +447,41 @@ void check_activations(const float* x, int64_t ldx, int64_t cols, int64_t n_toke
     }
 }
 
-// One instance per token count. Rows per warp (measured on an H100): two for one or two tokens
-// (activation loads shared by two rows: 1.2-1.6 TB/s on the 8B shapes where one row per warp
-// gave 0.9), four from three tokens (each activation load feeds four rows' FMAs; at 16-17
-// tokens the K-quants spill a little, still 2-3x faster than two rows per warp).
-// A gated pair (gate and up rows in each warp) takes one row per matrix fewer than a plain
-// product, so that a warp's loads stay as many.
+// Rows per warp (measured on an H100): two for one or two tokens (activation loads shared by
+// two rows: 1.2-1.6 TB/s on the 8B shapes where one row per warp gave 0.9), four from three
+// tokens (each activation load feeds four rows' FMAs; at 16-17 tokens the K-quants spill a
+// little, still 2-3x faster than two rows per warp). A gated pair (gate and up rows in each
+// warp) takes one row per matrix fewer than a plain product, so that a warp's loads stay as many.
+constexpr int gemv_rows_per_warp(int tokens, bool gated) {
+    return tokens <= 2 ? (gated ? 1 : 2) : (gated ? 2 : 4);
+}
+
+// Units per lane in flight. Decode: two units of each row, so a 2048-wide row (64 units) is
+// read in one round trip. A step's matrices are a few MiB: the warps are few, and each waiting
+// on memory twice left the H100 at a quarter of its bandwidth (Nsight: 23-41% warps active).
+constexpr int gemv_units_in_flight(int tokens) {
+    return tokens <= 2 ? 2 : 1;
+}
+
+// Targets [begin, end) of args take blocks of rows_per_block rows from block `block` on; the
+// entries of block_begin after them, to kMaxGemvOuts, the block that follows (returned).
+int64_t assign_blocks(GemvArgs& args, int begin, int end, int64_t rows_per_block, int64_t block) {
+    for (int m = begin; m < end; ++m) {
+        args.block_begin[m] = block;
+        block += (args.rows[m] + rows_per_block - 1) / rows_per_block;
+    }
+    for (int m = end; m <= kMaxGemvOuts; ++m) args.block_begin[m] = block;
+    return block;
+}
+
+// One instance per token count.
 template <class F, int kTokens, GemvEpilogue E>
 void launch_gemv_tokens(GemvArgs& args, cudaStream_t stream) {
     constexpr bool kGated = E != GemvEpilogue::Plain;
-    constexpr int R = kTokens <= 2 ? (kGated ? 1 : 2) : (kGated ? 2 : 4);
-    // Decode: two units of each row in flight per lane, so a 2048-wide row (64 units) is read
-    // in one round trip. A step's matrices are a few MiB: the warps are few, and each waiting
-    // on memory twice left the H100 at a quarter of its bandwidth (Nsight: 23-41% warps active).
-    constexpr int U = kTokens <= 2 ? 2 : 1;
-    const int64_t rows_per_block = kWarps / args.split * R;
-    int64_t blocks = 0;
+    constexpr int R = gemv_rows_per_warp(kTokens, kGated);
+    constexpr int U = gemv_units_in_flight(kTokens);
     const int targets = kGated ? 1 : args.count;  // a pair's blocks walk the gate's rows
-    for (int m = 0; m < targets; ++m) {
-        args.block_begin[m] = blocks;
-        blocks += (args.rows[m] + rows_per_block - 1) / rows_per_block;
-    }
-    for (int m = targets; m <= kMaxGemvOuts; ++m) args.block_begin[m] = blocks;
+    const int64_t blocks = assign_blocks(args, 0, targets, kWarps / args.split * R, 0);
     if (blocks == 0) return;
     const dim3 grid(static_cast<unsigned>(blocks), static_cast<unsigned>(args.token_chunks));
     gemv_kernel<F, kTokens, R, U, E><<<grid, kThreads, 0, stream>>>(args);
@@ -477,15 +521,56 @@ void launch_gemv_for(GemvArgs& args, cudaStream_t stream, std::integer_sequence<
      ...);
 }
 
-template <GemvEpilogue E = GemvEpilogue::Plain>
-void launch_gemv(TensorType type, GemvArgs& args, cudaStream_t stream) {
-    constexpr int kCounts = E == GemvEpilogue::Plain ? kGemvMaxTokens : kGemvGatedMaxTokens;
-    int64_t rows = 0;  // a gated pair's blocks hold gate and up rows
+// The rows of a launch's matrices (a gated pair's blocks hold gate and up rows).
+int64_t launch_rows(const GemvArgs& args) {
+    int64_t rows = 0;
     for (int m = 0; m < args.count; ++m) rows += args.rows[m];
+    return rows;
+}
+
+// split_rows: the rows that set the split (gemv_split), launch_rows(args) but where the matrices
+// share a two-format launch at n_tokens == 1 (gemv_many).
+template <GemvEpilogue E = GemvEpilogue::Plain>
+void launch_gemv(TensorType type, GemvArgs& args, int64_t split_rows, cudaStream_t stream) {
+    constexpr int kCounts = E == GemvEpilogue::Plain ? kGemvMaxTokens : kGemvGatedMaxTokens;
     with_format(type, [&](auto fmt) {
-        args.split = gemv_split<decltype(fmt)>(args.cols, rows);
+        args.split = gemv_split<decltype(fmt)>(args.cols, split_rows);
         launch_gemv_for<decltype(fmt), E>(args, stream, std::make_integer_sequence<int, kCounts>{});
     });
+}
+
+// The types whose matrices share a launch with Q6_K ones at n_tokens == 1 (gemv_two_kernel):
+// the Q and K beside the Q6_K V of half the layers of a Q4_K_M or Q5_K_M file. Other pairs take
+// a launch per type (each pair is a kernel more to compile).
+bool pairs_with_q6_k(TensorType type) {
+    return type == TensorType::Q4_K || type == TensorType::Q5_K;
+}
+
+// One token of the first_targets matrices of args, of type `first` (pairs_with_q6_k), and of the
+// Q6_K ones after them, in one launch. Each format's split is set by the rows of all, as
+// gemv_many sets it when it launches them apart (other token counts).
+void launch_gemv_two(TensorType first, GemvArgs& args, int first_targets, cudaStream_t stream) {
+    const auto launch = [&](auto first_format) {
+        using First = decltype(first_format);
+        constexpr int R = gemv_rows_per_warp(1, false);
+        constexpr int U = gemv_units_in_flight(1);
+        const int64_t rows = launch_rows(args);
+        args.split = gemv_split<First>(args.cols, rows);
+        args.second_split = gemv_split<FmtQ6_K>(args.cols, rows);
+        args.second_format_block =
+            assign_blocks(args, 0, first_targets, kWarps / args.split * R, 0);
+        const int64_t blocks =
+            assign_blocks(args, first_targets, args.count, kWarps / args.second_split * R,
+                          args.second_format_block);
+        if (blocks == 0) return;
+        gemv_two_kernel<First, FmtQ6_K, R, U>
+            <<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(args);
+    };
+    if (first == TensorType::Q4_K) {
+        launch(FmtQ4_K{});
+    } else {
+        launch(FmtQ5_K{});
+    }
 }
 
 void launch_dequantize(const DeviceMatrix& w, DequantArgs args, cudaStream_t stream) {
@@ -519,8 +604,11 @@ void gemv(const DeviceMatrix& w, const float* x, int64_t ldx, int64_t n_tokens, 
     gemv_many(&out, 1, x, ldx, n_tokens, stream);
 }
 
-// Matrices of one type share a launch; a group of mixed types (a Q6_K V beside Q4_K Q and K)
-// takes one launch per type. Each row's arithmetic is that of gemv(), whatever the grouping.
+// Matrices of one type share a launch (one per type of a group of mixed types), and at
+// n_tokens == 1 Q4_K or Q5_K ones share one with Q6_K ones (pairs_with_q6_k). A row's arithmetic
+// is set by its type and split, and the split by the width and the rows of the matrices that
+// share its launch at n_tokens == 1, at every token count: a token's bits are the same alone or
+// in a batch. (They are those of gemv() on the matrix alone where its split is the same.)
 void gemv_many(const GemvOut* outs, int count, const float* x, int64_t ldx, int64_t n_tokens,
                cudaStream_t stream) {
     if (count < 1 || count > kMaxGemvOuts)
@@ -533,31 +621,70 @@ void gemv_many(const GemvOut* outs, int count, const float* x, int64_t ldx, int6
     }
     check_activations(x, ldx, outs[0].w.cols, n_tokens);
 
-    bool done[kMaxGemvOuts] = {};
-    for (int first = 0; first < count; ++first) {
-        if (done[first]) continue;
-        GemvArgs args{};
-        args.cols = outs[first].w.cols;
-        args.x = x;
-        args.ldx = ldx;
-        args.n_tokens = static_cast<int>(n_tokens);
-        for (int i = first; i < count; ++i) {
-            if (done[i] || outs[i].w.type != outs[first].w.type ||
-                on_tensor_cores(outs[i].w) != on_tensor_cores(outs[first].w)) {
-                continue;
+    // The matrices by type and gemv (CUDA or tensor cores): group_of[i] numbers outs[i]'s group
+    // in the order of the groups' first matrices, group_first[g] the first matrix of group g.
+    int group_of[kMaxGemvOuts] = {};
+    int group_first[kMaxGemvOuts] = {};
+    int groups = 0;
+    for (int i = 0; i < count; ++i) {
+        group_of[i] = groups;
+        for (int g = 0; g < groups; ++g) {
+            const DeviceMatrix& first = outs[group_first[g]].w;
+            if (first.type == outs[i].w.type &&
+                on_tensor_cores(first) == on_tensor_cores(outs[i].w)) {
+                group_of[i] = g;
+                break;
             }
+        }
+        if (group_of[i] == groups) group_first[groups++] = i;
+    }
+    GemvArgs common{};  // what every launch here takes; add_group adds the matrices
+    common.cols = outs[0].w.cols;
+    common.x = x;
+    common.ldx = ldx;
+    common.n_tokens = static_cast<int>(n_tokens);
+    const auto add_group = [&](int g, GemvArgs& args) {
+        for (int i = 0; i < count; ++i) {
+            if (group_of[i] != g) continue;
             const int m = args.count++;
             args.data[m] = static_cast<const uint8_t*>(outs[i].w.data);
             args.row_stride[m] = outs[i].w.row_stride;
             args.rows[m] = outs[i].w.rows;
             args.y[m] = outs[i].y;
             args.ldy[m] = outs[i].ldy;
-            done[i] = true;
         }
-        if (on_tensor_cores(outs[first].w)) {
-            launch_mma_gemv(outs[first].w.type, args, stream);
+    };
+
+    // The CUDA-core groups of Q4_K (or Q5_K) and of Q6_K matrices, if both are here: one launch at
+    // n_tokens == 1, and their splits set by the rows of both at every token count.
+    int paired_k = -1, paired_q6_k = -1;
+    for (int g = 0; g < groups; ++g) {
+        const DeviceMatrix& first = outs[group_first[g]].w;
+        if (on_tensor_cores(first)) continue;
+        if (paired_k < 0 && pairs_with_q6_k(first.type)) paired_k = g;
+        if (first.type == TensorType::Q6_K) paired_q6_k = g;
+    }
+    const bool paired = paired_k >= 0 && paired_q6_k >= 0;
+    GemvArgs pair = common;
+    int pair_first_targets = 0;
+    if (paired) {
+        add_group(paired_k, pair);
+        pair_first_targets = pair.count;
+        add_group(paired_q6_k, pair);
+    }
+    if (paired && n_tokens == 1) {
+        launch_gemv_two(outs[group_first[paired_k]].w.type, pair, pair_first_targets, stream);
+    }
+    for (int g = 0; g < groups; ++g) {
+        const bool in_pair = paired && (g == paired_k || g == paired_q6_k);
+        if (in_pair && n_tokens == 1) continue;
+        GemvArgs args = common;
+        add_group(g, args);
+        const DeviceMatrix& first = outs[group_first[g]].w;
+        if (on_tensor_cores(first)) {
+            launch_mma_gemv(first.type, args, stream);
         } else {
-            launch_gemv(outs[first].w.type, args, stream);
+            launch_gemv(first.type, args, in_pair ? launch_rows(pair) : launch_rows(args), stream);
         }
     }
 }
@@ -584,7 +711,7 @@ void gemv_chunks(const DeviceMatrix& w, const float* x, int64_t ldx, int64_t n_t
         args.y[0] = y;
         args.n_tokens = static_cast<int>(kGemvMaxTokens);
         args.token_chunks = static_cast<int>(whole);
-        launch_gemv(w.type, args, stream);
+        launch_gemv(w.type, args, launch_rows(args), stream);
     }
     const int64_t rest = n_tokens - whole * kGemvMaxTokens;
     if (rest > 0) {
@@ -592,7 +719,7 @@ void gemv_chunks(const DeviceMatrix& w, const float* x, int64_t ldx, int64_t n_t
         args.y[0] = y + whole * kGemvMaxTokens * ldy;
         args.n_tokens = static_cast<int>(rest);
         args.token_chunks = 1;
-        launch_gemv(w.type, args, stream);
+        launch_gemv(w.type, args, launch_rows(args), stream);
     }
 }
 
@@ -632,9 +759,9 @@ void gemv_gated(const DeviceMatrix& gate, const DeviceMatrix& up, GatedActivatio
     }
     switch (act) {
         case GatedActivation::Silu:
-            return launch_gemv<GemvEpilogue::Silu>(gate.type, args, stream);
+            return launch_gemv<GemvEpilogue::Silu>(gate.type, args, launch_rows(args), stream);
         case GatedActivation::GeluTanh:
-            return launch_gemv<GemvEpilogue::GeluTanh>(gate.type, args, stream);
+            return launch_gemv<GemvEpilogue::GeluTanh>(gate.type, args, launch_rows(args), stream);
     }
 }
 

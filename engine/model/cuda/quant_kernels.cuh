@@ -63,8 +63,10 @@ void gemv(const DeviceMatrix& w, const float* x, int64_t ldx, int64_t n_tokens, 
 void gemv_chunks(const DeviceMatrix& w, const float* x, int64_t ldx, int64_t n_tokens, float* y,
                  int64_t ldy, cudaStream_t stream);
 
-// Several matrices of the same width times the same x in one launch (Q/K/V, gate/up); the same
-// bits as one gemv() per matrix.
+// Several matrices of the same width times the same x in one launch per type (Q/K/V, gate/up;
+// at one token, a Q4_K or Q5_K group and a Q6_K one together). A row's bits depend on its type
+// and on the rows that share its launch (gemv_split), never on n_tokens: those of gemv() on the
+// matrix alone where the split is the same.
 struct GemvOut {
     DeviceMatrix w;
     float* y = nullptr;
