@@ -91,8 +91,7 @@ TEST_P(CudaMoeRoute, PicksWhatTheCpuPicks) {
         for (size_t e = 0; e < bias.size(); ++e) row[e] = row[e] + bias[e];  // as the CPU adds it
         std::vector<int32_t> chosen(static_cast<size_t>(c.n_used));
         std::vector<float> weight(static_cast<size_t>(c.n_used));
-        route_token(row.data(), c.n_expert, c.n_used, c.renormalize, chosen.data(),
-                    weight.data());
+        route_token(row.data(), c.n_expert, c.n_used, c.renormalize, chosen.data(), weight.data());
         for (int j = 0; j < c.n_used; ++j) {
             const size_t at = static_cast<size_t>(t * c.n_used + j);
             ASSERT_EQ(gpu.chosen[at], chosen[static_cast<size_t>(j)])
@@ -126,7 +125,9 @@ TEST(CudaMoeRouteNan, ChoosesDistinctExpertsNumbersFirst) {
     for (size_t j = 0; j < gpu.chosen.size(); ++j) {
         EXPECT_GE(gpu.chosen[j], 0);
         EXPECT_LT(gpu.chosen[j], 16);
-        if (j > 0) EXPECT_LT(gpu.chosen[j - 1], gpu.chosen[j]) << "ascending";
+        if (j > 0) {
+            EXPECT_LT(gpu.chosen[j - 1], gpu.chosen[j]) << "ascending";
+        }
     }
     EXPECT_TRUE(seen.count(3) && seen.count(9) && seen.count(12)) << "the numbers first";
 }

@@ -52,8 +52,8 @@ __device__ inline uint8_t* rows_of(const KvLayerView& layer, const TokenRows& to
 // element. q8_0: one warp per block of 32 elements, `first` a multiple of 32 (count may end the
 // row short of a block: the rest zero-padded), the scale the smallest fp16 at least amax / 127
 // (as the CPU's quantizer), quants rounded to nearest.
-__device__ inline void store_row_elements(KvType type, uint8_t* row, int64_t first, const float* src,
-                                          int64_t count, int64_t width) {
+__device__ inline void store_row_elements(KvType type, uint8_t* row, int64_t first,
+                                          const float* src, int64_t count, int64_t width) {
     switch (type) {
         case KvType::F32:
             for (int64_t i = threadIdx.x; i < count; i += blockDim.x) {
@@ -70,7 +70,7 @@ __device__ inline void store_row_elements(KvType type, uint8_t* row, int64_t fir
             const int64_t blocks = (end - first + kKvQ8Block - 1) / kKvQ8Block;
             const unsigned lane = threadIdx.x % 32;
             for (int64_t b = threadIdx.x / 32; b < blocks; b += blockDim.x / 32) {
-                const int64_t i = b * kKvQ8Block + lane;  // of src
+                const int64_t i = b * kKvQ8Block + lane;          // of src
                 const float x = first + i < end ? src[i] : 0.0f;  // the row's last block padded
                 const float amax = warp_max(fabsf(x));
                 const __half dh = __float2half_ru(amax / 127.0f);
