@@ -2,10 +2,12 @@
 // route_token): the same experts, in ascending order, for logits full of ties (the lower index
 // wins), -0 beside +0, with and without a router bias, renormalized or over every expert, for
 // expert counts that do and do not fill a warp; and with NaN logits, n_used distinct valid
-// experts, the numbers first.
+// experts, the numbers first. Then the prefill's grouping of the pairs by expert
+// (moe_group_pairs) against a counting sort written here.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <random>
@@ -130,6 +132,74 @@ TEST(CudaMoeRouteNan, ChoosesDistinctExpertsNumbersFirst) {
         }
     }
     EXPECT_TRUE(seen.count(3) && seen.count(9) && seen.count(12)) << "the numbers first";
+}
+
+// A stable counting sort of the pairs by expert and the tiles of each expert's rows, as the
+// grouped products expect them (qmma_gemm.cuh), against the device's.
+TEST(CudaMoeGroup, SortsPairsStablyAndTilesEachExpert) {
+    if (!has_device()) GTEST_SKIP() << "no CUDA device";
+    for (const RouteCase c : {RouteCase{128, 8, true, false}, RouteCase{32, 4, true, false}}) {
+        for (const int tokens : {18, 256}) {
+            const int pairs = tokens * c.n_used;
+            std::mt19937 rng(static_cast<uint32_t>(tokens + c.n_expert));
+            // Skewed: a few experts take many rows (several tiles), most few or none.
+            std::vector<int32_t> chosen(static_cast<size_t>(pairs));
+            for (int32_t& e : chosen) {
+                e = static_cast<int32_t>(rng() % 4 == 0 ? rng() % c.n_expert : rng() % 3);
+            }
+            std::vector<int32_t> order(chosen.size()), position(chosen.size());
+            std::vector<int64_t> start(static_cast<size_t>(c.n_expert) + 1, 0);
+            for (const int32_t e : chosen) ++start[static_cast<size_t>(e) + 1];
+            for (int e = 0; e < c.n_expert; ++e) start[e + 1] += start[e];
+            std::vector<int64_t> fill(start.begin(), start.end() - 1);
+            for (int p = 0; p < pairs; ++p) {
+                const int64_t row = fill[static_cast<size_t>(chosen[static_cast<size_t>(p)])]++;
+                order[static_cast<size_t>(row)] = p;
+                position[static_cast<size_t>(p)] = static_cast<int32_t>(row);
+            }
+            std::vector<QmmaTile> tiles;
+            for (int e = 0; e < c.n_expert; ++e) {
+                for (int64_t row = start[e]; row < start[e + 1]; row += kQmmaTileTokens) {
+                    tiles.push_back({e, static_cast<int32_t>(row),
+                                     static_cast<int32_t>(
+                                         std::min<int64_t>(kQmmaTileTokens, start[e + 1] - row)),
+                                     0});
+                }
+            }
+            MoeLayer layer;
+            layer.n_expert = c.n_expert;
+            layer.n_used = c.n_used;
+            const int slots = moe_tile_slots(layer, tokens);
+            ASSERT_LE(static_cast<int>(tiles.size()), slots);
+            DeviceBuffer d_chosen(chosen.size() * sizeof(int32_t));
+            DeviceBuffer d_order(chosen.size() * sizeof(int32_t));
+            DeviceBuffer d_position(chosen.size() * sizeof(int32_t));
+            DeviceBuffer d_tiles(static_cast<size_t>(slots) * sizeof(QmmaTile));
+            CUDA_OK(cudaMemcpy(d_chosen.ptr, chosen.data(), chosen.size() * sizeof(int32_t),
+                               cudaMemcpyHostToDevice));
+            CUDA_OK(cudaMemset(d_tiles.ptr, 0x7f, static_cast<size_t>(slots) * sizeof(QmmaTile)));
+            moe_group_pairs(layer, d_chosen.as<int32_t>(), tokens, d_order.as<int32_t>(),
+                            d_position.as<int32_t>(), d_tiles.as<QmmaTile>(), nullptr);
+            CUDA_OK(cudaDeviceSynchronize());
+            std::vector<int32_t> got_order(chosen.size()), got_position(chosen.size());
+            std::vector<QmmaTile> got_tiles(static_cast<size_t>(slots));
+            CUDA_OK(cudaMemcpy(got_order.data(), d_order.ptr, chosen.size() * sizeof(int32_t),
+                               cudaMemcpyDeviceToHost));
+            CUDA_OK(cudaMemcpy(got_position.data(), d_position.ptr, chosen.size() * sizeof(int32_t),
+                               cudaMemcpyDeviceToHost));
+            CUDA_OK(cudaMemcpy(got_tiles.data(), d_tiles.ptr,
+                               static_cast<size_t>(slots) * sizeof(QmmaTile),
+                               cudaMemcpyDeviceToHost));
+            EXPECT_EQ(got_order, order) << c.n_expert << " experts, " << tokens << " tokens";
+            EXPECT_EQ(got_position, position) << c.n_expert << " experts, " << tokens << " tokens";
+            for (size_t i = 0; i < got_tiles.size(); ++i) {
+                const QmmaTile want = i < tiles.size() ? tiles[i] : QmmaTile{};
+                EXPECT_EQ(got_tiles[i].expert, want.expert) << "tile " << i;
+                EXPECT_EQ(got_tiles[i].row0, want.row0) << "tile " << i;
+                EXPECT_EQ(got_tiles[i].count, want.count) << "tile " << i;
+            }
+        }
+    }
 }
 
 }  // namespace

@@ -419,12 +419,58 @@ private:
     }
 
     // The experts of a batch over kGemvMaxTokens tokens (routed already: gpu_.moe.chosen): the
-    // (token, slot) pairs grouped by expert on the host (counting sort, tokens ascending), then
-    // each chosen expert's gate, up and down once over its rows through gemm() (cuBLAS on the
-    // dequantized expert slice), and the weighted sum as the short batches' moe_combine.
+    // (token, slot) pairs grouped by expert (tokens ascending within one), each chosen expert's
+    // gate, up and down once over its rows, and the weighted sum as the short batches'
+    // moe_combine. Through the grouped quantized kernel, the grouping stays on the device
+    // (moe_group_pairs); else on the host, for gemm() (cuBLAS on each dequantized expert slice).
     void moe_prefill(const MoeLayer& l, float* x, const float* xn, int64_t n) {
         MoeBuffers& b = gpu_.moe;
         const int64_t pairs = n * l.n_used;
+        // Expert e's rows [start[e], start[e+1]) of each sorted buffer.
+        const auto expert = [&](const DeviceMatrix& stacked, int64_t e) {
+            DeviceMatrix m = stacked;
+            m.rows = stacked.rows / l.n_expert;
+            m.data = static_cast<const uint8_t*>(stacked.data) +
+                     static_cast<size_t>(e * m.rows) * stacked.row_stride;
+            return m;
+        };
+        if (dev_.qmma_max_tokens() > 0 && groups_on_tensor_cores(l, expert)) {
+            const int slots = moe_tile_slots(l, n);
+            if (slots > b.max_tiles) throw std::logic_error("MoE: more tiles than sized");
+            moe_group_pairs(l, b.chosen, n, b.order, b.position, b.tiles, stream());
+            moe_gather(xn, b.order, l.n_used, pairs, l.n_embd, b.xg, stream());
+            sorted_rows_to_half(b.xg, pairs, l.n_embd);  // once for up and gate
+            grouped_product(l.up, l.n_expert, b.up, slots);
+            grouped_product(l.gate, l.n_expert, b.hidden, slots);
+            moe_sorted_activation(l, b.hidden, b.up, b.order, b.chosen, pairs, stream());
+            sorted_rows_to_half(b.hidden, pairs, l.n_ff);
+            grouped_product(l.down, l.n_expert, b.down, slots);
+            moe_combine(l, b.down, b.position, b.chosen, b.weight, n, x, stream());
+            return;
+        }
+        const std::vector<int64_t> start = group_on_host(l, pairs);
+        moe_gather(xn, b.order, l.n_used, pairs, l.n_embd, b.xg, stream());
+        for (int64_t e = 0; e < l.n_expert; ++e) {
+            const int64_t m = start[e + 1] - start[e];
+            if (m == 0) continue;
+            const float* in = b.xg + start[e] * l.n_embd;
+            gemm(expert(l.up, e), in, m, b.up + start[e] * l.n_ff);
+            gemm(expert(l.gate, e), in, m, b.hidden + start[e] * l.n_ff);
+        }
+        moe_sorted_activation(l, b.hidden, b.up, b.order, b.chosen, pairs, stream());
+        for (int64_t e = 0; e < l.n_expert; ++e) {
+            const int64_t m = start[e + 1] - start[e];
+            if (m == 0) continue;
+            gemm(expert(l.down, e), b.hidden + start[e] * l.n_ff, m, b.down + start[e] * l.n_embd);
+        }
+        moe_combine(l, b.down, b.position, b.chosen, b.weight, n, x, stream());
+    }
+
+    // The pairs grouped by expert on the host (counting sort, pairs ascending within an
+    // expert), after a wait for the routing: order and position uploaded to the MoE buffers;
+    // returns each expert's first row, start[n_expert] = pairs.
+    std::vector<int64_t> group_on_host(const MoeLayer& l, int64_t pairs) {
+        MoeBuffers& b = gpu_.moe;
         int32_t* chosen = b.host;           // [pairs]
         int32_t* order = b.host + pairs;    // [pairs] pair of each sorted row
         int32_t* position = order + pairs;  // [pairs] sorted row of each pair
@@ -444,40 +490,7 @@ private:
                                          cudaMemcpyHostToDevice, stream()));
         EMBER_CUDA_CHECK(cudaMemcpyAsync(b.position, position, pairs * sizeof(int32_t),
                                          cudaMemcpyHostToDevice, stream()));
-        moe_gather(xn, b.order, l.n_used, pairs, l.n_embd, b.xg, stream());
-        // Expert e's rows [start[e], start[e+1]) of each sorted buffer.
-        const auto expert = [&](const DeviceMatrix& stacked, int64_t e) {
-            DeviceMatrix m = stacked;
-            m.rows = stacked.rows / l.n_expert;
-            m.data = static_cast<const uint8_t*>(stacked.data) +
-                     static_cast<size_t>(e * m.rows) * stacked.row_stride;
-            return m;
-        };
-        if (dev_.qmma_max_tokens() > 0 && groups_on_tensor_cores(l, expert)) {
-            const int n_tiles = upload_tiles(start);
-            sorted_rows_to_half(b.xg, pairs, l.n_embd);  // once for up and gate
-            grouped_product(l.up, l.n_expert, b.up, n_tiles);
-            grouped_product(l.gate, l.n_expert, b.hidden, n_tiles);
-            moe_sorted_activation(l, b.hidden, b.up, b.order, b.chosen, pairs, stream());
-            sorted_rows_to_half(b.hidden, pairs, l.n_ff);
-            grouped_product(l.down, l.n_expert, b.down, n_tiles);
-            moe_combine(l, b.down, b.position, b.chosen, b.weight, n, x, stream());
-            return;
-        }
-        for (int64_t e = 0; e < l.n_expert; ++e) {
-            const int64_t m = start[e + 1] - start[e];
-            if (m == 0) continue;
-            const float* in = b.xg + start[e] * l.n_embd;
-            gemm(expert(l.up, e), in, m, b.up + start[e] * l.n_ff);
-            gemm(expert(l.gate, e), in, m, b.hidden + start[e] * l.n_ff);
-        }
-        moe_sorted_activation(l, b.hidden, b.up, b.order, b.chosen, pairs, stream());
-        for (int64_t e = 0; e < l.n_expert; ++e) {
-            const int64_t m = start[e + 1] - start[e];
-            if (m == 0) continue;
-            gemm(expert(l.down, e), b.hidden + start[e] * l.n_ff, m, b.down + start[e] * l.n_embd);
-        }
-        moe_combine(l, b.down, b.position, b.chosen, b.weight, n, x, stream());
+        return start;
     }
 
     // Whether a MoE layer's three products go through the grouped quantized kernel: every
@@ -489,27 +502,6 @@ private:
                 return false;
         }
         return true;
-    }
-
-    // The tiles of the sorted rows (expert e's rows [start[e], start[e + 1]), at most
-    // kQmmaTileTokens a tile) to the device; returns how many.
-    int upload_tiles(const std::vector<int64_t>& start) {
-        MoeBuffers& b = gpu_.moe;
-        int n_tiles = 0;
-        for (size_t e = 0; e + 1 < start.size(); ++e) {
-            for (int64_t row = start[e]; row < start[e + 1]; row += kQmmaTileTokens) {
-                if (n_tiles == b.max_tiles) throw std::logic_error("MoE: more tiles than sized");
-                QmmaTile& tile = b.host_tiles[n_tiles++];
-                tile.expert = static_cast<int32_t>(e);
-                tile.row0 = static_cast<int32_t>(row);
-                tile.count =
-                    static_cast<int32_t>(std::min<int64_t>(kQmmaTileTokens, start[e + 1] - row));
-            }
-        }
-        EMBER_CUDA_CHECK(cudaMemcpyAsync(b.tiles, b.host_tiles,
-                                         static_cast<size_t>(n_tiles) * sizeof(QmmaTile),
-                                         cudaMemcpyHostToDevice, stream()));
-        return n_tiles;
     }
 
     // The sorted rows `in` [rows x cols] to f16 in the MoE buffers, scaled by one power of two

@@ -405,6 +405,70 @@ __global__ void __launch_bounds__(32 * kMaxExpertsUsed)
     a.x[token * a.n_embd + i] = sum;
 }
 
+// The prefill's pairs grouped by expert on the device, as moe_prefill's host path groups them
+// after a sync (a wait per MoE layer): a stable counting sort by expert (pairs ascending within
+// an expert, so tokens ascending), then the tiles of at most kQmmaTileTokens rows of each expert
+// in expert order, and count-0 tiles in the slots past them. One block: the counts by shared
+// atomics (a count does not depend on their order), the experts' first rows and tiles by one
+// thread, then warp 0 places the pairs 32 at a time (__match_any_sync groups the lanes of one
+// expert; each lane's row is the expert's fill plus the lower lanes of its group, and the
+// group's lowest lane moves the fill on). Shared memory: [3 x n_expert + 1] ints.
+__global__ void __launch_bounds__(kThreads)
+    group_pairs_kernel(const int32_t* chosen, int pairs, int n_expert, int32_t* order,
+                       int32_t* position, QmmaTile* tiles, int tile_slots) {
+    extern __shared__ int group_shared[];
+    int* count = group_shared;          // [n_expert] rows of each expert
+    int* fill = count + n_expert;       // [n_expert] the next row of each
+    int* first_tile = fill + n_expert;  // [n_expert + 1]
+    for (int e = threadIdx.x; e < n_expert; e += blockDim.x) count[e] = 0;
+    __syncthreads();
+    for (int p = threadIdx.x; p < pairs; p += blockDim.x) atomicAdd(&count[chosen[p]], 1);
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        int row = 0, tile = 0;
+        for (int e = 0; e < n_expert; ++e) {
+            fill[e] = row;
+            first_tile[e] = tile;
+            row += count[e];
+            tile += (count[e] + static_cast<int>(kQmmaTileTokens) - 1) /
+                    static_cast<int>(kQmmaTileTokens);
+        }
+        first_tile[n_expert] = tile;
+    }
+    __syncthreads();
+    for (int e = threadIdx.x; e < n_expert; e += blockDim.x) {
+        for (int i = 0; i * kQmmaTileTokens < count[e]; ++i) {
+            QmmaTile& tile = tiles[first_tile[e] + i];
+            tile.expert = e;
+            tile.row0 = fill[e] + i * static_cast<int>(kQmmaTileTokens);
+            tile.count = min(static_cast<int>(kQmmaTileTokens),
+                             count[e] - i * static_cast<int>(kQmmaTileTokens));
+            tile.unused = 0;
+        }
+    }
+    for (int slot = first_tile[n_expert] + threadIdx.x; slot < tile_slots; slot += blockDim.x) {
+        tiles[slot] = QmmaTile{};
+    }
+    __syncthreads();  // the tiles read every expert's first row before warp 0 moves it
+    if (threadIdx.x >= 32) return;
+    const unsigned lane = threadIdx.x;
+    for (int base = 0; base < pairs; base += 32) {
+        const int p = base + static_cast<int>(lane);
+        const unsigned active = __ballot_sync(0xffffffffu, p < pairs);
+        if (p < pairs) {
+            const int e = chosen[p];
+            const unsigned same = __match_any_sync(active, e);
+            const int rank = __popc(same & ((1u << lane) - 1u));
+            const int row = fill[e] + rank;
+            order[row] = p;
+            position[p] = row;
+            __syncwarp(active);  // every lane has read its expert's fill
+            if (rank == 0) fill[e] += __popc(same);
+        }
+        __syncwarp();
+    }
+}
+
 // xg[i] = xn[order[i] / n_used] for the prefill's expert-sorted pairs. Grid: (element blocks,
 // pairs).
 __global__ void __launch_bounds__(kThreads)
@@ -510,7 +574,7 @@ void MoeBuffers::reserve(const ModelConfig& c, int64_t tokens) {
                          half_bytes + scale_bytes + tile_bytes;
     const size_t host_ids = round(3 * pairs * sizeof(int32_t));
     const cudaError_t err = cudaMalloc(&block_, total);
-    if (err != cudaSuccess || cudaMallocHost(&host_block_, host_ids + tile_bytes) != cudaSuccess) {
+    if (err != cudaSuccess || cudaMallocHost(&host_block_, host_ids) != cudaSuccess) {
         if (block_) cudaFree(block_);
         block_ = nullptr;
         host_block_ = nullptr;
@@ -537,7 +601,6 @@ void MoeBuffers::reserve(const ModelConfig& c, int64_t tokens) {
     half_scale = reinterpret_cast<float*>(take(scale_bytes));
     tiles = reinterpret_cast<QmmaTile*>(take(tile_bytes));
     host = static_cast<int32_t*>(host_block_);
-    host_tiles = reinterpret_cast<QmmaTile*>(static_cast<uint8_t*>(host_block_) + host_ids);
 }
 
 const char* moe_layer_unsupported(const MoeLayer& l) {
@@ -656,6 +719,22 @@ void moe_combine(const MoeLayer& l, const float* down, const int32_t* position,
                     static_cast<unsigned>(n));
     combine_kernel<<<grid, kThreads, 0, stream>>>(args);
     check_launch("combine_kernel");
+}
+
+int moe_tile_slots(const MoeLayer& l, int64_t n) {
+    return static_cast<int>(n * l.n_used / kQmmaTileTokens + l.n_expert);
+}
+
+void moe_group_pairs(const MoeLayer& l, const int32_t* chosen, int64_t n, int32_t* order,
+                     int32_t* position, QmmaTile* tiles, cudaStream_t stream) {
+    if (n <= 0) return;
+    const int64_t pairs = n * l.n_used;
+    if (pairs > 0x7fffffff) fail("too many pairs to group in one launch");
+    const size_t shared = static_cast<size_t>(3 * l.n_expert + 1) * sizeof(int);
+    group_pairs_kernel<<<1, kThreads, shared, stream>>>(chosen, static_cast<int>(pairs),
+                                                        static_cast<int>(l.n_expert), order,
+                                                        position, tiles, moe_tile_slots(l, n));
+    check_launch("group_pairs_kernel");
 }
 
 void moe_gather(const float* xn, const int32_t* order, int64_t n_used, int64_t rows, int64_t n_embd,

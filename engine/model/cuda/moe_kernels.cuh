@@ -66,17 +66,15 @@ public:
     float* xg = nullptr;          // [tokens * n_used x n_embd]
     int32_t* host = nullptr;      // pinned [3 x tokens * n_used]: chosen, order, position
     // The quantized grouped products (qmma_gemm.cuh): the sorted rows' inputs as scaled f16,
-    // their scale {unscale, row maxima}, and the tiles (on the host, pinned, and on the
-    // device).
-    __half* half_rows = nullptr;     // [tokens * n_used x max(n_embd, n_ff_exp)]
-    float* half_scale = nullptr;     // [1 + tokens * n_used]
-    QmmaTile* tiles = nullptr;       // [max_tiles]
-    QmmaTile* host_tiles = nullptr;  // pinned [max_tiles]
-    int64_t max_tiles = 0;           // tokens * n_used / kQmmaTileTokens + n_expert
+    // their scale {unscale, row maxima}, and the tiles (moe_group_pairs).
+    __half* half_rows = nullptr;  // [tokens * n_used x max(n_embd, n_ff_exp)]
+    float* half_scale = nullptr;  // [1 + tokens * n_used]
+    QmmaTile* tiles = nullptr;    // [max_tiles]
+    int64_t max_tiles = 0;        // tokens * n_used / kQmmaTileTokens + n_expert
 
 private:
     void* block_ = nullptr;       // one cudaMalloc holding the buffers above
-    void* host_block_ = nullptr;  // one cudaMallocHost holding host and host_tiles
+    void* host_block_ = nullptr;  // the cudaMallocHost of host
 };
 
 // The device weights of one MoE layer (stacked expert matrices as the files hold them: expert
@@ -125,7 +123,17 @@ void moe_combine(const MoeLayer& layer, const float* down, const int32_t* positi
                  const int32_t* chosen, const float* weight, int64_t n, float* x,
                  cudaStream_t stream);
 
-// The prefill's steps around its per-expert cuBLAS products (cuda_backend.cu):
+// The tile slots a batch of n tokens needs at most (the tiles of its pairs grouped by expert:
+// each expert's rows in tiles of kQmmaTileTokens), within MoeBuffers::max_tiles.
+int moe_tile_slots(const MoeLayer& layer, int64_t n);
+// The pairs of n tokens (chosen [n x n_used]) grouped by expert on the device: order [pairs]
+// the pair of each sorted row, position [pairs] the row of each pair (tokens ascending within
+// an expert, as a stable counting sort), tiles [moe_tile_slots] each expert's rows in tiles of
+// kQmmaTileTokens in expert order, count 0 in the slots past them.
+void moe_group_pairs(const MoeLayer& layer, const int32_t* chosen, int64_t n, int32_t* order,
+                     int32_t* position, QmmaTile* tiles, cudaStream_t stream);
+
+// The prefill's steps around its per-expert products (cuda_backend.cu):
 // xg [rows x n_embd] = xn [order[i] / n_used] (the inputs of the expert-sorted pairs);
 void moe_gather(const float* xn, const int32_t* order, int64_t n_used, int64_t rows, int64_t n_embd,
                 float* xg, cudaStream_t stream);

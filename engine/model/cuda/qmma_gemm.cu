@@ -250,6 +250,7 @@ __global__ void __launch_bounds__(kThreads, NT > 8 ? 2 : 3) qmma_kernel(const Qm
     const uint8_t* matrix = p.data;
     if (p.tiles != nullptr) {
         const QmmaTile tile = p.tiles[blockIdx.y];
+        if (tile.count <= 0) return;  // a slot past the batch's tiles (moe_group_pairs)
         tok0 = tile.row0;
         count = tile.count;
         matrix += static_cast<size_t>(tile.expert) * p.expert_stride;

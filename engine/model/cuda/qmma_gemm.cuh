@@ -64,7 +64,7 @@ inline constexpr int kQmmaTileTokens = 64;
 
 // The products of a mixture of experts' sorted rows: `expert0` is expert 0's matrix (rows and
 // cols of one expert), expert e's rows start e * expert_stride bytes later; `tiles` (device
-// memory, n_tiles of them) say which rows go through which expert.
+// memory, n_tiles of them) say which rows go through which expert (a tile of count 0: none).
 void qmma_gemm_grouped(const DeviceMatrix& expert0, size_t expert_stride, const QmmaOperands& op,
                        const QmmaTile* tiles, int n_tiles, cudaStream_t stream);
 
