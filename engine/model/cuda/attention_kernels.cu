@@ -2,9 +2,11 @@
 //
 // Attention is split like the CPU's (cpu/attention.h): a query's visible positions are cut into
 // chunks of positions (AttendShape::chunk) that start at multiples of it, one block per (chunk,
-// head, token) computes a partial softmax record, and a second kernel merges a head's records in
-// chunk order (with the head's sink logit). The cut depends only on the query's position, so a
-// token gives the same bits in any batch, and nothing is summed by atomics.
+// head, token) computes a partial softmax record, and the head's records are merged in chunk
+// order (with the head's sink logit): by the last block to write one (short batches, a counter
+// per head: AttendShape::merge_counters) or by a kernel of its own. The cut depends only on the
+// query's position, so a token gives the same bits in any batch, and nothing is summed by
+// atomics (the counter only says which block merges).
 #include <cuda_fp16.h>
 
 #include <algorithm>
@@ -85,8 +87,8 @@ __device__ inline void load_slice(const uint8_t* row, int64_t base, int64_t widt
     }
 }
 
-// Block (token, K or V): converts one row. q8_0: one warp per block of 32 elements, the scale
-// the smallest fp16 at least amax / 127 (as the CPU's quantizer), quants rounded to nearest.
+// Block (token, K or V): converts one row (store_row_elements). Where the heads' launch does not
+// write the rows itself (norm_rope_heads with a cache).
 __global__ void store_kv_kernel(KvLayerView layer, int64_t k_row_bytes, int64_t v_row_bytes,
                                 const float* k, const float* v, const int64_t* pos0_at,
                                 TokenRows tokens) {

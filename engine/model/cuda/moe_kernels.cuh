@@ -3,8 +3,8 @@
 // trip to the host.
 //
 //   router   logits [n x n_expert] = W_router · xn (+ bias): gemv, in chunks of <= 17 tokens
-//   route    per token: softmax in double, the n_used largest (ties: the lower index),
-//            ascending expert order, weights renormalized or not          (moe_route)
+//   route    per token: the n_used largest (ties: the lower index), ascending expert
+//            order, weights in double, renormalized or not                (moe_route)
 //   gate/up  per (token, slot) pair: act(gate_e · xn_t + b) * (up_e · xn_t + b)  (moe_expert_ffn)
 //   down     per pair: down_e · hidden_pair, and
 //   combine  per token: x_t += sum over its slots, ascending expert index, of
@@ -16,9 +16,10 @@
 // whatever the batch: a pair's output does not depend on the other pairs, and each token sums
 // its experts in one fixed order, so a batch gives bit for bit what its tokens give one at a
 // time (forward.h's exact-batch contract) and a decode step reads only its chosen experts'
-// rows. No atomics. Longer batches (prefill) sort their pairs by expert on the host and run each
-// chosen expert once over its rows through cuBLAS (cuda_backend.cu), each expert's weights
-// streamed once per batch.
+// rows. No atomics in any sum. Longer batches (prefill) group their pairs by expert
+// (moe_group_pairs on the device for the grouped quantized products, else on the host) and run
+// each chosen expert once over its rows (cuda_backend.cu), each expert's weights streamed once
+// per batch.
 #pragma once
 
 #include <cuda_fp16.h>
