@@ -1,5 +1,6 @@
 #include "tests/support/process.h"
 
+#include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -21,21 +22,25 @@ CommandResult run_command(const std::vector<std::string>& argv, const std::strin
     const auto deadline =
         Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(
                            timeout_seconds > 0 ? timeout_seconds : 0));
+    // Two threads may run commands at once (SessionsFaults.TwoProcessesShareOneDatabase): the
+    // pipes close on exec, so that one child does not carry the other's pipe ends into its
+    // program (each would keep the other's stdin open and both wait for an EOF that never
+    // comes), and the child calls nothing that may take a lock between fork and exec (another
+    // thread may have held the allocator's at the fork): its argv is built first.
     int in_pipe[2], out_pipe[2], err_pipe[2];
-    if (pipe(in_pipe) || pipe(out_pipe) || pipe(err_pipe)) throw std::runtime_error("pipe failed");
+    if (pipe2(in_pipe, O_CLOEXEC) || pipe2(out_pipe, O_CLOEXEC) || pipe2(err_pipe, O_CLOEXEC)) {
+        throw std::runtime_error("pipe failed");
+    }
+    std::vector<char*> args;
+    for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+    args.push_back(nullptr);
     const pid_t pid = fork();
     if (pid < 0) throw std::runtime_error("fork failed");
     if (pid == 0) {
+        // dup2's copies do not close on exec; the originals do.
         dup2(in_pipe[0], 0);
         dup2(out_pipe[1], 1);
         dup2(err_pipe[1], 2);
-        for (int fd :
-             {in_pipe[0], in_pipe[1], out_pipe[0], out_pipe[1], err_pipe[0], err_pipe[1]}) {
-            close(fd);
-        }
-        std::vector<char*> args;
-        for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-        args.push_back(nullptr);
         execv(args[0], args.data());
         _exit(127);
     }
@@ -142,6 +147,10 @@ namespace ember::test {
 BackgroundProcess::BackgroundProcess(const std::vector<std::string>& argv,
                                      const std::string& log_path)
     : log_path_(log_path) {
+    // argv built before the fork: the child calls nothing that may take a lock (run_command).
+    std::vector<char*> args;
+    for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+    args.push_back(nullptr);
     const pid_t pid = fork();
     if (pid < 0) throw std::runtime_error("fork failed");
     if (pid == 0) {
@@ -153,9 +162,6 @@ BackgroundProcess::BackgroundProcess(const std::vector<std::string>& argv,
         dup2(fd, 2);
         close(fd);
         close(null_fd);
-        std::vector<char*> args;
-        for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-        args.push_back(nullptr);
         execv(args[0], args.data());
         _exit(127);
     }
