@@ -130,7 +130,7 @@ __global__ void soft_cap_kernel(float* x, int64_t n, float cap) {
 // times frequencies reach 1e5 radians, where f32 would keep three digits), then sin/cos in f32.
 // Blocks past the query and key heads (as many as KV heads, with biases.v or a cache) add the
 // value heads' bias and return: the biases of a step take no launches of their own. With a
-// cache (store.k non-null), the key heads and value heads are written into it too, as
+// cache (cache.layer.k non-null), the key heads and value heads are written into it too, as
 // store_kv writes them.
 struct HeadCache {
     KvLayerView layer;  // layer.k null: no store
