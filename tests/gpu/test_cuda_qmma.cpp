@@ -36,12 +36,19 @@ struct QuantMatrix {
     std::vector<double> half_weights;  // [rows x cols]
 };
 
-QuantMatrix make_matrix(TensorType type, int64_t rows, int64_t cols, uint32_t seed) {
+// row_scales: row r's weights are multiplied by row_scales[r % size] (none: all by 1).
+QuantMatrix make_matrix(TensorType type, int64_t rows, int64_t cols, uint32_t seed,
+                        const std::vector<float>& row_scales = {}) {
     QuantMatrix m{type, rows, cols, static_cast<size_t>(row_bytes(type_info(type), cols)), {}, {}};
     std::mt19937 rng(seed);
     std::normal_distribution<float> normal(0.0f, 0.05f);
     std::vector<float> w(static_cast<size_t>(rows * cols));
-    for (auto& x : w) x = normal(rng);
+    for (size_t i = 0; i < w.size(); ++i) {
+        const float factor = row_scales.empty()
+                                 ? 1.0f
+                                 : row_scales[static_cast<size_t>(i / cols) % row_scales.size()];
+        w[i] = normal(rng) * factor;
+    }
     m.packed.resize(rows * m.row_bytes);
     for (int64_t r = 0; r < rows; ++r) {
         uint8_t* dst = m.packed.data() + r * m.row_bytes;
@@ -252,6 +259,111 @@ TEST_P(QmmaGrouped, EachTileGoesThroughItsExpert) {
         expect_products(part, rows, a, first, m, e * rows, rows, tokens[e],
                         "expert " + std::to_string(e));
         first += tokens[e];
+    }
+
+    // The same tiles reading their rows through an index (x_rows / x_row_divisor, as a MoE's
+    // sorted pairs read their tokens' rows): within each expert's rows the order is reversed, so
+    // sorted row t reads x's row mirror(t), and its sums are, bit for bit, those row mirror(t) got
+    // above (a token's sums do not depend on its place in the tile). The index holds 3 row + 1,
+    // read with a divisor of 3.
+    std::vector<int64_t> mirror(static_cast<size_t>(n));
+    for (int64_t e = 0, begin = 0; e < experts; begin += tokens[e], ++e) {
+        for (int64_t i = 0; i < tokens[e]; ++i) {
+            mirror[static_cast<size_t>(begin + i)] = begin + tokens[e] - 1 - i;
+        }
+    }
+    std::vector<int32_t> index(static_cast<size_t>(n));
+    for (int64_t t = 0; t < n; ++t) {
+        index[static_cast<size_t>(t)] =
+            static_cast<int32_t>(3 * mirror[static_cast<size_t>(t)] + 1);
+    }
+    DeviceBuffer index_dev(index.size() * sizeof(int32_t));
+    DeviceBuffer y2(static_cast<size_t>(n * rows) * sizeof(float));
+    CUDA_OK(cudaMemcpy(index_dev.ptr, index.data(), index.size() * sizeof(int32_t),
+                       cudaMemcpyHostToDevice));
+    QmmaOperands indexed = op;
+    indexed.x_rows = index_dev.as<int32_t>();
+    indexed.x_row_divisor = 3;
+    indexed.y = y2.as<float>();
+    qmma_gemm_grouped(expert0, rows * m.row_bytes, indexed, tiles_dev.as<QmmaTile>(),
+                      static_cast<int>(tiles.size()), nullptr);
+    CUDA_OK(cudaGetLastError());
+    CUDA_OK(cudaDeviceSynchronize());
+    std::vector<float> out2(out.size());
+    CUDA_OK(cudaMemcpy(out2.data(), y2.ptr, out2.size() * sizeof(float), cudaMemcpyDeviceToHost));
+    for (int64_t t = 0; t < n; ++t) {
+        for (int64_t r = 0; r < rows; ++r) {
+            ASSERT_EQ(out2[static_cast<size_t>(t * rows + r)],
+                      out[static_cast<size_t>(mirror[static_cast<size_t>(t)] * rows + r)])
+                << "indexed: sorted row " << t << ", output " << r;
+        }
+    }
+}
+
+// Each MXFP4 weight reaches the tensor cores as the CPU's dequantization rounded to f16, bit for
+// bit: token t is the unit vector of column t, so y[t][r] is weight (r, t) times 1, exactly. The
+// rows' scales span both ends of the kernel's f16 scaling (block exponents 89..128) and past
+// them (its f32 path): 2^-16 gives f16 subnormal weights, 2^-30 subnormal f16 scales (weights
+// that round to zero), 2^-36 exponents below 89, 2^6 the largest f16 scale (2^15), 2^7 and 2^9
+// exponents above 128.
+TEST(QmmaGroupedMXFP4, WeightsAreTheCpusRoundedToHalf) {
+    if (!has_device()) GTEST_SKIP() << "no CUDA device";
+    for (const int64_t cols : {int64_t{96}, int64_t{384}, int64_t{2880}}) {
+        const int64_t rows = 70;
+        const std::vector<float> row_scales = {1.0f,
+                                               std::ldexp(1.0f, -16),
+                                               std::ldexp(1.0f, -30),
+                                               std::ldexp(1.0f, -36),
+                                               std::ldexp(1.0f, 6),
+                                               std::ldexp(1.0f, 7),
+                                               std::ldexp(1.0f, 9)};
+        const QuantMatrix m = make_matrix(TensorType::MXFP4, rows, cols, 31, row_scales);
+        const int64_t n = cols;
+        std::vector<float> one_hot(static_cast<size_t>(n * cols), 0.0f);
+        for (int64_t t = 0; t < n; ++t) one_hot[static_cast<size_t>(t * cols + t)] = 1.0f;
+        DeviceBuffer x(one_hot.size() * sizeof(float)), half(one_hot.size() * sizeof(__half));
+        DeviceBuffer unscale(sizeof(float)), row_max(static_cast<size_t>(n) * sizeof(float));
+        CUDA_OK(cudaMemcpy(x.ptr, one_hot.data(), one_hot.size() * sizeof(float),
+                           cudaMemcpyHostToDevice));
+        to_scaled_half(x.as<float>(), n, cols, cols, half.as<__half>(), row_max.as<float>(),
+                       unscale.as<float>(), nullptr);
+        std::vector<QmmaTile> tiles;
+        for (int64_t t = 0; t < n; t += kQmmaTileTokens) {
+            tiles.push_back(
+                QmmaTile{0, static_cast<int32_t>(t),
+                         static_cast<int32_t>(std::min<int64_t>(kQmmaTileTokens, n - t)), 0});
+        }
+        DeviceBuffer data(m.packed.size()), tiles_dev(tiles.size() * sizeof(QmmaTile));
+        DeviceBuffer y(static_cast<size_t>(n * rows) * sizeof(float));
+        CUDA_OK(cudaMemcpy(data.ptr, m.packed.data(), m.packed.size(), cudaMemcpyHostToDevice));
+        CUDA_OK(cudaMemcpy(tiles_dev.ptr, tiles.data(), tiles.size() * sizeof(QmmaTile),
+                           cudaMemcpyHostToDevice));
+        const DeviceMatrix expert0{TensorType::MXFP4, data.ptr, rows, cols, m.row_bytes};
+        const QmmaOperands op{.x = half.as<__half>(),
+                              .ldx = cols,
+                              .y = y.as<float>(),
+                              .ldy = rows,
+                              .alpha = unscale.as<float>()};
+        qmma_gemm_grouped(expert0, rows * m.row_bytes, op, tiles_dev.as<QmmaTile>(),
+                          static_cast<int>(tiles.size()), nullptr);
+        CUDA_OK(cudaGetLastError());
+        CUDA_OK(cudaDeviceSynchronize());
+        std::vector<float> out(static_cast<size_t>(n * rows));
+        CUDA_OK(cudaMemcpy(out.data(), y.ptr, out.size() * sizeof(float), cudaMemcpyDeviceToHost));
+        int64_t tiny_nonzero = 0, large = 0;
+        for (int64_t t = 0; t < n; ++t) {
+            for (int64_t r = 0; r < rows; ++r) {
+                const double want = m.half_weights[static_cast<size_t>(r * cols + t)];
+                ASSERT_EQ(static_cast<double>(out[static_cast<size_t>(t * rows + r)]), want)
+                    << cols << " wide: row " << r << " (scale " << row_scales[r % row_scales.size()]
+                    << "), column " << t;
+                if (want != 0 && std::abs(want) < std::ldexp(1.0, -14)) ++tiny_nonzero;
+                if (std::abs(want) > 64) ++large;
+            }
+        }
+        // The extremes were reached: f16 subnormal weights and weights past 2^6.
+        EXPECT_GT(tiny_nonzero, 0) << cols;
+        EXPECT_GT(large, 0) << cols;
     }
 }
 

@@ -17,6 +17,7 @@
 #include "engine/model/cuda/cuda_check.cuh"
 #include "engine/model/cuda/flash_attention.cuh"
 #include "engine/model/cuda/kv_rows.cuh"
+#include "engine/model/cuda/launch.cuh"
 #include "engine/model/cuda/layer_kernels.cuh"
 #include "engine/model/cuda/reduce.cuh"
 #include "engine/model/forward.h"
@@ -92,6 +93,7 @@ __device__ inline void load_slice(const uint8_t* row, int64_t base, int64_t widt
 __global__ void store_kv_kernel(KvLayerView layer, int64_t k_row_bytes, int64_t v_row_bytes,
                                 const float* k, const float* v, const int64_t* pos0_at,
                                 TokenRows tokens) {
+    await_previous_grid();
     const int64_t t = blockIdx.x;
     const bool is_v = blockIdx.y == 1;
     const int64_t width = is_v ? layer.v_width : layer.k_width;
@@ -319,6 +321,7 @@ __global__ void __launch_bounds__(32 * kWarps, 2)
     attend_partial_kernel(AttendShape shape, KvLayerView layer, int64_t k_row_bytes,
                           int64_t v_row_bytes, const float* q, const int64_t* pos0_at,
                           TokenRows tokens, int64_t chunks, float* partials, float* out) {
+    await_previous_grid();
     __shared__ WarpRecords warps;
     bool wrote = false;
     for (int64_t chunk = blockIdx.x; chunk < chunks; chunk += gridDim.x) {
@@ -354,6 +357,7 @@ constexpr int kMergeWarps = 8;
 __global__ void __launch_bounds__(32 * kMergeWarps)
     attend_merge_kernel(AttendShape shape, const float* partials, const int64_t* pos0_at,
                         TokenRows tokens, int64_t chunks, float* out) {
+    await_previous_grid();
     const int64_t head = blockIdx.x;
     const int64_t t = blockIdx.y;
     const Visible vis = visible_of(position_of(pos0_at, tokens, t), shape.window);
@@ -367,8 +371,8 @@ __global__ void __launch_bounds__(32 * kMergeWarps)
 void launch_merge(const AttendShape& shape, const float* partials, const int64_t* pos0, int64_t n,
                   int64_t chunks, float* out, cudaStream_t stream, const TokenRows& tokens = {}) {
     const dim3 grid(static_cast<unsigned>(shape.n_head), static_cast<unsigned>(n));
-    attend_merge_kernel<<<grid, 32 * kMergeWarps, 0, stream>>>(shape, partials, pos0, tokens,
-                                                               chunks, out);
+    launch_kernel(attend_merge_kernel, grid, 32 * kMergeWarps, 0, stream, shape, partials, pos0,
+                  tokens, chunks, out);
     check_launch("attend_merge");
 }
 
@@ -422,6 +426,7 @@ __global__ void attend_tiled_kernel(AttendShape shape, KvLayerView layer, int64_
                                     int64_t v_row_bytes, const float* q, const int64_t* pos0_at,
                                     int64_t n, int64_t tokens_per_block, int64_t chunks,
                                     float* partials) {
+    await_previous_grid();
     constexpr int kTile = P >= 8 ? 16 : 32;  // positions a tile holds: 32 KiB of f32 rows at most
     // Heads up to 128: lane r scores position r of the tile on its own (one softmax step a tile,
     // two warp reductions instead of one per position); the key rows padded by a float so the
@@ -524,8 +529,8 @@ void launch_attend_tiled(const AttendShape& shape, const KvLayerView& layer, con
                         : widest <= 64  ? attend_tiled_kernel<T, 2>
                         : widest <= 128 ? attend_tiled_kernel<T, 4>
                                         : attend_tiled_kernel<T, 8>;
-    kernel<<<grid, static_cast<unsigned>(32 * warps), 0, stream>>>(
-        shape, layer, k_row_bytes, v_row_bytes, q, pos0, n, tokens_per_block, chunks, partials);
+    launch_kernel(kernel, grid, static_cast<unsigned>(32 * warps), 0, stream, shape, layer,
+                  k_row_bytes, v_row_bytes, q, pos0, n, tokens_per_block, chunks, partials);
     check_launch("attend_tiled");
 }
 
@@ -558,8 +563,8 @@ void launch_attend(const AttendShape& shape, const KvLayerView& layer, const flo
                         : widest <= 64  ? attend_partial_kernel<T, 2, kUnroll>
                         : widest <= 128 ? attend_partial_kernel<T, 4, kUnroll>
                                         : attend_partial_kernel<T, 8, kUnroll>;
-    kernel<<<grid, 32 * kWarps, 0, stream>>>(shape, layer, k_row_bytes, v_row_bytes, q, pos0,
-                                             tokens, chunks, partials, out);
+    launch_kernel(kernel, grid, 32 * kWarps, 0, stream, shape, layer, k_row_bytes, v_row_bytes, q,
+                  pos0, tokens, chunks, partials, out);
     check_launch("attend_partial");
     if (!shape.merge_counters) launch_merge(shape, partials, pos0, n, chunks, out, stream, tokens);
 }
@@ -581,8 +586,8 @@ void store_kv(const KvLayerView& layer, const float* k, const float* v, const in
     if (n <= 0) return;
     const int64_t k_row_bytes = kv_row_bytes(layer.type, layer.k_width);
     const int64_t v_row_bytes = kv_row_bytes(layer.type, layer.v_width);
-    store_kv_kernel<<<dim3(static_cast<unsigned>(n), 2), 256, 0, stream>>>(
-        layer, k_row_bytes, v_row_bytes, k, v, pos0, tokens);
+    launch_kernel(store_kv_kernel, dim3(static_cast<unsigned>(n), 2), 256, 0, stream, layer,
+                  k_row_bytes, v_row_bytes, k, v, pos0, tokens);
     check_launch("store_kv");
 }
 

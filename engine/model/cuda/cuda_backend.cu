@@ -438,13 +438,15 @@ private:
             const int slots = moe_tile_slots(l, n);
             if (slots > b.max_tiles) throw std::logic_error("MoE: more tiles than sized");
             moe_group_pairs(l, b.chosen, n, b.order, b.position, b.tiles, stream());
-            moe_gather(xn, b.order, l.n_used, pairs, l.n_embd, b.xg, stream());
-            sorted_rows_to_half(b.xg, pairs, l.n_embd);  // once for up and gate
-            grouped_product(l.up, l.n_expert, b.up, slots);
-            grouped_product(l.gate, l.n_expert, b.hidden, slots);
+            // The tokens' rows once (for up and gate), each sorted pair reading its token's: the
+            // scale is that of the gathered rows (the same rows, each n_used times), the bits too.
+            rows_to_half(xn, n, l.n_embd);
+            const SortedRows by_token{b.order, static_cast<int32_t>(l.n_used)};
+            grouped_product(l.up, l.n_expert, b.up, slots, by_token);
+            grouped_product(l.gate, l.n_expert, b.hidden, slots, by_token);
             moe_sorted_activation(l, b.hidden, b.up, b.order, b.chosen, pairs, stream());
-            sorted_rows_to_half(b.hidden, pairs, l.n_ff);
-            grouped_product(l.down, l.n_expert, b.down, slots);
+            rows_to_half(b.hidden, pairs, l.n_ff);
+            grouped_product(l.down, l.n_expert, b.down, slots, SortedRows{});
             moe_combine(l, b.down, b.position, b.chosen, b.weight, n, x, stream());
             return;
         }
@@ -504,21 +506,31 @@ private:
         return true;
     }
 
-    // The sorted rows `in` [rows x cols] to f16 in the MoE buffers, scaled by one power of two
-    // for all of them (half_inputs.cuh).
-    void sorted_rows_to_half(const float* in, int64_t rows, int64_t cols) {
+    // Rows `in` [rows x cols] to f16 in the MoE buffers, scaled by one power of two for all of
+    // them (half_inputs.cuh).
+    void rows_to_half(const float* in, int64_t rows, int64_t cols) {
         MoeBuffers& b = gpu_.moe;
         to_scaled_half(in, rows, cols, cols, b.half_rows, b.half_scale + 1, b.half_scale, stream());
     }
 
-    // out [rows x stacked's expert rows] = the sorted rows (sorted_rows_to_half) through their
-    // experts (the uploaded tiles).
-    void grouped_product(const DeviceMatrix& stacked, int64_t n_expert, float* out, int n_tiles) {
+    // Where a grouped product's sorted row t finds its activations: row order[t] / divisor of
+    // the f16 rows (order null: row t).
+    struct SortedRows {
+        const int32_t* order = nullptr;
+        int32_t divisor = 1;
+    };
+
+    // out [rows x stacked's expert rows] = the sorted rows (rows_to_half's, as `rows` finds
+    // them) through their experts (the tiles of moe_group_pairs).
+    void grouped_product(const DeviceMatrix& stacked, int64_t n_expert, float* out, int n_tiles,
+                         const SortedRows& rows) {
         MoeBuffers& b = gpu_.moe;
         DeviceMatrix expert0 = stacked;
         expert0.rows = stacked.rows / n_expert;
         const QmmaOperands op{.x = b.half_rows,
                               .ldx = stacked.cols,
+                              .x_rows = rows.order,
+                              .x_row_divisor = rows.divisor,
                               .y = out,
                               .ldy = expert0.rows,
                               .alpha = b.half_scale};

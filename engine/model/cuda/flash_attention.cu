@@ -25,6 +25,7 @@
 
 #include "engine/model/cuda/cuda_check.cuh"
 #include "engine/model/cuda/flash_attention.cuh"
+#include "engine/model/cuda/launch.cuh"
 
 namespace ember::cuda {
 
@@ -145,6 +146,7 @@ __device__ __forceinline__ void load_tile(const FlashArgs& a, int64_t kv_head, i
 
 template <int D>
 __global__ void __launch_bounds__(kThreads) flash_prefill_kernel(const FlashArgs a) {
+    await_previous_grid();
     extern __shared__ uint4 shared_raw[];
     auto* shared = reinterpret_cast<__half*>(shared_raw);
     constexpr int kStageHalves = kTileN * row_halves<D>();
@@ -372,7 +374,7 @@ void launch(const FlashArgs& args, cudaStream_t stream) {
     const dim3 grid(static_cast<unsigned>((rows + kTileM - 1) / kTileM),
                     static_cast<unsigned>(args.layer.k_width / D),
                     static_cast<unsigned>(args.partials != nullptr ? args.chunks : 1));
-    kernel<<<grid, kThreads, bytes, stream>>>(args);
+    launch_kernel(kernel, grid, kThreads, bytes, stream, args);
     check_launch("flash_prefill_kernel");
 }
 

@@ -4,6 +4,7 @@
 
 #include "engine/model/cuda/cuda_check.cuh"
 #include "engine/model/cuda/half_inputs.cuh"
+#include "engine/model/cuda/launch.cuh"
 #include "engine/model/cuda/reduce.cuh"
 
 namespace ember::cuda {
@@ -16,6 +17,7 @@ constexpr int kPerThread = 8;  // elements a thread converts: two 16-byte loads,
 // Block r: row_max[r] = max |x[r][k]| (NaN counts as infinite).
 __global__ void __launch_bounds__(kThreads)
     row_max_kernel(const float* x, int64_t cols, int64_t ldx, float* row_max) {
+    await_previous_grid();
     const float* row = x + static_cast<int64_t>(blockIdx.x) * ldx;  // [cols]
     float top = 0.0f;
     for (int64_t k = threadIdx.x * 4; k < cols; k += kThreads * 4) {
@@ -62,6 +64,7 @@ __device__ int batch_exponent(const float* row_max, int64_t n) {
 __global__ void __launch_bounds__(kThreads)
     scale_rows_kernel(const float* x, int64_t n, int64_t cols, int64_t ldx, const float* row_max,
                       __half* out, float* unscale) {
+    await_previous_grid();
     const int e = batch_exponent(row_max, n);
     const float scale = ldexpf(1.0f, e);
     if (blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0) *unscale = ldexpf(1.0f, -e);
@@ -88,12 +91,13 @@ void to_scaled_half(const float* x, int64_t n, int64_t cols, int64_t ldx, __half
         throw std::invalid_argument("to_scaled_half: rows of " + std::to_string(cols) + " (ldx " +
                                     std::to_string(ldx) + ") not in whole aligned vectors");
     }
-    row_max_kernel<<<static_cast<unsigned>(n), kThreads, 0, stream>>>(x, cols, ldx, row_max);
+    launch_kernel(row_max_kernel, static_cast<unsigned>(n), kThreads, 0, stream, x, cols, ldx,
+                  row_max);
     check_launch("row_max_kernel");
     const auto pieces =
         static_cast<unsigned>((cols + kThreads * kPerThread - 1) / (kThreads * kPerThread));
-    scale_rows_kernel<<<dim3(static_cast<unsigned>(n), pieces), kThreads, 0, stream>>>(
-        x, n, cols, ldx, row_max, out, unscale);
+    launch_kernel(scale_rows_kernel, dim3(static_cast<unsigned>(n), pieces), kThreads, 0, stream, x,
+                  n, cols, ldx, row_max, out, unscale);
     check_launch("scale_rows_kernel");
 }
 

@@ -7,6 +7,7 @@
 #include "engine/model/cuda/activations.cuh"
 #include "engine/model/cuda/cuda_check.cuh"
 #include "engine/model/cuda/kv_rows.cuh"
+#include "engine/model/cuda/launch.cuh"
 #include "engine/model/cuda/layer_kernels.cuh"
 #include "engine/model/cuda/reduce.cuh"
 
@@ -31,6 +32,7 @@ unsigned blocks_for(int64_t n, int threads) {
 // users own).
 __global__ void add_rms_norm_rows_kernel(float* x, const float* delta, const float* weight,
                                          float* out, int64_t width, float eps) {
+    await_previous_grid();
     float* row = x + blockIdx.x * width;  // [width]
     const float* add = delta ? delta + blockIdx.x * width : nullptr;
     float* dst = out + blockIdx.x * width;
@@ -59,6 +61,7 @@ template <int kPerThread>
 __global__ void __launch_bounds__(kHeldThreads)
     add_rms_norm_held_kernel(float* x, const float* delta, const float* weight, float* out,
                              int64_t width, float eps) {
+    await_previous_grid();
     float* row = x + blockIdx.x * width;  // [width]
     const float* add = delta ? delta + blockIdx.x * width : nullptr;
     float v[kPerThread];
@@ -89,28 +92,33 @@ __global__ void __launch_bounds__(kHeldThreads)
 }
 
 __global__ void add_kernel(float* y, const float* x, int64_t n) {
+    await_previous_grid();
     const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
     if (i < n) y[i] += x[i];
 }
 
 __global__ void add_bias_rows_kernel(float* y, const float* bias, int64_t n, int64_t width) {
+    await_previous_grid();
     const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
     if (i < n) y[i] += bias[i % width];
 }
 
 template <GatedActivation A>
 __global__ void gated_activation_kernel(float* gate, const float* up, int64_t n) {
+    await_previous_grid();
     const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
     if (i < n) gate[i] = gate_activation<A>(gate[i], up[i]);
 }
 
 __global__ void sigmoid_gate_kernel(float* x, const float* gate, int64_t n) {
+    await_previous_grid();
     const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
     if (i < n) x[i] *= 1.0f / (1.0f + expf(-gate[i]));
 }
 
 __global__ void split_query_gate_kernel(const float* q_proj, float* q, float* gate, int64_t n,
                                         int64_t head_dim) {
+    await_previous_grid();
     // i indexes q [n x n_head*head_dim]; its source is head h of token t's [query | gate] pair.
     const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
     if (i >= n) return;
@@ -121,6 +129,7 @@ __global__ void split_query_gate_kernel(const float* q_proj, float* q, float* ga
 }
 
 __global__ void soft_cap_kernel(float* x, int64_t n, float cap) {
+    await_previous_grid();
     const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
     if (i < n) x[i] = cap * tanhf(x[i] / cap);
 }
@@ -142,6 +151,7 @@ __global__ void norm_rope_heads_kernel(HeadShape shape, float* q, float* k, cons
                                        const float* k_norm, const double* inv_freq,
                                        double freq_scale, const int64_t* pos0_at, TokenRows tokens,
                                        HeadBiases biases, HeadCache cache) {
+    await_previous_grid();
     const int64_t t = blockIdx.y;
     const int64_t token_position = position_of(pos0_at, tokens, t);
     const bool storing = cache.layer.k != nullptr;
@@ -213,7 +223,7 @@ template <class Kernel, class... Args>
 void launch_elements(Kernel kernel, const char* name, int64_t n, cudaStream_t stream,
                      Args... args) {
     if (n <= 0) return;
-    kernel<<<blocks_for(n, kElementThreads), kElementThreads, 0, stream>>>(args...);
+    launch_kernel(kernel, blocks_for(n, kElementThreads), kElementThreads, 0, stream, args...);
     check_launch(name);
 }
 
@@ -225,20 +235,20 @@ void add_rms_norm_rows(float* x, const float* delta, const float* weight, float*
     const auto grid = static_cast<unsigned>(rows);
     const int64_t per_thread = (width + kHeldThreads - 1) / kHeldThreads;
     if (per_thread <= 1) {
-        add_rms_norm_held_kernel<1>
-            <<<grid, kHeldThreads, 0, stream>>>(x, delta, weight, out, width, eps);
+        launch_kernel(add_rms_norm_held_kernel<1>, grid, kHeldThreads, 0, stream, x, delta, weight,
+                      out, width, eps);
     } else if (per_thread <= 2) {
-        add_rms_norm_held_kernel<2>
-            <<<grid, kHeldThreads, 0, stream>>>(x, delta, weight, out, width, eps);
+        launch_kernel(add_rms_norm_held_kernel<2>, grid, kHeldThreads, 0, stream, x, delta, weight,
+                      out, width, eps);
     } else if (per_thread <= 4) {
-        add_rms_norm_held_kernel<4>
-            <<<grid, kHeldThreads, 0, stream>>>(x, delta, weight, out, width, eps);
+        launch_kernel(add_rms_norm_held_kernel<4>, grid, kHeldThreads, 0, stream, x, delta, weight,
+                      out, width, eps);
     } else if (per_thread <= 8) {
-        add_rms_norm_held_kernel<8>
-            <<<grid, kHeldThreads, 0, stream>>>(x, delta, weight, out, width, eps);
+        launch_kernel(add_rms_norm_held_kernel<8>, grid, kHeldThreads, 0, stream, x, delta, weight,
+                      out, width, eps);
     } else {
-        add_rms_norm_rows_kernel<<<grid, kRowThreads, 0, stream>>>(x, delta, weight, out, width,
-                                                                   eps);
+        launch_kernel(add_rms_norm_rows_kernel, grid, kRowThreads, 0, stream, x, delta, weight, out,
+                      width, eps);
     }
     check_launch("add_rms_norm_rows");
 }
@@ -309,8 +319,8 @@ void norm_rope_heads(const HeadShape& shape, float* q, float* k, const float* q_
     const int64_t v_blocks = biases.v || cache ? shape.n_head_kv : 0;
     const dim3 grid(static_cast<unsigned>(shape.n_head + shape.n_head_kv + v_blocks),
                     static_cast<unsigned>(n));
-    norm_rope_heads_kernel<<<grid, kHeadThreads, 0, stream>>>(
-        shape, q, k, q_norm, k_norm, inv_freq, freq_scale, pos0, tokens, biases, store);
+    launch_kernel(norm_rope_heads_kernel, grid, kHeadThreads, 0, stream, shape, q, k, q_norm,
+                  k_norm, inv_freq, freq_scale, pos0, tokens, biases, store);
     check_launch("norm_rope_heads");
 }
 

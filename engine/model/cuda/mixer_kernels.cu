@@ -4,6 +4,7 @@
 #include <string>
 
 #include "engine/model/cuda/cuda_check.cuh"
+#include "engine/model/cuda/launch.cuh"
 #include "engine/model/cuda/mixer_kernels.cuh"
 #include "engine/model/cuda/reduce.cuh"
 
@@ -32,6 +33,7 @@ __device__ inline float softplus(float x) {
 }
 
 __global__ void conv_input_product_kernel(const float* proj, int64_t n, int64_t width, float* out) {
+    await_previous_grid();
     const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
     if (i >= n * width) return;
     const int64_t t = i / width, c = i % width;
@@ -48,6 +50,7 @@ __device__ inline float conv_ext(const CausalConv& conv, int64_t r, int64_t c) {
 
 // Thread per (token, channel): the taps in order k = 0..kernel-1, as the CPU sums them.
 __global__ void causal_conv_kernel(CausalConv conv, int64_t n, float* out) {
+    await_previous_grid();
     const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
     if (i >= n * conv.channels) return;
     const int64_t t = i / conv.channels, c = i % conv.channels;
@@ -61,6 +64,7 @@ __global__ void causal_conv_kernel(CausalConv conv, int64_t n, float* out) {
 // the extended input become the history. Row r takes ext row n + r; where that is still a
 // history row it lies above r, so ascending r reads it before any write reaches it.
 __global__ void conv_history_kernel(CausalConv conv, int64_t n) {
+    await_previous_grid();
     const int64_t c = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
     if (c >= conv.channels) return;
     for (int64_t r = 0; r < conv.kernel - 1; ++r) {
@@ -70,6 +74,7 @@ __global__ void conv_history_kernel(CausalConv conv, int64_t n) {
 
 __global__ void multiply_by_gate_kernel(float* y, int64_t width, const float* gate,
                                         int64_t gate_stride, int64_t n) {
+    await_previous_grid();
     const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
     if (i >= n * width) return;
     y[i] *= gate[(i / width) * gate_stride + i % width];
@@ -78,6 +83,7 @@ __global__ void multiply_by_gate_kernel(float* y, int64_t width, const float* ga
 // Warp per (token, q or k head): x / sqrt(sum x^2 + 1e-6) * scale. The block y index picks the
 // head: q heads first (scaled by 1/sqrt(k_dim)), then k heads.
 __global__ void l2_normalize_heads_kernel(DeltaShape shape, float* qkv) {
+    await_previous_grid();
     const int64_t t = blockIdx.x;
     const int64_t head = blockIdx.y;  // < 2 * n_k_heads
     float* x = qkv + t * shape.channels() + head * shape.k_dim;
@@ -91,6 +97,7 @@ __global__ void l2_normalize_heads_kernel(DeltaShape shape, float* qkv) {
 
 __global__ void delta_gates_kernel(int64_t n_v, float* decay, float* beta, const float* a,
                                    const float* dt_bias, int64_t n) {
+    await_previous_grid();
     const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
     if (i >= n * n_v) return;
     const int64_t h = i % n_v;
@@ -121,6 +128,7 @@ template <int R>
 __global__ void __launch_bounds__(kDeltaWarps* kWarp)
     delta_rule_kernel(DeltaShape shape, const float* qkv, const float* decay, const float* beta,
                       float* state, float* out, int64_t n) {
+    await_previous_grid();
     extern __shared__ float shared[];
     const int64_t dk = shape.k_dim, dv = shape.v_dim, nv = shape.n_v_heads;
     // Two of each, by token parity (delta_rule_shared_floats), so that a token's writes never
@@ -224,6 +232,7 @@ __global__ void __launch_bounds__(kDeltaWarps* kWarp)
 // Warp per row: the sum of squares in f32 in a fixed order, then x * inv * weight * silu(z).
 __global__ void gated_rms_norm_kernel(float* out, const float* z, const float* weight,
                                       int64_t width, float eps) {
+    await_previous_grid();
     float* x = out + blockIdx.x * width;
     const float* gate = z + blockIdx.x * width;
     float sum = 0.0f;
@@ -239,34 +248,34 @@ __global__ void gated_rms_norm_kernel(float* out, const float* z, const float* w
 
 void conv_input_product(const float* proj, int64_t n, int64_t width, float* out,
                         cudaStream_t stream) {
-    conv_input_product_kernel<<<blocks_for(n * width, kElementThreads), kElementThreads, 0,
-                                stream>>>(proj, n, width, out);
+    launch_kernel(conv_input_product_kernel, blocks_for(n * width, kElementThreads),
+                  kElementThreads, 0, stream, proj, n, width, out);
     check_launch("conv_input_product");
 }
 
 void causal_conv(const CausalConv& conv, int64_t n, float* out, cudaStream_t stream) {
-    causal_conv_kernel<<<blocks_for(n * conv.channels, kElementThreads), kElementThreads, 0,
-                         stream>>>(conv, n, out);
+    launch_kernel(causal_conv_kernel, blocks_for(n * conv.channels, kElementThreads),
+                  kElementThreads, 0, stream, conv, n, out);
     check_launch("causal_conv");
-    conv_history_kernel<<<blocks_for(conv.channels, kElementThreads), kElementThreads, 0, stream>>>(
-        conv, n);
+    launch_kernel(conv_history_kernel, blocks_for(conv.channels, kElementThreads), kElementThreads,
+                  0, stream, conv, n);
     check_launch("conv_history");
 }
 
 void multiply_by_gate(float* y, int64_t width, const float* gate, int64_t gate_stride, int64_t n,
                       cudaStream_t stream) {
-    multiply_by_gate_kernel<<<blocks_for(n * width, kElementThreads), kElementThreads, 0, stream>>>(
-        y, width, gate, gate_stride, n);
+    launch_kernel(multiply_by_gate_kernel, blocks_for(n * width, kElementThreads), kElementThreads,
+                  0, stream, y, width, gate, gate_stride, n);
     check_launch("multiply_by_gate");
 }
 
 void delta_prepare(const DeltaShape& shape, float* qkv, float* decay, float* beta, const float* a,
                    const float* dt_bias, int64_t n, cudaStream_t stream) {
     const dim3 heads(static_cast<unsigned>(n), static_cast<unsigned>(2 * shape.n_k_heads));
-    l2_normalize_heads_kernel<<<heads, kWarp, 0, stream>>>(shape, qkv);
+    launch_kernel(l2_normalize_heads_kernel, heads, kWarp, 0, stream, shape, qkv);
     check_launch("l2_normalize_heads");
-    delta_gates_kernel<<<blocks_for(n * shape.n_v_heads, kElementThreads), kElementThreads, 0,
-                         stream>>>(shape.n_v_heads, decay, beta, a, dt_bias, n);
+    launch_kernel(delta_gates_kernel, blocks_for(n * shape.n_v_heads, kElementThreads),
+                  kElementThreads, 0, stream, shape.n_v_heads, decay, beta, a, dt_bias, n);
     check_launch("delta_gates");
 }
 
@@ -279,20 +288,20 @@ void delta_rule(const DeltaShape& shape, const float* qkv, const float* decay, c
     // Rows per warp, rounded up to the next size compiled: k_dim 128 (Qwen3.5) holds 32.
     const int64_t rows = (shape.k_dim + kDeltaWarps - 1) / kDeltaWarps;
     if (rows <= 4) {
-        delta_rule_kernel<4>
-            <<<blocks, threads, shared, stream>>>(shape, qkv, decay, beta, state, out, n);
+        launch_kernel(delta_rule_kernel<4>, blocks, threads, shared, stream, shape, qkv, decay,
+                      beta, state, out, n);
     } else if (rows <= 8) {
-        delta_rule_kernel<8>
-            <<<blocks, threads, shared, stream>>>(shape, qkv, decay, beta, state, out, n);
+        launch_kernel(delta_rule_kernel<8>, blocks, threads, shared, stream, shape, qkv, decay,
+                      beta, state, out, n);
     } else if (rows <= 16) {
-        delta_rule_kernel<16>
-            <<<blocks, threads, shared, stream>>>(shape, qkv, decay, beta, state, out, n);
+        launch_kernel(delta_rule_kernel<16>, blocks, threads, shared, stream, shape, qkv, decay,
+                      beta, state, out, n);
     } else if (rows <= 32) {
-        delta_rule_kernel<32>
-            <<<blocks, threads, shared, stream>>>(shape, qkv, decay, beta, state, out, n);
+        launch_kernel(delta_rule_kernel<32>, blocks, threads, shared, stream, shape, qkv, decay,
+                      beta, state, out, n);
     } else if (rows <= 64) {
-        delta_rule_kernel<64>
-            <<<blocks, threads, shared, stream>>>(shape, qkv, decay, beta, state, out, n);
+        launch_kernel(delta_rule_kernel<64>, blocks, threads, shared, stream, shape, qkv, decay,
+                      beta, state, out, n);
     } else {
         throw std::runtime_error("CUDA delta rule: k_dim " + std::to_string(shape.k_dim) +
                                  " is over the 256 the kernel holds in registers");
@@ -302,8 +311,8 @@ void delta_rule(const DeltaShape& shape, const float* qkv, const float* decay, c
 
 void gated_rms_norm(float* out, const float* z, const float* weight, int64_t rows, int64_t width,
                     float eps, cudaStream_t stream) {
-    gated_rms_norm_kernel<<<static_cast<unsigned>(rows), kWarp, 0, stream>>>(out, z, weight, width,
-                                                                             eps);
+    launch_kernel(gated_rms_norm_kernel, static_cast<unsigned>(rows), kWarp, 0, stream, out, z,
+                  weight, width, eps);
     check_launch("gated_rms_norm");
 }
 

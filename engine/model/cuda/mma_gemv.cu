@@ -21,6 +21,7 @@
 #include <string>
 
 #include "engine/model/cuda/cuda_check.cuh"
+#include "engine/model/cuda/launch.cuh"
 #include "engine/model/cuda/mma_formats.cuh"
 #include "engine/model/cuda/mma_gemv.cuh"
 #include "engine/model/cuda/quant_blocks.cuh"
@@ -351,6 +352,7 @@ __device__ __forceinline__ void multiply_block(const GemvArgs& args,
 // warp loading two 256-element blocks before multiplying the first 5.24 / 7.12 / 10.0.
 template <class L, int NT, int W, int P>
 __global__ void __launch_bounds__(32 * W, 2) mma_gemv_kernel(const GemvArgs args) {
+    await_previous_grid();
     constexpr bool kStaged = NT == 1;
     const int lane = threadIdx.x & 31;
     const int warp = threadIdx.x >> 5;
@@ -418,7 +420,8 @@ void launch_tiles(GemvArgs& args, cudaStream_t stream) {
         EMBER_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                               static_cast<int>(staged_bytes)));
     }
-    kernel<<<static_cast<unsigned>(blocks), 32 * kMmaWarps, staged_bytes, stream>>>(args);
+    launch_kernel(kernel, static_cast<unsigned>(blocks), 32 * kMmaWarps, staged_bytes, stream,
+                  args);
 }
 
 template <class L>

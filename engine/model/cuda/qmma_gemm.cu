@@ -15,6 +15,7 @@
 #include <string>
 
 #include "engine/model/cuda/cuda_check.cuh"
+#include "engine/model/cuda/launch.cuh"
 #include "engine/model/cuda/mma_formats.cuh"
 #include "engine/model/cuda/qmma_gemm.cuh"
 #include "engine/model/cuda/quant_blocks.cuh"
@@ -45,6 +46,8 @@ struct QmmaParams {
     int64_t n = 0;  // tokens of the whole product (dense); rows of the scratch's planes
     const __half* x = nullptr;
     int64_t ldx = 0;
+    const int32_t* x_rows = nullptr;  // grouped: row t's activations at x_rows[t] / divisor
+    int32_t x_row_divisor = 1;
     float* y = nullptr;
     int64_t ldy = 0;
     const float* alpha = nullptr;
@@ -110,68 +113,168 @@ __device__ __forceinline__ void dequantize_four(uint32_t word, float scale, floa
 // MXFP4 (17-byte blocks of 32 elements at any alignment; gpt-oss's experts): B blocks a chunk
 // (widths of 2,880 are 90 blocks, not whole 256s), one scale group each, two k-steps. Lane t
 // takes elements 8t .. 8t + 7 of a block (element(g, h, t) as Q4_K's): the low nibbles (t < 2)
-// or the high ones (t >= 2) of qs[8 (t % 2) .. + 7], kept as codes + 12 (FmtMXFP4::codes), so
-// that scale * (byte - 12) is the value dequantize_rows_half rounds.
+// or the high ones (t >= 2) of qs[8 (t % 2) .. + 7].
+//
+// The weights go to f16 without f32 arithmetic (half_fragments): an e2m1 code's bits, placed in
+// an f16's exponent and mantissa, are that f16 times 2^14 exactly (e2m1_as_half), so one f16
+// multiply by 2^(e - 113) gives code * 2^(e - 127), rounded once as IEEE rounds: the value
+// dequantize_rows_half rounds from f32 (scale 2^(e - 128) times the doubled code, exact in f32).
+// That needs 2^(e - 113) to be an f16 (normal or subnormal), e in [89, 128], where trained
+// weights' scales lie; a row's block outside it takes the f32 path (dequantize_four). Per four
+// weights: ~11 integer and f16 instructions, against ~28 for codes, f32 values and rounding,
+// which bounded this product (gpt-oss-20b prefill on an H200, 2.06 instructions a cycle an SM
+// with 3 warps a scheduler: latency between dependent ALU instructions, not the tensor cores).
 template <int B>
 struct QmmaMXFP4 {
     static constexpr int kGroups = B, kSteps = 2, kBias = 12;
     static constexpr int kChunk = 32 * B;
     static constexpr size_t kChunkBytes = sizeof(BlockMXFP4) * B;
+    static constexpr bool kHalfFragments = true;
+    struct Scales {};  // none held apart: half_fragments reads e from Raw
     struct Raw {
-        uint32_t codes[B][2];  // [block][k-step]: 4 elements each
+        uint32_t qs[B][2];  // [block][k-step]: the 4 bytes holding its 4 elements' nibbles
         uint32_t e[B];
     };
-    // 8 bytes at p (any alignment) from the aligned words covering them (no word past them).
-    static __device__ __forceinline__ uint2 load8(const uint8_t* p) {
-        const uintptr_t a = reinterpret_cast<uintptr_t>(p);
-        const auto* word = reinterpret_cast<const uint32_t*>(a & ~uintptr_t{3});
-        const uint32_t shift = 8 * static_cast<uint32_t>(a & 3);
-        const uint32_t w0 = __ldg(word), w1 = __ldg(word + 1);
-        const uint32_t w2 = shift == 0 ? w1 : __ldg(word + 2);
-        return make_uint2(__funnelshift_r(w0, w1, shift), __funnelshift_r(w1, w2, shift));
-    }
-    static __device__ __forceinline__ Raw load(const uint8_t* chunk, int t) {
-        Raw raw;
-        const int nibble = 4 * (t >> 1);
+    // A chunk's bytes as loaded: lane t's 8 bytes of block j are bytes 4 (j + shift) % 4 .. of
+    // the aligned words w[j][0..2] (no word past them: w[j][2] is not read where the 8 bytes end
+    // on a word). The bytes are put in place (finish) only after the chunk before multiplies:
+    // shifting them where they are loaded made each warp wait for the loads right there (ptxas
+    // placed the funnel shifts beside the loads), and the next chunk's loads no longer
+    // overlapped this one's products (Nsight Compute: 2.0 of the 5.4 cycles between a warp's
+    // instructions waiting on global loads, on an H200).
+    struct Loaded {
+        uint32_t w[B][3];
+        uint32_t e[B];
+        uint32_t shift;  // block 0's byte offset in its first word
+    };
+    static __device__ __forceinline__ Loaded fetch(const uint8_t* chunk, int t) {
+        static_assert(sizeof(BlockMXFP4) % 4 == 1, "MXFP4: block j's bytes move j bytes a word");
+        Loaded loaded;
+        const uintptr_t first =
+            reinterpret_cast<uintptr_t>(chunk + offsetof(BlockMXFP4, qs) + 8 * (t & 1));
+        loaded.shift = static_cast<uint32_t>(first & 3);
 #pragma unroll
         for (int j = 0; j < B; ++j) {
             const uint8_t* block = chunk + sizeof(BlockMXFP4) * j;
-            raw.e[j] = __ldg(block + offsetof(BlockMXFP4, e));
-            const uint2 qs = load8(block + offsetof(BlockMXFP4, qs) + 8 * (t & 1));
-            raw.codes[j][0] = FmtMXFP4::codes((qs.x >> nibble) & 0x0f0f0f0fu);
-            raw.codes[j][1] = FmtMXFP4::codes((qs.y >> nibble) & 0x0f0f0f0fu);
+            loaded.e[j] = __ldg(block + offsetof(BlockMXFP4, e));
+            const uintptr_t a = first + sizeof(BlockMXFP4) * j;
+            const auto* word = reinterpret_cast<const uint32_t*>(a & ~uintptr_t{3});
+            loaded.w[j][0] = __ldg(word);
+            loaded.w[j][1] = __ldg(word + 1);
+            loaded.w[j][2] = (a & 3) == 0 ? 0u : __ldg(word + 2);
+        }
+        return loaded;
+    }
+    static __device__ __forceinline__ Raw finish(const Loaded& loaded) {
+        Raw raw;
+#pragma unroll
+        for (int j = 0; j < B; ++j) {
+            const uint32_t bits = 8 * ((loaded.shift + j) & 3);
+            raw.qs[j][0] = __funnelshift_r(loaded.w[j][0], loaded.w[j][1], bits);
+            raw.qs[j][1] = __funnelshift_r(loaded.w[j][1], loaded.w[j][2], bits);
+            raw.e[j] = loaded.e[j];
         }
         return raw;
     }
     static __device__ __forceinline__ int element(int group, int h, int t) {
         return 32 * group + 8 * t + 4 * h;
     }
-    static __device__ __forceinline__ uint32_t quants(const Raw& raw, int group, int h) {
-        return raw.codes[group][h];
+    // Four nibbles (one per byte) as the high bytes of their f16s times 2^14: magnitude bits
+    // e1 e0 m to the exponent's low two bits and the mantissa's top bit (byte bits 3..1), the
+    // sign to bit 7 unless the magnitude is 0 (the code -0 is +0.0, as kMXFP4Values has it:
+    // magnitude + 0x7f carries into bit 7 exactly when the magnitude is not 0).
+    static __device__ __forceinline__ uint32_t e2m1_as_half(uint32_t nibbles) {
+        static_assert(kMXFP4Values[8] == 0 && kMXFP4Values[1] == 1 && kMXFP4Values[7] == 12,
+                      "MXFP4: e2m1 codes, doubled");
+        const uint32_t magnitude = (nibbles << 1) & 0x0e0e0e0eu;
+        const uint32_t sign = (nibbles << 4) & 0x80808080u;
+        return magnitude | (sign & (magnitude + 0x7f7f7f7fu));
     }
-    struct Scales {};
-    static __device__ __forceinline__ Scales own_scales(const Raw&, int) {
-        return {};
-    }
-    static __device__ __forceinline__ void scale(const Raw& raw, const Scales&, int group, int,
-                                                 float& scale, float& offset) {
-        scale = FmtMXFP4::scale(raw.e[group]);
-        offset = 0.0f;
+    // Lane t's k-step halves of block `group` of one row: f16 pairs (w0, w1), (w2, w3) of each
+    // step, as dequantize_rows_half rounds them.
+    static __device__ __forceinline__ void half_fragments(const Raw& raw, int group, int t,
+                                                          uint32_t (&p01)[kSteps],
+                                                          uint32_t (&p23)[kSteps]) {
+        const uint32_t e = raw.e[group];
+        const int nibble = 4 * (t >> 1);
+        if (e - 89u <= 39u) {
+            // 2^(e - 113) as f16 bits: normal from e = 99 (exponent field e - 98), else subnormal.
+            const uint32_t bits = e >= 99 ? (e - 98) << 10 : 1u << (e - 89);
+            const __half2 scale =
+                __halves2half2(__ushort_as_half(static_cast<unsigned short>(bits)),
+                               __ushort_as_half(static_cast<unsigned short>(bits)));
+#pragma unroll
+            for (int h = 0; h < kSteps; ++h) {
+                const uint32_t high = e2m1_as_half(raw.qs[group][h] >> nibble);
+                const uint32_t pairs[2] = {__byte_perm(high, 0u, 0x1404u),
+                                           __byte_perm(high, 0u, 0x3424u)};
+                uint32_t products[2];
+#pragma unroll
+                for (int i = 0; i < 2; ++i) {
+                    const __half2 value =
+                        __hmul2(*reinterpret_cast<const __half2*>(&pairs[i]), scale);
+                    products[i] = *reinterpret_cast<const uint32_t*>(&value);
+                }
+                p01[h] = products[0];
+                p23[h] = products[1];
+            }
+        } else {
+            const float scale = FmtMXFP4::scale(e);
+#pragma unroll
+            for (int h = 0; h < kSteps; ++h) {
+                const uint32_t codes = FmtMXFP4::codes((raw.qs[group][h] >> nibble) & 0x0f0f0f0fu);
+                dequantize_four<kBias>(codes, scale, -0.0f, p01[h], p23[h]);
+            }
+        }
     }
 };
 
-// Copies chunk `block` (L::kChunk elements) of the tile's tokens into `stage` (rows past the
-// tile's last token repeat it; their sums are not stored).
+// Whether a layout makes its f16 A fragments itself (QmmaMXFP4) rather than through per-group
+// f32 scales (the K-quants of mma_formats.cuh).
+template <class L>
+__host__ __device__ constexpr bool has_half_fragments() {
+    if constexpr (requires { L::kHalfFragments; }) {
+        return L::kHalfFragments;
+    } else {
+        return false;
+    }
+}
+
+// How a layout's rows are loaded for the next chunk: straight into its Raw (load), or, where it
+// has a Loaded form (QmmaMXFP4), as loaded words put in place after the chunk before multiplies.
+template <class L>
+struct RowFetch {
+    using Type = typename L::Raw;
+    static __device__ __forceinline__ Type load(const uint8_t* chunk, int t) {
+        return L::load(chunk, t);
+    }
+    static __device__ __forceinline__ const typename L::Raw& finish(const Type& raw) { return raw; }
+};
+template <class L>
+requires requires {
+    typename L::Loaded;
+}
+struct RowFetch<L> {
+    using Type = typename L::Loaded;
+    static __device__ __forceinline__ Type load(const uint8_t* chunk, int t) {
+        return L::fetch(chunk, t);
+    }
+    static __device__ __forceinline__ typename L::Raw finish(const Type& loaded) {
+        return L::finish(loaded);
+    }
+};
+
+// Copies chunk `block` (L::kChunk elements) of the tile's tokens into `stage` from their rows
+// of x (x_row: each tile row's first element in x; rows past the tile's last token repeat it,
+// their sums are not stored).
 template <class L, int NT>
-__device__ __forceinline__ void stage_x(unsigned char* stage, const QmmaParams& p, int64_t tok0,
-                                        int count, int block) {
+__device__ __forceinline__ void stage_x(unsigned char* stage, const QmmaParams& p,
+                                        const int64_t* x_row, int block) {
     constexpr int kRowCopies = 2 * L::kChunk / 16;  // 16 bytes each
     constexpr int kCopies = NT * kTileTokens * kRowCopies;
     for (int c = static_cast<int>(threadIdx.x); c < kCopies; c += kThreads) {
         const int row = c / kRowCopies, copy = c % kRowCopies;
-        const int64_t token = tok0 + min(row, count - 1);
-        const __half* src =
-            p.x + token * p.ldx + static_cast<int64_t>(block) * L::kChunk + 8 * copy;
+        const __half* src = p.x + x_row[row] + static_cast<int64_t>(block) * L::kChunk + 8 * copy;
         cp_async16(stage + row * stage_stride<L>() + 16 * copy, src);
     }
 }
@@ -185,22 +288,37 @@ __device__ __forceinline__ void multiply_block(const typename L::Raw (&raw)[2],
                                                float (&acc)[NT][4]) {
     const int g = lane >> 2, t = lane & 3;
     typename L::Scales scales[2];
+    if constexpr (!has_half_fragments<L>()) {
 #pragma unroll
-    for (int half = 0; half < 2; ++half) scales[half] = L::own_scales(raw[half], t);
+        for (int half = 0; half < 2; ++half) scales[half] = L::own_scales(raw[half], t);
+    }
 #pragma unroll
     for (int group = 0; group < L::kGroups; ++group) {
-        float scale[2], offset[2];
-#pragma unroll
-        for (int half = 0; half < 2; ++half) {
-            L::scale(raw[half], scales[half], group, lane, scale[half], offset[half]);
-        }
         uint32_t a[L::kSteps][4];
+        if constexpr (has_half_fragments<L>()) {
+            uint32_t p01[2][L::kSteps], p23[2][L::kSteps];
 #pragma unroll
-        for (int h = 0; h < L::kSteps; ++h) {
-            dequantize_four<L::kBias>(L::quants(raw[0], group, h), scale[0], -offset[0], a[h][0],
-                                      a[h][2]);
-            dequantize_four<L::kBias>(L::quants(raw[1], group, h), scale[1], -offset[1], a[h][1],
-                                      a[h][3]);
+            for (int half = 0; half < 2; ++half) {
+                L::half_fragments(raw[half], group, t, p01[half], p23[half]);
+            }
+#pragma unroll
+            for (int h = 0; h < L::kSteps; ++h) {
+                a[h][0] = p01[0][h], a[h][2] = p23[0][h];
+                a[h][1] = p01[1][h], a[h][3] = p23[1][h];
+            }
+        } else {
+            float scale[2], offset[2];
+#pragma unroll
+            for (int half = 0; half < 2; ++half) {
+                L::scale(raw[half], scales[half], group, lane, scale[half], offset[half]);
+            }
+#pragma unroll
+            for (int h = 0; h < L::kSteps; ++h) {
+                dequantize_four<L::kBias>(L::quants(raw[0], group, h), scale[0], -offset[0],
+                                          a[h][0], a[h][2]);
+                dequantize_four<L::kBias>(L::quants(raw[1], group, h), scale[1], -offset[1],
+                                          a[h][1], a[h][3]);
+            }
         }
         // Lane (g, t)'s B: token column g, the 4 (Q6_K) or 8 (Q4_K, both k-steps) elements from
         // L::element(group, 0, t). The B fragments of up to 8 token tiles first, then the
@@ -240,6 +358,7 @@ __device__ __forceinline__ void multiply_block(const typename L::Raw (&raw)[2],
 // tiles of 96 tokens, whose stages take 108 KiB, so their registers may grow.
 template <class L, int NT>
 __global__ void __launch_bounds__(kThreads, NT > 8 ? 2 : 3) qmma_kernel(const QmmaParams p) {
+    await_previous_grid();
     extern __shared__ __align__(16) unsigned char stages[];  // [2][NT * 8][stage_stride]
     const int lane = threadIdx.x & 31;
     const int warp = threadIdx.x >> 5;
@@ -259,6 +378,13 @@ __global__ void __launch_bounds__(kThreads, NT > 8 ? 2 : 3) qmma_kernel(const Qm
         count = static_cast<int>(min(static_cast<int64_t>(NT * kTileTokens), p.n - tok0));
     }
     const int tiles = (count + kTileTokens - 1) / kTileTokens;
+    // Where each tile row's activations start in x, read once here for every chunk's copies.
+    __shared__ int64_t x_row[NT * kTileTokens];
+    for (int row = static_cast<int>(threadIdx.x); row < NT * kTileTokens; row += kThreads) {
+        const int64_t t = tok0 + min(row, count - 1);
+        x_row[row] = (p.x_rows ? p.x_rows[t] / p.x_row_divisor : t) * p.ldx;
+    }
+    __syncthreads();
     const int blocks = static_cast<int>(p.cols / L::kChunk);
     const int first = static_cast<int>(static_cast<int64_t>(blockIdx.z) * blocks / p.splits);
     const int end = static_cast<int>(static_cast<int64_t>(blockIdx.z + 1) * blocks / p.splits);
@@ -282,30 +408,34 @@ __global__ void __launch_bounds__(kThreads, NT > 8 ? 2 : 3) qmma_kernel(const Qm
     // The rows' bytes of the next chunk (256 elements; MXFP4's 32 B elements) are loaded into
     // registers while this one multiplies, as its activations are into the other stage.
     constexpr size_t kStage = stage_bytes<L, NT>();
+    using Fetched = RowFetch<L>;
     typename L::Raw raw[2];
-    const auto load_rows = [&](typename L::Raw(&into)[2], int b) {
+    const auto load_rows = [&](typename Fetched::Type(&into)[2], int b) {
 #pragma unroll
         for (int half = 0; half < 2; ++half) {
-            into[half] = L::load(row_data[half] + static_cast<size_t>(b) * L::kChunkBytes, t);
+            into[half] = Fetched::load(row_data[half] + static_cast<size_t>(b) * L::kChunkBytes, t);
         }
     };
     if (first < end) {
-        stage_x<L, NT>(stages, p, tok0, count, first);
-        load_rows(raw, first);
+        stage_x<L, NT>(stages, p, x_row, first);
+        typename Fetched::Type loaded[2];
+        load_rows(loaded, first);
+#pragma unroll
+        for (int half = 0; half < 2; ++half) raw[half] = Fetched::finish(loaded[half]);
     }
     cp_async_commit();
     for (int b = first; b < end; ++b) {
         const int s = (b - first) & 1;
-        if (b + 1 < end) stage_x<L, NT>(stages + (s ^ 1) * kStage, p, tok0, count, b + 1);
+        if (b + 1 < end) stage_x<L, NT>(stages + (s ^ 1) * kStage, p, x_row, b + 1);
         cp_async_commit();
-        typename L::Raw next[2];
+        typename Fetched::Type next[2];
         if (b + 1 < end) load_rows(next, b + 1);
         cp_async_wait_one();
         __syncthreads();
         multiply_block<L, NT>(raw, stages + s * kStage, lane, tiles, acc);
         __syncthreads();  // the stage is read before the next iteration refills it
 #pragma unroll
-        for (int half = 0; half < 2; ++half) raw[half] = next[half];
+        for (int half = 0; half < 2; ++half) raw[half] = Fetched::finish(next[half]);
     }
 
     // D element i of token tile nt: row row0 + g + 8 (i / 2), token 8 nt + 2t + i % 2.
@@ -329,6 +459,7 @@ __global__ void __launch_bounds__(kThreads, NT > 8 ? 2 : 3) qmma_kernel(const Qm
 
 // y[t][r] = alpha * (the splits' sums of (t, r), added in split order).
 __global__ void add_splits_kernel(const QmmaParams p) {
+    await_previous_grid();
     const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
     if (i >= p.n * p.rows) return;
     const int64_t token = i / p.rows, row = i % p.rows;
@@ -347,7 +478,7 @@ void launch(const QmmaParams& p, int64_t tiles, cudaStream_t stream) {
     }
     const dim3 grid(static_cast<unsigned>((p.rows + kBlockRows - 1) / kBlockRows),
                     static_cast<unsigned>(tiles), static_cast<unsigned>(p.splits));
-    kernel<<<grid, kThreads, shared, stream>>>(p);
+    launch_kernel(kernel, grid, kThreads, shared, stream, p);
 }
 
 // Tiles a dense batch of n tokens takes: one of 32, 64 or 96 tokens for a batch that fits one
@@ -385,6 +516,8 @@ QmmaParams params_of(const DeviceMatrix& w, const QmmaOperands& op) {
     p.cols = w.cols;
     p.x = op.x;
     p.ldx = op.ldx;
+    p.x_rows = op.x_rows;
+    p.x_row_divisor = op.x_row_divisor;
     p.y = op.y;
     p.ldy = op.ldy;
     p.alpha = op.alpha;
@@ -427,6 +560,7 @@ void qmma_gemm(const DeviceMatrix& w, const QmmaOperands& op, int64_t n, float* 
         throw std::invalid_argument("qmma: no kernel for a " + std::string(type_info(w.type).name) +
                                     " matrix " + std::to_string(w.cols) + " wide");
     }
+    if (op.x_rows != nullptr) throw std::invalid_argument("qmma: rows by index are grouped only");
     if (n <= 0) return;
     QmmaParams p = params_of(w, op);
     p.n = n;
@@ -441,8 +575,9 @@ void qmma_gemm(const DeviceMatrix& w, const QmmaOperands& op, int64_t n, float* 
     if (p.splits > 1) {
         constexpr int kAddThreads = 256;
         const int64_t outputs = n * w.rows;
-        add_splits_kernel<<<static_cast<unsigned>((outputs + kAddThreads - 1) / kAddThreads),
-                            kAddThreads, 0, stream>>>(p);
+        launch_kernel(add_splits_kernel,
+                      static_cast<unsigned>((outputs + kAddThreads - 1) / kAddThreads), kAddThreads,
+                      0, stream, p);
     }
 }
 
@@ -453,6 +588,7 @@ void qmma_gemm_grouped(const DeviceMatrix& expert0, size_t expert_stride, const 
                                     std::string(type_info(expert0.type).name) + " matrix " +
                                     std::to_string(expert0.cols) + " wide");
     }
+    if (op.x_row_divisor < 1) throw std::invalid_argument("qmma: a row divisor below 1");
     if (n_tiles <= 0) return;
     QmmaParams p = params_of(expert0, op);
     p.expert_stride = expert_stride;

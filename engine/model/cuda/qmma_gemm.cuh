@@ -31,10 +31,14 @@ bool qmma_grouped_supports(const DeviceMatrix& w);
 
 // The activations and where the product goes. x: row t at x + t * ldx (16-byte aligned rows);
 // y: row t at y + t * ldy; alpha: device pointer to the one factor every sum is multiplied by
-// (2^-e from to_scaled_half).
+// (2^-e from to_scaled_half). Grouped products only: with x_rows, row t's activations are x's
+// row x_rows[t] / x_row_divisor (a MoE's sorted pairs reading their tokens' rows, order[t] /
+// n_used, without a gathered copy of them).
 struct QmmaOperands {
     const __half* x = nullptr;
     int64_t ldx = 0;
+    const int32_t* x_rows = nullptr;
+    int32_t x_row_divisor = 1;
     float* y = nullptr;
     int64_t ldy = 0;
     const float* alpha = nullptr;

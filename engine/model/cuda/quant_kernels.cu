@@ -22,6 +22,7 @@
 #include "engine/model/cuda/activations.cuh"
 #include "engine/model/cuda/cuda_check.cuh"
 #include "engine/model/cuda/gemv_args.cuh"
+#include "engine/model/cuda/launch.cuh"
 #include "engine/model/cuda/mma_gemv.cuh"
 #include "engine/model/cuda/quant_blocks.cuh"
 #include "engine/model/cuda/quant_kernels.cuh"
@@ -208,6 +209,7 @@ __device__ __forceinline__ void gemv_block(
 
 template <class F, int kTokens, int R, int U, GemvEpilogue E = GemvEpilogue::Plain>
 __global__ void __launch_bounds__(kThreads) gemv_kernel(const GemvArgs args) {
+    await_previous_grid();
     __shared__ float partial[kWarps][gemv_warp_rows(R, E)][kTokens];
     gemv_block<F, kTokens, R, U, E>(args, args.split, partial);
 }
@@ -221,6 +223,7 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(const GemvArgs args) {
 // (split > 1) is reached by the whole block.
 template <class First, class Second, int R, int U>
 __global__ void __launch_bounds__(kThreads) gemv_two_kernel(const GemvArgs args) {
+    await_previous_grid();
     // One token, plain products: the sums to share are shaped alike for both formats.
     __shared__ float partial[kWarps][gemv_warp_rows(R, GemvEpilogue::Plain)][1];
     if (static_cast<int64_t>(blockIdx.x) < args.second_format_block) {
@@ -297,6 +300,7 @@ __device__ __forceinline__ void store8(__half* o, const float (&w)[8]) {
 
 template <class F>
 __global__ void __launch_bounds__(kThreads) dequantize_kernel(const DequantArgs a) {
+    await_previous_grid();
     const int64_t units = a.cols / (F::kBlockElems / F::kUnitsPerBlock);
     const int64_t index = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
     if (index >= a.n * units) return;
@@ -339,6 +343,7 @@ __global__ void __launch_bounds__(kThreads) dequantize_kernel(const DequantArgs 
 // unpacking four times (1.1 TB/s).
 template <class F>
 __global__ void __launch_bounds__(kThreads) dequantize_half_kernel(const DequantArgs a) {
+    await_previous_grid();
     constexpr int kUnitElems = F::kBlockElems / F::kUnitsPerBlock;
     static_assert(kThreads % F::kUnitsPerBlock == 0, "a launch block holds whole blocks");
     __shared__ uint4 tile_raw[kThreads * kUnitElems / 8];
@@ -374,6 +379,7 @@ __global__ void __launch_bounds__(kThreads) dequantize_half_kernel(const Dequant
 // float's, order as integers: an atomic max is exact in any order). NaN counts as infinite.
 template <class F>
 __global__ void __launch_bounds__(kThreads) max_abs_kernel(const DequantArgs a, unsigned* amax) {
+    await_previous_grid();
     const int64_t units = a.cols / (F::kBlockElems / F::kUnitsPerBlock);
     const int64_t index = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
     float top = 0.0f;
@@ -484,7 +490,7 @@ void launch_gemv_tokens(GemvArgs& args, cudaStream_t stream) {
     const int64_t blocks = assign_blocks(args, 0, targets, kWarps / args.split * R, 0);
     if (blocks == 0) return;
     const dim3 grid(static_cast<unsigned>(blocks), static_cast<unsigned>(args.token_chunks));
-    gemv_kernel<F, kTokens, R, U, E><<<grid, kThreads, 0, stream>>>(args);
+    launch_kernel(gemv_kernel<F, kTokens, R, U, E>, grid, kThreads, 0, stream, args);
 }
 
 // Warps per row: a row of 128 units or more (4096 elements of the quantized types) may be
@@ -563,8 +569,8 @@ void launch_gemv_two(TensorType first, GemvArgs& args, int first_targets, cudaSt
             assign_blocks(args, first_targets, args.count, kWarps / args.second_split * R,
                           args.second_format_block);
         if (blocks == 0) return;
-        gemv_two_kernel<First, FmtQ6_K, R, U>
-            <<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(args);
+        launch_kernel(gemv_two_kernel<First, FmtQ6_K, R, U>, static_cast<unsigned>(blocks),
+                      kThreads, 0, stream, args);
     };
     if (first == TensorType::Q4_K) {
         launch(FmtQ4_K{});
@@ -581,7 +587,8 @@ void launch_dequantize(const DeviceMatrix& w, DequantArgs args, cudaStream_t str
         using F = decltype(fmt);
         const int64_t units = w.cols / (F::kBlockElems / F::kUnitsPerBlock);
         const int64_t blocks = (args.n * units + kThreads - 1) / kThreads;
-        dequantize_kernel<F><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(args);
+        launch_kernel(dequantize_kernel<F>, static_cast<unsigned>(blocks), kThreads, 0, stream,
+                      args);
     });
 }
 
@@ -689,14 +696,38 @@ void gemv_many(const GemvOut* outs, int count, const float* x, int64_t ldx, int6
     }
 }
 
+// Tokens a chunk of gemv_chunks takes: kGemvMaxTokens (each row's weights read the fewest times)
+// where the launch still has two blocks an SM, else fewer (4 at least: rows per warp stay 4). A
+// MoE router has few rows (32 of gpt-oss-20b: 8 blocks a chunk), so 17-token chunks left 120
+// blocks of long sums for a 256-token batch, 32.5 us of an H200's 1.2 ms layer. A token's sums
+// do not depend on the chunk (nor does the split: gemv_split), so neither do its bits.
+int64_t chunk_tokens(const DeviceMatrix& w, int64_t n_tokens) {
+    int device = 0, sms = 0;
+    if (cudaGetDevice(&device) != cudaSuccess ||
+        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) {
+        cudaGetLastError();
+        return kGemvMaxTokens;
+    }
+    constexpr int kRowsPerWarp = gemv_rows_per_warp(4, false);
+    static_assert(gemv_rows_per_warp(kGemvMaxTokens, false) == kRowsPerWarp);
+    int split = 1;
+    with_format(w.type, [&](auto fmt) { split = gemv_split<decltype(fmt)>(w.cols, w.rows); });
+    const int64_t blocks_per_chunk =
+        (w.rows + kWarps / split * kRowsPerWarp - 1) / (kWarps / split * kRowsPerWarp);
+    int64_t chunk = kGemvMaxTokens;
+    while (chunk > 4 && (n_tokens / chunk) * blocks_per_chunk < 2 * int64_t{sms}) chunk /= 2;
+    return std::max<int64_t>(chunk, 4);
+}
+
 void gemv_chunks(const DeviceMatrix& w, const float* x, int64_t ldx, int64_t n_tokens, float* y,
                  int64_t ldy, cudaStream_t stream) {
     if (n_tokens < 1) fail("gemv_chunks: no tokens");
     check_matrix(w);
     if (on_tensor_cores(w)) fail("gemv_chunks reads the CUDA-core formats");
     if (n_tokens > 1 && (ldy < w.rows || ldx < w.cols)) fail("gemv_chunks: ldx or ldy too short");
-    check_activations(x, ldx, w.cols, std::min(n_tokens, kGemvMaxTokens));
-    const int64_t whole = n_tokens / kGemvMaxTokens;
+    const int64_t chunk = chunk_tokens(w, n_tokens);
+    check_activations(x, ldx, w.cols, std::min(n_tokens, chunk));
+    const int64_t whole = n_tokens / chunk;
     if (whole > 65535) fail("gemv_chunks: too many tokens for one launch");
     GemvArgs args{};
     args.count = 1;
@@ -706,17 +737,17 @@ void gemv_chunks(const DeviceMatrix& w, const float* x, int64_t ldx, int64_t n_t
     args.row_stride[0] = w.row_stride;
     args.rows[0] = w.rows;
     args.ldy[0] = ldy;
-    if (whole > 0) {  // chunks of kGemvMaxTokens: one launch
+    if (whole > 0) {  // whole chunks: one launch
         args.x = x;
         args.y[0] = y;
-        args.n_tokens = static_cast<int>(kGemvMaxTokens);
+        args.n_tokens = static_cast<int>(chunk);
         args.token_chunks = static_cast<int>(whole);
         launch_gemv(w.type, args, launch_rows(args), stream);
     }
-    const int64_t rest = n_tokens - whole * kGemvMaxTokens;
+    const int64_t rest = n_tokens - whole * chunk;
     if (rest > 0) {
-        args.x = x + whole * kGemvMaxTokens * ldx;
-        args.y[0] = y + whole * kGemvMaxTokens * ldy;
+        args.x = x + whole * chunk * ldx;
+        args.y[0] = y + whole * chunk * ldy;
         args.n_tokens = static_cast<int>(rest);
         args.token_chunks = 1;
         launch_gemv(w.type, args, launch_rows(args), stream);
@@ -802,7 +833,8 @@ void dequantize_rows_half(const DeviceMatrix& w, int64_t row0, int64_t rows, __h
         using F = decltype(fmt);
         const int64_t units = rows * (w.cols / (F::kBlockElems / F::kUnitsPerBlock));
         const int64_t blocks = (units + kThreads - 1) / kThreads;
-        dequantize_half_kernel<F><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(args);
+        launch_kernel(dequantize_half_kernel<F>, static_cast<unsigned>(blocks), kThreads, 0, stream,
+                      args);
     });
 }
 
@@ -818,7 +850,8 @@ float max_abs_weight(const DeviceMatrix& w, cudaStream_t stream) {
         const int64_t units = w.cols / (F::kBlockElems / F::kUnitsPerBlock);
         const int64_t blocks = (args.n * units + kThreads - 1) / kThreads;
         if (blocks > 0)
-            max_abs_kernel<F><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(args, amax);
+            launch_kernel(max_abs_kernel<F>, static_cast<unsigned>(blocks), kThreads, 0, stream,
+                          args, amax);
     });
     check_launch("max_abs_kernel");
     unsigned bits = 0;
