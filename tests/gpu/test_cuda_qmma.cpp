@@ -195,6 +195,15 @@ INSTANTIATE_TEST_SUITE_P(Shapes, QmmaDense,
                                          DenseCase{TensorType::Q6_K, 130, 512, 129, 1}),
                          dense_name);
 
+// The grouped product of op over n_tiles tiles (device memory); its y copied back into out.
+void run_grouped(const DeviceMatrix& expert0, size_t expert_stride, const QmmaOperands& op,
+                 const QmmaTile* tiles, int n_tiles, std::vector<float>& out) {
+    qmma_gemm_grouped(expert0, expert_stride, op, tiles, n_tiles, nullptr);
+    CUDA_OK(cudaGetLastError());
+    CUDA_OK(cudaDeviceSynchronize());
+    CUDA_OK(cudaMemcpy(out.data(), op.y, out.size() * sizeof(float), cudaMemcpyDeviceToHost));
+}
+
 struct GroupedCase {
     TensorType type;
     int64_t cols;
@@ -246,12 +255,9 @@ TEST_P(QmmaGrouped, EachTileGoesThroughItsExpert) {
                           .y = y.as<float>(),
                           .ldy = rows,
                           .alpha = a.unscale.as<float>()};
-    qmma_gemm_grouped(expert0, rows * m.row_bytes, op, tiles_dev.as<QmmaTile>(),
-                      static_cast<int>(tiles.size()), nullptr);
-    CUDA_OK(cudaGetLastError());
-    CUDA_OK(cudaDeviceSynchronize());
     std::vector<float> out(static_cast<size_t>(n * rows));
-    CUDA_OK(cudaMemcpy(out.data(), y.ptr, out.size() * sizeof(float), cudaMemcpyDeviceToHost));
+    ASSERT_NO_FATAL_FAILURE(run_grouped(expert0, rows * m.row_bytes, op, tiles_dev.as<QmmaTile>(),
+                                        static_cast<int>(tiles.size()), out));
     int64_t first = 0;
     for (int64_t e = 0; e < experts; ++e) {
         const std::vector<float> part(out.begin() + first * rows,
@@ -285,12 +291,10 @@ TEST_P(QmmaGrouped, EachTileGoesThroughItsExpert) {
     indexed.x_rows = index_dev.as<int32_t>();
     indexed.x_row_divisor = 3;
     indexed.y = y2.as<float>();
-    qmma_gemm_grouped(expert0, rows * m.row_bytes, indexed, tiles_dev.as<QmmaTile>(),
-                      static_cast<int>(tiles.size()), nullptr);
-    CUDA_OK(cudaGetLastError());
-    CUDA_OK(cudaDeviceSynchronize());
     std::vector<float> out2(out.size());
-    CUDA_OK(cudaMemcpy(out2.data(), y2.ptr, out2.size() * sizeof(float), cudaMemcpyDeviceToHost));
+    ASSERT_NO_FATAL_FAILURE(run_grouped(expert0, rows * m.row_bytes, indexed,
+                                        tiles_dev.as<QmmaTile>(), static_cast<int>(tiles.size()),
+                                        out2));
     for (int64_t t = 0; t < n; ++t) {
         for (int64_t r = 0; r < rows; ++r) {
             ASSERT_EQ(out2[static_cast<size_t>(t * rows + r)],
@@ -344,12 +348,10 @@ TEST(QmmaGroupedMXFP4, WeightsAreTheCpusRoundedToHalf) {
                               .y = y.as<float>(),
                               .ldy = rows,
                               .alpha = unscale.as<float>()};
-        qmma_gemm_grouped(expert0, rows * m.row_bytes, op, tiles_dev.as<QmmaTile>(),
-                          static_cast<int>(tiles.size()), nullptr);
-        CUDA_OK(cudaGetLastError());
-        CUDA_OK(cudaDeviceSynchronize());
         std::vector<float> out(static_cast<size_t>(n * rows));
-        CUDA_OK(cudaMemcpy(out.data(), y.ptr, out.size() * sizeof(float), cudaMemcpyDeviceToHost));
+        ASSERT_NO_FATAL_FAILURE(run_grouped(expert0, rows * m.row_bytes, op,
+                                            tiles_dev.as<QmmaTile>(),
+                                            static_cast<int>(tiles.size()), out));
         int64_t tiny_nonzero = 0, large = 0;
         for (int64_t t = 0; t < n; ++t) {
             for (int64_t r = 0; r < rows; ++r) {

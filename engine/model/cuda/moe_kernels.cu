@@ -323,6 +323,25 @@ __global__ void __launch_bounds__(kThreads) expert_rows_kernel(const ExpertArgs 
 // + j: each x element has one thread, which adds the token's experts in slot order (ascending
 // expert index). `position` maps a pair to its row of `down` (the prefill's expert-sorted
 // rows), or is null (row p). Grid: (element blocks, tokens).
+// x + the token's pairs' weighted products, pair p = token * n_used + j for j ascending (slot
+// order): sum = fma(weight[p], product(j, p) + bias[chosen[p]][i], sum), the bias added where
+// there is one. The one order both combines keep, so that the short batches' fused launch and
+// the prefill's combine give a token the same bits.
+template <class Product>
+__device__ __forceinline__ float add_weighted_pairs(float x, int64_t token, int64_t i, int n_used,
+                                                    const int32_t* chosen, const float* weight,
+                                                    const float* bias, int64_t n_embd,
+                                                    Product product) {
+    float sum = x;
+    for (int j = 0; j < n_used; ++j) {
+        const int64_t pair = token * n_used + j;
+        float v = product(j, pair);
+        if (bias) v = __fadd_rn(v, bias[chosen[pair] * n_embd + i]);
+        sum = __fmaf_rn(weight[pair], v, sum);
+    }
+    return sum;
+}
+
 struct CombineArgs {
     const float* down;        // [pairs x n_embd] each pair's down product, bias not yet added
     const int32_t* position;  // [pairs] row of each pair in `down`, or null
@@ -339,15 +358,12 @@ __global__ void __launch_bounds__(kThreads) combine_kernel(const CombineArgs a) 
     const int64_t i = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
     const int64_t token = blockIdx.y;
     if (i >= a.n_embd) return;
-    float sum = a.x[token * a.n_embd + i];
-    for (int j = 0; j < a.n_used; ++j) {
-        const int64_t pair = token * a.n_used + j;
-        const int64_t row = a.position ? a.position[pair] : pair;
-        float v = a.down[row * a.n_embd + i];
-        if (a.bias) v = __fadd_rn(v, a.bias[a.chosen[pair] * a.n_embd + i]);
-        sum = __fmaf_rn(a.weight[pair], v, sum);
-    }
-    a.x[token * a.n_embd + i] = sum;
+    a.x[token * a.n_embd + i] =
+        add_weighted_pairs(a.x[token * a.n_embd + i], token, i, a.n_used, a.chosen, a.weight,
+                           a.bias, a.n_embd, [&](int, int64_t pair) {
+                               const int64_t row = a.position ? a.position[pair] : pair;
+                               return a.down[row * a.n_embd + i];
+                           });
 }
 
 // The short batches' down products and their weighted sum in one launch: x[t][i] += sum over j
@@ -400,14 +416,9 @@ __global__ void __launch_bounds__(32 * kMaxExpertsUsed)
     const int r = static_cast<int>(threadIdx.x);
     if (r >= kRows || row0 + r >= a.n_embd) return;
     const int64_t i = row0 + r;
-    float sum = a.x[token * a.n_embd + i];
-    for (int j = 0; j < a.n_used; ++j) {
-        const int64_t p = token * a.n_used + j;
-        float v = products[j][r];
-        if (a.bias) v = __fadd_rn(v, a.bias[a.chosen[p] * a.n_embd + i]);
-        sum = __fmaf_rn(a.weight[p], v, sum);
-    }
-    a.x[token * a.n_embd + i] = sum;
+    a.x[token * a.n_embd + i] =
+        add_weighted_pairs(a.x[token * a.n_embd + i], token, i, a.n_used, a.chosen, a.weight,
+                           a.bias, a.n_embd, [&](int j, int64_t) { return products[j][r]; });
 }
 
 // The prefill's pairs grouped by expert on the device, as moe_prefill's host path groups them
@@ -567,6 +578,12 @@ void launch_expert_rows(const DeviceMatrix& m, const ExpertArgs& args, int64_t p
     check_launch("expert_rows_kernel");
 }
 
+// The bound of moe_tile_slots and MoeBuffers::max_tiles: the whole tiles of the pairs, plus at
+// most one partly filled tile for each expert.
+int64_t tile_slots_for(int64_t pairs, int64_t n_expert) {
+    return pairs / kQmmaTileTokens + n_expert;
+}
+
 }  // namespace
 
 MoeBuffers::~MoeBuffers() {
@@ -591,7 +608,7 @@ void MoeBuffers::reserve(const ModelConfig& c, int64_t tokens) {
     const size_t half_bytes =
         round(pairs * static_cast<size_t>(std::max(c.n_embd, c.n_ff_exp)) * sizeof(__half));
     const size_t scale_bytes = round((pairs + 1) * sizeof(float));
-    max_tiles = static_cast<int64_t>(pairs) / kQmmaTileTokens + c.n_expert;
+    max_tiles = tile_slots_for(static_cast<int64_t>(pairs), c.n_expert);
     const size_t tile_bytes = round(static_cast<size_t>(max_tiles) * sizeof(QmmaTile));
     const size_t total = router_bytes + 4 * pair_bytes + 2 * ff_bytes + 2 * embd_bytes +
                          half_bytes + scale_bytes + tile_bytes;
@@ -745,7 +762,7 @@ void moe_combine(const MoeLayer& l, const float* down, const int32_t* position,
 }
 
 int moe_tile_slots(const MoeLayer& l, int64_t n) {
-    return static_cast<int>(n * l.n_used / kQmmaTileTokens + l.n_expert);
+    return static_cast<int>(tile_slots_for(n * l.n_used, l.n_expert));
 }
 
 void moe_group_pairs(const MoeLayer& l, const int32_t* chosen, int64_t n, int32_t* order,
