@@ -319,10 +319,6 @@ __global__ void __launch_bounds__(kThreads) expert_rows_kernel(const ExpertArgs 
     }
 }
 
-// x[t][i] += sum over j ascending of weight[p] * (down[row of p][i] + bias[e][i]), p = t*n_used
-// + j: each x element has one thread, which adds the token's experts in slot order (ascending
-// expert index). `position` maps a pair to its row of `down` (the prefill's expert-sorted
-// rows), or is null (row p). Grid: (element blocks, tokens).
 // x + the token's pairs' weighted products, pair p = token * n_used + j for j ascending (slot
 // order): sum = fma(weight[p], product(j, p) + bias[chosen[p]][i], sum), the bias added where
 // there is one. The one order both combines keep, so that the short batches' fused launch and
@@ -342,6 +338,10 @@ __device__ __forceinline__ float add_weighted_pairs(float x, int64_t token, int6
     return sum;
 }
 
+// x[t][i] += sum over j ascending of weight[p] * (down[row of p][i] + bias[e][i]), p = t*n_used
+// + j: each x element has one thread, which adds the token's experts in slot order (ascending
+// expert index). `position` maps a pair to its row of `down` (the prefill's expert-sorted
+// rows), or is null (row p). Grid: (element blocks, tokens).
 struct CombineArgs {
     const float* down;        // [pairs x n_embd] each pair's down product, bias not yet added
     const int32_t* position;  // [pairs] row of each pair in `down`, or null
