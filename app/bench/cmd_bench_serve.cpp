@@ -53,6 +53,7 @@ struct BenchServeOptions {
 
 struct RequestSample {
     double ttft = -1;
+    double engine_ttft = -1;  // ember serve's own: prompt evaluated and first token picked
     double latency = 0;
     double start = 0;  // seconds after the level started
     int64_t prompt_tokens = 0;
@@ -110,6 +111,7 @@ std::vector<RequestSample> run_client(const std::string& url, const std::string&
         RequestSample s;
         s.start = started;
         s.ttft = r.ttft_seconds;
+        if (r.ember.is_object()) s.engine_ttft = r.ember.value("ttft_seconds", -1.0);
         s.latency = r.seconds;
         s.error = r.error;
         if (r.usage.is_object()) {
@@ -137,6 +139,7 @@ json run_level(const std::string& url, const std::string& model, int run, int n_
     const double wall =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     std::vector<double> ttft, latency;
+    std::vector<double> engine_ttft;  // ember serve's account, where the server gave one
     // The decode window: from the first streamed token of any request to the last request's
     // end; the tokens after each request's first are the decode steps' work.
     double first_token = -1, last_end = 0;
@@ -153,6 +156,7 @@ json run_level(const std::string& url, const std::string& model, int run, int n_
             }
             if (s.ttft >= 0) {
                 ttft.push_back(s.ttft);
+                if (s.engine_ttft >= 0) engine_ttft.push_back(s.engine_ttft);
                 const double at = s.start + s.ttft;
                 first_token = first_token < 0 ? at : std::min(first_token, at);
                 decoded += std::max<int64_t>(0, s.completion_tokens - 1);
@@ -181,6 +185,14 @@ json run_level(const std::string& url, const std::string& model, int run, int n_
         {"cached_prompt_tokens", cached},
         {"prefix_hit_rate", prompt > 0 ? static_cast<double>(cached) / prompt : 0.0},
         {"requests_with_prefix_hit", requests > 0 ? static_cast<double>(hits) / requests : 0.0}};
+    // ember serve's own TTFT (its prompt's evaluation and first pick, under the engine turn):
+    // what the prompts, evaluated one at a time, take of the decode window.
+    if (!engine_ttft.empty()) {
+        double total = 0;
+        for (const double t : engine_ttft) total += t;
+        j["engine_ttft_ms"] = distribution_ms(engine_ttft);
+        j["engine_ttft_total_ms"] = 1e3 * total;
+    }
     if (!first_error.empty()) j["first_error"] = first_error;
     return j;
 }

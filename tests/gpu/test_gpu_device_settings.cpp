@@ -12,7 +12,7 @@
 namespace ember::test {
 namespace {
 
-// 192 without EMBER_CUDA_QMMA_TOKENS. A constructor that called its own accessor (still 0)
+// 128 without EMBER_CUDA_QMMA_TOKENS. A constructor that called its own accessor (still 0)
 // rather than the reader of the environment turned the products off everywhere, and the
 // kernel's tests (test_cuda_qmma.cpp), which call it directly, still passed.
 TEST(GpuDeviceSettings, ALoadedModelTakesTheDefaultQmmaBound) {
@@ -24,7 +24,7 @@ TEST(GpuDeviceSettings, ALoadedModelTakesTheDefaultQmmaBound) {
     const auto model = load_fixture_model(fixture_path("quant/qfix-Q4_K_M.gguf"), /*on_gpu=*/true);
     const auto* device = dynamic_cast<const cuda::CudaDevice*>(model->device());
     ASSERT_NE(device, nullptr);
-    EXPECT_EQ(device->qmma_max_tokens(), 192);
+    EXPECT_EQ(device->qmma_max_tokens(), 128);
 }
 
 }  // namespace

@@ -93,13 +93,16 @@ double f16_flops_per_sm_clock(int major, int minor) {
 }
 
 // Most tokens whose Q4_K/Q6_K products read the weights in place (qmma_gemm.cuh) rather than
-// dequantizing them for cuBLAS. Measured on an H200, Llama-3.1-8B shape Q4_K_M (`ember bench
-// -p N`, prefill tok/s in place / through cuBLAS): 64 tokens 6,046 / 3,460, 128 8,401 / 6,233,
-// 256 9,891 / 11,218. EMBER_CUDA_QMMA_TOKENS sets another bound (0: never, MoE experts
-// included), to measure the trade.
+// dequantizing them for cuBLAS. Measured on an H200, Llama-3.1-8B shape Q4_K_M, `ember bench -p
+// N -n 1 --tensor-decode` time to first token in place / through cuBLAS (EMBER_CUDA_QMMA_TOKENS=0),
+// medians of three, one call: 64 tokens 12.0 / 16.9 ms, 96 15.9 / 18.3, 97 18.8 / 18.2, 128
+// 17.8 / 19.0, 129 27.6 / 18.5, 160 24.2 / 20.7, 192 22.4 / 20.1. Past 128 tokens the batch
+// takes three tiles of 64, each reading and dequantizing the weights again, and cuBLAS wins.
+// EMBER_CUDA_QMMA_TOKENS sets another bound (0: never, MoE experts included), to measure the
+// trade.
 int64_t qmma_tokens_from_env() {
     const char* env = std::getenv("EMBER_CUDA_QMMA_TOKENS");
-    return env ? std::max<int64_t>(0, std::atoll(env)) : 192;
+    return env ? std::max<int64_t>(0, std::atoll(env)) : 128;
 }
 
 // Prompt evaluation speed before any is timed: a tenth of the chip's f16 peak (Ember's
