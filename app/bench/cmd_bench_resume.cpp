@@ -81,7 +81,7 @@ struct BenchResumeOptions {
     // Warm TTFT must be at most this fraction of cold: issue 15's CPU target by default; a GPU
     // run states its own (issue 40: 0.5 at 2,000 tokens, 0.2 at 16,000).
     double ttft_limit = 0.05;
-    std::string keep_dir;               // keep the databases here instead of a temporary directory
+    std::string keep_dir;  // keep the databases here instead of a temporary directory
 };
 
 constexpr int kChildTimeoutSeconds = 900;
