@@ -59,6 +59,14 @@ struct Window {
     uint32_t shift;  // p % 16
 };
 
+// A 16-byte word as words 4i .. 4i + 3 of w.
+__device__ __forceinline__ void put_word(uint32_t* w, int i, const uint4& v) {
+    w[4 * i + 0] = v.x;
+    w[4 * i + 1] = v.y;
+    w[4 * i + 2] = v.z;
+    w[4 * i + 3] = v.w;
+}
+
 template <int N>
 __device__ __forceinline__ Window<N> load_window(const uint8_t* p) {
     Window<N> win;
@@ -68,11 +76,7 @@ __device__ __forceinline__ Window<N> load_window(const uint8_t* p) {
 #pragma unroll
     for (int i = 0; i <= N; ++i) {
         const int word = (i == N && win.shift == 0) ? N - 1 : i;
-        const uint4 v = __ldg(base + word);
-        win.w[4 * i + 0] = v.x;
-        win.w[4 * i + 1] = v.y;
-        win.w[4 * i + 2] = v.z;
-        win.w[4 * i + 3] = v.w;
+        put_word(win.w, i, __ldg(base + word));
     }
     return win;
 }
@@ -125,11 +129,7 @@ __device__ __forceinline__ Span<span_words<kBytes, kAlign>()> load_span(const ui
     span.shift = static_cast<uint32_t>(a & 15);
 #pragma unroll
     for (int i = 0; i < kWords; ++i) {
-        const uint4 v = __ldg(base + i);
-        span.w[4 * i + 0] = v.x;
-        span.w[4 * i + 1] = v.y;
-        span.w[4 * i + 2] = v.z;
-        span.w[4 * i + 3] = v.w;
+        put_word(span.w, i, __ldg(base + i));
     }
     return span;
 }
