@@ -493,6 +493,18 @@ void launch_gemv_tokens(GemvArgs& args, cudaStream_t stream) {
     launch_kernel(gemv_kernel<F, kTokens, R, U, E>, grid, kThreads, 0, stream, args);
 }
 
+// The current device's SM count, asked once per launch (the split and the chunk both need it);
+// 0 where the runtime cannot say (the launch then takes the shapes that need no count).
+int current_sm_count() {
+    int device = 0, sms = 0;
+    if (cudaGetDevice(&device) != cudaSuccess ||
+        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) {
+        cudaGetLastError();
+        return 0;
+    }
+    return sms;
+}
+
 // Warps per row: a row of 128 units or more (4096 elements of the quantized types) may be
 // shared by 4 warps, of 64 or more by 2, while the launch's blocks still fit the card at once
 // (`rows` the launch's rows in all, 8 a block at one warp per row; 4 blocks an SM). One warp per
@@ -502,21 +514,17 @@ void launch_gemv_tokens(GemvArgs& args, cudaStream_t stream) {
 // larger matrices slowed instead (Qwen3-30B-A3B's 5120 x 2048 QKV from 7.4 to 9.3 us). From the
 // width and the launch's rows alone, so that a row's sums are added in the same order for any
 // number of tokens. EMBER_CUDA_GEMV_SPLIT caps it (1: a warp per row), to measure the trade.
+// sms: current_sm_count(); 0 (unknown) keeps a warp per row.
 template <class F>
-int gemv_split(int64_t cols, int64_t rows) {
+int gemv_split(int64_t cols, int64_t rows, int sms) {
     static const int cap = [] {
         const char* env = std::getenv("EMBER_CUDA_GEMV_SPLIT");
         return env ? std::clamp(std::atoi(env), 1, 4) : 4;
     }();
+    if (sms <= 0) return 1;
     const int64_t units = cols / (F::kBlockElems / F::kUnitsPerBlock);
     int split = units >= 128 ? 4 : units >= 64 ? 2 : 1;
     while (split > cap) split /= 2;
-    int device = 0, sms = 0;
-    if (cudaGetDevice(&device) != cudaSuccess ||
-        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) {
-        cudaGetLastError();
-        return 1;
-    }
     while (split > 1 && rows * split > int64_t{8} * 4 * sms) split /= 2;
     return split;
 }
@@ -540,7 +548,7 @@ template <GemvEpilogue E = GemvEpilogue::Plain>
 void launch_gemv(TensorType type, GemvArgs& args, int64_t split_rows, cudaStream_t stream) {
     constexpr int kCounts = E == GemvEpilogue::Plain ? kGemvMaxTokens : kGemvGatedMaxTokens;
     with_format(type, [&](auto fmt) {
-        args.split = gemv_split<decltype(fmt)>(args.cols, split_rows);
+        args.split = gemv_split<decltype(fmt)>(args.cols, split_rows, current_sm_count());
         launch_gemv_for<decltype(fmt), E>(args, stream, std::make_integer_sequence<int, kCounts>{});
     });
 }
@@ -561,8 +569,9 @@ void launch_gemv_two(TensorType first, GemvArgs& args, int first_targets, cudaSt
         constexpr int R = gemv_rows_per_warp(1, false);
         constexpr int U = gemv_units_in_flight(1);
         const int64_t rows = launch_rows(args);
-        args.split = gemv_split<First>(args.cols, rows);
-        args.second_split = gemv_split<FmtQ6_K>(args.cols, rows);
+        const int sms = current_sm_count();
+        args.split = gemv_split<First>(args.cols, rows, sms);
+        args.second_split = gemv_split<FmtQ6_K>(args.cols, rows, sms);
         args.second_format_block =
             assign_blocks(args, 0, first_targets, kWarps / args.split * R, 0);
         const int64_t blocks =
@@ -702,16 +711,12 @@ void gemv_many(const GemvOut* outs, int count, const float* x, int64_t ldx, int6
 // blocks of long sums for a 256-token batch, 32.5 us of an H200's 1.2 ms layer. A token's sums
 // do not depend on the chunk (nor does the split: gemv_split), so neither do its bits.
 int64_t chunk_tokens(const DeviceMatrix& w, int64_t n_tokens) {
-    int device = 0, sms = 0;
-    if (cudaGetDevice(&device) != cudaSuccess ||
-        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) {
-        cudaGetLastError();
-        return kGemvMaxTokens;
-    }
+    const int sms = current_sm_count();
+    if (sms <= 0) return kGemvMaxTokens;
     constexpr int kRowsPerWarp = gemv_rows_per_warp(4, false);
     static_assert(gemv_rows_per_warp(kGemvMaxTokens, false) == kRowsPerWarp);
     int split = 1;
-    with_format(w.type, [&](auto fmt) { split = gemv_split<decltype(fmt)>(w.cols, w.rows); });
+    with_format(w.type, [&](auto fmt) { split = gemv_split<decltype(fmt)>(w.cols, w.rows, sms); });
     const int64_t blocks_per_chunk =
         (w.rows + kWarps / split * kRowsPerWarp - 1) / (kWarps / split * kRowsPerWarp);
     int64_t chunk = kGemvMaxTokens;
