@@ -274,8 +274,12 @@ protected:
         ASSERT_TRUE(wait_shows("/run: cancelled; nothing ran", screen)) << screen;
         EXPECT_FALSE(fs::exists(dir_->file("ran-once")));
         // Yes: it runs, its output waits for the next message.
+        // The question itself, asked a second time: the screen shows "[y/N]" twice a
+        // question, and the answer typed before it is asked is discarded (line mode flushes
+        // type-ahead before a command runs), so it waits for the prompt of the second one.
         line("/run touch ran-once && echo RUN-OUTPUT");
-        ASSERT_TRUE(wait_for([](const std::string& s) { return count(s, "[y/N]") >= 2; }, screen))
+        ASSERT_TRUE(
+            wait_for([](const std::string& s) { return count(s, "run it? [y/N]") >= 2; }, screen))
             << screen;
         line("y");
         ASSERT_TRUE(
