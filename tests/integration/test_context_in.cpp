@@ -274,12 +274,15 @@ protected:
         ASSERT_TRUE(wait_shows("/run: cancelled; nothing ran", screen)) << screen;
         EXPECT_FALSE(fs::exists(dir_->file("ran-once")));
         // Yes: it runs, its output waits for the next message.
-        // The question itself, asked a second time: the screen shows "[y/N]" twice a
-        // question, and the answer typed before it is asked is discarded (line mode flushes
-        // type-ahead before a command runs), so it waits for the prompt of the second one.
+        // The second question's own marks: the first left `asked` "[y/N]" on the screen (line
+        // mode: its hint and its prompt; the full screen: its hint), the second shows as many.
+        // Typed before line mode's prompt, the answer would be discarded with the type-ahead
+        // (a command runs only on an answer to the question shown).
+        const int asked = count(screen, "[y/N]");
+        ASSERT_GT(asked, 0) << screen;
         line("/run touch ran-once && echo RUN-OUTPUT");
-        ASSERT_TRUE(
-            wait_for([](const std::string& s) { return count(s, "run it? [y/N]") >= 2; }, screen))
+        ASSERT_TRUE(wait_for(
+            [asked](const std::string& s) { return count(s, "[y/N]") >= 2 * asked; }, screen))
             << screen;
         line("y");
         ASSERT_TRUE(
